@@ -1,0 +1,494 @@
+//! The PCIe switch of the card (the Innova-2 embeds one between the host, the NIC and the FPGA;
+//! paper §6, Figure 6). Every memory request a function issues is routed by address: to another
+//! function's BAR first (peer-to-peer, as a switch decodes its downstream ports before forwarding
+//! upstream), then to host memory the host mapped for DMA, otherwise it fails and the issuing
+//! device turns the failure into its own defined error response.
+//!
+//! The fabric counts TLPs, header bytes and payload bytes per function and direction. Splitting
+//! follows PCIe Base §2.2: writes are cut at Max_Payload_Size-aligned boundaries, read requests at
+//! Max_Read_Request_Size-aligned boundaries, completions at Max_Payload_Size-aligned boundaries,
+//! and every TLP costs a fixed header/framing overhead (default 24 B: 4 B framing + sequence,
+//! 16 B header with 64-bit address, 4 B LCRC). The paper's performance model (Figure 7a) is
+//! computed from these counters. Left out: flow-control credits, ordering, ECRC, ACS.
+
+mod counters;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+pub use counters::{TlpCounters, TlpStats};
+use vm_memory::{GuestMemoryRegion, GuestRegionMmap, MemoryRegionAddress};
+
+use crate::pcie::{ConfigChange, FunctionId, InterruptSink, MsiMessage, PciFunction};
+
+/// Link parameters the fabric accounts with.
+#[derive(Clone, Copy, Debug)]
+pub struct FabricConfig {
+    /// Max_Payload_Size in bytes.
+    pub mps: u32,
+    /// Max_Read_Request_Size in bytes.
+    pub mrrs: u32,
+    /// Header, framing and LCRC bytes charged per TLP.
+    pub tlp_overhead: u32,
+}
+
+impl Default for FabricConfig {
+    fn default() -> Self {
+        FabricConfig { mps: 256, mrrs: 512, tlp_overhead: 24 }
+    }
+}
+
+/// Requester ID of accesses the host CPU issues (MMIO), and counters of the root port.
+pub const HOST: FunctionId = FunctionId::MAX;
+
+/// A request the fabric could not route, or that the requester may not issue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DmaError {
+    #[error("no BAR and no DMA mapping covers {addr:#x}+{len}")]
+    Unmapped { addr: u64, len: usize },
+    #[error("bus mastering is disabled for the requester")]
+    BusMasterDisabled,
+}
+
+/// A region of host memory the host made reachable for DMA at bus address `iova`.
+#[derive(Clone)]
+pub struct HostRegion {
+    pub iova: u64,
+    pub len: u64,
+    pub memory: Arc<GuestRegionMmap>,
+    /// Offset of `iova` inside `memory`.
+    pub offset: u64,
+}
+
+#[derive(Clone)]
+struct BarWindow {
+    start: u64,
+    end: u64,
+    function: FunctionId,
+    bar: u8,
+}
+
+/// An immutable routing snapshot: engines take one per batch, so the data path never locks.
+#[derive(Clone, Default)]
+struct Routes {
+    bars: Vec<BarWindow>,
+    host: Vec<HostRegion>,
+    bus_master: Vec<bool>,
+}
+
+impl Routes {
+    fn bar_at(&self, addr: u64, len: u64) -> Option<&BarWindow> {
+        self.bars.iter().find(|w| addr >= w.start && addr.checked_add(len).is_some_and(|e| e <= w.end))
+    }
+
+    fn host_index(&self, addr: u64) -> Option<usize> {
+        let i = self.host.partition_point(|r| r.iova <= addr);
+        let r = self.host.get(i.checked_sub(1)?)?;
+        (addr - r.iova < r.len).then_some(i - 1)
+    }
+}
+
+/// The switch: functions, host-memory map, counters and the interrupt path.
+pub struct Fabric {
+    config: FabricConfig,
+    functions: RwLock<Vec<Arc<dyn PciFunction>>>,
+    routes: RwLock<Arc<Routes>>,
+    counters: RwLock<Vec<Arc<TlpCounters>>>,
+    host_counters: Arc<TlpCounters>,
+    generation: AtomicU64,
+}
+
+impl Fabric {
+    pub fn new(config: FabricConfig) -> Arc<Self> {
+        Arc::new(Fabric {
+            config,
+            functions: RwLock::new(Vec::new()),
+            routes: RwLock::new(Arc::new(Routes::default())),
+            counters: RwLock::new(Vec::new()),
+            host_counters: Arc::new(TlpCounters::default()),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    pub fn config(&self) -> FabricConfig {
+        self.config
+    }
+
+    /// Plugs a function into the next downstream port and returns its ID. `make` receives the ID
+    /// so the function can name itself as requester.
+    pub fn attach<F: PciFunction + 'static>(&self, make: impl FnOnce(FunctionId) -> Arc<F>) -> Arc<F> {
+        let mut fns = self.functions.write().unwrap_or_else(|e| e.into_inner());
+        let id = fns.len() as FunctionId;
+        let f = make(id);
+        assert_eq!(f.pci().id, id, "function must use the ID it was given");
+        fns.push(f.clone());
+        self.counters.write().unwrap_or_else(|e| e.into_inner()).push(Arc::new(TlpCounters::default()));
+        drop(fns);
+        self.rebuild_routes(|_| {});
+        f
+    }
+
+    pub fn function(&self, id: FunctionId) -> Option<Arc<dyn PciFunction>> {
+        self.functions.read().unwrap_or_else(|e| e.into_inner()).get(id as usize).cloned()
+    }
+
+    pub fn function_count(&self) -> usize {
+        self.functions.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Routes every function's MSI-X messages to `sink`.
+    pub fn set_interrupt_sink(&self, sink: Arc<dyn InterruptSink>) {
+        let counted: Arc<dyn InterruptSink> =
+            Arc::new(CountingSink { inner: sink, counters: self.counters.read().unwrap_or_else(|e| e.into_inner()).clone(), overhead: self.config.tlp_overhead });
+        for f in self.functions.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            f.pci().set_interrupt_sink(counted.clone());
+        }
+    }
+
+    fn rebuild_routes(&self, edit_host: impl FnOnce(&mut Vec<HostRegion>)) {
+        let fns = self.functions.read().unwrap_or_else(|e| e.into_inner());
+        let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        let mut next = Routes { host: routes.host.clone(), ..Routes::default() };
+        edit_host(&mut next.host);
+        for f in fns.iter() {
+            let cfg = f.pci().config();
+            next.bus_master.push(cfg.bus_master());
+            if !cfg.memory_enabled() {
+                continue;
+            }
+            for spec in cfg.bars() {
+                if let Some(start) = cfg.bar_address(spec.index).filter(|a| *a != 0) {
+                    next.bars.push(BarWindow { start, end: start + spec.size, function: f.pci().id, bar: spec.index });
+                }
+            }
+        }
+        *routes = Arc::new(next);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Makes host memory reachable for DMA at `iova` (replacing any overlapping mapping).
+    pub fn map_host(&self, region: HostRegion) {
+        self.rebuild_routes(|host| {
+            let (s, e) = (region.iova, region.iova + region.len);
+            host.retain(|r| r.iova + r.len <= s || r.iova >= e);
+            let at = host.partition_point(|r| r.iova < s);
+            host.insert(at, region);
+        });
+    }
+
+    /// Removes every mapping overlapping `[iova, iova + len)`. Engines that started a batch
+    /// before the call finish it with the old map; the next batch sees the new one.
+    pub fn unmap_host(&self, iova: u64, len: u64) {
+        self.rebuild_routes(|host| host.retain(|r| r.iova + r.len <= iova || r.iova >= iova.saturating_add(len)));
+    }
+
+    pub fn host_mapping_count(&self) -> usize {
+        self.routes.read().unwrap_or_else(|e| e.into_inner()).host.len()
+    }
+
+    /// Bumps whenever routes change.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn snapshot(&self) -> Arc<Routes> {
+        self.routes.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn counters_of(&self, id: FunctionId) -> Arc<TlpCounters> {
+        if id == HOST {
+            return self.host_counters.clone();
+        }
+        self.counters.read().unwrap_or_else(|e| e.into_inner()).get(id as usize).cloned().unwrap_or_else(|| self.host_counters.clone())
+    }
+
+    /// TLP statistics of a function ([`HOST`] for the root port).
+    pub fn stats(&self, id: FunctionId) -> TlpStats {
+        self.counters_of(id).snapshot()
+    }
+
+    /// Resets all counters to zero.
+    pub fn clear_stats(&self) {
+        self.host_counters.clear();
+        for c in self.counters.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            c.clear();
+        }
+    }
+
+    // --- configuration cycles -------------------------------------------------------------
+
+    pub fn config_read(&self, id: FunctionId, offset: u64, data: &mut [u8]) {
+        match self.function(id) {
+            Some(f) => f.pci().config_read(offset, data),
+            None => data.fill(0xff),
+        }
+    }
+
+    pub fn config_write(&self, id: FunctionId, offset: u64, data: &[u8]) {
+        let Some(f) = self.function(id) else { return };
+        let change = f.pci().config_write(offset, data);
+        if change.contains(ConfigChange::FLR) {
+            f.reset();
+            f.pci().reset();
+        }
+        if change.intersects(ConfigChange::BAR_ADDRESS | ConfigChange::COMMAND | ConfigChange::FLR) {
+            self.rebuild_routes(|_| {});
+        }
+    }
+
+    /// Firmware-style BAR assignment, then memory decode and bus mastering stay as they are.
+    pub fn assign_bar(&self, id: FunctionId, bar: u8, addr: u64) {
+        if let Some(f) = self.function(id) {
+            f.pci().config().set_bar_address(bar, addr);
+            self.rebuild_routes(|_| {});
+        }
+    }
+
+    // --- host MMIO ------------------------------------------------------------------------
+
+    /// A CPU store to bus address `addr`; false if no BAR decodes it (the store is dropped, as
+    /// an unsupported request would be).
+    pub fn mmio_write(&self, addr: u64, data: &[u8]) -> bool {
+        let routes = self.snapshot();
+        let Some(w) = routes.bar_at(addr, data.len() as u64).cloned() else { return false };
+        let tlps = tlp_count(addr, data.len() as u64, self.config.mps as u64);
+        self.host_counters.add_up(tlps, tlps * self.config.tlp_overhead as u64, data.len() as u64);
+        self.counters_of(w.function).add_down(tlps, tlps * self.config.tlp_overhead as u64, data.len() as u64);
+        if let Some(f) = self.function(w.function) {
+            f.bar_write(w.bar, addr - w.start, data);
+        }
+        true
+    }
+
+    /// A CPU load from `addr`; all-ones when nothing decodes it (master abort).
+    pub fn mmio_read(&self, addr: u64, data: &mut [u8]) -> bool {
+        let routes = self.snapshot();
+        let Some(w) = routes.bar_at(addr, data.len() as u64).cloned() else {
+            data.fill(0xff);
+            return false;
+        };
+        let oh = self.config.tlp_overhead as u64;
+        let cpls = tlp_count(addr, data.len() as u64, self.config.mps as u64);
+        self.host_counters.add_up(1, oh, 0);
+        self.host_counters.add_down(cpls, cpls * oh, data.len() as u64);
+        let c = self.counters_of(w.function);
+        c.add_down(1, oh, 0);
+        c.add_up(cpls, cpls * oh, data.len() as u64);
+        if let Some(f) = self.function(w.function) {
+            f.bar_read(w.bar, addr - w.start, data);
+        }
+        true
+    }
+
+    // --- device-issued requests -----------------------------------------------------------
+
+    /// A DMA port for `requester`: a routing snapshot plus local counters, flushed on drop.
+    /// Engines take one per batch of work.
+    pub fn dma(&self, requester: FunctionId) -> DmaPort<'_> {
+        DmaPort { fabric: self, requester, routes: self.snapshot(), last_host: 0, tally: Tally::default() }
+    }
+}
+
+/// Counts the one 4-byte posted write that carries an MSI-X message.
+struct CountingSink {
+    inner: Arc<dyn InterruptSink>,
+    counters: Vec<Arc<TlpCounters>>,
+    overhead: u32,
+}
+
+impl InterruptSink for CountingSink {
+    fn deliver(&self, function: FunctionId, msg: MsiMessage) {
+        if let Some(c) = self.counters.get(function as usize) {
+            c.add_up(1, self.overhead as u64, 4);
+        }
+        self.inner.deliver(function, msg);
+    }
+}
+
+/// Number of TLPs for `len` bytes at `addr` when TLPs may not cross `boundary`-aligned addresses.
+pub fn tlp_count(addr: u64, len: u64, boundary: u64) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    let last = addr.saturating_add(len - 1);
+    last / boundary - addr / boundary + 1
+}
+
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    /// Requester side.
+    req: TlpStats,
+    /// Host side (root port) for requests that went to host memory.
+    host: TlpStats,
+}
+
+/// Issues memory requests on behalf of one function for the duration of a batch.
+pub struct DmaPort<'a> {
+    fabric: &'a Fabric,
+    requester: FunctionId,
+    routes: Arc<Routes>,
+    last_host: usize,
+    tally: Tally,
+}
+
+enum Target {
+    Host(usize),
+    Peer(BarWindow),
+}
+
+impl DmaPort<'_> {
+    fn route(&mut self, addr: u64, len: usize) -> Result<Target, DmaError> {
+        if !self.routes.bus_master.get(self.requester as usize).copied().unwrap_or(false) {
+            return Err(DmaError::BusMasterDisabled);
+        }
+        let end = addr.checked_add(len as u64).ok_or(DmaError::Unmapped { addr, len })?;
+        if !self.routes.bars.is_empty() {
+            if let Some(w) = self.routes.bar_at(addr, len as u64) {
+                return Ok(Target::Peer(w.clone()));
+            }
+        }
+        let fits = |r: &HostRegion| addr >= r.iova && end <= r.iova + r.len;
+        if self.routes.host.get(self.last_host).is_some_and(fits) {
+            return Ok(Target::Host(self.last_host));
+        }
+        match self.routes.host_index(addr) {
+            Some(i) if fits(&self.routes.host[i]) => {
+                self.last_host = i;
+                Ok(Target::Host(i))
+            }
+            // A request spanning two adjacent mappings (thousands of 4 KiB maps under a vIOMMU).
+            Some(_) if self.spans_mappings(addr, end) => Ok(Target::Host(usize::MAX)),
+            _ => Err(DmaError::Unmapped { addr, len }),
+        }
+    }
+
+    fn spans_mappings(&self, mut addr: u64, end: u64) -> bool {
+        while addr < end {
+            match self.routes.host_index(addr) {
+                Some(i) => addr = self.routes.host[i].iova + self.routes.host[i].len,
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Visits the host mappings covering `[addr, addr + len)` in order.
+    fn each_host_piece(&self, addr: u64, len: usize, mut f: impl FnMut(&HostRegion, u64, std::ops::Range<usize>)) {
+        let mut done = 0usize;
+        while done < len {
+            let a = addr + done as u64;
+            let Some(i) = self.routes.host_index(a) else { return };
+            let r = &self.routes.host[i];
+            let n = ((r.iova + r.len - a) as usize).min(len - done);
+            f(r, r.offset + (a - r.iova), done..done + n);
+            done += n;
+        }
+    }
+
+    fn count_write(&mut self, addr: u64, len: u64, peer: Option<FunctionId>) {
+        let cfg = self.fabric.config;
+        let n = tlp_count(addr, len, cfg.mps as u64);
+        let hdr = n * cfg.tlp_overhead as u64;
+        self.tally.req.up(n, hdr, len);
+        match peer {
+            Some(p) => self.fabric.counters_of(p).add_down(n, hdr, len),
+            None => self.tally.host.down(n, hdr, len),
+        }
+    }
+
+    fn count_read(&mut self, addr: u64, len: u64, peer: Option<FunctionId>) {
+        let cfg = self.fabric.config;
+        let oh = cfg.tlp_overhead as u64;
+        let reqs = tlp_count(addr, len, cfg.mrrs as u64);
+        let cpls = tlp_count(addr, len, cfg.mps as u64);
+        self.tally.req.up(reqs, reqs * oh, 0);
+        self.tally.req.down(cpls, cpls * oh, len);
+        match peer {
+            Some(p) => {
+                let c = self.fabric.counters_of(p);
+                c.add_down(reqs, reqs * oh, 0);
+                c.add_up(cpls, cpls * oh, len);
+            }
+            None => {
+                self.tally.host.down(reqs, reqs * oh, 0);
+                self.tally.host.up(cpls, cpls * oh, len);
+            }
+        }
+    }
+
+    /// Memory read of `buf.len()` bytes at bus address `addr`. On error nothing was read.
+    pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+        match self.route(addr, buf.len())? {
+            Target::Peer(w) => {
+                self.count_read(addr, buf.len() as u64, Some(w.function));
+                if let Some(f) = self.fabric.function(w.function) {
+                    f.bar_read(w.bar, addr - w.start, buf);
+                }
+            }
+            Target::Host(usize::MAX) => {
+                self.count_read(addr, buf.len() as u64, None);
+                self.each_host_piece(addr, buf.len(), |r, off, range| {
+                    if let Ok(s) = r.memory.get_slice(MemoryRegionAddress(off), range.len()) {
+                        s.copy_to(&mut buf[range]);
+                    }
+                });
+            }
+            Target::Host(i) => {
+                self.count_read(addr, buf.len() as u64, None);
+                let r = &self.routes.host[i];
+                let off = r.offset + (addr - r.iova);
+                let s = r.memory.get_slice(MemoryRegionAddress(off), buf.len()).map_err(|_| DmaError::Unmapped { addr, len: buf.len() })?;
+                s.copy_to(buf);
+            }
+        }
+        Ok(())
+    }
+
+    /// Posted memory write of `data` at bus address `addr`. On error nothing was written.
+    pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+        match self.route(addr, data.len())? {
+            Target::Peer(w) => {
+                self.count_write(addr, data.len() as u64, Some(w.function));
+                if let Some(f) = self.fabric.function(w.function) {
+                    f.bar_write(w.bar, addr - w.start, data);
+                }
+            }
+            Target::Host(usize::MAX) => {
+                self.count_write(addr, data.len() as u64, None);
+                self.each_host_piece(addr, data.len(), |r, off, range| {
+                    if let Ok(s) = r.memory.get_slice(MemoryRegionAddress(off), range.len()) {
+                        s.copy_from(&data[range]);
+                    }
+                });
+            }
+            Target::Host(i) => {
+                self.count_write(addr, data.len() as u64, None);
+                let r = &self.routes.host[i];
+                let off = r.offset + (addr - r.iova);
+                let s = r.memory.get_slice(MemoryRegionAddress(off), data.len()).map_err(|_| DmaError::Unmapped { addr, len: data.len() })?;
+                s.copy_from(data);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `[addr, addr + len)` is reachable, without accessing it.
+    pub fn probe(&mut self, addr: u64, len: usize) -> bool {
+        self.route(addr, len).is_ok()
+    }
+
+    /// True when the routes changed since this port was taken (unmap, BAR move, bus master off).
+    pub fn stale(&self, generation: u64) -> bool {
+        self.fabric.generation() != generation
+    }
+}
+
+impl Drop for DmaPort<'_> {
+    fn drop(&mut self) {
+        self.fabric.counters_of(self.requester).add(&self.tally.req);
+        self.fabric.host_counters.add(&self.tally.host);
+    }
+}
+
+#[cfg(test)]
+mod tests;

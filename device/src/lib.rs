@@ -1,0 +1,12 @@
+//! fld-device: the emulated hardware of an accelerator-driven NIC card, free of any transport.
+//!
+//! The blocks follow the FlexDriver paper (Eran et al., ASPLOS '22): [`pcie`] functions behind
+//! the card's PCIe switch [`fabric`], the soft [`nic`] with its eSwitch, and the [`wire`]s its
+//! uplink connects to. [`card::Card`] assembles them. Nothing here knows about sockets, vfio or
+//! QEMU: transports drive the model through [`pcie::PciFunction`] and [`fabric::Fabric`].
+
+pub mod card;
+pub mod fabric;
+pub mod nic;
+pub mod pcie;
+pub mod wire;

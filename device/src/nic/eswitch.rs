@@ -1,0 +1,324 @@
+//! The embedded switch (paper §2.3): vPorts joined by match-action tables. A frame a vPort sends
+//! walks the FDB pipeline (eSwitch tables, programmed by the manager function) to a destination
+//! vPort; a frame arriving at a host vPort walks that vPort's NIC receive pipeline to an RQ or an
+//! RSS group. Tables hold prioritised entries with a mask and value over [`FlowMatch`]; a miss
+//! follows the table's miss action. Go-to-table only jumps to a strictly higher level, so a walk
+//! always ends. Left out: egress (NIC transmit) tables, header rewrite, VLAN push/pop, VXLAN (a
+//! later part), meters.
+
+use super::abi::{self, action, FlowMatch, FLOW_MATCH_LEN, VPORT_UPLINK};
+use super::rss::Toeplitz;
+use zerocopy::IntoBytes;
+
+/// Packet key as eight machine words, so matching is eight masked compares.
+pub type Key = [u64; 8];
+
+pub fn key_of(m: &FlowMatch) -> Key {
+    let mut k = [0u64; 8];
+    for (i, chunk) in m.as_bytes().chunks_exact(8).enumerate() {
+        k[i] = u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
+    }
+    k
+}
+
+/// Where a table lookup sends a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    Vport(u16),
+    /// FDB default for broadcast/multicast: every vPort but the source.
+    Flood,
+    Rq(u32),
+    Rss(u32),
+    /// Dropped by a rule or a drop miss.
+    Drop,
+    /// No rule and no default: counted as unsteered.
+    NoSteering,
+}
+
+/// The outcome of a pipeline walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Steering {
+    pub fate: Fate,
+    pub flow_tag: u32,
+}
+
+pub struct FlowEntry {
+    pub id: u32,
+    pub priority: u16,
+    mask: Key,
+    value: Key,
+    pub actions: u32,
+    pub vport: u16,
+    pub dest: u32,
+    pub flow_tag: u32,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Miss {
+    Default,
+    Drop,
+    Goto(u32),
+}
+
+pub struct FlowTable {
+    pub owner: u16,
+    pub kind: u8,
+    pub level: u8,
+    pub miss: Miss,
+    /// Sorted by (priority, id).
+    pub entries: Vec<FlowEntry>,
+    /// Tables whose miss points here, plus entries that go to it.
+    pub refs: u32,
+}
+
+pub struct RssGroup {
+    pub owner: u16,
+    pub hash_fields: u8,
+    pub toeplitz: Toeplitz,
+    pub indirection: Vec<u32>,
+}
+
+impl RssGroup {
+    /// RQ for a hash: the indirection table is a power of two long.
+    pub fn rq_for(&self, hash: u32) -> u32 {
+        self.indirection[hash as usize & (self.indirection.len() - 1)]
+    }
+}
+
+#[derive(Default, Clone, Copy, Debug)]
+pub struct VportCounters {
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub rx_steering_drops: u64,
+    pub rx_no_steering: u64,
+    pub rx_out_of_buffer: u64,
+    pub tx_malformed: u64,
+}
+
+pub struct Vport {
+    pub number: u16,
+    pub mac: [u8; 6],
+    pub rx_root: Option<u32>,
+    pub counters: VportCounters,
+}
+
+/// Longest pipeline walk; levels already guarantee termination, this bounds the work.
+const MAX_HOPS: usize = 32;
+
+pub struct Eswitch {
+    pub vports: Vec<Vport>,
+    pub uplink: Vport,
+    pub tables: Vec<Option<FlowTable>>,
+    pub rss_groups: Vec<Option<RssGroup>>,
+    pub fdb_root: Option<u32>,
+    next_entry_id: u32,
+}
+
+impl Eswitch {
+    pub fn new(host_vports: u16) -> Self {
+        let mac = |n: u16| [0x02, 0xfd, 0x00, 0x00, (n >> 8) as u8, n as u8];
+        Eswitch {
+            vports: (0..host_vports).map(|n| Vport { number: n, mac: mac(n), rx_root: None, counters: Default::default() }).collect(),
+            uplink: Vport { number: VPORT_UPLINK, mac: [0; 6], rx_root: None, counters: Default::default() },
+            tables: Vec::new(),
+            rss_groups: Vec::new(),
+            fdb_root: None,
+            next_entry_id: 1,
+        }
+    }
+
+    pub fn vport_mut(&mut self, n: u16) -> Option<&mut Vport> {
+        if n == VPORT_UPLINK {
+            Some(&mut self.uplink)
+        } else {
+            self.vports.get_mut(n as usize)
+        }
+    }
+
+    pub fn vport(&self, n: u16) -> Option<&Vport> {
+        if n == VPORT_UPLINK {
+            Some(&self.uplink)
+        } else {
+            self.vports.get(n as usize)
+        }
+    }
+
+    pub fn table(&self, id: u32) -> Option<&FlowTable> {
+        self.tables.get(id as usize)?.as_ref()
+    }
+
+    pub fn table_mut(&mut self, id: u32) -> Option<&mut FlowTable> {
+        self.tables.get_mut(id as usize)?.as_mut()
+    }
+
+    pub fn alloc_entry_id(&mut self) -> u32 {
+        let id = self.next_entry_id;
+        self.next_entry_id = self.next_entry_id.wrapping_add(1).max(1);
+        id
+    }
+
+    /// Adds an already validated entry, keeping priority order (ties in creation order).
+    pub fn insert_entry(&mut self, table: u32, e: FlowEntryInit) -> Option<u32> {
+        let id = self.alloc_entry_id();
+        let t = self.table_mut(table)?;
+        let mut mask = key_of(&e.mask);
+        let mut value = key_of(&e.value);
+        for (v, m) in value.iter_mut().zip(mask.iter_mut()) {
+            *v &= *m;
+        }
+        if mask.iter().all(|m| *m == 0) {
+            mask = [0; 8];
+        }
+        let at = t.entries.partition_point(|x| x.priority <= e.priority);
+        t.entries.insert(
+            at,
+            FlowEntry { id, priority: e.priority, mask, value, actions: e.actions, vport: e.vport, dest: e.dest, flow_tag: e.flow_tag, packets: 0, bytes: 0 },
+        );
+        Some(id)
+    }
+
+    /// Finds an entry by ID: (table, index).
+    pub fn find_entry(&self, id: u32) -> Option<(u32, usize)> {
+        self.tables.iter().enumerate().find_map(|(t, tab)| {
+            let tab = tab.as_ref()?;
+            tab.entries.iter().position(|e| e.id == id).map(|i| (t as u32, i))
+        })
+    }
+
+    /// Walks the FDB pipeline for a frame entering from `src_vport`.
+    pub fn steer_fdb(&mut self, key: &Key, dst_mac: &[u8; 6], src_vport: u16, len: usize) -> Steering {
+        let walked = match self.fdb_root {
+            Some(root) => self.walk(root, key, len),
+            None => Walked::Default(0),
+        };
+        match walked {
+            Walked::Fate(s) => s,
+            Walked::Default(flow_tag) => Steering { fate: self.l2_forward(dst_mac, src_vport), flow_tag },
+        }
+    }
+
+    /// Default FDB behaviour: learn nothing, forward by the vPorts' own MAC addresses.
+    fn l2_forward(&self, dst_mac: &[u8; 6], src_vport: u16) -> Fate {
+        if dst_mac[0] & 1 != 0 {
+            return Fate::Flood;
+        }
+        match self.vports.iter().find(|v| &v.mac == dst_mac) {
+            Some(v) if v.number == src_vport => Fate::Drop,
+            Some(v) => Fate::Vport(v.number),
+            None if src_vport == VPORT_UPLINK => Fate::Drop,
+            None => Fate::Vport(VPORT_UPLINK),
+        }
+    }
+
+    /// Walks vPort `vport`'s receive pipeline.
+    pub fn steer_rx(&mut self, vport: u16, key: &Key, len: usize, flow_tag: u32) -> Steering {
+        let Some(root) = self.vport(vport).and_then(|v| v.rx_root) else {
+            return Steering { fate: Fate::NoSteering, flow_tag };
+        };
+        match self.walk(root, key, len) {
+            Walked::Fate(mut s) => {
+                if s.flow_tag == 0 {
+                    s.flow_tag = flow_tag;
+                }
+                s
+            }
+            Walked::Default(t) => Steering { fate: Fate::NoSteering, flow_tag: if t != 0 { t } else { flow_tag } },
+        }
+    }
+
+    fn walk(&mut self, root: u32, key: &Key, len: usize) -> Walked {
+        let mut table = root;
+        let mut flow_tag = 0;
+        for _ in 0..MAX_HOPS {
+            let Some(t) = self.tables.get_mut(table as usize).and_then(|t| t.as_mut()) else {
+                return Walked::Fate(Steering { fate: Fate::Drop, flow_tag });
+            };
+            let hit = t.entries.iter_mut().find(|e| (0..8).all(|i| key[i] & e.mask[i] == e.value[i]));
+            let Some(e) = hit else {
+                match t.miss {
+                    Miss::Default => return Walked::Default(flow_tag),
+                    Miss::Drop => return Walked::Fate(Steering { fate: Fate::Drop, flow_tag }),
+                    Miss::Goto(next) => {
+                        table = next;
+                        continue;
+                    }
+                }
+            };
+            if e.actions & action::COUNT != 0 {
+                e.packets += 1;
+                e.bytes += len as u64;
+            }
+            if e.actions & action::SET_FLOW_TAG != 0 {
+                flow_tag = e.flow_tag;
+            }
+            let a = e.actions;
+            let fate = if a & action::FWD_VPORT != 0 {
+                Fate::Vport(e.vport)
+            } else if a & action::FWD_RQ != 0 {
+                Fate::Rq(e.dest)
+            } else if a & action::FWD_RSS != 0 {
+                Fate::Rss(e.dest)
+            } else if a & action::DROP != 0 {
+                Fate::Drop
+            } else if a & action::GOTO_TABLE != 0 {
+                table = e.dest;
+                continue;
+            } else {
+                return Walked::Default(flow_tag);
+            };
+            return Walked::Fate(Steering { fate, flow_tag });
+        }
+        Walked::Fate(Steering { fate: Fate::Drop, flow_tag })
+    }
+}
+
+enum Walked {
+    Fate(Steering),
+    /// Fell through to the pipeline's default with this flow tag.
+    Default(u32),
+}
+
+/// A validated entry about to be inserted.
+pub struct FlowEntryInit {
+    pub priority: u16,
+    pub mask: FlowMatch,
+    pub value: FlowMatch,
+    pub actions: u32,
+    pub vport: u16,
+    pub dest: u32,
+    pub flow_tag: u32,
+}
+
+/// Builds the match key of a parsed frame.
+pub fn frame_key(p: &super::packet::ParsedFrame, src_vport: u16, metadata: u32) -> Key {
+    use super::packet::L3Kind;
+    let mut m = FlowMatch {
+        dst_mac: p.dst_mac,
+        src_mac: p.src_mac,
+        ethertype: p.ethertype.to_be_bytes(),
+        ip_version: match p.l3 {
+            L3Kind::Ipv4 => 4,
+            L3Kind::Ipv6 => 6,
+            L3Kind::None => 0,
+        },
+        ip_proto: p.ip_proto,
+        src_ip: p.src_ip,
+        dst_ip: p.dst_ip,
+        src_port: p.src_port.to_be_bytes(),
+        dst_port: p.dst_port.to_be_bytes(),
+        src_vport: src_vport.to_le_bytes(),
+        vlan_id: p.vlan_tci.map_or(0, |t| t & 0x0fff).to_be_bytes(),
+        metadata: metadata.to_le_bytes(),
+        rsvd: [0; 4],
+    };
+    if p.l3 == L3Kind::None {
+        m.ip_proto = 0;
+    }
+    key_of(&m)
+}
+
+const _: () = assert!(FLOW_MATCH_LEN == 64 && abi::NO_TABLE == u32::MAX);

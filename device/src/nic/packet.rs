@@ -1,0 +1,1312 @@
+//! The NIC's hardware header parser, used by the eSwitch matcher, the checksum
+//! offloads and RSS.
+//!
+//! Parses Ethernet II with at most one 802.1Q tag, IPv4 (RFC 791), IPv6
+//! (RFC 8200), TCP (RFC 793) and UDP (RFC 768), and computes/verifies the
+//! Internet checksum (RFC 1071).
+//!
+//! Deliberately left out:
+//! - IPv6 extension headers: any next header other than TCP (6) / UDP (17) is
+//!   L4 [`L4Kind::Other`], nothing behind it is parsed.
+//! - IPv4 options: skipped via IHL, never interpreted.
+//! - Stacked VLAN tags (QinQ): only the outer tag is consumed.
+//! - IPv6 jumbograms (RFC 2675).
+//!
+//! Every function here is total (never panics, for any input, including a
+//! `ParsedFrame` that does not belong to the frame) and allocation-free.
+
+pub const ETHERTYPE_IPV4: u16 = 0x0800;
+pub const ETHERTYPE_IPV6: u16 = 0x86DD;
+pub const ETHERTYPE_VLAN: u16 = 0x8100;
+pub const IPPROTO_TCP: u8 = 6;
+pub const IPPROTO_UDP: u8 = 17;
+
+const ETH_HLEN: usize = 14;
+const VLAN_HLEN: usize = 4;
+const IPV4_MIN_HLEN: usize = 20;
+const IPV6_HLEN: usize = 40;
+const TCP_MIN_HLEN: usize = 20;
+const UDP_HLEN: usize = 8;
+/// Offset of the checksum field inside the IPv4 header (RFC 791 §3.1).
+const IPV4_CSUM_OFF: usize = 10;
+/// Offset of the checksum field inside the TCP header (RFC 793 §3.1).
+const TCP_CSUM_OFF: usize = 16;
+/// Offset of the checksum field inside the UDP header (RFC 768).
+const UDP_CSUM_OFF: usize = 6;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum L3Kind {
+    #[default]
+    None,
+    Ipv4,
+    Ipv6,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum L4Kind {
+    #[default]
+    None,
+    Tcp,
+    Udp,
+    Other,
+}
+
+/// What the parser extracted from one frame. Addresses of IPv4 are stored in
+/// the first 4 bytes of `src_ip`/`dst_ip`, rest zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ParsedFrame {
+    pub dst_mac: [u8; 6],
+    pub src_mac: [u8; 6],
+    pub vlan_tci: Option<u16>,
+    /// Inner ethertype after at most one 802.1Q tag.
+    pub ethertype: u16,
+    pub l3: L3Kind,
+    pub l3_offset: u16,
+    pub l3_header_len: u16,
+    /// IPv4 protocol / IPv6 next header (0 when no L3).
+    pub ip_proto: u8,
+    pub src_ip: [u8; 16],
+    pub dst_ip: [u8; 16],
+    /// IPv4 MF set or fragment offset != 0 (RFC 791 §3.1). L4 is then not
+    /// parsed: `l4 = None`, ports 0.
+    pub ipv4_fragment: bool,
+    /// Set (with `l4_offset`) only when the L4 header is present and sane.
+    pub l4: L4Kind,
+    pub l4_offset: u16,
+    pub src_port: u16,
+    pub dst_port: u16,
+    /// L3 length as the IP header claims (IPv4 total length / IPv6 40 +
+    /// payload length), not clipped. If it claims more than the frame holds
+    /// the frame is truncated: `malformed = true` and L4 is not parsed.
+    /// Saturates at `u16::MAX` (then also malformed).
+    pub ip_len: u16,
+    pub malformed: bool,
+}
+
+/// Reads `N` bytes at `off`, or `None` when they are not all there.
+#[inline]
+fn arr<const N: usize>(b: &[u8], off: usize) -> Option<[u8; N]> {
+    b.get(off..off.checked_add(N)?)?.try_into().ok()
+}
+
+#[inline]
+fn be16(b: &[u8], off: usize) -> Option<u16> {
+    arr::<2>(b, off).map(u16::from_be_bytes)
+}
+
+/// Stores `v` big-endian at `off`; false when out of bounds.
+#[inline]
+fn put_be16(b: &mut [u8], off: usize, v: u16) -> bool {
+    let Some(end) = off.checked_add(2) else {
+        return false;
+    };
+    match b.get_mut(off..end) {
+        Some([hi, lo]) => {
+            [*hi, *lo] = v.to_be_bytes();
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Parses one frame (Ethernet II, optional single 802.1Q tag, IPv4/IPv6,
+/// TCP/UDP). Never panics; anything inconsistent sets `malformed`.
+pub fn parse(frame: &[u8]) -> ParsedFrame {
+    let mut p = ParsedFrame::default();
+    let (Some(dst), Some(src), Some(et)) =
+        (arr::<6>(frame, 0), arr::<6>(frame, 6), be16(frame, 12))
+    else {
+        p.malformed = true;
+        return p;
+    };
+    p.dst_mac = dst;
+    p.src_mac = src;
+    p.ethertype = et;
+    let mut off = ETH_HLEN;
+    if et == ETHERTYPE_VLAN {
+        // IEEE 802.1Q: TCI then the inner ethertype.
+        let (Some(tci), Some(inner)) = (be16(frame, ETH_HLEN), be16(frame, ETH_HLEN + 2)) else {
+            p.malformed = true;
+            return p;
+        };
+        p.vlan_tci = Some(tci);
+        p.ethertype = inner;
+        off += VLAN_HLEN;
+    }
+    match p.ethertype {
+        ETHERTYPE_IPV4 => parse_ipv4(frame, off, &mut p),
+        ETHERTYPE_IPV6 => parse_ipv6(frame, off, &mut p),
+        _ => {}
+    }
+    p
+}
+
+/// RFC 791 §3.1.
+fn parse_ipv4(frame: &[u8], off: usize, p: &mut ParsedFrame) {
+    let Some(hdr) = arr::<IPV4_MIN_HLEN>(frame, off) else {
+        p.malformed = true;
+        return;
+    };
+    let [ver_ihl, _tos, tl0, tl1, _id0, _id1, fl0, fl1, _ttl, proto, _c0, _c1, s0, s1, s2, s3, d0, d1, d2, d3] =
+        hdr;
+    let ihl = usize::from(ver_ihl & 0x0f) * 4;
+    let avail = frame.len().saturating_sub(off);
+    if ver_ihl >> 4 != 4 || ihl < IPV4_MIN_HLEN || ihl > avail {
+        p.malformed = true;
+        return;
+    }
+    let total_len = u16::from_be_bytes([tl0, tl1]);
+    p.l3 = L3Kind::Ipv4;
+    p.l3_offset = off as u16; // off <= 18
+    p.l3_header_len = ihl as u16; // ihl <= 60
+    p.ip_proto = proto;
+    p.src_ip = [s0, s1, s2, s3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    p.dst_ip = [d0, d1, d2, d3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    p.ip_len = total_len;
+    // Flags: bit 0x20 of byte 6 is MF; low 13 bits are the fragment offset.
+    p.ipv4_fragment = fl0 & 0x20 != 0 || u16::from_be_bytes([fl0 & 0x1f, fl1]) != 0;
+    let total = usize::from(total_len);
+    // Bytes after `total` are Ethernet padding and are ignored.
+    if total < ihl || total > avail {
+        p.malformed = true;
+        return;
+    }
+    if !p.ipv4_fragment {
+        parse_l4(frame, off + ihl, off + total, p);
+    }
+}
+
+/// RFC 8200 §3. Extension headers are not walked.
+fn parse_ipv6(frame: &[u8], off: usize, p: &mut ParsedFrame) {
+    let (Some(hdr), Some(src), Some(dst)) = (
+        arr::<IPV6_HLEN>(frame, off),
+        arr::<16>(frame, off + 8),
+        arr::<16>(frame, off + 24),
+    ) else {
+        p.malformed = true;
+        return;
+    };
+    let [ver_tc, _, _, _, pl0, pl1, next, ..] = hdr;
+    if ver_tc >> 4 != 6 {
+        p.malformed = true;
+        return;
+    }
+    let total = IPV6_HLEN + usize::from(u16::from_be_bytes([pl0, pl1]));
+    p.l3 = L3Kind::Ipv6;
+    p.l3_offset = off as u16;
+    p.l3_header_len = IPV6_HLEN as u16;
+    p.ip_proto = next;
+    p.src_ip = src;
+    p.dst_ip = dst;
+    p.ip_len = u16::try_from(total).unwrap_or(u16::MAX);
+    if total > usize::from(u16::MAX) || total > frame.len().saturating_sub(off) {
+        p.malformed = true;
+        return;
+    }
+    parse_l4(frame, off + IPV6_HLEN, off + total, p);
+}
+
+/// Parses the L4 header in `frame[start..end]` (`end` = end of the IP datagram).
+fn parse_l4(frame: &[u8], start: usize, end: usize, p: &mut ParsedFrame) {
+    let Some(seg) = frame.get(start..end) else {
+        p.malformed = true;
+        return;
+    };
+    let kind = match p.ip_proto {
+        IPPROTO_TCP => {
+            // RFC 793 §3.1: data offset in 32-bit words, >= 5.
+            let Some(h) = arr::<TCP_MIN_HLEN>(seg, 0) else {
+                p.malformed = true;
+                return;
+            };
+            let doff = usize::from(h[12] >> 4) * 4;
+            if doff < TCP_MIN_HLEN || doff > seg.len() {
+                p.malformed = true;
+                return;
+            }
+            p.src_port = u16::from_be_bytes([h[0], h[1]]);
+            p.dst_port = u16::from_be_bytes([h[2], h[3]]);
+            L4Kind::Tcp
+        }
+        IPPROTO_UDP => {
+            // RFC 768: length covers header and data, >= 8.
+            let Some([sp0, sp1, dp0, dp1, l0, l1, _, _]) = arr::<UDP_HLEN>(seg, 0) else {
+                p.malformed = true;
+                return;
+            };
+            let ulen = usize::from(u16::from_be_bytes([l0, l1]));
+            if ulen < UDP_HLEN || ulen > seg.len() {
+                p.malformed = true;
+                return;
+            }
+            p.src_port = u16::from_be_bytes([sp0, sp1]);
+            p.dst_port = u16::from_be_bytes([dp0, dp1]);
+            L4Kind::Udp
+        }
+        _ => L4Kind::Other,
+    };
+    p.l4 = kind;
+    p.l4_offset = start as u16; // start <= 18 + 60
+}
+
+/// Receive checksum status; `None` = not applicable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChecksumStatus {
+    pub l3_ok: Option<bool>,
+    pub l4_ok: Option<bool>,
+}
+
+/// The IPv4 header `frame[start..end]` if it is present and its lengths are
+/// consistent with the frame (RFC 791 §3.1).
+fn ipv4_header_span(frame: &[u8], p: &ParsedFrame) -> Option<(usize, usize)> {
+    if p.l3 != L3Kind::Ipv4 {
+        return None;
+    }
+    let start = usize::from(p.l3_offset);
+    let hl = usize::from(p.l3_header_len);
+    let end = start.checked_add(hl)?;
+    let dgram_end = start.checked_add(usize::from(p.ip_len))?;
+    let ok = hl >= IPV4_MIN_HLEN && end <= dgram_end && dgram_end <= frame.len();
+    ok.then_some((start, end))
+}
+
+/// Where the TCP/UDP segment is: `(start, end, checksum field offset, proto)`.
+fn l4_span(frame: &[u8], p: &ParsedFrame) -> Option<(usize, usize, usize, u8)> {
+    if p.ipv4_fragment || p.l3 == L3Kind::None {
+        return None;
+    }
+    let start = usize::from(p.l4_offset);
+    let dgram_end = usize::from(p.l3_offset).checked_add(usize::from(p.ip_len))?;
+    if dgram_end > frame.len() || start < usize::from(p.l3_offset) + usize::from(p.l3_header_len) {
+        return None;
+    }
+    match p.l4 {
+        L4Kind::Tcp => (start.checked_add(TCP_MIN_HLEN)? <= dgram_end).then_some((
+            start,
+            dgram_end,
+            start + TCP_CSUM_OFF,
+            IPPROTO_TCP,
+        )),
+        L4Kind::Udp => {
+            let ulen = usize::from(be16(frame, start.checked_add(4)?)?);
+            let end = start.checked_add(ulen)?;
+            (ulen >= UDP_HLEN && end <= dgram_end).then_some((
+                start,
+                end,
+                start + UDP_CSUM_OFF,
+                IPPROTO_UDP,
+            ))
+        }
+        L4Kind::None | L4Kind::Other => None,
+    }
+}
+
+/// One's complement sum of the pseudo-header, read from the frame's IP header:
+/// RFC 793 §3.1 / RFC 768 (IPv4), RFC 8200 §8.1 (IPv6).
+fn pseudo_header_sum(frame: &[u8], p: &ParsedFrame, proto: u8, l4_len: usize) -> Option<u32> {
+    let l3 = usize::from(p.l3_offset);
+    let (addrs, len_words) = match p.l3 {
+        L3Kind::Ipv4 => (frame.get(l3 + 12..l3 + 20)?, u32::try_from(l4_len).ok()?),
+        L3Kind::Ipv6 => {
+            let len = u32::try_from(l4_len).ok()?;
+            // 32-bit length: add as two 16-bit words.
+            (frame.get(l3 + 8..l3 + 40)?, (len >> 16) + (len & 0xffff))
+        }
+        L3Kind::None => return None,
+    };
+    // At most 16 words of 0xffff plus two more: far from overflowing u32.
+    let mut sum = u32::from(proto) + len_words;
+    for w in addrs.chunks_exact(2) {
+        if let [a, b] = w {
+            sum += u32::from(u16::from_be_bytes([*a, *b]));
+        }
+    }
+    Some(sum)
+}
+
+/// Receive checksum verification (RFC 1071 §1: the sum over the covered data,
+/// checksum included, is all ones). UDP over IPv4 with checksum 0 means "no
+/// checksum" (RFC 768) and passes; over IPv6 it fails (RFC 8200 §8.1). IPv4
+/// fragments: `l4_ok = None`. A length inconsistency of the IPv4 header fails
+/// `l3_ok`.
+pub fn verify_checksums(frame: &[u8], p: &ParsedFrame) -> ChecksumStatus {
+    let mut st = ChecksumStatus::default();
+    if p.l3 == L3Kind::Ipv4 {
+        st.l3_ok = Some(
+            ipv4_header_span(frame, p)
+                .and_then(|(s, e)| frame.get(s..e))
+                .is_some_and(|h| internet_checksum(h, 0) == 0),
+        );
+    }
+    if matches!(p.l4, L4Kind::Tcp | L4Kind::Udp) && !p.ipv4_fragment {
+        st.l4_ok = Some(l4_checksum_ok(frame, p).unwrap_or(false));
+    }
+    st
+}
+
+fn l4_checksum_ok(frame: &[u8], p: &ParsedFrame) -> Option<bool> {
+    let (start, end, csum_off, proto) = l4_span(frame, p)?;
+    if proto == IPPROTO_UDP && be16(frame, csum_off)? == 0 {
+        return Some(p.l3 == L3Kind::Ipv4);
+    }
+    let seg = frame.get(start..end)?;
+    let pseudo = pseudo_header_sum(frame, p, proto, seg.len())?;
+    Some(internet_checksum(seg, pseudo) == 0)
+}
+
+/// Transmit checksum insertion: compute and store the IPv4 header checksum (if
+/// `l3`) and the TCP/UDP checksum (if `l4`, over the IPv4 or IPv6
+/// pseudo-header, RFC 768/793/8200 §8.1; a computed UDP checksum of 0 is sent
+/// as 0xFFFF, RFC 768 / RFC 8200 §8.1). Returns false (and changes nothing)
+/// when a requested layer is absent, malformed or (L4) an IPv4 fragment.
+/// `l3` on IPv6 is a successful no-op: IPv6 has no header checksum.
+pub fn insert_checksums(frame: &mut [u8], p: &ParsedFrame, l3: bool, l4: bool) -> bool {
+    let l3_span = match (l3, p.l3) {
+        (false, _) | (true, L3Kind::Ipv6) => None,
+        (true, L3Kind::Ipv4) => match ipv4_header_span(frame, p) {
+            Some(span) => Some(span),
+            None => return false,
+        },
+        (true, L3Kind::None) => return false,
+    };
+    let l4_plan = if l4 {
+        let Some((start, end, csum_off, proto)) = l4_span(frame, p) else {
+            return false;
+        };
+        let Some(pseudo) = pseudo_header_sum(frame, p, proto, end - start) else {
+            return false;
+        };
+        Some((start, end, csum_off, proto, pseudo))
+    } else {
+        None
+    };
+    // Everything validated: from here on all writes are in bounds.
+    if let Some((start, end, csum_off, proto, pseudo)) = l4_plan {
+        if !put_be16(frame, csum_off, 0) {
+            return false;
+        }
+        let Some(seg) = frame.get(start..end) else {
+            return false;
+        };
+        let mut csum = internet_checksum(seg, pseudo);
+        if csum == 0 && proto == IPPROTO_UDP {
+            csum = 0xffff;
+        }
+        put_be16(frame, csum_off, csum);
+    }
+    if let Some((start, end)) = l3_span {
+        let csum_off = start + IPV4_CSUM_OFF;
+        put_be16(frame, csum_off, 0);
+        let csum = frame.get(start..end).map_or(0, |h| internet_checksum(h, 0));
+        put_be16(frame, csum_off, csum);
+    }
+    true
+}
+
+/// Adds `w` to a one's complement accumulator with end-around carry
+/// (2^64 ≡ 1 mod 0xffff, RFC 1071 §2 (B)).
+#[inline(always)]
+fn add_carry(acc: u64, w: u64) -> u64 {
+    let (s, carry) = acc.overflowing_add(w);
+    // If carry, s <= 2^64 - 2, so this cannot overflow.
+    s + u64::from(carry)
+}
+
+/// RFC 1071 Internet checksum: the one's complement of the one's complement
+/// sum of `data` as big-endian 16-bit words (odd byte padded with zero),
+/// plus `initial` (e.g. a pseudo-header sum). Sums 64-bit words and folds at
+/// the end (RFC 1071 §2 (B), (C)).
+pub fn internet_checksum(data: &[u8], initial: u32) -> u16 {
+    let mut acc = u64::from(initial);
+    let chunks = data.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        if let Ok(w) = <[u8; 8]>::try_from(c) {
+            acc = add_carry(acc, u64::from_be_bytes(w));
+        }
+    }
+    // The tail starts 8-byte aligned relative to `data`, so left-aligning it in
+    // a zeroed word keeps 16-bit word boundaries and pads an odd byte.
+    let mut last = [0u8; 8];
+    for (d, s) in last.iter_mut().zip(tail) {
+        *d = *s;
+    }
+    acc = add_carry(acc, u64::from_be_bytes(last));
+    let mut s = (acc & 0xffff_ffff) + (acc >> 32);
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use etherparse::{IpFragOffset, IpHeaders, IpNumber, Ipv4Header, PacketBuilder, VlanId};
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    // ---- allocation counter (per thread, so parallel tests don't interfere) ----
+    struct CountingAlloc;
+    thread_local! {
+        static ALLOCS: Cell<u64> = const { Cell::new(0) };
+    }
+    unsafe impl GlobalAlloc for CountingAlloc {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+    #[global_allocator]
+    static GLOBAL: CountingAlloc = CountingAlloc;
+
+    /// Number of heap allocations `f` performs on this thread.
+    pub(crate) fn allocations_in(f: impl FnOnce()) -> u64 {
+        let before = ALLOCS.with(|c| c.get());
+        f();
+        ALLOCS.with(|c| c.get()) - before
+    }
+
+    // ---- tiny xorshift64 PRNG ----
+    pub(crate) struct XorShift(pub u64);
+    impl XorShift {
+        pub(crate) fn next_u64(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.0 = x;
+            x
+        }
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
+            self.next_u64() % n
+        }
+    }
+
+    pub(crate) const SMAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x01];
+    pub(crate) const DMAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x02];
+    const V4S: [u8; 4] = [192, 168, 1, 10];
+    const V4D: [u8; 4] = [10, 0, 0, 7];
+    const V6S: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    const V6D: [u8; 16] = [
+        0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55,
+    ];
+
+    fn payload(n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(37).wrapping_add(11))
+            .collect()
+    }
+
+    fn write(b: PacketBuilderStep, pl: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        b.write(&mut v, pl).expect("etherparse write");
+        v
+    }
+    // Small wrapper so tests can treat TCP/UDP builders uniformly.
+    enum PacketBuilderStep {
+        Tcp(etherparse::PacketBuilderStep<etherparse::TcpHeader>),
+        Udp(etherparse::PacketBuilderStep<etherparse::UdpHeader>),
+    }
+    impl PacketBuilderStep {
+        fn write(
+            self,
+            v: &mut Vec<u8>,
+            pl: &[u8],
+        ) -> Result<(), etherparse::err::packet::BuildWriteError> {
+            match self {
+                PacketBuilderStep::Tcp(b) => b.write(v, pl),
+                PacketBuilderStep::Udp(b) => b.write(v, pl),
+            }
+        }
+    }
+
+    pub(crate) fn tcp4(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, n: usize) -> Vec<u8> {
+        write(
+            PacketBuilderStep::Tcp(
+                PacketBuilder::ethernet2(SMAC, DMAC)
+                    .ipv4(src, dst, 64)
+                    .tcp(sp, dp, 0x1234_5678, 4096)
+                    .ack(77)
+                    .psh(),
+            ),
+            &payload(n),
+        )
+    }
+    pub(crate) fn udp4(src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, n: usize) -> Vec<u8> {
+        write(
+            PacketBuilderStep::Udp(
+                PacketBuilder::ethernet2(SMAC, DMAC)
+                    .ipv4(src, dst, 64)
+                    .udp(sp, dp),
+            ),
+            &payload(n),
+        )
+    }
+    pub(crate) fn tcp6(src: [u8; 16], dst: [u8; 16], sp: u16, dp: u16, n: usize) -> Vec<u8> {
+        write(
+            PacketBuilderStep::Tcp(
+                PacketBuilder::ethernet2(SMAC, DMAC)
+                    .ipv6(src, dst, 64)
+                    .tcp(sp, dp, 99, 512)
+                    .syn(),
+            ),
+            &payload(n),
+        )
+    }
+    pub(crate) fn udp6(src: [u8; 16], dst: [u8; 16], sp: u16, dp: u16, n: usize) -> Vec<u8> {
+        write(
+            PacketBuilderStep::Udp(
+                PacketBuilder::ethernet2(SMAC, DMAC)
+                    .ipv6(src, dst, 64)
+                    .udp(sp, dp),
+            ),
+            &payload(n),
+        )
+    }
+
+    fn v4(a: [u8; 4]) -> [u8; 16] {
+        let mut r = [0; 16];
+        r[..4].copy_from_slice(&a);
+        r
+    }
+
+    /// Every well-formed sample frame, with a label.
+    fn samples() -> Vec<(&'static str, Vec<u8>)> {
+        let mut v = Vec::new();
+        for n in [0usize, 1, 2, 7, 8, 9, 63, 200, 1400] {
+            v.push(("tcp4", tcp4(V4S, V4D, 40000, 443, n)));
+            v.push(("udp4", udp4(V4S, V4D, 5353, 53, n)));
+            v.push(("tcp6", tcp6(V6S, V6D, 40001, 80, n)));
+            v.push(("udp6", udp6(V6S, V6D, 546, 547, n)));
+        }
+        v
+    }
+
+    #[test]
+    fn parses_tcp_ipv4() {
+        let f = tcp4(V4S, V4D, 40000, 443, 10);
+        let p = parse(&f);
+        assert_eq!(
+            p,
+            ParsedFrame {
+                dst_mac: DMAC,
+                src_mac: SMAC,
+                vlan_tci: None,
+                ethertype: ETHERTYPE_IPV4,
+                l3: L3Kind::Ipv4,
+                l3_offset: 14,
+                l3_header_len: 20,
+                ip_proto: IPPROTO_TCP,
+                src_ip: v4(V4S),
+                dst_ip: v4(V4D),
+                ipv4_fragment: false,
+                l4: L4Kind::Tcp,
+                l4_offset: 34,
+                src_port: 40000,
+                dst_port: 443,
+                ip_len: 20 + 20 + 10,
+                malformed: false,
+            }
+        );
+    }
+
+    #[test]
+    fn parses_udp_ipv4() {
+        let f = udp4(V4S, V4D, 5353, 53, 11);
+        let p = parse(&f);
+        assert_eq!(
+            (p.l3, p.l4, p.ip_proto),
+            (L3Kind::Ipv4, L4Kind::Udp, IPPROTO_UDP)
+        );
+        assert_eq!(
+            (p.src_port, p.dst_port, p.l4_offset, p.ip_len),
+            (5353, 53, 34, 20 + 8 + 11)
+        );
+        assert_eq!((p.src_ip, p.dst_ip), (v4(V4S), v4(V4D)));
+        assert!(!p.malformed);
+    }
+
+    #[test]
+    fn parses_tcp_ipv6() {
+        let f = tcp6(V6S, V6D, 40001, 80, 5);
+        let p = parse(&f);
+        assert_eq!(
+            p,
+            ParsedFrame {
+                dst_mac: DMAC,
+                src_mac: SMAC,
+                vlan_tci: None,
+                ethertype: ETHERTYPE_IPV6,
+                l3: L3Kind::Ipv6,
+                l3_offset: 14,
+                l3_header_len: 40,
+                ip_proto: IPPROTO_TCP,
+                src_ip: V6S,
+                dst_ip: V6D,
+                ipv4_fragment: false,
+                l4: L4Kind::Tcp,
+                l4_offset: 54,
+                src_port: 40001,
+                dst_port: 80,
+                ip_len: 40 + 20 + 5,
+                malformed: false,
+            }
+        );
+    }
+
+    #[test]
+    fn parses_udp_ipv6() {
+        let f = udp6(V6S, V6D, 546, 547, 3);
+        let p = parse(&f);
+        assert_eq!(
+            (p.l3, p.l4, p.ip_proto, p.l4_offset),
+            (L3Kind::Ipv6, L4Kind::Udp, IPPROTO_UDP, 54)
+        );
+        assert_eq!((p.src_port, p.dst_port, p.ip_len), (546, 547, 40 + 8 + 3));
+        assert_eq!((p.src_ip, p.dst_ip), (V6S, V6D));
+        assert!(!p.malformed);
+    }
+
+    #[test]
+    fn non_ip_and_short_frames() {
+        assert_eq!(
+            parse(&[]),
+            ParsedFrame {
+                malformed: true,
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            parse(&[0xaa; 13]),
+            ParsedFrame {
+                malformed: true,
+                ..Default::default()
+            }
+        );
+        // ARP: Ethernet only, not malformed.
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        let p = parse(&arp);
+        assert_eq!(
+            (p.ethertype, p.l3, p.l4, p.malformed),
+            (0x0806, L3Kind::None, L4Kind::None, false)
+        );
+        assert_eq!(verify_checksums(&arp, &p), ChecksumStatus::default());
+        assert!(!insert_checksums(&mut arp, &p, true, false));
+        assert!(!insert_checksums(&mut arp, &p, false, true));
+        assert!(insert_checksums(&mut arp, &p, false, false));
+    }
+
+    #[test]
+    fn verify_accepts_etherparse_frames() {
+        for (name, f) in samples() {
+            let p = parse(&f);
+            assert!(!p.malformed, "{name}");
+            let want_l3 = if p.l3 == L3Kind::Ipv4 {
+                Some(true)
+            } else {
+                None
+            };
+            assert_eq!(
+                verify_checksums(&f, &p),
+                ChecksumStatus {
+                    l3_ok: want_l3,
+                    l4_ok: Some(true)
+                },
+                "{name} {}",
+                f.len()
+            );
+        }
+    }
+
+    #[test]
+    fn flipped_l4_byte_fails_l4_only() {
+        for (name, f) in samples() {
+            let p = parse(&f);
+            // Every byte of the L4 segment (header and payload) is covered.
+            for i in usize::from(p.l4_offset)..f.len() {
+                let mut g = f.clone();
+                g[i] ^= 0x01;
+                let q = parse(&g);
+                if q.malformed || q.l4 != p.l4 {
+                    continue; // e.g. broke the UDP length / TCP data offset
+                }
+                let st = verify_checksums(&g, &q);
+                assert_eq!(st.l4_ok, Some(false), "{name} byte {i}");
+                assert_eq!(
+                    st.l3_ok,
+                    if p.l3 == L3Kind::Ipv4 {
+                        Some(true)
+                    } else {
+                        None
+                    }
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pseudo_header_is_covered() {
+        // Changing an address (and fixing only the IPv4 header checksum) must break L4.
+        for (name, f) in samples() {
+            let p = parse(&f);
+            let addr = usize::from(p.l3_offset) + if p.l3 == L3Kind::Ipv4 { 12 } else { 8 };
+            let mut g = f.clone();
+            g[addr] ^= 0x80;
+            assert!(insert_checksums(&mut g, &p, true, false));
+            let st = verify_checksums(&g, &parse(&g));
+            assert_eq!(st.l4_ok, Some(false), "{name}");
+        }
+    }
+
+    #[test]
+    fn corrupt_ipv4_header_fails_l3() {
+        let f = tcp4(V4S, V4D, 1, 2, 30);
+        for i in 14..34 {
+            let mut g = f.clone();
+            g[i] ^= 0x40;
+            let q = parse(&g);
+            if q.l3 != L3Kind::Ipv4 || q.malformed {
+                continue; // version/IHL/length damage: another layer of checks
+            }
+            assert_eq!(verify_checksums(&g, &q).l3_ok, Some(false), "byte {i}");
+        }
+        // Checksum field itself.
+        let mut g = f.clone();
+        g[24] ^= 0xff;
+        assert_eq!(
+            verify_checksums(&g, &parse(&g)),
+            ChecksumStatus {
+                l3_ok: Some(false),
+                l4_ok: Some(true)
+            }
+        );
+    }
+
+    #[test]
+    fn insert_reproduces_etherparse_bytes() {
+        for (name, f) in samples() {
+            let p = parse(&f);
+            let mut g = f.clone();
+            let l4c = usize::from(p.l4_offset) + if p.l4 == L4Kind::Tcp { 16 } else { 6 };
+            g[l4c] = 0;
+            g[l4c + 1] = 0;
+            if p.l3 == L3Kind::Ipv4 {
+                g[24] = 0;
+                g[25] = 0;
+            }
+            assert_ne!(g, f, "{name}: checksums were nonzero");
+            assert!(insert_checksums(&mut g, &p, true, true), "{name}");
+            assert_eq!(g, f, "{name} len {}", f.len());
+            // Garbage (not zero) in the checksum fields is overwritten too.
+            g[l4c] ^= 0x5a;
+            if p.l3 == L3Kind::Ipv4 {
+                g[25] ^= 0xa5;
+            }
+            assert!(insert_checksums(&mut g, &p, true, true));
+            assert_eq!(g, f, "{name}");
+        }
+    }
+
+    #[test]
+    fn insert_layers_independently() {
+        let f = udp4(V4S, V4D, 9, 10, 17);
+        let p = parse(&f);
+        let mut g = f.clone();
+        g[24..26].fill(0);
+        g[40..42].fill(0x33);
+        assert!(insert_checksums(&mut g, &p, true, false));
+        assert_eq!(g[24..26], f[24..26]);
+        assert_eq!(g[40..42], [0x33, 0x33]);
+        assert!(insert_checksums(&mut g, &p, false, true));
+        assert_eq!(g, f);
+        // l3 on IPv6 is a no-op success.
+        let f6 = tcp6(V6S, V6D, 1, 2, 3);
+        let mut g6 = f6.clone();
+        assert!(insert_checksums(&mut g6, &parse(&f6), true, false));
+        assert_eq!(g6, f6);
+    }
+
+    #[test]
+    fn udp_zero_checksum_rules() {
+        // RFC 768: IPv4 checksum 0 = none transmitted -> accepted.
+        let mut f = udp4(V4S, V4D, 1000, 2000, 12);
+        f[40..42].fill(0);
+        let p = parse(&f);
+        assert_eq!(verify_checksums(&f, &p).l4_ok, Some(true));
+        // RFC 8200 §8.1: IPv6 UDP checksum 0 is invalid.
+        let mut f6 = udp6(V6S, V6D, 1000, 2000, 12);
+        f6[60..62].fill(0);
+        assert_eq!(verify_checksums(&f6, &parse(&f6)).l4_ok, Some(false));
+    }
+
+    #[test]
+    fn udp_computed_zero_is_sent_as_ffff() {
+        for ipv6 in [false, true] {
+            // Choose the last payload word so that the checksum computes to 0.
+            let mut pl = payload(20);
+            pl[18] = 0;
+            pl[19] = 0;
+            let build = |pl: &[u8]| {
+                let b = if ipv6 {
+                    PacketBuilder::ethernet2(SMAC, DMAC)
+                        .ipv6(V6S, V6D, 64)
+                        .udp(7, 8)
+                } else {
+                    PacketBuilder::ethernet2(SMAC, DMAC)
+                        .ipv4(V4S, V4D, 64)
+                        .udp(7, 8)
+                };
+                let mut v = Vec::new();
+                b.write(&mut v, pl).expect("write");
+                v
+            };
+            let f = build(&pl);
+            let p = parse(&f);
+            let ck_off = usize::from(p.l4_offset) + 6;
+            let ck = u16::from_be_bytes([f[ck_off], f[ck_off + 1]]);
+            // Adding word c to a sum whose complement is c gives 0xffff.
+            pl[18..20].copy_from_slice(&ck.to_be_bytes());
+            let f = build(&pl);
+            assert_eq!(
+                f[ck_off..ck_off + 2],
+                [0xff, 0xff],
+                "etherparse agrees, ipv6={ipv6}"
+            );
+            let mut g = f.clone();
+            g[ck_off..ck_off + 2].fill(0);
+            let p = parse(&g);
+            assert!(insert_checksums(&mut g, &p, false, true));
+            assert_eq!(g, f, "ipv6={ipv6}");
+            assert_eq!(verify_checksums(&g, &p).l4_ok, Some(true));
+        }
+    }
+
+    #[test]
+    fn vlan_tagged_frame() {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2(SMAC, DMAC)
+            .single_vlan(VlanId::try_new(0x123).expect("vid"))
+            .ipv4(V4S, V4D, 5)
+            .udp(11, 12)
+            .write(&mut f, &payload(9))
+            .expect("write");
+        let p = parse(&f);
+        assert_eq!(p.vlan_tci, Some(0x0123));
+        assert_eq!(
+            (p.ethertype, p.l3, p.l3_offset, p.l4, p.l4_offset),
+            (ETHERTYPE_IPV4, L3Kind::Ipv4, 18, L4Kind::Udp, 38)
+        );
+        assert_eq!((p.src_port, p.dst_port), (11, 12));
+        assert_eq!(
+            verify_checksums(&f, &p),
+            ChecksumStatus {
+                l3_ok: Some(true),
+                l4_ok: Some(true)
+            }
+        );
+        let mut g = f.clone();
+        g[28..30].fill(0);
+        g[44..46].fill(0);
+        assert!(insert_checksums(&mut g, &p, true, true));
+        assert_eq!(g, f);
+        // PCP/DEI bits are kept in the TCI.
+        let mut h = f.clone();
+        h[14] |= 0xe0;
+        assert_eq!(parse(&h).vlan_tci, Some(0xe123));
+        // Tag cut short.
+        let q = parse(&f[..16]);
+        assert!(q.malformed);
+        assert_eq!((q.vlan_tci, q.l3), (None, L3Kind::None));
+        // QinQ: inner 0x8100 is not consumed -> no L3.
+        let mut qq = f.clone();
+        qq[16..18].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+        let q = parse(&qq);
+        assert_eq!(
+            (q.ethertype, q.l3, q.malformed),
+            (ETHERTYPE_VLAN, L3Kind::None, false)
+        );
+    }
+
+    #[test]
+    fn ipv4_options_are_skipped() {
+        let mut hdr = Ipv4Header::new(0, 64, IpNumber::TCP, V4S, V4D).expect("hdr");
+        hdr.options = [1u8, 1, 1, 0, 0x94, 4, 0, 0].into(); // NOP NOP NOP EOL, router alert
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2(SMAC, DMAC)
+            .ip(IpHeaders::Ipv4(hdr, Default::default()))
+            .tcp(5, 6, 7, 8)
+            .write(&mut f, &payload(33))
+            .expect("write");
+        let p = parse(&f);
+        assert_eq!(
+            (p.l3_header_len, p.l4, p.l4_offset, p.src_port, p.dst_port),
+            (28, L4Kind::Tcp, 42, 5, 6)
+        );
+        assert_eq!(
+            verify_checksums(&f, &p),
+            ChecksumStatus {
+                l3_ok: Some(true),
+                l4_ok: Some(true)
+            }
+        );
+        let mut g = f.clone();
+        g[24..26].fill(0);
+        g[42 + 16..42 + 18].fill(0);
+        assert!(insert_checksums(&mut g, &p, true, true));
+        assert_eq!(g, f);
+    }
+
+    #[test]
+    fn ipv4_fragments() {
+        for (mf, offset) in [(true, 0u16), (true, 185), (false, 185), (false, 8191)] {
+            let mut hdr = Ipv4Header::new(0, 64, IpNumber::UDP, V4S, V4D).expect("hdr");
+            hdr.more_fragments = mf;
+            hdr.fragment_offset = IpFragOffset::try_new(offset).expect("off");
+            let mut f = Vec::new();
+            PacketBuilder::ethernet2(SMAC, DMAC)
+                .ip(IpHeaders::Ipv4(hdr, Default::default()))
+                .udp(5, 6)
+                .write(&mut f, &payload(24))
+                .expect("write");
+            let p = parse(&f);
+            assert!(p.ipv4_fragment && !p.malformed, "{mf} {offset}");
+            assert_eq!(
+                (p.l3, p.ip_proto, p.l4, p.l4_offset, p.src_port, p.dst_port),
+                (L3Kind::Ipv4, IPPROTO_UDP, L4Kind::None, 0, 0, 0)
+            );
+            assert_eq!(
+                verify_checksums(&f, &p),
+                ChecksumStatus {
+                    l3_ok: Some(true),
+                    l4_ok: None
+                }
+            );
+            let mut g = f.clone();
+            assert!(!insert_checksums(&mut g, &p, false, true));
+            assert!(!insert_checksums(&mut g, &p, true, true));
+            assert_eq!(g, f, "unchanged on refusal");
+            // L3 insertion alone is fine on a fragment.
+            g[24..26].fill(0);
+            assert!(insert_checksums(&mut g, &p, true, false));
+            assert_eq!(g, f);
+        }
+        // DF alone is not a fragment.
+        let mut f = tcp4(V4S, V4D, 1, 2, 3);
+        f[20] |= 0x40;
+        let p = parse(&f);
+        assert!(!p.ipv4_fragment && p.l4 == L4Kind::Tcp);
+    }
+
+    #[test]
+    fn truncated_frames_never_panic() {
+        let mut vlan = Vec::new();
+        PacketBuilder::ethernet2(SMAC, DMAC)
+            .single_vlan(VlanId::try_new(7).expect("vid"))
+            .ipv6(V6S, V6D, 1)
+            .tcp(1, 2, 3, 4)
+            .write(&mut vlan, &payload(4))
+            .expect("write");
+        let mut all = samples();
+        all.push(("vlan6", vlan));
+        for (name, f) in all {
+            let full = parse(&f);
+            for n in 0..f.len() {
+                let cut = &f[..n];
+                let p = parse(cut);
+                // Nothing here has padding, so any cut loses IP payload.
+                assert!(p.malformed, "{name} cut at {n}");
+                assert!(p.l4 == L4Kind::None, "{name} cut at {n}");
+                if p.l3 != L3Kind::None {
+                    assert_eq!(p.l3, full.l3);
+                }
+                let st = verify_checksums(cut, &p);
+                assert_eq!(st.l4_ok, None);
+                let mut g = cut.to_vec();
+                assert!(!insert_checksums(&mut g, &p, false, true));
+                // The parse of the full frame applied to a cut: still no panic.
+                let _ = verify_checksums(cut, &full);
+                assert!(!insert_checksums(&mut g, &full, true, true));
+                assert_eq!(g, cut);
+            }
+        }
+    }
+
+    #[test]
+    fn lying_lengths_are_malformed() {
+        let f = tcp4(V4S, V4D, 1, 2, 20);
+        // Total length beyond the frame.
+        let mut g = f.clone();
+        g[16..18].copy_from_slice(&(f.len() as u16 - 14 + 1).to_be_bytes());
+        let p = parse(&g);
+        assert!(p.malformed && p.l3 == L3Kind::Ipv4 && p.l4 == L4Kind::None);
+        assert_eq!(p.ip_len, 61);
+        let mut h = g.clone();
+        assert!(!insert_checksums(&mut h, &p, true, false));
+        assert_eq!(h, g);
+        assert_eq!(verify_checksums(&g, &p).l3_ok, Some(false));
+        // Total length below IHL*4.
+        g[16..18].copy_from_slice(&19u16.to_be_bytes());
+        assert!(parse(&g).malformed);
+        // Total length too short for the TCP header.
+        g[16..18].copy_from_slice(&39u16.to_be_bytes());
+        let p = parse(&g);
+        assert!(p.malformed && p.l4 == L4Kind::None);
+        // Shorter total length with Ethernet padding after it is fine.
+        let mut padded = udp4(V4S, V4D, 3, 4, 2);
+        let ip_len = padded.len() - 14;
+        padded.resize(60, 0);
+        let p = parse(&padded);
+        assert!(!p.malformed && p.l4 == L4Kind::Udp && usize::from(p.ip_len) == ip_len);
+        assert_eq!(
+            verify_checksums(&padded, &p),
+            ChecksumStatus {
+                l3_ok: Some(true),
+                l4_ok: Some(true)
+            }
+        );
+        // Bad version / IHL.
+        let mut b = f.clone();
+        b[14] = 0x65;
+        assert!(parse(&b).malformed && parse(&b).l3 == L3Kind::None);
+        b[14] = 0x44;
+        assert!(parse(&b).malformed && parse(&b).l3 == L3Kind::None);
+        // IHL 60 = the whole datagram: L3 parses, no room left for TCP.
+        b[14] = 0x4f;
+        let p = parse(&b);
+        assert!(
+            p.malformed && p.l3 == L3Kind::Ipv4 && p.l3_header_len == 60 && p.l4 == L4Kind::None
+        );
+        // TCP data offset < 5 or beyond the datagram.
+        let mut t = f.clone();
+        t[34 + 12] = 0x40;
+        assert!(parse(&t).malformed);
+        t[34 + 12] = 0xf0;
+        assert!(parse(&t).malformed);
+        // UDP length field lying.
+        let u = udp4(V4S, V4D, 3, 4, 10);
+        let mut v = u.clone();
+        v[38..40].copy_from_slice(&7u16.to_be_bytes());
+        assert!(parse(&v).malformed);
+        v[38..40].copy_from_slice(&19u16.to_be_bytes());
+        assert!(parse(&v).malformed);
+        // IPv6 payload length beyond the frame.
+        let mut w = tcp6(V6S, V6D, 1, 2, 4);
+        w[18..20].copy_from_slice(&25u16.to_be_bytes());
+        let p = parse(&w);
+        assert!(p.malformed && p.l3 == L3Kind::Ipv6 && p.l4 == L4Kind::None && p.ip_len == 65);
+        w[18..20].copy_from_slice(&0xffffu16.to_be_bytes());
+        let p = parse(&w);
+        assert!(p.malformed && p.ip_len == u16::MAX);
+    }
+
+    #[test]
+    fn other_l4_protocols() {
+        let mut f = tcp4(V4S, V4D, 1, 2, 8);
+        f[23] = 1; // ICMP
+        let p = parse(&f);
+        assert_eq!(
+            (p.l4, p.l4_offset, p.src_port, p.malformed),
+            (L4Kind::Other, 34, 0, false)
+        );
+        assert_eq!(verify_checksums(&f, &p).l4_ok, None);
+        assert!(!insert_checksums(&mut f.clone(), &p, true, true));
+        // IPv6 with a hop-by-hop header: not walked.
+        let mut g = tcp6(V6S, V6D, 1, 2, 8);
+        g[20] = 0;
+        let p = parse(&g);
+        assert_eq!(
+            (p.ip_proto, p.l4, p.l4_offset, p.malformed),
+            (0, L4Kind::Other, 54, false)
+        );
+    }
+
+    #[test]
+    fn internet_checksum_matches_rfc1071_reference() {
+        // RFC 1071 §3 numerical example: 00 01 f2 03 f4 f5 f6 f7 sums to 0xddf2.
+        assert_eq!(
+            internet_checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7], 0),
+            !0xddf2
+        );
+        assert_eq!(internet_checksum(&[], 0), 0xffff);
+        assert_eq!(internet_checksum(&[0xff, 0xff], 0), 0);
+        assert_eq!(internet_checksum(&[0x12], 0), !0x1200);
+        // Against a naive 16-bit implementation on random data and seeds.
+        fn naive(d: &[u8], init: u32) -> u16 {
+            let mut s = u64::from(init);
+            for c in d.chunks(2) {
+                s += u64::from(c[0]) << 8 | u64::from(c.get(1).copied().unwrap_or(0));
+            }
+            while s > 0xffff {
+                s = (s & 0xffff) + (s >> 16);
+            }
+            !(s as u16)
+        }
+        let mut r = XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut buf = vec![0u8; 3000];
+        for _ in 0..2000 {
+            let n = r.below(3000) as usize;
+            for b in &mut buf[..n] {
+                *b = r.next_u64() as u8;
+            }
+            let init = if r.below(2) == 0 {
+                0
+            } else {
+                r.next_u64() as u32
+            };
+            assert_eq!(internet_checksum(&buf[..n], init), naive(&buf[..n], init));
+        }
+        // All-ones data: accumulator carries constantly.
+        let ones = vec![0xffu8; 4096];
+        assert_eq!(internet_checksum(&ones, u32::MAX), naive(&ones, u32::MAX));
+    }
+
+    #[test]
+    fn hot_path_does_not_allocate() {
+        let frames = samples();
+        let toe = crate::nic::rss::Toeplitz::new(&crate::nic::rss::DEFAULT_RSS_KEY);
+        let mut bufs: Vec<Vec<u8>> = frames.iter().map(|(_, f)| f.clone()).collect();
+        let n = allocations_in(|| {
+            for b in &mut bufs {
+                let p = parse(b);
+                let _ = verify_checksums(b, &p);
+                let _ = insert_checksums(b, &p, true, true);
+                let (inp, len) = crate::nic::rss::hash_input(&p, 0x0f);
+                let _ = toe.hash(inp.get(..len).unwrap_or(&[]));
+                let _ = crate::nic::rss::toeplitz(&crate::nic::rss::DEFAULT_RSS_KEY, &inp[..len]);
+                let _ = internet_checksum(b, 0);
+            }
+        });
+        assert_eq!(n, 0);
+    }
+
+    /// Fills `buf` with random bytes, biased towards headers the parser goes
+    /// deeper into (so the deep paths get their share of random input).
+    fn random_frame(r: &mut XorShift, buf: &mut Vec<u8>) {
+        let n = r.below(160) as usize;
+        buf.clear();
+        buf.extend((0..n).map(|_| r.next_u64() as u8));
+        let mode = r.below(8);
+        if mode == 0 || n < 18 {
+            return; // pure noise
+        }
+        let off = if mode == 1 { 18 } else { 14 };
+        if off == 18 {
+            buf[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+        }
+        let v6 = mode >= 5;
+        buf[off - 2..off]
+            .copy_from_slice(&if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IPV4 }.to_be_bytes());
+        let avail = n - off;
+        let proto = [IPPROTO_TCP, IPPROTO_UDP, 1, IPPROTO_TCP][r.below(4) as usize];
+        let hl = if v6 { 40 } else { 20 };
+        if avail < hl {
+            return;
+        }
+        // Claimed L3 length: usually the whole frame, sometimes a bit less (padding) or more (lie).
+        let claimed = match r.below(6) {
+            0 => r.next_u64() as usize & 0xffff,
+            1 => avail + 1,
+            2 => avail.saturating_sub(r.below(8) as usize).max(hl),
+            _ => avail,
+        };
+        if v6 {
+            buf[off] = 0x60 | (buf[off] & 0x0f);
+            buf[off + 6] = proto;
+            buf[off + 4..off + 6]
+                .copy_from_slice(&(claimed.saturating_sub(40) as u16).to_be_bytes());
+        } else {
+            buf[off] = 0x45
+                + if r.below(4) == 0 {
+                    r.below(11) as u8
+                } else {
+                    0
+                };
+            buf[off + 9] = proto;
+            if r.below(4) != 0 {
+                buf[off + 6] &= 0x40; // keep DF only: not a fragment
+                buf[off + 7] = 0;
+            }
+            buf[off + 2..off + 4].copy_from_slice(&(claimed as u16).to_be_bytes());
+        }
+        let l4 = off
+            + if v6 {
+                40
+            } else {
+                usize::from(buf[off] & 0x0f) * 4
+            };
+        let l4_len = claimed.min(avail).saturating_sub(l4 - off);
+        if r.below(4) != 0 {
+            match proto {
+                IPPROTO_TCP if l4_len >= 20 => {
+                    buf[l4 + 12] = (5 + r.below(((l4_len / 4).min(15) - 4) as u64) as u8) << 4
+                }
+                IPPROTO_UDP if l4_len >= 8 => {
+                    buf[l4 + 4..l4 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        let mut r = XorShift(0x2545_f491_4f6c_dd1d);
+        let toe = crate::nic::rss::Toeplitz::new(&crate::nic::rss::DEFAULT_RSS_KEY);
+        let mut buf = Vec::with_capacity(256);
+        let (mut l4_seen, mut l4_inserted) = (0u32, 0u32);
+        for _ in 0..100_000 {
+            random_frame(&mut r, &mut buf);
+            let p = parse(&buf);
+            // Structural invariants.
+            if p.l4 != L4Kind::None {
+                assert!(!p.malformed && !p.ipv4_fragment && p.l3 != L3Kind::None);
+                assert!(usize::from(p.l4_offset) <= buf.len());
+                assert!(usize::from(p.l3_offset) + usize::from(p.ip_len) <= buf.len());
+            }
+            if matches!(p.l4, L4Kind::Tcp | L4Kind::Udp) {
+                l4_seen += 1;
+            }
+            let _ = verify_checksums(&buf, &p);
+            let (inp, len) = crate::nic::rss::hash_input(&p, r.below(16) as u8);
+            let slice = inp.get(..len).unwrap_or(&[]);
+            assert_eq!(
+                toe.hash(slice),
+                crate::nic::rss::toeplitz(&crate::nic::rss::DEFAULT_RSS_KEY, slice)
+            );
+            // Insert then verify: what was inserted must verify.
+            let before = buf.clone();
+            let (l3, l4) = (r.below(2) == 0, r.below(2) == 0);
+            if insert_checksums(&mut buf, &p, l3, l4) {
+                l4_inserted += u32::from(l4);
+                assert_eq!(parse(&buf), p, "checksum fields are not parsed fields");
+                let st = verify_checksums(&buf, &p);
+                if l3 && p.l3 == L3Kind::Ipv4 {
+                    assert_eq!(st.l3_ok, Some(true));
+                }
+                if l4 {
+                    assert_eq!(st.l4_ok, Some(true));
+                }
+            } else {
+                assert_eq!(buf, before, "refusal changes nothing");
+            }
+            // A mismatched ParsedFrame (from another frame) must not panic either.
+            let mut q = p;
+            q.l3_offset = q.l3_offset.wrapping_add(r.below(64) as u16);
+            q.l4_offset = q.l4_offset.wrapping_add(r.below(64) as u16);
+            q.ip_len = q.ip_len.wrapping_add(r.next_u64() as u16);
+            q.l3_header_len = r.next_u64() as u16;
+            q.l4 = [L4Kind::None, L4Kind::Tcp, L4Kind::Udp, L4Kind::Other][r.below(4) as usize];
+            q.l3 = [L3Kind::None, L3Kind::Ipv4, L3Kind::Ipv6][r.below(3) as usize];
+            let _ = verify_checksums(&buf, &q);
+            let _ = insert_checksums(&mut buf, &q, true, true);
+        }
+        // The generator must actually reach the deep paths.
+        assert!(l4_seen > 10_000, "{l4_seen}");
+        assert!(l4_inserted > 5_000, "{l4_inserted}");
+    }
+}

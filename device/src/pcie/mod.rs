@@ -1,0 +1,129 @@
+//! The PCIe layer of every emulated function: configuration space, BARs and MSI-X (paper §2.4).
+//! A function is a [`PciFunction`]: the fabric reaches it for configuration cycles, for host MMIO
+//! and for peer-to-peer accesses from other functions.
+
+pub mod config;
+pub mod msix;
+
+use std::sync::{Arc, Mutex};
+
+pub use config::{BarSpec, ConfigChange, ConfigSpace, Identity, MsixSpec};
+pub use msix::{MsiMessage, MsixTable};
+
+/// Index of a function on the fabric.
+pub type FunctionId = u16;
+
+/// Where a function's MSI-X messages go (the host's interrupt controller, an eventfd per vector
+/// behind vfio-user, a counter in tests).
+pub trait InterruptSink: Send + Sync {
+    fn deliver(&self, function: FunctionId, msg: MsiMessage);
+}
+
+/// One PCIe function as the fabric sees it. Every method takes `&self`: functions are reached
+/// concurrently by the host and by peers, and keep their own locking.
+pub trait PciFunction: Send + Sync {
+    /// The configuration space and MSI-X state shared by all functions.
+    fn pci(&self) -> &PciState;
+    fn bar_read(&self, bar: u8, offset: u64, data: &mut [u8]);
+    fn bar_write(&self, bar: u8, offset: u64, data: &[u8]);
+    /// Function-level reset: the device model returns to its power-on state.
+    fn reset(&self);
+}
+
+/// Configuration space plus MSI-X table of one function, and where its interrupts go.
+pub struct PciState {
+    pub id: FunctionId,
+    config: Mutex<ConfigSpace>,
+    msix: Mutex<MsixTable>,
+    sink: Mutex<Option<Arc<dyn InterruptSink>>>,
+}
+
+impl PciState {
+    pub fn new(id: FunctionId, config: ConfigSpace) -> Self {
+        let vectors = config.msix_spec().map_or(0, |m| m.vectors);
+        PciState { id, config: Mutex::new(config), msix: Mutex::new(MsixTable::new(vectors)), sink: Mutex::new(None) }
+    }
+
+    pub fn config(&self) -> std::sync::MutexGuard<'_, ConfigSpace> {
+        self.config.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn msix(&self) -> std::sync::MutexGuard<'_, MsixTable> {
+        self.msix.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_interrupt_sink(&self, sink: Arc<dyn InterruptSink>) {
+        *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = Some(sink);
+    }
+
+    fn msix_flags(&self) -> (bool, bool) {
+        let ctl = self.config().msix_control();
+        (ctl & config::MSIX_CTRL_ENABLE != 0, ctl & config::MSIX_CTRL_FUNCTION_MASK != 0)
+    }
+
+    fn send(&self, msgs: impl IntoIterator<Item = MsiMessage>) {
+        let sink = self.sink.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(sink) = sink {
+            for m in msgs {
+                sink.deliver(self.id, m);
+            }
+        }
+    }
+
+    /// The device raises `vector`.
+    pub fn signal(&self, vector: u16) {
+        let (enabled, fmask) = self.msix_flags();
+        let msg = self.msix().signal(vector, enabled, fmask);
+        self.send(msg);
+    }
+
+    /// Configuration write; pending MSI-X vectors fire if the write enabled or unmasked MSI-X.
+    pub fn config_write(&self, offset: u64, data: &[u8]) -> ConfigChange {
+        let change = self.config().write(offset, data);
+        if change.contains(ConfigChange::MSIX_CONTROL) {
+            let (enabled, fmask) = self.msix_flags();
+            let msgs = self.msix().deliver_pending(enabled, fmask);
+            self.send(msgs);
+        }
+        change
+    }
+
+    pub fn config_read(&self, offset: u64, data: &mut [u8]) {
+        self.config().read(offset, data)
+    }
+
+    /// Serves a BAR access that falls in the MSI-X table or PBA; returns false if it does not.
+    pub fn msix_read(&self, bar: u8, offset: u64, data: &mut [u8]) -> bool {
+        let Some(spec) = self.config().msix_spec() else { return false };
+        let table_len = spec.vectors as u64 * 16;
+        if bar == spec.table_bar && offset >= spec.table_offset as u64 && offset < spec.table_offset as u64 + table_len {
+            self.msix().table_read(offset - spec.table_offset as u64, data);
+            true
+        } else if bar == spec.pba_bar && offset >= spec.pba_offset as u64 && offset < spec.pba_offset as u64 + 256 {
+            self.msix().pba_read(offset - spec.pba_offset as u64, data);
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn msix_write(&self, bar: u8, offset: u64, data: &[u8]) -> bool {
+        let Some(spec) = self.config().msix_spec() else { return false };
+        let table_len = spec.vectors as u64 * 16;
+        if bar == spec.table_bar && offset >= spec.table_offset as u64 && offset < spec.table_offset as u64 + table_len {
+            let (enabled, fmask) = self.msix_flags();
+            let msgs = self.msix().table_write(offset - spec.table_offset as u64, data, enabled, fmask);
+            self.send(msgs);
+            true
+        } else {
+            // The PBA is read-only.
+            bar == spec.pba_bar && offset >= spec.pba_offset as u64
+        }
+    }
+
+    /// Power-on state of the configuration space and MSI-X table.
+    pub fn reset(&self) {
+        self.config().reset();
+        self.msix().reset();
+    }
+}

@@ -1,0 +1,103 @@
+//! Wires: what a NIC port is connected to. The eSwitch itself is the internal loopback between
+//! vPorts; the uplink vPort connects to a [`Wire`] (nothing, a loopback cable, later a UDP link
+//! to another instance or a TAP device), and a [`FrameTap`] can observe every port, e.g. into a
+//! pcap file that Wireshark and tshark read.
+
+mod pcap;
+
+use std::collections::VecDeque;
+
+pub use pcap::PcapTap;
+
+/// A full-duplex link on the uplink port.
+pub trait Wire: Send {
+    /// The NIC puts a frame on the wire.
+    fn transmit(&mut self, frame: &[u8]);
+    /// The next frame arriving from the wire, copied into `buf`; returns its length.
+    fn receive(&mut self, buf: &mut [u8]) -> Option<usize>;
+}
+
+/// An unplugged port: transmitted frames vanish, nothing arrives.
+#[derive(Default)]
+pub struct NullWire {
+    pub dropped: u64,
+}
+
+impl Wire for NullWire {
+    fn transmit(&mut self, _frame: &[u8]) {
+        self.dropped += 1;
+    }
+    fn receive(&mut self, _buf: &mut [u8]) -> Option<usize> {
+        None
+    }
+}
+
+/// A loopback plug: every frame sent comes back in, in order. It holds at most `capacity`
+/// frames in flight; more are dropped and counted, like a full link buffer. Buffers are reused,
+/// so steady traffic allocates nothing.
+pub struct LoopbackWire {
+    in_flight: VecDeque<Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+    capacity: usize,
+    pub dropped: u64,
+}
+
+impl LoopbackWire {
+    pub fn new(capacity: usize) -> Self {
+        LoopbackWire { in_flight: VecDeque::with_capacity(capacity), spare: Vec::new(), capacity, dropped: 0 }
+    }
+}
+
+impl Wire for LoopbackWire {
+    fn transmit(&mut self, frame: &[u8]) {
+        if self.in_flight.len() >= self.capacity {
+            self.dropped += 1;
+            return;
+        }
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(frame);
+        self.in_flight.push_back(b);
+    }
+    fn receive(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let f = self.in_flight.pop_front()?;
+        let n = f.len().min(buf.len());
+        buf[..n].copy_from_slice(&f[..n]);
+        self.spare.push(f);
+        Some(n)
+    }
+}
+
+/// Where a tap saw a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TapPoint {
+    /// The vPort sent the frame into the eSwitch.
+    FromVport,
+    /// The eSwitch delivered the frame to the vPort (before its receive steering).
+    ToVport,
+}
+
+/// Observes frames at the eSwitch ports.
+pub trait FrameTap: Send {
+    fn frame(&mut self, vport: u16, point: TapPoint, frame: &[u8]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_returns_frames_in_order_and_counts_overflow() {
+        let mut w = LoopbackWire::new(2);
+        w.transmit(&[1, 2, 3]);
+        w.transmit(&[4]);
+        w.transmit(&[5]);
+        assert_eq!(w.dropped, 1);
+        let mut b = [0u8; 16];
+        assert_eq!(w.receive(&mut b), Some(3));
+        assert_eq!(&b[..3], &[1, 2, 3]);
+        assert_eq!(w.receive(&mut b), Some(1));
+        assert_eq!(b[0], 4);
+        assert_eq!(w.receive(&mut b), None);
+    }
+}
