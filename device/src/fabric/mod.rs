@@ -50,6 +50,15 @@ pub enum DmaError {
     BusMasterDisabled,
 }
 
+/// Why a host mapping was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MapError {
+    #[error("mapping is empty or extends past its backing memory")]
+    OutOfBacking,
+    #[error("no such function")]
+    NoSuchFunction,
+}
+
 /// A region of host memory the host made reachable for DMA at bus address `iova`.
 #[derive(Clone)]
 pub struct HostRegion {
@@ -69,10 +78,12 @@ struct BarWindow {
 }
 
 /// An immutable routing snapshot: engines take one per batch, so the data path never locks.
+/// Host memory is mapped per requester, as an IOMMU gives every function its own I/O address
+/// space (and vfio-user gives every function its own DMA map).
 #[derive(Clone, Default)]
 struct Routes {
     bars: Vec<BarWindow>,
-    host: Vec<HostRegion>,
+    host: Vec<Vec<HostRegion>>,
     bus_master: Vec<bool>,
 }
 
@@ -81,11 +92,16 @@ impl Routes {
         self.bars.iter().find(|w| addr >= w.start && addr.checked_add(len).is_some_and(|e| e <= w.end))
     }
 
-    fn host_index(&self, addr: u64) -> Option<usize> {
-        let i = self.host.partition_point(|r| r.iova <= addr);
-        let r = self.host.get(i.checked_sub(1)?)?;
-        (addr - r.iova < r.len).then_some(i - 1)
+    fn space(&self, requester: FunctionId) -> &[HostRegion] {
+        self.host.get(requester as usize).map_or(&[], |v| v.as_slice())
     }
+}
+
+/// Index of the mapping containing `addr` in a sorted, non-overlapping map.
+fn region_index(space: &[HostRegion], addr: u64) -> Option<usize> {
+    let i = space.partition_point(|r| r.iova <= addr);
+    let r = space.get(i.checked_sub(1)?)?;
+    (addr - r.iova < r.len).then_some(i - 1)
 }
 
 /// The switch: functions, host-memory map, counters and the interrupt path.
@@ -145,10 +161,11 @@ impl Fabric {
         }
     }
 
-    fn rebuild_routes(&self, edit_host: impl FnOnce(&mut Vec<HostRegion>)) {
+    fn rebuild_routes(&self, edit_host: impl FnOnce(&mut Vec<Vec<HostRegion>>)) {
         let fns = self.functions.read().unwrap_or_else(|e| e.into_inner());
         let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
         let mut next = Routes { host: routes.host.clone(), ..Routes::default() };
+        next.host.resize(fns.len(), Vec::new());
         edit_host(&mut next.host);
         for f in fns.iter() {
             let cfg = f.pci().config();
@@ -166,24 +183,54 @@ impl Fabric {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
-    /// Makes host memory reachable for DMA at `iova` (replacing any overlapping mapping).
-    pub fn map_host(&self, region: HostRegion) {
+    /// Makes host memory reachable for DMA by `requester` at `iova`, replacing any overlapping
+    /// mapping. Fails if the region does not lie inside its backing memory.
+    pub fn map_host(&self, requester: FunctionId, region: HostRegion) -> Result<(), MapError> {
+        let backing = region.memory.len();
+        if region.len == 0 || region.offset.checked_add(region.len).is_none_or(|e| e > backing) || region.iova.checked_add(region.len).is_none() {
+            return Err(MapError::OutOfBacking);
+        }
+        if requester as usize >= self.function_count() {
+            return Err(MapError::NoSuchFunction);
+        }
         self.rebuild_routes(|host| {
+            let space = &mut host[requester as usize];
             let (s, e) = (region.iova, region.iova + region.len);
-            host.retain(|r| r.iova + r.len <= s || r.iova >= e);
-            let at = host.partition_point(|r| r.iova < s);
-            host.insert(at, region);
+            space.retain(|r| r.iova + r.len <= s || r.iova >= e);
+            let at = space.partition_point(|r| r.iova < s);
+            space.insert(at, region);
+        });
+        Ok(())
+    }
+
+    /// Removes every mapping of `requester` overlapping `[iova, iova + len)`. Engines that
+    /// started a batch before the call finish it with the old map; the next batch sees the new one.
+    pub fn unmap_host(&self, requester: FunctionId, iova: u64, len: u64) {
+        self.rebuild_routes(|host| {
+            let Some(space) = host.get_mut(requester as usize) else { return };
+            let end = iova.saturating_add(len);
+            let mut kept = Vec::with_capacity(space.len() + 1);
+            for r in space.drain(..) {
+                let r_end = r.iova + r.len;
+                if r_end <= iova || r.iova >= end {
+                    kept.push(r);
+                    continue;
+                }
+                // Keep the parts of a larger mapping outside the unmapped range.
+                if r.iova < iova {
+                    kept.push(HostRegion { len: iova - r.iova, ..r.clone() });
+                }
+                if r_end > end {
+                    kept.push(HostRegion { iova: end, len: r_end - end, offset: r.offset + (end - r.iova), memory: r.memory.clone() });
+                }
+            }
+            *space = kept;
         });
     }
 
-    /// Removes every mapping overlapping `[iova, iova + len)`. Engines that started a batch
-    /// before the call finish it with the old map; the next batch sees the new one.
-    pub fn unmap_host(&self, iova: u64, len: u64) {
-        self.rebuild_routes(|host| host.retain(|r| r.iova + r.len <= iova || r.iova >= iova.saturating_add(len)));
-    }
-
-    pub fn host_mapping_count(&self) -> usize {
-        self.routes.read().unwrap_or_else(|e| e.into_inner()).host.len()
+    /// Number of host mappings of `requester`.
+    pub fn host_mapping_count(&self, requester: FunctionId) -> usize {
+        self.routes.read().unwrap_or_else(|e| e.into_inner()).space(requester).len()
     }
 
     /// Bumps whenever routes change.
@@ -348,11 +395,12 @@ impl DmaPort<'_> {
             }
         }
         let fits = |r: &HostRegion| addr >= r.iova && end <= r.iova + r.len;
-        if self.routes.host.get(self.last_host).is_some_and(fits) {
+        let space = self.routes.space(self.requester);
+        if space.get(self.last_host).is_some_and(fits) {
             return Ok(Target::Host(self.last_host));
         }
-        match self.routes.host_index(addr) {
-            Some(i) if fits(&self.routes.host[i]) => {
+        match region_index(space, addr) {
+            Some(i) if fits(&space[i]) => {
                 self.last_host = i;
                 Ok(Target::Host(i))
             }
@@ -363,9 +411,10 @@ impl DmaPort<'_> {
     }
 
     fn spans_mappings(&self, mut addr: u64, end: u64) -> bool {
+        let space = self.routes.space(self.requester);
         while addr < end {
-            match self.routes.host_index(addr) {
-                Some(i) => addr = self.routes.host[i].iova + self.routes.host[i].len,
+            match region_index(space, addr) {
+                Some(i) => addr = space[i].iova + space[i].len,
                 None => return false,
             }
         }
@@ -375,10 +424,11 @@ impl DmaPort<'_> {
     /// Visits the host mappings covering `[addr, addr + len)` in order.
     fn each_host_piece(&self, addr: u64, len: usize, mut f: impl FnMut(&HostRegion, u64, std::ops::Range<usize>)) {
         let mut done = 0usize;
+        let space = self.routes.space(self.requester);
         while done < len {
             let a = addr + done as u64;
-            let Some(i) = self.routes.host_index(a) else { return };
-            let r = &self.routes.host[i];
+            let Some(i) = region_index(space, a) else { return };
+            let r = &space[i];
             let n = ((r.iova + r.len - a) as usize).min(len - done);
             f(r, r.offset + (a - r.iova), done..done + n);
             done += n;
@@ -435,7 +485,7 @@ impl DmaPort<'_> {
             }
             Target::Host(i) => {
                 self.count_read(addr, buf.len() as u64, None);
-                let r = &self.routes.host[i];
+                let r = &self.routes.space(self.requester)[i];
                 let off = r.offset + (addr - r.iova);
                 let s = r.memory.get_slice(MemoryRegionAddress(off), buf.len()).map_err(|_| DmaError::Unmapped { addr, len: buf.len() })?;
                 s.copy_to(buf);
@@ -463,7 +513,7 @@ impl DmaPort<'_> {
             }
             Target::Host(i) => {
                 self.count_write(addr, data.len() as u64, None);
-                let r = &self.routes.host[i];
+                let r = &self.routes.space(self.requester)[i];
                 let off = r.offset + (addr - r.iova);
                 let s = r.memory.get_slice(MemoryRegionAddress(off), data.len()).map_err(|_| DmaError::Unmapped { addr, len: data.len() })?;
                 s.copy_from(data);

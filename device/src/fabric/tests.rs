@@ -1,0 +1,182 @@
+use std::sync::{Arc, Mutex};
+
+use vm_memory::{Bytes, GuestAddress, GuestRegionMmap, MemoryRegionAddress};
+
+use super::*;
+use crate::pcie::{BarSpec, ConfigSpace, Identity, PciState};
+
+/// A function whose BAR0 is plain memory: a peer for P2P tests.
+struct RamFunction {
+    pci: PciState,
+    ram: Mutex<Vec<u8>>,
+}
+
+impl PciFunction for RamFunction {
+    fn pci(&self) -> &PciState {
+        &self.pci
+    }
+    fn bar_read(&self, _bar: u8, offset: u64, data: &mut [u8]) {
+        let ram = self.ram.lock().unwrap();
+        data.copy_from_slice(&ram[offset as usize..offset as usize + data.len()]);
+    }
+    fn bar_write(&self, _bar: u8, offset: u64, data: &[u8]) {
+        self.ram.lock().unwrap()[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+    }
+    fn reset(&self) {
+        self.ram.lock().unwrap().fill(0);
+    }
+}
+
+fn ram_function(fabric: &Fabric) -> Arc<RamFunction> {
+    fabric.attach(|id| {
+        let cs = ConfigSpace::new(
+            Identity { vendor_id: 0xfff0, device_id: 0xffff, class_code: 0x050000, revision: 0, subsystem_id: 0 },
+            &[BarSpec { index: 0, size: 0x10000, prefetchable: false }],
+            None,
+        );
+        Arc::new(RamFunction { pci: PciState::new(id, cs), ram: Mutex::new(vec![0; 0x10000]) })
+    })
+}
+
+fn enable(fabric: &Fabric, id: FunctionId) {
+    fabric.config_write(id, 4, &(crate::pcie::config::CMD_MEMORY | crate::pcie::config::CMD_BUS_MASTER).to_le_bytes());
+}
+
+fn host_memory(len: usize) -> Arc<GuestRegionMmap> {
+    Arc::new(GuestRegionMmap::from_range(GuestAddress(0), len, None).unwrap())
+}
+
+#[test]
+fn tlp_count_follows_boundaries() {
+    assert_eq!(tlp_count(0, 0, 256), 0);
+    assert_eq!(tlp_count(0, 256, 256), 1);
+    assert_eq!(tlp_count(0, 257, 256), 2);
+    assert_eq!(tlp_count(255, 2, 256), 2);
+    assert_eq!(tlp_count(0x1000, 1500, 256), 6);
+    assert_eq!(tlp_count(0x1010, 1500, 256), 6);
+    assert_eq!(tlp_count(0x10f0, 1500, 256), 7);
+}
+
+#[test]
+fn dma_to_host_memory_is_counted_by_the_formula() {
+    let fabric = Fabric::new(FabricConfig::default());
+    let dev = ram_function(&fabric);
+    let id = dev.pci.id;
+    enable(&fabric, id);
+    let mem = host_memory(0x10000);
+    fabric.map_host(id, HostRegion { iova: 0x1_0000_0000, len: 0x10000, memory: mem.clone(), offset: 0 }).unwrap();
+
+    let data: Vec<u8> = (0..1500u32).map(|i| (i * 7) as u8).collect();
+    {
+        let mut dma = fabric.dma(id);
+        dma.write(0x1_0000_0010, &data).unwrap();
+        let mut back = vec![0; 1500];
+        dma.read(0x1_0000_0010, &mut back).unwrap();
+        assert_eq!(back, data);
+    }
+    let mut seen = vec![0u8; 1500];
+    mem.read_slice(&mut seen, MemoryRegionAddress(0x10)).unwrap();
+    assert_eq!(seen, data);
+
+    // Write: 6 MemWr TLPs (256-byte MPS blocks 0x000..0x600). Read: 3 requests (512-byte
+    // MRRS blocks), 6 completions.
+    let s = fabric.stats(id);
+    let oh = 24;
+    assert_eq!(s.up_tlps, 6 + 3);
+    assert_eq!(s.up_header_bytes, (6 + 3) * oh);
+    assert_eq!(s.up_payload_bytes, 1500);
+    assert_eq!(s.down_tlps, 6);
+    assert_eq!(s.down_header_bytes, 6 * oh);
+    assert_eq!(s.down_payload_bytes, 1500);
+    let h = fabric.stats(HOST);
+    assert_eq!(h.down_tlps, 9);
+    assert_eq!(h.up_tlps, 6);
+}
+
+#[test]
+fn peer_to_peer_is_routed_before_host_memory() {
+    let fabric = Fabric::new(FabricConfig::default());
+    let a = ram_function(&fabric);
+    let b = ram_function(&fabric);
+    enable(&fabric, a.pci.id);
+    enable(&fabric, b.pci.id);
+    // Host memory mapped at the same address as b's BAR: the switch must pick the BAR.
+    let mem = host_memory(0x10000);
+    fabric.map_host(a.pci.id, HostRegion { iova: 0x9000_0000, len: 0x10000, memory: mem.clone(), offset: 0 }).unwrap();
+    fabric.assign_bar(b.pci.id, 0, 0x9000_0000);
+    {
+        let mut dma = fabric.dma(a.pci.id);
+        dma.write(0x9000_0100, b"peer").unwrap();
+    }
+    assert_eq!(&b.ram.lock().unwrap()[0x100..0x104], b"peer");
+    let mut host = [0u8; 4];
+    mem.read_slice(&mut host, MemoryRegionAddress(0x100)).unwrap();
+    assert_eq!(host, [0; 4]);
+    let sb = fabric.stats(b.pci.id);
+    assert_eq!((sb.down_tlps, sb.down_payload_bytes), (1, 4));
+    assert_eq!(fabric.stats(HOST).total_tlps(), 0);
+}
+
+#[test]
+fn unmapped_disabled_and_foreign_accesses_fail_without_touching_memory() {
+    let fabric = Fabric::new(FabricConfig::default());
+    let a = ram_function(&fabric);
+    let b = ram_function(&fabric);
+    let mem = host_memory(0x2000);
+    fabric.map_host(a.pci.id, HostRegion { iova: 0x4000, len: 0x2000, memory: mem.clone(), offset: 0 }).unwrap();
+    // Bus mastering off.
+    assert_eq!(fabric.dma(a.pci.id).write(0x4000, &[1]), Err(DmaError::BusMasterDisabled));
+    enable(&fabric, a.pci.id);
+    enable(&fabric, b.pci.id);
+    let mut dma = fabric.dma(a.pci.id);
+    // Straddling the end of the mapping.
+    assert!(dma.write(0x5fff, &[1, 2]).is_err());
+    assert!(dma.write(u64::MAX, &[1, 2]).is_err());
+    drop(dma);
+    // b has no mapping of its own: a's map is not b's.
+    assert!(fabric.dma(b.pci.id).write(0x4000, &[1]).is_err());
+    let mut all = vec![0u8; 0x2000];
+    mem.read_slice(&mut all, MemoryRegionAddress(0)).unwrap();
+    assert!(all.iter().all(|&x| x == 0));
+    // After unmap the address is gone.
+    fabric.unmap_host(a.pci.id, 0x4000, 0x1000);
+    assert!(fabric.dma(a.pci.id).read(0x4000, &mut [0]).is_err());
+    assert!(fabric.dma(a.pci.id).read(0x5000, &mut [0]).is_ok());
+    // A mapping that does not fit its backing is refused.
+    assert_eq!(fabric.map_host(a.pci.id, HostRegion { iova: 0, len: 0x3000, memory: mem, offset: 0 }), Err(MapError::OutOfBacking));
+}
+
+#[test]
+fn requests_may_span_adjacent_page_mappings() {
+    let fabric = Fabric::new(FabricConfig::default());
+    let a = ram_function(&fabric);
+    enable(&fabric, a.pci.id);
+    let mem = host_memory(0x4000);
+    // Pages mapped one by one, out of order, as a vIOMMU does.
+    for page in [2u64, 0, 1, 3] {
+        fabric.map_host(a.pci.id, HostRegion { iova: 0x10000 + page * 0x1000, len: 0x1000, memory: mem.clone(), offset: page * 0x1000 }).unwrap();
+    }
+    assert_eq!(fabric.host_mapping_count(a.pci.id), 4);
+    let data: Vec<u8> = (0..0x2000u32).map(|i| i as u8 ^ 0x5a).collect();
+    let mut dma = fabric.dma(a.pci.id);
+    dma.write(0x10800, &data).unwrap();
+    let mut back = vec![0; 0x2000];
+    dma.read(0x10800, &mut back).unwrap();
+    assert_eq!(back, data);
+}
+
+#[test]
+fn host_mmio_reaches_bars_and_unclaimed_reads_return_all_ones() {
+    let fabric = Fabric::new(FabricConfig::default());
+    let a = ram_function(&fabric);
+    fabric.assign_bar(a.pci.id, 0, 0xe000_0000);
+    // Memory decode off: the BAR does not claim.
+    assert!(!fabric.mmio_write(0xe000_0000, &[7]));
+    enable(&fabric, a.pci.id);
+    assert!(fabric.mmio_write(0xe000_0008, &[7, 8]));
+    let mut b = [0u8; 2];
+    assert!(fabric.mmio_read(0xe000_0008, &mut b));
+    assert_eq!(b, [7, 8]);
+    assert!(!fabric.mmio_read(0xd000_0000, &mut b));
+    assert_eq!(b, [0xff, 0xff]);
+}

@@ -53,7 +53,7 @@ impl MsixTable {
             let o = offset + i as u64;
             let (e, w, byte) = ((o / ENTRY_SIZE) as usize, ((o % ENTRY_SIZE) / 4) as usize, (o % 4) * 8);
             if let Some(ent) = self.entries.get_mut(e) {
-                let mask = if w == 3 { VECTOR_CTRL_MASKED << byte } else { 0xff << byte };
+                let mask = if w == 3 { VECTOR_CTRL_MASKED & (0xff << byte) } else { 0xff << byte };
                 ent[w] = (ent[w] & !mask) | (((b as u32) << byte) & mask);
             }
         }
