@@ -526,6 +526,10 @@ pub const VPORT_UPLINK: u16 = 0xffff;
 // ---------------------------------------------------------------------------------------------
 
 pub const WQEBB: usize = 64;
+/// Largest WQE: 63 segments of 16 bytes (16 basic blocks).
+pub const MAX_WQE_DS: u16 = 63;
+/// Largest inline header the Ethernet segment may announce.
+pub const MAX_INLINE_HEADER: u16 = 256;
 pub const DS_SIZE: usize = 16;
 
 /// Send opcodes.

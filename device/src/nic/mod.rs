@@ -71,8 +71,6 @@ pub const MIN_LOG_STRIDE: u8 = 6;
 pub const MAX_LOG_STRIDE: u8 = 13;
 pub const MIN_LOG_STRIDES: u8 = 3;
 pub const MAX_LOG_STRIDES: u8 = 16;
-pub const MAX_WQE_DS: u16 = 63;
-pub const MAX_INLINE_HEADER: u16 = 256;
 pub const MAX_FLOW_LEVEL: u8 = 63;
 
 /// Polled doorbell words of one function (BAR2). Stores from the host land here directly; the

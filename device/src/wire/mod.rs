@@ -3,7 +3,7 @@
 //! to another instance or a TAP device), and a [`FrameTap`] can observe every port, e.g. into a
 //! pcap file that Wireshark and tshark read.
 
-mod pcap;
+pub mod pcap;
 
 use std::collections::VecDeque;
 

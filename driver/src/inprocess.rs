@@ -1,0 +1,176 @@
+//! The in-process transport: the card lives in this process, host memory is an anonymous mapping
+//! registered with the fabric, BAR accesses are fabric MMIO cycles (so they are counted like real
+//! TLPs), and interrupts are counters. [`PciDevice::run_device`] steps the card, which makes tests
+//! deterministic: nothing moves unless the driver or application lets it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use fld_device::card::Card;
+use fld_device::fabric::HostRegion;
+use fld_device::pcie::config::{CMD_BUS_MASTER, CMD_MEMORY, OFF_MSIX_CAP};
+use fld_device::pcie::{FunctionId, InterruptSink, MsiMessage};
+use vm_memory::{GuestAddress, GuestMemoryRegion, GuestRegionMmap, MemoryRegionAddress};
+
+use crate::{DmaBuffer, DriverError, PciDevice};
+
+/// Bus address of host memory as the functions see it.
+pub const HOST_IOVA_BASE: u64 = 0x1_0000_0000;
+/// Where enumeration places BARs.
+pub const MMIO_BASE: u64 = 0xe000_0000;
+/// MSI doorbell address range of an x86 host (the value is not interpreted here).
+const MSI_ADDRESS: u64 = 0xfee0_0000;
+
+#[derive(Default)]
+struct InterruptCounters {
+    counts: Mutex<HashMap<(FunctionId, u16), u64>>,
+}
+
+impl InterruptSink for InterruptCounters {
+    fn deliver(&self, function: FunctionId, msg: MsiMessage) {
+        *self.counts.lock().unwrap_or_else(|e| e.into_inner()).entry((function, msg.vector)).or_default() += 1;
+    }
+}
+
+/// Host memory plus a bump allocator over it.
+struct HostMemory {
+    region: Arc<GuestRegionMmap>,
+    next: Mutex<usize>,
+}
+
+/// The host side of an in-process card: memory, enumeration, interrupts.
+pub struct InProcessHost {
+    card: Arc<Card>,
+    memory: HostMemory,
+    irqs: Arc<InterruptCounters>,
+    bars: HashMap<(FunctionId, u8), u64>,
+}
+
+impl InProcessHost {
+    /// Creates `memory_bytes` of host memory, maps it for DMA by every function, and enumerates
+    /// the card: BARs assigned, memory decode on (bus mastering is the driver's to enable).
+    pub fn new(card: Arc<Card>, memory_bytes: usize) -> Result<Arc<Self>, DriverError> {
+        let region = GuestRegionMmap::from_range(GuestAddress(0), memory_bytes, None).map_err(|e| DriverError::Transport(format!("host memory: {e}")))?;
+        let region = Arc::new(region);
+        let fabric = &card.fabric;
+        let mut bars = HashMap::new();
+        let mut next_bar = MMIO_BASE;
+        for fid in 0..fabric.function_count() as FunctionId {
+            fabric
+                .map_host(fid, HostRegion { iova: HOST_IOVA_BASE, len: memory_bytes as u64, memory: region.clone(), offset: 0 })
+                .map_err(|e| DriverError::Transport(e.to_string()))?;
+            let f = fabric.function(fid).ok_or_else(|| DriverError::Transport("function vanished".into()))?;
+            let specs = f.pci().config().bars().to_vec();
+            for spec in specs {
+                next_bar = next_bar.next_multiple_of(spec.size);
+                fabric.assign_bar(fid, spec.index, next_bar);
+                bars.insert((fid, spec.index), next_bar);
+                next_bar += spec.size;
+            }
+            fabric.config_write(fid, 4, &CMD_MEMORY.to_le_bytes());
+        }
+        let irqs = Arc::new(InterruptCounters::default());
+        fabric.set_interrupt_sink(irqs.clone());
+        Ok(Arc::new(InProcessHost { card, memory: HostMemory { region, next: Mutex::new(0) }, irqs, bars }))
+    }
+
+    pub fn card(&self) -> &Arc<Card> {
+        &self.card
+    }
+
+    /// The driver's handle on function `fid`.
+    pub fn device(self: &Arc<Self>, fid: FunctionId) -> Arc<InProcessDevice> {
+        Arc::new(InProcessDevice { host: self.clone(), fid })
+    }
+
+    /// Bytes of host memory handed out so far.
+    pub fn allocated(&self) -> usize {
+        *self.memory.next.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
+        let align = if len >= 4096 { 4096 } else { 64 };
+        let mut next = self.memory.next.lock().unwrap_or_else(|e| e.into_inner());
+        let start = next.next_multiple_of(align);
+        let end = start.checked_add(len.max(1)).filter(|e| *e as u64 <= self.memory.region.len()).ok_or(DriverError::OutOfDmaMemory(len))?;
+        *next = end;
+        let ptr = self.memory.region.get_host_address(MemoryRegionAddress(start as u64)).map_err(|e| DriverError::Transport(e.to_string()))?;
+        // SAFETY: [start, end) lies inside the region, which the Arc keeps mapped.
+        Ok(unsafe { DmaBuffer::new(HOST_IOVA_BASE + start as u64, ptr, len, self.memory.region.clone()) })
+    }
+}
+
+/// One function of an in-process card.
+pub struct InProcessDevice {
+    host: Arc<InProcessHost>,
+    fid: FunctionId,
+}
+
+impl InProcessDevice {
+    pub fn function_id(&self) -> FunctionId {
+        self.fid
+    }
+    pub fn host(&self) -> &Arc<InProcessHost> {
+        &self.host
+    }
+    fn bar_base(&self, bar: u8) -> Option<u64> {
+        self.host.bars.get(&(self.fid, bar)).copied()
+    }
+}
+
+impl PciDevice for InProcessDevice {
+    fn config_read(&self, offset: u64, data: &mut [u8]) {
+        self.host.card.fabric.config_read(self.fid, offset, data)
+    }
+    fn config_write(&self, offset: u64, data: &[u8]) {
+        self.host.card.fabric.config_write(self.fid, offset, data)
+    }
+    fn bar_read(&self, bar: u8, offset: u64, data: &mut [u8]) {
+        match self.bar_base(bar) {
+            Some(base) => {
+                self.host.card.fabric.mmio_read(base + offset, data);
+            }
+            None => data.fill(0xff),
+        }
+    }
+    fn bar_write(&self, bar: u8, offset: u64, data: &[u8]) {
+        if let Some(base) = self.bar_base(bar) {
+            self.host.card.fabric.mmio_write(base + offset, data);
+        }
+    }
+    fn dma_alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
+        self.host.alloc(len)
+    }
+    fn enable_msix(&self, vectors: u16) -> Result<(), DriverError> {
+        let mut cap = [0u8; 12];
+        self.config_read(OFF_MSIX_CAP as u64, &mut cap);
+        let table_size = (u16::from_le_bytes([cap[2], cap[3]]) & 0x7ff) + 1;
+        if vectors > table_size {
+            return Err(DriverError::InvalidArgument("more MSI-X vectors than the table holds"));
+        }
+        let table = u32::from_le_bytes([cap[4], cap[5], cap[6], cap[7]]);
+        let (bir, off) = ((table & 7) as u8, (table & !7) as u64);
+        for v in 0..vectors as u64 {
+            let e = off + v * 16;
+            self.bar_write(bir, e, &(MSI_ADDRESS as u32).to_le_bytes());
+            self.bar_write(bir, e + 4, &0u32.to_le_bytes());
+            self.bar_write(bir, e + 8, &(v as u32).to_le_bytes());
+            self.bar_write(bir, e + 12, &0u32.to_le_bytes());
+        }
+        let ctl = u16::from_le_bytes([cap[2], cap[3]]) | (1 << 15);
+        self.config_write(OFF_MSIX_CAP as u64 + 2, &ctl.to_le_bytes());
+        Ok(())
+    }
+    fn take_interrupts(&self, vector: u16) -> u64 {
+        self.host.irqs.counts.lock().unwrap_or_else(|e| e.into_inner()).remove(&(self.fid, vector)).unwrap_or(0)
+    }
+    fn run_device(&self) {
+        self.host.card.poll();
+    }
+}
+
+/// Convenience for tests and tools: enable memory decode and bus mastering.
+pub fn enable_bus_master(dev: &dyn PciDevice) {
+    let cmd = dev.config_read16(4) | CMD_MEMORY | CMD_BUS_MASTER;
+    dev.config_write16(4, cmd);
+}

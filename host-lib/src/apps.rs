@@ -1,0 +1,381 @@
+//! Example applications on the burst API, shared by the `fldemu` demo and benchmark, the test
+//! suites and (later) the in-guest program: a traffic generator that checks every returned byte,
+//! and an echo application that returns what it receives.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::ethdev::EthDev;
+use crate::mempool::{ol, Mbuf, Mempool};
+
+/// The burst interface the applications run on: an emulated port, or the software loopback
+/// used as the benchmark's baseline.
+pub trait BurstPort {
+    fn mac(&self) -> [u8; 6];
+    fn pool(&self) -> Option<Arc<Mempool>>;
+    fn tx_burst(&mut self, q: u16, pkts: &mut Vec<Mbuf>) -> usize;
+    fn rx_burst(&mut self, q: u16, out: &mut Vec<Mbuf>, max: usize) -> usize;
+}
+
+impl BurstPort for EthDev {
+    fn mac(&self) -> [u8; 6] {
+        EthDev::mac(self)
+    }
+    fn pool(&self) -> Option<Arc<Mempool>> {
+        EthDev::pool(self)
+    }
+    fn tx_burst(&mut self, q: u16, pkts: &mut Vec<Mbuf>) -> usize {
+        EthDev::tx_burst(self, q, pkts)
+    }
+    fn rx_burst(&mut self, q: u16, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        EthDev::rx_burst(self, q, out, max)
+    }
+}
+
+type Link = Arc<Mutex<VecDeque<Mbuf>>>;
+
+/// One end of a software loopback: transmit copies each frame into a buffer of the peer's pool
+/// (what the NIC's DMA does), fills requested checksums in software and marks them good. It
+/// does the application-visible work of the emulated path with no device model, so the ratio of
+/// the two is the cost of emulation.
+pub struct SoftPort {
+    mac: [u8; 6],
+    pool: Arc<Mempool>,
+    peer_pool: Arc<Mempool>,
+    rx: Link,
+    peer_rx: Link,
+    fresh: Vec<Mbuf>,
+}
+
+impl SoftPort {
+    /// Two connected ends.
+    pub fn pair(a: (Arc<Mempool>, [u8; 6]), b: (Arc<Mempool>, [u8; 6])) -> (SoftPort, SoftPort) {
+        let la: Link = Default::default();
+        let lb: Link = Default::default();
+        (
+            SoftPort { mac: a.1, pool: a.0.clone(), peer_pool: b.0.clone(), rx: la.clone(), peer_rx: lb.clone(), fresh: Vec::new() },
+            SoftPort { mac: b.1, pool: b.0, peer_pool: a.0, rx: lb, peer_rx: la, fresh: Vec::new() },
+        )
+    }
+}
+
+impl BurstPort for SoftPort {
+    fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+    fn pool(&self) -> Option<Arc<Mempool>> {
+        Some(self.pool.clone())
+    }
+    fn tx_burst(&mut self, _q: u16, pkts: &mut Vec<Mbuf>) -> usize {
+        self.fresh.clear();
+        let n = self.peer_pool.alloc_bulk(&mut self.fresh, pkts.len());
+        let mut peer = self.peer_rx.lock().unwrap_or_else(|e| e.into_inner());
+        for (mut copy, m) in self.fresh.drain(..).zip(pkts.iter()) {
+            copy.fill_from(m.data());
+            if m.ol_flags & (ol::TX_IP_CKSUM | ol::TX_L4_CKSUM) != 0 {
+                fill_udp4_checksums(copy.data_mut());
+            }
+            copy.ol_flags = ol::RX_IP_CKSUM_GOOD | ol::RX_L4_CKSUM_GOOD;
+            peer.push_back(copy);
+        }
+        drop(peer);
+        self.pool.free_bulk(pkts.drain(..n));
+        n
+    }
+    fn rx_burst(&mut self, _q: u16, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let n = max.min(rx.len());
+        out.extend(rx.drain(..n));
+        n
+    }
+}
+
+/// Software IPv4 + UDP checksums of a generator frame.
+fn fill_udp4_checksums(f: &mut [u8]) {
+    if f.len() < HEADERS {
+        return;
+    }
+    f[24..26].fill(0);
+    let c = !ones_complement(&f[14..34], 0);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+    f[40..42].fill(0);
+    let mut pseudo = 17u32 + u16::from_be_bytes([f[38], f[39]]) as u32;
+    for i in (26..34).step_by(2) {
+        pseudo += u16::from_be_bytes([f[i], f[i + 1]]) as u32;
+    }
+    let mut u = !ones_complement(&f[34..], pseudo);
+    if u == 0 {
+        u = 0xffff;
+    }
+    f[40..42].copy_from_slice(&u.to_be_bytes());
+}
+
+/// Smallest and largest frame the generator builds (without FCS).
+pub const MIN_FRAME: usize = 60;
+pub const MAX_FRAME: usize = 9000;
+const HEADERS: usize = 14 + 20 + 8;
+
+/// Frame sizes to generate.
+#[derive(Clone, Debug)]
+pub enum Sizes {
+    Fixed(usize),
+    /// Every size from `min` to `max` in turn.
+    Sweep { min: usize, max: usize },
+    /// A repeating list.
+    Cycle(Vec<usize>),
+}
+
+impl Sizes {
+    pub fn size_of(&self, seq: u64) -> usize {
+        let s = match self {
+            Sizes::Fixed(n) => *n,
+            Sizes::Sweep { min, max } => min + (seq as usize % (max - min + 1)),
+            Sizes::Cycle(v) => v[seq as usize % v.len()],
+        };
+        s.clamp(MIN_FRAME, MAX_FRAME)
+    }
+    pub fn max(&self) -> usize {
+        match self {
+            Sizes::Fixed(n) => *n,
+            Sizes::Sweep { max, .. } => *max,
+            Sizes::Cycle(v) => v.iter().copied().max().unwrap_or(MIN_FRAME),
+        }
+        .clamp(MIN_FRAME, MAX_FRAME)
+    }
+}
+
+/// Workload parameters.
+#[derive(Clone, Debug)]
+pub struct EchoConfig {
+    pub packets: u64,
+    pub sizes: Sizes,
+    pub burst: usize,
+    /// Packets in flight at most.
+    pub window: usize,
+    /// Ask the NIC to fill IPv4 and UDP checksums.
+    pub checksum_offload: bool,
+    /// Distinct UDP source ports (spreads flows for RSS).
+    pub flows: u16,
+}
+
+impl Default for EchoConfig {
+    fn default() -> Self {
+        EchoConfig { packets: 10_000, sizes: Sizes::Fixed(64), burst: 32, window: 512, checksum_offload: true, flows: 64 }
+    }
+}
+
+/// What the generator saw.
+#[derive(Clone, Debug, Default)]
+pub struct EchoReport {
+    pub packets_sent: u64,
+    pub packets_received: u64,
+    pub bytes_verified: u64,
+    pub mismatches: u64,
+    /// Returned frames whose NIC checksum flags were not "good".
+    pub checksum_flags_bad: u64,
+    pub elapsed: Duration,
+    /// Sum of frame lengths sent.
+    pub bytes_sent: u64,
+}
+
+impl EchoReport {
+    pub fn mpps(&self) -> f64 {
+        self.packets_received as f64 / self.elapsed.as_secs_f64().max(1e-9) / 1e6
+    }
+    /// Goodput of verified frames in Gbit/s (frame bytes, no preamble or FCS).
+    pub fn gbps(&self) -> f64 {
+        self.bytes_verified as f64 * 8.0 / self.elapsed.as_secs_f64().max(1e-9) / 1e9
+    }
+}
+
+/// The generator's MAC and IPv4 addresses.
+pub const CLIENT_IP: [u8; 4] = [10, 0, 0, 1];
+pub const SERVER_IP: [u8; 4] = [10, 0, 0, 2];
+pub const ECHO_PORT: u16 = 7;
+
+/// RFC 1071 one's-complement sum, folded.
+pub fn ones_complement(data: &[u8], mut sum: u32) -> u16 {
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+        if sum > 0xffff_0000 {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+    }
+    if let [b] = chunks.remainder() {
+        sum += (*b as u32) << 8;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Writes the UDP/IPv4 frame number `seq` of `len` bytes into `out`. With `checksums` the IPv4
+/// and UDP checksums are computed here; without, they are left zero for the NIC to fill.
+pub fn build_frame(out: &mut [u8], seq: u64, len: usize, src_mac: [u8; 6], dst_mac: [u8; 6], flows: u16, checksums: bool) {
+    let f = &mut out[..len];
+    f[0..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip_len = (len - 14) as u16;
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[1] = 0;
+    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+    ip[4..6].copy_from_slice(&(seq as u16).to_be_bytes());
+    ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[10..12].fill(0);
+    ip[12..16].copy_from_slice(&CLIENT_IP);
+    ip[16..20].copy_from_slice(&SERVER_IP);
+    let sport = 1024 + (seq % flows.max(1) as u64) as u16;
+    let udp_len = ip_len - 20;
+    f[34..36].copy_from_slice(&sport.to_be_bytes());
+    f[36..38].copy_from_slice(&ECHO_PORT.to_be_bytes());
+    f[38..40].copy_from_slice(&udp_len.to_be_bytes());
+    f[40..42].fill(0);
+    f[42..50].copy_from_slice(&seq.to_le_bytes());
+    for (k, b) in f[50..].iter_mut().enumerate() {
+        *b = (seq as u8).wrapping_mul(31).wrapping_add(k as u8);
+    }
+    if checksums {
+        let c = !ones_complement(&f[14..34], 0);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        let mut pseudo = 0u32;
+        for w in [&CLIENT_IP[..2], &CLIENT_IP[2..], &SERVER_IP[..2], &SERVER_IP[2..]] {
+            pseudo += u16::from_be_bytes([w[0], w[1]]) as u32;
+        }
+        pseudo += 17 + udp_len as u32;
+        let mut u = !ones_complement(&f[34..], pseudo);
+        if u == 0 {
+            u = 0xffff;
+        }
+        f[40..42].copy_from_slice(&u.to_be_bytes());
+    }
+}
+
+/// Echo server step: receives a burst, swaps MAC addresses and sends it back. Returns the number
+/// of packets echoed. `bufs` is scratch space reused across calls.
+pub fn echo_step(port: &mut impl BurstPort, bufs: &mut Vec<Mbuf>, burst: usize) -> usize {
+    let n = port.rx_burst(0, bufs, burst);
+    if n == 0 && bufs.is_empty() {
+        return 0;
+    }
+    for m in bufs.iter_mut() {
+        let d = m.data_mut();
+        if d.len() >= 12 {
+            let (a, b) = d.split_at_mut(6);
+            a.swap_with_slice(&mut b[..6]);
+        }
+        m.ol_flags = 0;
+    }
+    port.tx_burst(0, bufs);
+    // What did not fit stays in `bufs` for the next call.
+    n
+}
+
+/// Sends `cfg.packets` frames from `client` to `server`'s MAC, runs `serve` between bursts (the
+/// echo side), and checks every returned frame byte for byte against what was sent (with MACs
+/// swapped). Bounded: gives up after `cfg.packets * 64 + 10^6` idle iterations.
+pub fn run_echo(client: &mut impl BurstPort, server_mac: [u8; 6], cfg: &EchoConfig, mut serve: impl FnMut() -> usize) -> EchoReport {
+    let mut rep = EchoReport::default();
+    let client_mac = client.mac();
+    let mut tx: Vec<Mbuf> = Vec::with_capacity(cfg.burst);
+    let mut rx: Vec<Mbuf> = Vec::with_capacity(cfg.burst);
+    let mut expect = vec![0u8; MAX_FRAME];
+    let mut next_seq = 0u64;
+    let mut idle = 0u64;
+    let idle_limit = cfg.packets * 64 + 1_000_000;
+    let pool = client.pool().expect("configured port");
+    let start = Instant::now();
+    while rep.packets_received < cfg.packets && idle < idle_limit {
+        let mut progress = 0;
+        // Generate.
+        let inflight = (rep.packets_sent - rep.packets_received) as usize;
+        let want = cfg.burst.min(cfg.window.saturating_sub(inflight)).min((cfg.packets - next_seq) as usize);
+        if want > 0 && tx.is_empty() {
+            pool.alloc_bulk(&mut tx, want);
+            for m in tx.iter_mut() {
+                let len = cfg.sizes.size_of(next_seq);
+                build_frame(m.set_len(len), next_seq, len, client_mac, server_mac, cfg.flows, !cfg.checksum_offload);
+                m.ol_flags = if cfg.checksum_offload { ol::TX_IP_CKSUM | ol::TX_L4_CKSUM } else { 0 };
+                rep.bytes_sent += len as u64;
+                next_seq += 1;
+            }
+        }
+        if !tx.is_empty() {
+            let n = client.tx_burst(0, &mut tx);
+            rep.packets_sent += n as u64;
+            progress += n;
+        }
+        progress += serve();
+        // Verify.
+        let n = client.rx_burst(0, &mut rx, cfg.burst);
+        progress += n;
+        for m in rx.drain(..) {
+            rep.packets_received += 1;
+            let d = m.data();
+            let ok = d.len() >= HEADERS + 8 && {
+                let seq = u64::from_le_bytes(d[42..50].try_into().unwrap_or([0; 8]));
+                let len = cfg.sizes.size_of(seq);
+                build_frame(&mut expect, seq, len, server_mac, client_mac, cfg.flows, true);
+                d.len() == len && m.pkt_len as usize == len && d == &expect[..len]
+            };
+            if ok {
+                rep.bytes_verified += d.len() as u64;
+            } else {
+                rep.mismatches += 1;
+            }
+            let good = ol::RX_IP_CKSUM_GOOD | ol::RX_L4_CKSUM_GOOD;
+            if m.ol_flags & good != good {
+                rep.checksum_flags_bad += 1;
+            }
+            pool.free(m);
+        }
+        idle = if progress == 0 { idle + 1 } else { 0 };
+    }
+    rep.elapsed = start.elapsed();
+    pool.free_bulk(tx.drain(..));
+    rep
+}
+
+/// An in-process card with the generator on host function 0 and the echo server on host
+/// function 1, both configured: the set-up of the demo, the benchmark and the tests.
+pub struct InProcessPair {
+    pub card: Arc<fld_device::card::Card>,
+    pub host: Arc<fld_driver::inprocess::InProcessHost>,
+    pub client: EthDev,
+    pub server: EthDev,
+}
+
+impl InProcessPair {
+    pub fn new(rx_mode: crate::ethdev::RxMode, max_frame: usize) -> Result<Self, fld_driver::DriverError> {
+        use fld_device::card::{Card, CardConfig};
+        use fld_driver::inprocess::InProcessHost;
+        let card = Card::new(CardConfig::default());
+        let host = InProcessHost::new(card.clone(), 1 << 30)?;
+        let f0 = card.nic.function_id(0).ok_or(fld_driver::DriverError::InvalidArgument("no function 0"))?;
+        let f1 = card.nic.function_id(1).ok_or(fld_driver::DriverError::InvalidArgument("no function 1"))?;
+        let mut client = EthDev::open(host.device(f0))?;
+        let mut server = EthDev::open(host.device(f1))?;
+        let buf = (max_frame + crate::mempool::HEADROOM as usize) as u32;
+        let cfg = crate::ethdev::PortConfig { rx_mode, ..Default::default() };
+        let dev0 = host.device(f0);
+        let dev1 = host.device(f1);
+        client.configure(cfg, Mempool::new(dev0.as_ref(), 4096, buf)?)?;
+        server.configure(cfg, Mempool::new(dev1.as_ref(), 4096, buf)?)?;
+        Ok(InProcessPair { card, host, client, server })
+    }
+
+    /// Runs the echo workload: the client generates and verifies, the server echoes.
+    pub fn run_echo(&mut self, cfg: &EchoConfig) -> EchoReport {
+        let server_mac = self.server.mac();
+        let server = &mut self.server;
+        let mut scratch = Vec::with_capacity(cfg.burst);
+        let burst = cfg.burst;
+        run_echo(&mut self.client, server_mac, cfg, || echo_step(server, &mut scratch, burst))
+    }
+}
