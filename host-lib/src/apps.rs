@@ -362,7 +362,7 @@ impl InProcessPair {
         let mut client = EthDev::open(host.device(f0))?;
         let mut server = EthDev::open(host.device(f1))?;
         let buf = (max_frame + crate::mempool::HEADROOM as usize) as u32;
-        let cfg = crate::ethdev::PortConfig { rx_mode, ..Default::default() };
+        let cfg = crate::ethdev::PortConfig { rx_mode, max_rx_frame: max_frame as u32, ..Default::default() };
         let dev0 = host.device(f0);
         let dev1 = host.device(f1);
         client.configure(cfg, Mempool::new(dev0.as_ref(), 4096, buf)?)?;

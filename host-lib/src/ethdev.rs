@@ -38,11 +38,13 @@ pub struct PortConfig {
     /// log2 of WQE basic blocks per TX queue.
     pub log_tx_desc: u8,
     pub rx_mode: RxMode,
+    /// Largest frame expected; striding queues get enough WQEs to hold `2^log_rx_desc` of them.
+    pub max_rx_frame: u32,
 }
 
 impl Default for PortConfig {
     fn default() -> Self {
-        PortConfig { rx_queues: 1, tx_queues: 1, log_rx_desc: 10, log_tx_desc: 10, rx_mode: RxMode::Regular }
+        PortConfig { rx_queues: 1, tx_queues: 1, log_rx_desc: 10, log_tx_desc: 10, rx_mode: RxMode::Regular, max_rx_frame: 1514 }
     }
 }
 
@@ -164,17 +166,19 @@ impl EthDev {
             self.txqs.push(TxQueue { sq, cq, inflight: VecDeque::with_capacity(cap), completed: 0, reclaimed: Vec::with_capacity(cap) });
         }
         for _ in 0..config.rx_queues {
-            // Striding WQEs produce up to one CQE per stride.
-            let log_cq = match config.rx_mode {
-                RxMode::Regular => config.log_rx_desc,
-                RxMode::Striding { log_strides, .. } => (config.log_rx_desc + log_strides).min(self.nic.caps().max_log_cq_size),
+            // Descriptors count packets: a striding ring has one WQE per `2^log_strides` of them
+            // (as DPDK sizes multi-packet queues), and up to one CQE per stride plus fillers.
+            let (log_cq, log_rq, layout) = match config.rx_mode {
+                RxMode::Regular => (config.log_rx_desc, config.log_rx_desc, RqLayout::Regular),
+                RxMode::Striding { log_stride_size, log_strides } => {
+                    let strides_per_frame = (config.max_rx_frame.max(64) as u64).div_ceil(1 << log_stride_size);
+                    let wqes = ((strides_per_frame << config.log_rx_desc) >> log_strides).max(4);
+                    let log_rq = (64 - (wqes - 1).leading_zeros()) as u8;
+                    ((config.log_rx_desc + 1).min(self.nic.caps().max_log_cq_size), log_rq.min(self.nic.caps().max_log_rq_size), RqLayout::Striding { log_stride_size, log_strides })
+                }
             };
             let cq = self.nic.create_cq(&self.eq, log_cq)?;
-            let layout = match config.rx_mode {
-                RxMode::Regular => RqLayout::Regular,
-                RxMode::Striding { log_stride_size, log_strides } => RqLayout::Striding { log_stride_size, log_strides },
-            };
-            let mut rq = self.nic.create_rq(&cq, config.log_rx_desc, layout)?;
+            let mut rq = self.nic.create_rq(&cq, log_rq, layout)?;
             let n = rq.size() as usize;
             let mut posted: Vec<Option<Mbuf>> = Vec::new();
             let mut strides = None;

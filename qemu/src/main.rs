@@ -33,11 +33,15 @@ enum Cmd {
     Bench(BenchArgs),
 }
 
+/// Multi-packet receive layout of the demo and benchmark: 256-byte strides, 64 per WQE (16 KiB
+/// buffers), so a 64-byte frame takes one stride and a 9000-byte frame 36.
+const STRIDING: RxMode = RxMode::Striding { log_stride_size: 8, log_strides: 6 };
+
 #[derive(Clone, Copy, ValueEnum)]
 enum RxModeArg {
     /// One buffer per receive WQE.
     Regular,
-    /// Multi-packet (striding) receive queues, 2 KiB strides, 32 per WQE.
+    /// Multi-packet (striding) receive queues: 256-byte strides, 64 per WQE.
     Striding,
 }
 
@@ -45,7 +49,7 @@ impl RxModeArg {
     fn mode(self) -> RxMode {
         match self {
             RxModeArg::Regular => RxMode::Regular,
-            RxModeArg::Striding => RxMode::Striding { log_stride_size: 11, log_strides: 5 },
+            RxModeArg::Striding => STRIDING,
         }
     }
 }
@@ -192,7 +196,7 @@ struct Point {
 fn measure(size: usize, packets: u64) -> Result<Point, Box<dyn std::error::Error>> {
     let cfg = EchoConfig { packets, sizes: Sizes::Fixed(size), burst: 32, window: 1024, ..Default::default() };
     // Emulated path: generator -> NIC -> eSwitch -> echo -> NIC -> generator.
-    let mut pair = InProcessPair::new(RxMode::Striding { log_stride_size: 11, log_strides: 5 }, size)?;
+    let mut pair = InProcessPair::new(STRIDING, size)?;
     let warm = EchoConfig { packets: packets / 20 + 1, ..cfg.clone() };
     pair.run_echo(&warm);
     pair.card.fabric.clear_stats();
