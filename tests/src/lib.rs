@@ -1,0 +1,1 @@
+//! Integration suites live in `tests/`; this library is empty.

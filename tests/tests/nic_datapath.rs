@@ -1,0 +1,234 @@
+//! The soft NIC's data path seen from a driver: CQE fields, owner bits, strides, checksums,
+//! interrupts and exact PCIe TLP accounting.
+
+mod common;
+
+use common::*;
+use fld_device::fabric::HOST;
+use fld_device::nic::abi::*;
+use fld_driver::nic::RqLayout;
+use fld_driver::PciDevice;
+
+#[test]
+fn frame_crosses_the_eswitch_byte_exact_with_complete_cqes() {
+    let mut r = rig(RqLayout::Regular, 6, 8);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let frame = udp_frame(m0, m1, 4000, 53, 300, 9);
+    let idx = r.ports[0].send(&frame, 0, true);
+    r.run();
+    let tx = r.ports[0].cq.poll().expect("send completion");
+    assert_eq!(opcode(&tx), CQE_REQ);
+    assert_eq!(tx.wqe_counter.get(), idx);
+    assert_eq!(tx.byte_count.get(), 300);
+    assert_eq!(tx.qn.get(), r.ports[0].sq.sqn);
+    let rx = r.ports[1].rq_cq.poll().expect("receive completion");
+    assert_eq!(opcode(&rx), CQE_RESP_SEND);
+    assert_eq!(rx.byte_count.get(), 300);
+    assert_eq!(rx.wqe_counter.get(), 0);
+    assert_eq!(rx.qn.get(), r.ports[1].rq.rqn);
+    assert_eq!(rx.flags, 0);
+    let c = cqe_csum::L3_PRESENT | cqe_csum::L3_OK | cqe_csum::L4_PRESENT | cqe_csum::L4_OK | cqe_csum::UDP;
+    assert_eq!(rx.csum, c);
+    let mut got = vec![0u8; 300];
+    r.ports[1].rx_bufs[0].read(0, &mut got);
+    assert_eq!(got, frame);
+    assert!(r.ports[1].rq_cq.poll().is_none());
+    assert!(r.ports[0].rq_cq.poll().is_none(), "the sender must not receive its own frame");
+}
+
+#[test]
+fn owner_bit_alternates_over_many_ring_cycles() {
+    // A 4-entry receive CQ and an 8-entry RQ, 100 frames: 25 passes over the CQ ring.
+    let mut r = rig(RqLayout::Regular, 3, 2);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    for i in 0..100u32 {
+        let frame = udp_frame(m0, m1, 1000 + i as u16, 7, 64 + (i as usize % 7), i as u8);
+        r.ports[0].send(&frame, 0, false);
+        r.run();
+        let slot_owner = (i >> 2) & 1;
+        let cqe = r.ports[1].rq_cq.poll().unwrap_or_else(|| panic!("CQE {i} missing"));
+        assert_eq!((cqe.op_own & 1) as u32, slot_owner, "owner bit of CQE {i}");
+        assert_eq!(cqe.wqe_counter.get() as u32, i);
+        assert_eq!(cqe.byte_count.get() as usize, frame.len());
+        let mut got = vec![0u8; frame.len()];
+        r.ports[1].rx_bufs[(i % 8) as usize].read(0, &mut got);
+        assert_eq!(got, frame, "frame {i}");
+        r.ports[1].rq_cq.update_ci();
+        let b = &r.ports[1].rx_bufs[(i % 8) as usize];
+        let (iova, len) = (b.iova(), b.len() as u32);
+        r.ports[1].rq.post(iova, len);
+        r.ports[1].rq.ring_doorbell();
+    }
+    // Unsignalled sends produced no send CQEs.
+    assert!(r.ports[0].cq.poll().is_none());
+}
+
+#[test]
+fn striding_rq_places_frames_in_consecutive_strides_with_fillers() {
+    // 8 strides of 256 bytes per WQE (2 KiB buffers).
+    let mut r = rig(RqLayout::Striding { log_stride_size: 8, log_strides: 3 }, 2, 6);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    // 300 B -> 2 strides, 600 B -> 3 strides, 100 B -> 1 stride (6 used), 700 B needs 3: filler
+    // for the last 2 strides, then WQE 1 from stride 0.
+    let sizes = [300usize, 600, 100, 700];
+    let frames: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| udp_frame(m0, m1, 5000, 9, n, i as u8)).collect();
+    for f in &frames {
+        r.ports[0].send(f, 0, false);
+    }
+    r.run();
+    let expect = [(0u16, 0u16, 2u16, 0u8), (0, 2, 3, 0), (0, 5, 1, 0), (0, 6, 2, cqe_flags::FILLER | cqe_flags::WQE_DONE), (1, 0, 3, 0)];
+    let mut frame_i = 0;
+    for (k, &(wqe, stride, consumed, flags)) in expect.iter().enumerate() {
+        let c = r.ports[1].rq_cq.poll().unwrap_or_else(|| panic!("CQE {k} missing"));
+        assert_eq!((c.wqe_counter.get(), c.stride_index.get(), c.consumed_strides.get(), c.flags), (wqe, stride, consumed, flags), "CQE {k}");
+        if flags & cqe_flags::FILLER == 0 {
+            let f = &frames[frame_i];
+            assert_eq!(c.byte_count.get() as usize, f.len());
+            let mut got = vec![0u8; f.len()];
+            r.ports[1].rx_bufs[wqe as usize].read(stride as usize * 256, &mut got);
+            assert_eq!(&got, f, "frame {frame_i}");
+            frame_i += 1;
+        }
+    }
+    assert!(r.ports[1].rq_cq.poll().is_none());
+}
+
+#[test]
+fn frames_of_every_size_span_strides_byte_exact() {
+    // 64-byte strides, 256 per WQE: a 9000-byte frame spans 141 strides.
+    let mut r = rig(RqLayout::Striding { log_stride_size: 6, log_strides: 8 }, 3, 10);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let mut consumed_wqes = 0u32;
+    for (i, len) in (60..=9000usize).step_by(37).chain([9000]).enumerate() {
+        let f = udp_frame(m0, m1, 6000, 9, len, i as u8);
+        r.ports[0].send(&f, 0, false);
+        r.run();
+        loop {
+            let c = r.ports[1].rq_cq.poll().expect("CQE");
+            assert_eq!(opcode(&c), CQE_RESP_SEND);
+            let slot = c.wqe_counter.get() as usize % 8;
+            if c.flags & cqe_flags::WQE_DONE != 0 {
+                consumed_wqes += 1;
+            }
+            if c.flags & cqe_flags::FILLER != 0 {
+                // Repost the finished buffer in order.
+                let b = &r.ports[1].rx_bufs[slot];
+                let (iova, n) = (b.iova(), b.len() as u32);
+                r.ports[1].rq.post(iova, n);
+                r.ports[1].rq.ring_doorbell();
+                continue;
+            }
+            assert_eq!(c.consumed_strides.get() as usize, len.div_ceil(64), "size {len}");
+            let mut got = vec![0u8; len];
+            r.ports[1].rx_bufs[slot].read(c.stride_index.get() as usize * 64, &mut got);
+            assert_eq!(got, f, "size {len}");
+            if c.flags & cqe_flags::WQE_DONE != 0 {
+                let b = &r.ports[1].rx_bufs[slot];
+                let (iova, n) = (b.iova(), b.len() as u32);
+                r.ports[1].rq.post(iova, n);
+                r.ports[1].rq.ring_doorbell();
+            }
+            break;
+        }
+        r.ports[1].rq_cq.update_ci();
+    }
+    assert!(consumed_wqes > 8, "buffers were recycled around the ring");
+}
+
+#[test]
+fn checksum_offload_inserts_on_transmit_and_validates_on_receive() {
+    let mut r = rig(RqLayout::Regular, 4, 6);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let good = tcp_frame(m0, m1, [192, 168, 1, 1], [192, 168, 1, 2], 443, 50000, b"checksum offload test payload");
+    // Zero both checksums and ask the NIC to fill them.
+    let mut zeroed = good.clone();
+    zeroed[24..26].fill(0);
+    zeroed[50..52].fill(0);
+    r.ports[0].send(&zeroed, CS_L3 | CS_L4, false);
+    // A corrupted L4 checksum sent without offload must be flagged bad on receive.
+    let mut bad = good.clone();
+    bad[50] ^= 0x55;
+    r.ports[0].send(&bad, 0, false);
+    r.run();
+    let c = r.ports[1].rq_cq.poll().unwrap();
+    let mut got = vec![0u8; good.len()];
+    r.ports[1].rx_bufs[0].read(0, &mut got);
+    assert_eq!(got, good, "inserted checksums equal the reference encoder's");
+    assert_eq!(c.csum, cqe_csum::L3_PRESENT | cqe_csum::L3_OK | cqe_csum::L4_PRESENT | cqe_csum::L4_OK | cqe_csum::TCP);
+    let c = r.ports[1].rq_cq.poll().unwrap();
+    assert_eq!(c.csum, cqe_csum::L3_PRESENT | cqe_csum::L3_OK | cqe_csum::L4_PRESENT | cqe_csum::TCP);
+}
+
+#[test]
+fn armed_completion_queue_raises_msix_through_its_event_queue() {
+    let mut r = rig(RqLayout::Regular, 4, 6);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    assert_eq!(r.ports[1].dev.take_interrupts(0), 0);
+    // Not armed: a completion writes no event.
+    r.ports[0].send(&udp_frame(m0, m1, 1, 2, 64, 0), 0, false);
+    r.run();
+    assert_eq!(r.ports[1].dev.take_interrupts(0), 0);
+    assert!(r.ports[1].rq_cq.poll().is_some());
+    // Armed: the next CQE posts an EQE naming the CQ and raises vector 0 once.
+    r.ports[1].rq_cq.arm();
+    r.run();
+    r.ports[0].send(&udp_frame(m0, m1, 1, 2, 64, 1), 0, false);
+    r.ports[0].send(&udp_frame(m0, m1, 1, 2, 64, 2), 0, false);
+    r.run();
+    assert_eq!(r.ports[1].dev.take_interrupts(0), 1);
+    let e = r.ports[1].eq.poll().expect("completion event");
+    assert_eq!(e.event_type, EQE_COMPLETION);
+    assert_eq!(e.data.get(), r.ports[1].rq_cq.cqn);
+    assert!(r.ports[1].eq.poll().is_none(), "one event per arm");
+    // Re-arming the EQ and CQ while a CQE is already pending fires at once.
+    r.ports[1].eq.arm();
+    r.ports[1].rq_cq.arm();
+    r.run();
+    assert_eq!(r.ports[1].dev.take_interrupts(0), 1);
+    assert_eq!(r.ports[1].eq.poll().unwrap().data.get(), r.ports[1].rq_cq.cqn);
+}
+
+#[test]
+fn pcie_traffic_of_one_frame_equals_the_tlp_formula() {
+    let mut r = rig(RqLayout::Regular, 4, 6);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let (f0, f1) = (r.ports[0].dev.function_id(), r.ports[1].dev.function_id());
+    let frame = udp_frame(m0, m1, 1, 2, 64, 0);
+    r.card.fabric.clear_stats();
+    r.ports[0].send(&frame, 0, true);
+    r.run();
+    let (s0, s1, h) = (r.card.fabric.stats(f0), r.card.fabric.stats(f1), r.card.fabric.stats(HOST));
+    // Sender: in = doorbell (4 B) + WQE completion (64 B) + data completion (50 B); out = two
+    // read requests + the 64-byte send CQE.
+    assert_eq!((s0.down_tlps, s0.down_payload_bytes), (3, 4 + 64 + 50));
+    assert_eq!((s0.up_tlps, s0.up_payload_bytes), (3, 64));
+    // Receiver: in = receive-WQE completion (16 B); out = its read request, the frame (64 B) and
+    // the CQE (64 B). It got no MMIO.
+    assert_eq!((s1.down_tlps, s1.down_payload_bytes), (1, 16));
+    assert_eq!((s1.up_tlps, s1.up_payload_bytes), (3, 128));
+    for s in [s0, s1] {
+        assert_eq!(s.up_header_bytes, 24 * s.up_tlps);
+        assert_eq!(s.down_header_bytes, 24 * s.down_tlps);
+    }
+    // The root port saw all of it from the other side.
+    assert_eq!(h.up_tlps, 1 + 2 + 1);
+    assert_eq!(h.down_tlps, 2 + 1 + 1 + 2);
+}
+
+#[test]
+fn receive_statistics_count_packets_bytes_and_missing_buffers() {
+    let mut r = rig(RqLayout::Regular, 2, 6);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    // Four buffers posted; six frames: two are dropped for lack of buffers.
+    for i in 0..6 {
+        r.ports[0].send(&udp_frame(m0, m1, 1, 2, 100, i), 0, false);
+    }
+    r.run();
+    let rqn = r.ports[1].rq.rqn;
+    let q = r.ports[1].nic.query_rq(rqn).unwrap();
+    assert_eq!((q.packets.get(), q.bytes.get(), q.out_of_buffer.get()), (4, 400, 2));
+    let v = r.ports[1].nic.query_vport(1).unwrap();
+    assert_eq!((v.rx_packets.get(), v.rx_out_of_buffer.get()), (4, 2));
+    let v0 = r.ports[0].nic.query_vport(0).unwrap();
+    assert_eq!((v0.tx_packets.get(), v0.tx_bytes.get()), (6, 600));
+}
