@@ -528,6 +528,13 @@ impl EthDev {
         Ok(s)
     }
 
+    /// Mbufs the port holds: posted receive buffers, refill caches and sends not yet completed.
+    pub fn mbufs_held(&self) -> usize {
+        let rx: usize = self.rxqs.iter().map(|r| r.posted.iter().filter(|m| m.is_some()).count() + r.refill.len()).sum();
+        let tx: usize = self.txqs.iter().map(|t| t.inflight.len() + t.reclaimed.len()).sum();
+        rx + tx
+    }
+
     /// Queue handles for tools that inspect the rings.
     pub fn rx_queue_numbers(&self) -> Vec<u32> {
         self.rxqs.iter().map(|r| r.rq.rqn).collect()

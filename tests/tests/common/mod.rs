@@ -84,6 +84,24 @@ impl Port {
     pub fn mac(&self) -> [u8; 6] {
         self.nic.mac()
     }
+
+    pub fn rq_query(&mut self) -> QueryQueueOut {
+        let n = self.rq.rqn;
+        self.nic.query_rq(n).unwrap()
+    }
+
+    pub fn sq_query(&mut self) -> QueryQueueOut {
+        let n = self.sq.sqn;
+        self.nic.query_sq(n).unwrap()
+    }
+
+    pub fn recover_sq(&mut self) {
+        self.nic.recover_sq(&mut self.sq).unwrap()
+    }
+
+    pub fn recover_rq(&mut self) {
+        self.nic.recover_rq(&mut self.rq).unwrap()
+    }
 }
 
 impl Rig {

@@ -1,0 +1,220 @@
+//! eSwitch steering: priorities, misses, go-to-table, flow tags, counters, RSS, eSwitch (FDB)
+//! rules, flooding, the uplink loopback wire and pcap capture.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use fld_device::nic::abi::*;
+use fld_device::wire::pcap::CaptureFilter;
+use fld_device::wire::{FrameTap, LoopbackWire, PcapTap, TapPoint};
+use fld_driver::nic::{FlowRule, RqLayout, RuleFate, TableMiss};
+use fld_driver::PciDevice;
+
+fn udp_dport(p: u16) -> (FlowMatch, FlowMatch) {
+    let mut m = FlowMatch::default();
+    let mut v = FlowMatch::default();
+    m.ip_proto = 0xff;
+    v.ip_proto = 17;
+    m.dst_port = [0xff; 2];
+    v.dst_port = p.to_be_bytes();
+    (m, v)
+}
+
+#[test]
+fn priorities_ties_misses_and_goto_decide_the_fate() {
+    let mut r = rig(RqLayout::Regular, 4, 6);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let p = &mut r.ports[1];
+    let rqn = p.rq.rqn;
+    let next = p.nic.create_flow_table(TABLE_KIND_NIC_RX, 3, TableMiss::Drop).unwrap();
+    let root = p.nic.create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Goto(next)).unwrap();
+    let (m53, v53) = udp_dport(53);
+    let (mudp, vudp) = {
+        let mut m = FlowMatch::default();
+        let mut v = FlowMatch::default();
+        m.ip_proto = 0xff;
+        v.ip_proto = 17;
+        (m, v)
+    };
+    // Created out of priority order on purpose.
+    let any_udp_b = p.nic.create_flow_entry(root, &FlowRule { priority: 10, mask: mudp, value: vudp, fate: RuleFate::Rq(rqn), flow_tag: Some(0x11), count: true }).unwrap();
+    let any_udp_c = p.nic.create_flow_entry(root, &FlowRule { priority: 10, mask: mudp, value: vudp, fate: RuleFate::Rq(rqn), flow_tag: Some(0x22), count: true }).unwrap();
+    let dns_drop = p.nic.create_flow_entry(root, &FlowRule { priority: 5, mask: m53, value: v53, fate: RuleFate::Drop, flow_tag: None, count: true }).unwrap();
+    let tail = p.nic.create_flow_entry(next, &FlowRule { flow_tag: Some(0x33), count: true, ..FlowRule::any(RuleFate::Rq(rqn)) }).unwrap();
+    p.nic.set_root(TABLE_KIND_NIC_RX, Some(root)).unwrap();
+
+    r.ports[0].send(&udp_frame(m0, m1, 1, 53, 80, 0), 0, false); // dropped by priority 5
+    r.ports[0].send(&udp_frame(m0, m1, 1, 54, 80, 1), 0, false); // first of the tied rules
+    r.ports[0].send(&tcp_frame(m0, m1, [1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x"), 0, false); // miss -> next table
+    r.run();
+    let p = &mut r.ports[1];
+    assert_eq!(p.rq_cq.poll().unwrap().flow_tag.get(), 0x11);
+    assert_eq!(p.rq_cq.poll().unwrap().flow_tag.get(), 0x33);
+    assert!(p.rq_cq.poll().is_none());
+    assert_eq!(p.nic.query_flow_entry(dns_drop).unwrap(), (1, 80));
+    assert_eq!(p.nic.query_flow_entry(any_udp_b).unwrap(), (1, 80));
+    assert_eq!(p.nic.query_flow_entry(any_udp_c).unwrap(), (0, 0));
+    assert_eq!(p.nic.query_flow_entry(tail).unwrap().0, 1);
+    assert_eq!(p.nic.query_vport(1).unwrap().rx_steering_drops.get(), 1);
+    // Removing the winner lets the tied rule match; tables in use cannot be destroyed.
+    p.nic.destroy_flow_entry(any_udp_b).unwrap();
+    assert_eq!(p.nic.destroy_flow_table(next).err().and_then(|e| e.status()), Some(CmdStatus::ResourceBusy));
+    r.ports[0].send(&udp_frame(m0, m1, 1, 54, 80, 1), 0, false);
+    r.run();
+    assert_eq!(r.ports[1].rq_cq.poll().unwrap().flow_tag.get(), 0x22);
+}
+
+/// Toeplitz written out bit by bit, independently of the device's table-driven version.
+fn toeplitz_reference(key: &[u8; 40], input: &[u8]) -> u32 {
+    let bit = |i: usize| (key[i / 8] >> (7 - i % 8)) & 1;
+    let mut h = 0u32;
+    for (n, byte) in input.iter().enumerate() {
+        for b in 0..8 {
+            if byte >> (7 - b) & 1 == 1 {
+                let start = n * 8 + b;
+                let window = (0..32).fold(0u32, |w, k| (w << 1) | bit(start + k) as u32);
+                h ^= window;
+            }
+        }
+    }
+    h
+}
+
+#[test]
+fn rss_spreads_flows_by_the_toeplitz_hash() {
+    let mut r = rig(RqLayout::Regular, 6, 10);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let p = &mut r.ports[1];
+    let mut rqs = vec![];
+    let mut cqs = vec![];
+    let mut bufs = vec![];
+    for _ in 0..4 {
+        let cq = p.nic.create_cq(&p.eq, 8).unwrap();
+        let mut rq = p.nic.create_rq(&cq, 6, RqLayout::Regular).unwrap();
+        for _ in 0..64 {
+            let b = p.dev.dma_alloc(2048).unwrap();
+            rq.post(b.iova(), 2048);
+            bufs.push(b);
+        }
+        rq.ring_doorbell();
+        rqs.push(rq);
+        cqs.push(cq);
+    }
+    let key = fld_device::nic::rss::DEFAULT_RSS_KEY;
+    let indir: Vec<u32> = (0..8).map(|i| rqs[i % 4].rqn).collect();
+    let fields = rss_fields::SRC_IP | rss_fields::DST_IP | rss_fields::SRC_PORT | rss_fields::DST_PORT;
+    let g = p.nic.create_rss_group(&key, fields, &indir).unwrap();
+    let t = p.nic.create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Drop).unwrap();
+    p.nic.create_flow_entry(t, &FlowRule::any(RuleFate::Rss(g))).unwrap();
+    p.nic.set_root(TABLE_KIND_NIC_RX, Some(t)).unwrap();
+    // The RSS group's queues cannot be destroyed while it names them.
+    assert_eq!(p.nic.destroy_rq(rqs[0].rqn).err().and_then(|e| e.status()), Some(CmdStatus::ResourceBusy));
+
+    let mut per_queue = [0u32; 4];
+    for i in 0..64u16 {
+        let (sip, dip, sport, dport) = ([10, 1, (i >> 8) as u8, i as u8], [10, 2, 0, 1], 1000 + i * 7, 80);
+        r.ports[0].send(&tcp_frame(m0, m1, sip, dip, sport, dport, b"rss"), 0, false);
+        r.run();
+        let mut input = vec![];
+        input.extend_from_slice(&sip);
+        input.extend_from_slice(&dip);
+        input.extend_from_slice(&sport.to_be_bytes());
+        input.extend_from_slice(&dport.to_be_bytes());
+        let want = toeplitz_reference(&key, &input);
+        let q = (want & 7) as usize % 4;
+        let c = cqs[q].poll().unwrap_or_else(|| panic!("flow {i} not on queue {q}"));
+        assert_eq!(c.rss_hash.get(), want);
+        assert_eq!(c.qn.get(), rqs[q].rqn);
+        per_queue[q] += 1;
+    }
+    assert!(per_queue.iter().all(|&n| n >= 8), "flows spread over all queues: {per_queue:?}");
+}
+
+#[test]
+fn eswitch_rules_flooding_and_the_uplink_loopback() {
+    let mut r = rig(RqLayout::Regular, 6, 8);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    r.card.nic.set_uplink(Box::new(LoopbackWire::new(64)));
+    // Broadcast from vPort 0: flooded to vPort 1 and the uplink; the loopback cable brings it
+    // back in from the uplink, flooded to vPorts 0 and 1.
+    let bcast = udp_frame(m0, [0xff; 6], 1, 2, 100, 5);
+    r.ports[0].send(&bcast, 0, false);
+    r.run();
+    let mut n1 = 0;
+    while let Some(c) = r.ports[1].rq_cq.poll() {
+        assert_eq!(c.byte_count.get(), 100);
+        n1 += 1;
+    }
+    let mut n0 = 0;
+    while r.ports[0].rq_cq.poll().is_some() {
+        n0 += 1;
+    }
+    assert_eq!((n0, n1), (1, 2));
+    assert_eq!(r.card.nic.stats().wire_tx_frames, 1, "a flood never goes back out of the port it came from");
+
+    // An eSwitch rule from the manager drops traffic to vPort 1 and counts it.
+    let p0 = &mut r.ports[0];
+    let fdb = p0.nic.create_flow_table(TABLE_KIND_FDB, 0, TableMiss::Default).unwrap();
+    let mut m = FlowMatch::default();
+    let mut v = FlowMatch::default();
+    m.dst_mac = [0xff; 6];
+    v.dst_mac = m1;
+    let e = p0.nic.create_flow_entry(fdb, &FlowRule { priority: 1, mask: m, value: v, fate: RuleFate::Drop, flow_tag: None, count: true }).unwrap();
+    p0.nic.set_root(TABLE_KIND_FDB, Some(fdb)).unwrap();
+    r.ports[0].send(&udp_frame(m0, m1, 1, 2, 64, 0), 0, false);
+    r.run();
+    assert!(r.ports[1].rq_cq.poll().is_none());
+    assert_eq!(r.ports[0].nic.query_flow_entry(e).unwrap(), (1, 64));
+    // Without the rule, the default L2 forwarding delivers again.
+    r.ports[0].nic.set_root(TABLE_KIND_FDB, None).unwrap();
+    r.ports[0].send(&udp_frame(m0, m1, 1, 2, 64, 0), 0, false);
+    r.run();
+    assert!(r.ports[1].rq_cq.poll().is_some());
+}
+
+/// A tap that remembers what it saw.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<(u16, TapPoint, Vec<u8>)>>>);
+
+impl FrameTap for Recorder {
+    fn frame(&mut self, vport: u16, point: TapPoint, frame: &[u8]) {
+        self.0.lock().unwrap().push((vport, point, frame.to_vec()));
+    }
+}
+
+#[test]
+fn taps_see_every_port_and_pcap_captures_read_back() {
+    let mut r = rig(RqLayout::Regular, 4, 6);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let rec = Recorder::default();
+    r.card.nic.set_tap(Some(Box::new(rec.clone())));
+    let frames: Vec<Vec<u8>> = (0..3).map(|i| udp_frame(m0, m1, 7, 8, 60 + 500 * i, i as u8)).collect();
+    for f in &frames {
+        r.ports[0].send(f, 0, false);
+    }
+    r.run();
+    let seen = rec.0.lock().unwrap().clone();
+    let expect: Vec<(u16, TapPoint, Vec<u8>)> = frames.iter().flat_map(|f| [(0, TapPoint::FromVport, f.clone()), (1, TapPoint::ToVport, f.clone())]).collect();
+    assert_eq!(seen, expect);
+
+    let path = std::env::temp_dir().join(format!("fldemu-test-{}.pcap", std::process::id()));
+    let tap = PcapTap::new(std::io::BufWriter::new(std::fs::File::create(&path).unwrap()), CaptureFilter::AllIngress).unwrap();
+    r.card.nic.set_tap(Some(Box::new(tap)));
+    for f in &frames {
+        r.ports[0].send(f, 0, false);
+    }
+    r.run();
+    r.card.nic.set_tap(None);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let mut rd = pcap_file::pcap::PcapReader::new(&bytes[..]).unwrap();
+    for f in &frames {
+        let p = rd.next_packet().unwrap().unwrap();
+        assert_eq!(p.data.as_ref(), &f[..]);
+        let parsed = etherparse::SlicedPacket::from_ethernet(&p.data).unwrap();
+        assert!(matches!(parsed.transport, Some(etherparse::TransportSlice::Udp(_))));
+    }
+    assert!(rd.next_packet().is_none());
+}
