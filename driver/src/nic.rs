@@ -325,7 +325,7 @@ pub enum TableMiss {
 /// Where a rule sends matching packets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RuleFate {
-    /// No fate: tag/count and continue with the table's default behaviour.
+    /// No fate: tag/count, then the pipeline's default (FDB: L2 forwarding; receive: unsteered).
     None,
     Vport(u16),
     Rq(u32),
@@ -432,9 +432,10 @@ impl CompletionQueue {
         Some(c)
     }
 
-    /// Tells the device how far software consumed (frees CQ space).
+    /// Tells the device how far software consumed (frees CQ space). Repeats the last arm's
+    /// sequence number, so an arm the device has not seen yet is not cancelled.
     pub fn update_ci(&self) {
-        doorbell(&self.dev, db::CQ_BASE + 4 * self.cqn as u64, db::ci_value(self.ci, self.arm_sn, false));
+        doorbell(&self.dev, db::CQ_BASE + 4 * self.cqn as u64, db::ci_value(self.ci, self.arm_sn, self.arm_sn != 0));
     }
 
     /// Reports progress and requests an event for the next CQE.

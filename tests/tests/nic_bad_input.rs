@@ -328,3 +328,43 @@ fn function_reset_destroys_everything_and_the_function_comes_back() {
     };
     assert!(r2 < 1024);
 }
+
+#[test]
+fn create_with_no_room_for_the_result_creates_nothing() {
+    let mut r = rig(RqLayout::Regular, 4, 6);
+    let eqn = r.ports[0].eq.eqn;
+    let nic = &mut r.ports[0].nic;
+    let ring = nic.device().dma_alloc(4096).unwrap();
+    let input = CreateCqIn { addr: U64::new(ring.iova()), eqn: U32::new(eqn), log_size: 4, rsvd: [0; 3] };
+    let first = u32::from_le_bytes(nic.command(op::CREATE_CQ, input.as_bytes(), 8).unwrap()[..4].try_into().unwrap());
+    nic.destroy_cq(first).unwrap();
+    for _ in 0..3 {
+        assert_eq!(nic.command(op::CREATE_CQ, input.as_bytes(), 4).err().and_then(status), Some(CmdStatus::BadOutputLength));
+    }
+    // The number is free again: the failed creates allocated nothing.
+    let again = u32::from_le_bytes(nic.command(op::CREATE_CQ, input.as_bytes(), 8).unwrap()[..4].try_into().unwrap());
+    assert_eq!(again, first);
+}
+
+#[test]
+fn a_full_receive_cq_drops_counts_and_reports_once() {
+    // 4-entry receive CQ, 8 receive buffers, 7 frames never consumed.
+    let mut r = rig(RqLayout::Regular, 3, 2);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    for i in 0..7 {
+        r.ports[0].send(&udp_frame(m0, m1, 1, 2, 64, i), 0, false);
+    }
+    r.run();
+    let p = &mut r.ports[1];
+    let q = p.rq_query();
+    assert_eq!((q.packets.get(), q.out_of_buffer.get()), (4, 3));
+    let cqn = p.rq_cq.cqn;
+    assert_eq!(p.nic.query_cq(cqn).unwrap().overflows.get(), 3);
+    let e = p.eq.poll().expect("CQ error event");
+    assert_eq!((e.event_type, e.data.get()), (EQE_CQ_ERROR, cqn));
+    assert!(p.eq.poll().is_none(), "reported once");
+    // Consuming the CQEs lets traffic flow again.
+    while p.rq_cq.poll().is_some() {}
+    p.rq_cq.update_ci();
+    still_works(&mut r);
+}

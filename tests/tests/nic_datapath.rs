@@ -180,6 +180,16 @@ fn armed_completion_queue_raises_msix_through_its_event_queue() {
     assert_eq!(e.event_type, EQE_COMPLETION);
     assert_eq!(e.data.get(), r.ports[1].rq_cq.cqn);
     assert!(r.ports[1].eq.poll().is_none(), "one event per arm");
+    // A consumer update right after an arm does not cancel it.
+    while r.ports[1].rq_cq.poll().is_some() {}
+    r.ports[1].rq_cq.arm();
+    r.ports[1].rq_cq.update_ci();
+    r.ports[1].eq.arm();
+    r.run();
+    r.ports[0].send(&udp_frame(m0, m1, 1, 2, 64, 3), 0, false);
+    r.run();
+    assert_eq!(r.ports[1].dev.take_interrupts(0), 1);
+    assert_eq!(r.ports[1].eq.poll().unwrap().data.get(), r.ports[1].rq_cq.cqn);
     // Re-arming the EQ and CQ while a CQE is already pending fires at once.
     r.ports[1].eq.arm();
     r.ports[1].rq_cq.arm();

@@ -83,12 +83,17 @@ struct BarWindow {
 #[derive(Clone, Default)]
 struct Routes {
     bars: Vec<BarWindow>,
+    /// Lowest and highest address any BAR decodes: most DMA goes to host memory outside it.
+    bar_span: (u64, u64),
     host: Vec<Vec<HostRegion>>,
     bus_master: Vec<bool>,
 }
 
 impl Routes {
     fn bar_at(&self, addr: u64, len: u64) -> Option<&BarWindow> {
+        if addr >= self.bar_span.1 || addr.saturating_add(len) <= self.bar_span.0 {
+            return None;
+        }
         self.bars.iter().find(|w| addr >= w.start && addr.checked_add(len).is_some_and(|e| e <= w.end))
     }
 
@@ -107,6 +112,9 @@ fn region_index(space: &[HostRegion], addr: u64) -> Option<usize> {
 /// The switch: functions, host-memory map, counters and the interrupt path.
 pub struct Fabric {
     config: FabricConfig,
+    /// log2 of MPS and MRRS (both powers of two), so splitting is shifts, not divisions.
+    mps_shift: u32,
+    mrrs_shift: u32,
     functions: RwLock<Vec<Arc<dyn PciFunction>>>,
     routes: RwLock<Arc<Routes>>,
     counters: RwLock<Vec<Arc<TlpCounters>>>,
@@ -115,8 +123,15 @@ pub struct Fabric {
 }
 
 impl Fabric {
+    /// # Panics
+    /// If MPS or MRRS is not a power of two between 128 and 4096 (PCIe Base §7.5.3.4).
     pub fn new(config: FabricConfig) -> Arc<Self> {
+        for v in [config.mps, config.mrrs] {
+            assert!(v.is_power_of_two() && (128..=4096).contains(&v), "MPS/MRRS must be a power of two in 128..=4096");
+        }
         Arc::new(Fabric {
+            mps_shift: config.mps.trailing_zeros(),
+            mrrs_shift: config.mrrs.trailing_zeros(),
             config,
             functions: RwLock::new(Vec::new()),
             routes: RwLock::new(Arc::new(Routes::default())),
@@ -179,6 +194,7 @@ impl Fabric {
                 }
             }
         }
+        next.bar_span = next.bars.iter().fold((u64::MAX, 0), |(lo, hi), w| (lo.min(w.start), hi.max(w.end)));
         *routes = Arc::new(next);
         self.generation.fetch_add(1, Ordering::Release);
     }
@@ -354,11 +370,17 @@ impl InterruptSink for CountingSink {
 
 /// Number of TLPs for `len` bytes at `addr` when TLPs may not cross `boundary`-aligned addresses.
 pub fn tlp_count(addr: u64, len: u64, boundary: u64) -> u64 {
+    tlp_count_shift(addr, len, boundary.trailing_zeros())
+}
+
+/// [`tlp_count`] for a power-of-two boundary given as its log2.
+#[inline]
+fn tlp_count_shift(addr: u64, len: u64, shift: u32) -> u64 {
     if len == 0 {
         return 0;
     }
     let last = addr.saturating_add(len - 1);
-    last / boundary - addr / boundary + 1
+    (last >> shift) - (addr >> shift) + 1
 }
 
 #[derive(Default, Clone, Copy)]
@@ -389,10 +411,8 @@ impl DmaPort<'_> {
             return Err(DmaError::BusMasterDisabled);
         }
         let end = addr.checked_add(len as u64).ok_or(DmaError::Unmapped { addr, len })?;
-        if !self.routes.bars.is_empty() {
-            if let Some(w) = self.routes.bar_at(addr, len as u64) {
-                return Ok(Target::Peer(w.clone()));
-            }
+        if let Some(w) = self.routes.bar_at(addr, len as u64) {
+            return Ok(Target::Peer(w.clone()));
         }
         let fits = |r: &HostRegion| addr >= r.iova && end <= r.iova + r.len;
         let space = self.routes.space(self.requester);
@@ -436,9 +456,9 @@ impl DmaPort<'_> {
     }
 
     fn count_write(&mut self, addr: u64, len: u64, peer: Option<FunctionId>) {
-        let cfg = self.fabric.config;
-        let n = tlp_count(addr, len, cfg.mps as u64);
-        let hdr = n * cfg.tlp_overhead as u64;
+        let f = self.fabric;
+        let n = tlp_count_shift(addr, len, f.mps_shift);
+        let hdr = n * f.config.tlp_overhead as u64;
         self.tally.req.up(n, hdr, len);
         match peer {
             Some(p) => self.fabric.counters_of(p).add_down(n, hdr, len),
@@ -447,10 +467,10 @@ impl DmaPort<'_> {
     }
 
     fn count_read(&mut self, addr: u64, len: u64, peer: Option<FunctionId>) {
-        let cfg = self.fabric.config;
-        let oh = cfg.tlp_overhead as u64;
-        let reqs = tlp_count(addr, len, cfg.mrrs as u64);
-        let cpls = tlp_count(addr, len, cfg.mps as u64);
+        let f = self.fabric;
+        let oh = f.config.tlp_overhead as u64;
+        let reqs = tlp_count_shift(addr, len, f.mrrs_shift);
+        let cpls = tlp_count_shift(addr, len, f.mps_shift);
         self.tally.req.up(reqs, reqs * oh, 0);
         self.tally.req.down(cpls, cpls * oh, len);
         match peer {

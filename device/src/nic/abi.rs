@@ -99,6 +99,8 @@ pub mod db {
     /// RQ producer counter in receive WQEs (16 bits, wrapping).
     pub const RQ_BASE: u64 = 0x1000;
     /// CQ consumer counter (bits 0..24), arm sequence number (bits 28..30), arm request (bit 31).
+    /// An arm takes effect when the device sees ARM with a sequence number different from the
+    /// last arm it acted on; consumer updates may repeat the last arm's bits harmlessly.
     pub const CQ_BASE: u64 = 0x2000;
     /// EQ consumer counter, same encoding as CQ.
     pub const EQ_BASE: u64 = 0x3000;
@@ -438,10 +440,11 @@ pub struct FlowMatch {
     pub dst_ip: [u8; 16],
     pub src_port: [u8; 2],
     pub dst_port: [u8; 2],
-    /// The vPort the packet entered the eSwitch from (little-endian; FDB tables only).
+    /// The vPort the packet entered the eSwitch from (little-endian), in FDB and receive tables.
     pub src_vport: [u8; 2],
     pub vlan_id: [u8; 2],
-    /// Metadata register, set by actions and by accelerators returning a packet.
+    /// Metadata register (little-endian). Reserved for accelerators returning a packet to the
+    /// NIC (the FLD part); always 0 until then.
     pub metadata: [u8; 4],
     pub rsvd: [u8; 4],
 }
@@ -681,7 +684,7 @@ pub struct Cqe {
 pub const EQE_COMPLETION: u8 = 0x00;
 /// A queue entered the error state; `data` is the queue number, `subtype` the kind (1 SQ, 2 RQ).
 pub const EQE_QUEUE_ERROR: u8 = 0x13;
-/// A CQ overflowed; `data` is the CQ number.
+/// A CQ overflowed (first lost CQE); `data` is the CQ number.
 pub const EQE_CQ_ERROR: u8 = 0x04;
 
 /// Event queue entry.

@@ -42,7 +42,13 @@ pub(super) fn deliver(
     let (hdr, body) = out.split_at_mut(HDR);
     let body = &mut body[..out_len as usize - HDR];
     let opcode = u16::from_le_bytes([input[0], input[1]]);
-    let result = execute(core, dma, doorbells, function, opcode, &input[HDR..], body);
+    // The output must have room before anything changes: a CREATE whose result cannot be
+    // returned must not create an object the driver cannot name.
+    let result = if body.len() < output_len(opcode) {
+        Err((CmdStatus::BadOutputLength, output_len(opcode) as u32))
+    } else {
+        execute(core, dma, doorbells, function, opcode, &input[HDR..], body)
+    };
     let (status, syndrome, n) = match result {
         Ok(n) => (CmdStatus::Ok, 0, n),
         Err((s, syn)) => (s, syn, 0),
@@ -55,6 +61,20 @@ pub(super) fn deliver(
     match dma.write(out_addr, &out[..HDR + n]) {
         Ok(()) => CmdDelivery::Ok,
         Err(_) => CmdDelivery::DmaError,
+    }
+}
+
+/// Bytes of output (after the header) each command produces.
+fn output_len(opcode: u16) -> usize {
+    use core::mem::size_of;
+    match opcode {
+        op::QUERY_CAPS => size_of::<Caps>(),
+        op::CREATE_EQ | op::CREATE_CQ | op::CREATE_SQ | op::CREATE_RQ | op::CREATE_RSS_GROUP | op::CREATE_FLOW_TABLE | op::CREATE_FLOW_ENTRY => size_of::<CreateOut>(),
+        op::QUERY_EQ | op::QUERY_CQ => size_of::<QueryCqOut>(),
+        op::QUERY_SQ | op::QUERY_RQ => size_of::<QueryQueueOut>(),
+        op::QUERY_FLOW_ENTRY => size_of::<QueryFlowEntryOut>(),
+        op::QUERY_VPORT => size_of::<QueryVportOut>(),
+        _ => 0,
     }
 }
 
@@ -106,7 +126,7 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
                 return fail(CmdStatus::BadParam, 0x11);
             }
             check_ring(dma, i.addr.get(), (EQE_SIZE as u64) << i.log_size)?;
-            let eq = EventQueue { owner: function, addr: i.addr.get(), log_size: i.log_size, vector: i.msix_vector.get(), pc: 0, ci: 0, armed: false, last_db: 0, overflows: 0, refs: 0 };
+            let eq = EventQueue { owner: function, addr: i.addr.get(), log_size: i.log_size, vector: i.msix_vector.get(), pc: 0, ci: 0, armed: false, last_db: 0, arm_sn: 0, overflows: 0, refs: 0 };
             let id = core.eqs.insert(eq);
             if let Some(id) = id {
                 doorbells.store(db::EQ_BASE + 4 * id as u64, 0);
@@ -139,7 +159,7 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
                 return fail(CmdStatus::BadResource, eqn);
             }
             check_ring(dma, i.addr.get(), (CQE_SIZE as u64) << i.log_size)?;
-            let cq = CompletionQueue { owner: function, addr: i.addr.get(), log_size: i.log_size, eqn, pc: 0, ci: 0, armed: false, last_db: 0, overflows: 0, refs: 0 };
+            let cq = CompletionQueue { owner: function, addr: i.addr.get(), log_size: i.log_size, eqn, pc: 0, ci: 0, armed: false, last_db: 0, arm_sn: 0, overflows: 0, refs: 0 };
             let id = core.cqs.insert(cq);
             if let Some(id) = id {
                 if let Some(eq) = core.eqs.get_mut(eqn) {

@@ -16,17 +16,34 @@ use crate::wire::TapPoint;
 
 /// Frames taken from the uplink wire per poll.
 const WIRE_BUDGET: usize = 256;
-const MAX_WQE_BYTES: usize = 1024;
+/// Largest WQE in bytes (63 segments rounded up to whole basic blocks).
+pub(super) const MAX_WQE_BYTES: usize = 1024;
 
+/// Per-poll context. DMA ports and the timestamp are taken on first use, so an idle poll costs
+/// only the doorbell reads.
 struct Ctx<'a> {
+    fabric: &'a Fabric,
     ports: &'a [Port],
-    dma: Vec<DmaPort<'a>>,
-    now_ns: u64,
+    dma: [Option<DmaPort<'a>>; MAX_HOST_FUNCTIONS],
+    now_ns: Option<u64>,
+    epoch: std::time::Instant,
+}
+
+impl<'a> Ctx<'a> {
+    /// The DMA port of host function `owner` (its requester ID and address space).
+    fn dma(&mut self, owner: u16) -> &mut DmaPort<'a> {
+        let (fabric, fid) = (self.fabric, self.ports[owner as usize].fid);
+        self.dma[owner as usize].get_or_insert_with(|| fabric.dma(fid))
+    }
+
+    fn now(&mut self) -> u64 {
+        let epoch = self.epoch;
+        *self.now_ns.get_or_insert_with(|| epoch.elapsed().as_nanos() as u64)
+    }
 }
 
 pub(super) fn poll(core: &mut NicCore, fabric: &Fabric, ports: &[Port]) -> usize {
-    let dma = ports.iter().map(|p| fabric.dma(p.fid)).collect();
-    let mut ctx = Ctx { ports, dma, now_ns: core.epoch.elapsed().as_nanos() as u64 };
+    let mut ctx = Ctx { fabric, ports, dma: [const { None }; MAX_HOST_FUNCTIONS], now_ns: None, epoch: core.epoch };
     let mut work = consumer_doorbells(core, &mut ctx);
     work += transmit(core, &mut ctx);
     work += wire_receive(core, &mut ctx);
@@ -48,7 +65,9 @@ fn consumer_doorbells(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
         }
         cq.last_db = w;
         cq.ci = w & db::CI_MASK;
-        if w & db::ARM != 0 {
+        let sn = (w >> db::ARM_SN_SHIFT) & db::ARM_SN_MASK;
+        if w & db::ARM != 0 && sn != cq.arm_sn {
+            cq.arm_sn = sn;
             cq.armed = true;
             work += 1;
             // Arming behind the producer fires at once, so no completion is missed.
@@ -68,7 +87,9 @@ fn consumer_doorbells(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
         }
         eq.last_db = w;
         eq.ci = w & db::CI_MASK;
-        if w & db::ARM != 0 {
+        let sn = (w >> db::ARM_SN_SHIFT) & db::ARM_SN_MASK;
+        if w & db::ARM != 0 && sn != eq.arm_sn {
+            eq.arm_sn = sn;
             work += 1;
             if eq.pc.wrapping_sub(eq.ci) & db::CI_MASK != 0 {
                 port.pci.signal(eq.vector);
@@ -90,7 +111,7 @@ fn post_event(core: &mut NicCore, ctx: &mut Ctx<'_>, eqn: u32, owner: u16, event
     let mut eqe = Eqe { event_type, subtype, data: U32::new(data), ..Default::default() };
     eqe.owner = owner_bit(eq.pc, eq.log_size);
     let slot = eq.addr + ((eq.pc & ((1 << eq.log_size) - 1)) as u64) * EQE_SIZE as u64;
-    if ctx.dma[owner as usize].write(slot, eqe.as_bytes()).is_err() {
+    if ctx.dma(owner).write(slot, eqe.as_bytes()).is_err() {
         eq.overflows += 1;
         return;
     }
@@ -101,18 +122,32 @@ fn post_event(core: &mut NicCore, ctx: &mut Ctx<'_>, eqn: u32, owner: u16, event
     }
 }
 
+/// True (and an overflow counted) when CQ `cqn` has fewer than `need` free entries. The first
+/// overflow of a CQ is reported as an asynchronous event on its EQ.
+fn cq_lacks_room(core: &mut NicCore, ctx: &mut Ctx<'_>, cqn: u32, need: u32) -> bool {
+    let Some(cq) = core.cqs.get_mut(cqn) else { return true };
+    if cq.room() >= need {
+        return false;
+    }
+    cq.overflows += 1;
+    if cq.overflows == 1 {
+        let (eqn, owner) = (cq.eqn, cq.owner);
+        post_event(core, ctx, eqn, owner, EQE_CQ_ERROR, 0, cqn);
+    }
+    true
+}
+
 /// Writes a CQE (owner bit from the producer counter) and posts a completion event if armed.
 /// Returns false when the CQE could not be written (no room or the ring is unreachable).
 fn post_cqe(core: &mut NicCore, ctx: &mut Ctx<'_>, cqn: u32, mut cqe: Cqe, opcode: u8) -> bool {
-    let Some(cq) = core.cqs.get_mut(cqn) else { return false };
-    if cq.room() == 0 {
-        cq.overflows += 1;
+    if cq_lacks_room(core, ctx, cqn, 1) {
         return false;
     }
+    let Some(cq) = core.cqs.get_mut(cqn) else { return false };
     cqe.op_own = (opcode << 4) | owner_bit(cq.pc, cq.log_size);
-    cqe.timestamp = U64::new(ctx.now_ns);
+    cqe.timestamp = U64::new(ctx.now());
     let slot = cq.addr + ((cq.pc & ((1 << cq.log_size) - 1)) as u64) * CQE_SIZE as u64;
-    if ctx.dma[cq.owner as usize].write(slot, cqe.as_bytes()).is_err() {
+    if ctx.dma(cq.owner).write(slot, cqe.as_bytes()).is_err() {
         cq.overflows += 1;
         return false;
     }
@@ -146,9 +181,9 @@ fn transmit(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
 fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]) -> usize {
     let mut done = 0;
     let budget = core.config.sq_budget;
-    let mut wqe = [0u8; MAX_WQE_BYTES];
+    let mut wqe = std::mem::take(&mut core.wqe);
     while done < budget {
-        let Some(sq) = core.sqs.get(sqn) else { return done as usize };
+        let Some(sq) = core.sqs.get(sqn) else { break };
         if sq.state != QueueState::Ready {
             break;
         }
@@ -184,12 +219,14 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]
                 }
             }
             Err(WqeError(syn)) => {
-                sq_error(core, ctx, sqn, ctrl.wqe_index.get(), syn);
+                // Error CQEs name the failing WQE by the device's own counter.
+                sq_error(core, ctx, sqn, ci as u16, syn);
                 break;
             }
         }
         done += 1;
     }
+    core.wqe = wqe;
     done as usize
 }
 
@@ -209,9 +246,9 @@ fn sq_error(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, wqe_index: u16, syn
 /// Reads one WQE at counter `ci`, builds and sends its frame. Returns the sent length and the
 /// number of basic blocks the WQE occupies.
 #[allow(clippy::too_many_arguments)]
-fn execute_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, owner: u16, addr: u64, log_size: u8, ci: u32, pending: u32, wqe: &mut [u8; MAX_WQE_BYTES], frame: &mut [u8]) -> (Result<usize, WqeError>, u32) {
+fn execute_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, owner: u16, addr: u64, log_size: u8, ci: u32, pending: u32, wqe: &mut [u8], frame: &mut [u8]) -> (Result<usize, WqeError>, u32) {
     let mask = (1u32 << log_size) - 1;
-    let dma = &mut ctx.dma[owner as usize];
+    let dma = ctx.dma(owner);
     let bb_addr = |n: u32| addr + ((ci.wrapping_add(n) & mask) as u64) * WQEBB as u64;
     if dma.read(bb_addr(0), &mut wqe[..WQEBB]).is_err() {
         wqe.fill(0);
@@ -253,9 +290,13 @@ fn build_and_send(core: &mut NicCore, ctx: &mut Ctx<'_>, owner: u16, segs: &[u8]
         return Err(bad());
     }
     let max = (core.config.mtu as usize).min(frame.len());
+    if inline > max {
+        bump_malformed(core, owner);
+        return Err(WqeError(syndrome::BAD_LENGTH));
+    }
     let mut len = inline;
     frame[..inline].copy_from_slice(&segs[inline_start..inline_end]);
-    let dma = &mut ctx.dma[owner as usize];
+    let dma = ctx.dma(owner);
     for seg in segs[data_start..].chunks_exact(DS_SIZE) {
         let Ok(d) = DataSeg::read_from_bytes(seg) else { return Err(bad()) };
         let bc = d.byte_count.get() as usize;
@@ -279,10 +320,14 @@ fn build_and_send(core: &mut NicCore, ctx: &mut Ctx<'_>, owner: u16, segs: &[u8]
         return Err(WqeError(syndrome::BAD_LENGTH));
     }
     let frame = &mut frame[..len];
-    let mut parsed = packet::parse(frame);
-    if eth.cs_flags & (CS_L3 | CS_L4) != 0 {
-        packet::insert_checksums(frame, &parsed, eth.cs_flags & CS_L3 != 0, eth.cs_flags & CS_L4 != 0);
-        parsed = packet::parse(frame);
+    let parsed = packet::parse(frame);
+    // Each layer on its own: a frame without L4 still gets its IPv4 header checksum. Insertion
+    // changes no offsets, so the parse stays valid.
+    if eth.cs_flags & CS_L3 != 0 {
+        packet::insert_checksums(frame, &parsed, true, false);
+    }
+    if eth.cs_flags & CS_L4 != 0 {
+        packet::insert_checksums(frame, &parsed, false, true);
     }
     switch_frame(core, ctx, owner, frame, &parsed);
     Ok(len)
@@ -413,20 +458,19 @@ fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, frame: &[u8], mut cq
         return false;
     }
     let (owner, cqn, kind) = (rq.owner, rq.cqn, rq.kind);
-    let room = core.cqs.get(cqn).map_or(0, |c| c.room());
     let Some(port) = ctx.ports.get(owner as usize) else { return false };
     let pi = port.doorbells.load(db::RQ_BASE + 4 * rqn as u64) & 0xffff;
     let len = frame.len();
     cqe.byte_count = U32::new(len as u32);
     match kind {
         RqKind::Regular => {
-            if room == 0 || !wqe_available(core, rqn, pi) {
+            if !wqe_available(core, rqn, pi) || cq_lacks_room(core, ctx, cqn, 1) {
                 return out_of_buffer(core, rqn);
             }
             let Some(wqe) = fetch_recv_wqe(core, ctx, rqn, pi) else { return false };
             let Some(rq) = core.rqs.get_mut(rqn) else { return false };
             let n = len.min(wqe.byte_count.get() as usize);
-            if ctx.dma[owner as usize].write(wqe.addr.get(), &frame[..n]).is_err() {
+            if ctx.dma(owner).write(wqe.addr.get(), &frame[..n]).is_err() {
                 rq_error(core, ctx, rqn, syndrome::DMA_ERROR);
                 return false;
             }
@@ -453,7 +497,7 @@ fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, frame: &[u8], mut cq
             let mut open = core.rqs.get(rqn).and_then(|r| r.open);
             // Not enough strides left: release the rest of the WQE with a filler CQE.
             if let Some(o) = open.filter(|o| need > strides - o.next_stride) {
-                if room < 2 {
+                if cq_lacks_room(core, ctx, cqn, 2) {
                     return out_of_buffer(core, rqn);
                 }
                 let Some(rq) = core.rqs.get_mut(rqn) else { return false };
@@ -471,8 +515,7 @@ fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, frame: &[u8], mut cq
                 open = None;
                 post_cqe(core, ctx, cqn, filler, CQE_RESP_SEND);
             }
-            let room = core.cqs.get(cqn).map_or(0, |c| c.room());
-            if room == 0 {
+            if cq_lacks_room(core, ctx, cqn, 1) {
                 return out_of_buffer(core, rqn);
             }
             let o = match open {
@@ -490,7 +533,7 @@ fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, frame: &[u8], mut cq
                 }
             };
             let at = o.addr + o.next_stride as u64 * stride as u64;
-            if ctx.dma[owner as usize].write(at, frame).is_err() {
+            if ctx.dma(owner).write(at, frame).is_err() {
                 rq_error(core, ctx, rqn, syndrome::DMA_ERROR);
                 return false;
             }
@@ -537,7 +580,7 @@ fn fetch_recv_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, pi: u32) -> O
     }
     let slot = rq.addr + ((rq.ci & ((1 << rq.log_size) - 1)) as u64) * RECV_WQE_SIZE as u64;
     let mut b = [0u8; RECV_WQE_SIZE];
-    if ctx.dma[rq.owner as usize].read(slot, &mut b).is_err() {
+    if ctx.dma(rq.owner).read(slot, &mut b).is_err() {
         rq_error(core, ctx, rqn, syndrome::DMA_ERROR);
         return None;
     }

@@ -106,8 +106,8 @@ pub struct Vport {
     pub counters: VportCounters,
 }
 
-/// Longest pipeline walk; levels already guarantee termination, this bounds the work.
-const MAX_HOPS: usize = 32;
+/// Longest pipeline walk: one table per level (go-to-table only moves to higher levels).
+const MAX_HOPS: usize = super::MAX_FLOW_LEVEL as usize + 1;
 
 pub struct Eswitch {
     pub vports: Vec<Vport>,

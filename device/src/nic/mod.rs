@@ -62,6 +62,9 @@ impl Default for NicConfig {
     }
 }
 
+/// Host functions (vPorts) one NIC exposes at most.
+pub const MAX_HOST_FUNCTIONS: usize = 8;
+
 /// Hardware limits of queue sizes.
 pub const MAX_LOG_SQ: u8 = 15;
 pub const MAX_LOG_RQ: u8 = 15;
@@ -152,7 +155,7 @@ pub struct Nic {
 impl Nic {
     /// Builds the NIC and plugs its host functions into `fabric`.
     pub fn new(fabric: &Arc<Fabric>, config: NicConfig) -> Arc<Nic> {
-        let n = config.host_functions.max(1);
+        let n = config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16);
         let shared = Arc::new(NicShared { fabric: fabric.clone(), core: Mutex::new(NicCore::new(config)), ports: Default::default() });
         let mut ports = Vec::new();
         let mut functions = Vec::new();
@@ -360,10 +363,11 @@ impl PciFunction for NicFunction {
     }
 
     fn reset(&self) {
-        let mut core = self.shared.lock();
-        core.destroy_function_objects(self.index);
+        // Lock order is command registers, then core (as CMD_DOORBELL takes them).
+        let mut regs = self.cmd.lock().unwrap_or_else(|e| e.into_inner());
+        self.shared.lock().destroy_function_objects(self.index);
         self.doorbells.clear();
-        *self.cmd.lock().unwrap_or_else(|e| e.into_inner()) = CmdRegs::default();
+        *regs = CmdRegs::default();
     }
 }
 
@@ -380,8 +384,10 @@ pub(crate) struct EventQueue {
     pc: u32,
     ci: u32,
     armed: bool,
-    /// The doorbell word last acted on: an arm is a new word with the ARM bit.
+    /// The doorbell word last read, and the arm sequence number last acted on: an arm is a
+    /// word with the ARM bit and a new sequence number.
     last_db: u32,
+    arm_sn: u32,
     overflows: u32,
     refs: u32,
 }
@@ -395,8 +401,10 @@ pub(crate) struct CompletionQueue {
     pc: u32,
     ci: u32,
     armed: bool,
-    /// The doorbell word last acted on: an arm is a new word with the ARM bit.
+    /// The doorbell word last read, and the arm sequence number last acted on: an arm is a
+    /// word with the ARM bit and a new sequence number.
     last_db: u32,
+    arm_sn: u32,
     overflows: u32,
     refs: u32,
 }
@@ -505,6 +513,8 @@ pub(crate) struct NicCore {
     frame: Vec<u8>,
     /// Second buffer for frames received from the wire.
     wire_frame: Vec<u8>,
+    /// Send WQE fetch buffer.
+    wqe: Vec<u8>,
     epoch: Instant,
     wire_tx_frames: u64,
     bad_doorbells: u64,
@@ -514,17 +524,18 @@ impl NicCore {
     fn new(config: NicConfig) -> Self {
         let max_frame = config.mtu as usize + 64;
         NicCore {
-            eqs: Slab::new(config.max_eqs),
+            eqs: Slab::new(config.max_eqs.min(db::SLOTS)),
             cqs: Slab::new(config.max_cqs.min(db::SLOTS)),
             sqs: Slab::new(config.max_sqs.min(db::SLOTS)),
             rqs: Slab::new(config.max_rqs.min(db::SLOTS)),
             active_sqs: Vec::new(),
-            eswitch: Eswitch::new(config.host_functions.max(1)),
+            eswitch: Eswitch::new(config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16)),
             flow_entry_count: 0,
             wire: Box::new(NullWire::default()),
             tap: None,
             frame: vec![0; max_frame],
             wire_frame: vec![0; max_frame],
+            wqe: vec![0; datapath::MAX_WQE_BYTES],
             epoch: Instant::now(),
             wire_tx_frames: 0,
             bad_doorbells: 0,
@@ -539,7 +550,7 @@ impl NicCore {
             max_sqs: U32::new(c.max_sqs.min(db::SLOTS)),
             max_rqs: U32::new(c.max_rqs.min(db::SLOTS)),
             max_cqs: U32::new(c.max_cqs.min(db::SLOTS)),
-            max_eqs: U32::new(c.max_eqs),
+            max_eqs: U32::new(c.max_eqs.min(db::SLOTS)),
             max_log_sq_size: MAX_LOG_SQ,
             max_log_rq_size: MAX_LOG_RQ,
             max_log_cq_size: MAX_LOG_CQ,
