@@ -28,7 +28,12 @@ struct InterruptCounters {
 
 impl InterruptSink for InterruptCounters {
     fn deliver(&self, function: FunctionId, msg: MsiMessage) {
-        *self.counts.lock().unwrap_or_else(|e| e.into_inner()).entry((function, msg.vector)).or_default() += 1;
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((function, msg.vector))
+            .or_default() += 1;
     }
 }
 
@@ -50,16 +55,27 @@ impl InProcessHost {
     /// Creates `memory_bytes` of host memory, maps it for DMA by every function, and enumerates
     /// the card: BARs assigned, memory decode on (bus mastering is the driver's to enable).
     pub fn new(card: Arc<Card>, memory_bytes: usize) -> Result<Arc<Self>, DriverError> {
-        let region = GuestRegionMmap::from_range(GuestAddress(0), memory_bytes, None).map_err(|e| DriverError::Transport(format!("host memory: {e}")))?;
+        let region = GuestRegionMmap::from_range(GuestAddress(0), memory_bytes, None)
+            .map_err(|e| DriverError::Transport(format!("host memory: {e}")))?;
         let region = Arc::new(region);
         let fabric = &card.fabric;
         let mut bars = HashMap::new();
         let mut next_bar = MMIO_BASE;
         for fid in 0..fabric.function_count() as FunctionId {
             fabric
-                .map_host(fid, HostRegion { iova: HOST_IOVA_BASE, len: memory_bytes as u64, memory: region.clone(), offset: 0 })
+                .map_host(
+                    fid,
+                    HostRegion {
+                        iova: HOST_IOVA_BASE,
+                        len: memory_bytes as u64,
+                        memory: region.clone(),
+                        offset: 0,
+                    },
+                )
                 .map_err(|e| DriverError::Transport(e.to_string()))?;
-            let f = fabric.function(fid).ok_or_else(|| DriverError::Transport("function vanished".into()))?;
+            let f = fabric
+                .function(fid)
+                .ok_or_else(|| DriverError::Transport("function vanished".into()))?;
             let specs = f.pci().config().bars().to_vec();
             for spec in specs {
                 next_bar = next_bar.next_multiple_of(spec.size);
@@ -71,7 +87,15 @@ impl InProcessHost {
         }
         let irqs = Arc::new(InterruptCounters::default());
         fabric.set_interrupt_sink(irqs.clone());
-        Ok(Arc::new(InProcessHost { card, memory: HostMemory { region, next: Mutex::new(0) }, irqs, bars }))
+        Ok(Arc::new(InProcessHost {
+            card,
+            memory: HostMemory {
+                region,
+                next: Mutex::new(0),
+            },
+            irqs,
+            bars,
+        }))
     }
 
     pub fn card(&self) -> &Arc<Card> {
@@ -80,7 +104,10 @@ impl InProcessHost {
 
     /// The driver's handle on function `fid`.
     pub fn device(self: &Arc<Self>, fid: FunctionId) -> Arc<InProcessDevice> {
-        Arc::new(InProcessDevice { host: self.clone(), fid })
+        Arc::new(InProcessDevice {
+            host: self.clone(),
+            fid,
+        })
     }
 
     /// Bytes of host memory handed out so far.
@@ -92,11 +119,25 @@ impl InProcessHost {
         let align = if len >= 4096 { 4096 } else { 64 };
         let mut next = self.memory.next.lock().unwrap_or_else(|e| e.into_inner());
         let start = next.next_multiple_of(align);
-        let end = start.checked_add(len.max(1)).filter(|e| *e as u64 <= self.memory.region.len()).ok_or(DriverError::OutOfDmaMemory(len))?;
+        let end = start
+            .checked_add(len.max(1))
+            .filter(|e| *e as u64 <= self.memory.region.len())
+            .ok_or(DriverError::OutOfDmaMemory(len))?;
         *next = end;
-        let ptr = self.memory.region.get_host_address(MemoryRegionAddress(start as u64)).map_err(|e| DriverError::Transport(e.to_string()))?;
+        let ptr = self
+            .memory
+            .region
+            .get_host_address(MemoryRegionAddress(start as u64))
+            .map_err(|e| DriverError::Transport(e.to_string()))?;
         // SAFETY: [start, end) lies inside the region, which the Arc keeps mapped.
-        Ok(unsafe { DmaBuffer::new(HOST_IOVA_BASE + start as u64, ptr, len, self.memory.region.clone()) })
+        Ok(unsafe {
+            DmaBuffer::new(
+                HOST_IOVA_BASE + start as u64,
+                ptr,
+                len,
+                self.memory.region.clone(),
+            )
+        })
     }
 }
 
@@ -146,7 +187,9 @@ impl PciDevice for InProcessDevice {
         self.config_read(OFF_MSIX_CAP as u64, &mut cap);
         let table_size = (u16::from_le_bytes([cap[2], cap[3]]) & 0x7ff) + 1;
         if vectors > table_size {
-            return Err(DriverError::InvalidArgument("more MSI-X vectors than the table holds"));
+            return Err(DriverError::InvalidArgument(
+                "more MSI-X vectors than the table holds",
+            ));
         }
         let table = u32::from_le_bytes([cap[4], cap[5], cap[6], cap[7]]);
         let (bir, off) = ((table & 7) as u8, (table & !7) as u64);
@@ -162,7 +205,13 @@ impl PciDevice for InProcessDevice {
         Ok(())
     }
     fn take_interrupts(&self, vector: u16) -> u64 {
-        self.host.irqs.counts.lock().unwrap_or_else(|e| e.into_inner()).remove(&(self.fid, vector)).unwrap_or(0)
+        self.host
+            .irqs
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(self.fid, vector))
+            .unwrap_or(0)
     }
     fn run_device(&self) {
         self.host.card.poll();

@@ -49,9 +49,18 @@ impl NicDriver {
         let cmd_out = dev.dma_alloc(CMD_MAX_LEN as usize)?;
         let lo = dev.read32(BAR_CONTROL, reg::MAC_LO).to_le_bytes();
         let hi = dev.read32(BAR_CONTROL, reg::MAC_HI).to_le_bytes();
-        let mut drv = NicDriver { dev, cmd_in, cmd_out, token: 0, caps: Caps::default(), mac: [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1]] };
+        let mut drv = NicDriver {
+            dev,
+            cmd_in,
+            cmd_out,
+            token: 0,
+            caps: Caps::default(),
+            mac: [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1]],
+        };
         let out = drv.command(op::QUERY_CAPS, &[], core::mem::size_of::<Caps>())?;
-        drv.caps = Caps::read_from_prefix(&out).map_err(|_| DriverError::Transport("short caps".into()))?.0;
+        drv.caps = Caps::read_from_prefix(&out)
+            .map_err(|_| DriverError::Transport("short caps".into()))?
+            .0;
         Ok(drv)
     }
 
@@ -70,8 +79,16 @@ impl NicDriver {
 
     /// Executes a command: `input` is the body after the 16-byte header; returns the output body
     /// (`out_len` bytes after the header).
-    pub fn command(&mut self, opcode: u16, input: &[u8], out_len: usize) -> Result<Vec<u8>, DriverError> {
-        let hdr = CmdInHeader { opcode: U16::new(opcode), ..Default::default() };
+    pub fn command(
+        &mut self,
+        opcode: u16,
+        input: &[u8],
+        out_len: usize,
+    ) -> Result<Vec<u8>, DriverError> {
+        let hdr = CmdInHeader {
+            opcode: U16::new(opcode),
+            ..Default::default()
+        };
         let in_len = 16 + input.len();
         let total_out = 16 + out_len;
         if in_len > CMD_MAX_LEN as usize || total_out > CMD_MAX_LEN as usize {
@@ -80,10 +97,20 @@ impl NicDriver {
         self.cmd_in.write_obj(0, &hdr);
         self.cmd_in.write(16, input);
         self.cmd_out.fill(0, total_out, 0);
-        self.submit(self.cmd_in.iova(), in_len as u32, self.cmd_out.iova(), total_out as u32, opcode)?;
+        self.submit(
+            self.cmd_in.iova(),
+            in_len as u32,
+            self.cmd_out.iova(),
+            total_out as u32,
+            opcode,
+        )?;
         let out_hdr: CmdOutHeader = self.cmd_out.read_obj(0);
         if out_hdr.status != CmdStatus::Ok as u8 {
-            return Err(DriverError::Command { opcode, status: CmdStatus::from_u8(out_hdr.status), syndrome: out_hdr.syndrome.get() });
+            return Err(DriverError::Command {
+                opcode,
+                status: CmdStatus::from_u8(out_hdr.status),
+                syndrome: out_hdr.syndrome.get(),
+            });
         }
         let mut body = vec![0; out_len];
         self.cmd_out.read(16, &mut body);
@@ -92,7 +119,14 @@ impl NicDriver {
 
     /// Posts raw command buffers (tests use it for malformed requests) and waits for completion.
     /// Returns the delivery status on failure to deliver.
-    pub fn submit(&mut self, in_addr: u64, in_len: u32, out_addr: u64, out_len: u32, opcode: u16) -> Result<(), DriverError> {
+    pub fn submit(
+        &mut self,
+        in_addr: u64,
+        in_len: u32,
+        out_addr: u64,
+        out_len: u32,
+        opcode: u16,
+    ) -> Result<(), DriverError> {
         let d = &self.dev;
         d.write32(BAR_CONTROL, reg::CMD_IN_ADDR_LO, in_addr as u32);
         d.write32(BAR_CONTROL, reg::CMD_IN_ADDR_HI, (in_addr >> 32) as u32);
@@ -117,7 +151,11 @@ impl NicDriver {
         Err(DriverError::Timeout(opcode))
     }
 
-    fn create<T: IntoBytes + Immutable>(&mut self, opcode: u16, input: &T) -> Result<u32, DriverError> {
+    fn create<T: IntoBytes + Immutable>(
+        &mut self,
+        opcode: u16,
+        input: &T,
+    ) -> Result<u32, DriverError> {
         self.create_raw(opcode, input.as_bytes())
     }
 
@@ -126,13 +164,28 @@ impl NicDriver {
         Ok(u32::from_le_bytes([out[0], out[1], out[2], out[3]]))
     }
 
-    fn object_command(&mut self, opcode: u16, id: u32, out_len: usize) -> Result<Vec<u8>, DriverError> {
-        self.command(opcode, ObjectIn { id: U32::new(id), rsvd: [0; 4] }.as_bytes(), out_len)
+    fn object_command(
+        &mut self,
+        opcode: u16,
+        id: u32,
+        out_len: usize,
+    ) -> Result<Vec<u8>, DriverError> {
+        self.command(
+            opcode,
+            ObjectIn {
+                id: U32::new(id),
+                rsvd: [0; 4],
+            }
+            .as_bytes(),
+            out_len,
+        )
     }
 
     fn check_log(&self, log_size: u8, max: u8) -> Result<(), DriverError> {
         if log_size > max {
-            return Err(DriverError::InvalidArgument("ring size beyond the device limit"));
+            return Err(DriverError::InvalidArgument(
+                "ring size beyond the device limit",
+            ));
         }
         Ok(())
     }
@@ -144,38 +197,115 @@ impl NicDriver {
         self.check_log(log_size, self.caps.max_log_eq_size)?;
         let ring = self.dev.dma_alloc(EQE_SIZE << log_size)?;
         init_owner_ring(&ring, EQE_SIZE, log_size);
-        let eqn = self.create(op::CREATE_EQ, &CreateEqIn { addr: U64::new(ring.iova()), log_size, rsvd: 0, msix_vector: U16::new(vector), rsvd2: [0; 4] })?;
-        let mut eq = EventQueue { ring, eqn, log_size, ci: 0, arm_sn: 0, dev: self.dev.clone() };
+        let eqn = self.create(
+            op::CREATE_EQ,
+            &CreateEqIn {
+                addr: U64::new(ring.iova()),
+                log_size,
+                rsvd: 0,
+                msix_vector: U16::new(vector),
+                rsvd2: [0; 4],
+            },
+        )?;
+        let mut eq = EventQueue {
+            ring,
+            eqn,
+            log_size,
+            ci: 0,
+            arm_sn: 0,
+            dev: self.dev.clone(),
+        };
         eq.arm();
         Ok(eq)
     }
 
-    pub fn create_cq(&mut self, eq: &EventQueue, log_size: u8) -> Result<CompletionQueue, DriverError> {
+    pub fn create_cq(
+        &mut self,
+        eq: &EventQueue,
+        log_size: u8,
+    ) -> Result<CompletionQueue, DriverError> {
         self.check_log(log_size, self.caps.max_log_cq_size)?;
         let ring = self.dev.dma_alloc(CQE_SIZE << log_size)?;
         init_owner_ring(&ring, CQE_SIZE, log_size);
-        let cqn = self.create(op::CREATE_CQ, &CreateCqIn { addr: U64::new(ring.iova()), eqn: U32::new(eq.eqn), log_size, rsvd: [0; 3] })?;
-        Ok(CompletionQueue { ring, cqn, log_size, ci: 0, arm_sn: 0, dev: self.dev.clone() })
+        let cqn = self.create(
+            op::CREATE_CQ,
+            &CreateCqIn {
+                addr: U64::new(ring.iova()),
+                eqn: U32::new(eq.eqn),
+                log_size,
+                rsvd: [0; 3],
+            },
+        )?;
+        Ok(CompletionQueue {
+            ring,
+            cqn,
+            log_size,
+            ci: 0,
+            arm_sn: 0,
+            dev: self.dev.clone(),
+        })
     }
 
-    pub fn create_sq(&mut self, cq: &CompletionQueue, log_size: u8, signal_all: bool) -> Result<SendQueue, DriverError> {
+    pub fn create_sq(
+        &mut self,
+        cq: &CompletionQueue,
+        log_size: u8,
+        signal_all: bool,
+    ) -> Result<SendQueue, DriverError> {
         self.check_log(log_size, self.caps.max_log_sq_size)?;
         let ring = self.dev.dma_alloc(WQEBB << log_size)?;
         let flags = if signal_all { SQ_FLAG_SIGNAL_ALL } else { 0 };
-        let sqn = self.create(op::CREATE_SQ, &CreateSqIn { addr: U64::new(ring.iova()), cqn: U32::new(cq.cqn), log_size, flags, rsvd: [0; 2] })?;
-        Ok(SendQueue { ring, sqn, log_size, pi: 0, dev: self.dev.clone() })
+        let sqn = self.create(
+            op::CREATE_SQ,
+            &CreateSqIn {
+                addr: U64::new(ring.iova()),
+                cqn: U32::new(cq.cqn),
+                log_size,
+                flags,
+                rsvd: [0; 2],
+            },
+        )?;
+        Ok(SendQueue {
+            ring,
+            sqn,
+            log_size,
+            pi: 0,
+            dev: self.dev.clone(),
+        })
     }
 
-    pub fn create_rq(&mut self, cq: &CompletionQueue, log_size: u8, layout: RqLayout) -> Result<RecvQueue, DriverError> {
+    pub fn create_rq(
+        &mut self,
+        cq: &CompletionQueue,
+        log_size: u8,
+        layout: RqLayout,
+    ) -> Result<RecvQueue, DriverError> {
         self.check_log(log_size, self.caps.max_log_rq_size)?;
         let ring = self.dev.dma_alloc(RECV_WQE_SIZE << log_size)?;
         let (rq_type, log_stride_size, log_strides) = match layout {
             RqLayout::Regular => (RQ_TYPE_REGULAR, 0, 0),
-            RqLayout::Striding { log_stride_size, log_strides } => (RQ_TYPE_STRIDING, log_stride_size, log_strides),
+            RqLayout::Striding {
+                log_stride_size,
+                log_strides,
+            } => (RQ_TYPE_STRIDING, log_stride_size, log_strides),
         };
-        let input = CreateRqIn { addr: U64::new(ring.iova()), cqn: U32::new(cq.cqn), log_size, rq_type, log_stride_size, log_strides };
+        let input = CreateRqIn {
+            addr: U64::new(ring.iova()),
+            cqn: U32::new(cq.cqn),
+            log_size,
+            rq_type,
+            log_stride_size,
+            log_strides,
+        };
         let rqn = self.create(op::CREATE_RQ, &input)?;
-        Ok(RecvQueue { ring, rqn, log_size, layout, pi: 0, dev: self.dev.clone() })
+        Ok(RecvQueue {
+            ring,
+            rqn,
+            log_size,
+            layout,
+            pi: 0,
+            dev: self.dev.clone(),
+        })
     }
 
     pub fn destroy_eq(&mut self, eqn: u32) -> Result<(), DriverError> {
@@ -210,14 +340,32 @@ impl NicDriver {
 
     /// Returns an SQ from the error state to ready; its counters restart at zero.
     pub fn recover_sq(&mut self, sq: &mut SendQueue) -> Result<(), DriverError> {
-        self.command(op::MODIFY_SQ, ModifyQueueIn { id: U32::new(sq.sqn), new_state: QueueState::Ready as u8, rsvd: [0; 3] }.as_bytes(), 0)?;
+        self.command(
+            op::MODIFY_SQ,
+            ModifyQueueIn {
+                id: U32::new(sq.sqn),
+                new_state: QueueState::Ready as u8,
+                rsvd: [0; 3],
+            }
+            .as_bytes(),
+            0,
+        )?;
         sq.pi = 0;
         Ok(())
     }
 
     /// Returns an RQ from the error state to ready; the driver reposts its buffers.
     pub fn recover_rq(&mut self, rq: &mut RecvQueue) -> Result<(), DriverError> {
-        self.command(op::MODIFY_RQ, ModifyQueueIn { id: U32::new(rq.rqn), new_state: QueueState::Ready as u8, rsvd: [0; 3] }.as_bytes(), 0)?;
+        self.command(
+            op::MODIFY_RQ,
+            ModifyQueueIn {
+                id: U32::new(rq.rqn),
+                new_state: QueueState::Ready as u8,
+                rsvd: [0; 3],
+            }
+            .as_bytes(),
+            0,
+        )?;
         rq.pi = 0;
         Ok(())
     }
@@ -225,8 +373,19 @@ impl NicDriver {
     // --- steering -----------------------------------------------------------------------------
 
     /// An RSS group over `rqns` (a power of two, at most 256 entries).
-    pub fn create_rss_group(&mut self, key: &[u8; 40], hash_fields: u8, rqns: &[u32]) -> Result<u32, DriverError> {
-        let hdr = CreateRssGroupIn { key: *key, hash_fields, rsvd: 0, indirection_len: U16::new(rqns.len() as u16), rsvd2: [0; 4] };
+    pub fn create_rss_group(
+        &mut self,
+        key: &[u8; 40],
+        hash_fields: u8,
+        rqns: &[u32],
+    ) -> Result<u32, DriverError> {
+        let hdr = CreateRssGroupIn {
+            key: *key,
+            hash_fields,
+            rsvd: 0,
+            indirection_len: U16::new(rqns.len() as u16),
+            rsvd2: [0; 4],
+        };
         let mut input = hdr.as_bytes().to_vec();
         for r in rqns {
             input.extend_from_slice(&r.to_le_bytes());
@@ -238,13 +397,27 @@ impl NicDriver {
         self.object_command(op::DESTROY_RSS_GROUP, id, 0).map(drop)
     }
 
-    pub fn create_flow_table(&mut self, kind: u8, level: u8, miss: TableMiss) -> Result<u32, DriverError> {
+    pub fn create_flow_table(
+        &mut self,
+        kind: u8,
+        level: u8,
+        miss: TableMiss,
+    ) -> Result<u32, DriverError> {
         let (miss, miss_table) = match miss {
             TableMiss::Default => (MISS_DEFAULT, 0),
             TableMiss::Drop => (MISS_DROP, 0),
             TableMiss::Goto(t) => (MISS_GOTO_TABLE, t),
         };
-        self.create(op::CREATE_FLOW_TABLE, &CreateFlowTableIn { kind, level, miss, rsvd: 0, miss_table: U32::new(miss_table) })
+        self.create(
+            op::CREATE_FLOW_TABLE,
+            &CreateFlowTableIn {
+                kind,
+                level,
+                miss,
+                rsvd: 0,
+                miss_table: U32::new(miss_table),
+            },
+        )
     }
 
     pub fn destroy_flow_table(&mut self, id: u32) -> Result<(), DriverError> {
@@ -253,8 +426,13 @@ impl NicDriver {
 
     /// Makes `table` the root of its kind for this function (`None` restores the default).
     pub fn set_root(&mut self, kind: u8, table: Option<u32>) -> Result<(), DriverError> {
-        let input = SetRootIn { kind, rsvd: [0; 3], table: U32::new(table.unwrap_or(NO_TABLE)) };
-        self.command(op::SET_FLOW_TABLE_ROOT, input.as_bytes(), 0).map(drop)
+        let input = SetRootIn {
+            kind,
+            rsvd: [0; 3],
+            table: U32::new(table.unwrap_or(NO_TABLE)),
+        };
+        self.command(op::SET_FLOW_TABLE_ROOT, input.as_bytes(), 0)
+            .map(drop)
     }
 
     pub fn create_flow_entry(&mut self, table: u32, rule: &FlowRule) -> Result<u32, DriverError> {
@@ -287,13 +465,25 @@ impl NicDriver {
 
     /// (packets, bytes) of an entry's COUNT action.
     pub fn query_flow_entry(&mut self, id: u32) -> Result<(u64, u64), DriverError> {
-        let out = self.object_command(op::QUERY_FLOW_ENTRY, id, core::mem::size_of::<QueryFlowEntryOut>())?;
+        let out = self.object_command(
+            op::QUERY_FLOW_ENTRY,
+            id,
+            core::mem::size_of::<QueryFlowEntryOut>(),
+        )?;
         let o = QueryFlowEntryOut::read_from_bytes(&out).unwrap_or_default();
         Ok((o.packets.get(), o.bytes.get()))
     }
 
     pub fn query_vport(&mut self, vport: u16) -> Result<QueryVportOut, DriverError> {
-        let out = self.command(op::QUERY_VPORT, QueryVportIn { vport: U16::new(vport), rsvd: [0; 6] }.as_bytes(), core::mem::size_of::<QueryVportOut>())?;
+        let out = self.command(
+            op::QUERY_VPORT,
+            QueryVportIn {
+                vport: U16::new(vport),
+                rsvd: [0; 6],
+            }
+            .as_bytes(),
+            core::mem::size_of::<QueryVportOut>(),
+        )?;
         Ok(QueryVportOut::read_from_bytes(&out).unwrap_or_default())
     }
 }
@@ -311,7 +501,10 @@ pub enum RqLayout {
     /// One packet per WQE buffer.
     Regular,
     /// Multi-packet WQEs of `2^log_strides` strides of `2^log_stride_size` bytes.
-    Striding { log_stride_size: u8, log_strides: u8 },
+    Striding {
+        log_stride_size: u8,
+        log_strides: u8,
+    },
 }
 
 /// A table's miss behaviour.
@@ -361,7 +554,14 @@ pub struct FlowRule {
 impl FlowRule {
     /// Matches everything.
     pub fn any(fate: RuleFate) -> Self {
-        FlowRule { priority: 0, mask: FlowMatch::default(), value: FlowMatch::default(), fate, flow_tag: None, count: false }
+        FlowRule {
+            priority: 0,
+            mask: FlowMatch::default(),
+            value: FlowMatch::default(),
+            fate,
+            flow_tag: None,
+            count: false,
+        }
     }
 }
 
@@ -401,7 +601,11 @@ impl EventQueue {
     /// Reports consumed events and asks for the next interrupt.
     pub fn arm(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
-        doorbell(&self.dev, db::EQ_BASE + 4 * self.eqn as u64, db::ci_value(self.ci, self.arm_sn, true));
+        doorbell(
+            &self.dev,
+            db::EQ_BASE + 4 * self.eqn as u64,
+            db::ci_value(self.ci, self.arm_sn, true),
+        );
     }
 }
 
@@ -435,13 +639,21 @@ impl CompletionQueue {
     /// Tells the device how far software consumed (frees CQ space). Repeats the last arm's
     /// sequence number, so an arm the device has not seen yet is not cancelled.
     pub fn update_ci(&self) {
-        doorbell(&self.dev, db::CQ_BASE + 4 * self.cqn as u64, db::ci_value(self.ci, self.arm_sn, self.arm_sn != 0));
+        doorbell(
+            &self.dev,
+            db::CQ_BASE + 4 * self.cqn as u64,
+            db::ci_value(self.ci, self.arm_sn, self.arm_sn != 0),
+        );
     }
 
     /// Reports progress and requests an event for the next CQE.
     pub fn arm(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
-        doorbell(&self.dev, db::CQ_BASE + 4 * self.cqn as u64, db::ci_value(self.ci, self.arm_sn, true));
+        doorbell(
+            &self.dev,
+            db::CQ_BASE + 4 * self.cqn as u64,
+            db::ci_value(self.ci, self.arm_sn, true),
+        );
     }
 
     pub fn consumer_counter(&self) -> u32 {
@@ -461,7 +673,11 @@ pub struct SendWqe<'a> {
 impl SendWqe<'_> {
     /// 16-byte segments this WQE needs.
     pub fn ds_count(&self) -> usize {
-        let inline_segs = self.inline_header.len().saturating_sub(ETH_SEG_INLINE).div_ceil(DS_SIZE);
+        let inline_segs = self
+            .inline_header
+            .len()
+            .saturating_sub(ETH_SEG_INLINE)
+            .div_ceil(DS_SIZE);
         2 + inline_segs + self.gather.len()
     }
     /// Basic blocks it occupies in the ring.
@@ -512,7 +728,10 @@ impl SendQueue {
         let eth = EthSeg {
             cs_flags: w.cs_flags,
             inline_hdr_size: U16::new(ih.len() as u16),
-            inline_start: [ih.first().copied().unwrap_or(0), ih.get(1).copied().unwrap_or(0)],
+            inline_start: [
+                ih.first().copied().unwrap_or(0),
+                ih.get(1).copied().unwrap_or(0),
+            ],
             ..Default::default()
         };
         buf[16..32].copy_from_slice(eth.as_bytes());
@@ -522,7 +741,11 @@ impl SendQueue {
         }
         let mut at = 32 + rest.div_ceil(DS_SIZE) * DS_SIZE;
         for &(addr, len) in w.gather {
-            let d = DataSeg { byte_count: U32::new(len), lkey: U32::new(RESERVED_LKEY), addr: U64::new(addr) };
+            let d = DataSeg {
+                byte_count: U32::new(len),
+                lkey: U32::new(RESERVED_LKEY),
+                addr: U64::new(addr),
+            };
             buf[at..at + 16].copy_from_slice(d.as_bytes());
             at += 16;
         }
@@ -549,7 +772,11 @@ impl SendQueue {
 
     /// Tells the device about everything posted so far.
     pub fn ring_doorbell(&self) {
-        doorbell(&self.dev, db::SQ_BASE + 4 * self.sqn as u64, self.pi & 0xffff);
+        doorbell(
+            &self.dev,
+            db::SQ_BASE + 4 * self.sqn as u64,
+            self.pi & 0xffff,
+        );
     }
 
     /// Rings with an arbitrary producer value (tests of doorbell overflow).
@@ -580,13 +807,20 @@ impl RecvQueue {
     pub fn wqe_bytes(&self) -> usize {
         match self.layout {
             RqLayout::Regular => 0,
-            RqLayout::Striding { log_stride_size, log_strides } => 1 << (log_stride_size + log_strides),
+            RqLayout::Striding {
+                log_stride_size,
+                log_strides,
+            } => 1 << (log_stride_size + log_strides),
         }
     }
 
     /// Writes a receive WQE for a buffer at the producer counter (does not ring).
     pub fn post(&mut self, addr: u64, len: u32) {
-        self.post_raw(&DataSeg { byte_count: U32::new(len), lkey: U32::new(RESERVED_LKEY), addr: U64::new(addr) });
+        self.post_raw(&DataSeg {
+            byte_count: U32::new(len),
+            lkey: U32::new(RESERVED_LKEY),
+            addr: U64::new(addr),
+        });
     }
 
     /// Writes any receive WQE (tests use bad keys and lengths).
@@ -597,6 +831,10 @@ impl RecvQueue {
     }
 
     pub fn ring_doorbell(&self) {
-        doorbell(&self.dev, db::RQ_BASE + 4 * self.rqn as u64, self.pi & 0xffff);
+        doorbell(
+            &self.dev,
+            db::RQ_BASE + 4 * self.rqn as u64,
+            self.pi & 0xffff,
+        );
     }
 }

@@ -16,7 +16,11 @@ pub enum DriverError {
     #[error("unsupported command interface revision {0}")]
     InterfaceRevision(u32),
     #[error("command {opcode:#x} failed: {status:?} (syndrome {syndrome:#x})")]
-    Command { opcode: u16, status: Option<CmdStatus>, syndrome: u32 },
+    Command {
+        opcode: u16,
+        status: Option<CmdStatus>,
+        syndrome: u32,
+    },
     #[error("command {opcode:#x} not delivered (delivery status {delivery})")]
     Delivery { opcode: u16, delivery: u8 },
     #[error("command {0:#x} timed out")]
@@ -92,7 +96,12 @@ impl DmaBuffer {
     /// # Safety
     /// `ptr..ptr+len` must stay valid and mapped as long as `backing` lives.
     pub unsafe fn new(iova: u64, ptr: *mut u8, len: usize, backing: Arc<dyn Send + Sync>) -> Self {
-        DmaBuffer { iova, ptr, len, _backing: backing }
+        DmaBuffer {
+            iova,
+            ptr,
+            len,
+            _backing: backing,
+        }
     }
 
     pub fn iova(&self) -> u64 {
@@ -106,14 +115,23 @@ impl DmaBuffer {
     }
 
     fn check(&self, off: usize, n: usize) {
-        assert!(off.checked_add(n).is_some_and(|e| e <= self.len), "DMA buffer access {off}+{n} beyond {}", self.len);
+        assert!(
+            off.checked_add(n).is_some_and(|e| e <= self.len),
+            "DMA buffer access {off}+{n} beyond {}",
+            self.len
+        );
     }
 
     /// A view of `len` bytes at `off` sharing the same backing.
     pub fn slice(&self, off: usize, len: usize) -> DmaBuffer {
         self.check(off, len);
         // SAFETY: in bounds of a valid buffer.
-        DmaBuffer { iova: self.iova + off as u64, ptr: unsafe { self.ptr.add(off) }, len, _backing: self._backing.clone() }
+        DmaBuffer {
+            iova: self.iova + off as u64,
+            ptr: unsafe { self.ptr.add(off) },
+            len,
+            _backing: self._backing.clone(),
+        }
     }
 
     pub fn write(&self, off: usize, data: &[u8]) {
@@ -164,6 +182,10 @@ impl DmaBuffer {
 
 impl std::fmt::Debug for DmaBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DmaBuffer {{ iova: {:#x}, len: {} }}", self.iova, self.len)
+        write!(
+            f,
+            "DmaBuffer {{ iova: {:#x}, len: {} }}",
+            self.iova, self.len
+        )
     }
 }

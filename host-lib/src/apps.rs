@@ -54,8 +54,22 @@ impl SoftPort {
         let la: Link = Default::default();
         let lb: Link = Default::default();
         (
-            SoftPort { mac: a.1, pool: a.0.clone(), peer_pool: b.0.clone(), rx: la.clone(), peer_rx: lb.clone(), fresh: Vec::new() },
-            SoftPort { mac: b.1, pool: b.0, peer_pool: a.0, rx: lb, peer_rx: la, fresh: Vec::new() },
+            SoftPort {
+                mac: a.1,
+                pool: a.0.clone(),
+                peer_pool: b.0.clone(),
+                rx: la.clone(),
+                peer_rx: lb.clone(),
+                fresh: Vec::new(),
+            },
+            SoftPort {
+                mac: b.1,
+                pool: b.0,
+                peer_pool: a.0,
+                rx: lb,
+                peer_rx: la,
+                fresh: Vec::new(),
+            },
         )
     }
 }
@@ -121,7 +135,10 @@ const HEADERS: usize = 14 + 20 + 8;
 pub enum Sizes {
     Fixed(usize),
     /// Every size from `min` to `max` in turn.
-    Sweep { min: usize, max: usize },
+    Sweep {
+        min: usize,
+        max: usize,
+    },
     /// A repeating list.
     Cycle(Vec<usize>),
 }
@@ -161,7 +178,14 @@ pub struct EchoConfig {
 
 impl Default for EchoConfig {
     fn default() -> Self {
-        EchoConfig { packets: 10_000, sizes: Sizes::Fixed(64), burst: 32, window: 512, checksum_offload: true, flows: 64 }
+        EchoConfig {
+            packets: 10_000,
+            sizes: Sizes::Fixed(64),
+            burst: 32,
+            window: 512,
+            checksum_offload: true,
+            flows: 64,
+        }
     }
 }
 
@@ -214,7 +238,15 @@ pub fn ones_complement(data: &[u8], mut sum: u32) -> u16 {
 
 /// Writes the UDP/IPv4 frame number `seq` of `len` bytes into `out`. With `checksums` the IPv4
 /// and UDP checksums are computed here; without, they are left zero for the NIC to fill.
-pub fn build_frame(out: &mut [u8], seq: u64, len: usize, src_mac: [u8; 6], dst_mac: [u8; 6], flows: u16, checksums: bool) {
+pub fn build_frame(
+    out: &mut [u8],
+    seq: u64,
+    len: usize,
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    flows: u16,
+    checksums: bool,
+) {
     let f = &mut out[..len];
     f[0..6].copy_from_slice(&dst_mac);
     f[6..12].copy_from_slice(&src_mac);
@@ -245,7 +277,12 @@ pub fn build_frame(out: &mut [u8], seq: u64, len: usize, src_mac: [u8; 6], dst_m
         let c = !ones_complement(&f[14..34], 0);
         f[24..26].copy_from_slice(&c.to_be_bytes());
         let mut pseudo = 0u32;
-        for w in [&CLIENT_IP[..2], &CLIENT_IP[2..], &SERVER_IP[..2], &SERVER_IP[2..]] {
+        for w in [
+            &CLIENT_IP[..2],
+            &CLIENT_IP[2..],
+            &SERVER_IP[..2],
+            &SERVER_IP[2..],
+        ] {
             pseudo += u16::from_be_bytes([w[0], w[1]]) as u32;
         }
         pseudo += 17 + udp_len as u32;
@@ -280,7 +317,12 @@ pub fn echo_step(port: &mut impl BurstPort, bufs: &mut Vec<Mbuf>, burst: usize) 
 /// Sends `cfg.packets` frames from `client` to `server`'s MAC, runs `serve` between bursts (the
 /// echo side), and checks every returned frame byte for byte against what was sent (with MACs
 /// swapped). Bounded: gives up after `cfg.packets * 64 + 10^6` idle iterations.
-pub fn run_echo(client: &mut impl BurstPort, server_mac: [u8; 6], cfg: &EchoConfig, mut serve: impl FnMut() -> usize) -> EchoReport {
+pub fn run_echo(
+    client: &mut impl BurstPort,
+    server_mac: [u8; 6],
+    cfg: &EchoConfig,
+    mut serve: impl FnMut() -> usize,
+) -> EchoReport {
     let mut rep = EchoReport::default();
     let client_mac = client.mac();
     let mut tx: Vec<Mbuf> = Vec::with_capacity(cfg.burst);
@@ -295,13 +337,28 @@ pub fn run_echo(client: &mut impl BurstPort, server_mac: [u8; 6], cfg: &EchoConf
         let mut progress = 0;
         // Generate.
         let inflight = (rep.packets_sent - rep.packets_received) as usize;
-        let want = cfg.burst.min(cfg.window.saturating_sub(inflight)).min((cfg.packets - next_seq) as usize);
+        let want = cfg
+            .burst
+            .min(cfg.window.saturating_sub(inflight))
+            .min((cfg.packets - next_seq) as usize);
         if want > 0 && tx.is_empty() {
             pool.alloc_bulk(&mut tx, want);
             for m in tx.iter_mut() {
                 let len = cfg.sizes.size_of(next_seq);
-                build_frame(m.set_len(len), next_seq, len, client_mac, server_mac, cfg.flows, !cfg.checksum_offload);
-                m.ol_flags = if cfg.checksum_offload { ol::TX_IP_CKSUM | ol::TX_L4_CKSUM } else { 0 };
+                build_frame(
+                    m.set_len(len),
+                    next_seq,
+                    len,
+                    client_mac,
+                    server_mac,
+                    cfg.flows,
+                    !cfg.checksum_offload,
+                );
+                m.ol_flags = if cfg.checksum_offload {
+                    ol::TX_IP_CKSUM | ol::TX_L4_CKSUM
+                } else {
+                    0
+                };
                 rep.bytes_sent += len as u64;
                 next_seq += 1;
             }
@@ -321,7 +378,15 @@ pub fn run_echo(client: &mut impl BurstPort, server_mac: [u8; 6], cfg: &EchoConf
             let ok = d.len() >= HEADERS + 8 && {
                 let seq = u64::from_le_bytes(d[42..50].try_into().unwrap_or([0; 8]));
                 let len = cfg.sizes.size_of(seq);
-                build_frame(&mut expect, seq, len, server_mac, client_mac, cfg.flows, true);
+                build_frame(
+                    &mut expect,
+                    seq,
+                    len,
+                    server_mac,
+                    client_mac,
+                    cfg.flows,
+                    true,
+                );
                 d.len() == len && m.pkt_len as usize == len && d == &expect[..len]
             };
             if ok {
@@ -352,22 +417,40 @@ pub struct InProcessPair {
 }
 
 impl InProcessPair {
-    pub fn new(rx_mode: crate::ethdev::RxMode, max_frame: usize) -> Result<Self, fld_driver::DriverError> {
+    pub fn new(
+        rx_mode: crate::ethdev::RxMode,
+        max_frame: usize,
+    ) -> Result<Self, fld_driver::DriverError> {
         use fld_device::card::{Card, CardConfig};
         use fld_driver::inprocess::InProcessHost;
         let card = Card::new(CardConfig::default());
         let host = InProcessHost::new(card.clone(), 1 << 30)?;
-        let f0 = card.nic.function_id(0).ok_or(fld_driver::DriverError::InvalidArgument("no function 0"))?;
-        let f1 = card.nic.function_id(1).ok_or(fld_driver::DriverError::InvalidArgument("no function 1"))?;
+        let f0 = card
+            .nic
+            .function_id(0)
+            .ok_or(fld_driver::DriverError::InvalidArgument("no function 0"))?;
+        let f1 = card
+            .nic
+            .function_id(1)
+            .ok_or(fld_driver::DriverError::InvalidArgument("no function 1"))?;
         let mut client = EthDev::open(host.device(f0))?;
         let mut server = EthDev::open(host.device(f1))?;
         let buf = (max_frame + crate::mempool::HEADROOM as usize) as u32;
-        let cfg = crate::ethdev::PortConfig { rx_mode, max_rx_frame: max_frame as u32, ..Default::default() };
+        let cfg = crate::ethdev::PortConfig {
+            rx_mode,
+            max_rx_frame: max_frame as u32,
+            ..Default::default()
+        };
         let dev0 = host.device(f0);
         let dev1 = host.device(f1);
         client.configure(cfg, Mempool::new(dev0.as_ref(), 4096, buf)?)?;
         server.configure(cfg, Mempool::new(dev1.as_ref(), 4096, buf)?)?;
-        Ok(InProcessPair { card, host, client, server })
+        Ok(InProcessPair {
+            card,
+            host,
+            client,
+            server,
+        })
     }
 
     /// Runs the echo workload: the client generates and verifies, the server echoes.
@@ -376,6 +459,8 @@ impl InProcessPair {
         let server = &mut self.server;
         let mut scratch = Vec::with_capacity(cfg.burst);
         let burst = cfg.burst;
-        run_echo(&mut self.client, server_mac, cfg, || echo_step(server, &mut scratch, burst))
+        run_echo(&mut self.client, server_mac, cfg, || {
+            echo_step(server, &mut scratch, burst)
+        })
     }
 }

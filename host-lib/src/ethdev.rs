@@ -6,8 +6,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use fld_device::nic::abi::{cqe_csum, cqe_flags, rss_fields, CQE_REQ_ERR, CQE_RESP_ERR, CS_L3, CS_L4, DS_SIZE, ETH_SEG_INLINE, TABLE_KIND_FDB, TABLE_KIND_NIC_RX, WQEBB};
-use fld_driver::nic::{CompletionQueue, EventQueue, FlowRule, NicDriver, RecvQueue, RqLayout, RuleFate, SendQueue, SendWqe, TableMiss};
+use fld_device::nic::abi::{
+    cqe_csum, cqe_flags, rss_fields, CQE_REQ_ERR, CQE_RESP_ERR, CS_L3, CS_L4, DS_SIZE,
+    ETH_SEG_INLINE, TABLE_KIND_FDB, TABLE_KIND_NIC_RX, WQEBB,
+};
+use fld_driver::nic::{
+    CompletionQueue, EventQueue, FlowRule, NicDriver, RecvQueue, RqLayout, RuleFate, SendQueue,
+    SendWqe, TableMiss,
+};
 use fld_driver::{DmaBuffer, DriverError, PciDevice};
 
 use crate::flow::{compile_pattern, FlowAction, FlowAttr, FlowItem};
@@ -25,7 +31,10 @@ pub enum RxMode {
     /// One mbuf per receive WQE (zero copy).
     Regular,
     /// Multi-packet WQEs: packets land in strides and are copied into mbufs.
-    Striding { log_stride_size: u8, log_strides: u8 },
+    Striding {
+        log_stride_size: u8,
+        log_strides: u8,
+    },
 }
 
 /// Port configuration.
@@ -44,7 +53,14 @@ pub struct PortConfig {
 
 impl Default for PortConfig {
     fn default() -> Self {
-        PortConfig { rx_queues: 1, tx_queues: 1, log_rx_desc: 10, log_tx_desc: 10, rx_mode: RxMode::Regular, max_rx_frame: 1514 }
+        PortConfig {
+            rx_queues: 1,
+            tx_queues: 1,
+            log_rx_desc: 10,
+            log_tx_desc: 10,
+            rx_mode: RxMode::Regular,
+            max_rx_frame: 1514,
+        }
     }
 }
 
@@ -156,25 +172,44 @@ impl EthDev {
     /// steering: everything to RSS over all RX queues (or queue 0 when there is one).
     pub fn configure(&mut self, config: PortConfig, pool: Arc<Mempool>) -> Result<(), DriverError> {
         if config.rx_queues == 0 || config.tx_queues == 0 {
-            return Err(DriverError::InvalidArgument("a port needs at least one RX and one TX queue"));
+            return Err(DriverError::InvalidArgument(
+                "a port needs at least one RX and one TX queue",
+            ));
         }
         self.config = config;
         for _ in 0..config.tx_queues {
             let cq = self.nic.create_cq(&self.eq, config.log_tx_desc)?;
             let sq = self.nic.create_sq(&cq, config.log_tx_desc, false)?;
             let cap = sq.size() as usize;
-            self.txqs.push(TxQueue { sq, cq, inflight: VecDeque::with_capacity(cap), completed: 0, reclaimed: Vec::with_capacity(cap) });
+            self.txqs.push(TxQueue {
+                sq,
+                cq,
+                inflight: VecDeque::with_capacity(cap),
+                completed: 0,
+                reclaimed: Vec::with_capacity(cap),
+            });
         }
         for _ in 0..config.rx_queues {
             // Descriptors count packets: a striding ring has one WQE per `2^log_strides` of them
             // (as DPDK sizes multi-packet queues), and up to one CQE per stride plus fillers.
             let (log_cq, log_rq, layout) = match config.rx_mode {
                 RxMode::Regular => (config.log_rx_desc, config.log_rx_desc, RqLayout::Regular),
-                RxMode::Striding { log_stride_size, log_strides } => {
-                    let strides_per_frame = (config.max_rx_frame.max(64) as u64).div_ceil(1 << log_stride_size);
+                RxMode::Striding {
+                    log_stride_size,
+                    log_strides,
+                } => {
+                    let strides_per_frame =
+                        (config.max_rx_frame.max(64) as u64).div_ceil(1 << log_stride_size);
                     let wqes = ((strides_per_frame << config.log_rx_desc) >> log_strides).max(4);
                     let log_rq = (64 - (wqes - 1).leading_zeros()) as u8;
-                    ((config.log_rx_desc + 1).min(self.nic.caps().max_log_cq_size), log_rq.min(self.nic.caps().max_log_rq_size), RqLayout::Striding { log_stride_size, log_strides })
+                    (
+                        (config.log_rx_desc + 1).min(self.nic.caps().max_log_cq_size),
+                        log_rq.min(self.nic.caps().max_log_rq_size),
+                        RqLayout::Striding {
+                            log_stride_size,
+                            log_strides,
+                        },
+                    )
                 }
             };
             let cq = self.nic.create_cq(&self.eq, log_cq)?;
@@ -195,7 +230,9 @@ impl EthDev {
                         posted[i] = Some(m);
                     }
                 }
-                RxMode::Striding { log_stride_size, .. } => {
+                RxMode::Striding {
+                    log_stride_size, ..
+                } => {
                     let bytes = rq.wqe_bytes();
                     let mut buffers = Vec::with_capacity(n);
                     for _ in 0..n {
@@ -203,23 +240,48 @@ impl EthDev {
                         rq.post(b.iova(), bytes as u32);
                         buffers.push(b);
                     }
-                    strides = Some(StrideBuffers { buffers, stride: 1 << log_stride_size });
+                    strides = Some(StrideBuffers {
+                        buffers,
+                        stride: 1 << log_stride_size,
+                    });
                 }
             }
             rq.ring_doorbell();
-            self.rxqs.push(RxQueue { rq, cq, posted, strides, refill: Vec::with_capacity(n) });
+            self.rxqs.push(RxQueue {
+                rq,
+                cq,
+                posted,
+                strides,
+                refill: Vec::with_capacity(n),
+            });
         }
         self.pool = Some(pool);
-        let root = self.nic.create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Drop)?;
+        let root = self
+            .nic
+            .create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Drop)?;
         self.nic.set_root(TABLE_KIND_NIC_RX, Some(root))?;
         self.rx_tables.insert(0, root);
         let all: Vec<u16> = (0..config.rx_queues).collect();
         let default = if all.len() == 1 {
             FlowAction::Queue(0)
         } else {
-            FlowAction::Rss { queues: all, fields: rss_fields::SRC_IP | rss_fields::DST_IP | rss_fields::SRC_PORT | rss_fields::DST_PORT }
+            FlowAction::Rss {
+                queues: all,
+                fields: rss_fields::SRC_IP
+                    | rss_fields::DST_IP
+                    | rss_fields::SRC_PORT
+                    | rss_fields::DST_PORT,
+            }
         };
-        let h = self.flow_create(FlowAttr { group: 0, priority: u16::MAX, transfer: false }, &[], &[default])?;
+        let h = self.flow_create(
+            FlowAttr {
+                group: 0,
+                priority: u16::MAX,
+                transfer: false,
+            },
+            &[],
+            &[default],
+        )?;
         self.default_rule = Some(h.0);
         Ok(())
     }
@@ -288,7 +350,12 @@ impl EthDev {
             if m.ol_flags & ol::TX_L4_CKSUM != 0 {
                 cs_flags |= CS_L4;
             }
-            let wqe = SendWqe { inline_header: &m.data()[..inline], gather: if len > inline { &gather } else { &[] }, cs_flags, signal: i + 1 == count };
+            let wqe = SendWqe {
+                inline_header: &m.data()[..inline],
+                gather: if len > inline { &gather } else { &[] },
+                cs_flags,
+                signal: i + 1 == count,
+            };
             let nbb = wqe.wqebbs();
             match t.sq.post(&wqe) {
                 Ok(idx) => {
@@ -315,7 +382,9 @@ impl EthDev {
             return 0;
         }
         self.nic.device().run_device();
-        let Some(pool) = self.pool.clone() else { return 0 };
+        let Some(pool) = self.pool.clone() else {
+            return 0;
+        };
         let r = &mut self.rxqs[q];
         let mut got = 0;
         let mut reposted = false;
@@ -333,10 +402,18 @@ impl EthDev {
             let mut flags = 0;
             let cs = cqe.csum;
             if cs & cqe_csum::L3_PRESENT != 0 {
-                flags |= if cs & cqe_csum::L3_OK != 0 { ol::RX_IP_CKSUM_GOOD } else { ol::RX_IP_CKSUM_BAD };
+                flags |= if cs & cqe_csum::L3_OK != 0 {
+                    ol::RX_IP_CKSUM_GOOD
+                } else {
+                    ol::RX_IP_CKSUM_BAD
+                };
             }
             if cs & cqe_csum::L4_PRESENT != 0 {
-                flags |= if cs & cqe_csum::L4_OK != 0 { ol::RX_L4_CKSUM_GOOD } else { ol::RX_L4_CKSUM_BAD };
+                flags |= if cs & cqe_csum::L4_OK != 0 {
+                    ol::RX_L4_CKSUM_GOOD
+                } else {
+                    ol::RX_L4_CKSUM_BAD
+                };
             }
             if cqe.rss_hash.get() != 0 {
                 flags |= ol::RX_RSS_HASH;
@@ -403,8 +480,13 @@ impl EthDev {
                     }
                 }
             }
-            self.stats.ipackets += (op != CQE_RESP_ERR && cqe.flags & cqe_flags::FILLER == 0) as u64;
-            self.stats.ibytes += if cqe.flags & cqe_flags::FILLER == 0 { len as u64 } else { 0 };
+            self.stats.ipackets +=
+                (op != CQE_RESP_ERR && cqe.flags & cqe_flags::FILLER == 0) as u64;
+            self.stats.ibytes += if cqe.flags & cqe_flags::FILLER == 0 {
+                len as u64
+            } else {
+                0
+            };
         }
         if polled {
             r.cq.update_ci();
@@ -425,11 +507,19 @@ impl EthDev {
     // --- flow rules ---------------------------------------------------------------------------
 
     fn table_for(&mut self, group: u8, transfer: bool) -> Result<u32, DriverError> {
-        let (map, kind) = if transfer { (&self.fdb_tables, TABLE_KIND_FDB) } else { (&self.rx_tables, TABLE_KIND_NIC_RX) };
+        let (map, kind) = if transfer {
+            (&self.fdb_tables, TABLE_KIND_FDB)
+        } else {
+            (&self.rx_tables, TABLE_KIND_NIC_RX)
+        };
         if let Some(t) = map.get(&group) {
             return Ok(*t);
         }
-        let miss = if transfer { TableMiss::Default } else { TableMiss::Drop };
+        let miss = if transfer {
+            TableMiss::Default
+        } else {
+            TableMiss::Drop
+        };
         let t = self.nic.create_flow_table(kind, group, miss)?;
         if transfer {
             if group == 0 {
@@ -443,10 +533,22 @@ impl EthDev {
     }
 
     /// Creates a rule; see [`FlowAttr`], [`FlowItem`], [`FlowAction`].
-    pub fn flow_create(&mut self, attr: FlowAttr, pattern: &[FlowItem], actions: &[FlowAction]) -> Result<FlowHandle, DriverError> {
+    pub fn flow_create(
+        &mut self,
+        attr: FlowAttr,
+        pattern: &[FlowItem],
+        actions: &[FlowAction],
+    ) -> Result<FlowHandle, DriverError> {
         let table = self.table_for(attr.group, attr.transfer)?;
         let (mask, value) = compile_pattern(pattern);
-        let mut rule = FlowRule { priority: attr.priority, mask, value, fate: RuleFate::None, flow_tag: None, count: false };
+        let mut rule = FlowRule {
+            priority: attr.priority,
+            mask,
+            value,
+            fate: RuleFate::None,
+            flow_tag: None,
+            count: false,
+        };
         let mut rss_group = None;
         for a in actions {
             let fate = match a {
@@ -458,17 +560,33 @@ impl EthDev {
                     rule.count = true;
                     continue;
                 }
-                FlowAction::Queue(q) => RuleFate::Rq(self.rxqs.get(*q as usize).ok_or(DriverError::InvalidArgument("no such queue"))?.rq.rqn),
+                FlowAction::Queue(q) => RuleFate::Rq(
+                    self.rxqs
+                        .get(*q as usize)
+                        .ok_or(DriverError::InvalidArgument("no such queue"))?
+                        .rq
+                        .rqn,
+                ),
                 FlowAction::Rss { queues, fields } => {
-                    let rqns: Result<Vec<u32>, _> = queues.iter().map(|q| self.rxqs.get(*q as usize).map(|r| r.rq.rqn).ok_or(DriverError::InvalidArgument("no such queue"))).collect();
+                    let rqns: Result<Vec<u32>, _> = queues
+                        .iter()
+                        .map(|q| {
+                            self.rxqs
+                                .get(*q as usize)
+                                .map(|r| r.rq.rqn)
+                                .ok_or(DriverError::InvalidArgument("no such queue"))
+                        })
+                        .collect();
                     let mut rqns = rqns?;
                     if rqns.is_empty() {
                         return Err(DriverError::InvalidArgument("RSS needs queues"));
                     }
                     // The indirection table is a power of two long: repeat the queue list.
-                    let n = rqns.len().next_power_of_two().max(64).min(256);
+                    let n = rqns.len().next_power_of_two().clamp(64, 256);
                     rqns = (0..n).map(|i| rqns[i % rqns.len()]).collect();
-                    let g = self.nic.create_rss_group(&DEFAULT_RSS_KEY, *fields, &rqns)?;
+                    let g = self
+                        .nic
+                        .create_rss_group(&DEFAULT_RSS_KEY, *fields, &rqns)?;
                     rss_group = Some(g);
                     RuleFate::Rss(g)
                 }
@@ -530,8 +648,16 @@ impl EthDev {
 
     /// Mbufs the port holds: posted receive buffers, refill caches and sends not yet completed.
     pub fn mbufs_held(&self) -> usize {
-        let rx: usize = self.rxqs.iter().map(|r| r.posted.iter().filter(|m| m.is_some()).count() + r.refill.len()).sum();
-        let tx: usize = self.txqs.iter().map(|t| t.inflight.len() + t.reclaimed.len()).sum();
+        let rx: usize = self
+            .rxqs
+            .iter()
+            .map(|r| r.posted.iter().filter(|m| m.is_some()).count() + r.refill.len())
+            .sum();
+        let tx: usize = self
+            .txqs
+            .iter()
+            .map(|t| t.inflight.len() + t.reclaimed.len())
+            .sum();
         rx + tx
     }
 

@@ -19,11 +19,29 @@ pub struct FlowAttr {
 /// Pattern items; `None` fields are wildcards.
 #[derive(Clone, Copy, Debug)]
 pub enum FlowItem {
-    Eth { dst: Option<[u8; 6]>, src: Option<[u8; 6]>, ethertype: Option<u16> },
-    Ipv4 { src: Option<Ipv4Addr>, dst: Option<Ipv4Addr>, proto: Option<u8> },
-    Ipv6 { src: Option<Ipv6Addr>, dst: Option<Ipv6Addr>, proto: Option<u8> },
-    Udp { src_port: Option<u16>, dst_port: Option<u16> },
-    Tcp { src_port: Option<u16>, dst_port: Option<u16> },
+    Eth {
+        dst: Option<[u8; 6]>,
+        src: Option<[u8; 6]>,
+        ethertype: Option<u16>,
+    },
+    Ipv4 {
+        src: Option<Ipv4Addr>,
+        dst: Option<Ipv4Addr>,
+        proto: Option<u8>,
+    },
+    Ipv6 {
+        src: Option<Ipv6Addr>,
+        dst: Option<Ipv6Addr>,
+        proto: Option<u8>,
+    },
+    Udp {
+        src_port: Option<u16>,
+        dst_port: Option<u16>,
+    },
+    Tcp {
+        src_port: Option<u16>,
+        dst_port: Option<u16>,
+    },
     /// eSwitch rules: the vPort the packet came from.
     PortId { vport: u16 },
 }
@@ -33,7 +51,10 @@ pub enum FlowItem {
 pub enum FlowAction {
     Queue(u16),
     /// RSS over these queues with the hash-field selection of `fld_device::nic::abi::rss_fields`.
-    Rss { queues: Vec<u16>, fields: u8 },
+    Rss {
+        queues: Vec<u16>,
+        fields: u8,
+    },
     Drop,
     Jump(u8),
     /// eSwitch rules: deliver to a vPort.
@@ -54,10 +75,18 @@ pub(crate) fn compile_pattern(items: &[FlowItem]) -> (FlowMatch, FlowMatch) {
     }
     for item in items {
         match *item {
-            FlowItem::Eth { dst, src, ethertype } => {
+            FlowItem::Eth {
+                dst,
+                src,
+                ethertype,
+            } => {
                 set(&mut m.dst_mac, &mut v.dst_mac, dst);
                 set(&mut m.src_mac, &mut v.src_mac, src);
-                set(&mut m.ethertype, &mut v.ethertype, ethertype.map(u16::to_be_bytes));
+                set(
+                    &mut m.ethertype,
+                    &mut v.ethertype,
+                    ethertype.map(u16::to_be_bytes),
+                );
             }
             FlowItem::Ipv4 { src, dst, proto } => {
                 m.ip_version = 0xff;
@@ -92,11 +121,27 @@ pub(crate) fn compile_pattern(items: &[FlowItem]) -> (FlowMatch, FlowMatch) {
             }
             FlowItem::Udp { src_port, dst_port } | FlowItem::Tcp { src_port, dst_port } => {
                 m.ip_proto = 0xff;
-                v.ip_proto = if matches!(item, FlowItem::Udp { .. }) { 17 } else { 6 };
-                set(&mut m.src_port, &mut v.src_port, src_port.map(u16::to_be_bytes));
-                set(&mut m.dst_port, &mut v.dst_port, dst_port.map(u16::to_be_bytes));
+                v.ip_proto = if matches!(item, FlowItem::Udp { .. }) {
+                    17
+                } else {
+                    6
+                };
+                set(
+                    &mut m.src_port,
+                    &mut v.src_port,
+                    src_port.map(u16::to_be_bytes),
+                );
+                set(
+                    &mut m.dst_port,
+                    &mut v.dst_port,
+                    dst_port.map(u16::to_be_bytes),
+                );
             }
-            FlowItem::PortId { vport } => set(&mut m.src_vport, &mut v.src_vport, Some(vport.to_le_bytes())),
+            FlowItem::PortId { vport } => set(
+                &mut m.src_vport,
+                &mut v.src_vport,
+                Some(vport.to_le_bytes()),
+            ),
         }
     }
     (m, v)

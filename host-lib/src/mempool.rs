@@ -52,11 +52,21 @@ impl Mbuf {
     pub fn data(&self) -> &[u8] {
         // SAFETY: [data_off, data_off + data_len) is inside this mbuf's buffer, which only this
         // handle accesses while the application holds it.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(self.data_off as usize), self.data_len as usize) }
+        unsafe {
+            std::slice::from_raw_parts(
+                self.ptr.as_ptr().add(self.data_off as usize),
+                self.data_len as usize,
+            )
+        }
     }
     pub fn data_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `data`, with exclusive access through &mut self.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(self.data_off as usize), self.data_len as usize) }
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.ptr.as_ptr().add(self.data_off as usize),
+                self.data_len as usize,
+            )
+        }
     }
     /// Bus address of the first data byte.
     pub fn data_iova(&self) -> u64 {
@@ -122,7 +132,12 @@ impl Mempool {
     pub fn new(dev: &dyn PciDevice, count: u32, buf_size: u32) -> Result<Arc<Self>, DriverError> {
         let buf_size = buf_size.max(HEADROOM + 64).next_multiple_of(64);
         let memory = dev.dma_alloc(count as usize * buf_size as usize)?;
-        Ok(Arc::new(Mempool { memory, buf_size, count, free: Mutex::new((0..count).rev().collect()) }))
+        Ok(Arc::new(Mempool {
+            memory,
+            buf_size,
+            count,
+            free: Mutex::new((0..count).rev().collect()),
+        }))
     }
 
     /// Largest packet a buffer holds.
@@ -134,7 +149,18 @@ impl Mempool {
         let off = index as usize * self.buf_size as usize;
         // SAFETY: the offset is inside the pool's buffer; as_ptr is never null for a mapping.
         let ptr = unsafe { NonNull::new_unchecked(self.memory.as_ptr().add(off)) };
-        let mut m = Mbuf { ptr, iova: self.memory.iova() + off as u64, buf_len: self.buf_size, data_off: HEADROOM, data_len: 0, index, pkt_len: 0, ol_flags: 0, hash: 0, flow_tag: 0 };
+        let mut m = Mbuf {
+            ptr,
+            iova: self.memory.iova() + off as u64,
+            buf_len: self.buf_size,
+            data_off: HEADROOM,
+            data_len: 0,
+            index,
+            pkt_len: 0,
+            ol_flags: 0,
+            hash: 0,
+            flow_tag: 0,
+        };
         m.reset();
         m
     }
@@ -157,7 +183,10 @@ impl Mempool {
     }
 
     pub fn free(&self, m: Mbuf) {
-        self.free.lock().unwrap_or_else(|e| e.into_inner()).push(m.index);
+        self.free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(m.index);
     }
 
     /// Returns every buffer drained from `bufs` to the pool.
@@ -167,6 +196,9 @@ impl Mempool {
     }
 
     pub fn stats(&self) -> PoolStats {
-        PoolStats { size: self.count, available: self.free.lock().unwrap_or_else(|e| e.into_inner()).len() as u32 }
+        PoolStats {
+            size: self.count,
+            available: self.free.lock().unwrap_or_else(|e| e.into_inner()).len() as u32,
+        }
     }
 }

@@ -14,12 +14,18 @@ use clap::{Parser, Subcommand, ValueEnum};
 use fld_device::fabric::TlpStats;
 use fld_device::wire::pcap::CaptureFilter;
 use fld_device::wire::PcapTap;
-use fld_host::apps::{EchoConfig, EchoReport, InProcessPair, Sizes, SoftPort, MAX_FRAME, MIN_FRAME};
+use fld_host::apps::{
+    EchoConfig, EchoReport, InProcessPair, Sizes, SoftPort, MAX_FRAME, MIN_FRAME,
+};
 use fld_host::{Mempool, RxMode};
 use serde_json::json;
 
 #[derive(Parser)]
-#[command(name = "fldemu", version, about = "Software emulator of a FlexDriver accelerator-driven NIC card")]
+#[command(
+    name = "fldemu",
+    version,
+    about = "Software emulator of a FlexDriver accelerator-driven NIC card"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -35,7 +41,10 @@ enum Cmd {
 
 /// Multi-packet receive layout of the demo and benchmark: 256-byte strides, 64 per WQE (16 KiB
 /// buffers), so a 64-byte frame takes one stride and a 9000-byte frame 36.
-const STRIDING: RxMode = RxMode::Striding { log_stride_size: 8, log_strides: 6 };
+const STRIDING: RxMode = RxMode::Striding {
+    log_stride_size: 8,
+    log_strides: 6,
+};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum RxModeArg {
@@ -124,16 +133,27 @@ fn nic_link_stats(pair: &InProcessPair) -> TlpStats {
 
 fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let sizes = match a.size_max {
-        Some(max) if max > a.size => Sizes::Sweep { min: a.size as usize, max: max as usize },
+        Some(max) if max > a.size => Sizes::Sweep {
+            min: a.size as usize,
+            max: max as usize,
+        },
         _ => Sizes::Fixed(a.size as usize),
     };
     let mut pair = InProcessPair::new(a.rx_mode.mode(), sizes.max())?;
     if let Some(path) = &a.pcap {
-        let tap = PcapTap::new(BufWriter::new(File::create(path)?), CaptureFilter::AllIngress)?;
+        let tap = PcapTap::new(
+            BufWriter::new(File::create(path)?),
+            CaptureFilter::AllIngress,
+        )?;
         pair.card.nic.set_tap(Some(Box::new(tap)));
     }
     pair.card.fabric.clear_stats();
-    let cfg = EchoConfig { packets: a.packets, sizes: sizes.clone(), burst: a.burst.clamp(1, 256), ..Default::default() };
+    let cfg = EchoConfig {
+        packets: a.packets,
+        sizes: sizes.clone(),
+        burst: a.burst.clamp(1, 256),
+        ..Default::default()
+    };
     let rep = pair.run_echo(&cfg);
     // Dropping the tap flushes the capture.
     pair.card.nic.set_tap(None);
@@ -141,7 +161,8 @@ fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     // Every echoed packet crosses the NIC twice (client → server, server → client).
     let crossings = (rep.packets_sent + rep.packets_received).max(1);
     let pcie_bytes_per_packet = link.total_bytes() as f64 / crossings as f64;
-    let ok = rep.mismatches == 0 && rep.packets_received == a.packets && rep.checksum_flags_bad == 0;
+    let ok =
+        rep.mismatches == 0 && rep.packets_received == a.packets && rep.checksum_flags_bad == 0;
     if a.json {
         let v = json!({
             "packets_sent": rep.packets_sent,
@@ -163,24 +184,59 @@ fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     } else {
         print_demo_summary(&a, &sizes, &rep, &link, pcie_bytes_per_packet, ok);
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
-fn print_demo_summary(a: &DemoArgs, sizes: &Sizes, rep: &EchoReport, link: &TlpStats, per_pkt: f64, ok: bool) {
+fn print_demo_summary(
+    a: &DemoArgs,
+    sizes: &Sizes,
+    rep: &EchoReport,
+    link: &TlpStats,
+    per_pkt: f64,
+    ok: bool,
+) {
     let size = match sizes {
         Sizes::Sweep { min, max } => format!("{min}..{max} B"),
         _ => format!("{} B", sizes.max()),
     };
     println!("fldemu demo: CPU generator (vPort 0) -> eSwitch -> CPU echo (vPort 1) -> back");
-    println!("  frames          {size}, {} receive queues", match a.rx_mode { RxModeArg::Regular => "regular", RxModeArg::Striding => "striding (MPRQ)" });
-    println!("  sent/received   {} / {}", rep.packets_sent, rep.packets_received);
-    println!("  verified        {} bytes, {} mismatches, {} bad checksum flags", rep.bytes_verified, rep.mismatches, rep.checksum_flags_bad);
-    println!("  rate            {:.3} Mpps, {:.3} Gbit/s over {:.3} s", rep.mpps(), rep.gbps(), rep.elapsed.as_secs_f64());
-    println!("  PCIe (NIC)      {:.1} bytes and {:.2} TLPs per packet crossing", per_pkt, link.total_tlps() as f64 / (rep.packets_sent + rep.packets_received).max(1) as f64);
+    println!(
+        "  frames          {size}, {} receive queues",
+        match a.rx_mode {
+            RxModeArg::Regular => "regular",
+            RxModeArg::Striding => "striding (MPRQ)",
+        }
+    );
+    println!(
+        "  sent/received   {} / {}",
+        rep.packets_sent, rep.packets_received
+    );
+    println!(
+        "  verified        {} bytes, {} mismatches, {} bad checksum flags",
+        rep.bytes_verified, rep.mismatches, rep.checksum_flags_bad
+    );
+    println!(
+        "  rate            {:.3} Mpps, {:.3} Gbit/s over {:.3} s",
+        rep.mpps(),
+        rep.gbps(),
+        rep.elapsed.as_secs_f64()
+    );
+    println!(
+        "  PCIe (NIC)      {:.1} bytes and {:.2} TLPs per packet crossing",
+        per_pkt,
+        link.total_tlps() as f64 / (rep.packets_sent + rep.packets_received).max(1) as f64
+    );
     if let Some(p) = &a.pcap {
         println!("  capture         {p}");
     }
-    println!("  result          {}", if ok { "VERIFIED" } else { "FAILED" });
+    println!(
+        "  result          {}",
+        if ok { "VERIFIED" } else { "FAILED" }
+    );
 }
 
 /// One measured point of the benchmark.
@@ -194,10 +250,19 @@ struct Point {
 }
 
 fn measure(size: usize, packets: u64) -> Result<Point, Box<dyn std::error::Error>> {
-    let cfg = EchoConfig { packets, sizes: Sizes::Fixed(size), burst: 32, window: 1024, ..Default::default() };
+    let cfg = EchoConfig {
+        packets,
+        sizes: Sizes::Fixed(size),
+        burst: 32,
+        window: 1024,
+        ..Default::default()
+    };
     // Emulated path: generator -> NIC -> eSwitch -> echo -> NIC -> generator.
     let mut pair = InProcessPair::new(STRIDING, size)?;
-    let warm = EchoConfig { packets: packets / 20 + 1, ..cfg.clone() };
+    let warm = EchoConfig {
+        packets: packets / 20 + 1,
+        ..cfg.clone()
+    };
     pair.run_echo(&warm);
     pair.card.fabric.clear_stats();
     let rep = pair.run_echo(&cfg);
@@ -205,18 +270,29 @@ fn measure(size: usize, packets: u64) -> Result<Point, Box<dyn std::error::Error
     // Baseline: the same applications over a software loopback (copies and checksums, no device).
     let dev = pair.host.device(0);
     let buf = (size + 128) as u32;
-    let (pa, pb) = (Mempool::new(dev.as_ref(), 4096, buf)?, Mempool::new(dev.as_ref(), 4096, buf)?);
+    let (pa, pb) = (
+        Mempool::new(dev.as_ref(), 4096, buf)?,
+        Mempool::new(dev.as_ref(), 4096, buf)?,
+    );
     let (mut a, mut b) = SoftPort::pair((pa, [2, 0, 0, 0, 0, 1]), (pb, [2, 0, 0, 0, 0, 2]));
     let mut scratch = Vec::new();
-    fld_host::apps::run_echo(&mut a, [2, 0, 0, 0, 0, 2], &warm, || fld_host::apps::echo_step(&mut b, &mut scratch, 32));
-    let base = fld_host::apps::run_echo(&mut a, [2, 0, 0, 0, 0, 2], &cfg, || fld_host::apps::echo_step(&mut b, &mut scratch, 32));
+    fld_host::apps::run_echo(&mut a, [2, 0, 0, 0, 0, 2], &warm, || {
+        fld_host::apps::echo_step(&mut b, &mut scratch, 32)
+    });
+    let base = fld_host::apps::run_echo(&mut a, [2, 0, 0, 0, 0, 2], &cfg, || {
+        fld_host::apps::echo_step(&mut b, &mut scratch, 32)
+    });
     Ok(Point {
         size,
         packets,
         emulated_mpps: rep.mpps(),
         baseline_mpps: base.mpps(),
-        pcie_bytes_per_packet: link.total_bytes() as f64 / (rep.packets_sent + rep.packets_received).max(1) as f64,
-        mismatches: rep.mismatches + base.mismatches + (packets - rep.packets_received) + (packets - base.packets_received),
+        pcie_bytes_per_packet: link.total_bytes() as f64
+            / (rep.packets_sent + rep.packets_received).max(1) as f64,
+        mismatches: rep.mismatches
+            + base.mismatches
+            + (packets - rep.packets_received)
+            + (packets - base.packets_received),
     })
 }
 
@@ -247,9 +323,15 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 })
             })
             .collect();
-        println!("{}", json!({ "path": "cpu generator -> nic -> eswitch -> cpu echo -> nic -> generator (in-process, one core)", "results": rows }));
+        println!(
+            "{}",
+            json!({ "path": "cpu generator -> nic -> eswitch -> cpu echo -> nic -> generator (in-process, one core)", "results": rows })
+        );
     } else {
-        println!("{:>6} {:>12} {:>12} {:>10} {:>14} {:>12}", "size", "emul Mpps", "base Mpps", "ratio", "ns/crossing", "PCIe B/pkt");
+        println!(
+            "{:>6} {:>12} {:>12} {:>10} {:>14} {:>12}",
+            "size", "emul Mpps", "base Mpps", "ratio", "ns/crossing", "PCIe B/pkt"
+        );
         for p in &points {
             let emu_ns = 1e3 / p.emulated_mpps;
             let base_ns = 1e3 / p.baseline_mpps;
@@ -264,5 +346,9 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             );
         }
     }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

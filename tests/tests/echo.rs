@@ -6,7 +6,12 @@ use fld_host::{FlowAction, FlowAttr, FlowItem, RxMode};
 
 fn sweep(mode: RxMode) {
     let mut pair = InProcessPair::new(mode, 9000).unwrap();
-    let cfg = EchoConfig { packets: 9000 - 60 + 1, sizes: Sizes::Sweep { min: 60, max: 9000 }, window: 64, ..Default::default() };
+    let cfg = EchoConfig {
+        packets: 9000 - 60 + 1,
+        sizes: Sizes::Sweep { min: 60, max: 9000 },
+        window: 64,
+        ..Default::default()
+    };
     let rep = pair.run_echo(&cfg);
     assert_eq!(rep.packets_received, cfg.packets);
     assert_eq!(rep.mismatches, 0);
@@ -14,12 +19,18 @@ fn sweep(mode: RxMode) {
     let total: u64 = (60..=9000u64).sum();
     assert_eq!(rep.bytes_verified, total);
     let s = pair.client.stats().unwrap();
-    assert_eq!((s.opackets, s.ipackets, s.imissed, s.ierrors, s.oerrors), (cfg.packets, cfg.packets, 0, 0, 0));
+    assert_eq!(
+        (s.opackets, s.ipackets, s.imissed, s.ierrors, s.oerrors),
+        (cfg.packets, cfg.packets, 0, 0, 0)
+    );
 }
 
 #[test]
 fn every_size_echoes_byte_exact_through_striding_queues() {
-    sweep(RxMode::Striding { log_stride_size: 8, log_strides: 6 });
+    sweep(RxMode::Striding {
+        log_stride_size: 8,
+        log_strides: 6,
+    });
 }
 
 #[test]
@@ -29,15 +40,33 @@ fn every_size_echoes_byte_exact_through_regular_queues() {
 
 #[test]
 fn long_run_wraps_every_ring_many_times() {
-    let mut pair = InProcessPair::new(RxMode::Striding { log_stride_size: 8, log_strides: 6 }, 1514).unwrap();
-    let cfg = EchoConfig { packets: 50_000, sizes: Sizes::Cycle(vec![60, 64, 128, 700, 1514]), ..Default::default() };
+    let mut pair = InProcessPair::new(
+        RxMode::Striding {
+            log_stride_size: 8,
+            log_strides: 6,
+        },
+        1514,
+    )
+    .unwrap();
+    let cfg = EchoConfig {
+        packets: 50_000,
+        sizes: Sizes::Cycle(vec![60, 64, 128, 700, 1514]),
+        ..Default::default()
+    };
     let rep = pair.run_echo(&cfg);
     assert_eq!((rep.packets_received, rep.mismatches), (50_000, 0));
     // The buffer pools got every buffer back (none leaked or double-freed).
     let pool = pair.client.pool().unwrap();
     let st = pool.stats();
-    assert_eq!(st.available as usize + pair.client.mbufs_held(), st.size as usize, "client pool balance");
-    assert!(pair.client.mbufs_held() <= 64, "only refill caches and the last burst are held");
+    assert_eq!(
+        st.available as usize + pair.client.mbufs_held(),
+        st.size as usize,
+        "client pool balance"
+    );
+    assert!(
+        pair.client.mbufs_held() <= 64,
+        "only refill caches and the last burst are held"
+    );
 }
 
 #[test]
@@ -46,19 +75,54 @@ fn rte_flow_rules_mark_and_count_on_the_echo_port() {
     let h = pair
         .server
         .flow_create(
-            FlowAttr { group: 0, priority: 1, transfer: false },
-            &[FlowItem::Ipv4 { src: Some([10, 0, 0, 1].into()), dst: None, proto: None }, FlowItem::Udp { src_port: None, dst_port: Some(7) }],
-            &[FlowAction::Mark(0xabc), FlowAction::Count, FlowAction::Queue(0)],
+            FlowAttr {
+                group: 0,
+                priority: 1,
+                transfer: false,
+            },
+            &[
+                FlowItem::Ipv4 {
+                    src: Some([10, 0, 0, 1].into()),
+                    dst: None,
+                    proto: None,
+                },
+                FlowItem::Udp {
+                    src_port: None,
+                    dst_port: Some(7),
+                },
+            ],
+            &[
+                FlowAction::Mark(0xabc),
+                FlowAction::Count,
+                FlowAction::Queue(0),
+            ],
         )
         .unwrap();
-    let cfg = EchoConfig { packets: 1000, sizes: Sizes::Fixed(128), ..Default::default() };
+    let cfg = EchoConfig {
+        packets: 1000,
+        sizes: Sizes::Fixed(128),
+        ..Default::default()
+    };
     let rep = pair.run_echo(&cfg);
     assert_eq!(rep.mismatches, 0);
     assert_eq!(pair.server.flow_query(h).unwrap(), (1000, 128_000));
     // A rule sending the echo port's traffic to a queue that does not exist is refused.
-    assert!(pair.server.flow_create(FlowAttr::default(), &[], &[FlowAction::Queue(9)]).is_err());
+    assert!(pair
+        .server
+        .flow_create(FlowAttr::default(), &[], &[FlowAction::Queue(9)])
+        .is_err());
     // Dropping everything at higher priority stops the echo; counters say where it went.
-    pair.server.flow_create(FlowAttr { group: 0, priority: 0, transfer: false }, &[], &[FlowAction::Drop]).unwrap();
+    pair.server
+        .flow_create(
+            FlowAttr {
+                group: 0,
+                priority: 0,
+                transfer: false,
+            },
+            &[],
+            &[FlowAction::Drop],
+        )
+        .unwrap();
     let rep = pair.run_echo(&EchoConfig { packets: 10, ..cfg });
     assert_eq!(rep.packets_received, 0);
     assert_eq!(pair.server.stats().unwrap().rx_steering_drops, 10);

@@ -32,15 +32,28 @@ fn still_works(r: &mut Rig) {
 fn unknown_and_short_commands_get_a_status() {
     let mut r = rig(RqLayout::Regular, 4, 6);
     let nic = &mut r.ports[0].nic;
-    assert_eq!(nic.command(0x7777, &[], 0).err().and_then(status), Some(CmdStatus::BadOpcode));
+    assert_eq!(
+        nic.command(0x7777, &[], 0).err().and_then(status),
+        Some(CmdStatus::BadOpcode)
+    );
     // CREATE_CQ with 4 bytes of its 16-byte input.
-    assert_eq!(nic.command(op::CREATE_CQ, &[0; 4], 8).err().and_then(status), Some(CmdStatus::BadInputLength));
+    assert_eq!(
+        nic.command(op::CREATE_CQ, &[0; 4], 8)
+            .err()
+            .and_then(status),
+        Some(CmdStatus::BadInputLength)
+    );
     // QUERY_CAPS into an output buffer too small for the result.
-    assert_eq!(nic.command(op::QUERY_CAPS, &[], 4).err().and_then(status), Some(CmdStatus::BadOutputLength));
+    assert_eq!(
+        nic.command(op::QUERY_CAPS, &[], 4).err().and_then(status),
+        Some(CmdStatus::BadOutputLength)
+    );
     // Garbage of every length for every opcode in the command range: a status, never a hang.
     for opc in 0x100u16..0x190 {
         for len in [0usize, 1, 7, 16, 64, 200] {
-            let junk: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(37) ^ opc as u8).collect();
+            let junk: Vec<u8> = (0..len)
+                .map(|i| (i as u8).wrapping_mul(37) ^ opc as u8)
+                .collect();
             let _ = r.ports[1].nic.command(opc, &junk, 64);
         }
     }
@@ -52,11 +65,15 @@ fn command_buffers_outside_mapped_memory_are_not_delivered() {
     let mut r = rig(RqLayout::Regular, 4, 6);
     let nic = &mut r.ports[0].nic;
     match nic.submit(0xdead_0000, 32, 0xbeef_0000, 64, op::QUERY_CAPS) {
-        Err(DriverError::Delivery { delivery, .. }) => assert_eq!(delivery, CmdDelivery::DmaError as u8),
+        Err(DriverError::Delivery { delivery, .. }) => {
+            assert_eq!(delivery, CmdDelivery::DmaError as u8)
+        }
         other => panic!("expected a delivery error, got {other:?}"),
     }
     match nic.submit(0xdead_0000, 8, 0xbeef_0000, 64, op::QUERY_CAPS) {
-        Err(DriverError::Delivery { delivery, .. }) => assert_eq!(delivery, CmdDelivery::BadLength as u8),
+        Err(DriverError::Delivery { delivery, .. }) => {
+            assert_eq!(delivery, CmdDelivery::BadLength as u8)
+        }
         other => panic!("expected a length error, got {other:?}"),
     }
     still_works(&mut r);
@@ -69,25 +86,79 @@ fn queue_creation_validates_sizes_addresses_and_references() {
     let cqn = r.ports[0].cq.cqn;
     let nic = &mut r.ports[0].nic;
     let ring = nic.device().dma_alloc(1 << 20).unwrap();
-    let cq = |addr: u64, eqn: u32, log: u8| CreateCqIn { addr: U64::new(addr), eqn: U32::new(eqn), log_size: log, rsvd: [0; 3] };
+    let cq = |addr: u64, eqn: u32, log: u8| CreateCqIn {
+        addr: U64::new(addr),
+        eqn: U32::new(eqn),
+        log_size: log,
+        rsvd: [0; 3],
+    };
     // Ring larger than the device supports.
-    assert_eq!(nic.command(op::CREATE_CQ, cq(ring.iova(), eqn, 30).as_bytes(), 8).err().and_then(status), Some(CmdStatus::BadParam));
+    assert_eq!(
+        nic.command(op::CREATE_CQ, cq(ring.iova(), eqn, 30).as_bytes(), 8)
+            .err()
+            .and_then(status),
+        Some(CmdStatus::BadParam)
+    );
     // Ring not 64-byte aligned, or not in mapped memory.
-    assert_eq!(nic.command(op::CREATE_CQ, cq(ring.iova() + 8, eqn, 4).as_bytes(), 8).err().and_then(status), Some(CmdStatus::BadParam));
-    assert_eq!(nic.command(op::CREATE_CQ, cq(0x7000_0000, eqn, 4).as_bytes(), 8).err().and_then(status), Some(CmdStatus::BadParam));
+    assert_eq!(
+        nic.command(op::CREATE_CQ, cq(ring.iova() + 8, eqn, 4).as_bytes(), 8)
+            .err()
+            .and_then(status),
+        Some(CmdStatus::BadParam)
+    );
+    assert_eq!(
+        nic.command(op::CREATE_CQ, cq(0x7000_0000, eqn, 4).as_bytes(), 8)
+            .err()
+            .and_then(status),
+        Some(CmdStatus::BadParam)
+    );
     // Nonexistent EQ.
-    assert_eq!(nic.command(op::CREATE_CQ, cq(ring.iova(), 999, 4).as_bytes(), 8).err().and_then(status), Some(CmdStatus::BadResource));
+    assert_eq!(
+        nic.command(op::CREATE_CQ, cq(ring.iova(), 999, 4).as_bytes(), 8)
+            .err()
+            .and_then(status),
+        Some(CmdStatus::BadResource)
+    );
     // Striding RQ with stride size or count out of range, and an unknown RQ type.
-    for (t, ls, ln) in [(RQ_TYPE_STRIDING, 2u8, 4u8), (RQ_TYPE_STRIDING, 8, 30), (9, 0, 0)] {
-        let i = CreateRqIn { addr: U64::new(ring.iova()), cqn: U32::new(cqn), log_size: 3, rq_type: t, log_stride_size: ls, log_strides: ln };
-        assert_eq!(nic.command(op::CREATE_RQ, i.as_bytes(), 8).err().and_then(status), Some(CmdStatus::BadParam));
+    for (t, ls, ln) in [
+        (RQ_TYPE_STRIDING, 2u8, 4u8),
+        (RQ_TYPE_STRIDING, 8, 30),
+        (9, 0, 0),
+    ] {
+        let i = CreateRqIn {
+            addr: U64::new(ring.iova()),
+            cqn: U32::new(cqn),
+            log_size: 3,
+            rq_type: t,
+            log_stride_size: ls,
+            log_strides: ln,
+        };
+        assert_eq!(
+            nic.command(op::CREATE_RQ, i.as_bytes(), 8)
+                .err()
+                .and_then(status),
+            Some(CmdStatus::BadParam)
+        );
     }
     // Destroying a CQ that queues still use, or another function's objects.
-    assert_eq!(nic.destroy_cq(cqn).err().and_then(status), Some(CmdStatus::ResourceBusy));
+    assert_eq!(
+        nic.destroy_cq(cqn).err().and_then(status),
+        Some(CmdStatus::ResourceBusy)
+    );
     let other_cq = r.ports[1].cq.cqn;
-    assert_eq!(r.ports[0].nic.destroy_cq(other_cq).err().and_then(status), Some(CmdStatus::BadResource));
+    assert_eq!(
+        r.ports[0].nic.destroy_cq(other_cq).err().and_then(status),
+        Some(CmdStatus::BadResource)
+    );
     // Only the eSwitch manager (function 0) may create eSwitch tables.
-    assert_eq!(r.ports[1].nic.create_flow_table(TABLE_KIND_FDB, 0, TableMiss::Default).err().and_then(status), Some(CmdStatus::NotPermitted));
+    assert_eq!(
+        r.ports[1]
+            .nic
+            .create_flow_table(TABLE_KIND_FDB, 0, TableMiss::Default)
+            .err()
+            .and_then(status),
+        Some(CmdStatus::NotPermitted)
+    );
     still_works(&mut r);
 }
 
@@ -96,25 +167,68 @@ fn flow_rules_naming_missing_or_foreign_objects_are_refused() {
     let mut r = rig(RqLayout::Regular, 4, 6);
     let foreign_rq = r.ports[1].rq.rqn;
     let nic = &mut r.ports[0].nic;
-    let t = nic.create_flow_table(TABLE_KIND_NIC_RX, 1, TableMiss::Drop).unwrap();
-    for fate in [RuleFate::Rq(4242), RuleFate::Rq(foreign_rq), RuleFate::Rss(77), RuleFate::Goto(999)] {
-        assert_eq!(nic.create_flow_entry(t, &FlowRule::any(fate)).err().and_then(status), Some(CmdStatus::BadResource), "{fate:?}");
+    let t = nic
+        .create_flow_table(TABLE_KIND_NIC_RX, 1, TableMiss::Drop)
+        .unwrap();
+    for fate in [
+        RuleFate::Rq(4242),
+        RuleFate::Rq(foreign_rq),
+        RuleFate::Rss(77),
+        RuleFate::Goto(999),
+    ] {
+        assert_eq!(
+            nic.create_flow_entry(t, &FlowRule::any(fate))
+                .err()
+                .and_then(status),
+            Some(CmdStatus::BadResource),
+            "{fate:?}"
+        );
     }
     // Forwarding to a vPort only exists in eSwitch tables; going back to a lower level is a loop.
-    assert_eq!(nic.create_flow_entry(t, &FlowRule::any(RuleFate::Vport(1))).err().and_then(status), Some(CmdStatus::BadParam));
-    let lower = nic.create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Drop).unwrap();
-    assert_eq!(nic.create_flow_entry(t, &FlowRule::any(RuleFate::Goto(lower))).err().and_then(status), Some(CmdStatus::BadParam));
+    assert_eq!(
+        nic.create_flow_entry(t, &FlowRule::any(RuleFate::Vport(1)))
+            .err()
+            .and_then(status),
+        Some(CmdStatus::BadParam)
+    );
+    let lower = nic
+        .create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Drop)
+        .unwrap();
+    assert_eq!(
+        nic.create_flow_entry(t, &FlowRule::any(RuleFate::Goto(lower)))
+            .err()
+            .and_then(status),
+        Some(CmdStatus::BadParam)
+    );
     // Two fates in one entry.
-    let mut raw = CreateFlowEntryIn::default();
-    raw.table = U32::new(t);
-    raw.actions = U32::new(action::DROP | action::FWD_RQ);
-    assert_eq!(nic.command(op::CREATE_FLOW_ENTRY, raw.as_bytes(), 8).err().and_then(status), Some(CmdStatus::BadParam));
+    let raw = CreateFlowEntryIn {
+        table: U32::new(t),
+        actions: U32::new(action::DROP | action::FWD_RQ),
+        ..Default::default()
+    };
+    assert_eq!(
+        nic.command(op::CREATE_FLOW_ENTRY, raw.as_bytes(), 8)
+            .err()
+            .and_then(status),
+        Some(CmdStatus::BadParam)
+    );
     // RSS indirection that is not a power of two.
     let rq = r.ports[0].rq.rqn;
-    assert_eq!(r.ports[0].nic.create_rss_group(&[1; 40], rss_fields::SRC_IP, &[rq, rq, rq]).err().and_then(status), Some(CmdStatus::BadParam));
+    assert_eq!(
+        r.ports[0]
+            .nic
+            .create_rss_group(&[1; 40], rss_fields::SRC_IP, &[rq, rq, rq])
+            .err()
+            .and_then(status),
+        Some(CmdStatus::BadParam)
+    );
     // A table with entries or in use as a root cannot be destroyed.
     let root_busy = r.ports[0].nic.destroy_rq(rq).err().and_then(status);
-    assert_eq!(root_busy, Some(CmdStatus::ResourceBusy), "the RQ is named by the root rule");
+    assert_eq!(
+        root_busy,
+        Some(CmdStatus::ResourceBusy),
+        "the RQ is named by the root rule"
+    );
     still_works(&mut r);
 }
 
@@ -123,11 +237,19 @@ fn send_from_unmapped_memory_gives_an_error_cqe_and_writes_nothing() {
     let mut r = rig(RqLayout::Regular, 4, 6);
     let m1 = r.ports[1].mac();
     let header = [m1.as_slice(), &[2, 0, 0, 0, 0, 9], &[0x08, 0x00]].concat();
-    let w = fld_driver::nic::SendWqe { inline_header: &header, gather: &[(0x6000_0000, 100)], cs_flags: 0, signal: false };
+    let w = fld_driver::nic::SendWqe {
+        inline_header: &header,
+        gather: &[(0x6000_0000, 100)],
+        cs_flags: 0,
+        signal: false,
+    };
     let idx = r.ports[0].sq.post(&w).unwrap();
     r.ports[0].sq.ring_doorbell();
     r.run();
-    let c = r.ports[0].cq.poll().expect("error CQE even without a completion request");
+    let c = r.ports[0]
+        .cq
+        .poll()
+        .expect("error CQE even without a completion request");
     assert_eq!(opcode(&c), CQE_REQ_ERR);
     assert_eq!(c.syndrome, syndrome::DMA_ERROR);
     assert_eq!(c.wqe_counter.get(), idx);
@@ -136,7 +258,10 @@ fn send_from_unmapped_memory_gives_an_error_cqe_and_writes_nothing() {
     assert_eq!(r.ports[1].rq_query().packets.get(), 0);
     // The SQ is in error and reported it as an event; it recovers through MODIFY_SQ.
     let sqn = r.ports[0].sq.sqn;
-    assert_eq!(r.ports[0].nic.query_sq(sqn).unwrap().state, QueueState::Error as u8);
+    assert_eq!(
+        r.ports[0].nic.query_sq(sqn).unwrap().state,
+        QueueState::Error as u8
+    );
     let e = r.ports[0].eq.poll().expect("queue error event");
     assert_eq!((e.event_type, e.data.get()), (EQE_QUEUE_ERROR, sqn));
     r.ports[0].recover_sq();
@@ -148,21 +273,89 @@ fn malformed_wqes_and_doorbell_overflow_give_error_cqes() {
     let mut r = rig(RqLayout::Regular, 4, 6);
     let cases: Vec<(Vec<u8>, u8)> = vec![
         // ds_count 0.
-        (CtrlSeg { opcode: WQE_OP_SEND, ..Default::default() }.as_bytes().to_vec(), syndrome::BAD_WQE),
+        (
+            CtrlSeg {
+                opcode: WQE_OP_SEND,
+                ..Default::default()
+            }
+            .as_bytes()
+            .to_vec(),
+            syndrome::BAD_WQE,
+        ),
         // Unknown opcode.
-        (CtrlSeg { opcode: 0x55, ds_count: 1, ..Default::default() }.as_bytes().to_vec(), syndrome::BAD_WQE),
+        (
+            CtrlSeg {
+                opcode: 0x55,
+                ds_count: 1,
+                ..Default::default()
+            }
+            .as_bytes()
+            .to_vec(),
+            syndrome::BAD_WQE,
+        ),
         // SEND without an Ethernet segment.
-        (CtrlSeg { opcode: WQE_OP_SEND, ds_count: 1, ..Default::default() }.as_bytes().to_vec(), syndrome::BAD_WQE),
+        (
+            CtrlSeg {
+                opcode: WQE_OP_SEND,
+                ds_count: 1,
+                ..Default::default()
+            }
+            .as_bytes()
+            .to_vec(),
+            syndrome::BAD_WQE,
+        ),
         // Inline header longer than the WQE.
-        ([CtrlSeg { opcode: WQE_OP_SEND, ds_count: 2, ..Default::default() }.as_bytes(), EthSeg { inline_hdr_size: U16::new(200), ..Default::default() }.as_bytes()].concat(), syndrome::BAD_WQE),
+        (
+            [
+                CtrlSeg {
+                    opcode: WQE_OP_SEND,
+                    ds_count: 2,
+                    ..Default::default()
+                }
+                .as_bytes(),
+                EthSeg {
+                    inline_hdr_size: U16::new(200),
+                    ..Default::default()
+                }
+                .as_bytes(),
+            ]
+            .concat(),
+            syndrome::BAD_WQE,
+        ),
         // A frame of 4 bytes.
-        ([CtrlSeg { opcode: WQE_OP_SEND, ds_count: 2, ..Default::default() }.as_bytes(), EthSeg { inline_hdr_size: U16::new(2), ..Default::default() }.as_bytes()].concat(), syndrome::BAD_LENGTH),
+        (
+            [
+                CtrlSeg {
+                    opcode: WQE_OP_SEND,
+                    ds_count: 2,
+                    ..Default::default()
+                }
+                .as_bytes(),
+                EthSeg {
+                    inline_hdr_size: U16::new(2),
+                    ..Default::default()
+                }
+                .as_bytes(),
+            ]
+            .concat(),
+            syndrome::BAD_LENGTH,
+        ),
         // Data pointer with a memory key that does not exist.
         (
             [
-                CtrlSeg { opcode: WQE_OP_SEND, ds_count: 3, ..Default::default() }.as_bytes(),
+                CtrlSeg {
+                    opcode: WQE_OP_SEND,
+                    ds_count: 3,
+                    ..Default::default()
+                }
+                .as_bytes(),
                 EthSeg::default().as_bytes(),
-                DataSeg { byte_count: U32::new(64), lkey: U32::new(7), addr: U64::new(r.ports[0].tx_buf.iova()) }.as_bytes(),
+                DataSeg {
+                    byte_count: U32::new(64),
+                    lkey: U32::new(7),
+                    addr: U64::new(r.ports[0].tx_buf.iova()),
+                }
+                .as_bytes(),
             ]
             .concat(),
             syndrome::BAD_WQE,
@@ -170,9 +363,19 @@ fn malformed_wqes_and_doorbell_overflow_give_error_cqes() {
         // A frame longer than the MTU.
         (
             [
-                CtrlSeg { opcode: WQE_OP_SEND, ds_count: 3, ..Default::default() }.as_bytes(),
+                CtrlSeg {
+                    opcode: WQE_OP_SEND,
+                    ds_count: 3,
+                    ..Default::default()
+                }
+                .as_bytes(),
                 EthSeg::default().as_bytes(),
-                DataSeg { byte_count: U32::new(60_000), lkey: U32::new(0), addr: U64::new(r.ports[0].tx_buf.iova()) }.as_bytes(),
+                DataSeg {
+                    byte_count: U32::new(60_000),
+                    lkey: U32::new(0),
+                    addr: U64::new(r.ports[0].tx_buf.iova()),
+                }
+                .as_bytes(),
             ]
             .concat(),
             syndrome::BAD_LENGTH,
@@ -191,7 +394,10 @@ fn malformed_wqes_and_doorbell_overflow_give_error_cqes() {
     r.ports[0].sq.ring_doorbell_raw(130);
     r.run();
     let c = r.ports[0].cq.poll().expect("overflow CQE");
-    assert_eq!((opcode(&c), c.syndrome), (CQE_REQ_ERR, syndrome::DOORBELL_OVERFLOW));
+    assert_eq!(
+        (opcode(&c), c.syndrome),
+        (CQE_REQ_ERR, syndrome::DOORBELL_OVERFLOW)
+    );
     r.ports[0].recover_sq();
     // Random WQE bytes never wedge the engine.
     let mut x = 0x9e37_79b9u32;
@@ -265,7 +471,14 @@ fn oversized_frames_are_truncated_or_dropped_as_documented() {
     assert_eq!(r.ports[1].nic.query_rq(rqn).unwrap().truncated.get(), 1);
 
     // Striding RQ of 8 x 64-byte strides: a 1000-byte frame cannot fit in one WQE.
-    let mut r = rig(RqLayout::Striding { log_stride_size: 6, log_strides: 3 }, 2, 6);
+    let mut r = rig(
+        RqLayout::Striding {
+            log_stride_size: 6,
+            log_strides: 3,
+        },
+        2,
+        6,
+    );
     let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
     r.ports[0].send(&udp_frame(m0, m1, 1, 2, 1000, 3), 0, false);
     r.run();
@@ -287,12 +500,19 @@ fn receive_into_unmapped_buffer_is_an_error_cqe_not_a_write() {
     let p = &mut r.ports[1];
     while p.rq_cq.poll().is_some() {}
     p.rq_cq.update_ci();
-    p.rq.post_raw(&RecvWqe { byte_count: U32::new(2048), lkey: U32::new(0), addr: U64::new(0x5000_0000) });
+    p.rq.post_raw(&RecvWqe {
+        byte_count: U32::new(2048),
+        lkey: U32::new(0),
+        addr: U64::new(0x5000_0000),
+    });
     p.rq.ring_doorbell();
     r.ports[0].send(&udp_frame(m0, m1, 1, 2, 64, 9), 0, false);
     r.run();
     let c = r.ports[1].rq_cq.poll().expect("error CQE");
-    assert_eq!((opcode(&c), c.syndrome), (CQE_RESP_ERR, syndrome::DMA_ERROR));
+    assert_eq!(
+        (opcode(&c), c.syndrome),
+        (CQE_RESP_ERR, syndrome::DMA_ERROR)
+    );
     assert_eq!(r.ports[1].rq_query().state, QueueState::Error as u8);
     still_works_after_flush(&mut r);
 }
@@ -304,12 +524,18 @@ fn function_reset_destroys_everything_and_the_function_comes_back() {
     let cqn = r.ports[1].cq.cqn;
     dev.write32(BAR_CONTROL, reg::DEVICE_RESET, RESET_MAGIC);
     // The old CQ is gone.
-    assert_eq!(r.ports[1].nic.query_cq(cqn).err().and_then(status), Some(CmdStatus::BadResource));
+    assert_eq!(
+        r.ports[1].nic.query_cq(cqn).err().and_then(status),
+        Some(CmdStatus::BadResource)
+    );
     // Frames to the reset vPort are not steered anywhere.
     let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
     r.ports[0].send(&udp_frame(m0, m1, 1, 2, 64, 0), 0, false);
     r.run();
-    assert_eq!(r.ports[0].nic.query_vport(1).unwrap().rx_no_steering.get(), 1);
+    assert_eq!(
+        r.ports[0].nic.query_vport(1).unwrap().rx_no_steering.get(),
+        1
+    );
     // Writes to every control register offset with garbage do not wedge the function.
     for off in (0..BAR_CONTROL_SIZE).step_by(4) {
         if off != reg::DEVICE_RESET && off != reg::CMD_DOORBELL {
@@ -335,14 +561,32 @@ fn create_with_no_room_for_the_result_creates_nothing() {
     let eqn = r.ports[0].eq.eqn;
     let nic = &mut r.ports[0].nic;
     let ring = nic.device().dma_alloc(4096).unwrap();
-    let input = CreateCqIn { addr: U64::new(ring.iova()), eqn: U32::new(eqn), log_size: 4, rsvd: [0; 3] };
-    let first = u32::from_le_bytes(nic.command(op::CREATE_CQ, input.as_bytes(), 8).unwrap()[..4].try_into().unwrap());
+    let input = CreateCqIn {
+        addr: U64::new(ring.iova()),
+        eqn: U32::new(eqn),
+        log_size: 4,
+        rsvd: [0; 3],
+    };
+    let first = u32::from_le_bytes(
+        nic.command(op::CREATE_CQ, input.as_bytes(), 8).unwrap()[..4]
+            .try_into()
+            .unwrap(),
+    );
     nic.destroy_cq(first).unwrap();
     for _ in 0..3 {
-        assert_eq!(nic.command(op::CREATE_CQ, input.as_bytes(), 4).err().and_then(status), Some(CmdStatus::BadOutputLength));
+        assert_eq!(
+            nic.command(op::CREATE_CQ, input.as_bytes(), 4)
+                .err()
+                .and_then(status),
+            Some(CmdStatus::BadOutputLength)
+        );
     }
     // The number is free again: the failed creates allocated nothing.
-    let again = u32::from_le_bytes(nic.command(op::CREATE_CQ, input.as_bytes(), 8).unwrap()[..4].try_into().unwrap());
+    let again = u32::from_le_bytes(
+        nic.command(op::CREATE_CQ, input.as_bytes(), 8).unwrap()[..4]
+            .try_into()
+            .unwrap(),
+    );
     assert_eq!(again, first);
 }
 

@@ -27,13 +27,20 @@ fn frame_crosses_the_eswitch_byte_exact_with_complete_cqes() {
     assert_eq!(rx.wqe_counter.get(), 0);
     assert_eq!(rx.qn.get(), r.ports[1].rq.rqn);
     assert_eq!(rx.flags, 0);
-    let c = cqe_csum::L3_PRESENT | cqe_csum::L3_OK | cqe_csum::L4_PRESENT | cqe_csum::L4_OK | cqe_csum::UDP;
+    let c = cqe_csum::L3_PRESENT
+        | cqe_csum::L3_OK
+        | cqe_csum::L4_PRESENT
+        | cqe_csum::L4_OK
+        | cqe_csum::UDP;
     assert_eq!(rx.csum, c);
     let mut got = vec![0u8; 300];
     r.ports[1].rx_bufs[0].read(0, &mut got);
     assert_eq!(got, frame);
     assert!(r.ports[1].rq_cq.poll().is_none());
-    assert!(r.ports[0].rq_cq.poll().is_none(), "the sender must not receive its own frame");
+    assert!(
+        r.ports[0].rq_cq.poll().is_none(),
+        "the sender must not receive its own frame"
+    );
 }
 
 #[test]
@@ -46,7 +53,10 @@ fn owner_bit_alternates_over_many_ring_cycles() {
         r.ports[0].send(&frame, 0, false);
         r.run();
         let slot_owner = (i >> 2) & 1;
-        let cqe = r.ports[1].rq_cq.poll().unwrap_or_else(|| panic!("CQE {i} missing"));
+        let cqe = r.ports[1]
+            .rq_cq
+            .poll()
+            .unwrap_or_else(|| panic!("CQE {i} missing"));
         assert_eq!((cqe.op_own & 1) as u32, slot_owner, "owner bit of CQE {i}");
         assert_eq!(cqe.wqe_counter.get() as u32, i);
         assert_eq!(cqe.byte_count.get() as usize, frame.len());
@@ -66,21 +76,50 @@ fn owner_bit_alternates_over_many_ring_cycles() {
 #[test]
 fn striding_rq_places_frames_in_consecutive_strides_with_fillers() {
     // 8 strides of 256 bytes per WQE (2 KiB buffers).
-    let mut r = rig(RqLayout::Striding { log_stride_size: 8, log_strides: 3 }, 2, 6);
+    let mut r = rig(
+        RqLayout::Striding {
+            log_stride_size: 8,
+            log_strides: 3,
+        },
+        2,
+        6,
+    );
     let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
     // 300 B -> 2 strides, 600 B -> 3 strides, 100 B -> 1 stride (6 used), 700 B needs 3: filler
     // for the last 2 strides, then WQE 1 from stride 0.
     let sizes = [300usize, 600, 100, 700];
-    let frames: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| udp_frame(m0, m1, 5000, 9, n, i as u8)).collect();
+    let frames: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| udp_frame(m0, m1, 5000, 9, n, i as u8))
+        .collect();
     for f in &frames {
         r.ports[0].send(f, 0, false);
     }
     r.run();
-    let expect = [(0u16, 0u16, 2u16, 0u8), (0, 2, 3, 0), (0, 5, 1, 0), (0, 6, 2, cqe_flags::FILLER | cqe_flags::WQE_DONE), (1, 0, 3, 0)];
+    let expect = [
+        (0u16, 0u16, 2u16, 0u8),
+        (0, 2, 3, 0),
+        (0, 5, 1, 0),
+        (0, 6, 2, cqe_flags::FILLER | cqe_flags::WQE_DONE),
+        (1, 0, 3, 0),
+    ];
     let mut frame_i = 0;
     for (k, &(wqe, stride, consumed, flags)) in expect.iter().enumerate() {
-        let c = r.ports[1].rq_cq.poll().unwrap_or_else(|| panic!("CQE {k} missing"));
-        assert_eq!((c.wqe_counter.get(), c.stride_index.get(), c.consumed_strides.get(), c.flags), (wqe, stride, consumed, flags), "CQE {k}");
+        let c = r.ports[1]
+            .rq_cq
+            .poll()
+            .unwrap_or_else(|| panic!("CQE {k} missing"));
+        assert_eq!(
+            (
+                c.wqe_counter.get(),
+                c.stride_index.get(),
+                c.consumed_strides.get(),
+                c.flags
+            ),
+            (wqe, stride, consumed, flags),
+            "CQE {k}"
+        );
         if flags & cqe_flags::FILLER == 0 {
             let f = &frames[frame_i];
             assert_eq!(c.byte_count.get() as usize, f.len());
@@ -96,7 +135,14 @@ fn striding_rq_places_frames_in_consecutive_strides_with_fillers() {
 #[test]
 fn frames_of_every_size_span_strides_byte_exact() {
     // 64-byte strides, 256 per WQE: a 9000-byte frame spans 141 strides.
-    let mut r = rig(RqLayout::Striding { log_stride_size: 6, log_strides: 8 }, 3, 10);
+    let mut r = rig(
+        RqLayout::Striding {
+            log_stride_size: 6,
+            log_strides: 8,
+        },
+        3,
+        10,
+    );
     let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
     let mut consumed_wqes = 0u32;
     for (i, len) in (60..=9000usize).step_by(37).chain([9000]).enumerate() {
@@ -118,7 +164,11 @@ fn frames_of_every_size_span_strides_byte_exact() {
                 r.ports[1].rq.ring_doorbell();
                 continue;
             }
-            assert_eq!(c.consumed_strides.get() as usize, len.div_ceil(64), "size {len}");
+            assert_eq!(
+                c.consumed_strides.get() as usize,
+                len.div_ceil(64),
+                "size {len}"
+            );
             let mut got = vec![0u8; len];
             r.ports[1].rx_bufs[slot].read(c.stride_index.get() as usize * 64, &mut got);
             assert_eq!(got, f, "size {len}");
@@ -139,7 +189,15 @@ fn frames_of_every_size_span_strides_byte_exact() {
 fn checksum_offload_inserts_on_transmit_and_validates_on_receive() {
     let mut r = rig(RqLayout::Regular, 4, 6);
     let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
-    let good = tcp_frame(m0, m1, [192, 168, 1, 1], [192, 168, 1, 2], 443, 50000, b"checksum offload test payload");
+    let good = tcp_frame(
+        m0,
+        m1,
+        [192, 168, 1, 1],
+        [192, 168, 1, 2],
+        443,
+        50000,
+        b"checksum offload test payload",
+    );
     // Zero both checksums and ask the NIC to fill them.
     let mut zeroed = good.clone();
     zeroed[24..26].fill(0);
@@ -153,10 +211,23 @@ fn checksum_offload_inserts_on_transmit_and_validates_on_receive() {
     let c = r.ports[1].rq_cq.poll().unwrap();
     let mut got = vec![0u8; good.len()];
     r.ports[1].rx_bufs[0].read(0, &mut got);
-    assert_eq!(got, good, "inserted checksums equal the reference encoder's");
-    assert_eq!(c.csum, cqe_csum::L3_PRESENT | cqe_csum::L3_OK | cqe_csum::L4_PRESENT | cqe_csum::L4_OK | cqe_csum::TCP);
+    assert_eq!(
+        got, good,
+        "inserted checksums equal the reference encoder's"
+    );
+    assert_eq!(
+        c.csum,
+        cqe_csum::L3_PRESENT
+            | cqe_csum::L3_OK
+            | cqe_csum::L4_PRESENT
+            | cqe_csum::L4_OK
+            | cqe_csum::TCP
+    );
     let c = r.ports[1].rq_cq.poll().unwrap();
-    assert_eq!(c.csum, cqe_csum::L3_PRESENT | cqe_csum::L3_OK | cqe_csum::L4_PRESENT | cqe_csum::TCP);
+    assert_eq!(
+        c.csum,
+        cqe_csum::L3_PRESENT | cqe_csum::L3_OK | cqe_csum::L4_PRESENT | cqe_csum::TCP
+    );
 }
 
 #[test]
@@ -189,13 +260,19 @@ fn armed_completion_queue_raises_msix_through_its_event_queue() {
     r.ports[0].send(&udp_frame(m0, m1, 1, 2, 64, 3), 0, false);
     r.run();
     assert_eq!(r.ports[1].dev.take_interrupts(0), 1);
-    assert_eq!(r.ports[1].eq.poll().unwrap().data.get(), r.ports[1].rq_cq.cqn);
+    assert_eq!(
+        r.ports[1].eq.poll().unwrap().data.get(),
+        r.ports[1].rq_cq.cqn
+    );
     // Re-arming the EQ and CQ while a CQE is already pending fires at once.
     r.ports[1].eq.arm();
     r.ports[1].rq_cq.arm();
     r.run();
     assert_eq!(r.ports[1].dev.take_interrupts(0), 1);
-    assert_eq!(r.ports[1].eq.poll().unwrap().data.get(), r.ports[1].rq_cq.cqn);
+    assert_eq!(
+        r.ports[1].eq.poll().unwrap().data.get(),
+        r.ports[1].rq_cq.cqn
+    );
 }
 
 #[test]
@@ -207,7 +284,11 @@ fn pcie_traffic_of_one_frame_equals_the_tlp_formula() {
     r.card.fabric.clear_stats();
     r.ports[0].send(&frame, 0, true);
     r.run();
-    let (s0, s1, h) = (r.card.fabric.stats(f0), r.card.fabric.stats(f1), r.card.fabric.stats(HOST));
+    let (s0, s1, h) = (
+        r.card.fabric.stats(f0),
+        r.card.fabric.stats(f1),
+        r.card.fabric.stats(HOST),
+    );
     // Sender: in = doorbell (4 B) + WQE completion (64 B) + data completion (50 B); out = two
     // read requests + the 64-byte send CQE.
     assert_eq!((s0.down_tlps, s0.down_payload_bytes), (3, 4 + 64 + 50));
@@ -236,7 +317,10 @@ fn receive_statistics_count_packets_bytes_and_missing_buffers() {
     r.run();
     let rqn = r.ports[1].rq.rqn;
     let q = r.ports[1].nic.query_rq(rqn).unwrap();
-    assert_eq!((q.packets.get(), q.bytes.get(), q.out_of_buffer.get()), (4, 400, 2));
+    assert_eq!(
+        (q.packets.get(), q.bytes.get(), q.out_of_buffer.get()),
+        (4, 400, 2)
+    );
     let v = r.ports[1].nic.query_vport(1).unwrap();
     assert_eq!((v.rx_packets.get(), v.rx_out_of_buffer.get()), (4, 2));
     let v0 = r.ports[0].nic.query_vport(0).unwrap();

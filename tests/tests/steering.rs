@@ -28,8 +28,14 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
     let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
     let p = &mut r.ports[1];
     let rqn = p.rq.rqn;
-    let next = p.nic.create_flow_table(TABLE_KIND_NIC_RX, 3, TableMiss::Drop).unwrap();
-    let root = p.nic.create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Goto(next)).unwrap();
+    let next = p
+        .nic
+        .create_flow_table(TABLE_KIND_NIC_RX, 3, TableMiss::Drop)
+        .unwrap();
+    let root = p
+        .nic
+        .create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Goto(next))
+        .unwrap();
     let (m53, v53) = udp_dport(53);
     let (mudp, vudp) = {
         let mut m = FlowMatch::default();
@@ -39,15 +45,68 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
         (m, v)
     };
     // Created out of priority order on purpose.
-    let any_udp_b = p.nic.create_flow_entry(root, &FlowRule { priority: 10, mask: mudp, value: vudp, fate: RuleFate::Rq(rqn), flow_tag: Some(0x11), count: true }).unwrap();
-    let any_udp_c = p.nic.create_flow_entry(root, &FlowRule { priority: 10, mask: mudp, value: vudp, fate: RuleFate::Rq(rqn), flow_tag: Some(0x22), count: true }).unwrap();
-    let dns_drop = p.nic.create_flow_entry(root, &FlowRule { priority: 5, mask: m53, value: v53, fate: RuleFate::Drop, flow_tag: None, count: true }).unwrap();
-    let tail = p.nic.create_flow_entry(next, &FlowRule { flow_tag: Some(0x33), count: true, ..FlowRule::any(RuleFate::Rq(rqn)) }).unwrap();
+    let any_udp_b = p
+        .nic
+        .create_flow_entry(
+            root,
+            &FlowRule {
+                priority: 10,
+                mask: mudp,
+                value: vudp,
+                fate: RuleFate::Rq(rqn),
+                flow_tag: Some(0x11),
+                count: true,
+            },
+        )
+        .unwrap();
+    let any_udp_c = p
+        .nic
+        .create_flow_entry(
+            root,
+            &FlowRule {
+                priority: 10,
+                mask: mudp,
+                value: vudp,
+                fate: RuleFate::Rq(rqn),
+                flow_tag: Some(0x22),
+                count: true,
+            },
+        )
+        .unwrap();
+    let dns_drop = p
+        .nic
+        .create_flow_entry(
+            root,
+            &FlowRule {
+                priority: 5,
+                mask: m53,
+                value: v53,
+                fate: RuleFate::Drop,
+                flow_tag: None,
+                count: true,
+            },
+        )
+        .unwrap();
+    let tail = p
+        .nic
+        .create_flow_entry(
+            next,
+            &FlowRule {
+                flow_tag: Some(0x33),
+                count: true,
+                ..FlowRule::any(RuleFate::Rq(rqn))
+            },
+        )
+        .unwrap();
     p.nic.set_root(TABLE_KIND_NIC_RX, Some(root)).unwrap();
 
     r.ports[0].send(&udp_frame(m0, m1, 1, 53, 80, 0), 0, false); // dropped by priority 5
     r.ports[0].send(&udp_frame(m0, m1, 1, 54, 80, 1), 0, false); // first of the tied rules
-    r.ports[0].send(&tcp_frame(m0, m1, [1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x"), 0, false); // miss -> next table
+    r.ports[0].send(
+        &tcp_frame(m0, m1, [1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x"),
+        0,
+        false,
+    ); // miss -> next table
     r.run();
     let p = &mut r.ports[1];
     assert_eq!(p.rq_cq.poll().unwrap().flow_tag.get(), 0x11);
@@ -60,7 +119,13 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
     assert_eq!(p.nic.query_vport(1).unwrap().rx_steering_drops.get(), 1);
     // Removing the winner lets the tied rule match; tables in use cannot be destroyed.
     p.nic.destroy_flow_entry(any_udp_b).unwrap();
-    assert_eq!(p.nic.destroy_flow_table(next).err().and_then(|e| e.status()), Some(CmdStatus::ResourceBusy));
+    assert_eq!(
+        p.nic
+            .destroy_flow_table(next)
+            .err()
+            .and_then(|e| e.status()),
+        Some(CmdStatus::ResourceBusy)
+    );
     r.ports[0].send(&udp_frame(m0, m1, 1, 54, 80, 1), 0, false);
     r.run();
     assert_eq!(r.ports[1].rq_cq.poll().unwrap().flow_tag.get(), 0x22);
@@ -104,17 +169,31 @@ fn rss_spreads_flows_by_the_toeplitz_hash() {
     }
     let key = fld_device::nic::rss::DEFAULT_RSS_KEY;
     let indir: Vec<u32> = (0..8).map(|i| rqs[i % 4].rqn).collect();
-    let fields = rss_fields::SRC_IP | rss_fields::DST_IP | rss_fields::SRC_PORT | rss_fields::DST_PORT;
+    let fields =
+        rss_fields::SRC_IP | rss_fields::DST_IP | rss_fields::SRC_PORT | rss_fields::DST_PORT;
     let g = p.nic.create_rss_group(&key, fields, &indir).unwrap();
-    let t = p.nic.create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Drop).unwrap();
-    p.nic.create_flow_entry(t, &FlowRule::any(RuleFate::Rss(g))).unwrap();
+    let t = p
+        .nic
+        .create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Drop)
+        .unwrap();
+    p.nic
+        .create_flow_entry(t, &FlowRule::any(RuleFate::Rss(g)))
+        .unwrap();
     p.nic.set_root(TABLE_KIND_NIC_RX, Some(t)).unwrap();
     // The RSS group's queues cannot be destroyed while it names them.
-    assert_eq!(p.nic.destroy_rq(rqs[0].rqn).err().and_then(|e| e.status()), Some(CmdStatus::ResourceBusy));
+    assert_eq!(
+        p.nic.destroy_rq(rqs[0].rqn).err().and_then(|e| e.status()),
+        Some(CmdStatus::ResourceBusy)
+    );
 
     let mut per_queue = [0u32; 4];
     for i in 0..64u16 {
-        let (sip, dip, sport, dport) = ([10, 1, (i >> 8) as u8, i as u8], [10, 2, 0, 1], 1000 + i * 7, 80);
+        let (sip, dip, sport, dport) = (
+            [10, 1, (i >> 8) as u8, i as u8],
+            [10, 2, 0, 1],
+            1000 + i * 7,
+            80,
+        );
         r.ports[0].send(&tcp_frame(m0, m1, sip, dip, sport, dport, b"rss"), 0, false);
         r.run();
         let mut input = vec![];
@@ -124,12 +203,17 @@ fn rss_spreads_flows_by_the_toeplitz_hash() {
         input.extend_from_slice(&dport.to_be_bytes());
         let want = toeplitz_reference(&key, &input);
         let q = (want & 7) as usize % 4;
-        let c = cqs[q].poll().unwrap_or_else(|| panic!("flow {i} not on queue {q}"));
+        let c = cqs[q]
+            .poll()
+            .unwrap_or_else(|| panic!("flow {i} not on queue {q}"));
         assert_eq!(c.rss_hash.get(), want);
         assert_eq!(c.qn.get(), rqs[q].rqn);
         per_queue[q] += 1;
     }
-    assert!(per_queue.iter().all(|&n| n >= 8), "flows spread over all queues: {per_queue:?}");
+    assert!(
+        per_queue.iter().all(|&n| n >= 8),
+        "flows spread over all queues: {per_queue:?}"
+    );
 }
 
 #[test]
@@ -152,16 +236,36 @@ fn eswitch_rules_flooding_and_the_uplink_loopback() {
         n0 += 1;
     }
     assert_eq!((n0, n1), (1, 2));
-    assert_eq!(r.card.nic.stats().wire_tx_frames, 1, "a flood never goes back out of the port it came from");
+    assert_eq!(
+        r.card.nic.stats().wire_tx_frames,
+        1,
+        "a flood never goes back out of the port it came from"
+    );
 
     // An eSwitch rule from the manager drops traffic to vPort 1 and counts it.
     let p0 = &mut r.ports[0];
-    let fdb = p0.nic.create_flow_table(TABLE_KIND_FDB, 0, TableMiss::Default).unwrap();
+    let fdb = p0
+        .nic
+        .create_flow_table(TABLE_KIND_FDB, 0, TableMiss::Default)
+        .unwrap();
     let mut m = FlowMatch::default();
     let mut v = FlowMatch::default();
     m.dst_mac = [0xff; 6];
     v.dst_mac = m1;
-    let e = p0.nic.create_flow_entry(fdb, &FlowRule { priority: 1, mask: m, value: v, fate: RuleFate::Drop, flow_tag: None, count: true }).unwrap();
+    let e = p0
+        .nic
+        .create_flow_entry(
+            fdb,
+            &FlowRule {
+                priority: 1,
+                mask: m,
+                value: v,
+                fate: RuleFate::Drop,
+                flow_tag: None,
+                count: true,
+            },
+        )
+        .unwrap();
     p0.nic.set_root(TABLE_KIND_FDB, Some(fdb)).unwrap();
     r.ports[0].send(&udp_frame(m0, m1, 1, 2, 64, 0), 0, false);
     r.run();
@@ -176,7 +280,9 @@ fn eswitch_rules_flooding_and_the_uplink_loopback() {
 
 /// A tap that remembers what it saw.
 #[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<(u16, TapPoint, Vec<u8>)>>>);
+struct Recorder(Arc<Mutex<Vec<Seen>>>);
+
+type Seen = (u16, TapPoint, Vec<u8>);
 
 impl FrameTap for Recorder {
     fn frame(&mut self, vport: u16, point: TapPoint, frame: &[u8]) {
@@ -190,17 +296,31 @@ fn taps_see_every_port_and_pcap_captures_read_back() {
     let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
     let rec = Recorder::default();
     r.card.nic.set_tap(Some(Box::new(rec.clone())));
-    let frames: Vec<Vec<u8>> = (0..3).map(|i| udp_frame(m0, m1, 7, 8, 60 + 500 * i, i as u8)).collect();
+    let frames: Vec<Vec<u8>> = (0..3)
+        .map(|i| udp_frame(m0, m1, 7, 8, 60 + 500 * i, i as u8))
+        .collect();
     for f in &frames {
         r.ports[0].send(f, 0, false);
     }
     r.run();
     let seen = rec.0.lock().unwrap().clone();
-    let expect: Vec<(u16, TapPoint, Vec<u8>)> = frames.iter().flat_map(|f| [(0, TapPoint::FromVport, f.clone()), (1, TapPoint::ToVport, f.clone())]).collect();
+    let expect: Vec<Seen> = frames
+        .iter()
+        .flat_map(|f| {
+            [
+                (0, TapPoint::FromVport, f.clone()),
+                (1, TapPoint::ToVport, f.clone()),
+            ]
+        })
+        .collect();
     assert_eq!(seen, expect);
 
     let path = std::env::temp_dir().join(format!("fldemu-test-{}.pcap", std::process::id()));
-    let tap = PcapTap::new(std::io::BufWriter::new(std::fs::File::create(&path).unwrap()), CaptureFilter::AllIngress).unwrap();
+    let tap = PcapTap::new(
+        std::io::BufWriter::new(std::fs::File::create(&path).unwrap()),
+        CaptureFilter::AllIngress,
+    )
+    .unwrap();
     r.card.nic.set_tap(Some(Box::new(tap)));
     for f in &frames {
         r.ports[0].send(f, 0, false);
@@ -214,7 +334,10 @@ fn taps_see_every_port_and_pcap_captures_read_back() {
         let p = rd.next_packet().unwrap().unwrap();
         assert_eq!(p.data.as_ref(), &f[..]);
         let parsed = etherparse::SlicedPacket::from_ethernet(&p.data).unwrap();
-        assert!(matches!(parsed.transport, Some(etherparse::TransportSlice::Udp(_))));
+        assert!(matches!(
+            parsed.transport,
+            Some(etherparse::TransportSlice::Udp(_))
+        ));
     }
     assert!(rd.next_packet().is_none());
 }

@@ -11,11 +11,24 @@ use std::process::{Command, ExitCode};
 
 fn cargo(args: &[&str]) -> bool {
     eprintln!("xtask: cargo {}", args.join(" "));
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args(args).status().map(|s| s.success()).unwrap_or(false)
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(args)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 fn fldemu(args: &[&str]) -> bool {
-    let mut all = vec!["run", "--quiet", "--release", "-p", "fld-qemu", "--bin", "fldemu", "--"];
+    let mut all = vec![
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "fld-qemu",
+        "--bin",
+        "fldemu",
+        "--",
+    ];
     all.extend_from_slice(args);
     cargo(&all)
 }
@@ -27,7 +40,18 @@ fn main() -> ExitCode {
         Some("ci") => {
             cargo(&["test", "--workspace"])
                 && fldemu(&["demo", "--packets", "50000", "--json"])
-                && fldemu(&["demo", "--packets", "8941", "--size", "60", "--size-max", "9000", "--rx-mode", "regular", "--json"])
+                && fldemu(&[
+                    "demo",
+                    "--packets",
+                    "8941",
+                    "--size",
+                    "60",
+                    "--size-max",
+                    "9000",
+                    "--rx-mode",
+                    "regular",
+                    "--json",
+                ])
                 && fldemu(&["bench", "--json", "--packets", "100000"])
         }
         Some("demo") => fldemu(&[&["demo"], rest.as_slice()].concat()),

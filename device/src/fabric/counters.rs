@@ -27,7 +27,10 @@ impl TlpStats {
     }
     /// Bytes on the link in both directions, headers included.
     pub fn total_bytes(&self) -> u64 {
-        self.up_header_bytes + self.up_payload_bytes + self.down_header_bytes + self.down_payload_bytes
+        self.up_header_bytes
+            + self.up_payload_bytes
+            + self.down_header_bytes
+            + self.down_payload_bytes
     }
     pub fn total_tlps(&self) -> u64 {
         self.up_tlps + self.down_tlps

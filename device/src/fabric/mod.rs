@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 pub use counters::{TlpCounters, TlpStats};
-use vm_memory::{GuestMemoryRegion, GuestRegionMmap, MemoryRegionAddress};
+use vm_memory::{GuestMemoryRegion, GuestRegionMmap};
 
 use crate::pcie::{ConfigChange, FunctionId, InterruptSink, MsiMessage, PciFunction};
 
@@ -34,7 +34,11 @@ pub struct FabricConfig {
 
 impl Default for FabricConfig {
     fn default() -> Self {
-        FabricConfig { mps: 256, mrrs: 512, tlp_overhead: 24 }
+        FabricConfig {
+            mps: 256,
+            mrrs: 512,
+            tlp_overhead: 24,
+        }
     }
 }
 
@@ -69,6 +73,27 @@ pub struct HostRegion {
     pub offset: u64,
 }
 
+impl HostRegion {
+    /// Copies between host memory at `off` bytes into this mapping and `buf`. The caller has
+    /// checked that `[off, off + len)` lies inside the mapping, and `map_host` checked that the
+    /// mapping lies inside its backing memory.
+    fn copy(&self, off: u64, len: usize, to_host: Option<&[u8]>, from_host: Option<&mut [u8]>) {
+        debug_assert!(off + len as u64 <= self.len);
+        // SAFETY: in bounds of a live mapping (the Arc keeps it mapped); device DMA and CPU
+        // accesses to the same bytes may race exactly as they do on real hardware, and no Rust
+        // reference to guest memory is created.
+        unsafe {
+            let p = self.memory.as_ptr().add((self.offset + off) as usize);
+            if let Some(src) = to_host {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), p, len);
+            }
+            if let Some(dst) = from_host {
+                std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), len);
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
 struct BarWindow {
     start: u64,
@@ -94,11 +119,15 @@ impl Routes {
         if addr >= self.bar_span.1 || addr.saturating_add(len) <= self.bar_span.0 {
             return None;
         }
-        self.bars.iter().find(|w| addr >= w.start && addr.checked_add(len).is_some_and(|e| e <= w.end))
+        self.bars
+            .iter()
+            .find(|w| addr >= w.start && addr.checked_add(len).is_some_and(|e| e <= w.end))
     }
 
     fn space(&self, requester: FunctionId) -> &[HostRegion] {
-        self.host.get(requester as usize).map_or(&[], |v| v.as_slice())
+        self.host
+            .get(requester as usize)
+            .map_or(&[], |v| v.as_slice())
     }
 }
 
@@ -127,7 +156,10 @@ impl Fabric {
     /// If MPS or MRRS is not a power of two between 128 and 4096 (PCIe Base §7.5.3.4).
     pub fn new(config: FabricConfig) -> Arc<Self> {
         for v in [config.mps, config.mrrs] {
-            assert!(v.is_power_of_two() && (128..=4096).contains(&v), "MPS/MRRS must be a power of two in 128..=4096");
+            assert!(
+                v.is_power_of_two() && (128..=4096).contains(&v),
+                "MPS/MRRS must be a power of two in 128..=4096"
+            );
         }
         Arc::new(Fabric {
             mps_shift: config.mps.trailing_zeros(),
@@ -147,31 +179,56 @@ impl Fabric {
 
     /// Plugs a function into the next downstream port and returns its ID. `make` receives the ID
     /// so the function can name itself as requester.
-    pub fn attach<F: PciFunction + 'static>(&self, make: impl FnOnce(FunctionId) -> Arc<F>) -> Arc<F> {
+    pub fn attach<F: PciFunction + 'static>(
+        &self,
+        make: impl FnOnce(FunctionId) -> Arc<F>,
+    ) -> Arc<F> {
         let mut fns = self.functions.write().unwrap_or_else(|e| e.into_inner());
         let id = fns.len() as FunctionId;
         let f = make(id);
         assert_eq!(f.pci().id, id, "function must use the ID it was given");
         fns.push(f.clone());
-        self.counters.write().unwrap_or_else(|e| e.into_inner()).push(Arc::new(TlpCounters::default()));
+        self.counters
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::new(TlpCounters::default()));
         drop(fns);
         self.rebuild_routes(|_| {});
         f
     }
 
     pub fn function(&self, id: FunctionId) -> Option<Arc<dyn PciFunction>> {
-        self.functions.read().unwrap_or_else(|e| e.into_inner()).get(id as usize).cloned()
+        self.functions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id as usize)
+            .cloned()
     }
 
     pub fn function_count(&self) -> usize {
-        self.functions.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.functions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 
     /// Routes every function's MSI-X messages to `sink`.
     pub fn set_interrupt_sink(&self, sink: Arc<dyn InterruptSink>) {
-        let counted: Arc<dyn InterruptSink> =
-            Arc::new(CountingSink { inner: sink, counters: self.counters.read().unwrap_or_else(|e| e.into_inner()).clone(), overhead: self.config.tlp_overhead });
-        for f in self.functions.read().unwrap_or_else(|e| e.into_inner()).iter() {
+        let counted: Arc<dyn InterruptSink> = Arc::new(CountingSink {
+            inner: sink,
+            counters: self
+                .counters
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            overhead: self.config.tlp_overhead,
+        });
+        for f in self
+            .functions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             f.pci().set_interrupt_sink(counted.clone());
         }
     }
@@ -179,7 +236,10 @@ impl Fabric {
     fn rebuild_routes(&self, edit_host: impl FnOnce(&mut Vec<Vec<HostRegion>>)) {
         let fns = self.functions.read().unwrap_or_else(|e| e.into_inner());
         let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
-        let mut next = Routes { host: routes.host.clone(), ..Routes::default() };
+        let mut next = Routes {
+            host: routes.host.clone(),
+            ..Routes::default()
+        };
         next.host.resize(fns.len(), Vec::new());
         edit_host(&mut next.host);
         for f in fns.iter() {
@@ -190,11 +250,18 @@ impl Fabric {
             }
             for spec in cfg.bars() {
                 if let Some(start) = cfg.bar_address(spec.index).filter(|a| *a != 0) {
-                    next.bars.push(BarWindow { start, end: start + spec.size, function: f.pci().id, bar: spec.index });
+                    next.bars.push(BarWindow {
+                        start,
+                        end: start + spec.size,
+                        function: f.pci().id,
+                        bar: spec.index,
+                    });
                 }
             }
         }
-        next.bar_span = next.bars.iter().fold((u64::MAX, 0), |(lo, hi), w| (lo.min(w.start), hi.max(w.end)));
+        next.bar_span = next.bars.iter().fold((u64::MAX, 0), |(lo, hi), w| {
+            (lo.min(w.start), hi.max(w.end))
+        });
         *routes = Arc::new(next);
         self.generation.fetch_add(1, Ordering::Release);
     }
@@ -203,7 +270,13 @@ impl Fabric {
     /// mapping. Fails if the region does not lie inside its backing memory.
     pub fn map_host(&self, requester: FunctionId, region: HostRegion) -> Result<(), MapError> {
         let backing = region.memory.len();
-        if region.len == 0 || region.offset.checked_add(region.len).is_none_or(|e| e > backing) || region.iova.checked_add(region.len).is_none() {
+        if region.len == 0
+            || region
+                .offset
+                .checked_add(region.len)
+                .is_none_or(|e| e > backing)
+            || region.iova.checked_add(region.len).is_none()
+        {
             return Err(MapError::OutOfBacking);
         }
         if requester as usize >= self.function_count() {
@@ -223,7 +296,9 @@ impl Fabric {
     /// started a batch before the call finish it with the old map; the next batch sees the new one.
     pub fn unmap_host(&self, requester: FunctionId, iova: u64, len: u64) {
         self.rebuild_routes(|host| {
-            let Some(space) = host.get_mut(requester as usize) else { return };
+            let Some(space) = host.get_mut(requester as usize) else {
+                return;
+            };
             let end = iova.saturating_add(len);
             let mut kept = Vec::with_capacity(space.len() + 1);
             for r in space.drain(..) {
@@ -234,10 +309,18 @@ impl Fabric {
                 }
                 // Keep the parts of a larger mapping outside the unmapped range.
                 if r.iova < iova {
-                    kept.push(HostRegion { len: iova - r.iova, ..r.clone() });
+                    kept.push(HostRegion {
+                        len: iova - r.iova,
+                        ..r.clone()
+                    });
                 }
                 if r_end > end {
-                    kept.push(HostRegion { iova: end, len: r_end - end, offset: r.offset + (end - r.iova), memory: r.memory.clone() });
+                    kept.push(HostRegion {
+                        iova: end,
+                        len: r_end - end,
+                        offset: r.offset + (end - r.iova),
+                        memory: r.memory.clone(),
+                    });
                 }
             }
             *space = kept;
@@ -246,7 +329,11 @@ impl Fabric {
 
     /// Number of host mappings of `requester`.
     pub fn host_mapping_count(&self, requester: FunctionId) -> usize {
-        self.routes.read().unwrap_or_else(|e| e.into_inner()).space(requester).len()
+        self.routes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .space(requester)
+            .len()
     }
 
     /// Bumps whenever routes change.
@@ -255,14 +342,22 @@ impl Fabric {
     }
 
     fn snapshot(&self) -> Arc<Routes> {
-        self.routes.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.routes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn counters_of(&self, id: FunctionId) -> Arc<TlpCounters> {
         if id == HOST {
             return self.host_counters.clone();
         }
-        self.counters.read().unwrap_or_else(|e| e.into_inner()).get(id as usize).cloned().unwrap_or_else(|| self.host_counters.clone())
+        self.counters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id as usize)
+            .cloned()
+            .unwrap_or_else(|| self.host_counters.clone())
     }
 
     /// TLP statistics of a function ([`HOST`] for the root port).
@@ -273,7 +368,12 @@ impl Fabric {
     /// Resets all counters to zero.
     pub fn clear_stats(&self) {
         self.host_counters.clear();
-        for c in self.counters.read().unwrap_or_else(|e| e.into_inner()).iter() {
+        for c in self
+            .counters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             c.clear();
         }
     }
@@ -294,7 +394,8 @@ impl Fabric {
             f.reset();
             f.pci().reset();
         }
-        if change.intersects(ConfigChange::BAR_ADDRESS | ConfigChange::COMMAND | ConfigChange::FLR) {
+        if change.intersects(ConfigChange::BAR_ADDRESS | ConfigChange::COMMAND | ConfigChange::FLR)
+        {
             self.rebuild_routes(|_| {});
         }
     }
@@ -313,10 +414,20 @@ impl Fabric {
     /// an unsupported request would be).
     pub fn mmio_write(&self, addr: u64, data: &[u8]) -> bool {
         let routes = self.snapshot();
-        let Some(w) = routes.bar_at(addr, data.len() as u64).cloned() else { return false };
+        let Some(w) = routes.bar_at(addr, data.len() as u64).cloned() else {
+            return false;
+        };
         let tlps = tlp_count(addr, data.len() as u64, self.config.mps as u64);
-        self.host_counters.add_up(tlps, tlps * self.config.tlp_overhead as u64, data.len() as u64);
-        self.counters_of(w.function).add_down(tlps, tlps * self.config.tlp_overhead as u64, data.len() as u64);
+        self.host_counters.add_up(
+            tlps,
+            tlps * self.config.tlp_overhead as u64,
+            data.len() as u64,
+        );
+        self.counters_of(w.function).add_down(
+            tlps,
+            tlps * self.config.tlp_overhead as u64,
+            data.len() as u64,
+        );
         if let Some(f) = self.function(w.function) {
             f.bar_write(w.bar, addr - w.start, data);
         }
@@ -333,7 +444,8 @@ impl Fabric {
         let oh = self.config.tlp_overhead as u64;
         let cpls = tlp_count(addr, data.len() as u64, self.config.mps as u64);
         self.host_counters.add_up(1, oh, 0);
-        self.host_counters.add_down(cpls, cpls * oh, data.len() as u64);
+        self.host_counters
+            .add_down(cpls, cpls * oh, data.len() as u64);
         let c = self.counters_of(w.function);
         c.add_down(1, oh, 0);
         c.add_up(cpls, cpls * oh, data.len() as u64);
@@ -348,7 +460,13 @@ impl Fabric {
     /// A DMA port for `requester`: a routing snapshot plus local counters, flushed on drop.
     /// Engines take one per batch of work.
     pub fn dma(&self, requester: FunctionId) -> DmaPort<'_> {
-        DmaPort { fabric: self, requester, routes: self.snapshot(), last_host: 0, tally: Tally::default() }
+        DmaPort {
+            fabric: self,
+            requester,
+            routes: self.snapshot(),
+            last_host: 0,
+            tally: Tally::default(),
+        }
     }
 }
 
@@ -407,10 +525,18 @@ enum Target {
 
 impl DmaPort<'_> {
     fn route(&mut self, addr: u64, len: usize) -> Result<Target, DmaError> {
-        if !self.routes.bus_master.get(self.requester as usize).copied().unwrap_or(false) {
+        if !self
+            .routes
+            .bus_master
+            .get(self.requester as usize)
+            .copied()
+            .unwrap_or(false)
+        {
             return Err(DmaError::BusMasterDisabled);
         }
-        let end = addr.checked_add(len as u64).ok_or(DmaError::Unmapped { addr, len })?;
+        let end = addr
+            .checked_add(len as u64)
+            .ok_or(DmaError::Unmapped { addr, len })?;
         if let Some(w) = self.routes.bar_at(addr, len as u64) {
             return Ok(Target::Peer(w.clone()));
         }
@@ -442,15 +568,22 @@ impl DmaPort<'_> {
     }
 
     /// Visits the host mappings covering `[addr, addr + len)` in order.
-    fn each_host_piece(&self, addr: u64, len: usize, mut f: impl FnMut(&HostRegion, u64, std::ops::Range<usize>)) {
+    fn each_host_piece(
+        &self,
+        addr: u64,
+        len: usize,
+        mut f: impl FnMut(&HostRegion, u64, std::ops::Range<usize>),
+    ) {
         let mut done = 0usize;
         let space = self.routes.space(self.requester);
         while done < len {
             let a = addr + done as u64;
-            let Some(i) = region_index(space, a) else { return };
+            let Some(i) = region_index(space, a) else {
+                return;
+            };
             let r = &space[i];
             let n = ((r.iova + r.len - a) as usize).min(len - done);
-            f(r, r.offset + (a - r.iova), done..done + n);
+            f(r, a - r.iova, done..done + n);
             done += n;
         }
     }
@@ -498,17 +631,14 @@ impl DmaPort<'_> {
             Target::Host(usize::MAX) => {
                 self.count_read(addr, buf.len() as u64, None);
                 self.each_host_piece(addr, buf.len(), |r, off, range| {
-                    if let Ok(s) = r.memory.get_slice(MemoryRegionAddress(off), range.len()) {
-                        s.copy_to(&mut buf[range]);
-                    }
+                    let n = range.len();
+                    r.copy(off, n, None, Some(&mut buf[range]));
                 });
             }
             Target::Host(i) => {
                 self.count_read(addr, buf.len() as u64, None);
                 let r = &self.routes.space(self.requester)[i];
-                let off = r.offset + (addr - r.iova);
-                let s = r.memory.get_slice(MemoryRegionAddress(off), buf.len()).map_err(|_| DmaError::Unmapped { addr, len: buf.len() })?;
-                s.copy_to(buf);
+                r.copy(addr - r.iova, buf.len(), None, Some(buf));
             }
         }
         Ok(())
@@ -526,17 +656,14 @@ impl DmaPort<'_> {
             Target::Host(usize::MAX) => {
                 self.count_write(addr, data.len() as u64, None);
                 self.each_host_piece(addr, data.len(), |r, off, range| {
-                    if let Ok(s) = r.memory.get_slice(MemoryRegionAddress(off), range.len()) {
-                        s.copy_from(&data[range]);
-                    }
+                    let n = range.len();
+                    r.copy(off, n, Some(&data[range]), None);
                 });
             }
             Target::Host(i) => {
                 self.count_write(addr, data.len() as u64, None);
                 let r = &self.routes.space(self.requester)[i];
-                let off = r.offset + (addr - r.iova);
-                let s = r.memory.get_slice(MemoryRegionAddress(off), data.len()).map_err(|_| DmaError::Unmapped { addr, len: data.len() })?;
-                s.copy_from(data);
+                r.copy(addr - r.iova, data.len(), Some(data), None);
             }
         }
         Ok(())

@@ -20,7 +20,8 @@ impl PciFunction for RamFunction {
         data.copy_from_slice(&ram[offset as usize..offset as usize + data.len()]);
     }
     fn bar_write(&self, _bar: u8, offset: u64, data: &[u8]) {
-        self.ram.lock().unwrap()[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+        self.ram.lock().unwrap()[offset as usize..offset as usize + data.len()]
+            .copy_from_slice(data);
     }
     fn reset(&self) {
         self.ram.lock().unwrap().fill(0);
@@ -30,16 +31,33 @@ impl PciFunction for RamFunction {
 fn ram_function(fabric: &Fabric) -> Arc<RamFunction> {
     fabric.attach(|id| {
         let cs = ConfigSpace::new(
-            Identity { vendor_id: 0xfff0, device_id: 0xffff, class_code: 0x050000, revision: 0, subsystem_id: 0 },
-            &[BarSpec { index: 0, size: 0x10000, prefetchable: false }],
+            Identity {
+                vendor_id: 0xfff0,
+                device_id: 0xffff,
+                class_code: 0x050000,
+                revision: 0,
+                subsystem_id: 0,
+            },
+            &[BarSpec {
+                index: 0,
+                size: 0x10000,
+                prefetchable: false,
+            }],
             None,
         );
-        Arc::new(RamFunction { pci: PciState::new(id, cs), ram: Mutex::new(vec![0; 0x10000]) })
+        Arc::new(RamFunction {
+            pci: PciState::new(id, cs),
+            ram: Mutex::new(vec![0; 0x10000]),
+        })
     })
 }
 
 fn enable(fabric: &Fabric, id: FunctionId) {
-    fabric.config_write(id, 4, &(crate::pcie::config::CMD_MEMORY | crate::pcie::config::CMD_BUS_MASTER).to_le_bytes());
+    fabric.config_write(
+        id,
+        4,
+        &(crate::pcie::config::CMD_MEMORY | crate::pcie::config::CMD_BUS_MASTER).to_le_bytes(),
+    );
 }
 
 fn host_memory(len: usize) -> Arc<GuestRegionMmap> {
@@ -64,7 +82,17 @@ fn dma_to_host_memory_is_counted_by_the_formula() {
     let id = dev.pci.id;
     enable(&fabric, id);
     let mem = host_memory(0x10000);
-    fabric.map_host(id, HostRegion { iova: 0x1_0000_0000, len: 0x10000, memory: mem.clone(), offset: 0 }).unwrap();
+    fabric
+        .map_host(
+            id,
+            HostRegion {
+                iova: 0x1_0000_0000,
+                len: 0x10000,
+                memory: mem.clone(),
+                offset: 0,
+            },
+        )
+        .unwrap();
 
     let data: Vec<u8> = (0..1500u32).map(|i| (i * 7) as u8).collect();
     {
@@ -75,7 +103,8 @@ fn dma_to_host_memory_is_counted_by_the_formula() {
         assert_eq!(back, data);
     }
     let mut seen = vec![0u8; 1500];
-    mem.read_slice(&mut seen, MemoryRegionAddress(0x10)).unwrap();
+    mem.read_slice(&mut seen, MemoryRegionAddress(0x10))
+        .unwrap();
     assert_eq!(seen, data);
 
     // Write: 6 MemWr TLPs (256-byte MPS blocks 0x000..0x600). Read: 3 requests (512-byte
@@ -102,7 +131,17 @@ fn peer_to_peer_is_routed_before_host_memory() {
     enable(&fabric, b.pci.id);
     // Host memory mapped at the same address as b's BAR: the switch must pick the BAR.
     let mem = host_memory(0x10000);
-    fabric.map_host(a.pci.id, HostRegion { iova: 0x9000_0000, len: 0x10000, memory: mem.clone(), offset: 0 }).unwrap();
+    fabric
+        .map_host(
+            a.pci.id,
+            HostRegion {
+                iova: 0x9000_0000,
+                len: 0x10000,
+                memory: mem.clone(),
+                offset: 0,
+            },
+        )
+        .unwrap();
     fabric.assign_bar(b.pci.id, 0, 0x9000_0000);
     {
         let mut dma = fabric.dma(a.pci.id);
@@ -110,7 +149,8 @@ fn peer_to_peer_is_routed_before_host_memory() {
     }
     assert_eq!(&b.ram.lock().unwrap()[0x100..0x104], b"peer");
     let mut host = [0u8; 4];
-    mem.read_slice(&mut host, MemoryRegionAddress(0x100)).unwrap();
+    mem.read_slice(&mut host, MemoryRegionAddress(0x100))
+        .unwrap();
     assert_eq!(host, [0; 4]);
     let sb = fabric.stats(b.pci.id);
     assert_eq!((sb.down_tlps, sb.down_payload_bytes), (1, 4));
@@ -123,9 +163,22 @@ fn unmapped_disabled_and_foreign_accesses_fail_without_touching_memory() {
     let a = ram_function(&fabric);
     let b = ram_function(&fabric);
     let mem = host_memory(0x2000);
-    fabric.map_host(a.pci.id, HostRegion { iova: 0x4000, len: 0x2000, memory: mem.clone(), offset: 0 }).unwrap();
+    fabric
+        .map_host(
+            a.pci.id,
+            HostRegion {
+                iova: 0x4000,
+                len: 0x2000,
+                memory: mem.clone(),
+                offset: 0,
+            },
+        )
+        .unwrap();
     // Bus mastering off.
-    assert_eq!(fabric.dma(a.pci.id).write(0x4000, &[1]), Err(DmaError::BusMasterDisabled));
+    assert_eq!(
+        fabric.dma(a.pci.id).write(0x4000, &[1]),
+        Err(DmaError::BusMasterDisabled)
+    );
     enable(&fabric, a.pci.id);
     enable(&fabric, b.pci.id);
     let mut dma = fabric.dma(a.pci.id);
@@ -143,7 +196,18 @@ fn unmapped_disabled_and_foreign_accesses_fail_without_touching_memory() {
     assert!(fabric.dma(a.pci.id).read(0x4000, &mut [0]).is_err());
     assert!(fabric.dma(a.pci.id).read(0x5000, &mut [0]).is_ok());
     // A mapping that does not fit its backing is refused.
-    assert_eq!(fabric.map_host(a.pci.id, HostRegion { iova: 0, len: 0x3000, memory: mem, offset: 0 }), Err(MapError::OutOfBacking));
+    assert_eq!(
+        fabric.map_host(
+            a.pci.id,
+            HostRegion {
+                iova: 0,
+                len: 0x3000,
+                memory: mem,
+                offset: 0
+            }
+        ),
+        Err(MapError::OutOfBacking)
+    );
 }
 
 #[test]
@@ -154,7 +218,17 @@ fn requests_may_span_adjacent_page_mappings() {
     let mem = host_memory(0x4000);
     // Pages mapped one by one, out of order, as a vIOMMU does.
     for page in [2u64, 0, 1, 3] {
-        fabric.map_host(a.pci.id, HostRegion { iova: 0x10000 + page * 0x1000, len: 0x1000, memory: mem.clone(), offset: page * 0x1000 }).unwrap();
+        fabric
+            .map_host(
+                a.pci.id,
+                HostRegion {
+                    iova: 0x10000 + page * 0x1000,
+                    len: 0x1000,
+                    memory: mem.clone(),
+                    offset: page * 0x1000,
+                },
+            )
+            .unwrap();
     }
     assert_eq!(fabric.host_mapping_count(a.pci.id), 4);
     let data: Vec<u8> = (0..0x2000u32).map(|i| i as u8 ^ 0x5a).collect();

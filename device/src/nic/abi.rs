@@ -427,7 +427,9 @@ pub const NO_TABLE: u32 = u32::MAX;
 /// What a flow entry matches on: header fields in wire byte order. An entry carries a mask and a
 /// value of this layout; a packet matches when `packet & mask == value & mask` byte for byte.
 #[repr(C)]
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug, PartialEq, Eq)]
+#[derive(
+    FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug, PartialEq, Eq,
+)]
 pub struct FlowMatch {
     pub dst_mac: [u8; 6],
     pub src_mac: [u8; 6],

@@ -30,7 +30,9 @@ pub(super) fn deliver(
     out_len: u32,
 ) -> CmdDelivery {
     const HDR: usize = 16;
-    if !(HDR as u32..=CMD_MAX_LEN).contains(&in_len) || !(HDR as u32..=CMD_MAX_LEN).contains(&out_len) {
+    if !(HDR as u32..=CMD_MAX_LEN).contains(&in_len)
+        || !(HDR as u32..=CMD_MAX_LEN).contains(&out_len)
+    {
         return CmdDelivery::BadLength;
     }
     let mut input = [0u8; CMD_MAX_LEN as usize];
@@ -53,10 +55,16 @@ pub(super) fn deliver(
         Ok(n) => (CmdStatus::Ok, 0, n),
         Err((s, syn)) => (s, syn, 0),
     };
-    let header = CmdOutHeader { status: status as u8, syndrome: U32::new(syndrome), ..Default::default() };
+    let header = CmdOutHeader {
+        status: status as u8,
+        syndrome: U32::new(syndrome),
+        ..Default::default()
+    };
     hdr.copy_from_slice(header.as_bytes());
     if status != CmdStatus::Ok {
-        log::debug!("command {opcode:#x} from function {function}: {status:?} (syndrome {syndrome:#x})");
+        log::debug!(
+            "command {opcode:#x} from function {function}: {status:?} (syndrome {syndrome:#x})"
+        );
     }
     match dma.write(out_addr, &out[..HDR + n]) {
         Ok(()) => CmdDelivery::Ok,
@@ -69,7 +77,13 @@ fn output_len(opcode: u16) -> usize {
     use core::mem::size_of;
     match opcode {
         op::QUERY_CAPS => size_of::<Caps>(),
-        op::CREATE_EQ | op::CREATE_CQ | op::CREATE_SQ | op::CREATE_RQ | op::CREATE_RSS_GROUP | op::CREATE_FLOW_TABLE | op::CREATE_FLOW_ENTRY => size_of::<CreateOut>(),
+        op::CREATE_EQ
+        | op::CREATE_CQ
+        | op::CREATE_SQ
+        | op::CREATE_RQ
+        | op::CREATE_RSS_GROUP
+        | op::CREATE_FLOW_TABLE
+        | op::CREATE_FLOW_ENTRY => size_of::<CreateOut>(),
         op::QUERY_EQ | op::QUERY_CQ => size_of::<QueryCqOut>(),
         op::QUERY_SQ | op::QUERY_RQ => size_of::<QueryQueueOut>(),
         op::QUERY_FLOW_ENTRY => size_of::<QueryFlowEntryOut>(),
@@ -80,7 +94,9 @@ fn output_len(opcode: u16) -> usize {
 
 /// Parses a command's input layout.
 fn input<T: FromBytes>(body: &[u8]) -> Result<T, (CmdStatus, u32)> {
-    T::read_from_prefix(body).map(|(v, _)| v).map_err(|_| (CmdStatus::BadInputLength, 0))
+    T::read_from_prefix(body)
+        .map(|(v, _)| v)
+        .map_err(|_| (CmdStatus::BadInputLength, 0))
 }
 
 /// Writes a command's output layout.
@@ -97,7 +113,13 @@ fn output<T: IntoBytes + zerocopy::Immutable>(out: &mut [u8], v: &T) -> CmdResul
 
 fn created(out: &mut [u8], id: Option<u32>) -> CmdResult {
     match id {
-        Some(id) => output(out, &CreateOut { id: U32::new(id), rsvd: [0; 4] }),
+        Some(id) => output(
+            out,
+            &CreateOut {
+                id: U32::new(id),
+                rsvd: [0; 4],
+            },
+        ),
         None => fail(CmdStatus::ExceedLimit, 0),
     }
 }
@@ -113,7 +135,15 @@ fn check_ring(dma: &mut DmaPort<'_>, addr: u64, bytes: u64) -> Result<(), (CmdSt
     Ok(())
 }
 
-fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, function: u16, opcode: u16, body: &[u8], out: &mut [u8]) -> CmdResult {
+fn execute(
+    core: &mut NicCore,
+    dma: &mut DmaPort<'_>,
+    doorbells: &DoorbellArea,
+    function: u16,
+    opcode: u16,
+    body: &[u8],
+    out: &mut [u8],
+) -> CmdResult {
     match opcode {
         op::QUERY_CAPS => output(out, &core.caps(function)),
 
@@ -126,7 +156,19 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
                 return fail(CmdStatus::BadParam, 0x11);
             }
             check_ring(dma, i.addr.get(), (EQE_SIZE as u64) << i.log_size)?;
-            let eq = EventQueue { owner: function, addr: i.addr.get(), log_size: i.log_size, vector: i.msix_vector.get(), pc: 0, ci: 0, armed: false, last_db: 0, arm_sn: 0, overflows: 0, refs: 0 };
+            let eq = EventQueue {
+                owner: function,
+                addr: i.addr.get(),
+                log_size: i.log_size,
+                vector: i.msix_vector.get(),
+                pc: 0,
+                ci: 0,
+                armed: false,
+                last_db: 0,
+                arm_sn: 0,
+                overflows: 0,
+                refs: 0,
+            };
             let id = core.eqs.insert(eq);
             if let Some(id) = id {
                 doorbells.store(db::EQ_BASE + 4 * id as u64, 0);
@@ -135,7 +177,11 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
         }
         op::DESTROY_EQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let eq = core.eqs.get(id).filter(|q| q.owner == function).ok_or((CmdStatus::BadResource, id))?;
+            let eq = core
+                .eqs
+                .get(id)
+                .filter(|q| q.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
             if eq.refs != 0 {
                 return fail(CmdStatus::ResourceBusy, eq.refs);
             }
@@ -144,8 +190,20 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
         }
         op::QUERY_EQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let q = core.eqs.get(id).filter(|q| q.owner == function).ok_or((CmdStatus::BadResource, id))?;
-            let o = QueryCqOut { producer_counter: U32::new(q.pc), consumer_counter: U32::new(q.ci), log_size: q.log_size, armed: q.armed as u8, state: QueueState::Ready as u8, rsvd: 0, overflows: U32::new(q.overflows) };
+            let q = core
+                .eqs
+                .get(id)
+                .filter(|q| q.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
+            let o = QueryCqOut {
+                producer_counter: U32::new(q.pc),
+                consumer_counter: U32::new(q.ci),
+                log_size: q.log_size,
+                armed: q.armed as u8,
+                state: QueueState::Ready as u8,
+                rsvd: 0,
+                overflows: U32::new(q.overflows),
+            };
             output(out, &o)
         }
 
@@ -155,11 +213,23 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
                 return fail(CmdStatus::BadParam, 0x10);
             }
             let eqn = i.eqn.get();
-            if !core.eqs.get(eqn).is_some_and(|q| q.owner == function) {
+            if core.eqs.get(eqn).is_none_or(|q| q.owner != function) {
                 return fail(CmdStatus::BadResource, eqn);
             }
             check_ring(dma, i.addr.get(), (CQE_SIZE as u64) << i.log_size)?;
-            let cq = CompletionQueue { owner: function, addr: i.addr.get(), log_size: i.log_size, eqn, pc: 0, ci: 0, armed: false, last_db: 0, arm_sn: 0, overflows: 0, refs: 0 };
+            let cq = CompletionQueue {
+                owner: function,
+                addr: i.addr.get(),
+                log_size: i.log_size,
+                eqn,
+                pc: 0,
+                ci: 0,
+                armed: false,
+                last_db: 0,
+                arm_sn: 0,
+                overflows: 0,
+                refs: 0,
+            };
             let id = core.cqs.insert(cq);
             if let Some(id) = id {
                 if let Some(eq) = core.eqs.get_mut(eqn) {
@@ -171,7 +241,11 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
         }
         op::DESTROY_CQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let cq = core.cqs.get(id).filter(|q| q.owner == function).ok_or((CmdStatus::BadResource, id))?;
+            let cq = core
+                .cqs
+                .get(id)
+                .filter(|q| q.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
             if cq.refs != 0 {
                 return fail(CmdStatus::ResourceBusy, cq.refs);
             }
@@ -184,8 +258,20 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
         }
         op::QUERY_CQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let q = core.cqs.get(id).filter(|q| q.owner == function).ok_or((CmdStatus::BadResource, id))?;
-            let o = QueryCqOut { producer_counter: U32::new(q.pc), consumer_counter: U32::new(q.ci), log_size: q.log_size, armed: q.armed as u8, state: QueueState::Ready as u8, rsvd: 0, overflows: U32::new(q.overflows) };
+            let q = core
+                .cqs
+                .get(id)
+                .filter(|q| q.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
+            let o = QueryCqOut {
+                producer_counter: U32::new(q.pc),
+                consumer_counter: U32::new(q.ci),
+                log_size: q.log_size,
+                armed: q.armed as u8,
+                state: QueueState::Ready as u8,
+                rsvd: 0,
+                overflows: U32::new(q.overflows),
+            };
             output(out, &o)
         }
 
@@ -198,14 +284,26 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
                 return fail(CmdStatus::BadParam, 0x12);
             }
             let cqn = i.cqn.get();
-            if !core.cqs.get(cqn).is_some_and(|q| q.owner == function) {
+            if core.cqs.get(cqn).is_none_or(|q| q.owner != function) {
                 return fail(CmdStatus::BadResource, cqn);
             }
             check_ring(dma, i.addr.get(), (WQEBB as u64) << i.log_size)?;
-            let sq = SendQueue { owner: function, addr: i.addr.get(), log_size: i.log_size, cqn, signal_all: i.flags & SQ_FLAG_SIGNAL_ALL != 0, ci: 0, state: QueueState::Ready, packets: 0, bytes: 0 };
+            let sq = SendQueue {
+                owner: function,
+                addr: i.addr.get(),
+                log_size: i.log_size,
+                cqn,
+                signal_all: i.flags & SQ_FLAG_SIGNAL_ALL != 0,
+                ci: 0,
+                state: QueueState::Ready,
+                packets: 0,
+                bytes: 0,
+            };
             let id = core.sqs.insert(sq);
             if let Some(id) = id {
-                core.cqs.get_mut(cqn).map(|c| c.refs += 1);
+                if let Some(c) = core.cqs.get_mut(cqn) {
+                    c.refs += 1;
+                }
                 core.active_sqs.push(id);
                 doorbells.store(db::SQ_BASE + 4 * id as u64, 0);
             }
@@ -213,23 +311,44 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
         }
         op::DESTROY_SQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let sq = core.sqs.get(id).filter(|q| q.owner == function).ok_or((CmdStatus::BadResource, id))?;
+            let sq = core
+                .sqs
+                .get(id)
+                .filter(|q| q.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
             let cqn = sq.cqn;
             core.sqs.remove(id);
             core.active_sqs.retain(|&x| x != id);
-            core.cqs.get_mut(cqn).map(|c| c.refs -= 1);
+            if let Some(c) = core.cqs.get_mut(cqn) {
+                c.refs -= 1;
+            }
             Ok(0)
         }
         op::QUERY_SQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let q = core.sqs.get(id).filter(|q| q.owner == function).ok_or((CmdStatus::BadResource, id))?;
-            let o = QueryQueueOut { hw_counter: U32::new(q.ci), state: q.state as u8, log_size: q.log_size, packets: U64::new(q.packets), bytes: U64::new(q.bytes), ..Default::default() };
+            let q = core
+                .sqs
+                .get(id)
+                .filter(|q| q.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
+            let o = QueryQueueOut {
+                hw_counter: U32::new(q.ci),
+                state: q.state as u8,
+                log_size: q.log_size,
+                packets: U64::new(q.packets),
+                bytes: U64::new(q.bytes),
+                ..Default::default()
+            };
             output(out, &o)
         }
         op::MODIFY_SQ => {
             let i: ModifyQueueIn = input(body)?;
             let id = i.id.get();
-            let q = core.sqs.get_mut(id).filter(|q| q.owner == function).ok_or((CmdStatus::BadResource, id))?;
+            let q = core
+                .sqs
+                .get_mut(id)
+                .filter(|q| q.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
             if i.new_state != QueueState::Ready as u8 {
                 return fail(CmdStatus::BadParam, 0x13);
             }
@@ -256,12 +375,15 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
                     if !(MIN_LOG_STRIDES..=MAX_LOG_STRIDES).contains(&i.log_strides) {
                         return fail(CmdStatus::BadParam, 0x15);
                     }
-                    RqKind::Striding { log_stride_size: i.log_stride_size, log_strides: i.log_strides }
+                    RqKind::Striding {
+                        log_stride_size: i.log_stride_size,
+                        log_strides: i.log_strides,
+                    }
                 }
                 _ => return fail(CmdStatus::BadParam, 0x16),
             };
             let cqn = i.cqn.get();
-            if !core.cqs.get(cqn).is_some_and(|q| q.owner == function) {
+            if core.cqs.get(cqn).is_none_or(|q| q.owner != function) {
                 return fail(CmdStatus::BadResource, cqn);
             }
             check_ring(dma, i.addr.get(), (RECV_WQE_SIZE as u64) << i.log_size)?;
@@ -283,25 +405,37 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
             };
             let id = core.rqs.insert(rq);
             if let Some(id) = id {
-                core.cqs.get_mut(cqn).map(|c| c.refs += 1);
+                if let Some(c) = core.cqs.get_mut(cqn) {
+                    c.refs += 1;
+                }
                 doorbells.store(db::RQ_BASE + 4 * id as u64, 0);
             }
             created(out, id)
         }
         op::DESTROY_RQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let rq = core.rqs.get(id).filter(|q| q.owner == function).ok_or((CmdStatus::BadResource, id))?;
+            let rq = core
+                .rqs
+                .get(id)
+                .filter(|q| q.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
             if rq.refs != 0 {
                 return fail(CmdStatus::ResourceBusy, rq.refs);
             }
             let cqn = rq.cqn;
             core.rqs.remove(id);
-            core.cqs.get_mut(cqn).map(|c| c.refs -= 1);
+            if let Some(c) = core.cqs.get_mut(cqn) {
+                c.refs -= 1;
+            }
             Ok(0)
         }
         op::QUERY_RQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let q = core.rqs.get(id).filter(|q| q.owner == function).ok_or((CmdStatus::BadResource, id))?;
+            let q = core
+                .rqs
+                .get(id)
+                .filter(|q| q.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
             let o = QueryQueueOut {
                 hw_counter: U32::new(q.ci),
                 state: q.state as u8,
@@ -318,7 +452,11 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
         op::MODIFY_RQ => {
             let i: ModifyQueueIn = input(body)?;
             let id = i.id.get();
-            let q = core.rqs.get_mut(id).filter(|q| q.owner == function).ok_or((CmdStatus::BadResource, id))?;
+            let q = core
+                .rqs
+                .get_mut(id)
+                .filter(|q| q.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
             if i.new_state != QueueState::Ready as u8 {
                 return fail(CmdStatus::BadParam, 0x13);
             }
@@ -341,22 +479,39 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
             if i.hash_fields == 0 || i.hash_fields & !0xf != 0 {
                 return fail(CmdStatus::BadParam, 0x21);
             }
-            let table = body.get(core::mem::size_of::<CreateRssGroupIn>()..).unwrap_or(&[]);
-            let rqns: Vec<u32> = table.chunks_exact(4).take(n as usize).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let table = body
+                .get(core::mem::size_of::<CreateRssGroupIn>()..)
+                .unwrap_or(&[]);
+            let rqns: Vec<u32> = table
+                .chunks_exact(4)
+                .take(n as usize)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
             if rqns.len() != n as usize {
                 return fail(CmdStatus::BadInputLength, n as u32);
             }
-            if let Some(bad) = rqns.iter().find(|&&r| !core.rqs.get(r).is_some_and(|q| q.owner == function)) {
+            if let Some(bad) = rqns
+                .iter()
+                .find(|&&r| core.rqs.get(r).is_none_or(|q| q.owner != function))
+            {
                 return fail(CmdStatus::BadResource, *bad);
             }
             let free = core.eswitch.rss_groups.iter().position(|g| g.is_none());
-            if free.is_none() && core.eswitch.rss_groups.len() as u32 >= core.config.max_rss_groups {
+            if free.is_none() && core.eswitch.rss_groups.len() as u32 >= core.config.max_rss_groups
+            {
                 return fail(CmdStatus::ExceedLimit, 0);
             }
             for r in &rqns {
-                core.rqs.get_mut(*r).map(|q| q.refs += 1);
+                if let Some(q) = core.rqs.get_mut(*r) {
+                    q.refs += 1;
+                }
             }
-            let group = RssGroup { owner: function, hash_fields: i.hash_fields, toeplitz: Toeplitz::new(&i.key), indirection: rqns };
+            let group = RssGroup {
+                owner: function,
+                hash_fields: i.hash_fields,
+                toeplitz: Toeplitz::new(&i.key),
+                indirection: rqns,
+            };
             let id = match free {
                 Some(f) => {
                     core.eswitch.rss_groups[f] = Some(group);
@@ -372,16 +527,29 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
         op::DESTROY_RSS_GROUP => {
             let id = input::<ObjectIn>(body)?.id.get();
             let es = &mut core.eswitch;
-            if !es.rss_groups.get(id as usize).and_then(|g| g.as_ref()).is_some_and(|g| g.owner == function) {
+            if es
+                .rss_groups
+                .get(id as usize)
+                .and_then(|g| g.as_ref())
+                .is_none_or(|g| g.owner != function)
+            {
                 return fail(CmdStatus::BadResource, id);
             }
-            let users = es.tables.iter().flatten().flat_map(|t| t.entries.iter()).filter(|e| e.actions & action::FWD_RSS != 0 && e.dest == id).count();
+            let users = es
+                .tables
+                .iter()
+                .flatten()
+                .flat_map(|t| t.entries.iter())
+                .filter(|e| e.actions & action::FWD_RSS != 0 && e.dest == id)
+                .count();
             if users != 0 {
                 return fail(CmdStatus::ResourceBusy, users as u32);
             }
             if let Some(g) = es.rss_groups[id as usize].take() {
                 for r in g.indirection {
-                    core.rqs.get_mut(r).map(|q| q.refs -= 1);
+                    if let Some(q) = core.rqs.get_mut(r) {
+                        q.refs -= 1;
+                    }
                 }
             }
             Ok(0)
@@ -414,9 +582,18 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
                 return fail(CmdStatus::ExceedLimit, 0);
             }
             if let Miss::Goto(t) = miss {
-                es.table_mut(t).map(|t| t.refs += 1);
+                if let Some(t) = es.table_mut(t) {
+                    t.refs += 1;
+                }
             }
-            let table = FlowTable { owner: function, kind: i.kind, level: i.level, miss, entries: Vec::new(), refs: 0 };
+            let table = FlowTable {
+                owner: function,
+                kind: i.kind,
+                level: i.level,
+                miss,
+                entries: Vec::new(),
+                refs: 0,
+            };
             let id = match free {
                 Some(f) => {
                     es.tables[f] = Some(table);
@@ -432,13 +609,19 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
         op::DESTROY_FLOW_TABLE => {
             let id = input::<ObjectIn>(body)?.id.get();
             let es = &mut core.eswitch;
-            let t = es.table(id).filter(|t| t.owner == function).ok_or((CmdStatus::BadResource, id))?;
-            let is_root = es.fdb_root == Some(id) || es.vports.iter().any(|v| v.rx_root == Some(id));
+            let t = es
+                .table(id)
+                .filter(|t| t.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
+            let is_root =
+                es.fdb_root == Some(id) || es.vports.iter().any(|v| v.rx_root == Some(id));
             if !t.entries.is_empty() || t.refs != 0 || is_root {
                 return fail(CmdStatus::ResourceBusy, t.entries.len() as u32);
             }
             if let Some(Miss::Goto(next)) = es.tables[id as usize].take().map(|t| t.miss) {
-                es.table_mut(next).map(|t| t.refs -= 1);
+                if let Some(t) = es.table_mut(next) {
+                    t.refs -= 1;
+                }
             }
             Ok(0)
         }
@@ -455,7 +638,9 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
             let root = if t == NO_TABLE {
                 None
             } else {
-                es.table(t).filter(|x| x.owner == function && x.kind == i.kind).ok_or((CmdStatus::BadResource, t))?;
+                es.table(t)
+                    .filter(|x| x.owner == function && x.kind == i.kind)
+                    .ok_or((CmdStatus::BadResource, t))?;
                 Some(t)
             };
             if i.kind == TABLE_KIND_FDB {
@@ -469,7 +654,11 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
         op::CREATE_FLOW_ENTRY => {
             let i: CreateFlowEntryIn = input(body)?;
             let tid = i.table.get();
-            let t = core.eswitch.table(tid).filter(|t| t.owner == function).ok_or((CmdStatus::BadResource, tid))?;
+            let t = core
+                .eswitch
+                .table(tid)
+                .filter(|t| t.owner == function)
+                .ok_or((CmdStatus::BadResource, tid))?;
             let (kind, level) = (t.kind, t.level);
             let a = i.actions.get();
             if a & !action::ALL != 0 || (a & action::FATES).count_ones() > 1 {
@@ -491,33 +680,60 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
             if a & (action::FWD_RQ | action::FWD_RSS) != 0 && kind != TABLE_KIND_NIC_RX {
                 return fail(CmdStatus::BadParam, 0x42);
             }
-            if a & action::FWD_RQ != 0 && !core.rqs.get(dest).is_some_and(|q| q.owner == function) {
+            if a & action::FWD_RQ != 0 && core.rqs.get(dest).is_none_or(|q| q.owner != function) {
                 return fail(CmdStatus::BadResource, dest);
             }
-            if a & action::FWD_RSS != 0 && !core.eswitch.rss_groups.get(dest as usize).and_then(|g| g.as_ref()).is_some_and(|g| g.owner == function) {
+            if a & action::FWD_RSS != 0
+                && core
+                    .eswitch
+                    .rss_groups
+                    .get(dest as usize)
+                    .and_then(|g| g.as_ref())
+                    .is_none_or(|g| g.owner != function)
+            {
                 return fail(CmdStatus::BadResource, dest);
             }
             if a & action::GOTO_TABLE != 0 {
                 check_goto(&core.eswitch, function, kind, level, dest)?;
             }
-            let init = FlowEntryInit { priority: i.priority.get(), mask: i.mask, value: i.value, actions: a, vport: i.vport.get(), dest, flow_tag: i.flow_tag.get() };
-            let id = core.eswitch.insert_entry(tid, init).ok_or((CmdStatus::BadResource, tid))?;
+            let init = FlowEntryInit {
+                priority: i.priority.get(),
+                mask: i.mask,
+                value: i.value,
+                actions: a,
+                vport: i.vport.get(),
+                dest,
+                flow_tag: i.flow_tag.get(),
+            };
+            let id = core
+                .eswitch
+                .insert_entry(tid, init)
+                .ok_or((CmdStatus::BadResource, tid))?;
             core.flow_entry_count += 1;
             if a & action::FWD_RQ != 0 {
-                core.rqs.get_mut(dest).map(|q| q.refs += 1);
+                if let Some(q) = core.rqs.get_mut(dest) {
+                    q.refs += 1;
+                }
             }
             if a & action::GOTO_TABLE != 0 {
-                core.eswitch.table_mut(dest).map(|t| t.refs += 1);
+                if let Some(t) = core.eswitch.table_mut(dest) {
+                    t.refs += 1;
+                }
             }
             created(out, Some(id))
         }
         op::DESTROY_FLOW_ENTRY => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let (t, idx) = core.eswitch.find_entry(id).ok_or((CmdStatus::BadResource, id))?;
+            let (t, idx) = core
+                .eswitch
+                .find_entry(id)
+                .ok_or((CmdStatus::BadResource, id))?;
             if core.eswitch.table(t).is_none_or(|t| t.owner != function) {
                 return fail(CmdStatus::BadResource, id);
             }
-            let Some(table) = core.eswitch.table_mut(t) else { return fail(CmdStatus::BadResource, id) };
+            let Some(table) = core.eswitch.table_mut(t) else {
+                return fail(CmdStatus::BadResource, id);
+            };
             let e = table.entries.remove(idx);
             core.flow_entry_count -= 1;
             release_entry_refs(&mut core.rqs, &mut core.eswitch, e.actions, e.dest);
@@ -525,10 +741,23 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
         }
         op::QUERY_FLOW_ENTRY => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let (t, idx) = core.eswitch.find_entry(id).ok_or((CmdStatus::BadResource, id))?;
-            let table = core.eswitch.table(t).filter(|t| t.owner == function).ok_or((CmdStatus::BadResource, id))?;
+            let (t, idx) = core
+                .eswitch
+                .find_entry(id)
+                .ok_or((CmdStatus::BadResource, id))?;
+            let table = core
+                .eswitch
+                .table(t)
+                .filter(|t| t.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
             let e = &table.entries[idx];
-            output(out, &QueryFlowEntryOut { packets: U64::new(e.packets), bytes: U64::new(e.bytes) })
+            output(
+                out,
+                &QueryFlowEntryOut {
+                    packets: U64::new(e.packets),
+                    bytes: U64::new(e.bytes),
+                },
+            )
         }
 
         op::QUERY_VPORT => {
@@ -536,7 +765,10 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
             if v != function && function != 0 {
                 return fail(CmdStatus::NotPermitted, v as u32);
             }
-            let vp = core.eswitch.vport(v).ok_or((CmdStatus::BadResource, v as u32))?;
+            let vp = core
+                .eswitch
+                .vport(v)
+                .ok_or((CmdStatus::BadResource, v as u32))?;
             let c = vp.counters;
             let o = QueryVportOut {
                 mac: vp.mac,
@@ -560,7 +792,13 @@ fn execute(core: &mut NicCore, dma: &mut DmaPort<'_>, doorbells: &DoorbellArea, 
 
 /// A go-to-table target must exist, belong to the caller, be of the same kind and sit at a
 /// strictly higher level (so pipelines cannot loop).
-fn check_goto(es: &super::eswitch::Eswitch, function: u16, kind: u8, level: u8, target: u32) -> Result<(), (CmdStatus, u32)> {
+fn check_goto(
+    es: &super::eswitch::Eswitch,
+    function: u16,
+    kind: u8,
+    level: u8,
+    target: u32,
+) -> Result<(), (CmdStatus, u32)> {
     match es.table(target) {
         Some(t) if t.owner == function && t.kind == kind && t.level > level => Ok(()),
         Some(_) => fail(CmdStatus::BadParam, 0x34),

@@ -38,12 +38,20 @@ impl<'a> Ctx<'a> {
 
     fn now(&mut self) -> u64 {
         let epoch = self.epoch;
-        *self.now_ns.get_or_insert_with(|| epoch.elapsed().as_nanos() as u64)
+        *self
+            .now_ns
+            .get_or_insert_with(|| epoch.elapsed().as_nanos() as u64)
     }
 }
 
 pub(super) fn poll(core: &mut NicCore, fabric: &Fabric, ports: &[Port]) -> usize {
-    let mut ctx = Ctx { fabric, ports, dma: [const { None }; MAX_HOST_FUNCTIONS], now_ns: None, epoch: core.epoch };
+    let mut ctx = Ctx {
+        fabric,
+        ports,
+        dma: [const { None }; MAX_HOST_FUNCTIONS],
+        now_ns: None,
+        epoch: core.epoch,
+    };
     let mut work = consumer_doorbells(core, &mut ctx);
     work += transmit(core, &mut ctx);
     work += wire_receive(core, &mut ctx);
@@ -57,8 +65,12 @@ pub(super) fn poll(core: &mut NicCore, fabric: &Fabric, ports: &[Port]) -> usize
 fn consumer_doorbells(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
     let mut work = 0;
     for id in 0..core.cqs.items.len() as u32 {
-        let Some(cq) = core.cqs.get_mut(id) else { continue };
-        let Some(port) = ctx.ports.get(cq.owner as usize) else { continue };
+        let Some(cq) = core.cqs.get_mut(id) else {
+            continue;
+        };
+        let Some(port) = ctx.ports.get(cq.owner as usize) else {
+            continue;
+        };
         let w = port.doorbells.load(db::CQ_BASE + 4 * id as u64);
         if w == cq.last_db {
             continue;
@@ -79,8 +91,12 @@ fn consumer_doorbells(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
         }
     }
     for id in 0..core.eqs.items.len() as u32 {
-        let Some(eq) = core.eqs.get_mut(id) else { continue };
-        let Some(port) = ctx.ports.get(eq.owner as usize) else { continue };
+        let Some(eq) = core.eqs.get_mut(id) else {
+            continue;
+        };
+        let Some(port) = ctx.ports.get(eq.owner as usize) else {
+            continue;
+        };
         let w = port.doorbells.load(db::EQ_BASE + 4 * id as u64);
         if w == eq.last_db {
             continue;
@@ -102,13 +118,28 @@ fn consumer_doorbells(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
 }
 
 /// Writes an EQE and interrupts if the EQ is armed. A full EQ counts an overflow.
-fn post_event(core: &mut NicCore, ctx: &mut Ctx<'_>, eqn: u32, owner: u16, event_type: u8, subtype: u8, data: u32) {
-    let Some(eq) = core.eqs.get_mut(eqn) else { return };
+fn post_event(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    eqn: u32,
+    owner: u16,
+    event_type: u8,
+    subtype: u8,
+    data: u32,
+) {
+    let Some(eq) = core.eqs.get_mut(eqn) else {
+        return;
+    };
     if eq.pc.wrapping_sub(eq.ci) & db::CI_MASK >= 1 << eq.log_size {
         eq.overflows += 1;
         return;
     }
-    let mut eqe = Eqe { event_type, subtype, data: U32::new(data), ..Default::default() };
+    let mut eqe = Eqe {
+        event_type,
+        subtype,
+        data: U32::new(data),
+        ..Default::default()
+    };
     eqe.owner = owner_bit(eq.pc, eq.log_size);
     let slot = eq.addr + ((eq.pc & ((1 << eq.log_size) - 1)) as u64) * EQE_SIZE as u64;
     if ctx.dma(owner).write(slot, eqe.as_bytes()).is_err() {
@@ -125,7 +156,9 @@ fn post_event(core: &mut NicCore, ctx: &mut Ctx<'_>, eqn: u32, owner: u16, event
 /// True (and an overflow counted) when CQ `cqn` has fewer than `need` free entries. The first
 /// overflow of a CQ is reported as an asynchronous event on its EQ.
 fn cq_lacks_room(core: &mut NicCore, ctx: &mut Ctx<'_>, cqn: u32, need: u32) -> bool {
-    let Some(cq) = core.cqs.get_mut(cqn) else { return true };
+    let Some(cq) = core.cqs.get_mut(cqn) else {
+        return true;
+    };
     if cq.room() >= need {
         return false;
     }
@@ -143,7 +176,9 @@ fn post_cqe(core: &mut NicCore, ctx: &mut Ctx<'_>, cqn: u32, mut cqe: Cqe, opcod
     if cq_lacks_room(core, ctx, cqn, 1) {
         return false;
     }
-    let Some(cq) = core.cqs.get_mut(cqn) else { return false };
+    let Some(cq) = core.cqs.get_mut(cqn) else {
+        return false;
+    };
     cqe.op_own = (opcode << 4) | owner_bit(cq.pc, cq.log_size);
     cqe.timestamp = U64::new(ctx.now());
     let slot = cq.addr + ((cq.pc & ((1 << cq.log_size) - 1)) as u64) * CQE_SIZE as u64;
@@ -188,7 +223,9 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]
             break;
         }
         let (owner, cqn, log_size, addr, ci) = (sq.owner, sq.cqn, sq.log_size, sq.addr, sq.ci);
-        let Some(port) = ctx.ports.get(owner as usize) else { break };
+        let Some(port) = ctx.ports.get(owner as usize) else {
+            break;
+        };
         let pi = port.doorbells.load(db::SQ_BASE + 4 * sqn as u64) & 0xffff;
         let pending = pi.wrapping_sub(ci) & 0xffff;
         if pending == 0 {
@@ -204,17 +241,29 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]
             sq_error(core, ctx, sqn, ci as u16, syndrome::DOORBELL_OVERFLOW);
             break;
         }
-        let (result, nbb) = execute_wqe(core, ctx, owner, addr, log_size, ci, pending, &mut wqe, frame);
-        let ctrl = CtrlSeg::read_from_prefix(&wqe).map(|(c, _)| c).unwrap_or_default();
+        let (result, nbb) = execute_wqe(
+            core, ctx, owner, addr, log_size, ci, pending, &mut wqe, frame,
+        );
+        let ctrl = CtrlSeg::read_from_prefix(&wqe)
+            .map(|(c, _)| c)
+            .unwrap_or_default();
         match result {
             Ok(len) => {
-                let Some(sq) = core.sqs.get_mut(sqn) else { break };
+                let Some(sq) = core.sqs.get_mut(sqn) else {
+                    break;
+                };
                 sq.ci = sq.ci.wrapping_add(nbb);
                 sq.packets += (len > 0) as u64;
                 sq.bytes += len as u64;
                 let signal = sq.signal_all || ctrl.fm_ce_se & CE_MASK == CE_ALWAYS;
                 if signal {
-                    let cqe = Cqe { byte_count: U32::new(len as u32), wqe_counter: ctrl.wqe_index, qn: U32::new(sqn), vport: U16::new(owner), ..Default::default() };
+                    let cqe = Cqe {
+                        byte_count: U32::new(len as u32),
+                        wqe_counter: ctrl.wqe_index,
+                        qn: U32::new(sqn),
+                        vport: U16::new(owner),
+                        ..Default::default()
+                    };
                     post_cqe(core, ctx, cqn, cqe, CQE_REQ);
                 }
             }
@@ -232,11 +281,19 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]
 
 /// Moves an SQ to the error state with an error CQE and an asynchronous event.
 fn sq_error(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, wqe_index: u16, syn: u8) {
-    let Some(sq) = core.sqs.get_mut(sqn) else { return };
+    let Some(sq) = core.sqs.get_mut(sqn) else {
+        return;
+    };
     sq.state = QueueState::Error;
     let (cqn, owner) = (sq.cqn, sq.owner);
     log::debug!("SQ {sqn}: error syndrome {syn:#x} at WQE {wqe_index}");
-    let cqe = Cqe { wqe_counter: U16::new(wqe_index), qn: U32::new(sqn), syndrome: syn, vport: U16::new(owner), ..Default::default() };
+    let cqe = Cqe {
+        wqe_counter: U16::new(wqe_index),
+        qn: U32::new(sqn),
+        syndrome: syn,
+        vport: U16::new(owner),
+        ..Default::default()
+    };
     post_cqe(core, ctx, cqn, cqe, CQE_REQ_ERR);
     if let Some(eqn) = core.cqs.get(cqn).map(|c| c.eqn) {
         post_event(core, ctx, eqn, owner, EQE_QUEUE_ERROR, 1, sqn);
@@ -246,7 +303,17 @@ fn sq_error(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, wqe_index: u16, syn
 /// Reads one WQE at counter `ci`, builds and sends its frame. Returns the sent length and the
 /// number of basic blocks the WQE occupies.
 #[allow(clippy::too_many_arguments)]
-fn execute_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, owner: u16, addr: u64, log_size: u8, ci: u32, pending: u32, wqe: &mut [u8], frame: &mut [u8]) -> (Result<usize, WqeError>, u32) {
+fn execute_wqe(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    owner: u16,
+    addr: u64,
+    log_size: u8,
+    ci: u32,
+    pending: u32,
+    wqe: &mut [u8],
+    frame: &mut [u8],
+) -> (Result<usize, WqeError>, u32) {
     let mask = (1u32 << log_size) - 1;
     let dma = ctx.dma(owner);
     let bb_addr = |n: u32| addr + ((ci.wrapping_add(n) & mask) as u64) * WQEBB as u64;
@@ -254,7 +321,9 @@ fn execute_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, owner: u16, addr: u64, log
         wqe.fill(0);
         return (Err(WqeError(syndrome::DMA_ERROR)), 1);
     }
-    let Ok((ctrl, _)) = CtrlSeg::read_from_prefix(&wqe[..]) else { return (Err(WqeError(syndrome::BAD_WQE)), 1) };
+    let Ok((ctrl, _)) = CtrlSeg::read_from_prefix(&wqe[..]) else {
+        return (Err(WqeError(syndrome::BAD_WQE)), 1);
+    };
     let ds = ctrl.ds_count as usize;
     let nbb = (ds * DS_SIZE).div_ceil(WQEBB).max(1) as u32;
     if ds == 0 || ds > MAX_WQE_DS as usize || nbb > pending {
@@ -268,16 +337,26 @@ fn execute_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, owner: u16, addr: u64, log
     }
     match ctrl.opcode {
         WQE_OP_NOP => (Ok(0), nbb),
-        WQE_OP_SEND => (build_and_send(core, ctx, owner, &wqe[..ds * DS_SIZE], frame), nbb),
+        WQE_OP_SEND => (
+            build_and_send(core, ctx, owner, &wqe[..ds * DS_SIZE], frame),
+            nbb,
+        ),
         _ => (Err(WqeError(syndrome::BAD_WQE)), nbb),
     }
 }
 
 /// Gathers the frame of a SEND WQE (`segs` = all its segments), inserts checksums and hands it
 /// to the eSwitch.
-fn build_and_send(core: &mut NicCore, ctx: &mut Ctx<'_>, owner: u16, segs: &[u8], frame: &mut [u8]) -> Result<usize, WqeError> {
+fn build_and_send(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    owner: u16,
+    segs: &[u8],
+    frame: &mut [u8],
+) -> Result<usize, WqeError> {
     let bad = || WqeError(syndrome::BAD_WQE);
-    let eth = EthSeg::read_from_bytes(segs.get(DS_SIZE..2 * DS_SIZE).ok_or_else(bad)?).map_err(|_| bad())?;
+    let eth = EthSeg::read_from_bytes(segs.get(DS_SIZE..2 * DS_SIZE).ok_or_else(bad)?)
+        .map_err(|_| bad())?;
     let inline = eth.inline_hdr_size.get() as usize;
     if inline > MAX_INLINE_HEADER as usize {
         return Err(bad());
@@ -285,7 +364,11 @@ fn build_and_send(core: &mut NicCore, ctx: &mut Ctx<'_>, owner: u16, segs: &[u8]
     // Inline bytes: 2 in the Ethernet segment, the rest in whole segments after it.
     let inline_start = 2 * DS_SIZE - ETH_SEG_INLINE;
     let inline_end = inline_start + inline;
-    let data_start = if inline > ETH_SEG_INLINE { 2 * DS_SIZE + (inline - ETH_SEG_INLINE).div_ceil(DS_SIZE) * DS_SIZE } else { 2 * DS_SIZE };
+    let data_start = if inline > ETH_SEG_INLINE {
+        2 * DS_SIZE + (inline - ETH_SEG_INLINE).div_ceil(DS_SIZE) * DS_SIZE
+    } else {
+        2 * DS_SIZE
+    };
     if data_start > segs.len() {
         return Err(bad());
     }
@@ -298,7 +381,9 @@ fn build_and_send(core: &mut NicCore, ctx: &mut Ctx<'_>, owner: u16, segs: &[u8]
     frame[..inline].copy_from_slice(&segs[inline_start..inline_end]);
     let dma = ctx.dma(owner);
     for seg in segs[data_start..].chunks_exact(DS_SIZE) {
-        let Ok(d) = DataSeg::read_from_bytes(seg) else { return Err(bad()) };
+        let Ok(d) = DataSeg::read_from_bytes(seg) else {
+            return Err(bad());
+        };
         let bc = d.byte_count.get() as usize;
         if bc == 0 {
             continue;
@@ -344,7 +429,13 @@ fn bump_malformed(core: &mut NicCore, vport: u16) {
 // ---------------------------------------------------------------------------------------------
 
 /// A frame enters the eSwitch from `src_vport` and leaves towards its destinations.
-fn switch_frame(core: &mut NicCore, ctx: &mut Ctx<'_>, src_vport: u16, frame: &[u8], p: &ParsedFrame) {
+fn switch_frame(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    src_vport: u16,
+    frame: &[u8],
+    p: &ParsedFrame,
+) {
     if let Some(tap) = core.tap.as_mut() {
         tap.frame(src_vport, TapPoint::FromVport, frame);
     }
@@ -353,7 +444,9 @@ fn switch_frame(core: &mut NicCore, ctx: &mut Ctx<'_>, src_vport: u16, frame: &[
         v.counters.tx_bytes += frame.len() as u64;
     }
     let key = frame_key(p, src_vport, 0);
-    let st = core.eswitch.steer_fdb(&key, &p.dst_mac, src_vport, frame.len());
+    let st = core
+        .eswitch
+        .steer_fdb(&key, &p.dst_mac, src_vport, frame.len());
     match st.fate {
         Fate::Vport(v) => deliver_to_vport(core, ctx, v, frame, p, &key, st.flow_tag),
         Fate::Flood => {
@@ -372,7 +465,15 @@ fn switch_frame(core: &mut NicCore, ctx: &mut Ctx<'_>, src_vport: u16, frame: &[
     }
 }
 
-fn deliver_to_vport(core: &mut NicCore, ctx: &mut Ctx<'_>, vport: u16, frame: &[u8], p: &ParsedFrame, key: &eswitch::Key, flow_tag: u32) {
+fn deliver_to_vport(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    vport: u16,
+    frame: &[u8],
+    p: &ParsedFrame,
+    key: &eswitch::Key,
+    flow_tag: u32,
+) {
     if let Some(tap) = core.tap.as_mut() {
         tap.frame(vport, TapPoint::ToVport, frame);
     }
@@ -388,16 +489,34 @@ fn deliver_to_vport(core: &mut NicCore, ctx: &mut Ctx<'_>, vport: u16, frame: &[
     let (rqn, hash) = match st.fate {
         Fate::Rq(r) => (r, 0),
         Fate::Rss(g) => {
-            let Some(group) = core.eswitch.rss_groups.get(g as usize).and_then(|g| g.as_ref()) else { return count_drop(core, vport, true) };
+            let Some(group) = core
+                .eswitch
+                .rss_groups
+                .get(g as usize)
+                .and_then(|g| g.as_ref())
+            else {
+                return count_drop(core, vport, true);
+            };
             let (input, n) = rss::hash_input(p, group.hash_fields);
-            let hash = if n == 0 { 0 } else { group.toeplitz.hash(&input[..n]) };
+            let hash = if n == 0 {
+                0
+            } else {
+                group.toeplitz.hash(&input[..n])
+            };
             (group.rq_for(hash), hash)
         }
         Fate::Drop => return count_drop(core, vport, true),
         Fate::NoSteering | Fate::Vport(_) | Fate::Flood => return count_drop(core, vport, false),
     };
     let csum = checksum_flags(frame, p);
-    let cqe = Cqe { flow_tag: U32::new(st.flow_tag), rss_hash: U32::new(hash), csum, qn: U32::new(rqn), vport: U16::new(vport), ..Default::default() };
+    let cqe = Cqe {
+        flow_tag: U32::new(st.flow_tag),
+        rss_hash: U32::new(hash),
+        csum,
+        qn: U32::new(rqn),
+        vport: U16::new(vport),
+        ..Default::default()
+    };
     let delivered = receive(core, ctx, rqn, frame, cqe);
     if let Some(v) = core.eswitch.vport_mut(vport) {
         if delivered {
@@ -453,12 +572,16 @@ fn checksum_flags(frame: &[u8], p: &ParsedFrame) -> u8 {
 
 /// Places a frame into RQ `rqn` and writes its CQE. False when it was dropped.
 fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, frame: &[u8], mut cqe: Cqe) -> bool {
-    let Some(rq) = core.rqs.get(rqn) else { return false };
+    let Some(rq) = core.rqs.get(rqn) else {
+        return false;
+    };
     if rq.state != QueueState::Ready {
         return false;
     }
     let (owner, cqn, kind) = (rq.owner, rq.cqn, rq.kind);
-    let Some(port) = ctx.ports.get(owner as usize) else { return false };
+    let Some(port) = ctx.ports.get(owner as usize) else {
+        return false;
+    };
     let pi = port.doorbells.load(db::RQ_BASE + 4 * rqn as u64) & 0xffff;
     let len = frame.len();
     cqe.byte_count = U32::new(len as u32);
@@ -467,8 +590,12 @@ fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, frame: &[u8], mut cq
             if !wqe_available(core, rqn, pi) || cq_lacks_room(core, ctx, cqn, 1) {
                 return out_of_buffer(core, rqn);
             }
-            let Some(wqe) = fetch_recv_wqe(core, ctx, rqn, pi) else { return false };
-            let Some(rq) = core.rqs.get_mut(rqn) else { return false };
+            let Some(wqe) = fetch_recv_wqe(core, ctx, rqn, pi) else {
+                return false;
+            };
+            let Some(rq) = core.rqs.get_mut(rqn) else {
+                return false;
+            };
             let n = len.min(wqe.byte_count.get() as usize);
             if ctx.dma(owner).write(wqe.addr.get(), &frame[..n]).is_err() {
                 rq_error(core, ctx, rqn, syndrome::DMA_ERROR);
@@ -484,7 +611,10 @@ fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, frame: &[u8], mut cq
             rq.bytes += len as u64;
             post_cqe(core, ctx, cqn, cqe, CQE_RESP_SEND)
         }
-        RqKind::Striding { log_stride_size, log_strides } => {
+        RqKind::Striding {
+            log_stride_size,
+            log_strides,
+        } => {
             let stride = 1usize << log_stride_size;
             let strides = 1u32 << log_strides;
             let need = len.div_ceil(stride).max(1) as u32;
@@ -500,7 +630,9 @@ fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, frame: &[u8], mut cq
                 if cq_lacks_room(core, ctx, cqn, 2) {
                     return out_of_buffer(core, rqn);
                 }
-                let Some(rq) = core.rqs.get_mut(rqn) else { return false };
+                let Some(rq) = core.rqs.get_mut(rqn) else {
+                    return false;
+                };
                 let filler = Cqe {
                     wqe_counter: U16::new(rq.ci as u16),
                     stride_index: U16::new(o.next_stride as u16),
@@ -524,12 +656,17 @@ fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, frame: &[u8], mut cq
                     if !wqe_available(core, rqn, pi) {
                         return out_of_buffer(core, rqn);
                     }
-                    let Some(wqe) = fetch_recv_wqe(core, ctx, rqn, pi) else { return false };
+                    let Some(wqe) = fetch_recv_wqe(core, ctx, rqn, pi) else {
+                        return false;
+                    };
                     if (wqe.byte_count.get() as u64) < (stride as u64) << log_strides {
                         rq_error(core, ctx, rqn, syndrome::BAD_RECV_WQE);
                         return false;
                     }
-                    OpenWqe { addr: wqe.addr.get(), next_stride: 0 }
+                    OpenWqe {
+                        addr: wqe.addr.get(),
+                        next_stride: 0,
+                    }
                 }
             };
             let at = o.addr + o.next_stride as u64 * stride as u64;
@@ -537,7 +674,9 @@ fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, frame: &[u8], mut cq
                 rq_error(core, ctx, rqn, syndrome::DMA_ERROR);
                 return false;
             }
-            let Some(rq) = core.rqs.get_mut(rqn) else { return false };
+            let Some(rq) = core.rqs.get_mut(rqn) else {
+                return false;
+            };
             cqe.wqe_counter = U16::new(rq.ci as u16);
             cqe.stride_index = U16::new(o.next_stride as u16);
             cqe.consumed_strides = U16::new(need as u16);
@@ -547,7 +686,10 @@ fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, frame: &[u8], mut cq
                 rq.ci = rq.ci.wrapping_add(1);
                 rq.open = None;
             } else {
-                rq.open = Some(OpenWqe { addr: o.addr, next_stride: next });
+                rq.open = Some(OpenWqe {
+                    addr: o.addr,
+                    next_stride: next,
+                });
             }
             rq.packets += 1;
             rq.bytes += len as u64;
@@ -566,7 +708,9 @@ fn out_of_buffer(core: &mut NicCore, rqn: u32) -> bool {
 /// Whether the driver has posted a WQE beyond the device's counter (a producer counter more
 /// than a ring ahead is caught by [`fetch_recv_wqe`]).
 fn wqe_available(core: &mut NicCore, rqn: u32, pi: u32) -> bool {
-    core.rqs.get(rqn).is_some_and(|rq| pi.wrapping_sub(rq.ci) & 0xffff != 0)
+    core.rqs
+        .get(rqn)
+        .is_some_and(|rq| pi.wrapping_sub(rq.ci) & 0xffff != 0)
 }
 
 /// Reads the RQ's next WQE; a DMA failure, a doorbell overflow or a bad memory key puts the RQ in
@@ -593,12 +737,20 @@ fn fetch_recv_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, pi: u32) -> O
 }
 
 fn rq_error(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, syn: u8) {
-    let Some(rq) = core.rqs.get_mut(rqn) else { return };
+    let Some(rq) = core.rqs.get_mut(rqn) else {
+        return;
+    };
     rq.state = QueueState::Error;
     rq.open = None;
     let (cqn, owner, ci) = (rq.cqn, rq.owner, rq.ci);
     log::debug!("RQ {rqn}: error syndrome {syn:#x} at WQE {ci}");
-    let cqe = Cqe { wqe_counter: U16::new(ci as u16), qn: U32::new(rqn), syndrome: syn, vport: U16::new(owner), ..Default::default() };
+    let cqe = Cqe {
+        wqe_counter: U16::new(ci as u16),
+        qn: U32::new(rqn),
+        syndrome: syn,
+        vport: U16::new(owner),
+        ..Default::default()
+    };
     post_cqe(core, ctx, cqn, cqe, CQE_RESP_ERR);
     if let Some(eqn) = core.cqs.get(cqn).map(|c| c.eqn) {
         post_event(core, ctx, eqn, owner, EQE_QUEUE_ERROR, 2, rqn);
@@ -613,7 +765,9 @@ fn wire_receive(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
     let mut buf = std::mem::take(&mut core.wire_frame);
     let mut n = 0;
     while n < WIRE_BUDGET {
-        let Some(len) = core.wire.receive(&mut buf) else { break };
+        let Some(len) = core.wire.receive(&mut buf) else {
+            break;
+        };
         n += 1;
         let frame = &buf[..len.min(buf.len())];
         if frame.len() < 14 || frame.len() > core.config.mtu as usize {

@@ -122,8 +122,20 @@ impl Eswitch {
     pub fn new(host_vports: u16) -> Self {
         let mac = |n: u16| [0x02, 0xfd, 0x00, 0x00, (n >> 8) as u8, n as u8];
         Eswitch {
-            vports: (0..host_vports).map(|n| Vport { number: n, mac: mac(n), rx_root: None, counters: Default::default() }).collect(),
-            uplink: Vport { number: VPORT_UPLINK, mac: [0; 6], rx_root: None, counters: Default::default() },
+            vports: (0..host_vports)
+                .map(|n| Vport {
+                    number: n,
+                    mac: mac(n),
+                    rx_root: None,
+                    counters: Default::default(),
+                })
+                .collect(),
+            uplink: Vport {
+                number: VPORT_UPLINK,
+                mac: [0; 6],
+                rx_root: None,
+                counters: Default::default(),
+            },
             tables: Vec::new(),
             rss_groups: Vec::new(),
             fdb_root: None,
@@ -176,7 +188,18 @@ impl Eswitch {
         let at = t.entries.partition_point(|x| x.priority <= e.priority);
         t.entries.insert(
             at,
-            FlowEntry { id, priority: e.priority, mask, value, actions: e.actions, vport: e.vport, dest: e.dest, flow_tag: e.flow_tag, packets: 0, bytes: 0 },
+            FlowEntry {
+                id,
+                priority: e.priority,
+                mask,
+                value,
+                actions: e.actions,
+                vport: e.vport,
+                dest: e.dest,
+                flow_tag: e.flow_tag,
+                packets: 0,
+                bytes: 0,
+            },
         );
         Some(id)
     }
@@ -185,19 +208,31 @@ impl Eswitch {
     pub fn find_entry(&self, id: u32) -> Option<(u32, usize)> {
         self.tables.iter().enumerate().find_map(|(t, tab)| {
             let tab = tab.as_ref()?;
-            tab.entries.iter().position(|e| e.id == id).map(|i| (t as u32, i))
+            tab.entries
+                .iter()
+                .position(|e| e.id == id)
+                .map(|i| (t as u32, i))
         })
     }
 
     /// Walks the FDB pipeline for a frame entering from `src_vport`.
-    pub fn steer_fdb(&mut self, key: &Key, dst_mac: &[u8; 6], src_vport: u16, len: usize) -> Steering {
+    pub fn steer_fdb(
+        &mut self,
+        key: &Key,
+        dst_mac: &[u8; 6],
+        src_vport: u16,
+        len: usize,
+    ) -> Steering {
         let walked = match self.fdb_root {
             Some(root) => self.walk(root, key, len),
             None => Walked::Default(0),
         };
         match walked {
             Walked::Fate(s) => s,
-            Walked::Default(flow_tag) => Steering { fate: self.l2_forward(dst_mac, src_vport), flow_tag },
+            Walked::Default(flow_tag) => Steering {
+                fate: self.l2_forward(dst_mac, src_vport),
+                flow_tag,
+            },
         }
     }
 
@@ -217,7 +252,10 @@ impl Eswitch {
     /// Walks vPort `vport`'s receive pipeline.
     pub fn steer_rx(&mut self, vport: u16, key: &Key, len: usize, flow_tag: u32) -> Steering {
         let Some(root) = self.vport(vport).and_then(|v| v.rx_root) else {
-            return Steering { fate: Fate::NoSteering, flow_tag };
+            return Steering {
+                fate: Fate::NoSteering,
+                flow_tag,
+            };
         };
         match self.walk(root, key, len) {
             Walked::Fate(mut s) => {
@@ -226,7 +264,10 @@ impl Eswitch {
                 }
                 s
             }
-            Walked::Default(t) => Steering { fate: Fate::NoSteering, flow_tag: if t != 0 { t } else { flow_tag } },
+            Walked::Default(t) => Steering {
+                fate: Fate::NoSteering,
+                flow_tag: if t != 0 { t } else { flow_tag },
+            },
         }
     }
 
@@ -235,13 +276,24 @@ impl Eswitch {
         let mut flow_tag = 0;
         for _ in 0..MAX_HOPS {
             let Some(t) = self.tables.get_mut(table as usize).and_then(|t| t.as_mut()) else {
-                return Walked::Fate(Steering { fate: Fate::Drop, flow_tag });
+                return Walked::Fate(Steering {
+                    fate: Fate::Drop,
+                    flow_tag,
+                });
             };
-            let hit = t.entries.iter_mut().find(|e| (0..8).all(|i| key[i] & e.mask[i] == e.value[i]));
+            let hit = t
+                .entries
+                .iter_mut()
+                .find(|e| (0..8).all(|i| key[i] & e.mask[i] == e.value[i]));
             let Some(e) = hit else {
                 match t.miss {
                     Miss::Default => return Walked::Default(flow_tag),
-                    Miss::Drop => return Walked::Fate(Steering { fate: Fate::Drop, flow_tag }),
+                    Miss::Drop => {
+                        return Walked::Fate(Steering {
+                            fate: Fate::Drop,
+                            flow_tag,
+                        })
+                    }
                     Miss::Goto(next) => {
                         table = next;
                         continue;
@@ -272,7 +324,10 @@ impl Eswitch {
             };
             return Walked::Fate(Steering { fate, flow_tag });
         }
-        Walked::Fate(Steering { fate: Fate::Drop, flow_tag })
+        Walked::Fate(Steering {
+            fate: Fate::Drop,
+            flow_tag,
+        })
     }
 }
 

@@ -84,14 +84,20 @@ pub struct DoorbellArea {
 
 impl Default for DoorbellArea {
     fn default() -> Self {
-        DoorbellArea { words: (0..BAR_DOORBELL_SIZE / 4).map(|_| AtomicU32::new(0)).collect() }
+        DoorbellArea {
+            words: (0..BAR_DOORBELL_SIZE / 4)
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+        }
     }
 }
 
 impl DoorbellArea {
     /// The word at byte `offset` (0 when out of range).
     pub fn load(&self, offset: u64) -> u32 {
-        self.words.get((offset / 4) as usize).map_or(0, |w| w.load(Ordering::Acquire))
+        self.words
+            .get((offset / 4) as usize)
+            .map_or(0, |w| w.load(Ordering::Acquire))
     }
 
     pub fn write(&self, offset: u64, data: &[u8]) {
@@ -156,15 +162,29 @@ impl Nic {
     /// Builds the NIC and plugs its host functions into `fabric`.
     pub fn new(fabric: &Arc<Fabric>, config: NicConfig) -> Arc<Nic> {
         let n = config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16);
-        let shared = Arc::new(NicShared { fabric: fabric.clone(), core: Mutex::new(NicCore::new(config)), ports: Default::default() });
+        let shared = Arc::new(NicShared {
+            fabric: fabric.clone(),
+            core: Mutex::new(NicCore::new(config)),
+            ports: Default::default(),
+        });
         let mut ports = Vec::new();
         let mut functions = Vec::new();
         for index in 0..n {
             let f = fabric.attach(|fid| {
                 let pci = Arc::new(PciState::new(fid, nic_config_space(index)));
                 let doorbells = Arc::new(DoorbellArea::default());
-                ports.push(Port { fid, pci: pci.clone(), doorbells: doorbells.clone() });
-                Arc::new(NicFunction { pci, doorbells, shared: shared.clone(), index, cmd: Mutex::new(CmdRegs::default()) })
+                ports.push(Port {
+                    fid,
+                    pci: pci.clone(),
+                    doorbells: doorbells.clone(),
+                });
+                Arc::new(NicFunction {
+                    pci,
+                    doorbells,
+                    shared: shared.clone(),
+                    index,
+                    cmd: Mutex::new(CmdRegs::default()),
+                })
             });
             functions.push(f);
         }
@@ -202,7 +222,11 @@ impl Nic {
     /// Counters of the uplink wire side and other device-global statistics.
     pub fn stats(&self) -> NicStats {
         let core = self.shared.lock();
-        NicStats { uplink: core.eswitch.uplink.counters, wire_tx_frames: core.wire_tx_frames, bad_doorbells: core.bad_doorbells }
+        NicStats {
+            uplink: core.eswitch.uplink.counters,
+            wire_tx_frames: core.wire_tx_frames,
+            bad_doorbells: core.bad_doorbells,
+        }
     }
 }
 
@@ -222,13 +246,37 @@ impl NicShared {
 
 fn nic_config_space(index: u16) -> ConfigSpace {
     ConfigSpace::new(
-        Identity { vendor_id: PCI_VENDOR_ID, device_id: NIC_DEVICE_ID, class_code: NIC_CLASS_CODE, revision: 1, subsystem_id: index },
+        Identity {
+            vendor_id: PCI_VENDOR_ID,
+            device_id: NIC_DEVICE_ID,
+            class_code: NIC_CLASS_CODE,
+            revision: 1,
+            subsystem_id: index,
+        },
         &[
-            BarSpec { index: BAR_CONTROL, size: BAR_CONTROL_SIZE, prefetchable: false },
-            BarSpec { index: BAR_DOORBELL, size: BAR_DOORBELL_SIZE, prefetchable: false },
-            BarSpec { index: BAR_MSIX, size: BAR_MSIX_SIZE, prefetchable: false },
+            BarSpec {
+                index: BAR_CONTROL,
+                size: BAR_CONTROL_SIZE,
+                prefetchable: false,
+            },
+            BarSpec {
+                index: BAR_DOORBELL,
+                size: BAR_DOORBELL_SIZE,
+                prefetchable: false,
+            },
+            BarSpec {
+                index: BAR_MSIX,
+                size: BAR_MSIX_SIZE,
+                prefetchable: false,
+            },
         ],
-        Some(MsixSpec { vectors: NIC_MSIX_VECTORS, table_bar: BAR_MSIX, table_offset: MSIX_TABLE_OFFSET, pba_bar: BAR_MSIX, pba_offset: MSIX_PBA_OFFSET }),
+        Some(MsixSpec {
+            vectors: NIC_MSIX_VECTORS,
+            table_bar: BAR_MSIX,
+            table_offset: MSIX_TABLE_OFFSET,
+            pba_bar: BAR_MSIX,
+            pba_offset: MSIX_PBA_OFFSET,
+        }),
     )
 }
 
@@ -277,7 +325,11 @@ impl NicFunction {
             reg::MAC_LO | reg::MAC_HI => {
                 drop(regs);
                 let core = self.shared.lock();
-                let mac = core.eswitch.vports.get(self.index as usize).map_or([0; 6], |v| v.mac);
+                let mac = core
+                    .eswitch
+                    .vports
+                    .get(self.index as usize)
+                    .map_or([0; 6], |v| v.mac);
                 if offset == reg::MAC_LO {
                     u32::from_le_bytes([mac[0], mac[1], mac[2], mac[3]])
                 } else {
@@ -292,9 +344,13 @@ impl NicFunction {
         let mut regs = self.cmd.lock().unwrap_or_else(|e| e.into_inner());
         match offset {
             reg::CMD_IN_ADDR_LO => regs.in_addr = (regs.in_addr & !0xffff_ffff) | value as u64,
-            reg::CMD_IN_ADDR_HI => regs.in_addr = (regs.in_addr & 0xffff_ffff) | (value as u64) << 32,
+            reg::CMD_IN_ADDR_HI => {
+                regs.in_addr = (regs.in_addr & 0xffff_ffff) | (value as u64) << 32
+            }
             reg::CMD_OUT_ADDR_LO => regs.out_addr = (regs.out_addr & !0xffff_ffff) | value as u64,
-            reg::CMD_OUT_ADDR_HI => regs.out_addr = (regs.out_addr & 0xffff_ffff) | (value as u64) << 32,
+            reg::CMD_OUT_ADDR_HI => {
+                regs.out_addr = (regs.out_addr & 0xffff_ffff) | (value as u64) << 32
+            }
             reg::CMD_IN_LEN => regs.in_len = value,
             reg::CMD_OUT_LEN => regs.out_len = value,
             reg::CMD_DOORBELL => {
@@ -302,7 +358,16 @@ impl NicFunction {
                 let delivery = {
                     let mut core = self.shared.lock();
                     let mut dma = self.shared.fabric.dma(self.pci.id);
-                    cmd::deliver(&mut core, &mut dma, &self.doorbells, self.index, regs.in_addr, regs.in_len, regs.out_addr, regs.out_len)
+                    cmd::deliver(
+                        &mut core,
+                        &mut dma,
+                        &self.doorbells,
+                        self.index,
+                        regs.in_addr,
+                        regs.in_len,
+                        regs.out_addr,
+                        regs.out_len,
+                    )
                 };
                 regs.status = CMD_STATUS_DONE | (delivery as u32) << 8 | token << 16;
             }
@@ -326,7 +391,11 @@ impl PciFunction for NicFunction {
                 let word = self.control_read(offset & !3);
                 for (i, b) in data.iter_mut().enumerate() {
                     let o = offset + i as u64;
-                    *b = if o & !3 == offset & !3 { (word >> ((o % 4) * 8)) as u8 } else { (self.control_read(o & !3) >> ((o % 4) * 8)) as u8 };
+                    *b = if o & !3 == offset & !3 {
+                        (word >> ((o % 4) * 8)) as u8
+                    } else {
+                        (self.control_read(o & !3) >> ((o % 4) * 8)) as u8
+                    };
                 }
             }
             BAR_DOORBELL => self.doorbells.read(offset, data),
@@ -346,12 +415,18 @@ impl PciFunction for NicFunction {
                     return;
                 }
                 for (i, c) in data.chunks_exact(4).enumerate() {
-                    self.control_write(offset + 4 * i as u64, u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+                    self.control_write(
+                        offset + 4 * i as u64,
+                        u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                    );
                 }
             }
             BAR_DOORBELL => {
                 if data.len() == 4 && offset % 4 == 0 {
-                    self.doorbells.store(offset, u32::from_le_bytes([data[0], data[1], data[2], data[3]]));
+                    self.doorbells.store(
+                        offset,
+                        u32::from_le_bytes([data[0], data[1], data[2], data[3]]),
+                    );
                 } else {
                     self.doorbells.write(offset, data);
                 }
@@ -432,7 +507,10 @@ pub(crate) struct SendQueue {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum RqKind {
     Regular,
-    Striding { log_stride_size: u8, log_strides: u8 },
+    Striding {
+        log_stride_size: u8,
+        log_strides: u8,
+    },
 }
 
 /// The striding WQE being filled.
@@ -469,7 +547,10 @@ pub(crate) struct Slab<T> {
 
 impl<T> Slab<T> {
     fn new(limit: u32) -> Self {
-        Slab { items: Vec::new(), limit }
+        Slab {
+            items: Vec::new(),
+            limit,
+        }
     }
     fn insert(&mut self, v: T) -> Option<u32> {
         if let Some(i) = self.items.iter().position(|x| x.is_none()) {
@@ -492,7 +573,11 @@ impl<T> Slab<T> {
         self.items.get_mut(id as usize)?.take()
     }
     fn ids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.items.iter().enumerate().filter(|(_, x)| x.is_some()).map(|(i, _)| i as u32)
+        self.items
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.is_some())
+            .map(|(i, _)| i as u32)
     }
 }
 
@@ -580,7 +665,9 @@ impl NicCore {
     fn destroy_function_objects(&mut self, function: u16) {
         let es = &mut self.eswitch;
         // Tables (and their entries), dropping references they held.
-        let owned: Vec<u32> = (0..es.tables.len() as u32).filter(|&t| es.table(t).is_some_and(|t| t.owner == function)).collect();
+        let owned: Vec<u32> = (0..es.tables.len() as u32)
+            .filter(|&t| es.table(t).is_some_and(|t| t.owner == function))
+            .collect();
         for t in &owned {
             if let Some(tab) = es.tables[*t as usize].take() {
                 self.flow_entry_count -= tab.entries.len() as u32;
@@ -606,7 +693,10 @@ impl NicCore {
             }
         }
         for g in 0..es.rss_groups.len() {
-            if es.rss_groups[g].as_ref().is_some_and(|g| g.owner == function) {
+            if es.rss_groups[g]
+                .as_ref()
+                .is_some_and(|g| g.owner == function)
+            {
                 if let Some(group) = es.rss_groups[g].take() {
                     for rq in group.indirection {
                         if let Some(r) = self.rqs.get_mut(rq) {
@@ -616,20 +706,36 @@ impl NicCore {
                 }
             }
         }
-        let sqs: Vec<u32> = self.sqs.ids().filter(|&i| self.sqs.get(i).is_some_and(|q| q.owner == function)).collect();
+        let sqs: Vec<u32> = self
+            .sqs
+            .ids()
+            .filter(|&i| self.sqs.get(i).is_some_and(|q| q.owner == function))
+            .collect();
         for i in sqs {
             self.sqs.remove(i);
         }
         self.active_sqs.retain(|i| self.sqs.get(*i).is_some());
-        let rqs: Vec<u32> = self.rqs.ids().filter(|&i| self.rqs.get(i).is_some_and(|q| q.owner == function)).collect();
+        let rqs: Vec<u32> = self
+            .rqs
+            .ids()
+            .filter(|&i| self.rqs.get(i).is_some_and(|q| q.owner == function))
+            .collect();
         for i in rqs {
             self.rqs.remove(i);
         }
-        let cqs: Vec<u32> = self.cqs.ids().filter(|&i| self.cqs.get(i).is_some_and(|q| q.owner == function)).collect();
+        let cqs: Vec<u32> = self
+            .cqs
+            .ids()
+            .filter(|&i| self.cqs.get(i).is_some_and(|q| q.owner == function))
+            .collect();
         for i in cqs {
             self.cqs.remove(i);
         }
-        let eqs: Vec<u32> = self.eqs.ids().filter(|&i| self.eqs.get(i).is_some_and(|q| q.owner == function)).collect();
+        let eqs: Vec<u32> = self
+            .eqs
+            .ids()
+            .filter(|&i| self.eqs.get(i).is_some_and(|q| q.owner == function))
+            .collect();
         for i in eqs {
             self.eqs.remove(i);
         }

@@ -116,7 +116,12 @@ impl ConfigSpace {
         cs.mask16(OFF_COMMAND, CMD_MEMORY | CMD_BUS_MASTER | CMD_INTX_DISABLE);
 
         for bar in bars {
-            assert!(bar.size.is_power_of_two() && bar.size >= 4096 && bar.index < 5 && bar.index % 2 == 0);
+            assert!(
+                bar.size.is_power_of_two()
+                    && bar.size >= 4096
+                    && bar.index < 5
+                    && bar.index % 2 == 0
+            );
             let off = OFF_BAR0 + 4 * bar.index as usize;
             let type_bits = 0b0100 | if bar.prefetchable { 0b1000 } else { 0 };
             cs.put32(off, type_bits);
@@ -128,7 +133,11 @@ impl ConfigSpace {
         cs.bytes[OFF_CAP_PTR] = OFF_PCIE_CAP as u8;
         // PCI Express capability, version 2, endpoint.
         cs.bytes[OFF_PCIE_CAP] = CAP_ID_PCIE;
-        cs.bytes[OFF_PCIE_CAP + 1] = if msix.is_some() { OFF_MSIX_CAP as u8 } else { 0 };
+        cs.bytes[OFF_PCIE_CAP + 1] = if msix.is_some() {
+            OFF_MSIX_CAP as u8
+        } else {
+            0
+        };
         cs.put16(OFF_PCIE_CAP + 2, 0x0002);
         // Max payload size supported: 256 B (encoding 1); FLR capable.
         cs.put32(PCIE_DEVCAP, 0x1 | DEVCAP_FLR);
@@ -175,7 +184,11 @@ impl ConfigSpace {
     pub fn read(&self, offset: u64, data: &mut [u8]) {
         for (i, b) in data.iter_mut().enumerate() {
             let o = offset.saturating_add(i as u64);
-            *b = if o < CONFIG_SPACE_SIZE as u64 { self.bytes[o as usize] } else { 0xff };
+            *b = if o < CONFIG_SPACE_SIZE as u64 {
+                self.bytes[o as usize]
+            } else {
+                0xff
+            };
         }
     }
 
@@ -201,7 +214,9 @@ impl ConfigSpace {
             change |= match o {
                 x if (OFF_BAR0..OFF_BAR0 + 24).contains(&x) => ConfigChange::BAR_ADDRESS,
                 x if (OFF_COMMAND..OFF_COMMAND + 2).contains(&x) => ConfigChange::COMMAND,
-                x if (OFF_MSIX_CAP + 2..OFF_MSIX_CAP + 4).contains(&x) => ConfigChange::MSIX_CONTROL,
+                x if (OFF_MSIX_CAP + 2..OFF_MSIX_CAP + 4).contains(&x) => {
+                    ConfigChange::MSIX_CONTROL
+                }
                 x if (PCIE_DEVCTL..PCIE_DEVCTL + 2).contains(&x) => ConfigChange::DEVICE_CONTROL,
                 _ => ConfigChange::empty(),
             };
@@ -274,12 +289,32 @@ mod tests {
 
     fn space() -> ConfigSpace {
         ConfigSpace::new(
-            Identity { vendor_id: 0xfff0, device_id: 0xf100, class_code: 0x020000, revision: 1, subsystem_id: 7 },
+            Identity {
+                vendor_id: 0xfff0,
+                device_id: 0xf100,
+                class_code: 0x020000,
+                revision: 1,
+                subsystem_id: 7,
+            },
             &[
-                BarSpec { index: 0, size: 0x1000, prefetchable: false },
-                BarSpec { index: 2, size: 0x10_0000, prefetchable: true },
+                BarSpec {
+                    index: 0,
+                    size: 0x1000,
+                    prefetchable: false,
+                },
+                BarSpec {
+                    index: 2,
+                    size: 0x10_0000,
+                    prefetchable: true,
+                },
             ],
-            Some(MsixSpec { vectors: 64, table_bar: 4, table_offset: 0, pba_bar: 4, pba_offset: 0x800 }),
+            Some(MsixSpec {
+                vectors: 64,
+                table_bar: 4,
+                table_offset: 0,
+                pba_bar: 4,
+                pba_offset: 0x800,
+            }),
         )
     }
 
@@ -307,7 +342,10 @@ mod tests {
     #[test]
     fn bar_address_round_trips_and_reports_change() {
         let mut cs = space();
-        assert_eq!(cs.write(0x18, &0x2030_0000u32.to_le_bytes()), ConfigChange::BAR_ADDRESS);
+        assert_eq!(
+            cs.write(0x18, &0x2030_0000u32.to_le_bytes()),
+            ConfigChange::BAR_ADDRESS
+        );
         cs.write(0x1c, &0x1u32.to_le_bytes());
         assert_eq!(cs.bar_address(2), Some(0x1_2030_0000));
         assert_eq!(cs.bar_address(1), None);

@@ -41,7 +41,12 @@ pub struct PciState {
 impl PciState {
     pub fn new(id: FunctionId, config: ConfigSpace) -> Self {
         let vectors = config.msix_spec().map_or(0, |m| m.vectors);
-        PciState { id, config: Mutex::new(config), msix: Mutex::new(MsixTable::new(vectors)), sink: Mutex::new(None) }
+        PciState {
+            id,
+            config: Mutex::new(config),
+            msix: Mutex::new(MsixTable::new(vectors)),
+            sink: Mutex::new(None),
+        }
     }
 
     pub fn config(&self) -> std::sync::MutexGuard<'_, ConfigSpace> {
@@ -58,7 +63,10 @@ impl PciState {
 
     fn msix_flags(&self) -> (bool, bool) {
         let ctl = self.config().msix_control();
-        (ctl & config::MSIX_CTRL_ENABLE != 0, ctl & config::MSIX_CTRL_FUNCTION_MASK != 0)
+        (
+            ctl & config::MSIX_CTRL_ENABLE != 0,
+            ctl & config::MSIX_CTRL_FUNCTION_MASK != 0,
+        )
     }
 
     fn send(&self, msgs: impl IntoIterator<Item = MsiMessage>) {
@@ -94,12 +102,21 @@ impl PciState {
 
     /// Serves a BAR access that falls in the MSI-X table or PBA; returns false if it does not.
     pub fn msix_read(&self, bar: u8, offset: u64, data: &mut [u8]) -> bool {
-        let Some(spec) = self.config().msix_spec() else { return false };
+        let Some(spec) = self.config().msix_spec() else {
+            return false;
+        };
         let table_len = spec.vectors as u64 * 16;
-        if bar == spec.table_bar && offset >= spec.table_offset as u64 && offset < spec.table_offset as u64 + table_len {
-            self.msix().table_read(offset - spec.table_offset as u64, data);
+        if bar == spec.table_bar
+            && offset >= spec.table_offset as u64
+            && offset < spec.table_offset as u64 + table_len
+        {
+            self.msix()
+                .table_read(offset - spec.table_offset as u64, data);
             true
-        } else if bar == spec.pba_bar && offset >= spec.pba_offset as u64 && offset < spec.pba_offset as u64 + 256 {
+        } else if bar == spec.pba_bar
+            && offset >= spec.pba_offset as u64
+            && offset < spec.pba_offset as u64 + 256
+        {
             self.msix().pba_read(offset - spec.pba_offset as u64, data);
             true
         } else {
@@ -108,11 +125,18 @@ impl PciState {
     }
 
     pub fn msix_write(&self, bar: u8, offset: u64, data: &[u8]) -> bool {
-        let Some(spec) = self.config().msix_spec() else { return false };
+        let Some(spec) = self.config().msix_spec() else {
+            return false;
+        };
         let table_len = spec.vectors as u64 * 16;
-        if bar == spec.table_bar && offset >= spec.table_offset as u64 && offset < spec.table_offset as u64 + table_len {
+        if bar == spec.table_bar
+            && offset >= spec.table_offset as u64
+            && offset < spec.table_offset as u64 + table_len
+        {
             let (enabled, fmask) = self.msix_flags();
-            let msgs = self.msix().table_write(offset - spec.table_offset as u64, data, enabled, fmask);
+            let msgs =
+                self.msix()
+                    .table_write(offset - spec.table_offset as u64, data, enabled, fmask);
             self.send(msgs);
             true
         } else {

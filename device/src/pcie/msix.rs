@@ -41,19 +41,37 @@ impl MsixTable {
     pub fn table_read(&self, offset: u64, data: &mut [u8]) {
         for (i, b) in data.iter_mut().enumerate() {
             let o = offset + i as u64;
-            let (e, w, byte) = ((o / ENTRY_SIZE) as usize, ((o % ENTRY_SIZE) / 4) as usize, (o % 4) * 8);
+            let (e, w, byte) = (
+                (o / ENTRY_SIZE) as usize,
+                ((o % ENTRY_SIZE) / 4) as usize,
+                (o % 4) * 8,
+            );
             *b = self.entries.get(e).map_or(0, |ent| (ent[w] >> byte) as u8);
         }
     }
 
     /// Writes to the table area. Returns the messages that became deliverable because a pending
     /// vector was unmasked.
-    pub fn table_write(&mut self, offset: u64, data: &[u8], enabled: bool, function_masked: bool) -> Vec<MsiMessage> {
+    pub fn table_write(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        enabled: bool,
+        function_masked: bool,
+    ) -> Vec<MsiMessage> {
         for (i, &b) in data.iter().enumerate() {
             let o = offset + i as u64;
-            let (e, w, byte) = ((o / ENTRY_SIZE) as usize, ((o % ENTRY_SIZE) / 4) as usize, (o % 4) * 8);
+            let (e, w, byte) = (
+                (o / ENTRY_SIZE) as usize,
+                ((o % ENTRY_SIZE) / 4) as usize,
+                (o % 4) * 8,
+            );
             if let Some(ent) = self.entries.get_mut(e) {
-                let mask = if w == 3 { VECTOR_CTRL_MASKED & (0xff << byte) } else { 0xff << byte };
+                let mask = if w == 3 {
+                    VECTOR_CTRL_MASKED & (0xff << byte)
+                } else {
+                    0xff << byte
+                };
                 ent[w] = (ent[w] & !mask) | (((b as u32) << byte) & mask);
             }
         }
@@ -63,7 +81,10 @@ impl MsixTable {
     pub fn pba_read(&self, offset: u64, data: &mut [u8]) {
         for (i, b) in data.iter_mut().enumerate() {
             let o = offset + i as u64;
-            *b = self.pending.get((o / 8) as usize).map_or(0, |q| (q >> ((o % 8) * 8)) as u8);
+            *b = self
+                .pending
+                .get((o / 8) as usize)
+                .map_or(0, |q| (q >> ((o % 8) * 8)) as u8);
         }
     }
 
@@ -73,12 +94,21 @@ impl MsixTable {
 
     fn message(&self, v: usize) -> MsiMessage {
         let e = &self.entries[v];
-        MsiMessage { vector: v as u16, address: (e[1] as u64) << 32 | e[0] as u64, data: e[2] }
+        MsiMessage {
+            vector: v as u16,
+            address: (e[1] as u64) << 32 | e[0] as u64,
+            data: e[2],
+        }
     }
 
     /// The device signals `vector`: a message when MSI-X is enabled and nothing masks it, else a
     /// pending bit. Out-of-range vectors are ignored.
-    pub fn signal(&mut self, vector: u16, enabled: bool, function_masked: bool) -> Option<MsiMessage> {
+    pub fn signal(
+        &mut self,
+        vector: u16,
+        enabled: bool,
+        function_masked: bool,
+    ) -> Option<MsiMessage> {
         let v = vector as usize;
         if v >= self.entries.len() {
             return None;
@@ -121,10 +151,24 @@ mod tests {
         t.pba_read(0, &mut pba);
         assert_eq!(pba[0], 0b10);
         let fired = t.table_write(28, &0u32.to_le_bytes(), true, false);
-        assert_eq!(fired, vec![MsiMessage { vector: 1, address: 0xfee0_1000, data: 0x41 }]);
+        assert_eq!(
+            fired,
+            vec![MsiMessage {
+                vector: 1,
+                address: 0xfee0_1000,
+                data: 0x41
+            }]
+        );
         t.pba_read(0, &mut pba);
         assert_eq!(pba[0], 0);
-        assert_eq!(t.signal(1, true, false), Some(MsiMessage { vector: 1, address: 0xfee0_1000, data: 0x41 }));
+        assert_eq!(
+            t.signal(1, true, false),
+            Some(MsiMessage {
+                vector: 1,
+                address: 0xfee0_1000,
+                data: 0x41
+            })
+        );
         // Function mask holds everything back.
         assert_eq!(t.signal(1, true, true), None);
         assert_eq!(t.deliver_pending(true, false).len(), 1);

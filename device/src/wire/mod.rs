@@ -44,7 +44,12 @@ pub struct LoopbackWire {
 
 impl LoopbackWire {
     pub fn new(capacity: usize) -> Self {
-        LoopbackWire { in_flight: VecDeque::with_capacity(capacity), spare: Vec::new(), capacity, dropped: 0 }
+        LoopbackWire {
+            in_flight: VecDeque::with_capacity(capacity),
+            spare: Vec::new(),
+            capacity,
+            dropped: 0,
+        }
     }
 }
 

@@ -30,8 +30,18 @@ pub struct PcapTap<W: Write> {
 impl<W: Write> PcapTap<W> {
     pub fn new(out: W, filter: CaptureFilter) -> Result<Self, pcap_file::PcapError> {
         let snaplen = 65535;
-        let header = PcapHeader { datalink: DataLink::ETHERNET, snaplen, ..Default::default() };
-        Ok(PcapTap { writer: PcapWriter::with_header(out, header)?, filter, snaplen, written: 0, errors: 0 })
+        let header = PcapHeader {
+            datalink: DataLink::ETHERNET,
+            snaplen,
+            ..Default::default()
+        };
+        Ok(PcapTap {
+            writer: PcapWriter::with_header(out, header)?,
+            filter,
+            snaplen,
+            written: 0,
+            errors: 0,
+        })
     }
 
     /// Flushes and returns the underlying writer.
@@ -49,7 +59,9 @@ impl<W: Write + Send> FrameTap for PcapTap<W> {
         if !wanted {
             return;
         }
-        let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         let n = frame.len().min(self.snaplen as usize);
         let pkt = PcapPacket::new(ts, frame.len() as u32, &frame[..n]);
         match self.writer.write_packet(&pkt) {

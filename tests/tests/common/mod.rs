@@ -7,7 +7,10 @@ use std::sync::Arc;
 use fld_device::card::{Card, CardConfig};
 use fld_device::nic::abi::*;
 use fld_driver::inprocess::{InProcessDevice, InProcessHost};
-use fld_driver::nic::{CompletionQueue, EventQueue, FlowRule, NicDriver, RecvQueue, RqLayout, RuleFate, SendQueue, SendWqe, TableMiss};
+use fld_driver::nic::{
+    CompletionQueue, EventQueue, FlowRule, NicDriver, RecvQueue, RqLayout, RuleFate, SendQueue,
+    SendWqe, TableMiss,
+};
 use fld_driver::{DmaBuffer, PciDevice};
 
 pub struct Port {
@@ -53,16 +56,31 @@ pub fn rig(layout: RqLayout, log_rq: u8, log_cq: u8) -> Rig {
             RqLayout::Regular => RX_BUF,
             RqLayout::Striding { .. } => rq.wqe_bytes(),
         };
-        let rx_bufs: Vec<DmaBuffer> = (0..rq.size()).map(|_| dev.dma_alloc(per).unwrap()).collect();
+        let rx_bufs: Vec<DmaBuffer> = (0..rq.size())
+            .map(|_| dev.dma_alloc(per).unwrap())
+            .collect();
         for b in &rx_bufs {
             rq.post(b.iova(), b.len() as u32);
         }
         rq.ring_doorbell();
-        let t = nic.create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Drop).unwrap();
-        nic.create_flow_entry(t, &FlowRule::any(RuleFate::Rq(rq.rqn))).unwrap();
+        let t = nic
+            .create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Drop)
+            .unwrap();
+        nic.create_flow_entry(t, &FlowRule::any(RuleFate::Rq(rq.rqn)))
+            .unwrap();
         nic.set_root(TABLE_KIND_NIC_RX, Some(t)).unwrap();
         let tx_buf = dev.dma_alloc(TX_SLOTS * RX_BUF).unwrap();
-        ports.push(Port { dev, nic, eq, cq, sq, rq_cq, rq, rx_bufs, tx_buf });
+        ports.push(Port {
+            dev,
+            nic,
+            eq,
+            cq,
+            sq,
+            rq_cq,
+            rq,
+            rx_bufs,
+            tx_buf,
+        });
     }
     Rig { card, host, ports }
 }
@@ -74,8 +92,16 @@ impl Port {
         let at = (self.sq.producer_counter() as usize % TX_SLOTS) * RX_BUF;
         self.tx_buf.write(at, frame);
         let inline = frame.len().min(14);
-        let gather = [(self.tx_buf.iova() + (at + inline) as u64, (frame.len() - inline) as u32)];
-        let w = SendWqe { inline_header: &frame[..inline], gather: if frame.len() > inline { &gather } else { &[] }, cs_flags, signal };
+        let gather = [(
+            self.tx_buf.iova() + (at + inline) as u64,
+            (frame.len() - inline) as u32,
+        )];
+        let w = SendWqe {
+            inline_header: &frame[..inline],
+            gather: if frame.len() > inline { &gather } else { &[] },
+            cs_flags,
+            signal,
+        };
         let idx = self.sq.post(&w).unwrap();
         self.sq.ring_doorbell();
         idx
@@ -111,10 +137,21 @@ impl Rig {
 }
 
 /// A UDP/IPv4 frame of exactly `len` bytes with correct checksums.
-pub fn udp_frame(src: [u8; 6], dst: [u8; 6], sport: u16, dport: u16, len: usize, seed: u8) -> Vec<u8> {
+pub fn udp_frame(
+    src: [u8; 6],
+    dst: [u8; 6],
+    sport: u16,
+    dport: u16,
+    len: usize,
+    seed: u8,
+) -> Vec<u8> {
     let payload_len = len - 42;
-    let payload: Vec<u8> = (0..payload_len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect();
-    let b = etherparse::PacketBuilder::ethernet2(src, dst).ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64).udp(sport, dport);
+    let payload: Vec<u8> = (0..payload_len)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+        .collect();
+    let b = etherparse::PacketBuilder::ethernet2(src, dst)
+        .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+        .udp(sport, dport);
     let mut out = Vec::with_capacity(len);
     b.write(&mut out, &payload).unwrap();
     assert_eq!(out.len(), len);
@@ -122,8 +159,18 @@ pub fn udp_frame(src: [u8; 6], dst: [u8; 6], sport: u16, dport: u16, len: usize,
 }
 
 /// A TCP/IPv4 frame between the given addresses and ports.
-pub fn tcp_frame(src: [u8; 6], dst: [u8; 6], sip: [u8; 4], dip: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let b = etherparse::PacketBuilder::ethernet2(src, dst).ipv4(sip, dip, 64).tcp(sport, dport, 1, 1024);
+pub fn tcp_frame(
+    src: [u8; 6],
+    dst: [u8; 6],
+    sip: [u8; 4],
+    dip: [u8; 4],
+    sport: u16,
+    dport: u16,
+    payload: &[u8],
+) -> Vec<u8> {
+    let b = etherparse::PacketBuilder::ethernet2(src, dst)
+        .ipv4(sip, dip, 64)
+        .tcp(sport, dport, 1, 1024);
     let mut out = Vec::new();
     b.write(&mut out, payload).unwrap();
     out
