@@ -124,6 +124,19 @@ fn created(out: &mut [u8], id: Option<u32>) -> CmdResult {
     }
 }
 
+/// QUERY_EQ / QUERY_CQ result.
+fn ring_status(pc: u32, ci: u32, log_size: u8, armed: bool, overflows: u32) -> QueryCqOut {
+    QueryCqOut {
+        producer_counter: U32::new(pc),
+        consumer_counter: U32::new(ci),
+        log_size,
+        armed: armed as u8,
+        state: QueueState::Ready as u8,
+        rsvd: 0,
+        overflows: U32::new(overflows),
+    }
+}
+
 /// A ring must be 64-byte aligned and reachable by DMA when it is created.
 fn check_ring(dma: &mut DmaPort<'_>, addr: u64, bytes: u64) -> Result<(), (CmdStatus, u32)> {
     if addr % 64 != 0 {
@@ -177,11 +190,7 @@ fn execute(
         }
         op::DESTROY_EQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let eq = core
-                .eqs
-                .get(id)
-                .filter(|q| q.owner == function)
-                .ok_or((CmdStatus::BadResource, id))?;
+            let eq = core.eqs.owned(id, function)?;
             if eq.refs != 0 {
                 return fail(CmdStatus::ResourceBusy, eq.refs);
             }
@@ -190,21 +199,11 @@ fn execute(
         }
         op::QUERY_EQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let q = core
-                .eqs
-                .get(id)
-                .filter(|q| q.owner == function)
-                .ok_or((CmdStatus::BadResource, id))?;
-            let o = QueryCqOut {
-                producer_counter: U32::new(q.pc),
-                consumer_counter: U32::new(q.ci),
-                log_size: q.log_size,
-                armed: q.armed as u8,
-                state: QueueState::Ready as u8,
-                rsvd: 0,
-                overflows: U32::new(q.overflows),
-            };
-            output(out, &o)
+            let q = core.eqs.owned(id, function)?;
+            output(
+                out,
+                &ring_status(q.pc, q.ci, q.log_size, q.armed, q.overflows),
+            )
         }
 
         op::CREATE_CQ => {
@@ -213,7 +212,7 @@ fn execute(
                 return fail(CmdStatus::BadParam, 0x10);
             }
             let eqn = i.eqn.get();
-            if core.eqs.get(eqn).is_none_or(|q| q.owner != function) {
+            if core.eqs.owned(eqn, function).is_err() {
                 return fail(CmdStatus::BadResource, eqn);
             }
             check_ring(dma, i.addr.get(), (CQE_SIZE as u64) << i.log_size)?;
@@ -241,11 +240,7 @@ fn execute(
         }
         op::DESTROY_CQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let cq = core
-                .cqs
-                .get(id)
-                .filter(|q| q.owner == function)
-                .ok_or((CmdStatus::BadResource, id))?;
+            let cq = core.cqs.owned(id, function)?;
             if cq.refs != 0 {
                 return fail(CmdStatus::ResourceBusy, cq.refs);
             }
@@ -258,21 +253,11 @@ fn execute(
         }
         op::QUERY_CQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let q = core
-                .cqs
-                .get(id)
-                .filter(|q| q.owner == function)
-                .ok_or((CmdStatus::BadResource, id))?;
-            let o = QueryCqOut {
-                producer_counter: U32::new(q.pc),
-                consumer_counter: U32::new(q.ci),
-                log_size: q.log_size,
-                armed: q.armed as u8,
-                state: QueueState::Ready as u8,
-                rsvd: 0,
-                overflows: U32::new(q.overflows),
-            };
-            output(out, &o)
+            let q = core.cqs.owned(id, function)?;
+            output(
+                out,
+                &ring_status(q.pc, q.ci, q.log_size, q.armed, q.overflows),
+            )
         }
 
         op::CREATE_SQ => {
@@ -284,7 +269,7 @@ fn execute(
                 return fail(CmdStatus::BadParam, 0x12);
             }
             let cqn = i.cqn.get();
-            if core.cqs.get(cqn).is_none_or(|q| q.owner != function) {
+            if core.cqs.owned(cqn, function).is_err() {
                 return fail(CmdStatus::BadResource, cqn);
             }
             check_ring(dma, i.addr.get(), (WQEBB as u64) << i.log_size)?;
@@ -311,11 +296,7 @@ fn execute(
         }
         op::DESTROY_SQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let sq = core
-                .sqs
-                .get(id)
-                .filter(|q| q.owner == function)
-                .ok_or((CmdStatus::BadResource, id))?;
+            let sq = core.sqs.owned(id, function)?;
             let cqn = sq.cqn;
             core.sqs.remove(id);
             core.active_sqs.retain(|&x| x != id);
@@ -326,11 +307,7 @@ fn execute(
         }
         op::QUERY_SQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let q = core
-                .sqs
-                .get(id)
-                .filter(|q| q.owner == function)
-                .ok_or((CmdStatus::BadResource, id))?;
+            let q = core.sqs.owned(id, function)?;
             let o = QueryQueueOut {
                 hw_counter: U32::new(q.ci),
                 state: q.state as u8,
@@ -344,11 +321,7 @@ fn execute(
         op::MODIFY_SQ => {
             let i: ModifyQueueIn = input(body)?;
             let id = i.id.get();
-            let q = core
-                .sqs
-                .get_mut(id)
-                .filter(|q| q.owner == function)
-                .ok_or((CmdStatus::BadResource, id))?;
+            let q = core.sqs.owned_mut(id, function)?;
             if i.new_state != QueueState::Ready as u8 {
                 return fail(CmdStatus::BadParam, 0x13);
             }
@@ -383,7 +356,7 @@ fn execute(
                 _ => return fail(CmdStatus::BadParam, 0x16),
             };
             let cqn = i.cqn.get();
-            if core.cqs.get(cqn).is_none_or(|q| q.owner != function) {
+            if core.cqs.owned(cqn, function).is_err() {
                 return fail(CmdStatus::BadResource, cqn);
             }
             check_ring(dma, i.addr.get(), (RECV_WQE_SIZE as u64) << i.log_size)?;
@@ -414,11 +387,7 @@ fn execute(
         }
         op::DESTROY_RQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let rq = core
-                .rqs
-                .get(id)
-                .filter(|q| q.owner == function)
-                .ok_or((CmdStatus::BadResource, id))?;
+            let rq = core.rqs.owned(id, function)?;
             if rq.refs != 0 {
                 return fail(CmdStatus::ResourceBusy, rq.refs);
             }
@@ -431,11 +400,7 @@ fn execute(
         }
         op::QUERY_RQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let q = core
-                .rqs
-                .get(id)
-                .filter(|q| q.owner == function)
-                .ok_or((CmdStatus::BadResource, id))?;
+            let q = core.rqs.owned(id, function)?;
             let o = QueryQueueOut {
                 hw_counter: U32::new(q.ci),
                 state: q.state as u8,
@@ -452,11 +417,7 @@ fn execute(
         op::MODIFY_RQ => {
             let i: ModifyQueueIn = input(body)?;
             let id = i.id.get();
-            let q = core
-                .rqs
-                .get_mut(id)
-                .filter(|q| q.owner == function)
-                .ok_or((CmdStatus::BadResource, id))?;
+            let q = core.rqs.owned_mut(id, function)?;
             if i.new_state != QueueState::Ready as u8 {
                 return fail(CmdStatus::BadParam, 0x13);
             }
@@ -490,10 +451,7 @@ fn execute(
             if rqns.len() != n as usize {
                 return fail(CmdStatus::BadInputLength, n as u32);
             }
-            if let Some(bad) = rqns
-                .iter()
-                .find(|&&r| core.rqs.get(r).is_none_or(|q| q.owner != function))
-            {
+            if let Some(bad) = rqns.iter().find(|&&r| core.rqs.owned(r, function).is_err()) {
                 return fail(CmdStatus::BadResource, *bad);
             }
             let free = core.eswitch.rss_groups.iter().position(|g| g.is_none());
@@ -680,7 +638,7 @@ fn execute(
             if a & (action::FWD_RQ | action::FWD_RSS) != 0 && kind != TABLE_KIND_NIC_RX {
                 return fail(CmdStatus::BadParam, 0x42);
             }
-            if a & action::FWD_RQ != 0 && core.rqs.get(dest).is_none_or(|q| q.owner != function) {
+            if a & action::FWD_RQ != 0 && core.rqs.owned(dest, function).is_err() {
                 return fail(CmdStatus::BadResource, dest);
             }
             if a & action::FWD_RSS != 0

@@ -539,6 +539,22 @@ pub(crate) struct ReceiveQueue {
     truncated: u64,
 }
 
+/// An object created by, and visible only to, one host function.
+pub(crate) trait Owned {
+    fn owner(&self) -> u16;
+}
+
+macro_rules! owned {
+    ($($t:ty),*) => {$(
+        impl Owned for $t {
+            fn owner(&self) -> u16 {
+                self.owner
+            }
+        }
+    )*};
+}
+owned!(EventQueue, CompletionQueue, SendQueue, ReceiveQueue);
+
 /// A table of numbered objects; numbers are indices and are reused after destroy.
 pub(crate) struct Slab<T> {
     items: Vec<Option<T>>,
@@ -572,12 +588,28 @@ impl<T> Slab<T> {
     fn remove(&mut self, id: u32) -> Option<T> {
         self.items.get_mut(id as usize)?.take()
     }
-    fn ids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.items
-            .iter()
-            .enumerate()
-            .filter(|(_, x)| x.is_some())
-            .map(|(i, _)| i as u32)
+}
+
+impl<T: Owned> Slab<T> {
+    /// Object `id` if `function` owns it; a command naming anything else gets BAD_RESOURCE.
+    pub(crate) fn owned(&self, id: u32, function: u16) -> Result<&T, (CmdStatus, u32)> {
+        self.get(id)
+            .filter(|q| q.owner() == function)
+            .ok_or((CmdStatus::BadResource, id))
+    }
+
+    pub(crate) fn owned_mut(&mut self, id: u32, function: u16) -> Result<&mut T, (CmdStatus, u32)> {
+        self.get_mut(id)
+            .filter(|q| q.owner() == function)
+            .ok_or((CmdStatus::BadResource, id))
+    }
+
+    fn remove_owned_by(&mut self, function: u16) {
+        for slot in self.items.iter_mut() {
+            if slot.as_ref().is_some_and(|q| q.owner() == function) {
+                *slot = None;
+            }
+        }
     }
 }
 
@@ -706,39 +738,11 @@ impl NicCore {
                 }
             }
         }
-        let sqs: Vec<u32> = self
-            .sqs
-            .ids()
-            .filter(|&i| self.sqs.get(i).is_some_and(|q| q.owner == function))
-            .collect();
-        for i in sqs {
-            self.sqs.remove(i);
-        }
+        self.sqs.remove_owned_by(function);
         self.active_sqs.retain(|i| self.sqs.get(*i).is_some());
-        let rqs: Vec<u32> = self
-            .rqs
-            .ids()
-            .filter(|&i| self.rqs.get(i).is_some_and(|q| q.owner == function))
-            .collect();
-        for i in rqs {
-            self.rqs.remove(i);
-        }
-        let cqs: Vec<u32> = self
-            .cqs
-            .ids()
-            .filter(|&i| self.cqs.get(i).is_some_and(|q| q.owner == function))
-            .collect();
-        for i in cqs {
-            self.cqs.remove(i);
-        }
-        let eqs: Vec<u32> = self
-            .eqs
-            .ids()
-            .filter(|&i| self.eqs.get(i).is_some_and(|q| q.owner == function))
-            .collect();
-        for i in eqs {
-            self.eqs.remove(i);
-        }
+        self.rqs.remove_owned_by(function);
+        self.cqs.remove_owned_by(function);
+        self.eqs.remove_owned_by(function);
     }
 }
 
