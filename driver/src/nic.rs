@@ -271,6 +271,7 @@ impl NicDriver {
             log_size,
             pi: 0,
             dev: self.dev.clone(),
+            scratch: vec![0; 1024],
         })
     }
 
@@ -695,6 +696,8 @@ pub struct SendQueue {
     /// WQE basic blocks posted.
     pi: u32,
     dev: Arc<dyn PciDevice>,
+    /// WQE assembly buffer (the largest WQE), reused so posting never allocates or clears 1 KiB.
+    scratch: Vec<u8>,
 }
 
 impl SendQueue {
@@ -711,7 +714,9 @@ impl SendQueue {
         if ds > MAX_WQE_DS as usize || w.inline_header.len() > MAX_INLINE_HEADER as usize {
             return Err(DriverError::InvalidArgument("WQE too large"));
         }
-        let mut buf = [0u8; 1024];
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let buf = &mut scratch[..(ds * DS_SIZE).next_multiple_of(WQEBB)];
+        buf.fill(0);
         let index = self.pi as u16;
         let ctrl = CtrlSeg {
             opcode: WQE_OP_SEND,
@@ -750,6 +755,7 @@ impl SendQueue {
             at += 16;
         }
         self.write_raw(&buf[..ds * DS_SIZE]);
+        self.scratch = scratch;
         Ok(index)
     }
 
