@@ -1,34 +1,47 @@
-//! The card: one PCIe switch with the soft NIC's host functions behind it (the FLD function
-//! joins in a later part), plus the runner that advances the model.
+//! The card (the Innova-2 of paper §6, Figure 6): one PCIe switch with the soft NIC's host
+//! functions and the FPGA's FLD function behind it, plus the runner that advances the model.
 
 use std::sync::Arc;
 
 use crate::fabric::{Fabric, FabricConfig};
+use crate::fld::abi::FldGeometry;
+use crate::fld::memory_model::MemoryParams;
+use crate::fld::FldFunction;
 use crate::nic::{Nic, NicConfig};
 
 /// Build-time configuration of the whole card.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CardConfig {
     pub fabric: FabricConfig,
     pub nic: NicConfig,
+    /// FLD's structures are sized from these analysis parameters (Table 2a by default).
+    pub fld: MemoryParams,
+}
+
+impl Default for CardConfig {
+    fn default() -> Self {
+        CardConfig { fabric: FabricConfig::default(), nic: NicConfig::default(), fld: MemoryParams::table_2a() }
+    }
 }
 
 /// The emulated card.
 pub struct Card {
     pub fabric: Arc<Fabric>,
     pub nic: Arc<Nic>,
+    pub fld: Arc<FldFunction>,
 }
 
 impl Card {
     pub fn new(config: CardConfig) -> Arc<Card> {
         let fabric = Fabric::new(config.fabric);
         let nic = Nic::new(&fabric, config.nic);
-        Arc::new(Card { fabric, nic })
+        let fld = FldFunction::new(&fabric, FldGeometry::from_params(&config.fld));
+        Arc::new(Card { fabric, nic, fld })
     }
 
     /// One step of every engine; returns the work done (0 when the card is idle).
     pub fn poll(&self) -> usize {
-        self.nic.poll()
+        self.nic.poll() + self.fld.poll()
     }
 
     /// Steps until nothing moves (bounded, so a misbehaving configuration cannot hang a test).

@@ -16,8 +16,8 @@ use crate::{DmaBuffer, DriverError, PciDevice};
 
 /// Bus address of host memory as the functions see it.
 pub const HOST_IOVA_BASE: u64 = 0x1_0000_0000;
-/// Where enumeration places BARs.
-pub const MMIO_BASE: u64 = 0xe000_0000;
+/// Where enumeration places BARs: above host memory, as a 64-bit prefetchable window.
+pub const MMIO_BASE: u64 = 0x40_0000_0000;
 /// MSI doorbell address range of an x86 host (the value is not interpreted here).
 const MSI_ADDRESS: u64 = 0xfee0_0000;
 

@@ -1,0 +1,331 @@
+//! The FLD function's programming interface (paper §5.1): control registers for the host
+//! driver (BAR0) and the NIC-facing address space (BAR2) partitioned by NIC data structure, plus
+//! FLD's internal compressed formats. Shared by the device model and the driver;
+//! `docs/fld-interface.md` describes every field.
+
+use super::memory_model::{self, MemoryParams};
+
+/// Device ID of the FLD function (vendor as for the NIC: `nic::abi::PCI_VENDOR_ID`).
+pub const FLD_DEVICE_ID: u16 = 0xf200;
+/// PCI class: processing accelerator.
+pub const FLD_CLASS_CODE: u32 = 0x12_00_00;
+
+/// BAR0: control registers (trapped).
+pub const BAR_CONTROL: u8 = 0;
+pub const BAR_CONTROL_SIZE: u64 = 0x1_0000;
+/// BAR2: the window the NIC reads and writes by peer-to-peer DMA.
+pub const BAR_NIC: u8 = 2;
+
+/// BAR0 register offsets (32-bit registers, 64-bit values as LO/HI pairs).
+pub mod reg {
+    pub const VERSION: u64 = 0x000;
+    pub const STATUS: u64 = 0x004;
+    /// Write [`super::RESET_MAGIC`]: all queues are disabled and all buffers freed.
+    pub const RESET: u64 = 0x008;
+    // Geometry (read-only), fixed when the card is built.
+    pub const TX_QUEUES: u64 = 0x010;
+    pub const LOG_TX_RING: u64 = 0x014;
+    pub const DESC_POOL: u64 = 0x018;
+    pub const TX_CHUNK: u64 = 0x01c;
+    pub const TX_CHUNKS: u64 = 0x020;
+    pub const LOG_TX_WINDOW: u64 = 0x024;
+    pub const RX_BUFFER: u64 = 0x028;
+    pub const MAX_PACKET: u64 = 0x02c;
+    pub const LOG_TX_CQ: u64 = 0x030;
+    pub const LOG_RX_CQ: u64 = 0x034;
+    /// Bus address of the NIC function's doorbell BAR, written by the driver.
+    pub const NIC_DOORBELL_LO: u64 = 0x040;
+    pub const NIC_DOORBELL_HI: u64 = 0x044;
+    /// NIC CQ numbers of the shared Tx and Rx completion queues whose rings live in the CQ
+    /// windows.
+    pub const TX_CQN: u64 = 0x048;
+    pub const RX_CQN: u64 = 0x04c;
+    /// Receive: NIC striding RQ number, its stride layout and number of WQEs (buffers).
+    pub const RX_RQN: u64 = 0x050;
+    pub const RX_LOG_STRIDE: u64 = 0x054;
+    pub const RX_LOG_STRIDES: u64 = 0x058;
+    pub const RX_LOG_WQES: u64 = 0x05c;
+    /// Write 1 to start receive (after the RQ WQEs were posted by the driver).
+    pub const RX_ENABLE: u64 = 0x060;
+    /// Every Nth WQE of a queue requests a completion (selective signalling).
+    pub const TX_SIGNAL_EVERY: u64 = 0x064;
+    /// Per Tx queue q: `TXQ_BASE + 16 q` = NIC SQ number | [`super::TXQ_ENABLE`].
+    pub const TXQ_BASE: u64 = 0x1000;
+    /// Statistics, 64-bit counters (see [`super::Stat`]).
+    pub const STATS_BASE: u64 = 0x400;
+    /// Memory report: bytes allocated per structure, 64-bit values (see [`super::MemoryItem`]).
+    pub const MEMORY_BASE: u64 = 0x600;
+}
+
+pub const FLD_VERSION: u32 = 0x0001_0000;
+pub const STATUS_READY: u32 = 1;
+pub const RESET_MAGIC: u32 = 1;
+pub const TXQ_ENABLE: u32 = 1 << 31;
+
+/// Statistics counters at `reg::STATS_BASE + 8 * index`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stat {
+    TxPackets = 0,
+    TxBytes,
+    TxCompletions,
+    /// Accelerator packets for a queue that does not exist or is disabled.
+    TxUnknownQueue,
+    /// Accelerator packets larger than the maximum packet size, or empty.
+    TxBadLength,
+    /// Sends refused for lack of credits (the accelerator keeps the packet).
+    TxNoCredit,
+    /// Descriptor-table insertions that stalled on a full stash.
+    TxStalls,
+    TxErrorCompletions,
+    RxPackets,
+    RxBytes,
+    /// Received packets the accelerator could not take (no backpressure, §5.5).
+    RxAcceleratorDrops,
+    RxErrorCompletions,
+    /// NIC reads or writes outside any configured window.
+    BadWindowAccesses,
+    /// CQEs for a queue FLD does not know.
+    UnknownCqes,
+    RxRecycledWqes,
+}
+pub const STAT_COUNT: usize = 15;
+
+/// Memory report entries at `reg::MEMORY_BASE + 8 * index` (bytes of on-chip memory).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryItem {
+    TxDescriptorPool = 0,
+    TxRingTranslation,
+    TxBuffer,
+    TxDataTranslation,
+    RxBuffer,
+    TxCompletions,
+    RxCompletions,
+    ProducerIndices,
+    Total,
+}
+pub const MEMORY_ITEMS: usize = 9;
+
+/// Byte pattern returned for NIC reads that hit no structure.
+pub const FILL_PATTERN: u8 = 0xfd;
+
+/// Sizes of every FLD structure, derived from the Table 2a parameters exactly as the memory
+/// model derives them, so the running device allocates what Table 3's FLD column says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FldGeometry {
+    pub tx_queues: u32,
+    /// Virtual Tx ring per queue: `f(N_txdesc)` WQE basic blocks.
+    pub log_tx_ring: u8,
+    /// Shared pool of compressed descriptors: `f(N_txdesc)`.
+    pub desc_pool: u32,
+    /// Tx buffer chunk size `G` (largest power of two ≤ M_min).
+    pub tx_chunk: u32,
+    /// Chunks in the shared Tx buffer: `ceil(2 S_txbdp / G)`.
+    pub tx_chunks: u32,
+    /// Per-queue virtual Tx-data window: `f(P) · G` bytes.
+    pub log_tx_window: u8,
+    /// Rx buffer bytes (`2 S_rxbdp`, rounded up to whole striding WQEs).
+    pub rx_buffer: u32,
+    pub max_packet: u32,
+    /// Shared completion queues (`f(N_txdesc)`, `f(N_rxdesc)` entries).
+    pub log_tx_cq: u8,
+    pub log_rx_cq: u8,
+}
+
+impl FldGeometry {
+    pub fn from_params(p: &MemoryParams) -> Self {
+        let d = memory_model::derive(p);
+        let chunk = memory_model::xlt_data_granularity(p);
+        let chunks = memory_model::fld_tx_buffer_bytes(p).div_ceil(chunk);
+        let log = |n: u64| memory_model::ceil_log2(memory_model::f(n)) as u8;
+        FldGeometry {
+            tx_queues: p.tx_queues,
+            log_tx_ring: log(d.n_txdesc),
+            desc_pool: memory_model::f(d.n_txdesc) as u32,
+            tx_chunk: chunk as u32,
+            tx_chunks: chunks as u32,
+            log_tx_window: log(chunks) + chunk.trailing_zeros() as u8,
+            rx_buffer: (2.0 * d.s_rxbdp_bytes).ceil() as u32,
+            max_packet: p.max_packet,
+            log_tx_cq: log(d.n_txdesc),
+            log_rx_cq: log(d.n_rxdesc),
+        }
+    }
+
+    /// BAR2 layout: Tx-ring window, Tx-data window, Rx-buffer window, Tx CQ window, Rx CQ
+    /// window, each starting on a power-of-two boundary.
+    pub fn tx_ring_bytes(&self) -> u64 {
+        (crate::nic::abi::WQEBB as u64) << self.log_tx_ring
+    }
+    pub fn tx_ring_base(&self) -> u64 {
+        0
+    }
+    pub fn tx_data_base(&self) -> u64 {
+        (self.tx_queues as u64 * self.tx_ring_bytes()).next_power_of_two()
+    }
+    pub fn tx_window_bytes(&self) -> u64 {
+        1 << self.log_tx_window
+    }
+    pub fn rx_buffer_base(&self) -> u64 {
+        self.tx_data_base() + (self.tx_queues as u64 * self.tx_window_bytes()).next_power_of_two()
+    }
+    pub fn tx_cq_base(&self) -> u64 {
+        self.rx_buffer_base() + (self.rx_buffer as u64).next_power_of_two()
+    }
+    pub fn rx_cq_base(&self) -> u64 {
+        self.tx_cq_base() + ((crate::nic::abi::CQE_SIZE as u64) << self.log_tx_cq)
+    }
+    /// Size of BAR2 (a power of two covering every window).
+    pub fn bar_size(&self) -> u64 {
+        (self.rx_cq_base() + ((crate::nic::abi::CQE_SIZE as u64) << self.log_rx_cq)).next_power_of_two().max(0x10_0000)
+    }
+}
+
+/// The 8-byte compressed Tx descriptor FLD keeps per posted packet (§5.2 "Compression"):
+/// everything the NIC's 64-byte WQE says that FLD cannot derive from the queue.
+///
+/// | bits | field |
+/// |---|---|
+/// | 0..24 | offset of the packet in the queue's Tx-data window |
+/// | 24..38 | length − 1 (1..16 KiB) |
+/// | 38..40 | checksum flags (CS_L3, CS_L4) |
+/// | 40 | completion requested |
+/// | 41..57 | WQE index (the queue's counter, low 16 bits) |
+/// | 57..64 | reserved |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CompressedDesc(pub u64);
+
+impl CompressedDesc {
+    pub fn new(window_offset: u32, len: u32, cs_flags: u8, signal: bool, wqe_index: u16) -> Self {
+        let v = (window_offset as u64 & 0xff_ffff)
+            | ((len.saturating_sub(1) as u64 & 0x3fff) << 24)
+            | ((cs_flags as u64 & 3) << 38)
+            | ((signal as u64) << 40)
+            | ((wqe_index as u64) << 41);
+        CompressedDesc(v)
+    }
+    pub fn window_offset(self) -> u32 {
+        (self.0 & 0xff_ffff) as u32
+    }
+    pub fn len(self) -> u32 {
+        ((self.0 >> 24) & 0x3fff) as u32 + 1
+    }
+    pub fn cs_flags(self) -> u8 {
+        ((self.0 >> 38) & 3) as u8
+    }
+    pub fn signal(self) -> bool {
+        (self.0 >> 40) & 1 != 0
+    }
+    pub fn wqe_index(self) -> u16 {
+        (self.0 >> 41) as u16
+    }
+}
+
+/// The 15-byte compressed CQE FLD stores when the NIC writes a 64-byte CQE into a CQ window
+/// (§5.2, Table 2b: 64 B → 15 B). Only what FLD acts on is kept.
+///
+/// | byte | field |
+/// |---|---|
+/// | 0 | opcode (bits 4..8), flags: TRUNCATED, FILLER, WQE_DONE (bits 0..3) |
+/// | 1..3 | queue number (SQ or RQ, low 16 bits) |
+/// | 3..5 | send: WQE counter; receive: byte count |
+/// | 5..7 | receive: stride index; send errors: syndrome |
+/// | 7 | checksum/parse flags |
+/// | 8..11 | flow tag (context ID, 24 bits) |
+/// | 11..15 | RSS hash |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CompressedCqe(pub [u8; 15]);
+
+impl CompressedCqe {
+    pub fn compress(c: &crate::nic::abi::Cqe) -> Self {
+        let mut b = [0u8; 15];
+        let opcode = c.op_own >> 4;
+        b[0] = (opcode << 4) | (c.flags & 0x7);
+        b[1..3].copy_from_slice(&(c.qn.get() as u16).to_le_bytes());
+        let is_send = opcode == crate::nic::abi::CQE_REQ || opcode == crate::nic::abi::CQE_REQ_ERR;
+        let w = if is_send { c.wqe_counter.get() } else { c.byte_count.get() as u16 };
+        b[3..5].copy_from_slice(&w.to_le_bytes());
+        let x = if is_send { c.syndrome as u16 } else { c.stride_index.get() };
+        b[5..7].copy_from_slice(&x.to_le_bytes());
+        b[7] = c.csum;
+        b[8..11].copy_from_slice(&c.flow_tag.get().to_le_bytes()[..3]);
+        b[11..15].copy_from_slice(&c.rss_hash.get().to_le_bytes());
+        CompressedCqe(b)
+    }
+    pub fn opcode(&self) -> u8 {
+        self.0[0] >> 4
+    }
+    pub fn flags(&self) -> u8 {
+        self.0[0] & 0x7
+    }
+    pub fn queue(&self) -> u16 {
+        u16::from_le_bytes([self.0[1], self.0[2]])
+    }
+    /// Send: WQE counter. Receive: byte count.
+    pub fn counter_or_len(&self) -> u16 {
+        u16::from_le_bytes([self.0[3], self.0[4]])
+    }
+    /// Receive: stride index. Send errors: syndrome.
+    pub fn stride_or_syndrome(&self) -> u16 {
+        u16::from_le_bytes([self.0[5], self.0[6]])
+    }
+    pub fn csum(&self) -> u8 {
+        self.0[7]
+    }
+    pub fn flow_tag(&self) -> u32 {
+        u32::from_le_bytes([self.0[8], self.0[9], self.0[10], 0])
+    }
+    pub fn rss_hash(&self) -> u32 {
+        u32::from_le_bytes([self.0[11], self.0[12], self.0[13], self.0[14]])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nic::abi::{cqe_flags, Cqe, CQE_REQ, CQE_RESP_SEND};
+    use zerocopy::little_endian::{U16, U32};
+
+    #[test]
+    fn table_2a_geometry_matches_the_memory_model() {
+        let g = FldGeometry::from_params(&MemoryParams::table_2a());
+        assert_eq!((g.tx_queues, g.log_tx_ring, g.desc_pool), (512, 11, 2048));
+        assert_eq!((g.tx_chunk, g.tx_chunks, g.log_tx_window), (256, 2442, 20));
+        assert_eq!((g.rx_buffer, g.log_tx_cq, g.log_rx_cq), (125_000, 11, 8));
+        // Windows do not overlap and the BAR covers them.
+        assert!(g.tx_data_base() >= g.tx_ring_base() + 512 * g.tx_ring_bytes());
+        assert!(g.rx_buffer_base() >= g.tx_data_base() + 512 * g.tx_window_bytes());
+        assert!(g.bar_size().is_power_of_two() && g.bar_size() >= g.rx_cq_base() + (64 << 8));
+    }
+
+    #[test]
+    fn compressed_descriptor_round_trips() {
+        for (off, len, cs, sig, idx) in [(0u32, 1u32, 0u8, false, 0u16), (0xff_ffff, 16384, 3, true, 0xffff), (12345, 1500, 2, false, 777)] {
+            let d = CompressedDesc::new(off, len, cs, sig, idx);
+            assert_eq!((d.window_offset(), d.len(), d.cs_flags(), d.signal(), d.wqe_index()), (off, len, cs, sig, idx));
+        }
+    }
+
+    #[test]
+    fn cqe_compression_keeps_what_fld_needs() {
+        let rx = Cqe {
+            flow_tag: U32::new(0xabcdef),
+            rss_hash: U32::new(0x1234_5678),
+            byte_count: U32::new(9000),
+            stride_index: U16::new(37),
+            csum: 0x2b,
+            flags: cqe_flags::WQE_DONE,
+            qn: U32::new(5),
+            op_own: (CQE_RESP_SEND << 4) | 1,
+            ..Default::default()
+        };
+        let c = CompressedCqe::compress(&rx);
+        assert_eq!((c.opcode(), c.flags(), c.queue(), c.counter_or_len(), c.stride_or_syndrome()), (CQE_RESP_SEND, cqe_flags::WQE_DONE, 5, 9000, 37));
+        assert_eq!((c.csum(), c.flow_tag(), c.rss_hash()), (0x2b, 0xabcdef, 0x1234_5678));
+        let tx = Cqe { wqe_counter: U16::new(0xbeef), qn: U32::new(9), op_own: CQE_REQ << 4, ..Default::default() };
+        let c = CompressedCqe::compress(&tx);
+        assert_eq!((c.opcode(), c.queue(), c.counter_or_len()), (CQE_REQ, 9, 0xbeef));
+        assert_eq!(core::mem::size_of::<CompressedCqe>(), 15);
+    }
+}
