@@ -20,7 +20,11 @@ pub struct CardConfig {
 
 impl Default for CardConfig {
     fn default() -> Self {
-        CardConfig { fabric: FabricConfig::default(), nic: NicConfig::default(), fld: MemoryParams::table_2a() }
+        CardConfig {
+            fabric: FabricConfig::default(),
+            nic: NicConfig::default(),
+            fld: MemoryParams::table_2a(),
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! bring-up code runs in-process, over a vfio-user socket and inside a guest with vfio-pci.
 //! [`nic::NicDriver`] speaks the soft NIC's command interface and owns its queues.
 
+pub mod fld;
 pub mod inprocess;
 pub mod nic;
 mod pci;

@@ -275,9 +275,55 @@ impl NicDriver {
         })
     }
 
+    /// A CQ whose ring is device memory at bus address `addr` (a peer's BAR, e.g. FLD's CQ
+    /// window): the driver neither allocates nor polls it. Returns the CQ number.
+    pub fn create_cq_at(
+        &mut self,
+        eq: &EventQueue,
+        log_size: u8,
+        addr: u64,
+    ) -> Result<u32, DriverError> {
+        self.check_log(log_size, self.caps.max_log_cq_size)?;
+        self.create(
+            op::CREATE_CQ,
+            &CreateCqIn {
+                addr: U64::new(addr),
+                eqn: U32::new(eq.eqn),
+                log_size,
+                rsvd: [0; 3],
+            },
+        )
+    }
+
+    /// An SQ whose ring is device memory at bus address `addr` (FLD's Tx-ring window), completing
+    /// into CQ `cqn`. Returns the SQ number.
+    pub fn create_sq_at(&mut self, cqn: u32, log_size: u8, addr: u64) -> Result<u32, DriverError> {
+        self.check_log(log_size, self.caps.max_log_sq_size)?;
+        self.create(
+            op::CREATE_SQ,
+            &CreateSqIn {
+                addr: U64::new(addr),
+                cqn: U32::new(cqn),
+                log_size,
+                flags: 0,
+                rsvd: [0; 2],
+            },
+        )
+    }
+
     pub fn create_rq(
         &mut self,
         cq: &CompletionQueue,
+        log_size: u8,
+        layout: RqLayout,
+    ) -> Result<RecvQueue, DriverError> {
+        self.create_rq_on(cq.cqn, log_size, layout)
+    }
+
+    /// An RQ completing into CQ number `cqn` (which may live in a peer's memory).
+    pub fn create_rq_on(
+        &mut self,
+        cqn: u32,
         log_size: u8,
         layout: RqLayout,
     ) -> Result<RecvQueue, DriverError> {
@@ -292,7 +338,7 @@ impl NicDriver {
         };
         let input = CreateRqIn {
             addr: U64::new(ring.iova()),
-            cqn: U32::new(cq.cqn),
+            cqn: U32::new(cqn),
             log_size,
             rq_type,
             log_stride_size,

@@ -75,6 +75,14 @@ pub trait PciDevice: Send + Sync {
     fn config_write16(&self, offset: u64, v: u16) {
         self.config_write(offset, &v.to_le_bytes())
     }
+    /// The bus address programmed into 64-bit memory BAR `bar` (what peers use to reach it).
+    fn bar_bus_address(&self, bar: u8) -> u64 {
+        let mut lo = [0; 4];
+        let mut hi = [0; 4];
+        self.config_read(0x10 + 4 * bar as u64, &mut lo);
+        self.config_read(0x14 + 4 * bar as u64, &mut hi);
+        ((u32::from_le_bytes(hi) as u64) << 32) | (u32::from_le_bytes(lo) & !0xf) as u64
+    }
 }
 
 /// A DMA-able buffer: host memory at `iova` as the device sees it. Accessors check bounds and

@@ -464,3 +464,56 @@ impl InProcessPair {
         })
     }
 }
+
+/// An in-process card running the FLD-E echo path: the generator on host function 1, the NIC's
+/// function 0 bound to FLD, and the echo accelerator behind FLD.
+pub struct FldEchoSetup {
+    pub card: Arc<fld_device::card::Card>,
+    pub host: Arc<fld_driver::inprocess::InProcessHost>,
+    pub client: EthDev,
+    pub flde: crate::flde::FldE,
+}
+
+impl FldEchoSetup {
+    pub fn new(max_frame: usize) -> Result<Self, fld_driver::DriverError> {
+        use fld_device::card::{Card, CardConfig};
+        use fld_driver::inprocess::InProcessHost;
+        let card = Card::new(CardConfig::default());
+        let host = InProcessHost::new(card.clone(), 1 << 30)?;
+        let no = fld_driver::DriverError::InvalidArgument("missing function");
+        let f0 = card.nic.function_id(0).ok_or(no)?;
+        let f1 = card
+            .nic
+            .function_id(1)
+            .ok_or(fld_driver::DriverError::InvalidArgument("missing function"))?;
+        let mut flde = crate::flde::FldE::open(host.device(f0), host.device(card.fld.id()), 1)?;
+        card.fld
+            .set_accelerator(Box::new(fld_device::accel::Echo::new(0, 256)));
+        flde.accelerate(0, &[], 1)?;
+        let mut client = EthDev::open(host.device(f1))?;
+        let buf = (max_frame + crate::mempool::HEADROOM as usize) as u32;
+        let cfg = crate::ethdev::PortConfig {
+            rx_mode: crate::ethdev::RxMode::Striding {
+                log_stride_size: 8,
+                log_strides: 6,
+            },
+            max_rx_frame: max_frame as u32,
+            ..Default::default()
+        };
+        let dev1 = host.device(f1);
+        client.configure(cfg, Mempool::new(dev1.as_ref(), 4096, buf)?)?;
+        Ok(FldEchoSetup {
+            card,
+            host,
+            client,
+            flde,
+        })
+    }
+
+    /// The generator sends to the accelerator's vPort and checks every returned byte.
+    pub fn run_echo(&mut self, cfg: &EchoConfig) -> EchoReport {
+        let mac = self.flde.mac();
+        let card = self.card.clone();
+        run_echo(&mut self.client, mac, cfg, || card.poll())
+    }
+}

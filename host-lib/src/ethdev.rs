@@ -112,6 +112,15 @@ struct RxQueue {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowHandle(u32);
 
+impl FlowHandle {
+    pub(crate) fn new(id: u32) -> Self {
+        FlowHandle(id)
+    }
+    pub(crate) fn id(self) -> u32 {
+        self.0
+    }
+}
+
 /// One Ethernet port.
 pub struct EthDev {
     nic: NicDriver,

@@ -4,6 +4,7 @@
 
 pub mod apps;
 pub mod ethdev;
+pub mod flde;
 pub mod flow;
 pub mod mempool;
 

@@ -75,13 +75,22 @@ pub struct Echo {
 
 impl Echo {
     pub fn new(tx_queue: u16, capacity: usize) -> Self {
-        Echo { tx_queue, held: Default::default(), spare: Vec::new(), capacity, echoed: 0 }
+        Echo {
+            tx_queue,
+            held: Default::default(),
+            spare: Vec::new(),
+            capacity,
+            echoed: 0,
+        }
     }
 
     fn flush(&mut self, tx: &mut dyn TxStream) -> usize {
         let mut n = 0;
         while let Some(p) = self.held.front() {
-            let meta = TxMeta { queue: self.tx_queue, cs_flags: 0 };
+            let meta = TxMeta {
+                queue: self.tx_queue,
+                cs_flags: 0,
+            };
             match tx.send(&meta, p) {
                 Ok(()) => {
                     n += 1;
@@ -140,7 +149,10 @@ mod tests {
 
     impl TxStream for Sink {
         fn credits(&self, _queue: u16) -> Credits {
-            Credits { packets: self.credits, bytes: self.credits * 2048 }
+            Credits {
+                packets: self.credits,
+                bytes: self.credits * 2048,
+            }
         }
         fn send(&mut self, meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused> {
             if self.credits == 0 {
@@ -155,7 +167,10 @@ mod tests {
     #[test]
     fn echo_swaps_addresses_and_holds_packets_until_credits_return() {
         let mut e = Echo::new(3, 2);
-        let mut tx = Sink { credits: 1, sent: vec![] };
+        let mut tx = Sink {
+            credits: 1,
+            sent: vec![],
+        };
         let frame: Vec<u8> = (0..64u8).collect();
         assert!(e.receive(&RxMeta::default(), &frame, &mut tx));
         assert!(e.receive(&RxMeta::default(), &frame, &mut tx));

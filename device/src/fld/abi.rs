@@ -178,7 +178,9 @@ impl FldGeometry {
     }
     /// Size of BAR2 (a power of two covering every window).
     pub fn bar_size(&self) -> u64 {
-        (self.rx_cq_base() + ((crate::nic::abi::CQE_SIZE as u64) << self.log_rx_cq)).next_power_of_two().max(0x10_0000)
+        (self.rx_cq_base() + ((crate::nic::abi::CQE_SIZE as u64) << self.log_rx_cq))
+            .next_power_of_two()
+            .max(0x10_0000)
     }
 }
 
@@ -244,9 +246,17 @@ impl CompressedCqe {
         b[0] = (opcode << 4) | (c.flags & 0x7);
         b[1..3].copy_from_slice(&(c.qn.get() as u16).to_le_bytes());
         let is_send = opcode == crate::nic::abi::CQE_REQ || opcode == crate::nic::abi::CQE_REQ_ERR;
-        let w = if is_send { c.wqe_counter.get() } else { c.byte_count.get() as u16 };
+        let w = if is_send {
+            c.wqe_counter.get()
+        } else {
+            c.byte_count.get() as u16
+        };
         b[3..5].copy_from_slice(&w.to_le_bytes());
-        let x = if is_send { c.syndrome as u16 } else { c.stride_index.get() };
+        let x = if is_send {
+            c.syndrome as u16
+        } else {
+            c.stride_index.get()
+        };
         b[5..7].copy_from_slice(&x.to_le_bytes());
         b[7] = c.csum;
         b[8..11].copy_from_slice(&c.flow_tag.get().to_le_bytes()[..3]);
@@ -301,9 +311,22 @@ mod tests {
 
     #[test]
     fn compressed_descriptor_round_trips() {
-        for (off, len, cs, sig, idx) in [(0u32, 1u32, 0u8, false, 0u16), (0xff_ffff, 16384, 3, true, 0xffff), (12345, 1500, 2, false, 777)] {
+        for (off, len, cs, sig, idx) in [
+            (0u32, 1u32, 0u8, false, 0u16),
+            (0xff_ffff, 16384, 3, true, 0xffff),
+            (12345, 1500, 2, false, 777),
+        ] {
             let d = CompressedDesc::new(off, len, cs, sig, idx);
-            assert_eq!((d.window_offset(), d.len(), d.cs_flags(), d.signal(), d.wqe_index()), (off, len, cs, sig, idx));
+            assert_eq!(
+                (
+                    d.window_offset(),
+                    d.len(),
+                    d.cs_flags(),
+                    d.signal(),
+                    d.wqe_index()
+                ),
+                (off, len, cs, sig, idx)
+            );
         }
     }
 
@@ -321,11 +344,31 @@ mod tests {
             ..Default::default()
         };
         let c = CompressedCqe::compress(&rx);
-        assert_eq!((c.opcode(), c.flags(), c.queue(), c.counter_or_len(), c.stride_or_syndrome()), (CQE_RESP_SEND, cqe_flags::WQE_DONE, 5, 9000, 37));
-        assert_eq!((c.csum(), c.flow_tag(), c.rss_hash()), (0x2b, 0xabcdef, 0x1234_5678));
-        let tx = Cqe { wqe_counter: U16::new(0xbeef), qn: U32::new(9), op_own: CQE_REQ << 4, ..Default::default() };
+        assert_eq!(
+            (
+                c.opcode(),
+                c.flags(),
+                c.queue(),
+                c.counter_or_len(),
+                c.stride_or_syndrome()
+            ),
+            (CQE_RESP_SEND, cqe_flags::WQE_DONE, 5, 9000, 37)
+        );
+        assert_eq!(
+            (c.csum(), c.flow_tag(), c.rss_hash()),
+            (0x2b, 0xabcdef, 0x1234_5678)
+        );
+        let tx = Cqe {
+            wqe_counter: U16::new(0xbeef),
+            qn: U32::new(9),
+            op_own: CQE_REQ << 4,
+            ..Default::default()
+        };
         let c = CompressedCqe::compress(&tx);
-        assert_eq!((c.opcode(), c.queue(), c.counter_or_len()), (CQE_REQ, 9, 0xbeef));
+        assert_eq!(
+            (c.opcode(), c.queue(), c.counter_or_len()),
+            (CQE_REQ, 9, 0xbeef)
+        );
         assert_eq!(core::mem::size_of::<CompressedCqe>(), 15);
     }
 }

@@ -202,7 +202,11 @@ pub fn f(n: u64) -> u64 {
 
 /// `ceil(log2 n)` for `n ≥ 1` (0 for `n ≤ 1`): bits needed to index `n` items.
 pub fn ceil_log2(n: u64) -> u32 {
-    if n <= 1 { 0 } else { 64 - (n - 1).leading_zeros() }
+    if n <= 1 {
+        0
+    } else {
+        64 - (n - 1).leading_zeros()
+    }
 }
 
 /// Bytes per second for a line rate in Gbps.
@@ -256,7 +260,11 @@ pub struct TranslationTableSize {
 /// * `virtual_entries`: size of each queue's virtual index space;
 /// * `physical_slots`: number of physical slots (the most entries the table
 ///   ever holds). The table has `2 · f(physical_slots)` buckets.
-pub fn cuckoo_translation_table(queues: u64, virtual_entries: u64, physical_slots: u64) -> TranslationTableSize {
+pub fn cuckoo_translation_table(
+    queues: u64,
+    virtual_entries: u64,
+    physical_slots: u64,
+) -> TranslationTableSize {
     let buckets = CUCKOO_BUCKETS_PER_ENTRY * f(physical_slots);
     let queue_bits = ceil_log2(queues);
     let virtual_index_bits = ceil_log2(virtual_entries);
@@ -427,7 +435,8 @@ pub struct StructureSize {
 impl StructureSize {
     /// Table 3's "shrink ratio" column: software / FLD bytes.
     pub fn shrink_ratio(&self) -> Option<f64> {
-        self.fld_bytes.map(|b| self.software_bytes as f64 / b as f64)
+        self.fld_bytes
+            .map(|b| self.software_bytes as f64 / b as f64)
     }
 }
 
@@ -535,7 +544,11 @@ pub fn figure4_sweep(base: &MemoryParams) -> Vec<SweepPoint> {
     let mut points = Vec::new();
     for &bw in FIGURE4_BANDWIDTHS_GBPS.iter() {
         for q in figure4_queue_counts() {
-            let p = MemoryParams { bandwidth_gbps: bw, tx_queues: q, ..*base };
+            let p = MemoryParams {
+                bandwidth_gbps: bw,
+                tx_queues: q,
+                ..*base
+            };
             let sw = software_requirement(&p).total;
             let fld = fld_requirement(&p).total;
             points.push(SweepPoint {
@@ -622,7 +635,8 @@ mod tests {
         assert_eq!(sw.total, 89_544_708);
         assert!(close(mib(sw.total), 85.397, 0.001));
         assert_eq!((mib(sw.total) * 10.0).floor() / 10.0, 85.3);
-        let printed_cells_sum: f64 = 64.0 + 17.7 + 3.5 + 144.0 / 1024.0 + 4.0 / 1024.0 + 2052.0 / MIB;
+        let printed_cells_sum: f64 =
+            64.0 + 17.7 + 3.5 + 144.0 / 1024.0 + 4.0 / 1024.0 + 2052.0 / MIB;
         assert!(close(printed_cells_sum, 85.3, 0.05));
     }
 
@@ -633,7 +647,10 @@ mod tests {
         assert_eq!(tx.banks, 4);
         assert_eq!(tx.buckets, 4096);
         assert_eq!(tx.buckets_per_bank, 1024);
-        assert_eq!((tx.queue_bits, tx.virtual_index_bits, tx.physical_slot_bits), (9, 11, 11));
+        assert_eq!(
+            (tx.queue_bits, tx.virtual_index_bits, tx.physical_slot_bits),
+            (9, 11, 11)
+        );
         assert_eq!(tx.entry_bits, 31);
         assert_eq!(tx.bytes, 15_872);
         assert_eq!(kib(tx.bytes), 15.5); // §5.2: 15.5 KiB
@@ -643,16 +660,29 @@ mod tests {
         assert_eq!(data.banks, 4);
         assert_eq!(data.buckets, 8192);
         assert_eq!(data.buckets_per_bank, 2048);
-        assert_eq!((data.queue_bits, data.virtual_index_bits, data.physical_slot_bits), (9, 12, 12));
+        assert_eq!(
+            (
+                data.queue_bits,
+                data.virtual_index_bits,
+                data.physical_slot_bits
+            ),
+            (9, 12, 12)
+        );
         assert_eq!(data.entry_bits, 33);
         assert_eq!(data.bytes, 33 * 1024); // §5.2: 33 KiB
-        // Load factor ≤ 1/2: at most P = 2442 chunks mapped.
+                                           // Load factor ≤ 1/2: at most P = 2442 chunks mapped.
         assert!(2 * 2442 <= data.buckets);
 
         // Granularity is a power of two not above M_min.
-        let odd = MemoryParams { min_packet: 300, ..p };
+        let odd = MemoryParams {
+            min_packet: 300,
+            ..p
+        };
         assert_eq!(xlt_data_granularity(&odd), 256);
-        let small = MemoryParams { min_packet: 64, ..p };
+        let small = MemoryParams {
+            min_packet: 64,
+            ..p
+        };
         assert_eq!(xlt_data_granularity(&small), 64);
     }
 
@@ -737,7 +767,10 @@ mod tests {
         for &bw in FIGURE4_BANDWIDTHS_GBPS.iter() {
             let row: Vec<&SweepPoint> = pts.iter().filter(|s| s.bandwidth_gbps == bw).collect();
             assert_eq!(row.len(), 12);
-            let p = MemoryParams { bandwidth_gbps: bw, ..base };
+            let p = MemoryParams {
+                bandwidth_gbps: bw,
+                ..base
+            };
             let ring = f(derive(&p).n_txdesc) * SW_TXDESC_BYTES;
             // Software grows linearly with N_q: total minus the per-queue
             // terms (S_txq and producer indices) is the same for all N_q.
@@ -767,11 +800,17 @@ mod tests {
         }
 
         // Table 2a's point of the sweep matches Table 3.
-        let t3 = pts.iter().find(|s| s.bandwidth_gbps == 100.0 && s.tx_queues == 512).unwrap();
+        let t3 = pts
+            .iter()
+            .find(|s| s.bandwidth_gbps == 100.0 && s.tx_queues == 512)
+            .unwrap();
         assert_eq!(t3.software_total, 89_544_708);
         assert_eq!(t3.fld_total, 852_660);
 
-        let top = pts.iter().find(|s| s.bandwidth_gbps == 400.0 && s.tx_queues == 2048).unwrap();
+        let top = pts
+            .iter()
+            .find(|s| s.bandwidth_gbps == 400.0 && s.tx_queues == 2048)
+            .unwrap();
         println!(
             "400 Gbps x 2048 Tx queues: software {} B ({:.1} MiB), FLD {} B ({:.2} MiB), ratio x{:.0}",
             top.software_total,

@@ -116,7 +116,10 @@ impl FldCore {
                 pool: vec![CompressedDesc::default(); geo.desc_pool as usize],
                 pool_free: (0..geo.desc_pool).rev().collect(),
                 ring_xlt: CuckooTable::new(geo.desc_pool, 0x5eed_0001),
-                data_xlt: CuckooTable::new(window_chunks.min(geo.tx_chunks.next_power_of_two()), 0x5eed_0002),
+                data_xlt: CuckooTable::new(
+                    window_chunks.min(geo.tx_chunks.next_power_of_two()),
+                    0x5eed_0002,
+                ),
                 buffer: vec![0; geo.tx_chunks as usize * geo.tx_chunk as usize],
                 chunks_free: (0..geo.tx_chunks).rev().collect(),
                 queues: vec![TxQueue::default(); geo.tx_queues as usize],
@@ -147,10 +150,18 @@ impl FldCore {
         let ring_entries = 1u32 << g.log_tx_ring;
         let mut m = [0u64; MEMORY_ITEMS];
         m[MemoryItem::TxDescriptorPool as usize] = self.tx.pool.len() as u64 * 8;
-        m[MemoryItem::TxRingTranslation as usize] = self.tx.ring_xlt.memory_bytes(g.tx_queues, ring_entries);
+        m[MemoryItem::TxRingTranslation as usize] =
+            self.tx.ring_xlt.memory_bytes(g.tx_queues, ring_entries);
         m[MemoryItem::TxBuffer as usize] = self.tx.buffer.len() as u64;
-        m[MemoryItem::TxDataTranslation as usize] = self.tx.data_xlt.memory_bytes(g.tx_queues, self.window_chunks());
-        m[MemoryItem::RxBuffer as usize] = if self.rx.enabled { self.rx.buffer.len() as u64 } else { g.rx_buffer as u64 };
+        m[MemoryItem::TxDataTranslation as usize] = self
+            .tx
+            .data_xlt
+            .memory_bytes(g.tx_queues, self.window_chunks());
+        m[MemoryItem::RxBuffer as usize] = if self.rx.enabled {
+            self.rx.buffer.len() as u64
+        } else {
+            g.rx_buffer as u64
+        };
         m[MemoryItem::TxCompletions as usize] = (1u64 << g.log_tx_cq) * 15;
         m[MemoryItem::RxCompletions as usize] = (1u64 << g.log_rx_cq) * 15;
         m[MemoryItem::ProducerIndices as usize] = (g.tx_queues as u64 + 1) * 4;
@@ -180,14 +191,37 @@ pub struct FldFunction {
 impl FldFunction {
     /// Builds FLD with the structures sized for `geo` and plugs it into `fabric`.
     pub fn new(fabric: &Arc<Fabric>, geo: FldGeometry) -> Arc<FldFunction> {
-        let shared = Arc::new(FldShared { fabric: fabric.clone(), core: Mutex::new(FldCore::new(geo)) });
+        let shared = Arc::new(FldShared {
+            fabric: fabric.clone(),
+            core: Mutex::new(FldCore::new(geo)),
+        });
         fabric.attach(|fid| {
             let cs = ConfigSpace::new(
-                Identity { vendor_id: nic::PCI_VENDOR_ID, device_id: FLD_DEVICE_ID, class_code: FLD_CLASS_CODE, revision: 1, subsystem_id: 0 },
-                &[BarSpec { index: BAR_CONTROL, size: BAR_CONTROL_SIZE, prefetchable: false }, BarSpec { index: BAR_NIC, size: geo.bar_size(), prefetchable: true }],
+                Identity {
+                    vendor_id: nic::PCI_VENDOR_ID,
+                    device_id: FLD_DEVICE_ID,
+                    class_code: FLD_CLASS_CODE,
+                    revision: 1,
+                    subsystem_id: 0,
+                },
+                &[
+                    BarSpec {
+                        index: BAR_CONTROL,
+                        size: BAR_CONTROL_SIZE,
+                        prefetchable: false,
+                    },
+                    BarSpec {
+                        index: BAR_NIC,
+                        size: geo.bar_size(),
+                        prefetchable: true,
+                    },
+                ],
                 None,
             );
-            Arc::new(FldFunction { pci: PciState::new(fid, cs), shared })
+            Arc::new(FldFunction {
+                pci: PciState::new(fid, cs),
+                shared,
+            })
         })
     }
 
@@ -269,13 +303,24 @@ impl FldFunction {
             reg::TX_SIGNAL_EVERY => core.signal_every,
             o if (reg::STATS_BASE..stat_end).contains(&o) => {
                 let v = core.stats[((o - reg::STATS_BASE) / 8) as usize];
-                if o % 8 == 0 { v as u32 } else { (v >> 32) as u32 }
+                if o % 8 == 0 {
+                    v as u32
+                } else {
+                    (v >> 32) as u32
+                }
             }
             o if (reg::MEMORY_BASE..mem_end).contains(&o) => {
                 let v = core.memory_report()[((o - reg::MEMORY_BASE) / 8) as usize];
-                if o % 8 == 0 { v as u32 } else { (v >> 32) as u32 }
+                if o % 8 == 0 {
+                    v as u32
+                } else {
+                    (v >> 32) as u32
+                }
             }
-            o if o >= reg::TXQ_BASE && ((o - reg::TXQ_BASE) / 16) < g.tx_queues as u64 && o % 16 == 0 => {
+            o if o >= reg::TXQ_BASE
+                && ((o - reg::TXQ_BASE) / 16) < g.tx_queues as u64
+                && o % 16 == 0 =>
+            {
                 let q = &core.tx.queues[((o - reg::TXQ_BASE) / 16) as usize];
                 q.sqn | if q.enabled { TXQ_ENABLE } else { 0 }
             }
@@ -291,8 +336,12 @@ impl FldFunction {
                 *core = FldCore::new(geo);
                 core.accel = accel;
             }
-            reg::NIC_DOORBELL_LO => core.nic_doorbell = (core.nic_doorbell & !0xffff_ffff) | v as u64,
-            reg::NIC_DOORBELL_HI => core.nic_doorbell = (core.nic_doorbell & 0xffff_ffff) | (v as u64) << 32,
+            reg::NIC_DOORBELL_LO => {
+                core.nic_doorbell = (core.nic_doorbell & !0xffff_ffff) | v as u64
+            }
+            reg::NIC_DOORBELL_HI => {
+                core.nic_doorbell = (core.nic_doorbell & 0xffff_ffff) | (v as u64) << 32
+            }
             reg::TX_CQN => core.tx_cqn = v,
             reg::RX_CQN => core.rx_cqn = v,
             reg::TX_SIGNAL_EVERY => core.signal_every = v.clamp(1, 1 << core.geo.log_tx_ring),
@@ -317,7 +366,10 @@ impl FldFunction {
                 core.rx.cursor = 0;
                 core.rx.pi = 1 << core.rx.log_wqes;
             }
-            o if o >= reg::TXQ_BASE && ((o - reg::TXQ_BASE) / 16) < core.geo.tx_queues as u64 && o % 16 == 0 => {
+            o if o >= reg::TXQ_BASE
+                && ((o - reg::TXQ_BASE) / 16) < core.geo.tx_queues as u64
+                && o % 16 == 0 =>
+            {
                 let q = &mut core.tx.queues[((o - reg::TXQ_BASE) / 16) as usize];
                 // A queue with packets in flight keeps its binding.
                 if q.pi == q.ci {
@@ -338,7 +390,9 @@ impl FldFunction {
             let bar2 = self.bar2_base();
             return read_tx_ring(core, bar2, offset, data);
         }
-        if offset >= g.tx_data_base() && offset + len <= g.tx_data_base() + g.tx_queues as u64 * g.tx_window_bytes() {
+        if offset >= g.tx_data_base()
+            && offset + len <= g.tx_data_base() + g.tx_queues as u64 * g.tx_window_bytes()
+        {
             return read_tx_data(core, offset - g.tx_data_base(), data);
         }
         let rx = g.rx_buffer_base();
@@ -361,15 +415,24 @@ impl FldFunction {
             return;
         }
         let cqe_size = nic::CQE_SIZE as u64;
-        for (base, log, is_tx) in [(g.tx_cq_base(), g.log_tx_cq, true), (g.rx_cq_base(), g.log_rx_cq, false)] {
+        for (base, log, is_tx) in [
+            (g.tx_cq_base(), g.log_tx_cq, true),
+            (g.rx_cq_base(), g.log_rx_cq, false),
+        ] {
             if offset >= base && offset + len <= base + (cqe_size << log) {
                 if len != cqe_size || (offset - base) % cqe_size != 0 {
                     core.bump(Stat::BadWindowAccesses);
                     return;
                 }
-                let Ok(cqe) = nic::Cqe::read_from_bytes(data) else { return };
+                let Ok(cqe) = nic::Cqe::read_from_bytes(data) else {
+                    return;
+                };
                 let c = CompressedCqe::compress(&cqe);
-                let ring = if is_tx { &mut core.tx_cqes } else { &mut core.rx_cqes };
+                let ring = if is_tx {
+                    &mut core.tx_cqes
+                } else {
+                    &mut core.rx_cqes
+                };
                 if ring.len() >= 1 << log {
                     core.bump(Stat::UnknownCqes);
                 } else {
@@ -407,7 +470,11 @@ impl PciFunction for FldFunction {
             BAR_CONTROL => {
                 if offset % 4 == 0 && data.len() % 4 == 0 {
                     for (i, c) in data.chunks_exact(4).enumerate() {
-                        self.control_write(&mut core, offset + 4 * i as u64, u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+                        self.control_write(
+                            &mut core,
+                            offset + 4 * i as u64,
+                            u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                        );
                     }
                 }
             }
@@ -451,14 +518,25 @@ impl TxView<'_> {
 impl TxStream for TxView<'_> {
     fn credits(&self, queue: u16) -> Credits {
         let core = &*self.core;
-        let Some(q) = core.tx.queues.get(queue as usize).filter(|q| q.enabled) else { return Credits::default() };
-        if core.tx.ring_xlt.stash_len() >= cuckoo::STASH_ENTRIES || core.tx.data_xlt.stash_len() >= cuckoo::STASH_ENTRIES {
+        let Some(q) = core.tx.queues.get(queue as usize).filter(|q| q.enabled) else {
+            return Credits::default();
+        };
+        if core.tx.ring_xlt.stash_len() >= cuckoo::STASH_ENTRIES
+            || core.tx.data_xlt.stash_len() >= cuckoo::STASH_ENTRIES
+        {
             return Credits::default();
         }
         let ring_free = (1u32 << core.geo.log_tx_ring) - q.pi.wrapping_sub(q.ci);
         let packets = ring_free.min(core.tx.pool_free.len() as u32);
         let chunks = (core.tx.chunks_free.len() as u32).min(Self::window_room(core, q));
-        Credits { packets, bytes: if packets == 0 { 0 } else { chunks * core.geo.tx_chunk } }
+        Credits {
+            packets,
+            bytes: if packets == 0 {
+                0
+            } else {
+                chunks * core.geo.tx_chunk
+            },
+        }
     }
 
     fn send(&mut self, meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused> {
@@ -491,8 +569,13 @@ impl TxStream for TxView<'_> {
         let mut mapped = 0u32;
         let mut stalled = false;
         for k in 0..need {
-            let Some(p) = core.tx.chunks_free.pop() else { break };
-            let key = RingKey { queue: meta.queue, index: ((vstart + k) % w) as u16 };
+            let Some(p) = core.tx.chunks_free.pop() else {
+                break;
+            };
+            let key = RingKey {
+                queue: meta.queue,
+                index: ((vstart + k) % w) as u16,
+            };
             if core.tx.data_xlt.insert(key, p).is_err() {
                 core.tx.chunks_free.push(p);
                 stalled = true;
@@ -503,15 +586,25 @@ impl TxStream for TxView<'_> {
             core.tx.buffer[at..at + part.len()].copy_from_slice(part);
             mapped += 1;
         }
-        let slot = if mapped == need { core.tx.pool_free.pop() } else { None };
-        let ring_key = RingKey { queue: meta.queue, index: (core.tx.queues[qi].pi & ((1 << core.geo.log_tx_ring) - 1)) as u16 };
+        let slot = if mapped == need {
+            core.tx.pool_free.pop()
+        } else {
+            None
+        };
+        let ring_key = RingKey {
+            queue: meta.queue,
+            index: (core.tx.queues[qi].pi & ((1 << core.geo.log_tx_ring) - 1)) as u16,
+        };
         let placed = slot.is_some_and(|s| core.tx.ring_xlt.insert(ring_key, s).is_ok());
         if !placed {
             if let Some(s) = slot {
                 core.tx.pool_free.push(s);
             }
             for k in 0..mapped {
-                if let Some(p) = core.tx.data_xlt.remove(RingKey { queue: meta.queue, index: ((vstart + k) % w) as u16 }) {
+                if let Some(p) = core.tx.data_xlt.remove(RingKey {
+                    queue: meta.queue,
+                    index: ((vstart + k) % w) as u16,
+                }) {
                     core.tx.chunks_free.push(p);
                 }
             }
@@ -530,7 +623,13 @@ impl TxStream for TxView<'_> {
             q.since_signal = 0;
         }
         let offset = (vstart % w) * g as u32;
-        core.tx.pool[slot as usize] = CompressedDesc::new(offset, data.len() as u32, meta.cs_flags, signal, q.pi as u16);
+        core.tx.pool[slot as usize] = CompressedDesc::new(
+            offset,
+            data.len() as u32,
+            meta.cs_flags,
+            signal,
+            q.pi as u16,
+        );
         q.vhead = vstart + need;
         q.pi = q.pi.wrapping_add(1);
         q.doorbell_due = true;
@@ -567,10 +666,18 @@ fn read_tx_ring(core: &mut FldCore, bar2: u64, offset: u64, data: &mut [u8]) {
 /// WQE posted when the NIC fetches it always asks for a completion, so credits always return.
 fn generate_wqe(core: &FldCore, bar2: u64, q: usize, slot: u16) -> Option<[u8; nic::WQEBB]> {
     let tq = core.tx.queues.get(q)?;
-    let s = core.tx.ring_xlt.lookup(RingKey { queue: q as u16, index: slot })?;
+    let s = core.tx.ring_xlt.lookup(RingKey {
+        queue: q as u16,
+        index: slot,
+    })?;
     let d = *core.tx.pool.get(s as usize)?;
     let last_posted = d.wqe_index() == tq.pi.wrapping_sub(1) as u16;
-    Some(wqe_bytes(d, d.signal() || last_posted, tq.sqn, bar2 + core.geo.tx_data_base() + q as u64 * core.geo.tx_window_bytes()))
+    Some(wqe_bytes(
+        d,
+        d.signal() || last_posted,
+        tq.sqn,
+        bar2 + core.geo.tx_data_base() + q as u64 * core.geo.tx_window_bytes(),
+    ))
 }
 
 /// Encodes a compressed descriptor as the NIC's 64-byte send WQE.
@@ -581,13 +688,24 @@ pub fn wqe_bytes(d: CompressedDesc, signal: bool, sqn: u32, window_addr: u64) ->
         rsvd: 0,
         wqe_index: U16::new(d.wqe_index()),
         ds_count: 3,
-        fm_ce_se: if signal { nic::CE_ALWAYS } else { nic::CE_ON_ERROR },
+        fm_ce_se: if signal {
+            nic::CE_ALWAYS
+        } else {
+            nic::CE_ON_ERROR
+        },
         rsvd2: U16::new(0),
         sqn: U32::new(sqn),
         imm: U32::new(0),
     };
-    let eth = nic::EthSeg { cs_flags: d.cs_flags(), ..Default::default() };
-    let seg = nic::DataSeg { byte_count: U32::new(d.len()), lkey: U32::new(nic::RESERVED_LKEY), addr: U64::new(window_addr + d.window_offset() as u64) };
+    let eth = nic::EthSeg {
+        cs_flags: d.cs_flags(),
+        ..Default::default()
+    };
+    let seg = nic::DataSeg {
+        byte_count: U32::new(d.len()),
+        lkey: U32::new(nic::RESERVED_LKEY),
+        addr: U64::new(window_addr + d.window_offset() as u64),
+    };
     w[..16].copy_from_slice(ctrl.as_bytes());
     w[16..32].copy_from_slice(eth.as_bytes());
     w[32..48].copy_from_slice(seg.as_bytes());
@@ -607,7 +725,10 @@ fn read_tx_data(core: &mut FldCore, offset: u64, data: &mut [u8]) {
         let chunk = in_win / g;
         let at = (in_win % g) as usize;
         let n = (g as usize - at).min(data.len() - done);
-        match core.tx.data_xlt.lookup(RingKey { queue: q, index: (chunk % w) as u16 }) {
+        match core.tx.data_xlt.lookup(RingKey {
+            queue: q,
+            index: (chunk % w) as u16,
+        }) {
             Some(p) => {
                 let src = p as usize * g as usize + at;
                 data[done..done + n].copy_from_slice(&core.tx.buffer[src..src + n]);
@@ -632,13 +753,21 @@ fn process_tx_completions(core: &mut FldCore) -> usize {
         core.tx_cq_ci = core.tx_cq_ci.wrapping_add(1);
         core.cq_doorbells_due = true;
         let sqn = c.queue() as u32;
-        let Some(qi) = core.tx.queues.iter().position(|q| q.enabled && q.sqn & 0xffff == sqn) else {
+        let Some(qi) = core
+            .tx
+            .queues
+            .iter()
+            .position(|q| q.enabled && q.sqn & 0xffff == sqn)
+        else {
             core.bump(Stat::UnknownCqes);
             continue;
         };
         if c.opcode() == nic::CQE_REQ_ERR {
             core.bump(Stat::TxErrorCompletions);
-            log::warn!("FLD Tx queue {qi}: NIC error completion, syndrome {:#x}", c.stride_or_syndrome());
+            log::warn!(
+                "FLD Tx queue {qi}: NIC error completion, syndrome {:#x}",
+                c.stride_or_syndrome()
+            );
         }
         core.bump(Stat::TxCompletions);
         let upto = c.counter_or_len();
@@ -658,7 +787,10 @@ fn release_through(core: &mut FldCore, qi: usize, upto: u16) {
             return;
         }
         let ci = q.ci;
-        let key = RingKey { queue: qi as u16, index: (ci & mask) as u16 };
+        let key = RingKey {
+            queue: qi as u16,
+            index: (ci & mask) as u16,
+        };
         let Some(slot) = core.tx.ring_xlt.remove(key) else {
             core.tx.queues[qi].ci = ci.wrapping_add(1);
             continue;
@@ -668,7 +800,10 @@ fn release_through(core: &mut FldCore, qi: usize, upto: u16) {
         let first = d.window_offset() / g;
         let chunks = d.len().div_ceil(g);
         for k in 0..chunks {
-            if let Some(p) = core.tx.data_xlt.remove(RingKey { queue: qi as u16, index: ((first + k) % w) as u16 }) {
+            if let Some(p) = core.tx.data_xlt.remove(RingKey {
+                queue: qi as u16,
+                index: ((first + k) % w) as u16,
+            }) {
                 core.tx.chunks_free.push(p);
             }
         }
@@ -688,7 +823,10 @@ fn release_through(core: &mut FldCore, qi: usize, upto: u16) {
 // ---------------------------------------------------------------------------------------------
 
 /// Delivers received packets to the accelerator and recycles finished buffers in order.
-fn deliver_receives(core: &mut FldCore, mut accel: Option<&mut (dyn Accelerator + 'static)>) -> usize {
+fn deliver_receives(
+    core: &mut FldCore,
+    mut accel: Option<&mut (dyn Accelerator + 'static)>,
+) -> usize {
     let mut n = 0;
     while let Some(c) = core.rx_cqes.pop_front() {
         n += 1;
@@ -705,10 +843,17 @@ fn deliver_receives(core: &mut FldCore, mut accel: Option<&mut (dyn Accelerator 
         if c.flags() & nic::cqe_flags::FILLER == 0 {
             let len = c.counter_or_len() as usize;
             let wqe = core.rx.wqe_bytes();
-            let at = core.rx.cursor as usize * wqe + ((c.stride_or_syndrome() as usize) << core.rx.log_stride);
+            let at = core.rx.cursor as usize * wqe
+                + ((c.stride_or_syndrome() as usize) << core.rx.log_stride);
             core.stats[Stat::RxPackets as usize] += 1;
             core.stats[Stat::RxBytes as usize] += len as u64;
-            let meta = RxMeta { queue: 0, context: c.flow_tag(), csum: c.csum(), rss_hash: c.rss_hash(), len: len as u32 };
+            let meta = RxMeta {
+                queue: 0,
+                context: c.flow_tag(),
+                csum: c.csum(),
+                rss_hash: c.rss_hash(),
+                len: len as u32,
+            };
             let accepted = match (accel.as_deref_mut(), core.rx.buffer.get(at..at + len)) {
                 (Some(a), Some(_)) => {
                     // The packet is copied out of the Rx buffer onto the stream, so the
@@ -742,19 +887,28 @@ fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId) -> usize
     let mut n = 0;
     for q in core.tx.queues.iter_mut().filter(|q| q.doorbell_due) {
         q.doorbell_due = false;
-        let _ = dma.write(base + nic::db::SQ_BASE + 4 * q.sqn as u64, &(q.pi & 0xffff).to_le_bytes());
+        let _ = dma.write(
+            base + nic::db::SQ_BASE + 4 * q.sqn as u64,
+            &(q.pi & 0xffff).to_le_bytes(),
+        );
         n += 1;
     }
     if core.rx.doorbell_due {
         core.rx.doorbell_due = false;
-        let _ = dma.write(base + nic::db::RQ_BASE + 4 * core.rx.rqn as u64, &(core.rx.pi & 0xffff).to_le_bytes());
+        let _ = dma.write(
+            base + nic::db::RQ_BASE + 4 * core.rx.rqn as u64,
+            &(core.rx.pi & 0xffff).to_le_bytes(),
+        );
         n += 1;
     }
     if core.cq_doorbells_due {
         core.cq_doorbells_due = false;
         for (cqn, ci) in [(core.tx_cqn, core.tx_cq_ci), (core.rx_cqn, core.rx_cq_ci)] {
             if cqn != u32::MAX {
-                let _ = dma.write(base + nic::db::CQ_BASE + 4 * cqn as u64, &nic::db::ci_value(ci, 0, false).to_le_bytes());
+                let _ = dma.write(
+                    base + nic::db::CQ_BASE + 4 * cqn as u64,
+                    &nic::db::ci_value(ci, 0, false).to_le_bytes(),
+                );
             }
         }
     }

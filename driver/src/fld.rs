@@ -1,0 +1,181 @@
+//! Driver of the FLD function and the FLD-E control plane (paper §5.3): it creates the NIC
+//! queues FLD drives — completion queues whose rings are FLD's CQ windows, send queues whose rings
+//! are FLD's Tx-ring window, a striding receive queue whose WQEs stay in host memory and point
+//! into FLD's Rx-buffer window — and hands their numbers and the NIC's doorbell address to FLD.
+
+use std::sync::Arc;
+
+use fld_device::fld::abi::{self as fabi, FldGeometry};
+use fld_device::nic::abi as nabi;
+use fld_device::pcie::config::{CMD_BUS_MASTER, CMD_MEMORY};
+
+use crate::nic::{EventQueue, NicDriver, RecvQueue, RqLayout};
+use crate::{DriverError, PciDevice};
+
+/// Driver state of the FLD function.
+pub struct FldDriver {
+    dev: Arc<dyn PciDevice>,
+    geo: FldGeometry,
+}
+
+impl FldDriver {
+    /// Checks identity, enables the function, resets it and reads its geometry.
+    pub fn probe(dev: Arc<dyn PciDevice>) -> Result<Self, DriverError> {
+        let vendor = dev.config_read16(0);
+        let device = dev.config_read16(2);
+        if vendor != nabi::PCI_VENDOR_ID || device != fabi::FLD_DEVICE_ID {
+            return Err(DriverError::WrongDevice { vendor, device });
+        }
+        dev.config_write16(4, dev.config_read16(4) | CMD_MEMORY | CMD_BUS_MASTER);
+        dev.write32(fabi::BAR_CONTROL, fabi::reg::RESET, fabi::RESET_MAGIC);
+        let status = dev.read32(fabi::BAR_CONTROL, fabi::reg::STATUS);
+        if status & fabi::STATUS_READY == 0 {
+            return Err(DriverError::NotReady(status));
+        }
+        let r = |o| dev.read32(fabi::BAR_CONTROL, o);
+        let geo = FldGeometry {
+            tx_queues: r(fabi::reg::TX_QUEUES),
+            log_tx_ring: r(fabi::reg::LOG_TX_RING) as u8,
+            desc_pool: r(fabi::reg::DESC_POOL),
+            tx_chunk: r(fabi::reg::TX_CHUNK),
+            tx_chunks: r(fabi::reg::TX_CHUNKS),
+            log_tx_window: r(fabi::reg::LOG_TX_WINDOW) as u8,
+            rx_buffer: r(fabi::reg::RX_BUFFER),
+            max_packet: r(fabi::reg::MAX_PACKET),
+            log_tx_cq: r(fabi::reg::LOG_TX_CQ) as u8,
+            log_rx_cq: r(fabi::reg::LOG_RX_CQ) as u8,
+        };
+        Ok(FldDriver { dev, geo })
+    }
+
+    pub fn geometry(&self) -> &FldGeometry {
+        &self.geo
+    }
+    pub fn device(&self) -> &Arc<dyn PciDevice> {
+        &self.dev
+    }
+
+    fn write(&self, offset: u64, v: u32) {
+        self.dev.write32(fabi::BAR_CONTROL, offset, v)
+    }
+
+    /// A 64-bit statistics counter.
+    pub fn stat(&self, s: fabi::Stat) -> u64 {
+        self.read64(fabi::reg::STATS_BASE + 8 * s as u64)
+    }
+
+    /// Bytes of on-chip memory per structure, as FLD reports them.
+    pub fn memory_report(&self) -> [u64; fabi::MEMORY_ITEMS] {
+        let mut m = [0; fabi::MEMORY_ITEMS];
+        for (i, v) in m.iter_mut().enumerate() {
+            *v = self.read64(fabi::reg::MEMORY_BASE + 8 * i as u64);
+        }
+        m
+    }
+
+    fn read64(&self, offset: u64) -> u64 {
+        let lo = self.dev.read32(fabi::BAR_CONTROL, offset) as u64;
+        let hi = self.dev.read32(fabi::BAR_CONTROL, offset + 4) as u64;
+        (hi << 32) | lo
+    }
+}
+
+/// Receive layout of FLD's shared striding RQ.
+#[derive(Clone, Copy, Debug)]
+pub struct FldRxLayout {
+    pub log_stride_size: u8,
+    pub log_strides: u8,
+}
+
+impl Default for FldRxLayout {
+    /// 256-byte strides, 64 per WQE: 16 KiB buffers, one maximum packet each.
+    fn default() -> Self {
+        FldRxLayout {
+            log_stride_size: 8,
+            log_strides: 6,
+        }
+    }
+}
+
+/// The NIC resources bound to FLD.
+pub struct FldBinding {
+    pub tx_cqn: u32,
+    pub rx_cqn: u32,
+    /// NIC SQ number of each FLD Tx queue.
+    pub sqns: Vec<u32>,
+    pub rq: RecvQueue,
+    pub rx_wqes: u32,
+}
+
+/// Creates the NIC queues for FLD on `nic`'s function and programs FLD to drive them.
+pub fn bind(
+    nic: &mut NicDriver,
+    eq: &EventQueue,
+    fld: &mut FldDriver,
+    tx_queues: u16,
+    rx: FldRxLayout,
+) -> Result<FldBinding, DriverError> {
+    let g = fld.geo;
+    if tx_queues as u32 > g.tx_queues {
+        return Err(DriverError::InvalidArgument("more Tx queues than FLD has"));
+    }
+    let bar2 = fld.dev.bar_bus_address(fabi::BAR_NIC);
+    if bar2 == 0 {
+        return Err(DriverError::Transport("FLD BAR2 is not assigned".into()));
+    }
+    let tx_cqn = nic.create_cq_at(eq, g.log_tx_cq, bar2 + g.tx_cq_base())?;
+    let rx_cqn = nic.create_cq_at(eq, g.log_rx_cq, bar2 + g.rx_cq_base())?;
+    let mut sqns = Vec::new();
+    for q in 0..tx_queues as u64 {
+        sqns.push(nic.create_sq_at(
+            tx_cqn,
+            g.log_tx_ring,
+            bar2 + g.tx_ring_base() + q * g.tx_ring_bytes(),
+        )?);
+    }
+    // As many striding WQEs as the Rx buffer holds (a power of two, at least two).
+    let wqe_bytes = 1u64 << (rx.log_stride_size + rx.log_strides);
+    let window = g.tx_cq_base() - g.rx_buffer_base();
+    let want = (g.rx_buffer as u64)
+        .div_ceil(wqe_bytes)
+        .next_power_of_two()
+        .max(2);
+    if want * wqe_bytes > window {
+        return Err(DriverError::InvalidArgument(
+            "Rx layout does not fit FLD's Rx-buffer window",
+        ));
+    }
+    let log_wqes = want.trailing_zeros() as u8;
+    let mut rq = nic.create_rq_on(
+        rx_cqn,
+        log_wqes,
+        RqLayout::Striding {
+            log_stride_size: rx.log_stride_size,
+            log_strides: rx.log_strides,
+        },
+    )?;
+    for k in 0..want {
+        rq.post(bar2 + g.rx_buffer_base() + k * wqe_bytes, wqe_bytes as u32);
+    }
+    rq.ring_doorbell();
+    let nic_db = nic.device().bar_bus_address(nabi::BAR_DOORBELL);
+    fld.write(fabi::reg::NIC_DOORBELL_LO, nic_db as u32);
+    fld.write(fabi::reg::NIC_DOORBELL_HI, (nic_db >> 32) as u32);
+    fld.write(fabi::reg::TX_CQN, tx_cqn);
+    fld.write(fabi::reg::RX_CQN, rx_cqn);
+    fld.write(fabi::reg::RX_RQN, rq.rqn);
+    fld.write(fabi::reg::RX_LOG_STRIDE, rx.log_stride_size as u32);
+    fld.write(fabi::reg::RX_LOG_STRIDES, rx.log_strides as u32);
+    fld.write(fabi::reg::RX_LOG_WQES, log_wqes as u32);
+    fld.write(fabi::reg::RX_ENABLE, 1);
+    for (q, sqn) in sqns.iter().enumerate() {
+        fld.write(fabi::reg::TXQ_BASE + 16 * q as u64, sqn | fabi::TXQ_ENABLE);
+    }
+    Ok(FldBinding {
+        tx_cqn,
+        rx_cqn,
+        sqns,
+        rq,
+        rx_wqes: want as u32,
+    })
+}
