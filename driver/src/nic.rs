@@ -718,6 +718,58 @@ pub struct SendWqe<'a> {
 }
 
 impl SendWqe<'_> {
+    /// Encodes the WQE as a driver writes it into the ring at WQE index `index` of SQ `sqn`:
+    /// control segment, Ethernet segment with the inline headers, one data segment per gather
+    /// entry. `buf` must hold 1 KiB (the largest WQE); returns the bytes used (whole segments).
+    pub fn encode(&self, sqn: u32, index: u16, buf: &mut [u8]) -> Result<usize, DriverError> {
+        let ds = self.ds_count();
+        if ds > MAX_WQE_DS as usize || self.inline_header.len() > MAX_INLINE_HEADER as usize {
+            return Err(DriverError::InvalidArgument("WQE too large"));
+        }
+        let len = ds * DS_SIZE;
+        let buf = buf
+            .get_mut(..len.next_multiple_of(WQEBB))
+            .ok_or(DriverError::InvalidArgument("WQE buffer too small"))?;
+        buf.fill(0);
+        let ctrl = CtrlSeg {
+            opcode: WQE_OP_SEND,
+            rsvd: 0,
+            wqe_index: U16::new(index),
+            ds_count: ds as u8,
+            fm_ce_se: if self.signal { CE_ALWAYS } else { CE_ON_ERROR },
+            rsvd2: U16::new(0),
+            sqn: U32::new(sqn),
+            imm: U32::new(0),
+        };
+        buf[..16].copy_from_slice(ctrl.as_bytes());
+        let ih = self.inline_header;
+        let eth = EthSeg {
+            cs_flags: self.cs_flags,
+            inline_hdr_size: U16::new(ih.len() as u16),
+            inline_start: [
+                ih.first().copied().unwrap_or(0),
+                ih.get(1).copied().unwrap_or(0),
+            ],
+            ..Default::default()
+        };
+        buf[16..32].copy_from_slice(eth.as_bytes());
+        let rest = ih.len().saturating_sub(ETH_SEG_INLINE);
+        if rest > 0 {
+            buf[32..32 + rest].copy_from_slice(&ih[ETH_SEG_INLINE..]);
+        }
+        let mut at = 32 + rest.div_ceil(DS_SIZE) * DS_SIZE;
+        for &(addr, len) in self.gather {
+            let d = DataSeg {
+                byte_count: U32::new(len),
+                lkey: U32::new(RESERVED_LKEY),
+                addr: U64::new(addr),
+            };
+            buf[at..at + 16].copy_from_slice(d.as_bytes());
+            at += 16;
+        }
+        Ok(len)
+    }
+
     /// 16-byte segments this WQE needs.
     pub fn ds_count(&self) -> usize {
         let inline_segs = self
@@ -756,53 +808,14 @@ impl SendQueue {
 
     /// Writes one WQE at the producer counter (does not ring). Returns its WQE index.
     pub fn post(&mut self, w: &SendWqe<'_>) -> Result<u16, DriverError> {
-        let ds = w.ds_count();
-        if ds > MAX_WQE_DS as usize || w.inline_header.len() > MAX_INLINE_HEADER as usize {
-            return Err(DriverError::InvalidArgument("WQE too large"));
-        }
         let mut scratch = std::mem::take(&mut self.scratch);
-        let buf = &mut scratch[..(ds * DS_SIZE).next_multiple_of(WQEBB)];
-        buf.fill(0);
         let index = self.pi as u16;
-        let ctrl = CtrlSeg {
-            opcode: WQE_OP_SEND,
-            rsvd: 0,
-            wqe_index: U16::new(index),
-            ds_count: ds as u8,
-            fm_ce_se: if w.signal { CE_ALWAYS } else { CE_ON_ERROR },
-            rsvd2: U16::new(0),
-            sqn: U32::new(self.sqn),
-            imm: U32::new(0),
-        };
-        buf[..16].copy_from_slice(ctrl.as_bytes());
-        let ih = w.inline_header;
-        let eth = EthSeg {
-            cs_flags: w.cs_flags,
-            inline_hdr_size: U16::new(ih.len() as u16),
-            inline_start: [
-                ih.first().copied().unwrap_or(0),
-                ih.get(1).copied().unwrap_or(0),
-            ],
-            ..Default::default()
-        };
-        buf[16..32].copy_from_slice(eth.as_bytes());
-        let rest = ih.len().saturating_sub(ETH_SEG_INLINE);
-        if rest > 0 {
-            buf[32..32 + rest].copy_from_slice(&ih[ETH_SEG_INLINE..]);
+        let r = w.encode(self.sqn, index, &mut scratch);
+        if let Ok(n) = r {
+            self.write_raw(&scratch[..n]);
         }
-        let mut at = 32 + rest.div_ceil(DS_SIZE) * DS_SIZE;
-        for &(addr, len) in w.gather {
-            let d = DataSeg {
-                byte_count: U32::new(len),
-                lkey: U32::new(RESERVED_LKEY),
-                addr: U64::new(addr),
-            };
-            buf[at..at + 16].copy_from_slice(d.as_bytes());
-            at += 16;
-        }
-        self.write_raw(&buf[..ds * DS_SIZE]);
         self.scratch = scratch;
-        Ok(index)
+        r.map(|_| index)
     }
 
     /// Copies raw WQE bytes (any content: tests use it for malformed WQEs) into the ring at the

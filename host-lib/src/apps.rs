@@ -476,6 +476,11 @@ pub struct FldEchoSetup {
 
 impl FldEchoSetup {
     pub fn new(max_frame: usize) -> Result<Self, fld_driver::DriverError> {
+        Self::with_queues(max_frame, 1)
+    }
+
+    /// With `tx_queues` FLD transmit queues bound (the echo accelerator uses the first).
+    pub fn with_queues(max_frame: usize, tx_queues: u16) -> Result<Self, fld_driver::DriverError> {
         use fld_device::card::{Card, CardConfig};
         use fld_driver::inprocess::InProcessHost;
         let card = Card::new(CardConfig::default());
@@ -486,7 +491,8 @@ impl FldEchoSetup {
             .nic
             .function_id(1)
             .ok_or(fld_driver::DriverError::InvalidArgument("missing function"))?;
-        let mut flde = crate::flde::FldE::open(host.device(f0), host.device(card.fld.id()), 1)?;
+        let mut flde =
+            crate::flde::FldE::open(host.device(f0), host.device(card.fld.id()), tx_queues)?;
         card.fld
             .set_accelerator(Box::new(fld_device::accel::Echo::new(0, 256)));
         flde.accelerate(0, &[], 1)?;

@@ -66,7 +66,10 @@ pub trait Accelerator: Send {
 /// swapped (the paper's FLD-E echo accelerator, §8.1.1). Packets that find no credits wait in a
 /// bounded holding buffer; beyond it they are refused (and counted by FLD as accelerator drops).
 pub struct Echo {
+    /// Transmit queues used in turn, starting at `tx_queue`.
     tx_queue: u16,
+    queues: u16,
+    next: u16,
     held: std::collections::VecDeque<Vec<u8>>,
     spare: Vec<Vec<u8>>,
     capacity: usize,
@@ -75,8 +78,15 @@ pub struct Echo {
 
 impl Echo {
     pub fn new(tx_queue: u16, capacity: usize) -> Self {
+        Self::spread(tx_queue, 1, capacity)
+    }
+
+    /// Echoes over `queues` transmit queues from `first`, one packet each in turn.
+    pub fn spread(first: u16, queues: u16, capacity: usize) -> Self {
         Echo {
-            tx_queue,
+            tx_queue: first,
+            queues: queues.max(1),
+            next: 0,
             held: Default::default(),
             spare: Vec::new(),
             capacity,
@@ -88,13 +98,14 @@ impl Echo {
         let mut n = 0;
         while let Some(p) = self.held.front() {
             let meta = TxMeta {
-                queue: self.tx_queue,
+                queue: self.tx_queue + self.next,
                 cs_flags: 0,
             };
             match tx.send(&meta, p) {
                 Ok(()) => {
                     n += 1;
                     self.echoed += 1;
+                    self.next = (self.next + 1) % self.queues;
                     if let Some(b) = self.held.pop_front() {
                         self.spare.push(b);
                     }

@@ -106,7 +106,6 @@ struct FldCore {
 
 impl FldCore {
     fn new(geo: FldGeometry) -> Self {
-        let window_chunks = (geo.tx_window_bytes() / geo.tx_chunk as u64) as u32;
         FldCore {
             nic_doorbell: 0,
             tx_cqn: u32::MAX,
@@ -116,10 +115,7 @@ impl FldCore {
                 pool: vec![CompressedDesc::default(); geo.desc_pool as usize],
                 pool_free: (0..geo.desc_pool).rev().collect(),
                 ring_xlt: CuckooTable::new(geo.desc_pool, 0x5eed_0001),
-                data_xlt: CuckooTable::new(
-                    window_chunks.min(geo.tx_chunks.next_power_of_two()),
-                    0x5eed_0002,
-                ),
+                data_xlt: CuckooTable::new(geo.tx_chunks, 0x5eed_0002),
                 buffer: vec![0; geo.tx_chunks as usize * geo.tx_chunk as usize],
                 chunks_free: (0..geo.tx_chunks).rev().collect(),
                 queues: vec![TxQueue::default(); geo.tx_queues as usize],
@@ -144,19 +140,22 @@ impl FldCore {
         (self.geo.tx_window_bytes() / self.geo.tx_chunk as u64) as u32
     }
 
-    /// Bytes of on-chip memory per structure, as allocated (Table 3's FLD column).
+    /// Bytes of on-chip memory per structure, as allocated (Table 3's FLD column). Translation
+    /// tables count their buckets, as the paper's 15.5 KiB does; each 4-entry stash adds 16 bytes.
     fn memory_report(&self) -> [u64; MEMORY_ITEMS] {
         let g = &self.geo;
         let ring_entries = 1u32 << g.log_tx_ring;
         let mut m = [0u64; MEMORY_ITEMS];
         m[MemoryItem::TxDescriptorPool as usize] = self.tx.pool.len() as u64 * 8;
-        m[MemoryItem::TxRingTranslation as usize] =
-            self.tx.ring_xlt.memory_bytes(g.tx_queues, ring_entries);
+        m[MemoryItem::TxRingTranslation as usize] = self
+            .tx
+            .ring_xlt
+            .bucket_memory_bytes(g.tx_queues, ring_entries);
         m[MemoryItem::TxBuffer as usize] = self.tx.buffer.len() as u64;
         m[MemoryItem::TxDataTranslation as usize] = self
             .tx
             .data_xlt
-            .memory_bytes(g.tx_queues, self.window_chunks());
+            .bucket_memory_bytes(g.tx_queues, self.window_chunks());
         m[MemoryItem::RxBuffer as usize] = if self.rx.enabled {
             self.rx.buffer.len() as u64
         } else {
@@ -812,6 +811,11 @@ fn release_through(core: &mut FldCore, qi: usize, upto: u16) {
         let end = (first + chunks) % w;
         q.vtail = q.vtail.wrapping_add((end + w - q.vtail % w) % w);
         q.ci = ci.wrapping_add(1);
+        // An idle queue starts its window afresh, so its whole window is contiguous again.
+        if q.ci == q.pi {
+            q.vhead = 0;
+            q.vtail = 0;
+        }
         if ci as u16 == upto {
             return;
         }
