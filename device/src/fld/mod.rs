@@ -466,15 +466,13 @@ impl PciFunction for FldFunction {
     fn bar_write(&self, bar: u8, offset: u64, data: &[u8]) {
         let mut core = self.shared.lock();
         match bar {
-            BAR_CONTROL => {
-                if offset % 4 == 0 && data.len() % 4 == 0 {
-                    for (i, c) in data.chunks_exact(4).enumerate() {
-                        self.control_write(
-                            &mut core,
-                            offset + 4 * i as u64,
-                            u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-                        );
-                    }
+            BAR_CONTROL if offset % 4 == 0 && data.len() % 4 == 0 => {
+                for (i, c) in data.chunks_exact(4).enumerate() {
+                    self.control_write(
+                        &mut core,
+                        offset + 4 * i as u64,
+                        u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                    );
                 }
             }
             BAR_NIC => self.nic_write(&mut core, offset, data),
