@@ -162,6 +162,16 @@ impl Sizes {
     }
 }
 
+/// The benchmark's bimodal data-center size mix: most packets are small (ACKs, RPCs) or
+/// full-size (bulk transfer), few in between. A 20-packet cycle: 8 x 64 B, 2 x 128 B, 2 x 200 B,
+/// 1 x 576 B, 7 x 1500 B (65% of packets at or below 200 B, 35% at or above 1400 B).
+pub fn datacenter_mix() -> Sizes {
+    let mut v = vec![64; 8];
+    v.extend([128, 128, 200, 200, 576]);
+    v.extend([1500; 7]);
+    Sizes::Cycle(v)
+}
+
 /// Workload parameters.
 #[derive(Clone, Debug)]
 pub struct EchoConfig {
@@ -481,9 +491,25 @@ impl FldEchoSetup {
 
     /// With `tx_queues` FLD transmit queues bound (the echo accelerator uses the first).
     pub fn with_queues(max_frame: usize, tx_queues: u16) -> Result<Self, fld_driver::DriverError> {
+        Self::build(
+            max_frame,
+            tx_queues,
+            fld_device::fld::memory_model::MemoryParams::table_2a(),
+        )
+    }
+
+    /// With FLD sized for `params` (Table 2a's analysis parameters).
+    pub fn build(
+        max_frame: usize,
+        tx_queues: u16,
+        params: fld_device::fld::memory_model::MemoryParams,
+    ) -> Result<Self, fld_driver::DriverError> {
         use fld_device::card::{Card, CardConfig};
         use fld_driver::inprocess::InProcessHost;
-        let card = Card::new(CardConfig::default());
+        let card = Card::new(CardConfig {
+            fld: params,
+            ..Default::default()
+        });
         let host = InProcessHost::new(card.clone(), 1 << 30)?;
         let no = fld_driver::DriverError::InvalidArgument("missing function");
         let f0 = card.nic.function_id(0).ok_or(no)?;
@@ -514,6 +540,16 @@ impl FldEchoSetup {
             client,
             flde,
         })
+    }
+
+    /// Packets that may be in flight without overrunning FLD's receive buffer, which is sized
+    /// for the bandwidth-delay product (2 S_rxbdp), not for a deep window of large frames: every
+    /// striding WQE but the open one, times the frames of `max_frame` bytes a WQE holds.
+    pub fn safe_window(&self, max_frame: usize) -> usize {
+        let layout = fld_driver::fld::FldRxLayout::default();
+        let strides_per_frame = max_frame.div_ceil(1 << layout.log_stride_size).max(1);
+        let per_wqe = ((1usize << layout.log_strides) / strides_per_frame).max(1);
+        (self.flde.binding().rx_wqes as usize - 1).max(1) * per_wqe
     }
 
     /// The generator sends to the accelerator's vPort and checks every returned byte.

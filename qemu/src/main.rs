@@ -3,19 +3,26 @@
 //! * `fldemu demo` brings the card up in-process and runs a CPU traffic generator on one host
 //!   vPort against a CPU echo application on another, through the NIC's eSwitch, checking every
 //!   byte that comes back.
-//! * `fldemu bench` measures packets per second through the same path at several frame sizes,
-//!   beside a software loopback baseline measured in the same run.
+//!   With `--accel echo` the echo is the FLD-E echo accelerator behind the FLD module.
+//! * `fldemu bench` measures packets per second through the CPU and FLD-E echo paths at several
+//!   frame sizes, beside a software loopback baseline measured in the same run.
+//! * `fldemu memory` prints Table 3 (software vs FLD memory) from the formulas and from what the
+//!   running FLD allocated, and Figure 4's sweep.
 
 use std::fs::File;
 use std::io::BufWriter;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use fld_device::card::Card;
 use fld_device::fabric::TlpStats;
+use fld_device::fld::abi::MemoryItem;
+use fld_device::fld::memory_model::{self, MemoryParams};
 use fld_device::wire::pcap::CaptureFilter;
 use fld_device::wire::PcapTap;
 use fld_host::apps::{
-    EchoConfig, EchoReport, InProcessPair, Sizes, SoftPort, MAX_FRAME, MIN_FRAME,
+    datacenter_mix, EchoConfig, EchoReport, FldEchoSetup, InProcessPair, Sizes, SoftPort,
+    MAX_FRAME, MIN_FRAME,
 };
 use fld_host::{Mempool, RxMode};
 use serde_json::json;
@@ -35,8 +42,48 @@ struct Cli {
 enum Cmd {
     /// Bring the card up in-process and echo verified traffic between two host vPorts.
     Demo(DemoArgs),
-    /// Measure packets per second through the emulated path at 64, 256 and 1500 bytes.
+    /// Measure packets per second through the CPU and FLD-E echo paths at 64, 256 and 1500 bytes
+    /// and a data-center size mix.
     Bench(BenchArgs),
+    /// NIC-driver memory: the conventional driver's requirement (Table 3) beside what FLD
+    /// allocates for the same parameters.
+    Memory(MemoryArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum AccelArg {
+    /// No accelerator: a CPU echo application on vPort 0.
+    None,
+    /// The FLD-E echo accelerator behind FLD, on vPort 0's FLD queues.
+    Echo,
+}
+
+#[derive(clap::Args)]
+struct MemoryArgs {
+    /// Line rate B in Gbit/s.
+    #[arg(long, default_value_t = 100.0)]
+    gbps: f64,
+    /// Transmit queues N_q.
+    #[arg(long, default_value_t = 512)]
+    queues: u32,
+    /// Smallest packet M_min in bytes.
+    #[arg(long, default_value_t = 256)]
+    min_packet: u32,
+    /// Largest packet (message) M_max in bytes.
+    #[arg(long, default_value_t = 16384)]
+    max_packet: u32,
+    /// Receive buffer lifetime L_rx in microseconds.
+    #[arg(long, default_value_t = 5.0)]
+    rx_lifetime_us: f64,
+    /// Transmit buffer lifetime L_tx in microseconds.
+    #[arg(long, default_value_t = 25.0)]
+    tx_lifetime_us: f64,
+    /// Also print Figure 4's sweep (25-400 Gbit/s, 1-2048 queues) from the formulas.
+    #[arg(long)]
+    sweep: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Multi-packet receive layout of the demo and benchmark: 256-byte strides, 64 per WQE (16 KiB
@@ -80,6 +127,9 @@ struct DemoArgs {
     /// Packets per burst.
     #[arg(long, default_value_t = 32)]
     burst: usize,
+    /// Who echoes: a CPU application, or the echo accelerator behind FLD (FLD-E).
+    #[arg(long, value_enum, default_value_t = AccelArg::None)]
+    accel: AccelArg,
     /// Write every frame entering the eSwitch to this pcap file.
     #[arg(long)]
     pcap: Option<String>,
@@ -104,6 +154,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Demo(a) => demo(a),
         Cmd::Bench(a) => bench(a),
+        Cmd::Memory(a) => memory(a),
     };
     match result {
         Ok(code) => code,
@@ -114,21 +165,60 @@ fn main() -> ExitCode {
     }
 }
 
-/// PCIe traffic of the NIC's host functions.
-fn nic_link_stats(pair: &InProcessPair) -> TlpStats {
-    let mut total = TlpStats::default();
+/// PCIe traffic on the links of the NIC's host functions, and on FLD's link.
+fn link_stats(card: &Card) -> (TlpStats, TlpStats) {
+    let mut nic = TlpStats::default();
     for i in 0..2 {
-        if let Some(fid) = pair.card.nic.function_id(i) {
-            let s = pair.card.fabric.stats(fid);
-            total.up_tlps += s.up_tlps;
-            total.up_header_bytes += s.up_header_bytes;
-            total.up_payload_bytes += s.up_payload_bytes;
-            total.down_tlps += s.down_tlps;
-            total.down_header_bytes += s.down_header_bytes;
-            total.down_payload_bytes += s.down_payload_bytes;
+        if let Some(fid) = card.nic.function_id(i) {
+            let s = card.fabric.stats(fid);
+            nic.up_tlps += s.up_tlps;
+            nic.up_header_bytes += s.up_header_bytes;
+            nic.up_payload_bytes += s.up_payload_bytes;
+            nic.down_tlps += s.down_tlps;
+            nic.down_header_bytes += s.down_header_bytes;
+            nic.down_payload_bytes += s.down_payload_bytes;
         }
     }
-    total
+    (nic, card.fabric.stats(card.fld.id()))
+}
+
+/// An echo set-up of either kind, for the demo and the benchmark.
+enum Echoer {
+    Cpu(InProcessPair),
+    Fld(FldEchoSetup),
+}
+
+impl Echoer {
+    fn new(
+        accel: AccelArg,
+        rx: RxMode,
+        max_frame: usize,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        Ok(match accel {
+            AccelArg::None => Echoer::Cpu(InProcessPair::new(rx, max_frame)?),
+            AccelArg::Echo => Echoer::Fld(FldEchoSetup::new(max_frame)?),
+        })
+    }
+    fn card(&self) -> &Card {
+        match self {
+            Echoer::Cpu(p) => &p.card,
+            Echoer::Fld(f) => &f.card,
+        }
+    }
+    /// Packets in flight the path takes without drops (FLD's Rx buffer bounds the FLD-E path).
+    fn window(&self, max_frame: usize) -> usize {
+        match self {
+            Echoer::Cpu(_) => 512,
+            Echoer::Fld(f) => f.safe_window(max_frame).min(512),
+        }
+    }
+
+    fn run(&mut self, cfg: &EchoConfig) -> EchoReport {
+        match self {
+            Echoer::Cpu(p) => p.run_echo(cfg),
+            Echoer::Fld(f) => f.run_echo(cfg),
+        }
+    }
 }
 
 fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -139,30 +229,34 @@ fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         },
         _ => Sizes::Fixed(a.size as usize),
     };
-    let mut pair = InProcessPair::new(a.rx_mode.mode(), sizes.max())?;
+    let mut echo = Echoer::new(a.accel, a.rx_mode.mode(), sizes.max())?;
     if let Some(path) = &a.pcap {
         let tap = PcapTap::new(
             BufWriter::new(File::create(path)?),
             CaptureFilter::AllIngress,
         )?;
-        pair.card.nic.set_tap(Some(Box::new(tap)));
+        echo.card().nic.set_tap(Some(Box::new(tap)));
     }
-    pair.card.fabric.clear_stats();
+    echo.card().fabric.clear_stats();
+    let window = echo.window(sizes.max());
     let cfg = EchoConfig {
         packets: a.packets,
         sizes: sizes.clone(),
         burst: a.burst.clamp(1, 256),
+        window,
         ..Default::default()
     };
-    let rep = pair.run_echo(&cfg);
+    let rep = echo.run(&cfg);
     // Dropping the tap flushes the capture.
-    pair.card.nic.set_tap(None);
-    let link = nic_link_stats(&pair);
-    // Every echoed packet crosses the NIC twice (client → server, server → client).
+    echo.card().nic.set_tap(None);
+    let (nic_link, fld_link) = link_stats(echo.card());
+    // Every echoed packet crosses the NIC twice (client -> echo, echo -> client).
     let crossings = (rep.packets_sent + rep.packets_received).max(1);
-    let pcie_bytes_per_packet = link.total_bytes() as f64 / crossings as f64;
+    let per_pkt = nic_link.total_bytes() as f64 / crossings as f64;
     let ok =
         rep.mismatches == 0 && rep.packets_received == a.packets && rep.checksum_flags_bad == 0;
+    let fld_memory = echo.card().fld.memory_report()[MemoryItem::Total as usize];
+    let software_memory = memory_model::software_requirement(&MemoryParams::table_2a()).total;
     if a.json {
         let v = json!({
             "packets_sent": rep.packets_sent,
@@ -173,16 +267,61 @@ fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             "mpps": rep.mpps(),
             "gbps": rep.gbps(),
             "elapsed_s": rep.elapsed.as_secs_f64(),
-            "pcie_bytes_per_packet": pcie_bytes_per_packet,
-            "pcie_tlps_per_packet": link.total_tlps() as f64 / crossings as f64,
+            "pcie_bytes_per_packet": per_pkt,
+            "pcie_tlps_per_packet": nic_link.total_tlps() as f64 / crossings as f64,
+            "fld_pcie_bytes_per_packet": fld_link.total_bytes() as f64 / rep.packets_received.max(1) as f64,
+            "accel": match a.accel { AccelArg::None => "none", AccelArg::Echo => "echo" },
             "rx_mode": match a.rx_mode { RxModeArg::Regular => "regular", RxModeArg::Striding => "striding" },
             "size_min": a.size,
             "size_max": sizes.max(),
+            "fld_memory_bytes": fld_memory,
+            "software_memory_bytes": software_memory,
             "verified": ok,
         });
         println!("{v}");
     } else {
-        print_demo_summary(&a, &sizes, &rep, &link, pcie_bytes_per_packet, ok);
+        let size = match &sizes {
+            Sizes::Sweep { min, max } => format!("{min}..{max} B"),
+            _ => format!("{} B", sizes.max()),
+        };
+        match a.accel {
+            AccelArg::None => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> CPU echo (vPort 0) -> back"),
+            AccelArg::Echo => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> vPort 0 -> FLD -> echo accelerator -> FLD -> NIC -> back"),
+        }
+        println!("  frames          {size}");
+        println!(
+            "  sent/received   {} / {}",
+            rep.packets_sent, rep.packets_received
+        );
+        println!(
+            "  verified        {} bytes, {} mismatches, {} bad checksum flags",
+            rep.bytes_verified, rep.mismatches, rep.checksum_flags_bad
+        );
+        println!(
+            "  rate            {:.3} Mpps, {:.3} Gbit/s over {:.3} s",
+            rep.mpps(),
+            rep.gbps(),
+            rep.elapsed.as_secs_f64()
+        );
+        println!(
+            "  PCIe (NIC)      {:.1} bytes and {:.2} TLPs per packet crossing",
+            per_pkt,
+            nic_link.total_tlps() as f64 / crossings as f64
+        );
+        if a.accel == AccelArg::Echo {
+            println!(
+                "  PCIe (FLD)      {:.1} bytes per echoed packet",
+                fld_link.total_bytes() as f64 / rep.packets_received.max(1) as f64
+            );
+            println!("  memory          FLD {:.1} KiB on chip vs {:.1} MiB for a software driver (Table 2a parameters)", fld_memory as f64 / 1024.0, software_memory as f64 / 1048576.0);
+        }
+        if let Some(p) = &a.pcap {
+            println!("  capture         {p}");
+        }
+        println!(
+            "  result          {}",
+            if ok { "VERIFIED" } else { "FAILED" }
+        );
     }
     Ok(if ok {
         ExitCode::SUCCESS
@@ -191,158 +330,139 @@ fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     })
 }
 
-fn print_demo_summary(
-    a: &DemoArgs,
-    sizes: &Sizes,
-    rep: &EchoReport,
-    link: &TlpStats,
-    per_pkt: f64,
-    ok: bool,
-) {
-    let size = match sizes {
-        Sizes::Sweep { min, max } => format!("{min}..{max} B"),
-        _ => format!("{} B", sizes.max()),
-    };
-    println!("fldemu demo: CPU generator (vPort 0) -> eSwitch -> CPU echo (vPort 1) -> back");
-    println!(
-        "  frames          {size}, {} receive queues",
-        match a.rx_mode {
-            RxModeArg::Regular => "regular",
-            RxModeArg::Striding => "striding (MPRQ)",
-        }
-    );
-    println!(
-        "  sent/received   {} / {}",
-        rep.packets_sent, rep.packets_received
-    );
-    println!(
-        "  verified        {} bytes, {} mismatches, {} bad checksum flags",
-        rep.bytes_verified, rep.mismatches, rep.checksum_flags_bad
-    );
-    println!(
-        "  rate            {:.3} Mpps, {:.3} Gbit/s over {:.3} s",
-        rep.mpps(),
-        rep.gbps(),
-        rep.elapsed.as_secs_f64()
-    );
-    println!(
-        "  PCIe (NIC)      {:.1} bytes and {:.2} TLPs per packet crossing",
-        per_pkt,
-        link.total_tlps() as f64 / (rep.packets_sent + rep.packets_received).max(1) as f64
-    );
-    if let Some(p) = &a.pcap {
-        println!("  capture         {p}");
-    }
-    println!(
-        "  result          {}",
-        if ok { "VERIFIED" } else { "FAILED" }
-    );
+/// One measured path of one workload.
+#[derive(Default)]
+struct Measured {
+    mpps: f64,
+    goodput_gbps: f64,
+    nic_pcie_bytes_per_packet: f64,
+    failures: u64,
 }
 
-/// One measured point of the benchmark.
-struct Point {
-    size: usize,
-    packets: u64,
-    emulated_mpps: f64,
-    baseline_mpps: f64,
-    pcie_bytes_per_packet: f64,
-    mismatches: u64,
-}
-
-fn measure(size: usize, packets: u64) -> Result<Point, Box<dyn std::error::Error>> {
-    let cfg = EchoConfig {
-        packets,
-        sizes: Sizes::Fixed(size),
-        burst: 32,
-        window: 1024,
-        ..Default::default()
-    };
-    // Emulated path: generator -> NIC -> eSwitch -> echo -> NIC -> generator.
-    let mut pair = InProcessPair::new(STRIDING, size)?;
+fn measure(echo: &mut Echoer, cfg: &EchoConfig) -> Measured {
     let warm = EchoConfig {
-        packets: packets / 20 + 1,
+        packets: cfg.packets / 20 + 1,
         ..cfg.clone()
     };
-    pair.run_echo(&warm);
-    pair.card.fabric.clear_stats();
-    let rep = pair.run_echo(&cfg);
-    let link = nic_link_stats(&pair);
-    // Baseline: the same applications over a software loopback (copies and checksums, no device).
-    let dev = pair.host.device(0);
-    let buf = (size + 128) as u32;
+    echo.run(&warm);
+    echo.card().fabric.clear_stats();
+    let rep = echo.run(cfg);
+    let (nic, _) = link_stats(echo.card());
+    Measured {
+        mpps: rep.mpps(),
+        goodput_gbps: rep.gbps(),
+        nic_pcie_bytes_per_packet: nic.total_bytes() as f64
+            / (rep.packets_sent + rep.packets_received).max(1) as f64,
+        failures: rep.mismatches + (cfg.packets - rep.packets_received),
+    }
+}
+
+/// The same applications over a software loopback: copies and checksums, no device model.
+fn measure_loopback(
+    cfg: &EchoConfig,
+    max_frame: usize,
+) -> Result<Measured, Box<dyn std::error::Error>> {
+    let card = Card::new(Default::default());
+    let host = fld_driver::inprocess::InProcessHost::new(card.clone(), 256 << 20)?;
+    let dev = host.device(0);
+    let buf = (max_frame + 128) as u32;
     let (pa, pb) = (
         Mempool::new(dev.as_ref(), 4096, buf)?,
         Mempool::new(dev.as_ref(), 4096, buf)?,
     );
     let (mut a, mut b) = SoftPort::pair((pa, [2, 0, 0, 0, 0, 1]), (pb, [2, 0, 0, 0, 0, 2]));
     let mut scratch = Vec::new();
+    let warm = EchoConfig {
+        packets: cfg.packets / 20 + 1,
+        ..cfg.clone()
+    };
     fld_host::apps::run_echo(&mut a, [2, 0, 0, 0, 0, 2], &warm, || {
         fld_host::apps::echo_step(&mut b, &mut scratch, 32)
     });
-    let base = fld_host::apps::run_echo(&mut a, [2, 0, 0, 0, 0, 2], &cfg, || {
+    let rep = fld_host::apps::run_echo(&mut a, [2, 0, 0, 0, 0, 2], cfg, || {
         fld_host::apps::echo_step(&mut b, &mut scratch, 32)
     });
-    Ok(Point {
-        size,
-        packets,
-        emulated_mpps: rep.mpps(),
-        baseline_mpps: base.mpps(),
-        pcie_bytes_per_packet: link.total_bytes() as f64
-            / (rep.packets_sent + rep.packets_received).max(1) as f64,
-        mismatches: rep.mismatches
-            + base.mismatches
-            + (packets - rep.packets_received)
-            + (packets - base.packets_received),
+    Ok(Measured {
+        mpps: rep.mpps(),
+        goodput_gbps: rep.gbps(),
+        nic_pcie_bytes_per_packet: 0.0,
+        failures: rep.mismatches + (cfg.packets - rep.packets_received),
     })
 }
 
 fn bench(a: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let mut points = Vec::new();
-    for (size, scale) in [(64usize, 1u64), (256, 1), (1500, 2)] {
-        points.push(measure(size, (a.packets / scale).max(1000))?);
+    let workloads = [
+        ("64", Sizes::Fixed(64), 1u64),
+        ("256", Sizes::Fixed(256), 1),
+        ("1500", Sizes::Fixed(1500), 2),
+        ("datacenter-mix", datacenter_mix(), 2),
+    ];
+    let mut rows = Vec::new();
+    for (name, sizes, scale) in workloads {
+        let packets = (a.packets / scale).max(1000);
+        let max = sizes.max();
+        let cfg = EchoConfig {
+            packets,
+            sizes: sizes.clone(),
+            burst: 32,
+            window: 1024,
+            ..Default::default()
+        };
+        let cpu = measure(&mut Echoer::new(AccelArg::None, STRIDING, max)?, &cfg);
+        let mut fld_echo = Echoer::new(AccelArg::Echo, STRIDING, max)?;
+        let fld_cfg = EchoConfig {
+            window: fld_echo.window(max),
+            ..cfg.clone()
+        };
+        let fld = measure(&mut fld_echo, &fld_cfg);
+        let base = measure_loopback(&cfg, max)?;
+        rows.push((name, packets, cpu, fld, base));
     }
-    let failed = points.iter().any(|p| p.mismatches != 0);
+    let failed = rows
+        .iter()
+        .any(|(_, _, c, f, b)| c.failures + f.failures + b.failures != 0);
     if a.json {
-        let rows: Vec<_> = points
+        let out: Vec<_> = rows
             .iter()
-            .map(|p| {
-                // Each echoed packet crosses the emulated NIC twice.
-                let emu_ns = 1e3 / p.emulated_mpps;
-                let base_ns = 1e3 / p.baseline_mpps;
+            .map(|(name, packets, cpu, fld, base)| {
+                let (cpu_ns, base_ns) = (1e3 / cpu.mpps, 1e3 / base.mpps);
                 json!({
-                    "size": p.size,
-                    "packets": p.packets,
-                    "emulated_mpps": p.emulated_mpps,
-                    "emulated_gbps": p.emulated_mpps * p.size as f64 * 8.0 / 1e3,
-                    "nic_crossings_mpps": 2.0 * p.emulated_mpps,
-                    "baseline_software_loopback_mpps": p.baseline_mpps,
-                    "ratio_emulated_to_baseline": p.emulated_mpps / p.baseline_mpps,
-                    "emulator_ns_per_nic_crossing": ((emu_ns - base_ns) / 2.0).max(0.0),
-                    "pcie_bytes_per_packet": p.pcie_bytes_per_packet,
-                    "verification_failures": p.mismatches,
+                    "workload": name,
+                    "packets": packets,
+                    "cpu_echo_mpps": cpu.mpps,
+                    "cpu_echo_goodput_gbps": cpu.goodput_gbps,
+                    "flde_echo_mpps": fld.mpps,
+                    "flde_echo_goodput_gbps": fld.goodput_gbps,
+                    "ratio_flde_to_cpu": fld.mpps / cpu.mpps,
+                    "software_loopback_mpps": base.mpps,
+                    "ratio_cpu_echo_to_loopback": cpu.mpps / base.mpps,
+                    "emulator_ns_per_nic_crossing": ((cpu_ns - base_ns) / 2.0).max(0.0),
+                    "cpu_path_nic_pcie_bytes_per_packet": cpu.nic_pcie_bytes_per_packet,
+                    "flde_path_nic_pcie_bytes_per_packet": fld.nic_pcie_bytes_per_packet,
+                    "verification_failures": cpu.failures + fld.failures + base.failures,
                 })
             })
             .collect();
         println!(
             "{}",
-            json!({ "path": "cpu generator -> nic -> eswitch -> cpu echo -> nic -> generator (in-process, one core)", "results": rows })
+            json!({ "note": "echoed packets per second on one core, in-process; each echoed packet crosses the emulated NIC twice", "results": out })
         );
     } else {
         println!(
-            "{:>6} {:>12} {:>12} {:>10} {:>14} {:>12}",
-            "size", "emul Mpps", "base Mpps", "ratio", "ns/crossing", "PCIe B/pkt"
+            "{:>15} {:>10} {:>10} {:>8} {:>11} {:>9} {:>12}",
+            "workload", "CPU Mpps", "FLD-E Mpps", "FLD/CPU", "loop Mpps", "CPU/loop", "ns/crossing"
         );
-        for p in &points {
-            let emu_ns = 1e3 / p.emulated_mpps;
-            let base_ns = 1e3 / p.baseline_mpps;
+        for (name, _, cpu, fld, base) in &rows {
+            let (cpu_ns, base_ns) = (1e3 / cpu.mpps, 1e3 / base.mpps);
             println!(
-                "{:>6} {:>12.3} {:>12.3} {:>10.3} {:>14.1} {:>12.1}",
-                p.size,
-                p.emulated_mpps,
-                p.baseline_mpps,
-                p.emulated_mpps / p.baseline_mpps,
-                ((emu_ns - base_ns) / 2.0).max(0.0),
-                p.pcie_bytes_per_packet
+                "{:>15} {:>10.3} {:>10.3} {:>8.3} {:>11.3} {:>9.3} {:>12.1}",
+                name,
+                cpu.mpps,
+                fld.mpps,
+                fld.mpps / cpu.mpps,
+                base.mpps,
+                cpu.mpps / base.mpps,
+                ((cpu_ns - base_ns) / 2.0).max(0.0)
             );
         }
     }
@@ -351,4 +471,130 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+fn memory(a: MemoryArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let params = MemoryParams {
+        bandwidth_gbps: a.gbps,
+        min_packet: a.min_packet,
+        max_packet: a.max_packet,
+        rx_lifetime_us: a.rx_lifetime_us,
+        tx_lifetime_us: a.tx_lifetime_us,
+        tx_queues: a.queues,
+    };
+    if !(a.gbps > 0.0 && a.gbps <= 1600.0)
+        || a.queues == 0
+        || a.queues > 4096
+        || a.min_packet < 64
+        || a.max_packet < a.min_packet
+        || a.max_packet > 16384
+    {
+        return Err("parameters out of range: 0 < gbps <= 1600, 1 <= queues <= 4096, 64 <= min-packet <= max-packet <= 16384".into());
+    }
+    let model = memory_model::report(&params);
+    // The running device: FLD sized from the same parameters, brought up and bound by the driver.
+    let setup = FldEchoSetup::build(params.max_packet.min(9000) as usize, 1, params)?;
+    let running = setup.card.fld.memory_report();
+    let by_item = [
+        ("Tx descriptor pool", MemoryItem::TxDescriptorPool),
+        (
+            "Tx ring translation (cuckoo)",
+            MemoryItem::TxRingTranslation,
+        ),
+        ("Tx buffer", MemoryItem::TxBuffer),
+        (
+            "Tx data translation (cuckoo)",
+            MemoryItem::TxDataTranslation,
+        ),
+        ("Rx buffer", MemoryItem::RxBuffer),
+        ("Tx completions (15 B)", MemoryItem::TxCompletions),
+        ("Rx completions (15 B)", MemoryItem::RxCompletions),
+        ("producer indices", MemoryItem::ProducerIndices),
+        ("total", MemoryItem::Total),
+    ];
+    let fld_total = running[MemoryItem::Total as usize];
+    if a.json {
+        let allocated: serde_json::Map<String, serde_json::Value> = by_item
+            .iter()
+            .map(|(n, i)| (n.to_string(), json!(running[*i as usize])))
+            .collect();
+        let mut v = json!({
+            "params": params,
+            "derived": model.derived,
+            "table3": model.structures,
+            "software_total_bytes": model.software_total,
+            "fld_model_total_bytes": model.fld_total,
+            "fld_allocated_bytes": allocated,
+            "fld_allocated_total_bytes": fld_total,
+            "ratio_software_to_fld_model": model.ratio,
+            "ratio_software_to_fld_allocated": model.software_total as f64 / fld_total as f64,
+        });
+        if a.sweep {
+            v["figure4"] = json!(memory_model::figure4_sweep(&params));
+        }
+        println!("{v}");
+    } else {
+        let kib = |b: u64| b as f64 / 1024.0;
+        println!(
+            "Table 3 for {} Gbit/s, {} Tx queues, {}..{} B packets, L_rx/L_tx {}/{} us",
+            a.gbps, a.queues, a.min_packet, a.max_packet, a.rx_lifetime_us, a.tx_lifetime_us
+        );
+        println!(
+            "{:<28} {:>14} {:>14} {:>9}",
+            "structure", "software KiB", "FLD model KiB", "shrink"
+        );
+        for st in &model.structures {
+            let fld = st
+                .fld_bytes
+                .map_or("-".to_string(), |b| format!("{:.2}", kib(b)));
+            let ratio = st
+                .fld_bytes
+                .filter(|b| *b > 0)
+                .map_or("-".to_string(), |b| {
+                    format!("x{:.1}", st.software_bytes as f64 / b as f64)
+                });
+            println!(
+                "{:<28} {:>14.2} {:>14} {:>9}",
+                st.name,
+                kib(st.software_bytes),
+                fld,
+                ratio
+            );
+        }
+        println!(
+            "{:<28} {:>14.2} {:>14.2} {:>9}",
+            "total",
+            kib(model.software_total),
+            kib(model.fld_total),
+            format!("x{:.1}", model.ratio)
+        );
+        println!();
+        println!("FLD as allocated by the running device:");
+        for (name, item) in by_item {
+            println!("  {:<30} {:>12.2} KiB", name, kib(running[item as usize]));
+        }
+        println!(
+            "  software / FLD allocated      x{:.1}",
+            model.software_total as f64 / fld_total as f64
+        );
+        if a.sweep {
+            println!();
+            println!("Figure 4 (formulas): software vs FLD total");
+            println!(
+                "{:>8} {:>7} {:>14} {:>12} {:>8}",
+                "Gbit/s", "queues", "software MiB", "FLD KiB", "ratio"
+            );
+            for p in memory_model::figure4_sweep(&params) {
+                println!(
+                    "{:>8} {:>7} {:>14.1} {:>12.1} {:>8.0}",
+                    p.bandwidth_gbps,
+                    p.tx_queues,
+                    p.software_total as f64 / 1048576.0,
+                    p.fld_total as f64 / 1024.0,
+                    p.ratio
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
