@@ -20,6 +20,7 @@
 pub mod abi;
 pub mod cuckoo;
 pub mod memory_model;
+pub mod perf_model;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -925,7 +926,14 @@ mod tests {
 
     /// A small FLD: 4 queues, a 16-descriptor pool and 25 chunks of 256 bytes.
     fn small() -> FldCore {
-        let p = MemoryParams { bandwidth_gbps: 1.0, min_packet: 256, max_packet: 2048, rx_lifetime_us: 5.0, tx_lifetime_us: 25.0, tx_queues: 4 };
+        let p = MemoryParams {
+            bandwidth_gbps: 1.0,
+            min_packet: 256,
+            max_packet: 2048,
+            rx_lifetime_us: 5.0,
+            tx_lifetime_us: 25.0,
+            tx_queues: 4,
+        };
         let mut core = FldCore::new(FldGeometry::from_params(&p));
         for (i, q) in core.tx.queues.iter_mut().enumerate() {
             q.enabled = true;
@@ -942,16 +950,33 @@ mod tests {
         let mask = (1u32 << core.geo.log_tx_ring) - 1;
         let mut owner = vec![None; core.geo.tx_chunks as usize];
         for &p in &core.tx.chunks_free {
-            assert!(owner[p as usize].replace(usize::MAX).is_none(), "chunk {p} free twice");
+            assert!(
+                owner[p as usize].replace(usize::MAX).is_none(),
+                "chunk {p} free twice"
+            );
         }
         for (qi, q) in core.tx.queues.iter().enumerate() {
             let mut i = q.ci;
             while i != q.pi {
-                let slot = core.tx.ring_xlt.lookup(RingKey { queue: qi as u16, index: (i & mask) as u16 }).expect("posted descriptor is mapped");
+                let slot = core
+                    .tx
+                    .ring_xlt
+                    .lookup(RingKey {
+                        queue: qi as u16,
+                        index: (i & mask) as u16,
+                    })
+                    .expect("posted descriptor is mapped");
                 let d = core.tx.pool[slot as usize];
                 for k in 0..d.len().div_ceil(g) {
                     let v = (d.window_offset() / g + k) % w;
-                    let p = core.tx.data_xlt.lookup(RingKey { queue: qi as u16, index: v as u16 }).expect("live chunk is mapped");
+                    let p = core
+                        .tx
+                        .data_xlt
+                        .lookup(RingKey {
+                            queue: qi as u16,
+                            index: v as u16,
+                        })
+                        .expect("live chunk is mapped");
                     assert!(owner[p as usize].replace(qi).is_none(), "chunk {p} aliased");
                 }
                 i = i.wrapping_add(1);
@@ -959,7 +984,11 @@ mod tests {
         }
         assert!(owner.iter().all(|o| o.is_some()), "a chunk leaked");
         let posted: u32 = core.tx.queues.iter().map(|q| q.pi.wrapping_sub(q.ci)).sum();
-        assert_eq!(posted as usize + core.tx.pool_free.len(), core.tx.pool.len(), "descriptor leak");
+        assert_eq!(
+            posted as usize + core.tx.pool_free.len(),
+            core.tx.pool.len(),
+            "descriptor leak"
+        );
     }
 
     #[derive(Debug, Clone)]
@@ -1027,8 +1056,20 @@ mod tests {
         let pkt: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
         // Fragment the free list so the packet's chunks are not physically contiguous.
         core.tx.chunks_free.reverse();
-        TxView { core: &mut core }.send(&TxMeta { queue: 2, cs_flags: 0 }, &pkt).unwrap();
-        let d = core.tx.pool[core.tx.ring_xlt.lookup(RingKey { queue: 2, index: 0 }).unwrap() as usize];
+        TxView { core: &mut core }
+            .send(
+                &TxMeta {
+                    queue: 2,
+                    cs_flags: 0,
+                },
+                &pkt,
+            )
+            .unwrap();
+        let d = core.tx.pool[core
+            .tx
+            .ring_xlt
+            .lookup(RingKey { queue: 2, index: 0 })
+            .unwrap() as usize];
         let mut out = vec![0u8; 1000];
         let base = 2 * core.geo.tx_window_bytes() + d.window_offset() as u64;
         read_tx_data(&mut core, base, &mut out);
