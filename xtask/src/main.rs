@@ -39,7 +39,10 @@ fn main() -> ExitCode {
     let ok = match args.first().map(String::as_str) {
         Some("ci") => {
             cargo(&["test", "--workspace"])
+                && fldemu(&["demo", "--accel", "echo", "--packets", "50000", "--json"])
                 && fldemu(&["demo", "--packets", "50000", "--json"])
+                && fldemu(&["memory", "--json"])
+                && fldemu(&["model", "--packets", "5000", "--json"])
                 && fldemu(&[
                     "demo",
                     "--packets",
