@@ -498,15 +498,17 @@ fn memory(a: MemoryArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         tx_lifetime_us: a.tx_lifetime_us,
         tx_queues: a.queues,
     };
+    let lifetimes_ok = [a.rx_lifetime_us, a.tx_lifetime_us]
+        .iter()
+        .all(|l| *l > 0.0 && *l <= 10_000.0);
     if !(a.gbps > 0.0 && a.gbps <= 1600.0)
-        || a.queues == 0
-        || a.queues > 4096
+        || !lifetimes_ok
         || a.min_packet < 64
         || a.max_packet < a.min_packet
-        || a.max_packet > 16384
     {
-        return Err("parameters out of range: 0 < gbps <= 1600, 1 <= queues <= 4096, 64 <= min-packet <= max-packet <= 16384".into());
+        return Err("parameters out of range: 0 < gbps <= 1600, 0 < lifetimes <= 10000 us, 64 <= min-packet <= max-packet".into());
     }
+    fld_device::fld::abi::FldGeometry::from_params(&params).check()?;
     let model = memory_model::report(&params);
     // The running device: FLD sized from the same parameters, brought up and bound by the driver.
     let setup = FldEchoSetup::build(params.max_packet.min(9000) as usize, 1, params)?;

@@ -325,3 +325,64 @@ fn nic_accesses_outside_fld_windows_get_the_fill_pattern_and_are_counted() {
     assert_eq!(fld.stat(Stat::UnknownCqes), 1);
     assert_eq!(fld.stat(Stat::BadWindowAccesses), 5);
 }
+
+#[test]
+fn an_error_completion_releases_the_queue_and_disables_it() {
+    let s = FldEchoSetup::with_queues(1514, 2).unwrap();
+    let fld = &s.card.fld;
+    // Queue 1's credits show the shared pool and buffer.
+    let shared_before = fld.with_tx_stream(|t| t.credits(1));
+    for _ in 0..5 {
+        fld.with_tx_stream(|t| {
+            t.send(
+                &TxMeta {
+                    queue: 0,
+                    cs_flags: 0,
+                },
+                &[1u8; 700],
+            )
+        })
+        .unwrap();
+    }
+    let shared_during = fld.with_tx_stream(|t| t.credits(1));
+    assert_eq!(shared_during.packets, shared_before.packets - 5);
+    assert_eq!(shared_during.bytes, shared_before.bytes - 5 * 768);
+    // The NIC reports an error on the queue's SQ (as it would for a WQE it could not execute).
+    let g = fld.geometry();
+    let bar2 = s.host.device(fld.id()).bar_bus_address(2);
+    let nic_fid = s.card.nic.function_id(0).unwrap();
+    let sqn = s.flde.binding().sqns[0];
+    let err = Cqe {
+        qn: U32::new(sqn),
+        wqe_counter: U16::new(0),
+        syndrome: 1,
+        op_own: fld_device::nic::abi::CQE_REQ_ERR << 4,
+        ..Default::default()
+    };
+    s.card
+        .fabric
+        .dma(nic_fid)
+        .write(bar2 + g.tx_cq_base(), err.as_bytes())
+        .unwrap();
+    fld.poll();
+    assert_eq!(fld.stat(Stat::TxErrorCompletions), 1);
+    // Every buffer came back; the queue takes nothing until it is bound again.
+    let r = fld.with_tx_stream(|t| {
+        (
+            t.credits(0),
+            t.send(
+                &TxMeta {
+                    queue: 0,
+                    cs_flags: 0,
+                },
+                &[1u8; 60],
+            ),
+        )
+    });
+    assert_eq!(r, (Default::default(), Err(TxRefused::UnknownQueue)));
+    assert_eq!(
+        fld.with_tx_stream(|t| t.credits(1)),
+        shared_before,
+        "every descriptor and chunk came back"
+    );
+}

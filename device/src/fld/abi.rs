@@ -133,7 +133,50 @@ pub struct FldGeometry {
     pub log_rx_cq: u8,
 }
 
+/// Limits set by FLD's field widths: 14-bit packet length, 24-bit window offsets, 16-bit WQE
+/// and chunk indices, the BAR0 queue register area, the NIC's largest SQ and CQ.
+pub const MAX_TX_QUEUES: u32 = ((BAR_CONTROL_SIZE - reg::TXQ_BASE) / 16) as u32;
+pub const MAX_PACKET: u32 = 16384;
+pub const MAX_LOG_TX_RING: u8 = crate::nic::MAX_LOG_SQ;
+pub const MAX_LOG_TX_WINDOW: u8 = 24;
+pub const MAX_LOG_CQ: u8 = crate::nic::MAX_LOG_CQ;
+
 impl FldGeometry {
+    /// Whether every structure fits FLD's field widths (see [`MAX_TX_QUEUES`] and friends).
+    pub fn check(&self) -> Result<(), String> {
+        let fail = |what: &str, v: u64, max: u64| {
+            Err(format!("{what} = {v} exceeds FLD's limit of {max}"))
+        };
+        if self.tx_queues == 0 || self.tx_queues > MAX_TX_QUEUES {
+            return fail("Tx queues", self.tx_queues as u64, MAX_TX_QUEUES as u64);
+        }
+        if self.max_packet > MAX_PACKET {
+            return fail("maximum packet", self.max_packet as u64, MAX_PACKET as u64);
+        }
+        if self.log_tx_ring > MAX_LOG_TX_RING {
+            return fail(
+                "Tx ring entries",
+                1 << self.log_tx_ring,
+                1 << MAX_LOG_TX_RING,
+            );
+        }
+        if self.log_tx_window > MAX_LOG_TX_WINDOW || self.tx_chunks > 0xfffe {
+            return fail(
+                "Tx-data window bytes",
+                1 << self.log_tx_window,
+                1 << MAX_LOG_TX_WINDOW,
+            );
+        }
+        if self.log_tx_cq > MAX_LOG_CQ || self.log_rx_cq > MAX_LOG_CQ {
+            return fail(
+                "completion queue entries",
+                1 << self.log_tx_cq.max(self.log_rx_cq),
+                1 << MAX_LOG_CQ,
+            );
+        }
+        Ok(())
+    }
+
     pub fn from_params(p: &MemoryParams) -> Self {
         let d = memory_model::derive(p);
         let chunk = memory_model::xlt_data_granularity(p);

@@ -114,7 +114,9 @@ impl FldCore {
             signal_every: 32,
             tx: TxEngine {
                 pool: vec![CompressedDesc::default(); geo.desc_pool as usize],
-                pool_free: (0..geo.desc_pool).rev().collect(),
+                // The all-ones slot number marks an empty bucket of the ring translation table
+                // (so an entry needs no valid bit, §5.2's 31 bits): it is never handed out.
+                pool_free: (0..geo.desc_pool.saturating_sub(1)).rev().collect(),
                 ring_xlt: CuckooTable::new(geo.desc_pool, 0x5eed_0001),
                 data_xlt: CuckooTable::new(geo.tx_chunks, 0x5eed_0002),
                 buffer: vec![0; geo.tx_chunks as usize * geo.tx_chunk as usize],
@@ -191,6 +193,9 @@ pub struct FldFunction {
 impl FldFunction {
     /// Builds FLD with the structures sized for `geo` and plugs it into `fabric`.
     pub fn new(fabric: &Arc<Fabric>, geo: FldGeometry) -> Arc<FldFunction> {
+        if let Err(e) = geo.check() {
+            panic!("FLD geometry: {e}");
+        }
         let shared = Arc::new(FldShared {
             fabric: fabric.clone(),
             core: Mutex::new(FldCore::new(geo)),
@@ -259,6 +264,8 @@ impl FldFunction {
     pub fn poll(&self) -> usize {
         let mut core = self.shared.lock();
         let mut work = 0;
+        // Background cuckoo relocation (§5.2): a few stash entries move back per step.
+        work += core.tx.ring_xlt.relocate(4) + core.tx.data_xlt.relocate(4);
         work += process_tx_completions(&mut core);
         let mut accel = core.accel.take();
         work += deliver_receives(&mut core, accel.as_deref_mut());
@@ -760,14 +767,20 @@ fn process_tx_completions(core: &mut FldCore) -> usize {
             core.bump(Stat::UnknownCqes);
             continue;
         };
+        core.bump(Stat::TxCompletions);
         if c.opcode() == nic::CQE_REQ_ERR {
+            // The NIC's SQ is in error and will send nothing more: release every posted packet
+            // and disable the queue until the control plane binds it again.
             core.bump(Stat::TxErrorCompletions);
             log::warn!(
                 "FLD Tx queue {qi}: NIC error completion, syndrome {:#x}",
                 c.stride_or_syndrome()
             );
+            let last = core.tx.queues[qi].pi.wrapping_sub(1) as u16;
+            release_through(core, qi, last);
+            core.tx.queues[qi].enabled = false;
+            continue;
         }
-        core.bump(Stat::TxCompletions);
         let upto = c.counter_or_len();
         release_through(core, qi, upto);
     }
@@ -984,9 +997,10 @@ mod tests {
         }
         assert!(owner.iter().all(|o| o.is_some()), "a chunk leaked");
         let posted: u32 = core.tx.queues.iter().map(|q| q.pi.wrapping_sub(q.ci)).sum();
+        // The all-ones slot is reserved as the empty-bucket code.
         assert_eq!(
             posted as usize + core.tx.pool_free.len(),
-            core.tx.pool.len(),
+            core.tx.pool.len() - 1,
             "descriptor leak"
         );
     }
