@@ -501,11 +501,8 @@ fn memory(a: MemoryArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let lifetimes_ok = [a.rx_lifetime_us, a.tx_lifetime_us]
         .iter()
         .all(|l| *l > 0.0 && *l <= 10_000.0);
-    if !(a.gbps > 0.0 && a.gbps <= 1600.0)
-        || !lifetimes_ok
-        || a.min_packet < 64
-        || a.max_packet < a.min_packet
-    {
+    let rate_ok = a.gbps > 0.0 && a.gbps <= 1600.0;
+    if !rate_ok || !lifetimes_ok || a.min_packet < 64 || a.max_packet < a.min_packet {
         return Err("parameters out of range: 0 < gbps <= 1600, 0 < lifetimes <= 10000 us, 64 <= min-packet <= max-packet".into());
     }
     fld_device::fld::abi::FldGeometry::from_params(&params).check()?;
