@@ -521,7 +521,8 @@ impl FldEchoSetup {
             crate::flde::FldE::open(host.device(f0), host.device(card.fld.id()), tx_queues)?;
         card.fld
             .set_accelerator(Box::new(fld_device::accel::Echo::new(0, 256)));
-        flde.accelerate(0, &[], 1)?;
+        // Lowest priority: rules a caller adds later take precedence.
+        flde.accelerate(u16::MAX, &[], 1, None)?;
         let mut client = EthDev::open(host.device(f1))?;
         let buf = (max_frame + crate::mempool::HEADROOM as usize) as u32;
         let cfg = crate::ethdev::PortConfig {

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use fld_device::fld::abi::{accelerate_tag, MAX_RESUME_TABLE};
 use fld_device::nic::abi::TABLE_KIND_NIC_RX;
 use fld_driver::fld::{bind, FldBinding, FldDriver, FldRxLayout};
 use fld_driver::nic::{EventQueue, FlowRule, NicDriver, RuleFate, TableMiss};
@@ -20,6 +21,37 @@ pub struct FldE {
     fld: FldDriver,
     binding: FldBinding,
     root: u32,
+    tenants: Vec<Tenant>,
+}
+
+/// Priorities below this are reserved for the control plane's own rules.
+pub const TENANT_MIN_PRIORITY: u16 = 1000;
+
+#[derive(Clone, Copy, Debug)]
+struct Tenant {
+    context: u16,
+    owns: FlowItem,
+}
+
+/// A tenant registered with [`FldE::register_tenant`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TenantId(usize);
+
+/// Why the control plane refused a tenant's rule.
+#[derive(Debug, thiserror::Error)]
+pub enum TenantError {
+    #[error("context ID {0} already belongs to a tenant")]
+    ContextInUse(u16),
+    #[error("no such tenant")]
+    UnknownTenant,
+    #[error("tenant with context {tenant} tried to set context {claimed}")]
+    ForeignContext { tenant: u16, claimed: u32 },
+    #[error("the rule does not match only the tenant's own traffic")]
+    NotConfined,
+    #[error("priority {0} is reserved for the control plane")]
+    Priority(u16),
+    #[error(transparent)]
+    Device(DriverError),
 }
 
 impl FldE {
@@ -44,6 +76,7 @@ impl FldE {
             fld,
             binding,
             root,
+            tenants: Vec::new(),
         })
     }
 
@@ -61,20 +94,34 @@ impl FldE {
     }
 
     /// Sends packets matching `pattern` to the accelerator tagged with `context` (the context ID
-    /// the accelerator sees in its rx metadata).
+    /// the accelerator sees in its rx metadata). With `resume_at`, the accelerator's returned
+    /// packet re-enters the NIC's steering at that flow table (this function's receive table, or
+    /// an eSwitch table on the manager function) instead of the eSwitch root: the `accelerate`
+    /// action of paper §5.3. This is the trusted control plane's call; tenants go through
+    /// [`FldE::tenant_accelerate`].
     pub fn accelerate(
         &mut self,
         priority: u16,
         pattern: &[FlowItem],
-        context: u32,
+        context: u16,
+        resume_at: Option<u32>,
     ) -> Result<FlowHandle, DriverError> {
+        let resume = match resume_at {
+            None => None,
+            Some(t) if t < MAX_RESUME_TABLE as u32 => Some(t as u8),
+            Some(_) => {
+                return Err(DriverError::InvalidArgument(
+                    "resume tables must be numbered below 127 (FLD descriptor field)",
+                ))
+            }
+        };
         let (mask, value) = compile_pattern(pattern);
         let rule = FlowRule {
             priority,
             mask,
             value,
             fate: RuleFate::Rq(self.binding.rq.rqn),
-            flow_tag: Some(context),
+            flow_tag: Some(accelerate_tag(context, resume)),
             count: true,
         };
         self.nic
@@ -82,6 +129,52 @@ impl FldE {
             .map(FlowHandle::new)
     }
 
+    /// Registers a tenant: the control plane, not the tenant, picks its context ID, and the
+    /// tenant's rules must be confined to traffic matching `owns` (e.g. its IPv4 address).
+    pub fn register_tenant(
+        &mut self,
+        context: u16,
+        owns: FlowItem,
+    ) -> Result<TenantId, TenantError> {
+        if self.tenants.iter().any(|t| t.context == context) {
+            return Err(TenantError::ContextInUse(context));
+        }
+        self.tenants.push(Tenant { context, owns });
+        Ok(TenantId(self.tenants.len() - 1))
+    }
+
+    /// An untrusted tenant's `accelerate` rule (paper §5.4). The control plane validates it:
+    /// the tenant may not claim another tenant's context ID, its pattern must contain the
+    /// tenant's own match, and its priority may not preempt the control plane's rules
+    /// (below [`TENANT_MIN_PRIORITY`]).
+    pub fn tenant_accelerate(
+        &mut self,
+        tenant: TenantId,
+        priority: u16,
+        pattern: &[FlowItem],
+        claimed_context: Option<u32>,
+        resume_at: Option<u32>,
+    ) -> Result<FlowHandle, TenantError> {
+        let t = self
+            .tenants
+            .get(tenant.0)
+            .copied()
+            .ok_or(TenantError::UnknownTenant)?;
+        if let Some(c) = claimed_context.filter(|c| *c != t.context as u32) {
+            return Err(TenantError::ForeignContext {
+                tenant: t.context,
+                claimed: c,
+            });
+        }
+        if !pattern.contains(&t.owns) {
+            return Err(TenantError::NotConfined);
+        }
+        if priority < TENANT_MIN_PRIORITY {
+            return Err(TenantError::Priority(priority));
+        }
+        self.accelerate(priority, pattern, t.context, resume_at)
+            .map_err(TenantError::Device)
+    }
     /// Packets and bytes a rule sent to the accelerator.
     pub fn query(&mut self, h: FlowHandle) -> Result<(u64, u64), DriverError> {
         self.nic.query_flow_entry(h.id())

@@ -17,7 +17,7 @@ pub struct FlowAttr {
 }
 
 /// Pattern items; `None` fields are wildcards.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlowItem {
     Eth {
         dst: Option<[u8; 6]>,

@@ -1,13 +1,19 @@
 //! The FLD module end to end: the NIC drives FLD's windows by peer-to-peer PCIe, the echo
 //! accelerator returns every packet, and FLD's structures behave as the paper's §5.2 describes.
 
-use fld_device::accel::{Echo, TxMeta, TxRefused};
+use std::sync::{Arc, Mutex};
+
+use fld_device::accel::{Accelerator, Echo, RxMeta, TxMeta, TxRefused, TxStream};
 use fld_device::fld::abi::{MemoryItem, Stat, FILL_PATTERN};
 use fld_device::fld::memory_model::{fld_requirement, MemoryParams};
+use fld_device::nic::abi::TABLE_KIND_FDB;
 use fld_device::nic::abi::{Cqe, CQE_REQ, CS_L3, CS_L4};
 use fld_driver::nic::SendWqe;
+use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
 use fld_driver::PciDevice;
 use fld_host::apps::{EchoConfig, FldEchoSetup, Sizes};
+use fld_host::flde::TenantError;
+use fld_host::FlowItem;
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::IntoBytes;
 
@@ -116,6 +122,7 @@ fn generated_wqe_equals_the_cpu_drivers_wqe() {
             &TxMeta {
                 queue: 0,
                 cs_flags: CS_L3 | CS_L4,
+                resume_table: None,
             },
             &frame,
         )
@@ -220,6 +227,7 @@ fn bad_accelerator_packets_are_refused_and_counted() {
                 &TxMeta {
                     queue: 9,
                     cs_flags: 0,
+                    resume_table: None,
                 },
                 &[0; 64],
             ),
@@ -227,6 +235,7 @@ fn bad_accelerator_packets_are_refused_and_counted() {
                 &TxMeta {
                     queue: 0,
                     cs_flags: 0,
+                    resume_table: None,
                 },
                 &vec![0; max + 1],
             ),
@@ -234,6 +243,7 @@ fn bad_accelerator_packets_are_refused_and_counted() {
                 &TxMeta {
                     queue: 0,
                     cs_flags: 0,
+                    resume_table: None,
                 },
                 &[],
             ),
@@ -259,6 +269,7 @@ fn bad_accelerator_packets_are_refused_and_counted() {
                 &TxMeta {
                     queue: 0,
                     cs_flags: 0,
+                    resume_table: None,
                 },
                 &[7u8; 1514],
             )
@@ -338,6 +349,7 @@ fn an_error_completion_releases_the_queue_and_disables_it() {
                 &TxMeta {
                     queue: 0,
                     cs_flags: 0,
+                    resume_table: None,
                 },
                 &[1u8; 700],
             )
@@ -374,6 +386,7 @@ fn an_error_completion_releases_the_queue_and_disables_it() {
                 &TxMeta {
                     queue: 0,
                     cs_flags: 0,
+                    resume_table: None,
                 },
                 &[1u8; 60],
             ),
@@ -385,4 +398,170 @@ fn an_error_completion_releases_the_queue_and_disables_it() {
         shared_before,
         "every descriptor and chunk came back"
     );
+}
+
+/// Echoes like [`Echo`] and records the metadata each packet arrived with.
+struct Recording {
+    echo: Echo,
+    seen: Arc<Mutex<Vec<(u16, Option<u8>)>>>,
+}
+
+impl Accelerator for Recording {
+    fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
+        self.seen
+            .lock()
+            .unwrap()
+            .push((meta.context, meta.resume_table));
+        self.echo.receive(meta, data, tx)
+    }
+    fn poll(&mut self, tx: &mut dyn TxStream) -> usize {
+        self.echo.poll(tx)
+    }
+    fn name(&self) -> &'static str {
+        "recording echo"
+    }
+}
+
+/// A set-up whose accelerate rule is replaced: `install` gets the FLD-E control plane.
+fn setup_with(
+    install: impl FnOnce(&mut FldEchoSetup),
+) -> (FldEchoSetup, Arc<Mutex<Vec<(u16, Option<u8>)>>>) {
+    let mut s = FldEchoSetup::new(1514).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    s.card.fld.set_accelerator(Box::new(Recording {
+        echo: Echo::new(0, 256),
+        seen: seen.clone(),
+    }));
+    install(&mut s);
+    (s, seen)
+}
+
+#[test]
+fn returned_packets_resume_at_the_table_the_accelerate_rule_named() {
+    let mut resume_rule = 0;
+    let (mut s, seen) = setup_with(|s| {
+        let client_vport = s.client.vport();
+        let nic = s.flde.nic();
+        // An eSwitch table on the manager function, counting what it forwards to the client.
+        let t = nic
+            .create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)
+            .unwrap();
+        resume_rule = nic
+            .create_flow_entry(
+                t,
+                &FlowRule {
+                    count: true,
+                    ..FlowRule::any(RuleFate::Vport(client_vport))
+                },
+            )
+            .unwrap();
+        // Higher priority than the set-up's catch-all rule.
+        s.flde
+            .accelerate(
+                0,
+                &[FlowItem::Udp {
+                    src_port: None,
+                    dst_port: Some(7),
+                }],
+                42,
+                Some(t),
+            )
+            .unwrap();
+    });
+    let cfg = EchoConfig {
+        packets: 500,
+        sizes: Sizes::Fixed(200),
+        ..Default::default()
+    };
+    let rep = s.run_echo(&cfg);
+    assert_eq!((rep.packets_received, rep.mismatches), (500, 0));
+    // Every packet went through the named table, not the eSwitch's default forwarding.
+    assert_eq!(
+        s.flde.nic().query_flow_entry(resume_rule).unwrap(),
+        (500, 500 * 200)
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 500);
+    assert!(seen
+        .iter()
+        .all(|&(ctx, resume)| ctx == 42 && resume.is_some()));
+}
+
+#[test]
+fn a_resume_table_the_sender_does_not_own_is_a_send_error() {
+    let (mut s, _) = setup_with(|s| {
+        // Table 120 does not exist.
+        s.flde.accelerate(0, &[], 5, Some(120)).unwrap();
+    });
+    let rep = s.run_echo(&EchoConfig {
+        packets: 3,
+        sizes: Sizes::Fixed(100),
+        window: 1,
+        ..Default::default()
+    });
+    assert_eq!(rep.packets_received, 0);
+    let f = &s.card.fld;
+    assert_eq!(
+        f.stat(Stat::TxErrorCompletions),
+        1,
+        "the NIC refused the WQE (BAD_WQE) and FLD saw it"
+    );
+    assert!(
+        s.flde.accelerate(0, &[], 5, Some(500)).is_err(),
+        "resume tables are numbered below 127"
+    );
+}
+
+#[test]
+fn tenants_cannot_claim_each_others_context_or_unconfined_traffic() {
+    let (mut s, seen) = setup_with(|_| {});
+    let mine = FlowItem::Ipv4 {
+        src: Some([10, 0, 0, 1].into()),
+        dst: None,
+        proto: None,
+    };
+    let other = FlowItem::Ipv4 {
+        src: Some([10, 9, 9, 9].into()),
+        dst: None,
+        proto: None,
+    };
+    let f = &mut s.flde;
+    let a = f.register_tenant(100, mine).unwrap();
+    let _b = f.register_tenant(200, other).unwrap();
+    assert!(matches!(
+        f.register_tenant(100, other),
+        Err(TenantError::ContextInUse(100))
+    ));
+    assert!(matches!(
+        f.tenant_accelerate(a, 2000, &[mine], Some(200), None),
+        Err(TenantError::ForeignContext {
+            tenant: 100,
+            claimed: 200
+        })
+    ));
+    assert!(matches!(
+        f.tenant_accelerate(a, 2000, &[other], None, None),
+        Err(TenantError::NotConfined)
+    ));
+    assert!(matches!(
+        f.tenant_accelerate(a, 2000, &[], None, None),
+        Err(TenantError::NotConfined)
+    ));
+    assert!(matches!(
+        f.tenant_accelerate(a, 5, &[mine], None, None),
+        Err(TenantError::Priority(5))
+    ));
+    // A valid rule above the set-up's catch-all: the generator's traffic (from 10.0.0.1) now
+    // reaches the accelerator with tenant A's context, which the tenant could only confirm.
+    let h = f
+        .tenant_accelerate(a, 1000, &[mine], Some(100), None)
+        .unwrap();
+    let rep = s.run_echo(&EchoConfig {
+        packets: 50,
+        sizes: Sizes::Fixed(128),
+        ..Default::default()
+    });
+    assert_eq!((rep.packets_received, rep.mismatches), (50, 0));
+    assert_eq!(s.flde.query(h).unwrap().0, 50);
+    assert!(seen.lock().unwrap().iter().all(|&(ctx, _)| ctx == 100));
 }

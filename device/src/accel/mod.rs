@@ -8,8 +8,10 @@
 pub struct RxMeta {
     /// FLD receive queue the packet arrived on.
     pub queue: u16,
-    /// Context ID: the flow tag the NIC's steering rule set (identifies the tenant, §5.4).
-    pub context: u32,
+    /// Context ID set by the `accelerate` rule (identifies the tenant, §5.4).
+    pub context: u16,
+    /// The flow table the NIC should resume at when the packet comes back (§5.3).
+    pub resume_table: Option<u8>,
     /// NIC parse and checksum results (`nic::abi::cqe_csum` bits).
     pub csum: u8,
     pub rss_hash: u32,
@@ -23,6 +25,9 @@ pub struct TxMeta {
     pub queue: u16,
     /// Checksum insertion requests for the NIC (`nic::abi::CS_L3`, `CS_L4`).
     pub cs_flags: u8,
+    /// Resume the NIC's steering at this flow table (the next-table ID of the `accelerate`
+    /// action); `None` sends the packet through the eSwitch as usual.
+    pub resume_table: Option<u8>,
 }
 
 /// Per-queue transmit credits: what the queue can take right now.
@@ -70,7 +75,7 @@ pub struct Echo {
     tx_queue: u16,
     queues: u16,
     next: u16,
-    held: std::collections::VecDeque<Vec<u8>>,
+    held: std::collections::VecDeque<(Vec<u8>, Option<u8>)>,
     spare: Vec<Vec<u8>>,
     capacity: usize,
     pub echoed: u64,
@@ -96,24 +101,25 @@ impl Echo {
 
     fn flush(&mut self, tx: &mut dyn TxStream) -> usize {
         let mut n = 0;
-        while let Some(p) = self.held.front() {
+        while let Some((p, resume_table)) = self.held.front() {
             let meta = TxMeta {
                 queue: self.tx_queue + self.next,
                 cs_flags: 0,
+                resume_table: *resume_table,
             };
             match tx.send(&meta, p) {
                 Ok(()) => {
                     n += 1;
                     self.echoed += 1;
                     self.next = (self.next + 1) % self.queues;
-                    if let Some(b) = self.held.pop_front() {
+                    if let Some((b, _)) = self.held.pop_front() {
                         self.spare.push(b);
                     }
                 }
                 Err(TxRefused::NoCredit) => break,
                 Err(_) => {
                     // A packet the queue will never take: discard it.
-                    if let Some(b) = self.held.pop_front() {
+                    if let Some((b, _)) = self.held.pop_front() {
                         self.spare.push(b);
                     }
                 }
@@ -133,8 +139,7 @@ impl Accelerator for Echo {
         b.extend_from_slice(&data[6..12]);
         b.extend_from_slice(&data[0..6]);
         b.extend_from_slice(&data[12..]);
-        let _ = meta;
-        self.held.push_back(b);
+        self.held.push_back((b, meta.resume_table));
         self.flush(tx);
         true
     }

@@ -107,6 +107,25 @@ pub enum MemoryItem {
 }
 pub const MEMORY_ITEMS: usize = 9;
 
+/// Flow tables an accelerator can name as its resume point: the 7-bit descriptor field holds
+/// table + 1.
+pub const MAX_RESUME_TABLE: u8 = 127;
+
+/// How the `accelerate` action packs its metadata into the NIC's flow tag (24 bits survive CQE
+/// compression): the tenant's context ID in bits 0..16, the resume table + 1 in bits 16..24.
+pub fn accelerate_tag(context: u16, resume_table: Option<u8>) -> u32 {
+    context as u32
+        | (resume_table
+            .filter(|t| *t < MAX_RESUME_TABLE)
+            .map_or(0, |t| t as u32 + 1)
+            << 16)
+}
+
+/// The inverse of [`accelerate_tag`].
+pub fn split_accelerate_tag(tag: u32) -> (u16, Option<u8>) {
+    (tag as u16, ((tag >> 16) as u8).checked_sub(1))
+}
+
 /// Byte pattern returned for NIC reads that hit no structure.
 pub const FILL_PATTERN: u8 = 0xfd;
 
@@ -237,7 +256,7 @@ impl FldGeometry {
 /// | 38..40 | checksum flags (CS_L3, CS_L4) |
 /// | 40 | completion requested |
 /// | 41..57 | WQE index (the queue's counter, low 16 bits) |
-/// | 57..64 | reserved |
+/// | 57..64 | resume table + 1 (0: none), the flow table the NIC resumes steering at |
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct CompressedDesc(pub u64);
 
@@ -249,6 +268,17 @@ impl CompressedDesc {
             | ((signal as u64) << 40)
             | ((wqe_index as u64) << 41);
         CompressedDesc(v)
+    }
+    /// Marks the packet to re-enter the NIC's steering at flow table `table` (below
+    /// [`MAX_RESUME_TABLE`]) when the NIC sends it.
+    pub fn with_resume(self, table: Option<u8>) -> Self {
+        let t = table
+            .filter(|t| *t < MAX_RESUME_TABLE)
+            .map_or(0, |t| t as u64 + 1);
+        CompressedDesc((self.0 & !(0x7f << 57)) | (t << 57))
+    }
+    pub fn resume_table(self) -> Option<u8> {
+        ((self.0 >> 57) as u8 & 0x7f).checked_sub(1)
     }
     pub fn window_offset(self) -> u32 {
         (self.0 & 0xff_ffff) as u32

@@ -634,7 +634,8 @@ impl TxStream for TxView<'_> {
             meta.cs_flags,
             signal,
             q.pi as u16,
-        );
+        )
+        .with_resume(meta.resume_table);
         q.vhead = vstart + need;
         q.pi = q.pi.wrapping_add(1);
         q.doorbell_due = true;
@@ -700,10 +701,16 @@ pub fn wqe_bytes(d: CompressedDesc, signal: bool, sqn: u32, window_addr: u64) ->
         },
         rsvd2: U16::new(0),
         sqn: U32::new(sqn),
-        imm: U32::new(0),
+        // A returned packet names the flow table the NIC resumes at.
+        imm: U32::new(d.resume_table().map_or(0, |t| t as u32)),
     };
     let eth = nic::EthSeg {
         cs_flags: d.cs_flags(),
+        flags: if d.resume_table().is_some() {
+            nic::ETH_FLAG_RESUME
+        } else {
+            0
+        },
         ..Default::default()
     };
     let seg = nic::DataSeg {
@@ -863,9 +870,11 @@ fn deliver_receives(
                 + ((c.stride_or_syndrome() as usize) << core.rx.log_stride);
             core.stats[Stat::RxPackets as usize] += 1;
             core.stats[Stat::RxBytes as usize] += len as u64;
+            let (context, resume_table) = split_accelerate_tag(c.flow_tag());
             let meta = RxMeta {
                 queue: 0,
-                context: c.flow_tag(),
+                context,
+                resume_table,
                 csum: c.csum(),
                 rss_hash: c.rss_hash(),
                 len: len as u32,

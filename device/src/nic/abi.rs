@@ -573,12 +573,20 @@ pub const CS_L4: u8 = 1 << 1;
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
 pub struct EthSeg {
     pub cs_flags: u8,
-    pub rsvd: [u8; 3],
+    /// [`ETH_FLAG_RESUME`].
+    pub flags: u8,
+    pub rsvd: [u8; 2],
     pub rsvd2: [u8; 6],
     pub mss: U16,
     pub inline_hdr_size: U16,
     pub inline_start: [u8; 2],
 }
+/// The frame re-enters the NIC's steering at the flow table whose number is in the control
+/// segment's `imm` field, instead of the FDB root: how an accelerator returns a packet to the
+/// pipeline where its `accelerate` rule took it off (paper §5.3). The table must belong to the
+/// sending function (an FDB table: the eSwitch manager; a receive table: the sender's vPort).
+pub const ETH_FLAG_RESUME: u8 = 1 << 0;
+
 /// Bytes of inline header carried inside the Ethernet segment itself.
 pub const ETH_SEG_INLINE: usize = 2;
 

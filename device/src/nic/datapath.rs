@@ -338,7 +338,7 @@ fn execute_wqe(
     match ctrl.opcode {
         WQE_OP_NOP => (Ok(0), nbb),
         WQE_OP_SEND => (
-            build_and_send(core, ctx, owner, &wqe[..ds * DS_SIZE], frame),
+            build_and_send(core, ctx, owner, &ctrl, &wqe[..ds * DS_SIZE], frame),
             nbb,
         ),
         _ => (Err(WqeError(syndrome::BAD_WQE)), nbb),
@@ -351,6 +351,7 @@ fn build_and_send(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
     owner: u16,
+    ctrl: &CtrlSeg,
     segs: &[u8],
     frame: &mut [u8],
 ) -> Result<usize, WqeError> {
@@ -414,7 +415,16 @@ fn build_and_send(
     if eth.cs_flags & CS_L4 != 0 {
         packet::insert_checksums(frame, &parsed, false, true);
     }
-    switch_frame(core, ctx, owner, frame, &parsed);
+    let resume = if eth.flags & ETH_FLAG_RESUME != 0 {
+        let t = ctrl.imm.get();
+        match core.eswitch.table(t) {
+            Some(tab) if tab.owner == owner => Some((t, tab.kind)),
+            _ => return Err(bad()),
+        }
+    } else {
+        None
+    };
+    switch_frame(core, ctx, owner, frame, &parsed, resume);
     Ok(len)
 }
 
@@ -429,12 +439,14 @@ fn bump_malformed(core: &mut NicCore, vport: u16) {
 // ---------------------------------------------------------------------------------------------
 
 /// A frame enters the eSwitch from `src_vport` and leaves towards its destinations.
+/// `resume` names the table (and its kind) a returned frame re-enters steering at.
 fn switch_frame(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
     src_vport: u16,
     frame: &[u8],
     p: &ParsedFrame,
+    resume: Option<(u32, u8)>,
 ) {
     if let Some(tap) = core.tap.as_mut() {
         tap.frame(src_vport, TapPoint::FromVport, frame);
@@ -444,16 +456,24 @@ fn switch_frame(
         v.counters.tx_bytes += frame.len() as u64;
     }
     let key = frame_key(p, src_vport, 0);
-    let st = core
-        .eswitch
-        .steer_fdb(&key, &p.dst_mac, src_vport, frame.len());
+    // A frame returned into a receive table goes straight to the sender's own receive pipeline.
+    if let Some((t, TABLE_KIND_NIC_RX)) = resume {
+        return deliver_to_vport(core, ctx, src_vport, Some(t), frame, p, &key, 0);
+    }
+    let st = core.eswitch.steer_fdb(
+        resume.map(|r| r.0),
+        &key,
+        &p.dst_mac,
+        src_vport,
+        frame.len(),
+    );
     match st.fate {
-        Fate::Vport(v) => deliver_to_vport(core, ctx, v, frame, p, &key, st.flow_tag),
+        Fate::Vport(v) => deliver_to_vport(core, ctx, v, None, frame, p, &key, st.flow_tag),
         Fate::Flood => {
             let n = core.eswitch.vports.len() as u16;
             for v in (0..n).chain([VPORT_UPLINK]) {
                 if v != src_vport {
-                    deliver_to_vport(core, ctx, v, frame, p, &key, st.flow_tag);
+                    deliver_to_vport(core, ctx, v, None, frame, p, &key, st.flow_tag);
                 }
             }
         }
@@ -465,10 +485,12 @@ fn switch_frame(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn deliver_to_vport(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
     vport: u16,
+    start: Option<u32>,
     frame: &[u8],
     p: &ParsedFrame,
     key: &eswitch::Key,
@@ -485,7 +507,9 @@ fn deliver_to_vport(
         c.rx_bytes += frame.len() as u64;
         return;
     }
-    let st = core.eswitch.steer_rx(vport, key, frame.len(), flow_tag);
+    let st = core
+        .eswitch
+        .steer_rx(vport, start, key, frame.len(), flow_tag);
     let (rqn, hash) = match st.fate {
         Fate::Rq(r) => (r, 0),
         Fate::Rss(g) => {
@@ -775,7 +799,7 @@ fn wire_receive(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
             continue;
         }
         let p = packet::parse(frame);
-        switch_frame(core, ctx, VPORT_UPLINK, frame, &p);
+        switch_frame(core, ctx, VPORT_UPLINK, frame, &p, None);
     }
     core.wire_frame = buf;
     n

@@ -215,15 +215,17 @@ impl Eswitch {
         })
     }
 
-    /// Walks the FDB pipeline for a frame entering from `src_vport`.
+    /// Walks the FDB pipeline for a frame entering from `src_vport`, from the root or, for a
+    /// frame an accelerator returns, from the table `start` it names.
     pub fn steer_fdb(
         &mut self,
+        start: Option<u32>,
         key: &Key,
         dst_mac: &[u8; 6],
         src_vport: u16,
         len: usize,
     ) -> Steering {
-        let walked = match self.fdb_root {
+        let walked = match start.or(self.fdb_root) {
             Some(root) => self.walk(root, key, len),
             None => Walked::Default(0),
         };
@@ -250,8 +252,16 @@ impl Eswitch {
     }
 
     /// Walks vPort `vport`'s receive pipeline.
-    pub fn steer_rx(&mut self, vport: u16, key: &Key, len: usize, flow_tag: u32) -> Steering {
-        let Some(root) = self.vport(vport).and_then(|v| v.rx_root) else {
+    /// Walks vPort `vport`'s receive pipeline from its root, or from `start` for a returned frame.
+    pub fn steer_rx(
+        &mut self,
+        vport: u16,
+        start: Option<u32>,
+        key: &Key,
+        len: usize,
+        flow_tag: u32,
+    ) -> Steering {
+        let Some(root) = start.or_else(|| self.vport(vport).and_then(|v| v.rx_root)) else {
             return Steering {
                 fate: Fate::NoSteering,
                 flow_tag,
