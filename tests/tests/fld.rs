@@ -400,10 +400,13 @@ fn an_error_completion_releases_the_queue_and_disables_it() {
     );
 }
 
+/// (context, resume table) of every packet the accelerator received.
+type Seen = Arc<Mutex<Vec<(u16, Option<u8>)>>>;
+
 /// Echoes like [`Echo`] and records the metadata each packet arrived with.
 struct Recording {
     echo: Echo,
-    seen: Arc<Mutex<Vec<(u16, Option<u8>)>>>,
+    seen: Seen,
 }
 
 impl Accelerator for Recording {
@@ -425,7 +428,7 @@ impl Accelerator for Recording {
 /// A set-up whose accelerate rule is replaced: `install` gets the FLD-E control plane.
 fn setup_with(
     install: impl FnOnce(&mut FldEchoSetup),
-) -> (FldEchoSetup, Arc<Mutex<Vec<(u16, Option<u8>)>>>) {
+) -> (FldEchoSetup, Seen) {
     let mut s = FldEchoSetup::new(1514).unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     s.card.fld.set_accelerator(Box::new(Recording {

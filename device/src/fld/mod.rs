@@ -1041,7 +1041,7 @@ mod tests {
                 match op {
                     Op::Send { queue, len } => {
                         let before = TxView { core: &mut core }.credits(queue);
-                        let r = TxView { core: &mut core }.send(&TxMeta { queue, cs_flags: 0 }, &vec![queue as u8; len]);
+                        let r = TxView { core: &mut core }.send(&TxMeta { queue, cs_flags: 0 , resume_table: None}, &vec![queue as u8; len]);
                         if queue >= 4 {
                             prop_assert_eq!(r, Err(TxRefused::UnknownQueue));
                         } else if len > 2048 {
@@ -1084,6 +1084,7 @@ mod tests {
                 &TxMeta {
                     queue: 2,
                     cs_flags: 0,
+                    resume_table: None,
                 },
                 &pkt,
             )
