@@ -59,6 +59,16 @@ impl FldDriver {
         self.dev.write32(fabi::BAR_CONTROL, offset, v)
     }
 
+    /// Credits of Tx queue `q` as FLD reports them in BAR0: (packets, bytes, in flight).
+    pub fn credits(&self, q: u32) -> (u32, u32, u32) {
+        let base = fabi::reg::TXQ_BASE + 16 * q as u64;
+        (
+            self.dev.read32(fabi::BAR_CONTROL, base + 4),
+            self.dev.read32(fabi::BAR_CONTROL, base + 8),
+            self.dev.read32(fabi::BAR_CONTROL, base + 12),
+        )
+    }
+
     /// A 64-bit statistics counter.
     pub fn stat(&self, s: fabi::Stat) -> u64 {
         self.read64(fabi::reg::STATS_BASE + 8 * s as u64)

@@ -426,9 +426,7 @@ impl Accelerator for Recording {
 }
 
 /// A set-up whose accelerate rule is replaced: `install` gets the FLD-E control plane.
-fn setup_with(
-    install: impl FnOnce(&mut FldEchoSetup),
-) -> (FldEchoSetup, Seen) {
+fn setup_with(install: impl FnOnce(&mut FldEchoSetup)) -> (FldEchoSetup, Seen) {
     let mut s = FldEchoSetup::new(1514).unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     s.card.fld.set_accelerator(Box::new(Recording {

@@ -49,7 +49,8 @@ pub mod reg {
     pub const RX_ENABLE: u64 = 0x060;
     /// Every Nth WQE of a queue requests a completion (selective signalling).
     pub const TX_SIGNAL_EVERY: u64 = 0x064;
-    /// Per Tx queue q: `TXQ_BASE + 16 q` = NIC SQ number | [`super::TXQ_ENABLE`].
+    /// Per Tx queue q, 16 bytes at `TXQ_BASE + 16 q`: +0 NIC SQ number | [`super::TXQ_ENABLE`]
+    /// (RW); +4 packet credits, +8 byte credits, +12 packets posted and not yet completed (RO).
     pub const TXQ_BASE: u64 = 0x1000;
     /// Statistics, 64-bit counters (see [`super::Stat`]).
     pub const STATS_BASE: u64 = 0x400;

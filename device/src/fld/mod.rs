@@ -324,12 +324,15 @@ impl FldFunction {
                     (v >> 32) as u32
                 }
             }
-            o if o >= reg::TXQ_BASE
-                && ((o - reg::TXQ_BASE) / 16) < g.tx_queues as u64
-                && o % 16 == 0 =>
-            {
-                let q = &core.tx.queues[((o - reg::TXQ_BASE) / 16) as usize];
-                q.sqn | if q.enabled { TXQ_ENABLE } else { 0 }
+            o if o >= reg::TXQ_BASE && ((o - reg::TXQ_BASE) / 16) < g.tx_queues as u64 => {
+                let qi = ((o - reg::TXQ_BASE) / 16) as usize;
+                let q = &core.tx.queues[qi];
+                match o % 16 {
+                    0 => q.sqn | if q.enabled { TXQ_ENABLE } else { 0 },
+                    4 => credits_of(core, qi as u16).packets,
+                    8 => credits_of(core, qi as u16).bytes,
+                    _ => q.pi.wrapping_sub(q.ci),
+                }
             }
             _ => 0,
         }
@@ -522,26 +525,7 @@ impl TxView<'_> {
 
 impl TxStream for TxView<'_> {
     fn credits(&self, queue: u16) -> Credits {
-        let core = &*self.core;
-        let Some(q) = core.tx.queues.get(queue as usize).filter(|q| q.enabled) else {
-            return Credits::default();
-        };
-        if core.tx.ring_xlt.stash_len() >= cuckoo::STASH_ENTRIES
-            || core.tx.data_xlt.stash_len() >= cuckoo::STASH_ENTRIES
-        {
-            return Credits::default();
-        }
-        let ring_free = (1u32 << core.geo.log_tx_ring) - q.pi.wrapping_sub(q.ci);
-        let packets = ring_free.min(core.tx.pool_free.len() as u32);
-        let chunks = (core.tx.chunks_free.len() as u32).min(Self::window_room(core, q));
-        Credits {
-            packets,
-            bytes: if packets == 0 {
-                0
-            } else {
-                chunks * core.geo.tx_chunk
-            },
-        }
+        credits_of(self.core, queue)
     }
 
     fn send(&mut self, meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused> {
@@ -642,6 +626,30 @@ impl TxStream for TxView<'_> {
         core.stats[Stat::TxPackets as usize] += 1;
         core.stats[Stat::TxBytes as usize] += data.len() as u64;
         Ok(())
+    }
+}
+
+/// Per-queue credits (§5.5): packets = min(ring room, free pool slots), bytes = whole free
+/// chunks the queue's window can take contiguously; none while a translation stash is full.
+fn credits_of(core: &FldCore, queue: u16) -> Credits {
+    let Some(q) = core.tx.queues.get(queue as usize).filter(|q| q.enabled) else {
+        return Credits::default();
+    };
+    if core.tx.ring_xlt.stash_len() >= cuckoo::STASH_ENTRIES
+        || core.tx.data_xlt.stash_len() >= cuckoo::STASH_ENTRIES
+    {
+        return Credits::default();
+    }
+    let ring_free = (1u32 << core.geo.log_tx_ring) - q.pi.wrapping_sub(q.ci);
+    let packets = ring_free.min(core.tx.pool_free.len() as u32);
+    let chunks = (core.tx.chunks_free.len() as u32).min(TxView::window_room(core, q));
+    Credits {
+        packets,
+        bytes: if packets == 0 {
+            0
+        } else {
+            chunks * core.geo.tx_chunk
+        },
     }
 }
 
