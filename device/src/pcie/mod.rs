@@ -30,6 +30,11 @@ pub trait PciFunction: Send + Sync {
     fn reset(&self);
 }
 
+enum MsixArea {
+    Table(u64),
+    Pba(u64),
+}
+
 /// Configuration space plus MSI-X table of one function, and where its interrupts go.
 pub struct PciState {
     pub id: FunctionId,
@@ -100,48 +105,47 @@ impl PciState {
         self.config().read(offset, data)
     }
 
-    /// Serves a BAR access that falls in the MSI-X table or PBA; returns false if it does not.
-    pub fn msix_read(&self, bar: u8, offset: u64, data: &mut [u8]) -> bool {
-        let Some(spec) = self.config().msix_spec() else {
-            return false;
+    /// Which MSI-X structure, if any, a BAR offset falls in, and the offset inside it.
+    fn msix_area(&self, bar: u8, offset: u64) -> Option<MsixArea> {
+        let spec = self.config().msix_spec()?;
+        let inside = |b: u8, start: u32, len: u64| {
+            bar == b && offset >= start as u64 && offset < start as u64 + len
         };
-        let table_len = spec.vectors as u64 * 16;
-        if bar == spec.table_bar
-            && offset >= spec.table_offset as u64
-            && offset < spec.table_offset as u64 + table_len
-        {
-            self.msix()
-                .table_read(offset - spec.table_offset as u64, data);
-            true
-        } else if bar == spec.pba_bar
-            && offset >= spec.pba_offset as u64
-            && offset < spec.pba_offset as u64 + 256
-        {
-            self.msix().pba_read(offset - spec.pba_offset as u64, data);
-            true
+        if inside(spec.table_bar, spec.table_offset, spec.vectors as u64 * 16) {
+            Some(MsixArea::Table(offset - spec.table_offset as u64))
+        } else if inside(
+            spec.pba_bar,
+            spec.pba_offset,
+            (spec.vectors as u64).div_ceil(64) * 8,
+        ) {
+            Some(MsixArea::Pba(offset - spec.pba_offset as u64))
         } else {
-            false
+            None
         }
     }
 
+    /// Serves a BAR read that falls in the MSI-X table or PBA; returns false if it does not.
+    pub fn msix_read(&self, bar: u8, offset: u64, data: &mut [u8]) -> bool {
+        match self.msix_area(bar, offset) {
+            Some(MsixArea::Table(o)) => self.msix().table_read(o, data),
+            Some(MsixArea::Pba(o)) => self.msix().pba_read(o, data),
+            None => return false,
+        }
+        true
+    }
+
+    /// Serves a BAR write to the MSI-X table (the PBA is read-only); returns false if the
+    /// offset is in neither structure.
     pub fn msix_write(&self, bar: u8, offset: u64, data: &[u8]) -> bool {
-        let Some(spec) = self.config().msix_spec() else {
-            return false;
-        };
-        let table_len = spec.vectors as u64 * 16;
-        if bar == spec.table_bar
-            && offset >= spec.table_offset as u64
-            && offset < spec.table_offset as u64 + table_len
-        {
-            let (enabled, fmask) = self.msix_flags();
-            let msgs =
-                self.msix()
-                    .table_write(offset - spec.table_offset as u64, data, enabled, fmask);
-            self.send(msgs);
-            true
-        } else {
-            // The PBA is read-only.
-            bar == spec.pba_bar && offset >= spec.pba_offset as u64
+        match self.msix_area(bar, offset) {
+            Some(MsixArea::Table(o)) => {
+                let (enabled, fmask) = self.msix_flags();
+                let msgs = self.msix().table_write(o, data, enabled, fmask);
+                self.send(msgs);
+                true
+            }
+            Some(MsixArea::Pba(_)) => true,
+            None => false,
         }
     }
 
