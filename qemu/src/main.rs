@@ -8,6 +8,9 @@
 //!   frame sizes, beside a software loopback baseline measured in the same run.
 //! * `fldemu memory` prints Table 3 (software vs FLD memory) from the formulas and from what the
 //!   running FLD allocated, and Figure 4's sweep.
+//! * `fldemu serve` exposes the card's functions on vfio-user sockets.
+
+mod serve;
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -53,6 +56,16 @@ enum Cmd {
     /// FLD's PCIe performance model (Figure 7a): bytes per packet on FLD's link and the
     /// throughput bound per link configuration, beside the traffic the emulator measures.
     Model(ModelArgs),
+    /// Serve the card's PCIe functions on vfio-user sockets (QEMU's vfio-user-pci, or the
+    /// driver's vfio-user transport). Runs until killed; stale sockets are replaced at start.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Directory for the sockets: nic0.sock, nic1.sock (NIC host functions) and fld.sock.
+    #[arg(long, default_value = "fldemu-sockets")]
+    socket_dir: std::path::PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -171,6 +184,14 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench(a),
         Cmd::Memory(a) => memory(a),
         Cmd::Model(a) => model(a),
+        Cmd::Serve(a) => {
+            let card = Card::new(Default::default());
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            for (_, name) in serve::socket_names(&card) {
+                eprintln!("fldemu: serving {}", a.socket_dir.join(name).display());
+            }
+            serve::serve(card, &a.socket_dir, stop).map(|_| ExitCode::SUCCESS).map_err(Into::into)
+        }
     };
     match result {
         Ok(code) => code,

@@ -41,6 +41,9 @@ pub struct PciState {
     config: Mutex<ConfigSpace>,
     msix: Mutex<MsixTable>,
     sink: Mutex<Option<Arc<dyn InterruptSink>>>,
+    /// The transport emulates the MSI-X table itself (QEMU does, behind vfio-user): every
+    /// signal goes straight to the sink and the device's own table only stores what is written.
+    external_msix: std::sync::atomic::AtomicBool,
 }
 
 impl PciState {
@@ -51,6 +54,7 @@ impl PciState {
             config: Mutex::new(config),
             msix: Mutex::new(MsixTable::new(vectors)),
             sink: Mutex::new(None),
+            external_msix: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -83,8 +87,17 @@ impl PciState {
         }
     }
 
+    /// Hands vector masking to the transport (see the field's doc).
+    pub fn set_external_msix(&self, external: bool) {
+        self.external_msix.store(external, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The device raises `vector`.
     pub fn signal(&self, vector: u16) {
+        if self.external_msix.load(std::sync::atomic::Ordering::Relaxed) {
+            self.send([MsiMessage { vector, address: 0, data: 0 }]);
+            return;
+        }
         let (enabled, fmask) = self.msix_flags();
         let msg = self.msix().signal(vector, enabled, fmask);
         self.send(msg);

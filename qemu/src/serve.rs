@@ -1,0 +1,283 @@
+//! `fldemu serve`: the card behind vfio-user sockets, one per PCIe function, all sharing one
+//! fabric so NIC <-> FLD peer-to-peer traffic stays inside this process.
+//!
+//! Each function's socket is served by its own thread: configuration space and BARs are trapped
+//! regions forwarded to the function model; DMA maps arrive with file descriptors and become the
+//! function's host mappings in the fabric (its own I/O address space, as under the guest's
+//! IOMMU); SET_IRQS eventfds become the function's MSI-X vectors. The card itself advances on an
+//! engine thread that polls the doorbells. A client that disconnects — cleanly or not — has its
+//! mappings and eventfds dropped, and the socket serves the next client. A panic while handling
+//! one client's message (the protocol crate trusts message sizes) ends that connection, not the
+//! server.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fld_device::card::Card;
+use fld_device::fabric::HostRegion;
+use fld_device::pcie::{FunctionId, InterruptSink, MsiMessage};
+use vfio_bindings::bindings::vfio::*;
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion};
+use vm_memory::{FileOffset, GuestAddress, GuestRegionMmap, MmapRegion};
+
+/// vfio-pci region indices.
+const CONFIG_REGION: u32 = VFIO_PCI_CONFIG_REGION_INDEX;
+const NUM_REGIONS: u32 = 9;
+const NUM_IRQS: u32 = 5;
+const MSIX_IRQ: u32 = VFIO_PCI_MSIX_IRQ_INDEX;
+
+/// MSI-X eventfds of every function, fed by the card's interrupt path.
+#[derive(Default)]
+pub struct EventfdSink {
+    fds: Mutex<HashMap<(FunctionId, u16), File>>,
+}
+
+impl EventfdSink {
+    fn set(&self, f: FunctionId, vector: u16, fd: Option<File>) {
+        let mut fds = self.fds.lock().unwrap_or_else(|e| e.into_inner());
+        match fd {
+            Some(fd) => {
+                fds.insert((f, vector), fd);
+            }
+            None => {
+                fds.remove(&(f, vector));
+            }
+        }
+    }
+
+    fn clear(&self, f: FunctionId) {
+        self.fds.lock().unwrap_or_else(|e| e.into_inner()).retain(|(g, _), _| *g != f);
+    }
+}
+
+impl InterruptSink for EventfdSink {
+    fn deliver(&self, function: FunctionId, msg: MsiMessage) {
+        if let Some(fd) = self.fds.lock().unwrap_or_else(|e| e.into_inner()).get(&(function, msg.vector)) {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writing 8 bytes from a valid buffer to an eventfd we own.
+            let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
+    }
+}
+
+/// One function's side of a vfio-user connection.
+struct FunctionBackend {
+    card: Arc<Card>,
+    fid: FunctionId,
+    irqs: Arc<EventfdSink>,
+    /// (iova, size) of every DMA map this client made, for cleanup on disconnect.
+    maps: Vec<(u64, u64)>,
+}
+
+impl FunctionBackend {
+    fn disconnect(&mut self) {
+        for (iova, size) in self.maps.drain(..) {
+            self.card.fabric.unmap_host(self.fid, iova, size);
+        }
+        self.irqs.clear(self.fid);
+    }
+}
+
+fn invalid(msg: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, msg.to_string())
+}
+
+impl ServerBackend for FunctionBackend {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), std::io::Error> {
+        match region {
+            CONFIG_REGION => self.card.fabric.config_read(self.fid, offset, data),
+            0..=5 => match self.card.fabric.function(self.fid) {
+                Some(f) => f.bar_read(region as u8, offset, data),
+                None => data.fill(0xff),
+            },
+            _ => data.fill(0xff),
+        }
+        Ok(())
+    }
+
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        match region {
+            CONFIG_REGION => self.card.fabric.config_write(self.fid, offset, data),
+            0..=5 => {
+                if let Some(f) = self.card.fabric.function(self.fid) {
+                    f.bar_write(region as u8, offset, data)
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn dma_map(&mut self, _flags: DmaMapFlags, offset: u64, address: u64, size: u64, fd: Option<File>) -> Result<(), std::io::Error> {
+        let Some(fd) = fd else {
+            // Memory the client cannot share: the device cannot reach it (QEMU without
+            // share=on guest RAM sends such maps).
+            log::warn!("function {}: DMA map {address:#x}+{size:#x} without a file descriptor is unreachable", self.fid);
+            return Ok(());
+        };
+        let mmap = MmapRegion::from_file(FileOffset::new(fd, offset), size as usize).map_err(|e| invalid(&format!("mmap: {e}")))?;
+        let region = GuestRegionMmap::new(mmap, GuestAddress(address)).ok_or_else(|| invalid("bad region"))?;
+        self.card
+            .fabric
+            .map_host(self.fid, HostRegion { iova: address, len: size, memory: Arc::new(region), offset: 0 })
+            .map_err(|e| invalid(&e.to_string()))?;
+        self.maps.push((address, size));
+        Ok(())
+    }
+
+    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> Result<(), std::io::Error> {
+        if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
+            self.disconnect_maps();
+        } else {
+            self.card.fabric.unmap_host(self.fid, address, size);
+            self.maps.retain(|&(a, s)| a + s <= address || a >= address.saturating_add(size));
+        }
+        Ok(())
+    }
+
+    fn reset(&mut self) -> Result<(), std::io::Error> {
+        if let Some(f) = self.card.fabric.function(self.fid) {
+            f.reset();
+            f.pci().reset();
+        }
+        Ok(())
+    }
+
+    fn set_irqs(&mut self, index: u32, flags: u32, start: u32, count: u32, fds: Vec<File>) -> Result<(), std::io::Error> {
+        if index != MSIX_IRQ {
+            return Ok(());
+        }
+        let vectors = self.card.fabric.function(self.fid).and_then(|f| f.pci().config().msix_spec()).map_or(0, |m| m.vectors as u32);
+        if start.checked_add(count).is_none_or(|e| e > vectors) {
+            return Err(invalid("MSI-X vector range"));
+        }
+        if flags & VFIO_IRQ_SET_DATA_EVENTFD != 0 {
+            let mut fds = fds.into_iter();
+            for v in start..start + count {
+                self.irqs.set(self.fid, v as u16, fds.next());
+            }
+        } else if flags & VFIO_IRQ_SET_DATA_NONE != 0 && count == 0 {
+            self.irqs.clear(self.fid);
+        }
+        Ok(())
+    }
+}
+
+impl FunctionBackend {
+    fn disconnect_maps(&mut self) {
+        for (iova, size) in self.maps.drain(..) {
+            self.card.fabric.unmap_host(self.fid, iova, size);
+        }
+    }
+}
+
+/// Regions and interrupts a function advertises.
+fn describe(card: &Card, fid: FunctionId) -> (Vec<ServerRegion>, Vec<IrqInfo>) {
+    let f = card.fabric.function(fid);
+    let (bars, vectors) = f.map_or((vec![], 0), |f| {
+        let cfg = f.pci().config();
+        (cfg.bars().to_vec(), cfg.msix_spec().map_or(0, |m| m.vectors as u32))
+    });
+    let regions = (0..NUM_REGIONS)
+        .map(|index| {
+            let (size, flags) = if index == CONFIG_REGION {
+                (4096, VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE)
+            } else {
+                bars.iter().find(|b| b.index as u32 == index).map_or((0, 0), |b| (b.size, VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE))
+            };
+            let region_info = vfio_region_info { argsz: std::mem::size_of::<vfio_region_info>() as u32, flags, index, cap_offset: 0, size, offset: 0 };
+            ServerRegion { region_info, sparse_areas: Vec::new(), mmap_fd: None }
+        })
+        .collect();
+    let irqs = (0..NUM_IRQS)
+        .map(|index| {
+            if index == MSIX_IRQ {
+                IrqInfo { index, flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE, count: vectors }
+            } else {
+                IrqInfo { index, flags: VFIO_IRQ_INFO_EVENTFD, count: 0 }
+            }
+        })
+        .collect();
+    (regions, irqs)
+}
+
+/// Names of the sockets, in fabric order: `nic0.sock`, `nic1.sock`, ..., `fld.sock`.
+pub fn socket_names(card: &Card) -> Vec<(FunctionId, String)> {
+    let mut v = Vec::new();
+    for i in 0.. {
+        match card.nic.function_id(i) {
+            Some(fid) => v.push((fid, format!("nic{i}.sock"))),
+            None => break,
+        }
+    }
+    v.push((card.fld.id(), "fld.sock".to_string()));
+    v
+}
+
+/// Serves every function of `card` under `dir` until `stop` is set. Returns when all threads
+/// have finished.
+pub fn serve(card: Arc<Card>, dir: &Path, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let irqs = Arc::new(EventfdSink::default());
+    card.fabric.set_interrupt_sink(irqs.clone());
+    let mut threads = Vec::new();
+    for (fid, name) in socket_names(&card) {
+        if let Some(f) = card.fabric.function(fid) {
+            f.pci().set_external_msix(true);
+        }
+        let path = dir.join(&name);
+        // A socket left by an earlier run that is gone: nobody listens on it any more.
+        if path.exists() && std::os::unix::net::UnixStream::connect(&path).is_err() {
+            std::fs::remove_file(&path)?;
+        }
+        let (regions, irq_info) = describe(&card, fid);
+        let server = Server::new(&path, true, irq_info, regions).map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?;
+        let (card, irqs, stop) = (card.clone(), irqs.clone(), stop.clone());
+        threads.push(std::thread::Builder::new().name(format!("vfio-user {name}")).spawn(move || serve_function(server, card, fid, irqs, stop, path))?);
+    }
+    let engine = {
+        let (card, stop) = (card.clone(), stop.clone());
+        std::thread::Builder::new().name("engine".into()).spawn(move || run_engine(&card, &stop))?
+    };
+    for t in threads {
+        let _ = t.join();
+    }
+    let _ = engine.join();
+    Ok(())
+}
+
+fn serve_function(server: Server, card: Arc<Card>, fid: FunctionId, irqs: Arc<EventfdSink>, stop: Arc<AtomicBool>, path: PathBuf) {
+    while !stop.load(Ordering::Relaxed) {
+        let mut backend = FunctionBackend { card: card.clone(), fid, irqs: irqs.clone(), maps: Vec::new() };
+        log::info!("{}: waiting for a client", path.display());
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.run(&mut backend)));
+        match result {
+            Ok(Ok(())) => log::info!("{}: client disconnected", path.display()),
+            Ok(Err(e)) => log::warn!("{}: connection ended: {e}", path.display()),
+            Err(_) => log::error!("{}: malformed message from the client; connection dropped", path.display()),
+        }
+        backend.disconnect();
+    }
+}
+
+/// Advances the card; backs off to short sleeps while nothing moves.
+fn run_engine(card: &Card, stop: &AtomicBool) {
+    let mut idle = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        if card.poll() > 0 {
+            idle = 0;
+        } else {
+            idle = idle.saturating_add(1);
+            if idle > 64 {
+                std::thread::sleep(Duration::from_micros(20));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
