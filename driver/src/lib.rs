@@ -1,11 +1,13 @@
 //! fld-driver: the host driver of the emulated card. It reaches a PCIe function only through the
 //! [`PciDevice`] trait (configuration space, BAR access, DMA memory, interrupts), so the same
-//! bring-up code runs in-process, over a vfio-user socket and inside a guest with vfio-pci.
+//! bring-up code runs in-process ([`inprocess`]), over a vfio-user socket ([`vfio_user`]) and
+//! inside a guest with vfio-pci.
 //! [`nic::NicDriver`] speaks the soft NIC's command interface and owns its queues.
 
 pub mod fld;
 pub mod inprocess;
 pub mod nic;
 mod pci;
+pub mod vfio_user;
 
 pub use pci::{DmaBuffer, DriverError, PciDevice};

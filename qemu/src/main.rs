@@ -10,8 +10,7 @@
 //!   running FLD allocated, and Figure 4's sweep.
 //! * `fldemu serve` exposes the card's functions on vfio-user sockets.
 
-mod serve;
-
+use fld_qemu::serve;
 use std::fs::File;
 use std::io::BufWriter;
 use std::process::ExitCode;
@@ -190,7 +189,9 @@ fn main() -> ExitCode {
             for (_, name) in serve::socket_names(&card) {
                 eprintln!("fldemu: serving {}", a.socket_dir.join(name).display());
             }
-            serve::serve(card, &a.socket_dir, stop).map(|_| ExitCode::SUCCESS).map_err(Into::into)
+            serve::serve(card, &a.socket_dir, stop)
+                .map(|_| ExitCode::SUCCESS)
+                .map_err(Into::into)
         }
     };
     match result {

@@ -51,13 +51,21 @@ impl EventfdSink {
     }
 
     fn clear(&self, f: FunctionId) {
-        self.fds.lock().unwrap_or_else(|e| e.into_inner()).retain(|(g, _), _| *g != f);
+        self.fds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(g, _), _| *g != f);
     }
 }
 
 impl InterruptSink for EventfdSink {
     fn deliver(&self, function: FunctionId, msg: MsiMessage) {
-        if let Some(fd) = self.fds.lock().unwrap_or_else(|e| e.into_inner()).get(&(function, msg.vector)) {
+        if let Some(fd) = self
+            .fds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(function, msg.vector))
+        {
             let one = 1u64.to_ne_bytes();
             // SAFETY: writing 8 bytes from a valid buffer to an eventfd we own.
             let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
@@ -88,7 +96,12 @@ fn invalid(msg: &str) -> std::io::Error {
 }
 
 impl ServerBackend for FunctionBackend {
-    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), std::io::Error> {
+    fn region_read(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &mut [u8],
+    ) -> Result<(), std::io::Error> {
         match region {
             CONFIG_REGION => self.card.fabric.config_read(self.fid, offset, data),
             0..=5 => match self.card.fabric.function(self.fid) {
@@ -100,7 +113,12 @@ impl ServerBackend for FunctionBackend {
         Ok(())
     }
 
-    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+    fn region_write(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), std::io::Error> {
         match region {
             CONFIG_REGION => self.card.fabric.config_write(self.fid, offset, data),
             0..=5 => {
@@ -113,29 +131,52 @@ impl ServerBackend for FunctionBackend {
         Ok(())
     }
 
-    fn dma_map(&mut self, _flags: DmaMapFlags, offset: u64, address: u64, size: u64, fd: Option<File>) -> Result<(), std::io::Error> {
+    fn dma_map(
+        &mut self,
+        _flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> Result<(), std::io::Error> {
         let Some(fd) = fd else {
             // Memory the client cannot share: the device cannot reach it (QEMU without
             // share=on guest RAM sends such maps).
             log::warn!("function {}: DMA map {address:#x}+{size:#x} without a file descriptor is unreachable", self.fid);
             return Ok(());
         };
-        let mmap = MmapRegion::from_file(FileOffset::new(fd, offset), size as usize).map_err(|e| invalid(&format!("mmap: {e}")))?;
-        let region = GuestRegionMmap::new(mmap, GuestAddress(address)).ok_or_else(|| invalid("bad region"))?;
+        let mmap = MmapRegion::from_file(FileOffset::new(fd, offset), size as usize)
+            .map_err(|e| invalid(&format!("mmap: {e}")))?;
+        let region = GuestRegionMmap::new(mmap, GuestAddress(address))
+            .ok_or_else(|| invalid("bad region"))?;
         self.card
             .fabric
-            .map_host(self.fid, HostRegion { iova: address, len: size, memory: Arc::new(region), offset: 0 })
+            .map_host(
+                self.fid,
+                HostRegion {
+                    iova: address,
+                    len: size,
+                    memory: Arc::new(region),
+                    offset: 0,
+                },
+            )
             .map_err(|e| invalid(&e.to_string()))?;
         self.maps.push((address, size));
         Ok(())
     }
 
-    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> Result<(), std::io::Error> {
+    fn dma_unmap(
+        &mut self,
+        flags: DmaUnmapFlags,
+        address: u64,
+        size: u64,
+    ) -> Result<(), std::io::Error> {
         if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
             self.disconnect_maps();
         } else {
             self.card.fabric.unmap_host(self.fid, address, size);
-            self.maps.retain(|&(a, s)| a + s <= address || a >= address.saturating_add(size));
+            self.maps
+                .retain(|&(a, s)| a + s <= address || a >= address.saturating_add(size));
         }
         Ok(())
     }
@@ -148,11 +189,23 @@ impl ServerBackend for FunctionBackend {
         Ok(())
     }
 
-    fn set_irqs(&mut self, index: u32, flags: u32, start: u32, count: u32, fds: Vec<File>) -> Result<(), std::io::Error> {
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> Result<(), std::io::Error> {
         if index != MSIX_IRQ {
             return Ok(());
         }
-        let vectors = self.card.fabric.function(self.fid).and_then(|f| f.pci().config().msix_spec()).map_or(0, |m| m.vectors as u32);
+        let vectors = self
+            .card
+            .fabric
+            .function(self.fid)
+            .and_then(|f| f.pci().config().msix_spec())
+            .map_or(0, |m| m.vectors as u32);
         if start.checked_add(count).is_none_or(|e| e > vectors) {
             return Err(invalid("MSI-X vector range"));
         }
@@ -181,25 +234,57 @@ fn describe(card: &Card, fid: FunctionId) -> (Vec<ServerRegion>, Vec<IrqInfo>) {
     let f = card.fabric.function(fid);
     let (bars, vectors) = f.map_or((vec![], 0), |f| {
         let cfg = f.pci().config();
-        (cfg.bars().to_vec(), cfg.msix_spec().map_or(0, |m| m.vectors as u32))
+        (
+            cfg.bars().to_vec(),
+            cfg.msix_spec().map_or(0, |m| m.vectors as u32),
+        )
     });
     let regions = (0..NUM_REGIONS)
         .map(|index| {
             let (size, flags) = if index == CONFIG_REGION {
-                (4096, VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE)
+                (
+                    4096,
+                    VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE,
+                )
             } else {
-                bars.iter().find(|b| b.index as u32 == index).map_or((0, 0), |b| (b.size, VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE))
+                bars.iter()
+                    .find(|b| b.index as u32 == index)
+                    .map_or((0, 0), |b| {
+                        (
+                            b.size,
+                            VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE,
+                        )
+                    })
             };
-            let region_info = vfio_region_info { argsz: std::mem::size_of::<vfio_region_info>() as u32, flags, index, cap_offset: 0, size, offset: 0 };
-            ServerRegion { region_info, sparse_areas: Vec::new(), mmap_fd: None }
+            let region_info = vfio_region_info {
+                argsz: std::mem::size_of::<vfio_region_info>() as u32,
+                flags,
+                index,
+                cap_offset: 0,
+                size,
+                offset: 0,
+            };
+            ServerRegion {
+                region_info,
+                sparse_areas: Vec::new(),
+                mmap_fd: None,
+            }
         })
         .collect();
     let irqs = (0..NUM_IRQS)
         .map(|index| {
             if index == MSIX_IRQ {
-                IrqInfo { index, flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE, count: vectors }
+                IrqInfo {
+                    index,
+                    flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE,
+                    count: vectors,
+                }
             } else {
-                IrqInfo { index, flags: VFIO_IRQ_INFO_EVENTFD, count: 0 }
+                IrqInfo {
+                    index,
+                    flags: VFIO_IRQ_INFO_EVENTFD,
+                    count: 0,
+                }
             }
         })
         .collect();
@@ -236,13 +321,20 @@ pub fn serve(card: Arc<Card>, dir: &Path, stop: Arc<AtomicBool>) -> std::io::Res
             std::fs::remove_file(&path)?;
         }
         let (regions, irq_info) = describe(&card, fid);
-        let server = Server::new(&path, true, irq_info, regions).map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?;
+        let server = Server::new(&path, true, irq_info, regions)
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?;
         let (card, irqs, stop) = (card.clone(), irqs.clone(), stop.clone());
-        threads.push(std::thread::Builder::new().name(format!("vfio-user {name}")).spawn(move || serve_function(server, card, fid, irqs, stop, path))?);
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("vfio-user {name}"))
+                .spawn(move || serve_function(server, card, fid, irqs, stop, path))?,
+        );
     }
     let engine = {
         let (card, stop) = (card.clone(), stop.clone());
-        std::thread::Builder::new().name("engine".into()).spawn(move || run_engine(&card, &stop))?
+        std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || run_engine(&card, &stop))?
     };
     for t in threads {
         let _ = t.join();
@@ -251,15 +343,31 @@ pub fn serve(card: Arc<Card>, dir: &Path, stop: Arc<AtomicBool>) -> std::io::Res
     Ok(())
 }
 
-fn serve_function(server: Server, card: Arc<Card>, fid: FunctionId, irqs: Arc<EventfdSink>, stop: Arc<AtomicBool>, path: PathBuf) {
+fn serve_function(
+    server: Server,
+    card: Arc<Card>,
+    fid: FunctionId,
+    irqs: Arc<EventfdSink>,
+    stop: Arc<AtomicBool>,
+    path: PathBuf,
+) {
     while !stop.load(Ordering::Relaxed) {
-        let mut backend = FunctionBackend { card: card.clone(), fid, irqs: irqs.clone(), maps: Vec::new() };
+        let mut backend = FunctionBackend {
+            card: card.clone(),
+            fid,
+            irqs: irqs.clone(),
+            maps: Vec::new(),
+        };
         log::info!("{}: waiting for a client", path.display());
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.run(&mut backend)));
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.run(&mut backend)));
         match result {
             Ok(Ok(())) => log::info!("{}: client disconnected", path.display()),
             Ok(Err(e)) => log::warn!("{}: connection ended: {e}", path.display()),
-            Err(_) => log::error!("{}: malformed message from the client; connection dropped", path.display()),
+            Err(_) => log::error!(
+                "{}: malformed message from the client; connection dropped",
+                path.display()
+            ),
         }
         backend.disconnect();
     }

@@ -89,13 +89,21 @@ impl PciState {
 
     /// Hands vector masking to the transport (see the field's doc).
     pub fn set_external_msix(&self, external: bool) {
-        self.external_msix.store(external, std::sync::atomic::Ordering::Relaxed);
+        self.external_msix
+            .store(external, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The device raises `vector`.
     pub fn signal(&self, vector: u16) {
-        if self.external_msix.load(std::sync::atomic::Ordering::Relaxed) {
-            self.send([MsiMessage { vector, address: 0, data: 0 }]);
+        if self
+            .external_msix
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.send([MsiMessage {
+                vector,
+                address: 0,
+                data: 0,
+            }]);
             return;
         }
         let (enabled, fmask) = self.msix_flags();

@@ -1,0 +1,240 @@
+//! The vfio-user client transport: the driver reaches `fldemu serve` over its sockets exactly as
+//! QEMU does, without QEMU. DMA memory is one memfd shared with every function (mapped at the
+//! same IOVA in each function's address space), BAR and configuration accesses are region
+//! messages, and MSI-X vectors are eventfds handed over with SET_IRQS — one vector per message,
+//! because the server advertises a limit of one file descriptor per message.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use fld_device::pcie::config::{CMD_MEMORY, OFF_BAR0, OFF_COMMAND};
+use vfio_bindings::bindings::vfio::{
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX,
+};
+use vfio_user::Client;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use crate::{DmaBuffer, DriverError, PciDevice};
+
+/// IOVA of the shared DMA memory in every function's address space.
+pub const DMA_IOVA: u64 = 0x1_0000_0000;
+/// Where enumeration places BARs (guest-physical addresses, as firmware would).
+pub const MMIO_BASE: u64 = 0x40_0000_0000;
+
+fn transport<E: std::fmt::Display>(e: E) -> DriverError {
+    DriverError::Transport(e.to_string())
+}
+
+/// A shared memfd mapped into this process.
+struct SharedMemory {
+    file: File,
+    ptr: *mut u8,
+    len: usize,
+    next: Mutex<usize>,
+}
+
+// SAFETY: the mapping lives as long as the struct; accesses go through DmaBuffer copies.
+unsafe impl Send for SharedMemory {}
+unsafe impl Sync for SharedMemory {}
+
+impl SharedMemory {
+    fn new(len: usize) -> Result<Self, DriverError> {
+        // SAFETY: plain system calls on a fresh descriptor; results are checked.
+        unsafe {
+            let fd = libc::memfd_create(c"fldemu-dma".as_ptr(), libc::MFD_CLOEXEC);
+            if fd < 0 {
+                return Err(transport(std::io::Error::last_os_error()));
+            }
+            let file = File::from_raw_fd(fd);
+            if libc::ftruncate(fd, len as libc::off_t) != 0 {
+                return Err(transport(std::io::Error::last_os_error()));
+            }
+            let ptr = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if ptr == libc::MAP_FAILED {
+                return Err(transport(std::io::Error::last_os_error()));
+            }
+            Ok(SharedMemory {
+                file,
+                ptr: ptr.cast(),
+                len,
+                next: Mutex::new(0),
+            })
+        }
+    }
+}
+
+impl Drop for SharedMemory {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping created in `new`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// One function reached over a vfio-user socket.
+pub struct VfioUserDevice {
+    client: Mutex<Client>,
+    memory: Arc<SharedMemory>,
+    vectors: Mutex<Vec<EventFd>>,
+}
+
+impl VfioUserDevice {
+    fn client(&self) -> std::sync::MutexGuard<'_, Client> {
+        self.client.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl PciDevice for VfioUserDevice {
+    fn config_read(&self, offset: u64, data: &mut [u8]) {
+        if self
+            .client()
+            .region_read(VFIO_PCI_CONFIG_REGION_INDEX, offset, data)
+            .is_err()
+        {
+            data.fill(0xff);
+        }
+    }
+    fn config_write(&self, offset: u64, data: &[u8]) {
+        let _ = self
+            .client()
+            .region_write(VFIO_PCI_CONFIG_REGION_INDEX, offset, data);
+    }
+    fn bar_read(&self, bar: u8, offset: u64, data: &mut [u8]) {
+        if self.client().region_read(bar as u32, offset, data).is_err() {
+            data.fill(0xff);
+        }
+    }
+    fn bar_write(&self, bar: u8, offset: u64, data: &[u8]) {
+        let _ = self.client().region_write(bar as u32, offset, data);
+    }
+    fn dma_alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
+        let align = if len >= 4096 { 4096 } else { 64 };
+        let mut next = self.memory.next.lock().unwrap_or_else(|e| e.into_inner());
+        let start = next.next_multiple_of(align);
+        let end = start
+            .checked_add(len.max(1))
+            .filter(|e| *e <= self.memory.len)
+            .ok_or(DriverError::OutOfDmaMemory(len))?;
+        *next = end;
+        // SAFETY: [start, end) lies inside the mapping the Arc keeps alive.
+        Ok(unsafe {
+            DmaBuffer::new(
+                DMA_IOVA + start as u64,
+                self.memory.ptr.add(start),
+                len,
+                self.memory.clone(),
+            )
+        })
+    }
+    fn enable_msix(&self, vectors: u16) -> Result<(), DriverError> {
+        let mut fds = self.vectors.lock().unwrap_or_else(|e| e.into_inner());
+        fds.clear();
+        for v in 0..vectors as u32 {
+            let fd = EventFd::new(EFD_NONBLOCK).map_err(transport)?;
+            self.client()
+                .set_irqs(
+                    VFIO_PCI_MSIX_IRQ_INDEX,
+                    VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                    v,
+                    1,
+                    &[fd.as_raw_fd()],
+                )
+                .map_err(transport)?;
+            fds.push(fd);
+        }
+        Ok(())
+    }
+    fn take_interrupts(&self, vector: u16) -> u64 {
+        self.vectors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(vector as usize)
+            .and_then(|fd| fd.read().ok())
+            .unwrap_or(0)
+    }
+    fn run_device(&self) {
+        // The server's engine runs on its own; give it the core for a moment.
+        std::thread::yield_now();
+    }
+}
+
+/// The host side of a vfio-user card: one connection per function, shared DMA memory, BARs
+/// assigned as firmware would.
+pub struct VfioUserHost {
+    devices: Vec<Arc<VfioUserDevice>>,
+}
+
+impl VfioUserHost {
+    /// Connects to the sockets `names` under `dir`, maps `memory_bytes` of shared DMA memory
+    /// into each function, and enumerates: BAR sizes probed, addresses assigned, memory decode on.
+    pub fn connect(dir: &Path, names: &[&str], memory_bytes: usize) -> Result<Self, DriverError> {
+        let memory = Arc::new(SharedMemory::new(memory_bytes)?);
+        let mut devices = Vec::new();
+        let mut next_bar = MMIO_BASE;
+        for name in names {
+            let mut client = Client::new(&dir.join(name)).map_err(transport)?;
+            client
+                .dma_map(0, DMA_IOVA, memory_bytes as u64, memory.file.as_raw_fd())
+                .map_err(transport)?;
+            let dev = Arc::new(VfioUserDevice {
+                client: Mutex::new(client),
+                memory: memory.clone(),
+                vectors: Mutex::new(Vec::new()),
+            });
+            next_bar = assign_bars(dev.as_ref(), next_bar);
+            dev.config_write16(
+                OFF_COMMAND as u64,
+                dev.config_read16(OFF_COMMAND as u64) | CMD_MEMORY,
+            );
+            devices.push(dev);
+        }
+        Ok(VfioUserHost { devices })
+    }
+
+    pub fn device(&self, index: usize) -> Option<Arc<VfioUserDevice>> {
+        self.devices.get(index).cloned()
+    }
+}
+
+/// Probes and assigns the 64-bit memory BARs of one function from `next`; returns the next free
+/// address.
+fn assign_bars(dev: &dyn PciDevice, mut next: u64) -> u64 {
+    let mut bar = 0u64;
+    while bar < 6 {
+        let off = OFF_BAR0 as u64 + 4 * bar;
+        let mut lo = [0u8; 4];
+        dev.config_read(off, &mut lo);
+        let is_64 = u32::from_le_bytes(lo) & 0b110 == 0b100;
+        dev.config_write(off, &[0xff; 4]);
+        dev.config_read(off, &mut lo);
+        let mut size_mask = (u32::from_le_bytes(lo) & !0xf) as u64;
+        if is_64 {
+            let mut hi = [0u8; 4];
+            dev.config_write(off + 4, &[0xff; 4]);
+            dev.config_read(off + 4, &mut hi);
+            size_mask |= (u32::from_le_bytes(hi) as u64) << 32;
+        } else {
+            size_mask |= 0xffff_ffff_0000_0000;
+        }
+        if size_mask & 0xffff_ffff != 0 {
+            let size = (!size_mask).wrapping_add(1);
+            next = next.next_multiple_of(size);
+            dev.config_write(off, &(next as u32).to_le_bytes());
+            if is_64 {
+                dev.config_write(off + 4, &((next >> 32) as u32).to_le_bytes());
+            }
+            next += size;
+        }
+        bar += if is_64 { 2 } else { 1 };
+    }
+    next
+}
