@@ -3,6 +3,8 @@
 //! counted by FLD — and sends packets on the tx stream, per queue, within the credits FLD grants.
 //! A new accelerator model implements [`Accelerator`]; FLD needs no change.
 
+pub mod zuc;
+
 /// Metadata accompanying a packet on the rx stream, derived from the NIC's completion.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RxMeta {
