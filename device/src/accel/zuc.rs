@@ -280,9 +280,7 @@ pub fn eea3(
         }
     }
     let tail = (nbits % 8) as u32;
-    if tail != 0
-        && let Some(last) = msg.last_mut()
-    {
+    if let Some(last) = msg.last_mut().filter(|_| tail != 0) {
         *last &= 0xFFu8 << (8 - tail);
     }
 }
