@@ -4,6 +4,7 @@
 //! A new accelerator model implements [`Accelerator`]; FLD needs no change.
 
 pub mod zuc;
+pub mod zuc_accel;
 
 /// Metadata accompanying a packet on the rx stream, derived from the NIC's completion.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,0 +1,497 @@
+//! The ZUC look-aside accelerator (paper §7, "LTE Cipher Look-Aside Accelerator"): requests carry
+//! a 64-byte header (key, COUNT/BEARER/DIRECTION, operation, length in bits, request ID, status)
+//! followed by the data; eight ZUC units behind a front-end load balancer do the work, and
+//! responses leave in request order. Over FLD-E a request is the payload of a UDP datagram to the
+//! accelerator's port; the response goes back to the sender with the addresses swapped and the
+//! NIC filling in the IPv4 and UDP checksums.
+//!
+//! Timing model: every [`Accelerator::poll`] is one step in which each unit may process
+//! `unit_bits_per_step` bits (unbounded by default). A request finishes in its unit when its bits
+//! are done; a finished response waits in the reorder buffer until every earlier request has
+//! left, so a long request delays the short ones behind it exactly as an order-keeping load
+//! balancer does.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::zuc;
+use super::{Accelerator, RxMeta, TxMeta, TxRefused, TxStream};
+use crate::nic::abi::{CS_L3, CS_L4};
+use crate::nic::packet::{self, L3Kind, L4Kind};
+
+/// Bytes of the request/response header.
+pub const HEADER_LEN: usize = 64;
+/// Default UDP port of the service.
+pub const ZUC_UDP_PORT: u16 = 5123;
+/// "ZUC1": the header's first four bytes.
+pub const MAGIC: [u8; 4] = *b"ZUC1";
+/// Parallel ZUC units (paper §7).
+pub const UNITS: usize = 8;
+
+/// Header layout (little-endian fields).
+pub mod hdr {
+    pub const MAGIC: usize = 0;
+    pub const OP: usize = 4;
+    pub const BEARER: usize = 5;
+    pub const DIRECTION: usize = 6;
+    pub const STATUS: usize = 7;
+    pub const COUNT: usize = 8;
+    pub const LENGTH_BITS: usize = 12;
+    pub const REQUEST_ID: usize = 16;
+    pub const KEY: usize = 24;
+    /// 128-EIA3 result (responses to MAC requests).
+    pub const MAC: usize = 40;
+}
+
+/// Operations.
+pub const OP_EEA3: u8 = 1;
+pub const OP_EIA3: u8 = 2;
+
+/// Response status.
+pub const STATUS_OK: u8 = 0;
+pub const STATUS_BAD_OP: u8 = 1;
+/// The header's length in bits needs more data than the request carries.
+pub const STATUS_BAD_LENGTH: u8 = 2;
+
+/// A request header, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub op: u8,
+    pub bearer: u8,
+    pub direction: u8,
+    pub count: u32,
+    pub length_bits: u32,
+    pub request_id: u64,
+    pub key: [u8; 16],
+}
+
+impl Request {
+    /// Writes the 64-byte header (status 0).
+    pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
+        out.fill(0);
+        out[hdr::MAGIC..hdr::MAGIC + 4].copy_from_slice(&MAGIC);
+        out[hdr::OP] = self.op;
+        out[hdr::BEARER] = self.bearer;
+        out[hdr::DIRECTION] = self.direction;
+        out[hdr::COUNT..hdr::COUNT + 4].copy_from_slice(&self.count.to_le_bytes());
+        out[hdr::LENGTH_BITS..hdr::LENGTH_BITS + 4]
+            .copy_from_slice(&self.length_bits.to_le_bytes());
+        out[hdr::REQUEST_ID..hdr::REQUEST_ID + 8].copy_from_slice(&self.request_id.to_le_bytes());
+        out[hdr::KEY..hdr::KEY + 16].copy_from_slice(&self.key);
+    }
+
+    /// Decodes a header; `None` if it is short or lacks the magic.
+    pub fn decode(b: &[u8]) -> Option<Request> {
+        let h = b.get(..HEADER_LEN)?;
+        if h[..4] != MAGIC {
+            return None;
+        }
+        let u32_at = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&h[hdr::KEY..hdr::KEY + 16]);
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&h[hdr::REQUEST_ID..hdr::REQUEST_ID + 8]);
+        Some(Request {
+            op: h[hdr::OP],
+            bearer: h[hdr::BEARER],
+            direction: h[hdr::DIRECTION],
+            count: u32_at(hdr::COUNT),
+            length_bits: u32_at(hdr::LENGTH_BITS),
+            request_id: u64::from_le_bytes(id),
+            key,
+        })
+    }
+}
+
+/// Counters of the accelerator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZucStats {
+    pub requests: u64,
+    pub responses: u64,
+    /// Frames that are not UDP/IPv4 to the service port, or too short for a header.
+    pub not_requests: u64,
+    /// Requests answered with an error status.
+    pub errors: u64,
+    /// Requests refused because the units' queues were full.
+    pub overload: u64,
+    pub bits_processed: u64,
+}
+
+struct Job {
+    seq: u64,
+    /// The request frame, turned into the response in place when done.
+    frame: Vec<u8>,
+    bits_left: u64,
+}
+
+/// The accelerator model.
+pub struct ZucAccel {
+    port: u16,
+    tx_queue: u16,
+    units: [VecDeque<Job>; UNITS],
+    /// Bits each unit may process per step (`u64::MAX`: no timing).
+    pub unit_bits_per_step: u64,
+    max_pending: usize,
+    pending: usize,
+    next_seq: u64,
+    emit_seq: u64,
+    done: BTreeMap<u64, Job>,
+    pub stats: ZucStats,
+    /// Requests each unit processed (the load balancer's work).
+    pub per_unit: [u64; UNITS],
+}
+
+impl ZucAccel {
+    pub fn new(port: u16, tx_queue: u16) -> Self {
+        ZucAccel {
+            port,
+            tx_queue,
+            units: Default::default(),
+            unit_bits_per_step: u64::MAX,
+            max_pending: 1024,
+            pending: 0,
+            next_seq: 0,
+            emit_seq: 0,
+            done: BTreeMap::new(),
+            stats: ZucStats::default(),
+            per_unit: [0; UNITS],
+        }
+    }
+
+    /// The load balancer: the unit with the least work queued.
+    fn pick_unit(&self) -> usize {
+        (0..UNITS)
+            .min_by_key(|&u| self.units[u].iter().map(|j| j.bits_left).sum::<u64>())
+            .unwrap_or(0)
+    }
+
+    /// Runs every unit for one step, then sends finished responses in order.
+    fn step(&mut self, tx: &mut dyn TxStream) -> usize {
+        let mut work = 0;
+        for u in 0..UNITS {
+            let mut budget = self.unit_bits_per_step;
+            while let Some(job) = self.units[u].front_mut() {
+                let take = job.bits_left.min(budget);
+                job.bits_left -= take;
+                budget -= take;
+                if job.bits_left > 0 {
+                    break;
+                }
+                if let Some(mut job) = self.units[u].pop_front() {
+                    self.stats.bits_processed += finish(&mut job.frame);
+                    self.per_unit[u] += 1;
+                    self.done.insert(job.seq, job);
+                    work += 1;
+                }
+                if budget == 0 {
+                    break;
+                }
+            }
+        }
+        while let Some(job) = self.done.get(&self.emit_seq) {
+            let meta = TxMeta {
+                queue: self.tx_queue,
+                cs_flags: CS_L3 | CS_L4,
+                resume_table: None,
+            };
+            match tx.send(&meta, &job.frame) {
+                Ok(()) | Err(TxRefused::BadLength) | Err(TxRefused::UnknownQueue) => {
+                    self.done.remove(&self.emit_seq);
+                    self.emit_seq += 1;
+                    self.pending -= 1;
+                    self.stats.responses += 1;
+                    work += 1;
+                }
+                Err(TxRefused::NoCredit) => break,
+            }
+        }
+        work
+    }
+}
+
+/// Offsets of the UDP payload in a request frame, if it is one for `port`.
+fn udp_payload(frame: &[u8], port: u16) -> Option<usize> {
+    let p = packet::parse(frame);
+    if p.malformed
+        || p.l3 != L3Kind::Ipv4
+        || p.l4 != L4Kind::Udp
+        || p.ipv4_fragment
+        || p.dst_port != port
+    {
+        return None;
+    }
+    let at = p.l4_offset as usize + 8;
+    (frame.len() >= at + HEADER_LEN).then_some(at)
+}
+
+/// Turns a request frame into its response in place: computes, writes status/MAC, swaps
+/// addresses, fixes lengths and zeroes the checksums for the NIC to fill. Returns the bits
+/// processed.
+fn finish(frame: &mut Vec<u8>) -> u64 {
+    let p = packet::parse(frame);
+    let l3 = p.l3_offset as usize;
+    let l4 = p.l4_offset as usize;
+    let at = l4 + 8;
+    let Some(req) = Request::decode(&frame[at..]) else {
+        return 0;
+    };
+    let data_at = at + HEADER_LEN;
+    let bytes = (req.length_bits as usize).div_ceil(8);
+    let available = p.ip_len as usize + l3 - data_at.min(p.ip_len as usize + l3);
+    let mut bits = 0;
+    let (status, keep) = if req.op != OP_EEA3 && req.op != OP_EIA3 {
+        (STATUS_BAD_OP, 0)
+    } else if bytes > available {
+        (STATUS_BAD_LENGTH, 0)
+    } else if req.op == OP_EEA3 {
+        zuc::eea3(
+            &req.key,
+            req.count,
+            req.bearer,
+            req.direction,
+            &mut frame[data_at..data_at + bytes],
+            req.length_bits,
+        );
+        bits = req.length_bits as u64;
+        (STATUS_OK, bytes)
+    } else {
+        let mac = zuc::eia3(
+            &req.key,
+            req.count,
+            req.bearer,
+            req.direction,
+            &frame[data_at..data_at + bytes],
+            req.length_bits,
+        );
+        frame[at + hdr::MAC..at + hdr::MAC + 4].copy_from_slice(&mac.to_le_bytes());
+        bits = req.length_bits as u64;
+        (STATUS_OK, 0)
+    };
+    frame[at + hdr::STATUS] = status;
+    // The response carries the header and, for encryption, the processed data.
+    frame.truncate(data_at + keep);
+    let ip_len = (frame.len() - l3) as u16;
+    let udp_len = (frame.len() - l4) as u16;
+    frame[l3 + 2..l3 + 4].copy_from_slice(&ip_len.to_be_bytes());
+    frame[l3 + 10..l3 + 12].fill(0);
+    frame[l4 + 4..l4 + 6].copy_from_slice(&udp_len.to_be_bytes());
+    frame[l4 + 6..l4 + 8].fill(0);
+    // Back to the sender.
+    let (a, b) = frame.split_at_mut(6);
+    a.swap_with_slice(&mut b[..6]);
+    for i in 0..4 {
+        frame.swap(l3 + 12 + i, l3 + 16 + i);
+    }
+    for i in 0..2 {
+        frame.swap(l4 + i, l4 + 2 + i);
+    }
+    bits
+}
+
+impl Accelerator for ZucAccel {
+    fn receive(&mut self, _meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
+        let Some(at) = udp_payload(data, self.port) else {
+            self.stats.not_requests += 1;
+            // Not for this service: taken and discarded (a policy drop, not an FLD drop).
+            return true;
+        };
+        if self.pending >= self.max_pending {
+            self.stats.overload += 1;
+            return false;
+        }
+        let Some(req) = Request::decode(&data[at..]) else {
+            self.stats.not_requests += 1;
+            return true;
+        };
+        if req.op != OP_EEA3 && req.op != OP_EIA3
+            || (req.length_bits as usize).div_ceil(8) > data.len() - at - HEADER_LEN
+        {
+            self.stats.errors += 1;
+        }
+        self.stats.requests += 1;
+        let unit = self.pick_unit();
+        let job = Job {
+            seq: self.next_seq,
+            frame: data.to_vec(),
+            bits_left: (req.length_bits as u64).max(1),
+        };
+        self.next_seq += 1;
+        self.pending += 1;
+        self.units[unit].push_back(job);
+        self.step(tx);
+        true
+    }
+
+    fn poll(&mut self, tx: &mut dyn TxStream) -> usize {
+        self.step(tx)
+    }
+
+    fn name(&self) -> &'static str {
+        "zuc"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accel::Credits;
+
+    struct Sink {
+        sent: Vec<Vec<u8>>,
+    }
+
+    impl TxStream for Sink {
+        fn credits(&self, _queue: u16) -> Credits {
+            Credits {
+                packets: 1000,
+                bytes: 1 << 20,
+            }
+        }
+        fn send(&mut self, _meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused> {
+            self.sent.push(data.to_vec());
+            Ok(())
+        }
+    }
+
+    fn request_frame(req: &Request, data: &[u8]) -> Vec<u8> {
+        let mut payload = vec![0u8; HEADER_LEN];
+        let mut h = [0u8; HEADER_LEN];
+        req.encode(&mut h);
+        payload.copy_from_slice(&h);
+        payload.extend_from_slice(data);
+        let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(40000, ZUC_UDP_PORT);
+        let mut out = Vec::new();
+        b.write(&mut out, &payload).unwrap();
+        out
+    }
+
+    fn req(op: u8, id: u64, bits: u32) -> Request {
+        Request {
+            op,
+            bearer: 0x15,
+            direction: 1,
+            count: 0x398a59b4,
+            length_bits: bits,
+            request_id: id,
+            key: [0x17; 16],
+        }
+    }
+
+    #[test]
+    fn encryption_and_mac_responses_match_the_cipher() {
+        let mut acc = ZucAccel::new(ZUC_UDP_PORT, 0);
+        let mut tx = Sink { sent: vec![] };
+        let data: Vec<u8> = (0..100u8).collect();
+        acc.receive(
+            &RxMeta::default(),
+            &request_frame(&req(OP_EEA3, 7, 797), &data),
+            &mut tx,
+        );
+        acc.receive(
+            &RxMeta::default(),
+            &request_frame(&req(OP_EIA3, 8, 800), &data),
+            &mut tx,
+        );
+        assert_eq!(tx.sent.len(), 2);
+        // Encryption: header + ciphertext back to the sender, lengths fixed, checksums left to the NIC.
+        let r = &tx.sent[0];
+        let p = packet::parse(r);
+        assert_eq!(
+            (p.src_port, p.dst_port, p.dst_ip[..4].to_vec()),
+            (ZUC_UDP_PORT, 40000, vec![10, 0, 0, 1])
+        );
+        assert_eq!(&r[..6], &[2, 0, 0, 0, 0, 1]);
+        let at = p.l4_offset as usize + 8;
+        let h = Request::decode(&r[at..]).unwrap();
+        assert_eq!((h.request_id, r[at + hdr::STATUS]), (7, STATUS_OK));
+        let mut want = data.clone();
+        zuc::eea3(&[0x17; 16], 0x398a59b4, 0x15, 1, &mut want, 797);
+        assert_eq!(&r[at + HEADER_LEN..], &want[..]);
+        assert_eq!(p.ip_len as usize, r.len() - 14);
+        // MAC: header only, MAC in the header.
+        let r = &tx.sent[1];
+        let at = packet::parse(r).l4_offset as usize + 8;
+        assert_eq!(r.len(), at + HEADER_LEN);
+        let mac = u32::from_le_bytes(r[at + hdr::MAC..at + hdr::MAC + 4].try_into().unwrap());
+        assert_eq!(mac, zuc::eia3(&[0x17; 16], 0x398a59b4, 0x15, 1, &data, 800));
+    }
+
+    #[test]
+    fn responses_keep_request_order_across_units() {
+        let mut acc = ZucAccel::new(ZUC_UDP_PORT, 0);
+        acc.unit_bits_per_step = 500;
+        let mut tx = Sink { sent: vec![] };
+        // A long request, then seven short ones on the other units.
+        acc.receive(
+            &RxMeta::default(),
+            &request_frame(&req(OP_EEA3, 0, 8000), &[0; 1000]),
+            &mut tx,
+        );
+        for id in 1..8 {
+            acc.receive(
+                &RxMeta::default(),
+                &request_frame(&req(OP_EEA3, id, 64), &[0; 8]),
+                &mut tx,
+            );
+        }
+        // The short ones are done but wait behind the long one.
+        assert!(tx.sent.is_empty());
+        for _ in 0..10 {
+            acc.poll(&mut tx);
+        }
+        let ids: Vec<u64> = tx
+            .sent
+            .iter()
+            .map(|r| Request::decode(&r[42..]).unwrap().request_id)
+            .collect();
+        assert_eq!(ids, (0..8).collect::<Vec<_>>());
+        // The balancer kept the short requests off the unit busy with the long one.
+        assert_eq!(acc.per_unit[0], 1, "{:?}", acc.per_unit);
+        assert_eq!(acc.per_unit.iter().sum::<u64>(), 8);
+    }
+
+    #[test]
+    fn bad_requests_get_a_status_or_a_counted_drop() {
+        let mut acc = ZucAccel::new(ZUC_UDP_PORT, 0);
+        let mut tx = Sink { sent: vec![] };
+        // Length that lies: 1000 bits announced, 10 bytes present.
+        acc.receive(
+            &RxMeta::default(),
+            &request_frame(&req(OP_EEA3, 1, 1000), &[0; 10]),
+            &mut tx,
+        );
+        // Unknown operation.
+        acc.receive(
+            &RxMeta::default(),
+            &request_frame(&req(9, 2, 8), &[0; 1]),
+            &mut tx,
+        );
+        let statuses: Vec<u8> = tx.sent.iter().map(|r| r[42 + hdr::STATUS]).collect();
+        assert_eq!(statuses, vec![STATUS_BAD_LENGTH, STATUS_BAD_OP]);
+        // Not a request: wrong port, truncated header, garbage.
+        let mut f = request_frame(&req(OP_EEA3, 3, 8), &[0; 1]);
+        f[36] ^= 1;
+        acc.receive(&RxMeta::default(), &f, &mut tx);
+        let f = request_frame(&req(OP_EEA3, 4, 8), &[0; 1]);
+        acc.receive(&RxMeta::default(), &f[..60], &mut tx);
+        acc.receive(&RxMeta::default(), &[0xffu8; 7], &mut tx);
+        assert_eq!(acc.stats.not_requests, 3);
+        assert_eq!(tx.sent.len(), 2);
+        // Random frames never panic.
+        let mut x = 0x1234_5678u32;
+        for _ in 0..20_000 {
+            let len = (x % 200) as usize;
+            let mut f = request_frame(&req(OP_EIA3, 5, x % 3000), &vec![0; (x % 400) as usize]);
+            for _ in 0..4 {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                let i = x as usize % f.len();
+                f[i] = x as u8;
+            }
+            f.truncate(f.len().min(len + 42 + HEADER_LEN));
+            acc.receive(&RxMeta::default(), &f, &mut tx);
+        }
+    }
+}
