@@ -33,6 +33,21 @@ impl BurstPort for EthDev {
     }
 }
 
+impl<T: BurstPort> BurstPort for &mut T {
+    fn mac(&self) -> [u8; 6] {
+        (**self).mac()
+    }
+    fn pool(&self) -> Option<Arc<Mempool>> {
+        (**self).pool()
+    }
+    fn tx_burst(&mut self, q: u16, pkts: &mut Vec<Mbuf>) -> usize {
+        (**self).tx_burst(q, pkts)
+    }
+    fn rx_burst(&mut self, q: u16, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        (**self).rx_burst(q, out, max)
+    }
+}
+
 type Link = Arc<Mutex<VecDeque<Mbuf>>>;
 
 /// One end of a software loopback: transmit copies each frame into a buffer of the peer's pool

@@ -3,6 +3,7 @@
 //! `tx_burst`/`rx_burst`, rte_flow-shaped [`flow`] rules and port statistics.
 
 pub mod apps;
+pub mod cryptodev;
 pub mod ethdev;
 pub mod flde;
 pub mod flow;

@@ -1,0 +1,280 @@
+//! A cryptodev in the shape of DPDK's: applications enqueue bursts of ZUC operations and dequeue
+//! them completed. Two devices implement it — [`SoftZuc`] on the host CPU and [`ZucOffload`],
+//! which ships each operation to the ZUC accelerator behind FLD-E in a UDP datagram with the
+//! accelerator's 64-byte header — so a client switches between them without changing its code
+//! (paper §7).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use fld_device::accel::zuc;
+use fld_device::accel::zuc_accel::{
+    hdr, Request, HEADER_LEN, OP_EEA3, OP_EIA3, STATUS_OK, ZUC_UDP_PORT,
+};
+use fld_device::nic::packet::{self, L4Kind};
+
+use crate::apps::BurstPort;
+use crate::mempool::{ol, Mbuf, Mempool};
+
+/// Which 3GPP algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// 128-EEA3 confidentiality: `data` is encrypted (or decrypted) in place.
+    Eea3,
+    /// 128-EIA3 integrity: `mac` receives the MAC of `data`.
+    Eia3,
+}
+
+/// Completion status of an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpStatus {
+    NotProcessed,
+    Success,
+    /// The device refused the operation (bad length or operation).
+    Error(u8),
+}
+
+/// One operation.
+#[derive(Clone, Debug)]
+pub struct CryptoOp {
+    pub algorithm: Algorithm,
+    pub key: [u8; 16],
+    pub count: u32,
+    pub bearer: u8,
+    pub direction: u8,
+    pub length_bits: u32,
+    pub data: Vec<u8>,
+    pub mac: u32,
+    pub status: OpStatus,
+}
+
+/// The burst interface both devices implement.
+pub trait CryptoDev {
+    /// Takes operations from the front of `ops`; returns how many were accepted.
+    fn enqueue_burst(&mut self, ops: &mut Vec<CryptoOp>) -> usize;
+    /// Appends up to `max` completed operations, in enqueue order.
+    fn dequeue_burst(&mut self, out: &mut Vec<CryptoOp>, max: usize) -> usize;
+}
+
+/// ZUC on the host CPU.
+#[derive(Default)]
+pub struct SoftZuc {
+    done: std::collections::VecDeque<CryptoOp>,
+}
+
+impl CryptoDev for SoftZuc {
+    fn enqueue_burst(&mut self, ops: &mut Vec<CryptoOp>) -> usize {
+        let n = ops.len();
+        for mut op in ops.drain(..) {
+            let bytes = (op.length_bits as usize).div_ceil(8);
+            if bytes > op.data.len() {
+                op.status = OpStatus::Error(fld_device::accel::zuc_accel::STATUS_BAD_LENGTH);
+            } else {
+                match op.algorithm {
+                    Algorithm::Eea3 => zuc::eea3(
+                        &op.key,
+                        op.count,
+                        op.bearer,
+                        op.direction,
+                        &mut op.data[..bytes],
+                        op.length_bits,
+                    ),
+                    Algorithm::Eia3 => {
+                        op.mac = zuc::eia3(
+                            &op.key,
+                            op.count,
+                            op.bearer,
+                            op.direction,
+                            &op.data[..bytes],
+                            op.length_bits,
+                        )
+                    }
+                }
+                op.status = OpStatus::Success;
+            }
+            self.done.push_back(op);
+        }
+        n
+    }
+
+    fn dequeue_burst(&mut self, out: &mut Vec<CryptoOp>, max: usize) -> usize {
+        let n = max.min(self.done.len());
+        out.extend(self.done.drain(..n));
+        n
+    }
+}
+
+/// Addresses of the offload service.
+#[derive(Clone, Copy, Debug)]
+pub struct ServiceAddress {
+    pub client_mac: [u8; 6],
+    pub client_ip: [u8; 4],
+    pub client_port: u16,
+    pub server_mac: [u8; 6],
+    pub server_ip: [u8; 4],
+}
+
+/// ZUC on the accelerator behind FLD-E, over a burst port.
+pub struct ZucOffload<P: BurstPort> {
+    port: P,
+    addr: ServiceAddress,
+    pool: Arc<Mempool>,
+    next_id: u64,
+    /// Operations in flight by request ID; responses come back in order, but a lost one must not
+    /// stall the rest.
+    inflight: HashMap<u64, CryptoOp>,
+    tx: Vec<Mbuf>,
+    rx: Vec<Mbuf>,
+    /// Responses that did not parse or matched no request.
+    pub stray: u64,
+}
+
+impl<P: BurstPort> ZucOffload<P> {
+    pub fn new(port: P, addr: ServiceAddress) -> Option<Self> {
+        let pool = port.pool()?;
+        Some(ZucOffload {
+            port,
+            addr,
+            pool,
+            next_id: 1,
+            inflight: HashMap::new(),
+            tx: Vec::new(),
+            rx: Vec::new(),
+            stray: 0,
+        })
+    }
+
+    pub fn inflight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Builds the request datagram for `op` into `m`; false if it does not fit.
+    fn build(&self, m: &mut Mbuf, op: &CryptoOp, id: u64) -> bool {
+        let bytes = (op.length_bits as usize).div_ceil(8).min(op.data.len());
+        let payload = HEADER_LEN + bytes;
+        let len = 14 + 20 + 8 + payload;
+        if len > m.capacity() {
+            return false;
+        }
+        let f = m.set_len(len);
+        let a = &self.addr;
+        f[0..6].copy_from_slice(&a.server_mac);
+        f[6..12].copy_from_slice(&a.client_mac);
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        f[15] = 0;
+        f[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+        f[18..20].copy_from_slice(&(id as u16).to_be_bytes());
+        f[20..22].copy_from_slice(&0x4000u16.to_be_bytes());
+        f[22] = 64;
+        f[23] = 17;
+        f[24..26].fill(0);
+        f[26..30].copy_from_slice(&a.client_ip);
+        f[30..34].copy_from_slice(&a.server_ip);
+        f[34..36].copy_from_slice(&a.client_port.to_be_bytes());
+        f[36..38].copy_from_slice(&ZUC_UDP_PORT.to_be_bytes());
+        f[38..40].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+        f[40..42].fill(0);
+        let req = Request {
+            op: match op.algorithm {
+                Algorithm::Eea3 => OP_EEA3,
+                Algorithm::Eia3 => OP_EIA3,
+            },
+            bearer: op.bearer,
+            direction: op.direction,
+            count: op.count,
+            length_bits: op.length_bits,
+            request_id: id,
+            key: op.key,
+        };
+        let mut h = [0u8; HEADER_LEN];
+        req.encode(&mut h);
+        f[42..42 + HEADER_LEN].copy_from_slice(&h);
+        f[42 + HEADER_LEN..].copy_from_slice(&op.data[..bytes]);
+        m.ol_flags = ol::TX_IP_CKSUM | ol::TX_L4_CKSUM;
+        true
+    }
+}
+
+impl<P: BurstPort> CryptoDev for ZucOffload<P> {
+    fn enqueue_burst(&mut self, ops: &mut Vec<CryptoOp>) -> usize {
+        let mut tx = std::mem::take(&mut self.tx);
+        self.pool.alloc_bulk(&mut tx, ops.len());
+        let mut built = 0;
+        for (m, op) in tx.iter_mut().zip(ops.iter()) {
+            if !self.build(m, op, self.next_id + built as u64) {
+                break;
+            }
+            built += 1;
+        }
+        // Buffers beyond the first operation that did not fit go back unused.
+        self.pool.free_bulk(tx.drain(built..));
+        let sent = self.port.tx_burst(0, &mut tx);
+        // What the port did not take is not in flight: its buffers return too.
+        self.pool.free_bulk(tx.drain(..));
+        self.tx = tx;
+        for (i, op) in ops.drain(..sent).enumerate() {
+            self.inflight.insert(self.next_id + i as u64, op);
+        }
+        self.next_id += sent as u64;
+        sent
+    }
+
+    fn dequeue_burst(&mut self, out: &mut Vec<CryptoOp>, max: usize) -> usize {
+        let mut got = 0;
+        let mut rx = std::mem::take(&mut self.rx);
+        self.port.rx_burst(0, &mut rx, max);
+        for m in rx.iter() {
+            let d = m.data();
+            let p = packet::parse(d);
+            let at = p.l4_offset as usize + 8;
+            let resp = (p.l4 == L4Kind::Udp && p.src_port == ZUC_UDP_PORT)
+                .then(|| Request::decode(d.get(at..).unwrap_or(&[])))
+                .flatten();
+            let Some(op) = resp.and_then(|r| self.inflight.remove(&r.request_id).map(|op| (r, op)))
+            else {
+                self.stray += 1;
+                continue;
+            };
+            let (_, mut op) = op;
+            let status = d[at + hdr::STATUS];
+            if status != STATUS_OK {
+                op.status = OpStatus::Error(status);
+            } else {
+                match op.algorithm {
+                    Algorithm::Eea3 => {
+                        let bytes = (op.length_bits as usize).div_ceil(8);
+                        match d.get(at + HEADER_LEN..at + HEADER_LEN + bytes) {
+                            Some(c) => {
+                                op.data[..bytes].copy_from_slice(c);
+                                op.status = OpStatus::Success;
+                            }
+                            None => op.status = OpStatus::Error(u8::MAX),
+                        }
+                    }
+                    Algorithm::Eia3 => {
+                        op.mac = u32::from_le_bytes([
+                            d[at + hdr::MAC],
+                            d[at + hdr::MAC + 1],
+                            d[at + hdr::MAC + 2],
+                            d[at + hdr::MAC + 3],
+                        ]);
+                        op.status = OpStatus::Success;
+                    }
+                }
+            }
+            out.push(op);
+            got += 1;
+        }
+        self.pool.free_bulk(rx.drain(..));
+        self.rx = rx;
+        got
+    }
+}
+
+impl<P: BurstPort> ZucOffload<P> {
+    /// The port, for callers that serve other traffic on it.
+    pub fn port(&mut self) -> &mut P {
+        &mut self.port
+    }
+}
