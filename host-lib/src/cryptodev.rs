@@ -278,3 +278,62 @@ impl<P: BurstPort> ZucOffload<P> {
         &mut self.port
     }
 }
+
+/// Deterministic operations for demos and tests: random keys, COUNT/BEARER/DIRECTION and data of
+/// `bytes` bytes each (a third of them MACs), bit lengths not multiples of 8 where `odd_bits`.
+pub fn sample_ops(n: usize, bytes: usize, odd_bits: bool, seed: u64) -> Vec<CryptoOp> {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..n)
+        .map(|i| {
+            let mut key = [0u8; 16];
+            key.iter_mut().for_each(|k| *k = next() as u8);
+            let bits = (bytes as u32 * 8)
+                .saturating_sub(if odd_bits { (next() % 7) as u32 } else { 0 })
+                .max(1);
+            CryptoOp {
+                algorithm: if i % 3 == 2 {
+                    Algorithm::Eia3
+                } else {
+                    Algorithm::Eea3
+                },
+                key,
+                count: next() as u32,
+                bearer: (next() % 32) as u8,
+                direction: (next() % 2) as u8,
+                length_bits: bits,
+                data: (0..bytes).map(|_| next() as u8).collect(),
+                mac: 0,
+                status: OpStatus::NotProcessed,
+            }
+        })
+        .collect()
+}
+
+/// Runs `ops` through `dev` in bursts of `burst`, returning them completed in order. Gives up
+/// after `ops.len() * 1000 + 100_000` rounds without completing everything.
+pub fn run_ops(dev: &mut dyn CryptoDev, mut ops: Vec<CryptoOp>, burst: usize) -> Vec<CryptoOp> {
+    let total = ops.len();
+    let mut done = Vec::with_capacity(total);
+    let mut pending = std::collections::VecDeque::from(std::mem::take(&mut ops));
+    let mut batch = Vec::with_capacity(burst);
+    for _ in 0..total * 1000 + 100_000 {
+        if done.len() == total {
+            break;
+        }
+        let n = pending.len().min(burst);
+        batch.extend(pending.drain(..n));
+        dev.enqueue_burst(&mut batch);
+        // What the device did not take goes back to the front, in order.
+        for op in batch.drain(..).rev() {
+            pending.push_front(op);
+        }
+        dev.dequeue_burst(&mut done, burst * 2);
+    }
+    done
+}

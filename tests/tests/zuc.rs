@@ -4,64 +4,19 @@
 use fld_device::accel::zuc_accel::{ZucAccel, ZUC_UDP_PORT};
 use fld_host::apps::FldEchoSetup;
 use fld_host::cryptodev::{
-    Algorithm, CryptoDev, CryptoOp, OpStatus, ServiceAddress, SoftZuc, ZucOffload,
+    run_ops, sample_ops, Algorithm, CryptoDev, CryptoOp, OpStatus, ServiceAddress, SoftZuc,
+    ZucOffload,
 };
 
-/// A tiny deterministic generator for test data.
-struct XorShift(u64);
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn random_ops(n: usize, max_bytes: usize) -> Vec<CryptoOp> {
-    let mut r = XorShift(0x9e37_79b9_7f4a_7c15);
+    // Varying sizes: one op of each size drawn from a fixed sequence.
     (0..n)
-        .map(|_| {
-            let bits = 1 + (r.next() % (max_bytes as u64 * 8)) as u32;
-            let bytes = (bits as usize).div_ceil(8);
-            let mut key = [0u8; 16];
-            key.iter_mut().for_each(|k| *k = r.next() as u8);
-            CryptoOp {
-                algorithm: if r.next() % 3 == 0 {
-                    Algorithm::Eia3
-                } else {
-                    Algorithm::Eea3
-                },
-                key,
-                count: r.next() as u32,
-                bearer: (r.next() % 32) as u8,
-                direction: (r.next() % 2) as u8,
-                length_bits: bits,
-                data: (0..bytes).map(|_| r.next() as u8).collect(),
-                mac: 0,
-                status: OpStatus::NotProcessed,
-            }
-        })
+        .flat_map(|i| sample_ops(1, 1 + (i * 7919) % max_bytes, true, 0x9e37_79b9 + i as u64))
         .collect()
 }
 
-/// The client code: bursts in, completions out, order kept.
-fn run(dev: &mut dyn CryptoDev, mut ops: Vec<CryptoOp>) -> Vec<CryptoOp> {
-    let total = ops.len();
-    let mut done = Vec::with_capacity(total);
-    for _ in 0..1_000_000 {
-        if done.len() == total {
-            break;
-        }
-        let mut burst: Vec<CryptoOp> = ops.drain(..ops.len().min(16)).collect();
-        dev.enqueue_burst(&mut burst);
-        // Whatever the device did not take goes back to the front.
-        for op in burst.into_iter().rev() {
-            ops.insert(0, op);
-        }
-        dev.dequeue_burst(&mut done, 32);
-    }
-    done
+fn run(dev: &mut dyn CryptoDev, ops: Vec<CryptoOp>) -> Vec<CryptoOp> {
+    run_ops(dev, ops, 16)
 }
 
 #[test]
