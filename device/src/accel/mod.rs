@@ -3,6 +3,7 @@
 //! counted by FLD — and sends packets on the tx stream, per queue, within the credits FLD grants.
 //! A new accelerator model implements [`Accelerator`]; FLD needs no change.
 
+pub mod defrag;
 pub mod zuc;
 pub mod zuc_accel;
 
