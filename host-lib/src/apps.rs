@@ -519,6 +519,16 @@ impl FldEchoSetup {
         tx_queues: u16,
         params: fld_device::fld::memory_model::MemoryParams,
     ) -> Result<Self, fld_driver::DriverError> {
+        Self::build_with(max_frame, tx_queues, params, 1)
+    }
+
+    /// As [`FldEchoSetup::build`], with `client_rx_queues` RSS queues on the generator's port.
+    pub fn build_with(
+        max_frame: usize,
+        tx_queues: u16,
+        params: fld_device::fld::memory_model::MemoryParams,
+        client_rx_queues: u16,
+    ) -> Result<Self, fld_driver::DriverError> {
         use fld_device::card::{Card, CardConfig};
         use fld_driver::inprocess::InProcessHost;
         let card = Card::new(CardConfig {
@@ -546,6 +556,7 @@ impl FldEchoSetup {
                 log_strides: 6,
             },
             max_rx_frame: max_frame as u32,
+            rx_queues: client_rx_queues.max(1),
             ..Default::default()
         };
         let dev1 = host.device(f1);

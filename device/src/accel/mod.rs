@@ -4,6 +4,7 @@
 //! A new accelerator model implements [`Accelerator`]; FLD needs no change.
 
 pub mod defrag;
+pub mod defrag_accel;
 pub mod zuc;
 pub mod zuc_accel;
 
