@@ -569,6 +569,22 @@ impl FldEchoSetup {
         })
     }
 
+    /// Puts the ZUC accelerator behind FLD in place of the echo and returns the service's
+    /// addresses for a cryptodev client on the generator's port.
+    pub fn attach_zuc(&mut self) -> crate::cryptodev::ServiceAddress {
+        use fld_device::accel::zuc_accel::{ZucAccel, ZUC_UDP_PORT};
+        self.card
+            .fld
+            .set_accelerator(Box::new(ZucAccel::new(ZUC_UDP_PORT, 0)));
+        crate::cryptodev::ServiceAddress {
+            client_mac: self.client.mac(),
+            client_ip: CLIENT_IP,
+            client_port: 40000,
+            server_mac: self.flde.mac(),
+            server_ip: SERVER_IP,
+        }
+    }
+
     /// Packets that may be in flight without overrunning FLD's receive buffer, which is sized
     /// for the bandwidth-delay product (2 S_rxbdp), not for a deep window of large frames: every
     /// striding WQE but the open one, times the frames of `max_frame` bytes a WQE holds.

@@ -745,20 +745,10 @@ fn model(a: ModelArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
 /// Cipher operations through the ZUC accelerator behind FLD-E and through software ZUC, with
 /// every result compared.
 fn zuc_demo(a: &DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    use fld_device::accel::zuc_accel::{ZucAccel, ZUC_UDP_PORT};
-    use fld_host::cryptodev::{run_ops, sample_ops, OpStatus, ServiceAddress, SoftZuc, ZucOffload};
+    use fld_host::cryptodev::{run_ops, sample_ops, OpStatus, SoftZuc, ZucOffload};
     let bytes = (a.size as usize).saturating_sub(14 + 20 + 8 + 64).max(1);
     let mut s = FldEchoSetup::new(9000)?;
-    s.card
-        .fld
-        .set_accelerator(Box::new(ZucAccel::new(ZUC_UDP_PORT, 0)));
-    let addr = ServiceAddress {
-        client_mac: s.client.mac(),
-        client_ip: [10, 0, 0, 1],
-        client_port: 40000,
-        server_mac: s.flde.mac(),
-        server_ip: [10, 0, 0, 2],
-    };
+    let addr = s.attach_zuc();
     let ops = sample_ops(a.packets as usize, bytes, true, 0x5eed);
     let t = std::time::Instant::now();
     let soft = run_ops(&mut SoftZuc::default(), ops.clone(), a.burst.clamp(1, 256));

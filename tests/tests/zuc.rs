@@ -1,11 +1,9 @@
 //! The ZUC look-aside accelerator behind FLD-E, used through the cryptodev API: the same client
 //! code gets the same results from the software device and from the accelerator.
 
-use fld_device::accel::zuc_accel::{ZucAccel, ZUC_UDP_PORT};
 use fld_host::apps::FldEchoSetup;
 use fld_host::cryptodev::{
-    run_ops, sample_ops, Algorithm, CryptoDev, CryptoOp, OpStatus, ServiceAddress, SoftZuc,
-    ZucOffload,
+    run_ops, sample_ops, Algorithm, CryptoDev, CryptoOp, OpStatus, SoftZuc, ZucOffload,
 };
 
 fn random_ops(n: usize, max_bytes: usize) -> Vec<CryptoOp> {
@@ -22,16 +20,7 @@ fn run(dev: &mut dyn CryptoDev, ops: Vec<CryptoOp>) -> Vec<CryptoOp> {
 #[test]
 fn accelerator_and_software_zuc_agree_through_the_cryptodev_api() {
     let mut s = FldEchoSetup::new(9000).unwrap();
-    s.card
-        .fld
-        .set_accelerator(Box::new(ZucAccel::new(ZUC_UDP_PORT, 0)));
-    let addr = ServiceAddress {
-        client_mac: s.client.mac(),
-        client_ip: [10, 0, 0, 1],
-        client_port: 40000,
-        server_mac: s.flde.mac(),
-        server_ip: [10, 0, 0, 2],
-    };
+    let addr = s.attach_zuc();
     let ops = random_ops(300, 4096);
     let soft = run(&mut SoftZuc::default(), ops.clone());
     let mut offload = ZucOffload::new(&mut s.client, addr).unwrap();
@@ -60,16 +49,7 @@ fn accelerator_and_software_zuc_agree_through_the_cryptodev_api() {
 #[test]
 fn a_lying_length_comes_back_as_an_error_status() {
     let mut s = FldEchoSetup::new(1514).unwrap();
-    s.card
-        .fld
-        .set_accelerator(Box::new(ZucAccel::new(ZUC_UDP_PORT, 0)));
-    let addr = ServiceAddress {
-        client_mac: s.client.mac(),
-        client_ip: [10, 0, 0, 1],
-        client_port: 40000,
-        server_mac: s.flde.mac(),
-        server_ip: [10, 0, 0, 2],
-    };
+    let addr = s.attach_zuc();
     let mut ops = random_ops(1, 100);
     // Claims more bits than the data carries; the client sends only what it has.
     ops[0].length_bits = 8 * ops[0].data.len() as u32 + 64;
