@@ -491,6 +491,9 @@ impl NicDriver {
         if rule.count {
             a |= action::COUNT;
         }
+        if rule.vxlan_decap {
+            a |= action::VXLAN_DECAP;
+        }
         let input = CreateFlowEntryIn {
             table: U32::new(table),
             priority: U16::new(rule.priority),
@@ -596,6 +599,9 @@ pub struct FlowRule {
     pub fate: RuleFate,
     pub flow_tag: Option<u32>,
     pub count: bool,
+    /// Strip a VXLAN encapsulation first (the fate must be [`RuleFate::Goto`]: the inner frame
+    /// is steered from that table).
+    pub vxlan_decap: bool,
 }
 
 impl FlowRule {
@@ -608,6 +614,7 @@ impl FlowRule {
             fate,
             flow_tag: None,
             count: false,
+            vxlan_decap: false,
         }
     }
 }

@@ -557,6 +557,7 @@ impl EthDev {
             fate: RuleFate::None,
             flow_tag: None,
             count: false,
+            vxlan_decap: false,
         };
         let mut rss_group = None;
         for a in actions {

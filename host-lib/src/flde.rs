@@ -123,6 +123,7 @@ impl FldE {
             fate: RuleFate::Rq(self.binding.rq.rqn),
             flow_tag: Some(accelerate_tag(context, resume)),
             count: true,
+            vxlan_decap: false,
         };
         self.nic
             .create_flow_entry(self.root, &rule)

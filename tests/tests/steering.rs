@@ -56,6 +56,7 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
                 fate: RuleFate::Rq(rqn),
                 flow_tag: Some(0x11),
                 count: true,
+                vxlan_decap: false,
             },
         )
         .unwrap();
@@ -70,6 +71,7 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
                 fate: RuleFate::Rq(rqn),
                 flow_tag: Some(0x22),
                 count: true,
+                vxlan_decap: false,
             },
         )
         .unwrap();
@@ -84,6 +86,7 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
                 fate: RuleFate::Drop,
                 flow_tag: None,
                 count: true,
+                vxlan_decap: false,
             },
         )
         .unwrap();
@@ -263,6 +266,7 @@ fn eswitch_rules_flooding_and_the_uplink_loopback() {
                 fate: RuleFate::Drop,
                 flow_tag: None,
                 count: true,
+                vxlan_decap: false,
             },
         )
         .unwrap();
@@ -340,4 +344,134 @@ fn taps_see_every_port_and_pcap_captures_read_back() {
         ));
     }
     assert!(rd.next_packet().is_none());
+}
+
+/// A VXLAN frame (RFC 7348) around `inner`: outer Ethernet/IPv4/UDP to port 4789, VNI `vni`.
+fn vxlan_frame(src: [u8; 6], dst: [u8; 6], vni: u32, flags: u8, inner: &[u8]) -> Vec<u8> {
+    let mut vx = vec![flags, 0, 0, 0];
+    vx.extend_from_slice(&vni.to_be_bytes()[1..]);
+    vx.push(0);
+    vx.extend_from_slice(inner);
+    let b = etherparse::PacketBuilder::ethernet2(src, dst)
+        .ipv4([192, 168, 0, 1], [192, 168, 0, 2], 64)
+        .udp(50000, 4789);
+    let mut out = Vec::new();
+    b.write(&mut out, &vx).unwrap();
+    out
+}
+
+#[test]
+fn vxlan_decap_steers_the_inner_frame_by_vni() {
+    let mut r = rig(RqLayout::Regular, 4, 6);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let p = &mut r.ports[1];
+    let rqn = p.rq.rqn;
+    let inner_t = p
+        .nic
+        .create_flow_table(TABLE_KIND_NIC_RX, 2, TableMiss::Drop)
+        .unwrap();
+    let root = p
+        .nic
+        .create_flow_table(TABLE_KIND_NIC_RX, 0, TableMiss::Drop)
+        .unwrap();
+    let mut m = FlowMatch::default();
+    let mut v = FlowMatch::default();
+    m.dst_port = [0xff; 2];
+    v.dst_port = 4789u16.to_be_bytes();
+    m.vni = [0xff; 3];
+    v.vni = [0, 0, 42];
+    let decap = p
+        .nic
+        .create_flow_entry(
+            root,
+            &FlowRule {
+                priority: 1,
+                mask: m,
+                value: v,
+                fate: RuleFate::Goto(inner_t),
+                flow_tag: None,
+                count: true,
+                vxlan_decap: true,
+            },
+        )
+        .unwrap();
+    // Inside: only TCP to port 80 is delivered, tagged.
+    let mut im = FlowMatch::default();
+    let mut iv = FlowMatch::default();
+    im.ip_proto = 0xff;
+    iv.ip_proto = 6;
+    im.dst_port = [0xff; 2];
+    iv.dst_port = 80u16.to_be_bytes();
+    p.nic
+        .create_flow_entry(
+            inner_t,
+            &FlowRule {
+                priority: 1,
+                mask: im,
+                value: iv,
+                fate: RuleFate::Rq(rqn),
+                flow_tag: Some(0x77),
+                count: false,
+                vxlan_decap: false,
+            },
+        )
+        .unwrap();
+    // Decap without a go-to is refused.
+    let bad = FlowRule {
+        vxlan_decap: true,
+        ..FlowRule::any(RuleFate::Rq(rqn))
+    };
+    assert_eq!(
+        p.nic
+            .create_flow_entry(root, &bad)
+            .err()
+            .and_then(|e| e.status()),
+        Some(CmdStatus::BadParam)
+    );
+    p.nic.set_root(TABLE_KIND_NIC_RX, Some(root)).unwrap();
+
+    let inner = tcp_frame(
+        [2, 0, 0, 0, 0, 0xaa],
+        [2, 0, 0, 0, 0, 0xbb],
+        [10, 1, 1, 1],
+        [10, 1, 1, 2],
+        5555,
+        80,
+        b"tunnelled payload",
+    );
+    let other = tcp_frame(
+        [2, 0, 0, 0, 0, 0xaa],
+        [2, 0, 0, 0, 0, 0xbb],
+        [10, 1, 1, 1],
+        [10, 1, 1, 2],
+        5555,
+        443,
+        b"not port 80",
+    );
+    r.ports[0].send(&vxlan_frame(m0, m1, 42, 0x08, &inner), 0, false);
+    r.ports[0].send(&vxlan_frame(m0, m1, 43, 0x08, &inner), 0, false); // other VNI: root miss -> drop
+    r.ports[0].send(&vxlan_frame(m0, m1, 42, 0x08, &other), 0, false); // inner miss -> drop
+    r.ports[0].send(&vxlan_frame(m0, m1, 42, 0x00, &inner), 0, false); // no I flag: not VXLAN, VNI 0
+    r.run();
+    let p = &mut r.ports[1];
+    let c = p.rq_cq.poll().expect("the inner frame");
+    assert_eq!(
+        (c.byte_count.get() as usize, c.flow_tag.get()),
+        (inner.len(), 0x77)
+    );
+    assert_eq!(
+        c.csum,
+        cqe_csum::L3_PRESENT
+            | cqe_csum::L3_OK
+            | cqe_csum::L4_PRESENT
+            | cqe_csum::L4_OK
+            | cqe_csum::TCP,
+        "offloads run on the inner headers"
+    );
+    let mut got = vec![0u8; inner.len()];
+    p.rx_bufs[0].read(0, &mut got);
+    assert_eq!(got, inner);
+    assert!(p.rq_cq.poll().is_none());
+    assert_eq!(p.nic.query_flow_entry(decap).unwrap().0, 2);
+    assert_eq!(p.nic.query_vport(1).unwrap().rx_steering_drops.get(), 3);
 }

@@ -448,7 +448,9 @@ pub struct FlowMatch {
     /// Metadata register (little-endian). Reserved for accelerators returning a packet to the
     /// NIC (the FLD part); always 0 until then.
     pub metadata: [u8; 4],
-    pub rsvd: [u8; 4],
+    /// VXLAN network identifier (network byte order) when the frame is VXLAN (UDP port 4789).
+    pub vni: [u8; 3],
+    pub rsvd: u8,
 }
 pub const FLOW_MATCH_LEN: usize = core::mem::size_of::<FlowMatch>();
 
@@ -462,8 +464,11 @@ pub mod action {
     pub const GOTO_TABLE: u32 = 1 << 4;
     pub const SET_FLOW_TAG: u32 = 1 << 8;
     pub const COUNT: u32 = 1 << 9;
+    /// Strip the outer Ethernet/IPv4/UDP/VXLAN headers (RFC 7348) and continue at the GOTO_TABLE
+    /// target with the inner frame's headers. Requires GOTO_TABLE.
+    pub const VXLAN_DECAP: u32 = 1 << 10;
     pub const FATES: u32 = FWD_VPORT | FWD_RQ | FWD_RSS | DROP | GOTO_TABLE;
-    pub const ALL: u32 = FATES | SET_FLOW_TAG | COUNT;
+    pub const ALL: u32 = FATES | SET_FLOW_TAG | COUNT | VXLAN_DECAP;
 }
 
 /// CREATE_FLOW_ENTRY input.

@@ -622,6 +622,9 @@ fn execute(
             if a & !action::ALL != 0 || (a & action::FATES).count_ones() > 1 {
                 return fail(CmdStatus::BadParam, 0x40);
             }
+            if a & action::VXLAN_DECAP != 0 && a & action::GOTO_TABLE == 0 {
+                return fail(CmdStatus::BadParam, 0x43);
+            }
             if core.flow_entry_count >= core.config.max_flow_entries {
                 return fail(CmdStatus::ExceedLimit, 0);
             }

@@ -455,7 +455,7 @@ fn switch_frame(
         v.counters.tx_packets += 1;
         v.counters.tx_bytes += frame.len() as u64;
     }
-    let key = frame_key(p, src_vport, 0);
+    let key = frame_key(frame, p, src_vport, 0);
     // A frame returned into a receive table goes straight to the sender's own receive pipeline.
     if let Some((t, TABLE_KIND_NIC_RX)) = resume {
         return deliver_to_vport(core, ctx, src_vport, Some(t), frame, p, &key, 0);
@@ -467,7 +467,34 @@ fn switch_frame(
         src_vport,
         frame.len(),
     );
+    forward(core, ctx, src_vport, frame, p, &key, st);
+}
+
+/// Carries out an FDB decision. A VXLAN decapsulation continues at its table with the inner
+/// frame (go-to targets sit at higher levels, so this ends).
+fn forward(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    src_vport: u16,
+    frame: &[u8],
+    p: &ParsedFrame,
+    key: &eswitch::Key,
+    st: eswitch::Steering,
+) {
+    let key = *key;
     match st.fate {
+        Fate::DecapGoto(t) => match packet::vxlan(frame, p) {
+            Some((_, inner)) => {
+                let f = &frame[inner..];
+                let ip = packet::parse(f);
+                let k = frame_key(f, &ip, src_vport, 0);
+                let next = core
+                    .eswitch
+                    .steer_fdb(Some(t), &k, &ip.dst_mac, src_vport, f.len());
+                forward(core, ctx, src_vport, f, &ip, &k, next);
+            }
+            None => count_drop(core, src_vport, true),
+        },
         Fate::Vport(v) => deliver_to_vport(core, ctx, v, None, frame, p, &key, st.flow_tag),
         Fate::Flood => {
             let n = core.eswitch.vports.len() as u16;
@@ -507,10 +534,36 @@ fn deliver_to_vport(
         c.rx_bytes += frame.len() as u64;
         return;
     }
+    steer_into_vport(core, ctx, vport, start, frame, p, key, flow_tag);
+}
+
+/// A vPort's receive pipeline, from its root or `start`, into an RQ.
+#[allow(clippy::too_many_arguments)]
+fn steer_into_vport(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    vport: u16,
+    start: Option<u32>,
+    frame: &[u8],
+    p: &ParsedFrame,
+    key: &eswitch::Key,
+    flow_tag: u32,
+) {
     let st = core
         .eswitch
         .steer_rx(vport, start, key, frame.len(), flow_tag);
     let (rqn, hash) = match st.fate {
+        Fate::DecapGoto(t) => {
+            return match packet::vxlan(frame, p) {
+                Some((_, inner)) => {
+                    let f = &frame[inner..];
+                    let ip = packet::parse(f);
+                    let k = frame_key(f, &ip, vport, 0);
+                    steer_into_vport(core, ctx, vport, Some(t), f, &ip, &k, st.flow_tag)
+                }
+                None => count_drop(core, vport, true),
+            };
+        }
         Fate::Rq(r) => (r, 0),
         Fate::Rss(g) => {
             let Some(group) = core

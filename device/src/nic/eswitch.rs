@@ -33,6 +33,8 @@ pub enum Fate {
     Drop,
     /// No rule and no default: counted as unsteered.
     NoSteering,
+    /// Strip the VXLAN encapsulation and continue steering at this table with the inner frame.
+    DecapGoto(u32),
 }
 
 /// The outcome of a pipeline walk.
@@ -318,6 +320,12 @@ impl Eswitch {
                 flow_tag = e.flow_tag;
             }
             let a = e.actions;
+            if a & action::VXLAN_DECAP != 0 {
+                return Walked::Fate(Steering {
+                    fate: Fate::DecapGoto(e.dest),
+                    flow_tag,
+                });
+            }
             let fate = if a & action::FWD_VPORT != 0 {
                 Fate::Vport(e.vport)
             } else if a & action::FWD_RQ != 0 {
@@ -359,7 +367,12 @@ pub struct FlowEntryInit {
 }
 
 /// Builds the match key of a parsed frame.
-pub fn frame_key(p: &super::packet::ParsedFrame, src_vport: u16, metadata: u32) -> Key {
+pub fn frame_key(
+    frame: &[u8],
+    p: &super::packet::ParsedFrame,
+    src_vport: u16,
+    metadata: u32,
+) -> Key {
     use super::packet::L3Kind;
     let mut m = FlowMatch {
         dst_mac: p.dst_mac,
@@ -378,10 +391,14 @@ pub fn frame_key(p: &super::packet::ParsedFrame, src_vport: u16, metadata: u32) 
         src_vport: src_vport.to_le_bytes(),
         vlan_id: p.vlan_tci.map_or(0, |t| t & 0x0fff).to_be_bytes(),
         metadata: metadata.to_le_bytes(),
-        rsvd: [0; 4],
+        vni: [0; 3],
+        rsvd: 0,
     };
     if p.l3 == L3Kind::None {
         m.ip_proto = 0;
+    }
+    if let Some((vni, _)) = super::packet::vxlan(frame, p) {
+        m.vni.copy_from_slice(&vni.to_be_bytes()[1..]);
     }
     key_of(&m)
 }

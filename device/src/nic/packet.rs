@@ -111,6 +111,26 @@ fn put_be16(b: &mut [u8], off: usize, v: u16) -> bool {
 
 /// Parses one frame (Ethernet II, optional single 802.1Q tag, IPv4/IPv6,
 /// TCP/UDP). Never panics; anything inconsistent sets `malformed`.
+/// IANA UDP port of VXLAN (RFC 7348 §5).
+pub const VXLAN_PORT: u16 = 4789;
+
+/// For a VXLAN frame (UDP to port 4789, 8-byte VXLAN header with the I flag, RFC 7348 §5): the
+/// VNI and the offset of the inner Ethernet frame.
+pub fn vxlan(frame: &[u8], p: &ParsedFrame) -> Option<(u32, usize)> {
+    if p.malformed || p.l4 != L4Kind::Udp || p.dst_port != VXLAN_PORT {
+        return None;
+    }
+    let at = usize::from(p.l4_offset) + 8;
+    let h = frame.get(at..at + 8)?;
+    if h[0] & 0x08 == 0 {
+        return None;
+    }
+    let inner = at + 8;
+    // The inner frame must hold an Ethernet header within the outer datagram.
+    (usize::from(p.l3_offset) + usize::from(p.ip_len) >= inner + 14)
+        .then(|| (u32::from_be_bytes([0, h[4], h[5], h[6]]), inner))
+}
+
 pub fn parse(frame: &[u8]) -> ParsedFrame {
     let mut p = ParsedFrame::default();
     let (Some(dst), Some(src), Some(et)) =
