@@ -128,3 +128,89 @@ fn reassembled_datagrams_are_spread_by_rss_with_valid_l4_checksums() {
         "RSS spread whole datagrams by port: {per_queue:?}"
     );
 }
+
+#[test]
+fn fragments_inside_vxlan_are_decapsulated_by_the_nic_then_reassembled() {
+    use fld_device::fld::abi::accelerate_tag;
+    use fld_device::nic::abi::{FlowMatch, TABLE_KIND_NIC_RX};
+    let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), 1).unwrap();
+    s.card
+        .fld
+        .set_accelerator(Box::new(DefragAccel::new(Config::default(), 0)));
+    let client_vport = s.client.vport();
+    let fld_rq = s.flde.binding().rq.rqn;
+    let nic = s.flde.nic();
+    // Whole datagrams go to the client.
+    let back = nic
+        .create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)
+        .unwrap();
+    nic.create_flow_entry(back, &FlowRule::any(RuleFate::Vport(client_vport)))
+        .unwrap();
+    // The FLD vPort's pipeline: decapsulate VXLAN (VNI 5001), then send the inner frame to the
+    // accelerator with the resume table.
+    let inner_t = nic
+        .create_flow_table(TABLE_KIND_NIC_RX, 10, TableMiss::Drop)
+        .unwrap();
+    let tag = accelerate_tag(9, Some(back as u8));
+    nic.create_flow_entry(
+        inner_t,
+        &FlowRule {
+            flow_tag: Some(tag),
+            ..FlowRule::any(RuleFate::Rq(fld_rq))
+        },
+    )
+    .unwrap();
+    let root = nic
+        .create_flow_table(TABLE_KIND_NIC_RX, 5, TableMiss::Drop)
+        .unwrap();
+    let (mut m, mut v) = (FlowMatch::default(), FlowMatch::default());
+    m.dst_port = [0xff; 2];
+    v.dst_port = 4789u16.to_be_bytes();
+    m.vni = [0xff; 3];
+    v.vni = [0, 0x13, 0x89];
+    nic.create_flow_entry(
+        root,
+        &FlowRule {
+            priority: 0,
+            mask: m,
+            value: v,
+            fate: RuleFate::Goto(inner_t),
+            flow_tag: None,
+            count: true,
+            vxlan_decap: true,
+        },
+    )
+    .unwrap();
+    nic.set_root(TABLE_KIND_NIC_RX, Some(root)).unwrap();
+
+    let (cmac, amac) = (s.client.mac(), s.flde.mac());
+    let original = datagram([2, 0, 0, 0, 0, 0x11], [2, 0, 0, 0, 0, 0x22], 4242, 3000);
+    let pool = s.client.pool().unwrap();
+    for frag in fragments(&original) {
+        // Outer headers: client -> accelerator vPort, UDP to 4789, VNI 5001.
+        let mut vx = vec![0x08, 0, 0, 0, 0x00, 0x13, 0x89, 0];
+        vx.extend_from_slice(&frag);
+        let b = etherparse::PacketBuilder::ethernet2(cmac, amac)
+            .ipv4([192, 168, 0, 1], [192, 168, 0, 2], 64)
+            .udp(50000, 4789);
+        let mut outer = Vec::new();
+        b.write(&mut outer, &vx).unwrap();
+        let mut tx = Vec::new();
+        pool.alloc_bulk(&mut tx, 1);
+        tx[0].fill_from(&outer);
+        while !tx.is_empty() {
+            s.client.tx_burst(0, &mut tx);
+            s.card.poll();
+        }
+    }
+    s.card.run_until_idle();
+    let mut rx = Vec::new();
+    while s.client.rx_burst(0, &mut rx, 64) > 0 {}
+    assert_eq!(rx.len(), 1, "one whole datagram");
+    assert!(
+        rx[0].data() == original.as_slice(),
+        "the inner datagram, reassembled and unchanged"
+    );
+    let good = ol::RX_IP_CKSUM_GOOD | ol::RX_L4_CKSUM_GOOD;
+    assert_eq!(rx[0].ol_flags & good, good);
+}
