@@ -494,6 +494,9 @@ impl NicDriver {
         if rule.vxlan_decap {
             a |= action::VXLAN_DECAP;
         }
+        if rule.meter.is_some() {
+            a |= action::METER;
+        }
         let input = CreateFlowEntryIn {
             table: U32::new(table),
             priority: U16::new(rule.priority),
@@ -505,6 +508,8 @@ impl NicDriver {
             rsvd2: U16::new(0),
             dest: U32::new(dest),
             flow_tag: U32::new(rule.flow_tag.unwrap_or(0)),
+            meter: U32::new(rule.meter.unwrap_or(0)),
+            rsvd3: [0; 4],
         };
         self.create(op::CREATE_FLOW_ENTRY, &input)
     }
@@ -522,6 +527,32 @@ impl NicDriver {
         )?;
         let o = QueryFlowEntryOut::read_from_bytes(&out).unwrap_or_default();
         Ok((o.packets.get(), o.bytes.get()))
+    }
+
+    /// A token-bucket policer of `rate_bytes_per_s` and `burst_bytes` for flow rules.
+    pub fn create_meter(
+        &mut self,
+        rate_bytes_per_s: u64,
+        burst_bytes: u32,
+    ) -> Result<u32, DriverError> {
+        self.create(
+            op::CREATE_METER,
+            &CreateMeterIn {
+                rate_bytes_per_s: U64::new(rate_bytes_per_s),
+                burst_bytes: U32::new(burst_bytes),
+                rsvd: [0; 4],
+            },
+        )
+    }
+
+    pub fn destroy_meter(&mut self, id: u32) -> Result<(), DriverError> {
+        self.object_command(op::DESTROY_METER, id, 0).map(drop)
+    }
+
+    pub fn query_meter(&mut self, id: u32) -> Result<QueryMeterOut, DriverError> {
+        let out =
+            self.object_command(op::QUERY_METER, id, core::mem::size_of::<QueryMeterOut>())?;
+        Ok(QueryMeterOut::read_from_bytes(&out).unwrap_or_default())
     }
 
     pub fn query_vport(&mut self, vport: u16) -> Result<QueryVportOut, DriverError> {
@@ -602,6 +633,8 @@ pub struct FlowRule {
     /// Strip a VXLAN encapsulation first (the fate must be [`RuleFate::Goto`]: the inner frame
     /// is steered from that table).
     pub vxlan_decap: bool,
+    /// Police matching packets with this meter ([`NicDriver::create_meter`]).
+    pub meter: Option<u32>,
 }
 
 impl FlowRule {
@@ -615,6 +648,7 @@ impl FlowRule {
             flow_tag: None,
             count: false,
             vxlan_decap: false,
+            meter: None,
         }
     }
 }

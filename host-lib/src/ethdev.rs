@@ -558,6 +558,7 @@ impl EthDev {
             flow_tag: None,
             count: false,
             vxlan_decap: false,
+            meter: None,
         };
         let mut rss_group = None;
         for a in actions {

@@ -31,6 +31,8 @@ pub const TENANT_MIN_PRIORITY: u16 = 1000;
 struct Tenant {
     context: u16,
     owns: FlowItem,
+    /// NIC meter limiting the tenant's traffic into the accelerator.
+    meter: Option<u32>,
 }
 
 /// A tenant registered with [`FldE::register_tenant`].
@@ -106,6 +108,17 @@ impl FldE {
         context: u16,
         resume_at: Option<u32>,
     ) -> Result<FlowHandle, DriverError> {
+        self.install(priority, pattern, context, resume_at, None)
+    }
+
+    fn install(
+        &mut self,
+        priority: u16,
+        pattern: &[FlowItem],
+        context: u16,
+        resume_at: Option<u32>,
+        meter: Option<u32>,
+    ) -> Result<FlowHandle, DriverError> {
         let resume = match resume_at {
             None => None,
             Some(t) if t < MAX_RESUME_TABLE as u32 => Some(t as u8),
@@ -124,6 +137,7 @@ impl FldE {
             flow_tag: Some(accelerate_tag(context, resume)),
             count: true,
             vxlan_decap: false,
+            meter,
         };
         self.nic
             .create_flow_entry(self.root, &rule)
@@ -140,8 +154,33 @@ impl FldE {
         if self.tenants.iter().any(|t| t.context == context) {
             return Err(TenantError::ContextInUse(context));
         }
-        self.tenants.push(Tenant { context, owns });
+        self.tenants.push(Tenant {
+            context,
+            owns,
+            meter: None,
+        });
         Ok(TenantId(self.tenants.len() - 1))
+    }
+
+    /// Limits a tenant's traffic into the accelerator to `rate_bytes_per_s` with bursts of
+    /// `burst_bytes` (a NIC meter on each of the tenant's rules installed afterwards): the
+    /// isolation of the paper's IoT experiment. Excess packets are dropped by the NIC and counted
+    /// in the meter.
+    pub fn shape_tenant(
+        &mut self,
+        tenant: TenantId,
+        rate_bytes_per_s: u64,
+        burst_bytes: u32,
+    ) -> Result<u32, TenantError> {
+        if tenant.0 >= self.tenants.len() {
+            return Err(TenantError::UnknownTenant);
+        }
+        let m = self
+            .nic
+            .create_meter(rate_bytes_per_s, burst_bytes)
+            .map_err(TenantError::Device)?;
+        self.tenants[tenant.0].meter = Some(m);
+        Ok(m)
     }
 
     /// An untrusted tenant's `accelerate` rule (paper §5.4). The control plane validates it:
@@ -173,9 +212,10 @@ impl FldE {
         if priority < TENANT_MIN_PRIORITY {
             return Err(TenantError::Priority(priority));
         }
-        self.accelerate(priority, pattern, t.context, resume_at)
+        self.install(priority, pattern, t.context, resume_at, t.meter)
             .map_err(TenantError::Device)
     }
+
     /// Packets and bytes a rule sent to the accelerator.
     pub fn query(&mut self, h: FlowHandle) -> Result<(u64, u64), DriverError> {
         self.nic.query_flow_entry(h.id())

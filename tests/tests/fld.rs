@@ -566,3 +566,62 @@ fn tenants_cannot_claim_each_others_context_or_unconfined_traffic() {
     assert_eq!(s.flde.query(h).unwrap().0, 50);
     assert!(seen.lock().unwrap().iter().all(|&(ctx, _)| ctx == 100));
 }
+
+#[test]
+fn a_tenants_meter_limits_its_traffic_into_the_accelerator() {
+    let (mut s, seen) = setup_with(|_| {});
+    s.card.nic.set_clock(Some(0));
+    let mine = FlowItem::Ipv4 {
+        src: Some([10, 0, 0, 1].into()),
+        dst: None,
+        proto: None,
+    };
+    let t = s.flde.register_tenant(100, mine).unwrap();
+    // 1 MB/s with a 3000-byte burst.
+    let meter = s.flde.shape_tenant(t, 1_000_000, 3000).unwrap();
+    s.flde
+        .tenant_accelerate(t, 1000, &[mine], None, None)
+        .unwrap();
+    let (cmac, amac) = (s.client.mac(), s.flde.mac());
+    let pool = s.client.pool().unwrap();
+    let send = |s: &mut FldEchoSetup, n: usize| {
+        let mut tx = Vec::new();
+        pool.alloc_bulk(&mut tx, n);
+        for (i, m) in tx.iter_mut().enumerate() {
+            let mut f = vec![0u8; 1000];
+            fld_host::apps::build_frame(&mut f, i as u64, 1000, cmac, amac, 1, true);
+            m.fill_from(&f);
+        }
+        while !tx.is_empty() {
+            s.client.tx_burst(0, &mut tx);
+        }
+        s.card.run_until_idle();
+        let mut rx = Vec::new();
+        while s.client.rx_burst(0, &mut rx, 64) > 0 {}
+        pool.free_bulk(rx);
+    };
+    // At t = 0 the bucket holds 3000 bytes: three 1000-byte frames pass, seven are dropped.
+    send(&mut s, 10);
+    let m0 = s.flde.nic().query_meter(meter).unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 3, "meter {:?}", m0);
+    // 2 ms later 2000 more bytes have accrued: two of five pass.
+    s.card.nic.set_clock(Some(2_000_000));
+    send(&mut s, 5);
+    assert_eq!(seen.lock().unwrap().len(), 5);
+    let m = s.flde.nic().query_meter(meter).unwrap();
+    assert_eq!((m.passed_packets.get(), m.passed_bytes.get()), (5, 5000));
+    assert_eq!(
+        (m.dropped_packets.get(), m.dropped_bytes.get()),
+        (10, 10000)
+    );
+    // A meter in use cannot be destroyed.
+    assert_eq!(
+        s.flde
+            .nic()
+            .destroy_meter(meter)
+            .err()
+            .and_then(|e| e.status()),
+        Some(fld_device::nic::abi::CmdStatus::ResourceBusy)
+    );
+    assert!(seen.lock().unwrap().iter().all(|&(ctx, _)| ctx == 100));
+}

@@ -57,6 +57,7 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
                 flow_tag: Some(0x11),
                 count: true,
                 vxlan_decap: false,
+                meter: None,
             },
         )
         .unwrap();
@@ -72,6 +73,7 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
                 flow_tag: Some(0x22),
                 count: true,
                 vxlan_decap: false,
+                meter: None,
             },
         )
         .unwrap();
@@ -87,6 +89,7 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
                 flow_tag: None,
                 count: true,
                 vxlan_decap: false,
+                meter: None,
             },
         )
         .unwrap();
@@ -267,6 +270,7 @@ fn eswitch_rules_flooding_and_the_uplink_loopback() {
                 flow_tag: None,
                 count: true,
                 vxlan_decap: false,
+                meter: None,
             },
         )
         .unwrap();
@@ -392,6 +396,7 @@ fn vxlan_decap_steers_the_inner_frame_by_vni() {
                 flow_tag: None,
                 count: true,
                 vxlan_decap: true,
+                meter: None,
             },
         )
         .unwrap();
@@ -413,6 +418,7 @@ fn vxlan_decap_steers_the_inner_frame_by_vni() {
                 flow_tag: Some(0x77),
                 count: false,
                 vxlan_decap: false,
+                meter: None,
             },
         )
         .unwrap();

@@ -147,6 +147,9 @@ pub mod op {
     pub const DESTROY_FLOW_ENTRY: u16 = 0x171;
     pub const QUERY_FLOW_ENTRY: u16 = 0x172;
     pub const QUERY_VPORT: u16 = 0x180;
+    pub const CREATE_METER: u16 = 0x190;
+    pub const DESTROY_METER: u16 = 0x191;
+    pub const QUERY_METER: u16 = 0x192;
 }
 
 /// Command completion status in [`CmdOutHeader::status`].
@@ -467,8 +470,10 @@ pub mod action {
     /// Strip the outer Ethernet/IPv4/UDP/VXLAN headers (RFC 7348) and continue at the GOTO_TABLE
     /// target with the inner frame's headers. Requires GOTO_TABLE.
     pub const VXLAN_DECAP: u32 = 1 << 10;
+    /// Police the entry's packets with the meter named in `meter` (per-tenant rate and burst).
+    pub const METER: u32 = 1 << 11;
     pub const FATES: u32 = FWD_VPORT | FWD_RQ | FWD_RSS | DROP | GOTO_TABLE;
-    pub const ALL: u32 = FATES | SET_FLOW_TAG | COUNT | VXLAN_DECAP;
+    pub const ALL: u32 = FATES | SET_FLOW_TAG | COUNT | VXLAN_DECAP | METER;
 }
 
 /// CREATE_FLOW_ENTRY input.
@@ -489,6 +494,30 @@ pub struct CreateFlowEntryIn {
     pub dest: U32,
     /// SET_FLOW_TAG value, reported in the CQE.
     pub flow_tag: U32,
+    /// METER: the meter the entry's packets must pass.
+    pub meter: U32,
+    pub rsvd3: [u8; 4],
+}
+
+/// CREATE_METER input: a token bucket (policer) of `rate` bytes per second and `burst` bytes.
+/// Packets of an entry with the METER action pass while the bucket holds their length and are
+/// dropped otherwise (counted in the meter).
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
+pub struct CreateMeterIn {
+    pub rate_bytes_per_s: U64,
+    pub burst_bytes: U32,
+    pub rsvd: [u8; 4],
+}
+
+/// QUERY_METER output.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
+pub struct QueryMeterOut {
+    pub passed_packets: U64,
+    pub passed_bytes: U64,
+    pub dropped_packets: U64,
+    pub dropped_bytes: U64,
 }
 
 /// QUERY_FLOW_ENTRY output: the entry's COUNT action counters.

@@ -6,7 +6,7 @@ use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::*;
-use super::eswitch::{FlowEntryInit, FlowTable, Miss, RssGroup};
+use super::eswitch::{FlowEntryInit, FlowTable, Meter, Miss, RssGroup};
 use super::rss::Toeplitz;
 use super::*;
 use crate::fabric::DmaPort;
@@ -88,6 +88,8 @@ fn output_len(opcode: u16) -> usize {
         op::QUERY_SQ | op::QUERY_RQ => size_of::<QueryQueueOut>(),
         op::QUERY_FLOW_ENTRY => size_of::<QueryFlowEntryOut>(),
         op::QUERY_VPORT => size_of::<QueryVportOut>(),
+        op::CREATE_METER => size_of::<CreateOut>(),
+        op::QUERY_METER => size_of::<QueryMeterOut>(),
         _ => 0,
     }
 }
@@ -657,7 +659,19 @@ fn execute(
             if a & action::GOTO_TABLE != 0 {
                 check_goto(&core.eswitch, function, kind, level, dest)?;
             }
+            let meter = i.meter.get();
+            if a & action::METER != 0
+                && !core
+                    .eswitch
+                    .meters
+                    .get(meter as usize)
+                    .and_then(|m| m.as_ref())
+                    .is_some_and(|m| m.owner == function)
+            {
+                return fail(CmdStatus::BadResource, meter);
+            }
             let init = FlowEntryInit {
+                meter,
                 priority: i.priority.get(),
                 mask: i.mask,
                 value: i.value,
@@ -681,6 +695,16 @@ fn execute(
                     t.refs += 1;
                 }
             }
+            if a & action::METER != 0 {
+                if let Some(m) = core
+                    .eswitch
+                    .meters
+                    .get_mut(meter as usize)
+                    .and_then(|m| m.as_mut())
+                {
+                    m.refs += 1;
+                }
+            }
             created(out, Some(id))
         }
         op::DESTROY_FLOW_ENTRY => {
@@ -697,7 +721,7 @@ fn execute(
             };
             let e = table.entries.remove(idx);
             core.flow_entry_count -= 1;
-            release_entry_refs(&mut core.rqs, &mut core.eswitch, e.actions, e.dest);
+            release_entry_refs(&mut core.rqs, &mut core.eswitch, e.actions, e.dest, e.meter);
             Ok(0)
         }
         op::QUERY_FLOW_ENTRY => {
@@ -747,9 +771,66 @@ fn execute(
             output(out, &o)
         }
 
+        op::CREATE_METER => {
+            let i: CreateMeterIn = input(body)?;
+            if i.rate_bytes_per_s.get() == 0 || i.burst_bytes.get() == 0 {
+                return fail(CmdStatus::BadParam, 0x50);
+            }
+            let es = &mut core.eswitch;
+            let meter = Meter::new(function, i.rate_bytes_per_s.get(), i.burst_bytes.get(), 0);
+            let id = match es.meters.iter().position(|m| m.is_none()) {
+                Some(f) => {
+                    es.meters[f] = Some(meter);
+                    f
+                }
+                None if es.meters.len() < MAX_METERS => {
+                    es.meters.push(Some(meter));
+                    es.meters.len() - 1
+                }
+                None => return fail(CmdStatus::ExceedLimit, 0),
+            };
+            created(out, Some(id as u32))
+        }
+        op::DESTROY_METER => {
+            let id = input::<ObjectIn>(body)?.id.get();
+            let slot = core
+                .eswitch
+                .meters
+                .get_mut(id as usize)
+                .filter(|m| m.as_ref().is_some_and(|m| m.owner == function))
+                .ok_or((CmdStatus::BadResource, id))?;
+            if let Some(m) = slot.as_ref().filter(|m| m.refs != 0) {
+                return fail(CmdStatus::ResourceBusy, m.refs);
+            }
+            *slot = None;
+            Ok(0)
+        }
+        op::QUERY_METER => {
+            let id = input::<ObjectIn>(body)?.id.get();
+            let m = core
+                .eswitch
+                .meters
+                .get(id as usize)
+                .and_then(|m| m.as_ref())
+                .filter(|m| m.owner == function)
+                .ok_or((CmdStatus::BadResource, id))?;
+            output(
+                out,
+                &QueryMeterOut {
+                    passed_packets: U64::new(m.passed.0),
+                    passed_bytes: U64::new(m.passed.1),
+                    dropped_packets: U64::new(m.dropped.0),
+                    dropped_bytes: U64::new(m.dropped.1),
+                },
+            )
+        }
+
         _ => fail(CmdStatus::BadOpcode, opcode as u32),
     }
 }
+
+/// Meters one NIC holds.
+const MAX_METERS: usize = 1024;
 
 /// A go-to-table target must exist, belong to the caller, be of the same kind and sit at a
 /// strictly higher level (so pipelines cannot loop).

@@ -49,7 +49,7 @@ pub(super) fn poll(core: &mut NicCore, fabric: &Fabric, ports: &[Port]) -> usize
         fabric,
         ports,
         dma: [const { None }; MAX_HOST_FUNCTIONS],
-        now_ns: None,
+        now_ns: core.manual_clock,
         epoch: core.epoch,
     };
     let mut work = consumer_doorbells(core, &mut ctx);
@@ -460,12 +460,14 @@ fn switch_frame(
     if let Some((t, TABLE_KIND_NIC_RX)) = resume {
         return deliver_to_vport(core, ctx, src_vport, Some(t), frame, p, &key, 0);
     }
+    let now = ctx.now();
     let st = core.eswitch.steer_fdb(
         resume.map(|r| r.0),
         &key,
         &p.dst_mac,
         src_vport,
         frame.len(),
+        now,
     );
     forward(core, ctx, src_vport, frame, p, &key, st);
 }
@@ -488,9 +490,9 @@ fn forward(
                 let f = &frame[inner..];
                 let ip = packet::parse(f);
                 let k = frame_key(f, &ip, src_vport, 0);
-                let next = core
-                    .eswitch
-                    .steer_fdb(Some(t), &k, &ip.dst_mac, src_vport, f.len());
+                let next =
+                    core.eswitch
+                        .steer_fdb(Some(t), &k, &ip.dst_mac, src_vport, f.len(), ctx.now());
                 forward(core, ctx, src_vport, f, &ip, &k, next);
             }
             None => count_drop(core, src_vport, true),
@@ -551,7 +553,7 @@ fn steer_into_vport(
 ) {
     let st = core
         .eswitch
-        .steer_rx(vport, start, key, frame.len(), flow_tag);
+        .steer_rx(vport, start, key, frame.len(), flow_tag, ctx.now());
     let (rqn, hash) = match st.fate {
         Fate::DecapGoto(t) => {
             return match packet::vxlan(frame, p) {

@@ -44,8 +44,53 @@ pub struct Steering {
     pub flow_tag: u32,
 }
 
+/// A token-bucket policer.
+pub struct Meter {
+    pub owner: u16,
+    pub rate_bytes_per_s: u64,
+    pub burst_bytes: u32,
+    tokens: f64,
+    last_ns: u64,
+    pub passed: (u64, u64),
+    pub dropped: (u64, u64),
+    /// Entries that use the meter.
+    pub refs: u32,
+}
+
+impl Meter {
+    pub fn new(owner: u16, rate_bytes_per_s: u64, burst_bytes: u32, now_ns: u64) -> Self {
+        Meter {
+            owner,
+            rate_bytes_per_s,
+            burst_bytes,
+            tokens: burst_bytes as f64,
+            last_ns: now_ns,
+            passed: (0, 0),
+            dropped: (0, 0),
+            refs: 0,
+        }
+    }
+
+    /// Refills for the time since the last packet, then takes `len` bytes if they are there.
+    fn admit(&mut self, len: usize, now_ns: u64) -> bool {
+        let dt = now_ns.saturating_sub(self.last_ns);
+        self.last_ns = self.last_ns.max(now_ns);
+        self.tokens = (self.tokens + dt as f64 * self.rate_bytes_per_s as f64 / 1e9)
+            .min(self.burst_bytes as f64);
+        if self.tokens >= len as f64 {
+            self.tokens -= len as f64;
+            self.passed = (self.passed.0 + 1, self.passed.1 + len as u64);
+            true
+        } else {
+            self.dropped = (self.dropped.0 + 1, self.dropped.1 + len as u64);
+            false
+        }
+    }
+}
+
 pub struct FlowEntry {
     pub id: u32,
+    pub meter: u32,
     pub priority: u16,
     mask: Key,
     value: Key,
@@ -116,6 +161,7 @@ pub struct Eswitch {
     pub uplink: Vport,
     pub tables: Vec<Option<FlowTable>>,
     pub rss_groups: Vec<Option<RssGroup>>,
+    pub meters: Vec<Option<Meter>>,
     pub fdb_root: Option<u32>,
     next_entry_id: u32,
 }
@@ -140,6 +186,7 @@ impl Eswitch {
             },
             tables: Vec::new(),
             rss_groups: Vec::new(),
+            meters: Vec::new(),
             fdb_root: None,
             next_entry_id: 1,
         }
@@ -192,6 +239,7 @@ impl Eswitch {
             at,
             FlowEntry {
                 id,
+                meter: e.meter,
                 priority: e.priority,
                 mask,
                 value,
@@ -226,9 +274,10 @@ impl Eswitch {
         dst_mac: &[u8; 6],
         src_vport: u16,
         len: usize,
+        now_ns: u64,
     ) -> Steering {
         let walked = match start.or(self.fdb_root) {
-            Some(root) => self.walk(root, key, len),
+            Some(root) => self.walk(root, key, len, now_ns),
             None => Walked::Default(0),
         };
         match walked {
@@ -262,6 +311,7 @@ impl Eswitch {
         key: &Key,
         len: usize,
         flow_tag: u32,
+        now_ns: u64,
     ) -> Steering {
         let Some(root) = start.or_else(|| self.vport(vport).and_then(|v| v.rx_root)) else {
             return Steering {
@@ -269,7 +319,7 @@ impl Eswitch {
                 flow_tag,
             };
         };
-        match self.walk(root, key, len) {
+        match self.walk(root, key, len, now_ns) {
             Walked::Fate(mut s) => {
                 if s.flow_tag == 0 {
                     s.flow_tag = flow_tag;
@@ -283,7 +333,7 @@ impl Eswitch {
         }
     }
 
-    fn walk(&mut self, root: u32, key: &Key, len: usize) -> Walked {
+    fn walk(&mut self, root: u32, key: &Key, len: usize, now_ns: u64) -> Walked {
         let mut table = root;
         let mut flow_tag = 0;
         for _ in 0..MAX_HOPS {
@@ -315,6 +365,19 @@ impl Eswitch {
             if e.actions & action::COUNT != 0 {
                 e.packets += 1;
                 e.bytes += len as u64;
+            }
+            if e.actions & action::METER != 0 {
+                let admitted = self
+                    .meters
+                    .get_mut(e.meter as usize)
+                    .and_then(|m| m.as_mut())
+                    .is_some_and(|m| m.admit(len, now_ns));
+                if !admitted {
+                    return Walked::Fate(Steering {
+                        fate: Fate::Drop,
+                        flow_tag,
+                    });
+                }
             }
             if e.actions & action::SET_FLOW_TAG != 0 {
                 flow_tag = e.flow_tag;
@@ -364,6 +427,7 @@ pub struct FlowEntryInit {
     pub vport: u16,
     pub dest: u32,
     pub flow_tag: u32,
+    pub meter: u32,
 }
 
 /// Builds the match key of a parsed frame.

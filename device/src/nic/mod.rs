@@ -206,6 +206,12 @@ impl Nic {
         self.shared.lock().wire = wire;
     }
 
+    /// Replaces real time by a clock the caller sets (nanoseconds); `None` returns to real time.
+    /// Meters and CQE timestamps read this clock.
+    pub fn set_clock(&self, now_ns: Option<u64>) {
+        self.shared.lock().manual_clock = now_ns;
+    }
+
     /// Captures every frame entering or leaving the eSwitch at any vPort.
     pub fn set_tap(&self, tap: Option<Box<dyn FrameTap>>) {
         self.shared.lock().tap = tap;
@@ -633,6 +639,8 @@ pub(crate) struct NicCore {
     /// Send WQE fetch buffer.
     wqe: Vec<u8>,
     epoch: Instant,
+    /// A clock the runner sets (tests, discrete-event runs) instead of real time.
+    manual_clock: Option<u64>,
     wire_tx_frames: u64,
     bad_doorbells: u64,
 }
@@ -654,6 +662,7 @@ impl NicCore {
             wire_frame: vec![0; max_frame],
             wqe: vec![0; datapath::MAX_WQE_BYTES],
             epoch: Instant::now(),
+            manual_clock: None,
             wire_tx_frames: 0,
             bad_doorbells: 0,
             config,
@@ -704,7 +713,7 @@ impl NicCore {
             if let Some(tab) = es.tables[*t as usize].take() {
                 self.flow_entry_count -= tab.entries.len() as u32;
                 for e in &tab.entries {
-                    release_entry_refs(&mut self.rqs, es, e.actions, e.dest);
+                    release_entry_refs(&mut self.rqs, es, e.actions, e.dest, e.meter);
                 }
             }
         }
@@ -713,6 +722,11 @@ impl NicCore {
         }
         if let Some(v) = es.vports.get_mut(function as usize) {
             v.rx_root = None;
+        }
+        for m in es.meters.iter_mut() {
+            if m.as_ref().is_some_and(|m| m.owner == function) {
+                *m = None;
+            }
         }
         // Entries in other functions' tables cannot name this function's objects (checked at
         // creation), so the remaining references are gone; tables referencing removed tables
@@ -747,7 +761,18 @@ impl NicCore {
 }
 
 /// Drops the references a flow entry's fate holds on RQs, RSS groups or tables.
-fn release_entry_refs(rqs: &mut Slab<ReceiveQueue>, es: &mut Eswitch, actions: u32, dest: u32) {
+fn release_entry_refs(
+    rqs: &mut Slab<ReceiveQueue>,
+    es: &mut Eswitch,
+    actions: u32,
+    dest: u32,
+    meter: u32,
+) {
+    if actions & action::METER != 0 {
+        if let Some(m) = es.meters.get_mut(meter as usize).and_then(|m| m.as_mut()) {
+            m.refs = m.refs.saturating_sub(1);
+        }
+    }
     if actions & action::FWD_RQ != 0 {
         if let Some(r) = rqs.get_mut(dest) {
             r.refs = r.refs.saturating_sub(1);
