@@ -661,12 +661,12 @@ fn execute(
             }
             let meter = i.meter.get();
             if a & action::METER != 0
-                && !core
+                && core
                     .eswitch
                     .meters
                     .get(meter as usize)
                     .and_then(|m| m.as_ref())
-                    .is_some_and(|m| m.owner == function)
+                    .is_none_or(|m| m.owner != function)
             {
                 return fail(CmdStatus::BadResource, meter);
             }
