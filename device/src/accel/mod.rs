@@ -5,6 +5,7 @@
 
 pub mod defrag;
 pub mod defrag_accel;
+pub mod iot;
 pub mod zuc;
 pub mod zuc_accel;
 
