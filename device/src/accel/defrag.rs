@@ -430,7 +430,7 @@ impl Reassembler {
             if data.is_empty() {
                 return self.malformed(Malformed::EmptyFragment);
             }
-            if data.len() % 8 != 0 {
+            if !data.len().is_multiple_of(8) {
                 return self.malformed(Malformed::UnalignedFragment);
             }
         }

@@ -430,7 +430,7 @@ impl FldFunction {
             (g.rx_cq_base(), g.log_rx_cq, false),
         ] {
             if offset >= base && offset + len <= base + (cqe_size << log) {
-                if len != cqe_size || (offset - base) % cqe_size != 0 {
+                if len != cqe_size || !(offset - base).is_multiple_of(cqe_size) {
                     core.bump(Stat::BadWindowAccesses);
                     return;
                 }
@@ -477,7 +477,7 @@ impl PciFunction for FldFunction {
     fn bar_write(&self, bar: u8, offset: u64, data: &[u8]) {
         let mut core = self.shared.lock();
         match bar {
-            BAR_CONTROL if offset % 4 == 0 && data.len() % 4 == 0 => {
+            BAR_CONTROL if offset.is_multiple_of(4) && data.len().is_multiple_of(4) => {
                 for (i, c) in data.chunks_exact(4).enumerate() {
                     self.control_write(
                         &mut core,

@@ -141,7 +141,7 @@ fn ring_status(pc: u32, ci: u32, log_size: u8, armed: bool, overflows: u32) -> Q
 
 /// A ring must be 64-byte aligned and reachable by DMA when it is created.
 fn check_ring(dma: &mut DmaPort<'_>, addr: u64, bytes: u64) -> Result<(), (CmdStatus, u32)> {
-    if addr % 64 != 0 {
+    if !addr.is_multiple_of(64) {
         return fail(CmdStatus::BadParam, 0x1);
     }
     if !dma.probe(addr, bytes as usize) {

@@ -417,7 +417,7 @@ impl PciFunction for NicFunction {
         match bar {
             BAR_CONTROL => {
                 // Registers take whole aligned 32-bit writes; 64-bit writes are two registers.
-                if offset % 4 != 0 || data.len() % 4 != 0 {
+                if !offset.is_multiple_of(4) || !data.len().is_multiple_of(4) {
                     return;
                 }
                 for (i, c) in data.chunks_exact(4).enumerate() {
@@ -428,7 +428,7 @@ impl PciFunction for NicFunction {
                 }
             }
             BAR_DOORBELL => {
-                if data.len() == 4 && offset % 4 == 0 {
+                if data.len() == 4 && offset.is_multiple_of(4) {
                     self.doorbells.store(
                         offset,
                         u32::from_le_bytes([data[0], data[1], data[2], data[3]]),
