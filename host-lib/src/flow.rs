@@ -44,6 +44,8 @@ pub enum FlowItem {
     },
     /// eSwitch rules: the vPort the packet came from.
     PortId { vport: u16 },
+    /// Whether the packet is an IPv4 fragment (MF set or offset != 0).
+    Ipv4Fragment(bool),
 }
 
 /// Actions; at most one fate (Queue, Rss, Drop, Jump, PortId).
@@ -64,7 +66,7 @@ pub enum FlowAction {
 }
 
 /// Mask and value built from a pattern.
-pub(crate) fn compile_pattern(items: &[FlowItem]) -> (FlowMatch, FlowMatch) {
+pub fn compile_pattern(items: &[FlowItem]) -> (FlowMatch, FlowMatch) {
     let mut m = FlowMatch::default();
     let mut v = FlowMatch::default();
     fn set<const N: usize>(mask: &mut [u8; N], val: &mut [u8; N], x: Option<[u8; N]>) {
@@ -142,6 +144,12 @@ pub(crate) fn compile_pattern(items: &[FlowItem]) -> (FlowMatch, FlowMatch) {
                 &mut v.src_vport,
                 Some(vport.to_le_bytes()),
             ),
+            FlowItem::Ipv4Fragment(is_fragment) => {
+                m.ip_version = 0xff;
+                v.ip_version = 4;
+                m.ip_frag = 1;
+                v.ip_frag = u8::from(is_fragment);
+            }
         }
     }
     (m, v)

@@ -4,10 +4,12 @@
 
 use fld_device::accel::defrag::Config;
 use fld_device::accel::defrag_accel::DefragAccel;
+use fld_device::fld::abi::Stat;
 use fld_device::fld::memory_model::MemoryParams;
 use fld_device::nic::abi::TABLE_KIND_FDB;
 use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
 use fld_host::apps::FldEchoSetup;
+use fld_host::flow::FlowItem;
 use fld_host::mempool::ol;
 
 /// A UDP/IPv4 datagram from the client to the accelerator's vPort, DF clear.
@@ -54,33 +56,95 @@ fn fragments(frame: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Sends `frames` from the client port, lets the card run, and returns what reached each of the
+/// client's `queues` receive queues (with the checksum flags of every frame).
+fn send_and_collect(
+    s: &mut FldEchoSetup,
+    frames: &[Vec<u8>],
+    queues: u16,
+) -> Vec<Vec<(Vec<u8>, u32)>> {
+    let pool = s.client.pool().unwrap();
+    for chunk in frames.chunks(32) {
+        let mut tx = Vec::new();
+        pool.alloc_bulk(&mut tx, chunk.len());
+        for (m, f) in tx.iter_mut().zip(chunk) {
+            m.fill_from(f);
+        }
+        while !tx.is_empty() {
+            s.client.tx_burst(0, &mut tx);
+            s.card.poll();
+        }
+    }
+    s.card.run_until_idle();
+    (0..queues)
+        .map(|q| {
+            let mut rx = Vec::new();
+            while s.client.rx_burst(q, &mut rx, 64) > 0 {}
+            let got = rx.iter().map(|m| (m.data().to_vec(), m.ol_flags)).collect();
+            pool.free_bulk(rx);
+            got
+        })
+        .collect()
+}
+
+/// The eSwitch of the set-up: IPv4 fragments go to the accelerator's vPort, everything else to the
+/// client's vPort. Returns the table whole datagrams resume at (forwarding to the client).
+fn steer_fragments_to_accelerator(s: &mut FldEchoSetup) -> u32 {
+    let client_vport = s.client.vport();
+    let fld_vport = s.flde.nic().vport();
+    let nic = s.flde.nic();
+    let root = nic
+        .create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)
+        .unwrap();
+    let (mask, value) = fld_host::flow::compile_pattern(&[FlowItem::Ipv4Fragment(true)]);
+    nic.create_flow_entry(
+        root,
+        &FlowRule {
+            priority: 0,
+            mask,
+            value,
+            count: true,
+            ..FlowRule::any(RuleFate::Vport(fld_vport))
+        },
+    )
+    .unwrap();
+    nic.create_flow_entry(
+        root,
+        &FlowRule {
+            priority: 1,
+            ..FlowRule::any(RuleFate::Vport(client_vport))
+        },
+    )
+    .unwrap();
+    nic.set_root(TABLE_KIND_FDB, Some(root)).unwrap();
+    let back = nic
+        .create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)
+        .unwrap();
+    nic.create_flow_entry(back, &FlowRule::any(RuleFate::Vport(client_vport)))
+        .unwrap();
+    back
+}
+
 #[test]
 fn reassembled_datagrams_are_spread_by_rss_with_valid_l4_checksums() {
     let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), 4).unwrap();
     s.card
         .fld
         .set_accelerator(Box::new(DefragAccel::new(Config::default(), 0)));
-    let client_vport = s.client.vport();
-    // Whole datagrams resume at an eSwitch table that forwards them to the client's vPort.
-    let nic = s.flde.nic();
-    let t = nic
-        .create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)
+    let back = steer_fragments_to_accelerator(&mut s);
+    s.flde
+        .accelerate(0, &[FlowItem::Ipv4Fragment(true)], 7, Some(back))
         .unwrap();
-    nic.create_flow_entry(
-        t,
-        &FlowRule {
-            count: true,
-            ..FlowRule::any(RuleFate::Vport(client_vport))
-        },
-    )
-    .unwrap();
-    s.flde.accelerate(0, &[], 7, Some(t)).unwrap();
 
     let (cmac, amac) = (s.client.mac(), s.flde.mac());
     let originals: Vec<Vec<u8>> = (0..40)
         .map(|i| datagram(cmac, amac, 1000 + i * 37, 3000))
         .collect();
-    let pool = s.client.pool().unwrap();
+    // Small datagrams that need no reassembly: the eSwitch delivers them without FLD.
+    let whole: Vec<Vec<u8>> = (0..10)
+        .map(|i| datagram(cmac, amac, 3000 + i, 500))
+        .collect();
+    let mut frames = whole.clone();
     for (k, d) in originals.iter().enumerate() {
         let mut frags = fragments(d);
         assert_eq!(
@@ -90,43 +154,69 @@ fn reassembled_datagrams_are_spread_by_rss_with_valid_l4_checksums() {
         if k % 2 == 1 {
             frags.reverse();
         }
-        let mut tx = Vec::new();
-        pool.alloc_bulk(&mut tx, frags.len());
-        for (m, f) in tx.iter_mut().zip(&frags) {
-            m.fill_from(f);
-        }
-        while !tx.is_empty() {
-            s.client.tx_burst(0, &mut tx);
-            s.card.poll();
-        }
+        frames.extend(frags);
     }
-    s.card.run_until_idle();
-    let mut per_queue = [0usize; 4];
+    let per_queue = send_and_collect(&mut s, &frames, 4);
+    let counts: Vec<usize> = per_queue.iter().map(Vec::len).collect();
     let mut got = Vec::new();
-    for q in 0..4u16 {
-        let mut rx = Vec::new();
-        while s.client.rx_burst(q, &mut rx, 64) > 0 {}
-        per_queue[q as usize] = rx.len();
-        for m in rx {
-            let good = ol::RX_IP_CKSUM_GOOD | ol::RX_L4_CKSUM_GOOD;
-            assert_eq!(
-                m.ol_flags & good,
-                good,
-                "L4 checksum validated on the whole datagram"
-            );
-            got.push(m.data().to_vec());
-            pool.free(m);
-        }
+    for (data, flags) in per_queue.into_iter().flatten() {
+        let good = ol::RX_IP_CKSUM_GOOD | ol::RX_L4_CKSUM_GOOD;
+        assert_eq!(
+            flags & good,
+            good,
+            "L4 checksum validated on the whole datagram"
+        );
+        got.push(data);
     }
-    assert_eq!(got.len(), 40, "{per_queue:?}");
+    assert_eq!(got.len(), 50, "{counts:?}");
     got.sort();
-    let mut want = originals.clone();
+    let mut want = [originals.clone(), whole].concat();
     want.sort();
     assert!(got == want, "every datagram came back whole and unchanged");
     assert!(
-        per_queue.iter().filter(|&&n| n > 0).count() >= 3,
-        "RSS spread whole datagrams by port: {per_queue:?}"
+        counts.iter().filter(|&&n| n > 0).count() >= 3,
+        "RSS spread whole datagrams by port: {counts:?}"
     );
+    assert_eq!(
+        s.flde.fld().stat(Stat::RxPackets),
+        120,
+        "only the 120 fragments crossed into FLD"
+    );
+}
+
+/// The control for the test above: without the accelerator the same fragments reach the client
+/// as fragments, and RSS, which cannot see their ports, puts every one on the same queue.
+#[test]
+fn fragments_alone_all_land_on_one_rss_queue() {
+    let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), 4).unwrap();
+    let (cmac, amac) = (s.client.mac(), s.flde.mac());
+    let client_vport = s.client.vport();
+    let nic = s.flde.nic();
+    let root = nic
+        .create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)
+        .unwrap();
+    nic.create_flow_entry(root, &FlowRule::any(RuleFate::Vport(client_vport)))
+        .unwrap();
+    nic.set_root(TABLE_KIND_FDB, Some(root)).unwrap();
+    let frames: Vec<Vec<u8>> = (0..40)
+        .flat_map(|i| fragments(&datagram(cmac, amac, 1000 + i * 37, 3000)))
+        .collect();
+    let per_queue = send_and_collect(&mut s, &frames, 4);
+    let counts: Vec<usize> = per_queue.iter().map(Vec::len).collect();
+    assert_eq!(counts.iter().sum::<usize>(), 120);
+    assert_eq!(
+        counts.iter().filter(|&&n| n > 0).count(),
+        1,
+        "fragments hash on addresses only: {counts:?}"
+    );
+    for (data, flags) in per_queue.into_iter().flatten() {
+        assert_eq!(
+            flags & ol::RX_L4_CKSUM_GOOD,
+            0,
+            "no L4 checksum on a fragment"
+        );
+        assert!(frames.contains(&data));
+    }
 }
 
 #[test]

@@ -453,7 +453,9 @@ pub struct FlowMatch {
     pub metadata: [u8; 4],
     /// VXLAN network identifier (network byte order) when the frame is VXLAN (UDP port 4789).
     pub vni: [u8; 3],
-    pub rsvd: u8,
+    /// 1 when the packet is an IPv4 fragment (MF set or fragment offset != 0, RFC 791 §3.1), 0
+    /// otherwise. Lets a rule steer only fragments to a reassembly accelerator (paper §7).
+    pub ip_frag: u8,
 }
 pub const FLOW_MATCH_LEN: usize = core::mem::size_of::<FlowMatch>();
 

@@ -456,7 +456,7 @@ pub fn frame_key(
         vlan_id: p.vlan_tci.map_or(0, |t| t & 0x0fff).to_be_bytes(),
         metadata: metadata.to_le_bytes(),
         vni: [0; 3],
-        rsvd: 0,
+        ip_frag: u8::from(p.ipv4_fragment),
     };
     if p.l3 == L3Kind::None {
         m.ip_proto = 0;
