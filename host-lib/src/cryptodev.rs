@@ -123,6 +123,9 @@ pub struct ZucOffload<P: BurstPort> {
     /// Operations in flight by request ID; responses come back in order, but a lost one must not
     /// stall the rest.
     inflight: HashMap<u64, CryptoOp>,
+    /// Most operations in flight (the queue pair's depth): the service has no backpressure, so
+    /// the client must not send more than the path buffers (paper §5.5).
+    max_inflight: usize,
     tx: Vec<Mbuf>,
     rx: Vec<Mbuf>,
     /// Responses that did not parse or matched no request.
@@ -138,6 +141,7 @@ impl<P: BurstPort> ZucOffload<P> {
             pool,
             next_id: 1,
             inflight: HashMap::new(),
+            max_inflight: 256,
             tx: Vec::new(),
             rx: Vec::new(),
             stray: 0,
@@ -146,6 +150,12 @@ impl<P: BurstPort> ZucOffload<P> {
 
     pub fn inflight(&self) -> usize {
         self.inflight.len()
+    }
+
+    /// Limits the operations in flight (default 256); at least 1.
+    pub fn with_max_inflight(mut self, n: usize) -> Self {
+        self.max_inflight = n.max(1);
+        self
     }
 
     /// Builds the request datagram for `op` into `m`; false if it does not fit.
@@ -198,8 +208,9 @@ impl<P: BurstPort> ZucOffload<P> {
 
 impl<P: BurstPort> CryptoDev for ZucOffload<P> {
     fn enqueue_burst(&mut self, ops: &mut Vec<CryptoOp>) -> usize {
+        let room = self.max_inflight.saturating_sub(self.inflight.len());
         let mut tx = std::mem::take(&mut self.tx);
-        self.pool.alloc_bulk(&mut tx, ops.len());
+        self.pool.alloc_bulk(&mut tx, ops.len().min(room));
         let mut built = 0;
         for (m, op) in tx.iter_mut().zip(ops.iter()) {
             if !self.build(m, op, self.next_id + built as u64) {

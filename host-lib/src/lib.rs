@@ -7,6 +7,7 @@ pub mod cryptodev;
 pub mod ethdev;
 pub mod flde;
 pub mod flow;
+pub mod inline_apps;
 pub mod mempool;
 
 pub use ethdev::{EthDev, EthStats, PortConfig, RxMode};

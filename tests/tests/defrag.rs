@@ -305,3 +305,16 @@ fn fragments_inside_vxlan_are_decapsulated_by_the_nic_then_reassembled() {
     let good = ol::RX_IP_CKSUM_GOOD | ol::RX_L4_CKSUM_GOOD;
     assert_eq!(rx[0].ol_flags & good, good);
 }
+
+/// The demo's and benchmark's workload, small: every datagram comes back whole both ways, and
+/// only fragments crossed into FLD.
+#[test]
+fn defrag_workload_verifies_offload_and_host_reassembly() {
+    let r = fld_host::inline_apps::defrag_workload(300, 1500, 1450).unwrap();
+    assert!(r.verified(), "{r:?}");
+    assert_eq!((r.frames_sent, r.fld_rx_frames), (600, 600));
+    assert_eq!(
+        r.counters,
+        vec![("software_fragments", 600), ("software_reassembled", 300)]
+    );
+}

@@ -188,3 +188,16 @@ fn only_messages_with_a_valid_token_of_their_own_tenant_reach_the_server() {
     );
     assert_eq!(handle.not_coap_frames.load(Ordering::Relaxed), 1);
 }
+
+/// The demo's and benchmark's workload, small: one message in eight carries another tenant's
+/// signature and one in eight an expired token; accelerator and host verification agree.
+#[test]
+fn iot_workload_passes_the_same_messages_as_host_verification() {
+    let r = fld_host::inline_apps::iot_workload(160, 256, 4).unwrap();
+    assert!(r.verified(), "{r:?}");
+    assert_eq!((r.expected, r.message_bytes), (120, 256));
+    assert_eq!(
+        r.counters,
+        vec![("passed", 120), ("bad_signature", 20), ("expired", 20)]
+    );
+}

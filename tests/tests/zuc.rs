@@ -61,3 +61,29 @@ fn a_lying_length_comes_back_as_an_error_status() {
         OpStatus::Error(fld_device::accel::zuc_accel::STATUS_BAD_LENGTH)
     );
 }
+
+#[test]
+fn the_client_keeps_no_more_operations_in_flight_than_its_queue_depth() {
+    let mut s = FldEchoSetup::new(9000).unwrap();
+    let addr = s.attach_zuc();
+    let mut offload = ZucOffload::new(&mut s.client, addr)
+        .unwrap()
+        .with_max_inflight(5);
+    let mut ops = random_ops(32, 512);
+    assert_eq!(offload.enqueue_burst(&mut ops), 5);
+    assert_eq!((offload.inflight(), ops.len()), (5, 27));
+    assert_eq!(
+        offload.enqueue_burst(&mut ops),
+        0,
+        "no room until responses return"
+    );
+    let mut done = Vec::new();
+    for _ in 0..100 {
+        if offload.dequeue_burst(&mut done, 32) > 0 {
+            break;
+        }
+    }
+    assert!(!done.is_empty());
+    assert_eq!(offload.inflight(), 5 - done.len());
+    assert_eq!(offload.enqueue_burst(&mut ops), done.len());
+}
