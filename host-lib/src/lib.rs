@@ -9,6 +9,7 @@ pub mod flde;
 pub mod flow;
 pub mod inline_apps;
 pub mod mempool;
+pub mod replay;
 
 pub use ethdev::{EthDev, EthStats, PortConfig, RxMode};
 pub use flow::{FlowAction, FlowAttr, FlowItem};

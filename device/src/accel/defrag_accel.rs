@@ -123,6 +123,27 @@ impl Accelerator for DefragAccel {
     fn name(&self) -> &'static str {
         "defrag"
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let (s, e) = (self.stats, self.engine.stats());
+        vec![
+            ("bypass", s.bypass),
+            ("fragments", e.fragments),
+            ("duplicates", e.duplicates),
+            ("reassembled", s.reassembled),
+            ("malformed", e.malformed),
+            ("too_large", e.too_large),
+            ("overlaps", e.overlaps),
+            ("timeouts", e.timeouts),
+            ("inconsistent", e.inconsistent),
+            ("discarded_fragments", e.discarded_fragments),
+            ("evicted", e.evicted),
+            ("dropped", s.dropped),
+            ("not_ipv4", s.not_ipv4),
+            ("too_large_for_fld", s.too_large_for_fld),
+            ("backlog_drops", s.backlog_drops),
+        ]
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::iot::{IotFilter, KeyTable, Stats, Verdict};
+use super::iot::{IotFilter, KeyTable, Reason, Stats, Verdict};
 use super::{Accelerator, RxMeta, TxMeta, TxRefused, TxStream};
 use crate::nic::packet::{self, L4Kind};
 
@@ -102,5 +102,16 @@ impl Accelerator for IotAccel {
 
     fn name(&self) -> &'static str {
         "iot-auth"
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.filter.stats();
+        std::iter::once(("passed", s.passed))
+            .chain(Reason::ALL.iter().map(|&r| (r.name(), s.dropped_for(r))))
+            .chain(std::iter::once((
+                "not_coap_frames",
+                self.handle.not_coap_frames.load(Ordering::Relaxed),
+            )))
+            .collect()
     }
 }

@@ -72,6 +72,10 @@ pub trait Accelerator: Send {
         0
     }
     fn name(&self) -> &'static str;
+    /// The model's own counters by name (what a tool reports; FLD keeps its own statistics).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Sends every packet back out of a transmit queue with Ethernet source and destination
@@ -157,6 +161,9 @@ impl Accelerator for Echo {
 
     fn name(&self) -> &'static str {
         "echo"
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("echoed", self.echoed)]
     }
 }
 

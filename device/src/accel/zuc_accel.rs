@@ -328,6 +328,18 @@ impl Accelerator for ZucAccel {
     fn name(&self) -> &'static str {
         "zuc"
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = &self.stats;
+        vec![
+            ("requests", s.requests),
+            ("responses", s.responses),
+            ("not_requests", s.not_requests),
+            ("errors", s.errors),
+            ("overload", s.overload),
+            ("bits_processed", s.bits_processed),
+        ]
+    }
 }
 
 #[cfg(test)]

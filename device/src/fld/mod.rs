@@ -243,6 +243,12 @@ impl FldFunction {
         self.shared.lock().accel = Some(accel);
     }
 
+    /// The connected accelerator's name and counters.
+    pub fn accelerator_counters(&self) -> Option<(&'static str, Vec<(&'static str, u64)>)> {
+        let core = self.shared.lock();
+        core.accel.as_ref().map(|a| (a.name(), a.counters()))
+    }
+
     pub fn stat(&self, s: Stat) -> u64 {
         self.shared.lock().stats[s as usize]
     }

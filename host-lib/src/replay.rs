@@ -1,0 +1,251 @@
+//! Replays captured frames through the card: each frame enters on the uplink (or is sent by a
+//! host vPort), the eSwitch steers the accelerator's share of the traffic to FLD, the accelerator
+//! model processes it, its output resumes in the NIC, and whatever reaches the host's receive
+//! queues is collected. It is how users check their traffic against an accelerator.
+//!
+//! Steering per accelerator (the eSwitch root; everything else goes straight to the host):
+//! echo: all traffic; zuc: UDP to the service port; defrag: IPv4 fragments (`ip_frag`); iot:
+//! UDP to the CoAP port, tagged per tenant by source address.
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering;
+
+use fld_device::accel::defrag::Config as DefragConfig;
+use fld_device::accel::defrag_accel::DefragAccel;
+use fld_device::accel::iot::KeyTable;
+use fld_device::accel::iot_accel::{IotAccel, COAP_PORT};
+use fld_device::accel::zuc_accel::{ZucAccel, ZUC_UDP_PORT};
+use fld_device::accel::{Accelerator, Echo};
+use fld_device::fld::abi::Stat;
+use fld_device::fld::memory_model::MemoryParams;
+use fld_device::nic::abi::TABLE_KIND_FDB;
+use fld_device::wire::ReplayWire;
+use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
+use fld_driver::DriverError;
+
+use crate::apps::FldEchoSetup;
+use crate::flow::{compile_pattern, FlowItem};
+
+/// Which accelerator model sits behind FLD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayAccel {
+    Echo,
+    Zuc,
+    Defrag,
+    Iot,
+}
+
+/// Where captured frames enter the card.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inject {
+    /// From the network, on the uplink vPort.
+    Uplink,
+    /// Sent by the host function whose queues are also captured.
+    Host,
+}
+
+/// An IoT tenant: its traffic (by IPv4 source) is tagged with `context`, whose key verifies it.
+#[derive(Clone, Debug)]
+pub struct ReplayTenant {
+    pub context: u16,
+    pub src: Ipv4Addr,
+    pub key: Vec<u8>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ReplayConfig {
+    pub accel: ReplayAccel,
+    pub inject: Inject,
+    /// Frames entering per NIC poll.
+    pub burst: usize,
+    /// RSS queues on the host function.
+    pub host_queues: u16,
+    /// IoT: tenants and their keys (context IDs 1..=65535).
+    pub tenants: Vec<ReplayTenant>,
+    /// IoT: the time in seconds since the epoch for `exp`/`nbf`.
+    pub now_s: u64,
+    /// Defrag: reassembly parameters.
+    pub defrag: DefragConfig,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig {
+            accel: ReplayAccel::Echo,
+            inject: Inject::Uplink,
+            burst: 32,
+            host_queues: 4,
+            tenants: Vec::new(),
+            now_s: 0,
+            defrag: DefragConfig::default(),
+        }
+    }
+}
+
+/// What the replay produced.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayOutcome {
+    /// Frames that reached the host, in the order the host received them, with their queue.
+    pub delivered: Vec<(u16, Vec<u8>)>,
+    pub injected: u64,
+    /// Frames the card sent out of the uplink (discarded).
+    pub uplink_transmitted: u64,
+    /// Frames that crossed into FLD, and those the accelerator could not take.
+    pub fld_rx: u64,
+    pub fld_accelerator_drops: u64,
+    pub accelerator: &'static str,
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Device(#[from] DriverError),
+    #[error("tenant context {0} is reserved or used twice")]
+    BadTenant(u16),
+}
+
+/// Runs `frames` through the card as `cfg` describes.
+pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome, ReplayError> {
+    let queues = cfg.host_queues.clamp(1, 64);
+    let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), queues)?;
+    let fld_vport = s.flde.nic().vport();
+    let udp_to = |port| FlowItem::Udp {
+        src_port: None,
+        dst_port: Some(port),
+    };
+    let (accel, first): (Box<dyn Accelerator>, Vec<FlowItem>) = match cfg.accel {
+        ReplayAccel::Echo => (Box::new(Echo::new(0, 256)), vec![]),
+        ReplayAccel::Zuc => (
+            Box::new(ZucAccel::new(ZUC_UDP_PORT, 0)),
+            vec![udp_to(ZUC_UDP_PORT)],
+        ),
+        ReplayAccel::Defrag => (
+            Box::new(DefragAccel::new(cfg.defrag, 0)),
+            vec![FlowItem::Ipv4Fragment(true)],
+        ),
+        ReplayAccel::Iot => {
+            let mut keys = KeyTable::new(1 << 16);
+            for t in &cfg.tenants {
+                if t.context == 0 || keys.get(t.context).is_some() {
+                    return Err(ReplayError::BadTenant(t.context));
+                }
+                keys.set(t.context, &t.key);
+            }
+            let (accel, handle) = IotAccel::new(keys, 0);
+            handle.now_s.store(cfg.now_s, Ordering::Relaxed);
+            (Box::new(accel), vec![udp_to(COAP_PORT)])
+        }
+    };
+    s.card.fld.set_accelerator(accel);
+
+    // eSwitch root: the accelerator's share to FLD's vPort, the rest to the host. What the
+    // accelerator returns resumes at `back`, which delivers to the host.
+    let host_vport = s.client.vport();
+    let nic = s.flde.nic();
+    let root = nic.create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)?;
+    let (mask, value) = compile_pattern(&first);
+    nic.create_flow_entry(
+        root,
+        &FlowRule {
+            priority: 0,
+            mask,
+            value,
+            count: true,
+            ..FlowRule::any(RuleFate::Vport(fld_vport))
+        },
+    )?;
+    nic.create_flow_entry(
+        root,
+        &FlowRule {
+            priority: 1,
+            count: true,
+            ..FlowRule::any(RuleFate::Vport(host_vport))
+        },
+    )?;
+    nic.set_root(TABLE_KIND_FDB, Some(root))?;
+    let back = nic.create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)?;
+    nic.create_flow_entry(back, &FlowRule::any(RuleFate::Vport(host_vport)))?;
+    for t in &cfg.tenants {
+        if cfg.accel != ReplayAccel::Iot {
+            break;
+        }
+        let own = FlowItem::Ipv4 {
+            src: Some(t.src),
+            dst: None,
+            proto: None,
+        };
+        let id = s
+            .flde
+            .register_tenant(t.context, own)
+            .map_err(|_| ReplayError::BadTenant(t.context))?;
+        s.flde
+            .tenant_accelerate(id, 1000, &[own], None, Some(back))
+            .map_err(|_| ReplayError::BadTenant(t.context))?;
+    }
+    // Everything else FLD receives: context 0, which has no key (IoT drops it as unknown).
+    s.flde.accelerate(u16::MAX - 1, &first, 0, Some(back))?;
+
+    let mut out = ReplayOutcome {
+        injected: frames.len() as u64,
+        ..Default::default()
+    };
+    let pool = s
+        .client
+        .pool()
+        .ok_or(DriverError::InvalidArgument("no pool"))?;
+    let mut rx = Vec::with_capacity(64);
+    let mut drain = |s: &mut FldEchoSetup, out: &mut ReplayOutcome| {
+        let mut any = false;
+        for q in 0..queues {
+            while s.client.rx_burst(q, &mut rx, 64) > 0 {
+                any = true;
+                out.delivered
+                    .extend(rx.iter().map(|m| (q, m.data().to_vec())));
+                pool.free_bulk(rx.drain(..));
+            }
+        }
+        any
+    };
+    let mut transmitted = None;
+    match cfg.inject {
+        Inject::Uplink => {
+            let wire = ReplayWire::new(frames, cfg.burst);
+            let remaining = wire.remaining.clone();
+            transmitted = Some(wire.transmitted.clone());
+            s.card.nic.set_uplink(Box::new(wire));
+            while remaining.load(Ordering::Relaxed) > 0 {
+                s.card.poll();
+                drain(&mut s, &mut out);
+            }
+        }
+        Inject::Host => {
+            let mut tx = Vec::with_capacity(cfg.burst);
+            for chunk in frames.chunks(cfg.burst.clamp(1, 256)) {
+                pool.alloc_bulk(&mut tx, chunk.len());
+                for (m, f) in tx.iter_mut().zip(chunk) {
+                    m.fill_from(f);
+                }
+                while !tx.is_empty() {
+                    s.client.tx_burst(0, &mut tx);
+                    s.card.poll();
+                    drain(&mut s, &mut out);
+                }
+            }
+        }
+    }
+    loop {
+        s.card.run_until_idle();
+        if !drain(&mut s, &mut out) {
+            break;
+        }
+    }
+    out.uplink_transmitted = transmitted.map_or(0, |t| t.load(Ordering::Relaxed));
+    out.fld_rx = s.flde.fld().stat(Stat::RxPackets);
+    out.fld_accelerator_drops = s.flde.fld().stat(Stat::RxAcceleratorDrops);
+    if let Some((name, counters)) = s.card.fld.accelerator_counters() {
+        out.accelerator = name;
+        out.counters = counters;
+    }
+    Ok(out)
+}
