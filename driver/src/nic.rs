@@ -497,6 +497,9 @@ impl NicDriver {
         if rule.meter.is_some() {
             a |= action::METER;
         }
+        if rule.vxlan_encap.is_some() {
+            a |= action::VXLAN_ENCAP;
+        }
         let input = CreateFlowEntryIn {
             table: U32::new(table),
             priority: U16::new(rule.priority),
@@ -509,7 +512,7 @@ impl NicDriver {
             dest: U32::new(dest),
             flow_tag: U32::new(rule.flow_tag.unwrap_or(0)),
             meter: U32::new(rule.meter.unwrap_or(0)),
-            rsvd3: [0; 4],
+            encap: U32::new(rule.vxlan_encap.unwrap_or(0)),
         };
         self.create(op::CREATE_FLOW_ENTRY, &input)
     }
@@ -543,6 +546,16 @@ impl NicDriver {
                 rsvd: [0; 4],
             },
         )
+    }
+
+    /// A VXLAN tunnel's outer headers for [`FlowRule::vxlan_encap`] (RFC 7348 §5).
+    pub fn create_vxlan_encap(&mut self, tunnel: &CreateVxlanEncapIn) -> Result<u32, DriverError> {
+        self.create(op::CREATE_VXLAN_ENCAP, tunnel)
+    }
+
+    pub fn destroy_vxlan_encap(&mut self, id: u32) -> Result<(), DriverError> {
+        self.object_command(op::DESTROY_VXLAN_ENCAP, id, 0)
+            .map(drop)
     }
 
     pub fn destroy_meter(&mut self, id: u32) -> Result<(), DriverError> {
@@ -635,6 +648,9 @@ pub struct FlowRule {
     pub vxlan_decap: bool,
     /// Police matching packets with this meter ([`NicDriver::create_meter`]).
     pub meter: Option<u32>,
+    /// Encapsulate in this VXLAN tunnel before forwarding (the fate must be
+    /// [`RuleFate::Vport`]; [`NicDriver::create_vxlan_encap`]).
+    pub vxlan_encap: Option<u32>,
 }
 
 impl FlowRule {
@@ -648,6 +664,7 @@ impl FlowRule {
             flow_tag: None,
             count: false,
             vxlan_decap: false,
+            vxlan_encap: None,
             meter: None,
         }
     }

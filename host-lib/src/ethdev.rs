@@ -558,6 +558,7 @@ impl EthDev {
             flow_tag: None,
             count: false,
             vxlan_decap: false,
+            vxlan_encap: None,
             meter: None,
         };
         let mut rss_group = None;

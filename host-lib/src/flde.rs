@@ -137,6 +137,7 @@ impl FldE {
             flow_tag: Some(accelerate_tag(context, resume)),
             count: true,
             vxlan_decap: false,
+            vxlan_encap: None,
             meter,
         };
         self.nic

@@ -268,6 +268,7 @@ fn fragments_inside_vxlan_are_decapsulated_by_the_nic_then_reassembled() {
             flow_tag: None,
             count: true,
             vxlan_decap: true,
+            vxlan_encap: None,
             meter: None,
         },
     )

@@ -57,6 +57,7 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
                 flow_tag: Some(0x11),
                 count: true,
                 vxlan_decap: false,
+                vxlan_encap: None,
                 meter: None,
             },
         )
@@ -73,6 +74,7 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
                 flow_tag: Some(0x22),
                 count: true,
                 vxlan_decap: false,
+                vxlan_encap: None,
                 meter: None,
             },
         )
@@ -89,6 +91,7 @@ fn priorities_ties_misses_and_goto_decide_the_fate() {
                 flow_tag: None,
                 count: true,
                 vxlan_decap: false,
+                vxlan_encap: None,
                 meter: None,
             },
         )
@@ -270,6 +273,7 @@ fn eswitch_rules_flooding_and_the_uplink_loopback() {
                 flow_tag: None,
                 count: true,
                 vxlan_decap: false,
+                vxlan_encap: None,
                 meter: None,
             },
         )
@@ -396,6 +400,7 @@ fn vxlan_decap_steers_the_inner_frame_by_vni() {
                 flow_tag: None,
                 count: true,
                 vxlan_decap: true,
+                vxlan_encap: None,
                 meter: None,
             },
         )
@@ -418,6 +423,7 @@ fn vxlan_decap_steers_the_inner_frame_by_vni() {
                 flow_tag: Some(0x77),
                 count: false,
                 vxlan_decap: false,
+                vxlan_encap: None,
                 meter: None,
             },
         )
@@ -425,6 +431,7 @@ fn vxlan_decap_steers_the_inner_frame_by_vni() {
     // Decap without a go-to is refused.
     let bad = FlowRule {
         vxlan_decap: true,
+        vxlan_encap: None,
         ..FlowRule::any(RuleFate::Rq(rqn))
     };
     assert_eq!(
@@ -480,4 +487,160 @@ fn vxlan_decap_steers_the_inner_frame_by_vni() {
     assert!(p.rq_cq.poll().is_none());
     assert_eq!(p.nic.query_flow_entry(decap).unwrap().0, 2);
     assert_eq!(p.nic.query_vport(1).unwrap().rx_steering_drops.get(), 3);
+}
+
+/// VXLAN encapsulation on an eSwitch rule (RFC 7348 §5): vPort 0's traffic to UDP port 9999
+/// leaves on the uplink inside a tunnel; the loopback cable brings it back, a decap rule strips
+/// it and vPort 1 gets the original frame.
+#[test]
+fn vxlan_encap_wraps_frames_for_the_uplink_and_decap_restores_them() {
+    let mut r = rig(RqLayout::Regular, 6, 8);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let v1 = r.ports[1].nic.vport();
+    r.card.nic.set_uplink(Box::new(LoopbackWire::new(64)));
+    let rec = Recorder::default();
+    r.card.nic.set_tap(Some(Box::new(rec.clone())));
+    let nic = &mut r.ports[0].nic;
+    let tunnel = CreateVxlanEncapIn {
+        dst_mac: [2, 0, 0, 0, 0, 0x77],
+        src_mac: [2, 0, 0, 0, 0, 0x66],
+        src_ip: [192, 168, 1, 1],
+        dst_ip: [192, 168, 1, 2],
+        vni: 5001.into(),
+        ..Default::default()
+    };
+    let encap = nic.create_vxlan_encap(&tunnel).unwrap();
+    let too_wide = CreateVxlanEncapIn {
+        vni: (1u32 << 24).into(),
+        ..tunnel
+    };
+    assert_eq!(
+        nic.create_vxlan_encap(&too_wide)
+            .err()
+            .and_then(|e| e.status()),
+        Some(CmdStatus::BadParam),
+        "VNIs have 24 bits"
+    );
+    let inner_t = nic
+        .create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)
+        .unwrap();
+    nic.create_flow_entry(inner_t, &FlowRule::any(RuleFate::Vport(v1)))
+        .unwrap();
+    let root = nic
+        .create_flow_table(TABLE_KIND_FDB, 0, TableMiss::Default)
+        .unwrap();
+    let (m9999, v9999) = udp_dport(9999);
+    let out_rule = FlowRule {
+        priority: 1,
+        mask: m9999,
+        value: v9999,
+        vxlan_encap: Some(encap),
+        count: true,
+        ..FlowRule::any(RuleFate::Vport(VPORT_UPLINK))
+    };
+    let e = nic.create_flow_entry(root, &out_rule).unwrap();
+    let (mut m, mut v) = udp_dport(4789);
+    m.vni = [0xff; 3];
+    v.vni = [0, 0x13, 0x89];
+    nic.create_flow_entry(
+        root,
+        &FlowRule {
+            priority: 2,
+            mask: m,
+            value: v,
+            vxlan_decap: true,
+            ..FlowRule::any(RuleFate::Goto(inner_t))
+        },
+    )
+    .unwrap();
+    nic.set_root(TABLE_KIND_FDB, Some(root)).unwrap();
+    // Encapsulation needs a vPort fate, and an encapsulation the function owns.
+    let to_drop = FlowRule {
+        vxlan_encap: Some(encap),
+        ..FlowRule::any(RuleFate::Drop)
+    };
+    let unknown = FlowRule {
+        vxlan_encap: Some(encap + 7),
+        ..out_rule
+    };
+    for (rule, status) in [
+        (&to_drop, CmdStatus::BadParam),
+        (&unknown, CmdStatus::BadResource),
+    ] {
+        assert_eq!(
+            nic.create_flow_entry(root, rule)
+                .err()
+                .and_then(|e| e.status()),
+            Some(status)
+        );
+    }
+
+    let inner = udp_frame(m0, m1, 4321, 9999, 300, 9);
+    // With the outer headers this one exceeds the 9216-byte MTU: dropped, not fragmented.
+    let jumbo = udp_frame(m0, m1, 4321, 9999, 9200, 3);
+    r.ports[0].send(&inner, 0, false);
+    r.ports[0].send(&jumbo, 0, false);
+    r.run();
+    let c = r.ports[1].rq_cq.poll().expect("the decapsulated frame");
+    assert_eq!(c.byte_count.get() as usize, inner.len());
+    let mut got = vec![0u8; inner.len()];
+    r.ports[1].rx_bufs[0].read(0, &mut got);
+    assert_eq!(got, inner);
+    assert!(
+        r.ports[1].rq_cq.poll().is_none(),
+        "the jumbo frame was dropped"
+    );
+    assert_eq!(
+        r.ports[0]
+            .nic
+            .query_vport(0)
+            .unwrap()
+            .rx_steering_drops
+            .get(),
+        1,
+        "and counted"
+    );
+    assert_eq!(r.card.nic.stats().wire_tx_frames, 1);
+
+    let seen = rec.0.lock().unwrap().clone();
+    let outer = seen
+        .iter()
+        .find(|(vp, pt, _)| *vp == VPORT_UPLINK && *pt == TapPoint::ToVport)
+        .map(|s| s.2.clone())
+        .expect("the tunnelled frame on the uplink");
+    assert_eq!(outer.len(), inner.len() + VXLAN_ENCAP_LEN);
+    assert_eq!(&outer[..12], &[2, 0, 0, 0, 0, 0x77, 2, 0, 0, 0, 0, 0x66]);
+    let ip = etherparse::Ipv4HeaderSlice::from_slice(&outer[14..]).unwrap();
+    assert_eq!(
+        (ip.source(), ip.destination(), ip.ttl(), ip.dont_fragment()),
+        ([192, 168, 1, 1], [192, 168, 1, 2], 64, true)
+    );
+    assert_eq!(usize::from(ip.total_len()), outer.len() - 14);
+    assert_eq!(
+        fld_device::nic::packet::internet_checksum(&outer[14..34], 0),
+        0,
+        "valid outer IPv4 checksum"
+    );
+    let udp = etherparse::UdpHeaderSlice::from_slice(&outer[34..]).unwrap();
+    assert_eq!(udp.destination_port(), 4789);
+    assert!(udp.source_port() >= 49152, "source port from the flow hash");
+    assert_eq!(usize::from(udp.length()), outer.len() - 34);
+    assert_eq!(udp.checksum(), 0);
+    assert_eq!(&outer[42..50], &[0x08, 0, 0, 0, 0x00, 0x13, 0x89, 0]);
+    assert_eq!(&outer[50..], &inner[..]);
+
+    assert_eq!(
+        r.ports[0].nic.query_flow_entry(e).unwrap(),
+        (2, (inner.len() + jumbo.len()) as u64)
+    );
+    let nic = &mut r.ports[0].nic;
+    assert_eq!(
+        nic.destroy_vxlan_encap(encap)
+            .err()
+            .and_then(|e| e.status()),
+        Some(CmdStatus::ResourceBusy),
+        "an encapsulation in use stays"
+    );
+    nic.destroy_flow_entry(e).unwrap();
+    nic.destroy_vxlan_encap(encap).unwrap();
 }

@@ -150,6 +150,8 @@ pub mod op {
     pub const CREATE_METER: u16 = 0x190;
     pub const DESTROY_METER: u16 = 0x191;
     pub const QUERY_METER: u16 = 0x192;
+    pub const CREATE_VXLAN_ENCAP: u16 = 0x193;
+    pub const DESTROY_VXLAN_ENCAP: u16 = 0x194;
 }
 
 /// Command completion status in [`CmdOutHeader::status`].
@@ -474,8 +476,11 @@ pub mod action {
     pub const VXLAN_DECAP: u32 = 1 << 10;
     /// Police the entry's packets with the meter named in `meter` (per-tenant rate and burst).
     pub const METER: u32 = 1 << 11;
+    /// Prepend the outer Ethernet/IPv4/UDP/VXLAN headers of the encapsulation named in `encap`
+    /// (RFC 7348 §5) before forwarding. Requires FWD_VPORT.
+    pub const VXLAN_ENCAP: u32 = 1 << 12;
     pub const FATES: u32 = FWD_VPORT | FWD_RQ | FWD_RSS | DROP | GOTO_TABLE;
-    pub const ALL: u32 = FATES | SET_FLOW_TAG | COUNT | VXLAN_DECAP | METER;
+    pub const ALL: u32 = FATES | SET_FLOW_TAG | COUNT | VXLAN_DECAP | METER | VXLAN_ENCAP;
 }
 
 /// CREATE_FLOW_ENTRY input.
@@ -498,8 +503,32 @@ pub struct CreateFlowEntryIn {
     pub flow_tag: U32,
     /// METER: the meter the entry's packets must pass.
     pub meter: U32,
-    pub rsvd3: [u8; 4],
+    /// VXLAN_ENCAP: the encapsulation applied before forwarding.
+    pub encap: U32,
 }
+
+/// CREATE_VXLAN_ENCAP input: the outer headers of a VXLAN tunnel (RFC 7348 §5). The outer
+/// IPv4 header has DF set, the given TTL (0: 64) and a computed checksum; the outer UDP source
+/// port is taken from a hash of the inner frame's flow (49152-65535, for ECMP entropy) and the
+/// UDP checksum is 0, as the RFC allows.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
+pub struct CreateVxlanEncapIn {
+    pub dst_mac: [u8; 6],
+    pub src_mac: [u8; 6],
+    pub src_ip: [u8; 4],
+    pub dst_ip: [u8; 4],
+    /// 24-bit VXLAN network identifier.
+    pub vni: U32,
+    /// Outer UDP destination port (0: 4789).
+    pub udp_dst_port: U16,
+    pub ttl: u8,
+    pub rsvd: u8,
+    pub rsvd2: [u8; 4],
+}
+
+/// Outer headers VXLAN encapsulation adds: Ethernet, IPv4, UDP, VXLAN.
+pub const VXLAN_ENCAP_LEN: usize = 14 + 20 + 8 + 8;
 
 /// CREATE_METER input: a token bucket (policer) of `rate` bytes per second and `burst` bytes.
 /// Packets of an entry with the METER action pass while the bucket holds their length and are

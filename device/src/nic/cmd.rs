@@ -6,7 +6,7 @@ use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::*;
-use super::eswitch::{FlowEntryInit, FlowTable, Meter, Miss, RssGroup};
+use super::eswitch::{FlowEntryInit, FlowTable, Meter, Miss, RssGroup, VxlanEncap};
 use super::rss::Toeplitz;
 use super::*;
 use crate::fabric::DmaPort;
@@ -88,7 +88,7 @@ fn output_len(opcode: u16) -> usize {
         op::QUERY_SQ | op::QUERY_RQ => size_of::<QueryQueueOut>(),
         op::QUERY_FLOW_ENTRY => size_of::<QueryFlowEntryOut>(),
         op::QUERY_VPORT => size_of::<QueryVportOut>(),
-        op::CREATE_METER => size_of::<CreateOut>(),
+        op::CREATE_METER | op::CREATE_VXLAN_ENCAP => size_of::<CreateOut>(),
         op::QUERY_METER => size_of::<QueryMeterOut>(),
         _ => 0,
     }
@@ -627,6 +627,20 @@ fn execute(
             if a & action::VXLAN_DECAP != 0 && a & action::GOTO_TABLE == 0 {
                 return fail(CmdStatus::BadParam, 0x43);
             }
+            if a & action::VXLAN_ENCAP != 0 && a & action::FWD_VPORT == 0 {
+                return fail(CmdStatus::BadParam, 0x44);
+            }
+            let encap = i.encap.get();
+            if a & action::VXLAN_ENCAP != 0
+                && core
+                    .eswitch
+                    .encaps
+                    .get(encap as usize)
+                    .and_then(|e| e.as_ref())
+                    .is_none_or(|e| e.owner != function)
+            {
+                return fail(CmdStatus::BadResource, encap);
+            }
             if core.flow_entry_count >= core.config.max_flow_entries {
                 return fail(CmdStatus::ExceedLimit, 0);
             }
@@ -672,6 +686,7 @@ fn execute(
             }
             let init = FlowEntryInit {
                 meter,
+                encap,
                 priority: i.priority.get(),
                 mask: i.mask,
                 value: i.value,
@@ -693,6 +708,16 @@ fn execute(
             if a & action::GOTO_TABLE != 0 {
                 if let Some(t) = core.eswitch.table_mut(dest) {
                     t.refs += 1;
+                }
+            }
+            if a & action::VXLAN_ENCAP != 0 {
+                if let Some(e) = core
+                    .eswitch
+                    .encaps
+                    .get_mut(encap as usize)
+                    .and_then(|e| e.as_mut())
+                {
+                    e.refs += 1;
                 }
             }
             if a & action::METER != 0 {
@@ -721,7 +746,14 @@ fn execute(
             };
             let e = table.entries.remove(idx);
             core.flow_entry_count -= 1;
-            release_entry_refs(&mut core.rqs, &mut core.eswitch, e.actions, e.dest, e.meter);
+            release_entry_refs(
+                &mut core.rqs,
+                &mut core.eswitch,
+                e.actions,
+                e.dest,
+                e.meter,
+                e.encap,
+            );
             Ok(0)
         }
         op::QUERY_FLOW_ENTRY => {
@@ -825,9 +857,47 @@ fn execute(
             )
         }
 
+        op::CREATE_VXLAN_ENCAP => {
+            let i: CreateVxlanEncapIn = input(body)?;
+            if i.vni.get() > 0x00ff_ffff {
+                return fail(CmdStatus::BadParam, 0x60);
+            }
+            let es = &mut core.eswitch;
+            let encap = VxlanEncap::new(function, &i);
+            let id = match es.encaps.iter().position(|e| e.is_none()) {
+                Some(f) => {
+                    es.encaps[f] = Some(encap);
+                    f
+                }
+                None if es.encaps.len() < MAX_ENCAPS => {
+                    es.encaps.push(Some(encap));
+                    es.encaps.len() - 1
+                }
+                None => return fail(CmdStatus::ExceedLimit, 0),
+            };
+            created(out, Some(id as u32))
+        }
+        op::DESTROY_VXLAN_ENCAP => {
+            let id = input::<ObjectIn>(body)?.id.get();
+            let slot = core
+                .eswitch
+                .encaps
+                .get_mut(id as usize)
+                .filter(|e| e.as_ref().is_some_and(|e| e.owner == function))
+                .ok_or((CmdStatus::BadResource, id))?;
+            if let Some(e) = slot.as_ref().filter(|e| e.refs != 0) {
+                return fail(CmdStatus::ResourceBusy, e.refs);
+            }
+            *slot = None;
+            Ok(0)
+        }
+
         _ => fail(CmdStatus::BadOpcode, opcode as u32),
     }
 }
+
+/// VXLAN encapsulations one NIC holds.
+const MAX_ENCAPS: usize = 1024;
 
 /// Meters one NIC holds.
 const MAX_METERS: usize = 1024;

@@ -498,6 +498,29 @@ fn forward(
             None => count_drop(core, src_vport, true),
         },
         Fate::Vport(v) => deliver_to_vport(core, ctx, v, None, frame, p, &key, st.flow_tag),
+        Fate::EncapVport { vport, encap } => {
+            let mut out = std::mem::take(&mut core.encap_frame);
+            let Some(e) = core
+                .eswitch
+                .encaps
+                .get_mut(encap as usize)
+                .and_then(|e| e.as_mut())
+            else {
+                core.encap_frame = out;
+                return count_drop(core, src_vport, true);
+            };
+            e.encapsulate(frame, inner_flow_hash(p), &mut out);
+            e.packets += 1;
+            if out.len() > core.config.mtu as usize {
+                // The tunnel would need fragmenting, which VXLAN forbids (RFC 7348 §4.3).
+                core.encap_frame = out;
+                return count_drop(core, src_vport, true);
+            }
+            let outer = packet::parse(&out);
+            let k = frame_key(&out, &outer, src_vport, 0);
+            deliver_to_vport(core, ctx, vport, None, &out, &outer, &k, st.flow_tag);
+            core.encap_frame = out;
+        }
         Fate::Flood => {
             let n = core.eswitch.vports.len() as u16;
             for v in (0..n).chain([VPORT_UPLINK]) {
@@ -512,6 +535,23 @@ fn forward(
             }
         }
     }
+}
+
+/// FNV-1a over the inner flow's addresses, protocol and ports: the entropy RFC 7348 §5 asks
+/// the outer UDP source port to carry.
+fn inner_flow_hash(p: &ParsedFrame) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    let ports = [p.src_port.to_be_bytes(), p.dst_port.to_be_bytes()];
+    for b in p
+        .src_ip
+        .iter()
+        .chain(&p.dst_ip)
+        .chain(&[p.ip_proto])
+        .chain(ports.iter().flatten())
+    {
+        h = (h ^ u32::from(*b)).wrapping_mul(0x0100_0193);
+    }
+    h
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -585,7 +625,9 @@ fn steer_into_vport(
             (group.rq_for(hash), hash)
         }
         Fate::Drop => return count_drop(core, vport, true),
-        Fate::NoSteering | Fate::Vport(_) | Fate::Flood => return count_drop(core, vport, false),
+        Fate::NoSteering | Fate::Vport(_) | Fate::Flood | Fate::EncapVport { .. } => {
+            return count_drop(core, vport, false)
+        }
     };
     let csum = checksum_flags(frame, p);
     let cqe = Cqe {

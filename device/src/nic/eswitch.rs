@@ -3,8 +3,8 @@
 //! vPort; a frame arriving at a host vPort walks that vPort's NIC receive pipeline to an RQ or an
 //! RSS group. Tables hold prioritised entries with a mask and value over [`FlowMatch`]; a miss
 //! follows the table's miss action. Go-to-table only jumps to a strictly higher level, so a walk
-//! always ends. Left out: egress (NIC transmit) tables, header rewrite, VLAN push/pop, VXLAN (a
-//! later part), meters.
+//! always ends. Entries may police with a meter and VXLAN-decapsulate or -encapsulate (RFC 7348).
+//! Left out: egress (NIC transmit) tables, header rewrite, VLAN push/pop.
 
 use super::abi::{self, action, FlowMatch, FLOW_MATCH_LEN, VPORT_UPLINK};
 use super::rss::Toeplitz;
@@ -35,6 +35,65 @@ pub enum Fate {
     NoSteering,
     /// Strip the VXLAN encapsulation and continue steering at this table with the inner frame.
     DecapGoto(u32),
+    /// Prepend the outer headers of an encapsulation, then deliver to the vPort.
+    EncapVport {
+        vport: u16,
+        encap: u32,
+    },
+}
+
+/// A VXLAN tunnel's outer headers (RFC 7348 §5), built once at creation; lengths, the IPv4
+/// checksum and the UDP source port are filled per packet.
+pub struct VxlanEncap {
+    pub owner: u16,
+    pub header: [u8; abi::VXLAN_ENCAP_LEN],
+    /// Entries that use the encapsulation.
+    pub refs: u32,
+    pub packets: u64,
+}
+
+impl VxlanEncap {
+    pub fn new(owner: u16, i: &abi::CreateVxlanEncapIn) -> Self {
+        let mut h = [0u8; abi::VXLAN_ENCAP_LEN];
+        h[0..6].copy_from_slice(&i.dst_mac);
+        h[6..12].copy_from_slice(&i.src_mac);
+        h[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        h[14] = 0x45;
+        h[20] = 0x40; // DF: the tunnel must not fragment (RFC 7348 §4.3)
+        h[22] = if i.ttl == 0 { 64 } else { i.ttl };
+        h[23] = 17;
+        h[26..30].copy_from_slice(&i.src_ip);
+        h[30..34].copy_from_slice(&i.dst_ip);
+        let port = match i.udp_dst_port.get() {
+            0 => super::packet::VXLAN_PORT,
+            p => p,
+        };
+        h[36..38].copy_from_slice(&port.to_be_bytes());
+        h[42] = 0x08; // I flag: the VNI is valid
+        h[46..49].copy_from_slice(&i.vni.get().to_be_bytes()[1..]);
+        VxlanEncap {
+            owner,
+            header: h,
+            refs: 0,
+            packets: 0,
+        }
+    }
+
+    /// Writes the outer headers for `inner` into `out` followed by `inner`. `flow_hash` picks
+    /// the UDP source port.
+    pub fn encapsulate(&self, inner: &[u8], flow_hash: u32, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.header);
+        out.extend_from_slice(inner);
+        let total = out.len();
+        let ip_len = (total - 14).min(0xffff) as u16;
+        out[16..18].copy_from_slice(&ip_len.to_be_bytes());
+        let c = super::packet::internet_checksum(&out[14..34], 0);
+        out[24..26].copy_from_slice(&c.to_be_bytes());
+        let sport = 0xc000 | (flow_hash ^ (flow_hash >> 16)) as u16 & 0x3fff;
+        out[34..36].copy_from_slice(&sport.to_be_bytes());
+        out[38..40].copy_from_slice(&ip_len.saturating_sub(20).to_be_bytes());
+    }
 }
 
 /// The outcome of a pipeline walk.
@@ -91,6 +150,7 @@ impl Meter {
 pub struct FlowEntry {
     pub id: u32,
     pub meter: u32,
+    pub encap: u32,
     pub priority: u16,
     mask: Key,
     value: Key,
@@ -162,6 +222,7 @@ pub struct Eswitch {
     pub tables: Vec<Option<FlowTable>>,
     pub rss_groups: Vec<Option<RssGroup>>,
     pub meters: Vec<Option<Meter>>,
+    pub encaps: Vec<Option<VxlanEncap>>,
     pub fdb_root: Option<u32>,
     next_entry_id: u32,
 }
@@ -187,6 +248,7 @@ impl Eswitch {
             tables: Vec::new(),
             rss_groups: Vec::new(),
             meters: Vec::new(),
+            encaps: Vec::new(),
             fdb_root: None,
             next_entry_id: 1,
         }
@@ -240,6 +302,7 @@ impl Eswitch {
             FlowEntry {
                 id,
                 meter: e.meter,
+                encap: e.encap,
                 priority: e.priority,
                 mask,
                 value,
@@ -389,7 +452,12 @@ impl Eswitch {
                     flow_tag,
                 });
             }
-            let fate = if a & action::FWD_VPORT != 0 {
+            let fate = if a & action::FWD_VPORT != 0 && a & action::VXLAN_ENCAP != 0 {
+                Fate::EncapVport {
+                    vport: e.vport,
+                    encap: e.encap,
+                }
+            } else if a & action::FWD_VPORT != 0 {
                 Fate::Vport(e.vport)
             } else if a & action::FWD_RQ != 0 {
                 Fate::Rq(e.dest)
@@ -428,6 +496,7 @@ pub struct FlowEntryInit {
     pub dest: u32,
     pub flow_tag: u32,
     pub meter: u32,
+    pub encap: u32,
 }
 
 /// Builds the match key of a parsed frame.

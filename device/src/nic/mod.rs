@@ -7,8 +7,8 @@
 //! a runner calls — no hidden threads; doorbells are plain words the engine reads, so a doorbell
 //! write never blocks and never re-enters the engine.
 //!
-//! Left out of this part: RDMA transport, VXLAN, meters, TSO (the `mss` field is accepted and
-//! ignored), LRO, VLAN insertion/stripping, shared receive queues.
+//! Left out: RDMA transport, TSO (the `mss` field is accepted and ignored), LRO, VLAN
+//! insertion/stripping, shared receive queues.
 
 pub mod abi;
 mod cmd;
@@ -636,6 +636,8 @@ pub(crate) struct NicCore {
     frame: Vec<u8>,
     /// Second buffer for frames received from the wire.
     wire_frame: Vec<u8>,
+    /// Scratch buffer for VXLAN-encapsulated frames.
+    encap_frame: Vec<u8>,
     /// Send WQE fetch buffer.
     wqe: Vec<u8>,
     epoch: Instant,
@@ -660,6 +662,7 @@ impl NicCore {
             tap: None,
             frame: vec![0; max_frame],
             wire_frame: vec![0; max_frame],
+            encap_frame: Vec::with_capacity(max_frame + abi::VXLAN_ENCAP_LEN),
             wqe: vec![0; datapath::MAX_WQE_BYTES],
             epoch: Instant::now(),
             manual_clock: None,
@@ -713,7 +716,7 @@ impl NicCore {
             if let Some(tab) = es.tables[*t as usize].take() {
                 self.flow_entry_count -= tab.entries.len() as u32;
                 for e in &tab.entries {
-                    release_entry_refs(&mut self.rqs, es, e.actions, e.dest, e.meter);
+                    release_entry_refs(&mut self.rqs, es, e.actions, e.dest, e.meter, e.encap);
                 }
             }
         }
@@ -726,6 +729,11 @@ impl NicCore {
         for m in es.meters.iter_mut() {
             if m.as_ref().is_some_and(|m| m.owner == function) {
                 *m = None;
+            }
+        }
+        for e in es.encaps.iter_mut() {
+            if e.as_ref().is_some_and(|e| e.owner == function) {
+                *e = None;
             }
         }
         // Entries in other functions' tables cannot name this function's objects (checked at
@@ -767,7 +775,13 @@ fn release_entry_refs(
     actions: u32,
     dest: u32,
     meter: u32,
+    encap: u32,
 ) {
+    if actions & action::VXLAN_ENCAP != 0 {
+        if let Some(e) = es.encaps.get_mut(encap as usize).and_then(|e| e.as_mut()) {
+            e.refs = e.refs.saturating_sub(1);
+        }
+    }
     if actions & action::METER != 0 {
         if let Some(m) = es.meters.get_mut(meter as usize).and_then(|m| m.as_mut()) {
             m.refs = m.refs.saturating_sub(1);
