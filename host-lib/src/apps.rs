@@ -585,6 +585,46 @@ impl FldEchoSetup {
         }
     }
 
+    /// Points the eSwitch root at FLD's vPort for frames matching `to_accelerator` (none: no
+    /// frame) and at the generator's vPort for everything else. Returns an eSwitch table that
+    /// delivers to the generator, for the accelerator's output to resume at.
+    pub fn steer_to_accelerator(
+        &mut self,
+        to_accelerator: Option<&[crate::flow::FlowItem]>,
+    ) -> Result<u32, fld_driver::DriverError> {
+        use fld_device::nic::abi::TABLE_KIND_FDB;
+        use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
+        let client_vport = self.client.vport();
+        let nic = self.flde.nic();
+        let fld_vport = nic.vport();
+        let root = nic.create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)?;
+        if let Some(pattern) = to_accelerator {
+            let (mask, value) = crate::flow::compile_pattern(pattern);
+            nic.create_flow_entry(
+                root,
+                &FlowRule {
+                    priority: 0,
+                    mask,
+                    value,
+                    count: true,
+                    ..FlowRule::any(RuleFate::Vport(fld_vport))
+                },
+            )?;
+        }
+        nic.create_flow_entry(
+            root,
+            &FlowRule {
+                priority: 1,
+                count: true,
+                ..FlowRule::any(RuleFate::Vport(client_vport))
+            },
+        )?;
+        nic.set_root(TABLE_KIND_FDB, Some(root))?;
+        let back = nic.create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)?;
+        nic.create_flow_entry(back, &FlowRule::any(RuleFate::Vport(client_vport)))?;
+        Ok(back)
+    }
+
     /// Packets that may be in flight without overrunning FLD's receive buffer, which is sized
     /// for the bandwidth-delay product (2 S_rxbdp), not for a deep window of large frames: every
     /// striding WQE but the open one, times the frames of `max_frame` bytes a WQE holds.

@@ -20,12 +20,10 @@ use fld_device::accel::defrag_accel::DefragAccel;
 use fld_device::accel::iot::{self, IotFilter, KeyTable, Verdict};
 use fld_device::accel::iot_accel::{IotAccel, COAP_PORT};
 use fld_device::fld::memory_model::MemoryParams;
-use fld_device::nic::abi::TABLE_KIND_FDB;
-use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
 use fld_driver::DriverError;
 
 use crate::apps::{build_frame, ones_complement, FldEchoSetup};
-use crate::flow::{compile_pattern, FlowItem};
+use crate::flow::FlowItem;
 
 /// What one workload measured.
 #[derive(Clone, Debug, Default)]
@@ -71,9 +69,16 @@ impl InlineReport {
     }
 }
 
-/// Sends `frames` from the client port in bursts and hands every received frame (any queue) to
-/// `on_rx`, keeping the card running; returns when all was sent and the card is idle.
-fn pump(s: &mut FldEchoSetup, frames: &[Vec<u8>], queues: u16, mut on_rx: impl FnMut(&[u8])) {
+/// Sends `frames` from the client port in bursts of `burst` and hands every received frame (with
+/// its queue) to `on_rx`, keeping the card running; returns when all was sent and the card is
+/// idle.
+pub(crate) fn pump(
+    s: &mut FldEchoSetup,
+    frames: &[Vec<u8>],
+    burst: usize,
+    queues: u16,
+    mut on_rx: impl FnMut(u16, &[u8]),
+) {
     let Some(pool) = s.client.pool() else {
         return;
     };
@@ -83,14 +88,14 @@ fn pump(s: &mut FldEchoSetup, frames: &[Vec<u8>], queues: u16, mut on_rx: impl F
             while s.client.rx_burst(q, rx, 64) > 0 {
                 *any = true;
                 for m in rx.iter() {
-                    on_rx(m.data());
+                    on_rx(q, m.data());
                 }
                 pool.free_bulk(rx.drain(..));
             }
         }
     };
-    let mut tx = Vec::with_capacity(32);
-    for chunk in frames.chunks(32) {
+    let mut tx = Vec::with_capacity(burst);
+    for chunk in frames.chunks(burst.clamp(1, 256)) {
         pool.alloc_bulk(&mut tx, chunk.len());
         for (m, f) in tx.iter_mut().zip(chunk) {
             m.fill_from(f);
@@ -110,37 +115,6 @@ fn pump(s: &mut FldEchoSetup, frames: &[Vec<u8>], queues: u16, mut on_rx: impl F
             break;
         }
     }
-}
-
-/// Points the eSwitch root at `fate_for_rest` for everything, with `first` (if any) taking
-/// precedence. Returns a second FDB table forwarding to the client, for resumed packets.
-fn fdb_root(s: &mut FldEchoSetup, first: Option<(&[FlowItem], u16)>) -> Result<u32, DriverError> {
-    let client_vport = s.client.vport();
-    let nic = s.flde.nic();
-    let root = nic.create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)?;
-    if let Some((pattern, vport)) = first {
-        let (mask, value) = compile_pattern(pattern);
-        nic.create_flow_entry(
-            root,
-            &FlowRule {
-                priority: 0,
-                mask,
-                value,
-                ..FlowRule::any(RuleFate::Vport(vport))
-            },
-        )?;
-    }
-    nic.create_flow_entry(
-        root,
-        &FlowRule {
-            priority: 1,
-            ..FlowRule::any(RuleFate::Vport(client_vport))
-        },
-    )?;
-    nic.set_root(TABLE_KIND_FDB, Some(root))?;
-    let back = nic.create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)?;
-    nic.create_flow_entry(back, &FlowRule::any(RuleFate::Vport(client_vport)))?;
-    Ok(back)
 }
 
 /// Splits an Ethernet + IPv4 frame into fragments that fit `mtu` bytes of IP (RFC 791 §3.2:
@@ -225,14 +199,13 @@ pub fn defrag_workload(
     s.card
         .fld
         .set_accelerator(Box::new(DefragAccel::new(DefragConfig::default(), 0)));
-    let fld_vport = s.flde.nic().vport();
     let fragments_only = [FlowItem::Ipv4Fragment(true)];
-    let back = fdb_root(&mut s, Some((&fragments_only, fld_vport)))?;
+    let back = s.steer_to_accelerator(Some(&fragments_only))?;
     s.flde.accelerate(0, &fragments_only, 1, Some(back))?;
     let mut seen = vec![false; datagrams];
     let (mut ok, mut bad) = (0u64, 0u64);
     let t = Instant::now();
-    pump(&mut s, &frames, QUEUES, |got| {
+    pump(&mut s, &frames, 32, QUEUES, |_, got| {
         if check(got, &mut seen) {
             ok += 1
         } else {
@@ -246,13 +219,13 @@ pub fn defrag_workload(
 
     // Host baseline: the fragments reach the host as they are; it reassembles them.
     let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), QUEUES)?;
-    fdb_root(&mut s, None)?;
+    s.steer_to_accelerator(None)?;
     let mut engine = Reassembler::new(DefragConfig::default());
     let mut seen = vec![false; datagrams];
     let (mut ok, mut bad) = (0u64, 0u64);
     let mut whole = Vec::with_capacity(9000);
     let t = Instant::now();
-    pump(&mut s, &frames, QUEUES, |got| {
+    pump(&mut s, &frames, 32, QUEUES, |_, got| {
         let Some((l2, ip)) = got.split_at_checked(14) else {
             bad += 1;
             return;
@@ -388,12 +361,11 @@ pub fn iot_workload(
     let (accel, handle) = IotAccel::new(keys.clone(), 0);
     handle.now_s.store(NOW, Ordering::Relaxed);
     s.card.fld.set_accelerator(Box::new(accel));
-    let fld_vport = s.flde.nic().vport();
     let coap = [FlowItem::Udp {
         src_port: None,
         dst_port: Some(COAP_PORT),
     }];
-    let back = fdb_root(&mut s, Some((&coap, fld_vport)))?;
+    let back = s.steer_to_accelerator(Some(&coap))?;
     for t in 0..tenants {
         let own = FlowItem::Ipv4 {
             src: Some(tenant_ip(t)),
@@ -411,7 +383,7 @@ pub fn iot_workload(
     let mut next = 0usize;
     let (mut delivered, mut bad) = (0u64, 0u64);
     let t0 = Instant::now();
-    pump(&mut s, &frames, 1, |got| {
+    pump(&mut s, &frames, 32, 1, |_, got| {
         delivered += 1;
         if valid.get(next).map(Vec::as_slice) == Some(got) {
             next += 1;
@@ -440,7 +412,7 @@ pub fn iot_workload(
     // Host baseline: everything reaches the host, which finds the tenant by source address and
     // verifies the token itself.
     let mut s = FldEchoSetup::build_with(2048, 1, MemoryParams::table_2a(), 1)?;
-    fdb_root(&mut s, None)?;
+    s.steer_to_accelerator(None)?;
     let by_ip: HashMap<[u8; 4], u16> = (0..tenants)
         .map(|t| (tenant_ip(t).octets(), 100 + t))
         .collect();
@@ -448,7 +420,7 @@ pub fn iot_workload(
     let mut next = 0usize;
     let (mut accepted, mut bad) = (0u64, 0u64);
     let t0 = Instant::now();
-    pump(&mut s, &frames, 1, |got| {
+    pump(&mut s, &frames, 32, 1, |_, got| {
         let ctx = got
             .get(26..30)
             .and_then(|a| by_ip.get(a))

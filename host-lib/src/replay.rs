@@ -18,13 +18,11 @@ use fld_device::accel::zuc_accel::{ZucAccel, ZUC_UDP_PORT};
 use fld_device::accel::{Accelerator, Echo};
 use fld_device::fld::abi::Stat;
 use fld_device::fld::memory_model::MemoryParams;
-use fld_device::nic::abi::TABLE_KIND_FDB;
 use fld_device::wire::ReplayWire;
-use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
 use fld_driver::DriverError;
 
 use crate::apps::FldEchoSetup;
-use crate::flow::{compile_pattern, FlowItem};
+use crate::flow::FlowItem;
 
 /// Which accelerator model sits behind FLD.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,7 +107,6 @@ pub enum ReplayError {
 pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome, ReplayError> {
     let queues = cfg.host_queues.clamp(1, 64);
     let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), queues)?;
-    let fld_vport = s.flde.nic().vport();
     let udp_to = |port| FlowItem::Udp {
         src_port: None,
         dst_port: Some(port),
@@ -141,31 +138,7 @@ pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome,
 
     // eSwitch root: the accelerator's share to FLD's vPort, the rest to the host. What the
     // accelerator returns resumes at `back`, which delivers to the host.
-    let host_vport = s.client.vport();
-    let nic = s.flde.nic();
-    let root = nic.create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)?;
-    let (mask, value) = compile_pattern(&first);
-    nic.create_flow_entry(
-        root,
-        &FlowRule {
-            priority: 0,
-            mask,
-            value,
-            count: true,
-            ..FlowRule::any(RuleFate::Vport(fld_vport))
-        },
-    )?;
-    nic.create_flow_entry(
-        root,
-        &FlowRule {
-            priority: 1,
-            count: true,
-            ..FlowRule::any(RuleFate::Vport(host_vport))
-        },
-    )?;
-    nic.set_root(TABLE_KIND_FDB, Some(root))?;
-    let back = nic.create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)?;
-    nic.create_flow_entry(back, &FlowRule::any(RuleFate::Vport(host_vport)))?;
+    let back = s.steer_to_accelerator(Some(&first))?;
     for t in &cfg.tenants {
         if cfg.accel != ReplayAccel::Iot {
             break;
@@ -220,18 +193,9 @@ pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome,
             }
         }
         Inject::Host => {
-            let mut tx = Vec::with_capacity(cfg.burst);
-            for chunk in frames.chunks(cfg.burst.clamp(1, 256)) {
-                pool.alloc_bulk(&mut tx, chunk.len());
-                for (m, f) in tx.iter_mut().zip(chunk) {
-                    m.fill_from(f);
-                }
-                while !tx.is_empty() {
-                    s.client.tx_burst(0, &mut tx);
-                    s.card.poll();
-                    drain(&mut s, &mut out);
-                }
-            }
+            crate::inline_apps::pump(&mut s, &frames, cfg.burst, queues, |q, f| {
+                out.delivered.push((q, f.to_vec()))
+            });
         }
     }
     loop {

@@ -87,51 +87,16 @@ fn send_and_collect(
         .collect()
 }
 
-/// The eSwitch of the set-up: IPv4 fragments go to the accelerator's vPort, everything else to the
-/// client's vPort. Returns the table whole datagrams resume at (forwarding to the client).
-fn steer_fragments_to_accelerator(s: &mut FldEchoSetup) -> u32 {
-    let client_vport = s.client.vport();
-    let fld_vport = s.flde.nic().vport();
-    let nic = s.flde.nic();
-    let root = nic
-        .create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)
-        .unwrap();
-    let (mask, value) = fld_host::flow::compile_pattern(&[FlowItem::Ipv4Fragment(true)]);
-    nic.create_flow_entry(
-        root,
-        &FlowRule {
-            priority: 0,
-            mask,
-            value,
-            count: true,
-            ..FlowRule::any(RuleFate::Vport(fld_vport))
-        },
-    )
-    .unwrap();
-    nic.create_flow_entry(
-        root,
-        &FlowRule {
-            priority: 1,
-            ..FlowRule::any(RuleFate::Vport(client_vport))
-        },
-    )
-    .unwrap();
-    nic.set_root(TABLE_KIND_FDB, Some(root)).unwrap();
-    let back = nic
-        .create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)
-        .unwrap();
-    nic.create_flow_entry(back, &FlowRule::any(RuleFate::Vport(client_vport)))
-        .unwrap();
-    back
-}
-
 #[test]
 fn reassembled_datagrams_are_spread_by_rss_with_valid_l4_checksums() {
     let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), 4).unwrap();
     s.card
         .fld
         .set_accelerator(Box::new(DefragAccel::new(Config::default(), 0)));
-    let back = steer_fragments_to_accelerator(&mut s);
+    // The eSwitch sends IPv4 fragments to the accelerator's vPort, everything else to the client.
+    let back = s
+        .steer_to_accelerator(Some(&[FlowItem::Ipv4Fragment(true)]))
+        .unwrap();
     s.flde
         .accelerate(0, &[FlowItem::Ipv4Fragment(true)], 7, Some(back))
         .unwrap();
@@ -190,14 +155,7 @@ fn reassembled_datagrams_are_spread_by_rss_with_valid_l4_checksums() {
 fn fragments_alone_all_land_on_one_rss_queue() {
     let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), 4).unwrap();
     let (cmac, amac) = (s.client.mac(), s.flde.mac());
-    let client_vport = s.client.vport();
-    let nic = s.flde.nic();
-    let root = nic
-        .create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)
-        .unwrap();
-    nic.create_flow_entry(root, &FlowRule::any(RuleFate::Vport(client_vport)))
-        .unwrap();
-    nic.set_root(TABLE_KIND_FDB, Some(root)).unwrap();
+    s.steer_to_accelerator(None).unwrap();
     let frames: Vec<Vec<u8>> = (0..40)
         .flat_map(|i| fragments(&datagram(cmac, amac, 1000 + i * 37, 3000)))
         .collect();

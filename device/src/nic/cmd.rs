@@ -810,32 +810,13 @@ fn execute(
             }
             let es = &mut core.eswitch;
             let meter = Meter::new(function, i.rate_bytes_per_s.get(), i.burst_bytes.get(), 0);
-            let id = match es.meters.iter().position(|m| m.is_none()) {
-                Some(f) => {
-                    es.meters[f] = Some(meter);
-                    f
-                }
-                None if es.meters.len() < MAX_METERS => {
-                    es.meters.push(Some(meter));
-                    es.meters.len() - 1
-                }
-                None => return fail(CmdStatus::ExceedLimit, 0),
-            };
-            created(out, Some(id as u32))
+            let id = place(&mut es.meters, meter, MAX_METERS)?;
+            created(out, Some(id))
         }
         op::DESTROY_METER => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let slot = core
-                .eswitch
-                .meters
-                .get_mut(id as usize)
-                .filter(|m| m.as_ref().is_some_and(|m| m.owner == function))
-                .ok_or((CmdStatus::BadResource, id))?;
-            if let Some(m) = slot.as_ref().filter(|m| m.refs != 0) {
-                return fail(CmdStatus::ResourceBusy, m.refs);
-            }
-            *slot = None;
-            Ok(0)
+            let slot = core.eswitch.meters.get_mut(id as usize);
+            remove_unused(slot, id, |m| (m.owner == function).then_some(m.refs))
         }
         op::QUERY_METER => {
             let id = input::<ObjectIn>(body)?.id.get();
@@ -864,35 +845,50 @@ fn execute(
             }
             let es = &mut core.eswitch;
             let encap = VxlanEncap::new(function, &i);
-            let id = match es.encaps.iter().position(|e| e.is_none()) {
-                Some(f) => {
-                    es.encaps[f] = Some(encap);
-                    f
-                }
-                None if es.encaps.len() < MAX_ENCAPS => {
-                    es.encaps.push(Some(encap));
-                    es.encaps.len() - 1
-                }
-                None => return fail(CmdStatus::ExceedLimit, 0),
-            };
-            created(out, Some(id as u32))
+            let id = place(&mut es.encaps, encap, MAX_ENCAPS)?;
+            created(out, Some(id))
         }
         op::DESTROY_VXLAN_ENCAP => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let slot = core
-                .eswitch
-                .encaps
-                .get_mut(id as usize)
-                .filter(|e| e.as_ref().is_some_and(|e| e.owner == function))
-                .ok_or((CmdStatus::BadResource, id))?;
-            if let Some(e) = slot.as_ref().filter(|e| e.refs != 0) {
-                return fail(CmdStatus::ResourceBusy, e.refs);
-            }
-            *slot = None;
-            Ok(0)
+            let slot = core.eswitch.encaps.get_mut(id as usize);
+            remove_unused(slot, id, |e| (e.owner == function).then_some(e.refs))
         }
 
         _ => fail(CmdStatus::BadOpcode, opcode as u32),
+    }
+}
+
+/// Puts `item` in the first free slot (or a new one below `max`) and returns its number.
+fn place<T>(slots: &mut Vec<Option<T>>, item: T, max: usize) -> Result<u32, (CmdStatus, u32)> {
+    let at = match slots.iter().position(Option::is_none) {
+        Some(free) => free,
+        None if slots.len() < max => {
+            slots.push(None);
+            slots.len() - 1
+        }
+        None => return Err((CmdStatus::ExceedLimit, 0)),
+    };
+    slots[at] = Some(item);
+    Ok(at as u32)
+}
+
+/// Empties the slot of object `id` if the caller owns it (`refs_if_owned` gives its reference
+/// count then) and no flow entry uses it.
+fn remove_unused<T>(
+    slot: Option<&mut Option<T>>,
+    id: u32,
+    refs_if_owned: impl Fn(&T) -> Option<u32>,
+) -> CmdResult {
+    let Some(slot) = slot else {
+        return Err((CmdStatus::BadResource, id));
+    };
+    match slot.as_ref().and_then(&refs_if_owned) {
+        None => Err((CmdStatus::BadResource, id)),
+        Some(0) => {
+            *slot = None;
+            Ok(0)
+        }
+        Some(refs) => Err((CmdStatus::ResourceBusy, refs)),
     }
 }
 
