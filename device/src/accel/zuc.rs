@@ -363,6 +363,7 @@ pub fn eia3(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn hex(s: &str) -> Vec<u8> {
         let s: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
@@ -1028,5 +1029,41 @@ mod tests {
         eea3(&key, 9, 0x1F | 0x20, 2, &mut a, 300);
         eea3(&key, 9, 0x1F, 0, &mut b, 300);
         assert_eq!(a, b);
+    }
+
+    proptest! {
+        /// Against an independent implementation (the `zuc` crate) on random keys, counts,
+        /// bearers, directions, data and bit lengths that are not multiples of 8.
+        #[test]
+        fn eea3_and_eia3_agree_with_an_independent_implementation(
+            key in proptest::array::uniform16(any::<u8>()),
+            count in any::<u32>(),
+            bearer in 0u8..32,
+            direction in 0u8..2,
+            data in proptest::collection::vec(any::<u8>(), 1..700),
+            cut in any::<u32>(),
+        ) {
+            let bits = cut % (8 * data.len() as u32 + 1);
+            let nbytes = bits.div_ceil(8) as usize;
+            let mask_tail = |v: &mut Vec<u8>| {
+                v.truncate(nbytes);
+                if bits % 8 != 0 {
+                    if let Some(last) = v.last_mut() {
+                        *last &= 0xFFu8 << (8 - bits % 8);
+                    }
+                }
+            };
+            let mut ours = data.clone();
+            eea3(&key, count, bearer, direction, &mut ours, bits);
+            let mut theirs = data.clone();
+            zuc::eea3::eea3_xor_inplace(count, bearer, direction, &key, &mut theirs, bits as usize);
+            mask_tail(&mut ours);
+            mask_tail(&mut theirs);
+            prop_assert_eq!(ours, theirs);
+            prop_assert_eq!(
+                eia3(&key, count, bearer, direction, &data, bits),
+                zuc::eia3::Eia3Mac::compute(count, bearer, direction, &key, &data, bits as usize)
+            );
+        }
     }
 }
