@@ -1047,7 +1047,7 @@ mod tests {
             let nbytes = bits.div_ceil(8) as usize;
             let mask_tail = |v: &mut Vec<u8>| {
                 v.truncate(nbytes);
-                if bits % 8 != 0 {
+                if !bits.is_multiple_of(8) {
                     if let Some(last) = v.last_mut() {
                         *last &= 0xFFu8 << (8 - bits % 8);
                     }
