@@ -612,3 +612,40 @@ fn a_full_receive_cq_drops_counts_and_reports_once() {
     p.rq_cq.update_ci();
     still_works(&mut r);
 }
+
+#[test]
+fn function_reset_destroys_the_functions_meters_and_encapsulations_only() {
+    let mut r = rig(RqLayout::Regular, 4, 6);
+    let tunnel = CreateVxlanEncapIn {
+        vni: U32::new(7),
+        ..Default::default()
+    };
+    let mine = r.ports[0].nic.create_vxlan_encap(&tunnel).unwrap();
+    let my_meter = r.ports[0].nic.create_meter(1000, 1000).unwrap();
+    let theirs = r.ports[1].nic.create_vxlan_encap(&tunnel).unwrap();
+    let their_meter = r.ports[1].nic.create_meter(1000, 1000).unwrap();
+    assert_eq!(
+        r.ports[0]
+            .nic
+            .destroy_vxlan_encap(theirs)
+            .err()
+            .and_then(status),
+        Some(CmdStatus::BadResource),
+        "another function's encapsulation cannot be destroyed"
+    );
+    let dev = r.ports[1].dev.clone();
+    dev.write32(BAR_CONTROL, reg::DEVICE_RESET, RESET_MAGIC);
+    let mut nic = fld_driver::nic::NicDriver::probe(dev).unwrap();
+    assert_eq!(
+        nic.destroy_vxlan_encap(theirs).err().and_then(status),
+        Some(CmdStatus::BadResource)
+    );
+    assert_eq!(
+        nic.destroy_meter(their_meter).err().and_then(status),
+        Some(CmdStatus::BadResource)
+    );
+    // The freed slots are reused; the other function's objects are untouched.
+    assert_eq!(r.ports[0].nic.create_vxlan_encap(&tunnel).unwrap(), theirs);
+    r.ports[0].nic.destroy_vxlan_encap(mine).unwrap();
+    r.ports[0].nic.destroy_meter(my_meter).unwrap();
+}
