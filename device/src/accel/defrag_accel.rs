@@ -7,7 +7,7 @@
 //! poll), so reassembly timeouts are deterministic in tests and proportional to work done.
 
 use super::defrag::{Config, DropReason, Outcome, Reassembler};
-use super::{Accelerator, RxMeta, TxMeta, TxRefused, TxStream};
+use super::{Accelerator, RxMeta, TxHold, TxRefused, TxStream};
 
 /// Counters of the accelerator.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,9 +30,8 @@ pub struct DefragAccel {
     now_ns: u64,
     /// Logical nanoseconds per engine step.
     pub step_ns: u64,
-    /// Frames waiting for credits: (frame, resume table).
-    held: std::collections::VecDeque<(Vec<u8>, Option<u8>)>,
-    capacity: usize,
+    /// Frames waiting for credits.
+    held: TxHold,
     pub stats: DefragStats,
 }
 
@@ -43,8 +42,7 @@ impl DefragAccel {
             tx_queue,
             now_ns: 0,
             step_ns: 1000,
-            held: Default::default(),
-            capacity: 256,
+            held: TxHold::new(256),
             stats: DefragStats::default(),
         }
     }
@@ -54,33 +52,25 @@ impl DefragAccel {
     }
 
     fn flush(&mut self, tx: &mut dyn TxStream) -> usize {
-        let mut n = 0;
-        while let Some((f, resume_table)) = self.held.front() {
-            let meta = TxMeta {
-                queue: self.tx_queue,
-                cs_flags: 0,
-                resume_table: *resume_table,
-            };
-            match tx.send(&meta, f) {
-                Ok(()) => n += 1,
-                Err(TxRefused::NoCredit) => break,
-                Err(TxRefused::BadLength) => self.stats.too_large_for_fld += 1,
-                Err(TxRefused::UnknownQueue) => self.stats.dropped += 1,
-            }
-            self.held.pop_front();
-        }
-        n
+        let (queue, stats) = (self.tx_queue, &mut self.stats);
+        self.held.flush(
+            tx,
+            |_| queue,
+            |e| match e {
+                TxRefused::BadLength => stats.too_large_for_fld += 1,
+                _ => stats.dropped += 1,
+            },
+        )
     }
 
     fn hold(&mut self, l2: &[u8], ip: &[u8], resume_table: Option<u8>) {
-        if self.held.len() >= self.capacity {
+        let queued = self.held.push_with(resume_table, |f| {
+            f.extend_from_slice(l2);
+            f.extend_from_slice(ip);
+        });
+        if !queued {
             self.stats.backlog_drops += 1;
-            return;
         }
-        let mut f = Vec::with_capacity(l2.len() + ip.len());
-        f.extend_from_slice(l2);
-        f.extend_from_slice(ip);
-        self.held.push_back((f, resume_table));
     }
 }
 
@@ -149,7 +139,7 @@ impl Accelerator for DefragAccel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accel::Credits;
+    use crate::accel::{Credits, TxMeta};
 
     struct Sink(Vec<Vec<u8>>);
     impl TxStream for Sink {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::iot::{IotFilter, KeyTable, Reason, Stats, Verdict};
-use super::{Accelerator, RxMeta, TxMeta, TxRefused, TxStream};
+use super::{Accelerator, RxMeta, TxHold, TxStream};
 use crate::nic::packet::{self, L4Kind};
 
 /// CoAP's UDP port (RFC 7252 §6.1).
@@ -30,8 +30,8 @@ pub struct IotAccel {
     filter: IotFilter,
     tx_queue: u16,
     handle: IotHandle,
-    held: std::collections::VecDeque<(Vec<u8>, Option<u8>)>,
-    capacity: usize,
+    /// Authenticated messages waiting for tx credits.
+    held: TxHold,
 }
 
 impl IotAccel {
@@ -42,31 +42,15 @@ impl IotAccel {
                 filter: IotFilter::new(keys),
                 tx_queue,
                 handle: handle.clone(),
-                held: Default::default(),
-                capacity: 256,
+                held: TxHold::new(256),
             },
             handle,
         )
     }
 
     fn flush(&mut self, tx: &mut dyn TxStream) -> usize {
-        let mut n = 0;
-        while let Some((f, resume_table)) = self.held.front() {
-            match tx.send(
-                &TxMeta {
-                    queue: self.tx_queue,
-                    cs_flags: 0,
-                    resume_table: *resume_table,
-                },
-                f,
-            ) {
-                Ok(()) => n += 1,
-                Err(TxRefused::NoCredit) => break,
-                Err(_) => {}
-            }
-            self.held.pop_front();
-        }
-        n
+        let queue = self.tx_queue;
+        self.held.flush(tx, |_| queue, |_| {})
     }
 }
 
@@ -87,10 +71,12 @@ impl Accelerator for IotAccel {
         let verdict = self.filter.check(meta.context, coap, now);
         *self.handle.stats.lock().unwrap_or_else(|e| e.into_inner()) = self.filter.stats().clone();
         if verdict == Verdict::Pass {
-            if self.held.len() >= self.capacity {
+            if !self
+                .held
+                .push_with(meta.resume_table, |f| f.extend_from_slice(data))
+            {
                 return false;
             }
-            self.held.push_back((data.to_vec(), meta.resume_table));
             self.flush(tx);
         }
         true

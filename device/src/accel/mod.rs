@@ -78,6 +78,73 @@ pub trait Accelerator: Send {
     }
 }
 
+/// Frames an accelerator produced that wait for tx credits, in order, each with the resume
+/// table it returns to the NIC with. Bounded (the model's output FIFO); buffers are reused, so
+/// steady traffic allocates nothing.
+pub struct TxHold {
+    frames: std::collections::VecDeque<(Vec<u8>, Option<u8>)>,
+    spare: Vec<Vec<u8>>,
+    capacity: usize,
+}
+
+impl TxHold {
+    pub fn new(capacity: usize) -> Self {
+        TxHold {
+            frames: Default::default(),
+            spare: Vec::new(),
+            capacity,
+        }
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.frames.len() >= self.capacity
+    }
+
+    /// Queues a frame that `build` writes into an empty buffer; false (nothing queued) when full.
+    pub fn push_with(
+        &mut self,
+        resume_table: Option<u8>,
+        build: impl FnOnce(&mut Vec<u8>),
+    ) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.clear();
+        build(&mut b);
+        self.frames.push_back((b, resume_table));
+        true
+    }
+
+    /// Sends held frames in order until credits run out. The `n`-th frame sent in this call goes
+    /// to `queue(n)`; a frame the stream refuses for good is discarded and handed to `refused`.
+    /// Returns the frames sent.
+    pub fn flush(
+        &mut self,
+        tx: &mut dyn TxStream,
+        queue: impl Fn(usize) -> u16,
+        mut refused: impl FnMut(TxRefused),
+    ) -> usize {
+        let mut sent = 0;
+        while let Some((f, resume_table)) = self.frames.front() {
+            let meta = TxMeta {
+                queue: queue(sent),
+                cs_flags: 0,
+                resume_table: *resume_table,
+            };
+            match tx.send(&meta, f) {
+                Ok(()) => sent += 1,
+                Err(TxRefused::NoCredit) => break,
+                Err(e) => refused(e),
+            }
+            if let Some((b, _)) = self.frames.pop_front() {
+                self.spare.push(b);
+            }
+        }
+        sent
+    }
+}
+
 /// Sends every packet back out of a transmit queue with Ethernet source and destination
 /// swapped (the paper's FLD-E echo accelerator, §8.1.1). Packets that find no credits wait in a
 /// bounded holding buffer; beyond it they are refused (and counted by FLD as accelerator drops).
@@ -86,9 +153,7 @@ pub struct Echo {
     tx_queue: u16,
     queues: u16,
     next: u16,
-    held: std::collections::VecDeque<(Vec<u8>, Option<u8>)>,
-    spare: Vec<Vec<u8>>,
-    capacity: usize,
+    held: TxHold,
     pub echoed: u64,
 }
 
@@ -103,54 +168,38 @@ impl Echo {
             tx_queue: first,
             queues: queues.max(1),
             next: 0,
-            held: Default::default(),
-            spare: Vec::new(),
-            capacity,
+            held: TxHold::new(capacity),
             echoed: 0,
         }
     }
 
     fn flush(&mut self, tx: &mut dyn TxStream) -> usize {
-        let mut n = 0;
-        while let Some((p, resume_table)) = self.held.front() {
-            let meta = TxMeta {
-                queue: self.tx_queue + self.next,
-                cs_flags: 0,
-                resume_table: *resume_table,
-            };
-            match tx.send(&meta, p) {
-                Ok(()) => {
-                    n += 1;
-                    self.echoed += 1;
-                    self.next = (self.next + 1) % self.queues;
-                    if let Some((b, _)) = self.held.pop_front() {
-                        self.spare.push(b);
-                    }
-                }
-                Err(TxRefused::NoCredit) => break,
-                Err(_) => {
-                    // A packet the queue will never take: discard it.
-                    if let Some((b, _)) = self.held.pop_front() {
-                        self.spare.push(b);
-                    }
-                }
-            }
-        }
+        let (first, queues, next) = (self.tx_queue, self.queues, self.next);
+        // A frame the queue will never take is discarded.
+        let n = self.held.flush(
+            tx,
+            |i| first + ((next as usize + i) % queues as usize) as u16,
+            |_| {},
+        );
+        self.echoed += n as u64;
+        self.next = ((next as usize + n) % queues as usize) as u16;
         n
     }
 }
 
 impl Accelerator for Echo {
     fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
-        if self.held.len() >= self.capacity || data.len() < 12 {
+        if data.len() < 12 {
             return false;
         }
-        let mut b = self.spare.pop().unwrap_or_default();
-        b.clear();
-        b.extend_from_slice(&data[6..12]);
-        b.extend_from_slice(&data[0..6]);
-        b.extend_from_slice(&data[12..]);
-        self.held.push_back((b, meta.resume_table));
+        let queued = self.held.push_with(meta.resume_table, |b| {
+            b.extend_from_slice(&data[6..12]);
+            b.extend_from_slice(&data[0..6]);
+            b.extend_from_slice(&data[12..]);
+        });
+        if !queued {
+            return false;
+        }
         self.flush(tx);
         true
     }
