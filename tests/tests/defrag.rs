@@ -34,26 +34,7 @@ fn datagram(src: [u8; 6], dst: [u8; 6], sport: u16, len: usize) -> Vec<u8> {
 
 /// Fragments at a 1450-byte MTU (1424 bytes of payload per fragment, a multiple of 8).
 fn fragments(frame: &[u8]) -> Vec<Vec<u8>> {
-    let (l2, ip) = frame.split_at(14);
-    let payload = &ip[20..];
-    payload
-        .chunks(1424)
-        .enumerate()
-        .map(|(i, part)| {
-            let mut h = ip[..20].to_vec();
-            let more = if (i + 1) * 1424 < payload.len() {
-                0x2000
-            } else {
-                0
-            };
-            h[2..4].copy_from_slice(&((20 + part.len()) as u16).to_be_bytes());
-            h[6..8].copy_from_slice(&((i * 1424 / 8) as u16 | more).to_be_bytes());
-            h[10..12].fill(0);
-            let c = fld_device::nic::packet::internet_checksum(&h, 0);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
-            [l2, &h, part].concat()
-        })
-        .collect()
+    fld_host::inline_apps::fragment_ipv4(frame, 1450)
 }
 
 /// Sends `frames` from the client port, lets the card run, and returns what reached each of the
