@@ -395,18 +395,17 @@ pub fn iot_workload(
     report.offload_delivered = delivered;
     report.offload_mismatches = bad + (valid.len() - next) as u64;
     report.fld_rx_frames = s.flde.fld().stat(fld_device::fld::abi::Stat::RxPackets);
-    let st = handle
-        .stats
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    report.counters = std::iter::once(("passed", st.passed))
-        .chain(
-            iot::Reason::ALL
-                .iter()
-                .map(|&r| (r.name(), st.dropped_for(r)))
-                .filter(|&(_, n)| n > 0),
-        )
+    // "passed", then the drop reasons that occurred.
+    report.counters = s
+        .card
+        .fld
+        .accelerator_counters()
+        .map(|(_, c)| c)
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, (_, n))| i == 0 || n > 0)
+        .map(|(_, c)| c)
         .collect();
 
     // Host baseline: everything reaches the host, which finds the tenant by source address and

@@ -5,24 +5,21 @@
 //! are dropped and counted per reason. Time for `exp`/`nbf` is a clock the owner sets.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::iot::{IotFilter, KeyTable, Reason, Stats, Verdict};
+use super::iot::{IotFilter, KeyTable, Reason, Verdict};
 use super::{Accelerator, RxMeta, TxHold, TxStream};
 use crate::nic::packet::{self, L4Kind};
 
 /// CoAP's UDP port (RFC 7252 §6.1).
 pub const COAP_PORT: u16 = 5683;
 
-/// What the owner keeps to watch and steer the accelerator after handing it to FLD.
+/// What the owner keeps to steer the accelerator after handing it to FLD. Its counters are read
+/// through [`Accelerator::counters`] (`Fld::accelerator_counters`).
 #[derive(Clone, Default)]
 pub struct IotHandle {
     /// Seconds since the epoch used for `exp`/`nbf`.
     pub now_s: Arc<AtomicU64>,
-    /// The filter's counters (passed, dropped per reason).
-    pub stats: Arc<Mutex<Stats>>,
-    /// Frames that were not UDP to the CoAP port (dropped).
-    pub not_coap_frames: Arc<AtomicU64>,
 }
 
 /// The accelerator model.
@@ -32,6 +29,8 @@ pub struct IotAccel {
     handle: IotHandle,
     /// Authenticated messages waiting for tx credits.
     held: TxHold,
+    /// Frames that were not UDP to the CoAP port (dropped).
+    not_coap_frames: u64,
 }
 
 impl IotAccel {
@@ -43,6 +42,7 @@ impl IotAccel {
                 tx_queue,
                 handle: handle.clone(),
                 held: TxHold::new(256),
+                not_coap_frames: 0,
             },
             handle,
         )
@@ -58,18 +58,17 @@ impl Accelerator for IotAccel {
     fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
         let p = packet::parse(data);
         if p.malformed || p.l4 != L4Kind::Udp || p.dst_port != COAP_PORT {
-            self.handle.not_coap_frames.fetch_add(1, Ordering::Relaxed);
+            self.not_coap_frames += 1;
             return true;
         }
         let start = usize::from(p.l4_offset) + 8;
         let end = usize::from(p.l3_offset) + usize::from(p.ip_len);
         let Some(coap) = data.get(start..end) else {
-            self.handle.not_coap_frames.fetch_add(1, Ordering::Relaxed);
+            self.not_coap_frames += 1;
             return true;
         };
         let now = self.handle.now_s.load(Ordering::Relaxed);
         let verdict = self.filter.check(meta.context, coap, now);
-        *self.handle.stats.lock().unwrap_or_else(|e| e.into_inner()) = self.filter.stats().clone();
         if verdict == Verdict::Pass {
             if !self
                 .held
@@ -94,10 +93,7 @@ impl Accelerator for IotAccel {
         let s = self.filter.stats();
         std::iter::once(("passed", s.passed))
             .chain(Reason::ALL.iter().map(|&r| (r.name(), s.dropped_for(r))))
-            .chain(std::iter::once((
-                "not_coap_frames",
-                self.handle.not_coap_frames.load(Ordering::Relaxed),
-            )))
+            .chain(std::iter::once(("not_coap_frames", self.not_coap_frames)))
             .collect()
     }
 }
