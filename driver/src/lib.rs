@@ -8,6 +8,7 @@ pub mod fld;
 pub mod inprocess;
 pub mod nic;
 mod pci;
+pub mod vfio;
 pub mod vfio_user;
 
 pub use pci::{DmaBuffer, DriverError, PciDevice};

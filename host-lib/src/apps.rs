@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::ethdev::EthDev;
+use fld_driver::PciDevice;
 use crate::mempool::{ol, Mbuf, Mempool};
 
 /// The burst interface the applications run on: an emulated port, or the software loopback
@@ -432,6 +433,81 @@ pub fn run_echo(
     rep
 }
 
+/// Configures the CPU echo ports on any transport: the generator on `client` (host function 0)
+/// and the echo application on `server` (host function 1), each with a pool of `mbufs` buffers.
+pub fn open_echo_pair(
+    client: Arc<dyn PciDevice>,
+    server: Arc<dyn PciDevice>,
+    rx_mode: crate::ethdev::RxMode,
+    max_frame: usize,
+    mbufs: u32,
+) -> Result<(EthDev, EthDev), fld_driver::DriverError> {
+    let buf = (max_frame + crate::mempool::HEADROOM as usize) as u32;
+    let cfg = crate::ethdev::PortConfig {
+        rx_mode,
+        max_rx_frame: max_frame as u32,
+        ..Default::default()
+    };
+    let mut ports = Vec::with_capacity(2);
+    for dev in [client, server] {
+        let mut port = EthDev::open(dev.clone())?;
+        port.configure(cfg, Mempool::new(dev.as_ref(), mbufs, buf)?)?;
+        ports.push(port);
+    }
+    let server = ports.pop().expect("two ports");
+    let client = ports.pop().expect("two ports");
+    Ok((client, server))
+}
+
+/// Sizes of the FLD-E echo set-up.
+#[derive(Clone, Copy, Debug)]
+pub struct FldEchoPorts {
+    /// FLD transmit queues to bind (the echo accelerator uses the first).
+    pub tx_queues: u16,
+    /// RSS queues on the generator's port.
+    pub client_rx_queues: u16,
+    pub max_frame: usize,
+    /// Buffers in the generator's pool.
+    pub mbufs: u32,
+}
+
+/// Brings up FLD-E on any transport: NIC function 0 (`nic_fld`) bound to FLD (`fld`), every frame
+/// sent to it handed to the accelerator behind FLD (whatever the card runs there), and the
+/// generator's port on NIC function 1 (`nic_client`).
+pub fn open_fld_echo(
+    nic_fld: Arc<dyn PciDevice>,
+    nic_client: Arc<dyn PciDevice>,
+    fld: Arc<dyn PciDevice>,
+    p: FldEchoPorts,
+) -> Result<(crate::flde::FldE, EthDev), fld_driver::DriverError> {
+    let mut flde = crate::flde::FldE::open(nic_fld, fld, p.tx_queues)?;
+    // Lowest priority: rules a caller adds later take precedence.
+    flde.accelerate(u16::MAX, &[], 1, None)?;
+    let mut client = EthDev::open(nic_client.clone())?;
+    let buf = (p.max_frame + crate::mempool::HEADROOM as usize) as u32;
+    let cfg = crate::ethdev::PortConfig {
+        rx_mode: crate::ethdev::RxMode::Striding {
+            log_stride_size: 8,
+            log_strides: 6,
+        },
+        max_rx_frame: p.max_frame as u32,
+        rx_queues: p.client_rx_queues.max(1),
+        ..Default::default()
+    };
+    client.configure(cfg, Mempool::new(nic_client.as_ref(), p.mbufs, buf)?)?;
+    Ok((flde, client))
+}
+
+/// Packets that may be in flight without overrunning FLD's receive buffer, which is sized for
+/// the bandwidth-delay product (2 S_rxbdp), not for a deep window of large frames: every striding
+/// WQE but the open one, times the frames of `max_frame` bytes a WQE holds.
+pub fn fld_safe_window(flde: &crate::flde::FldE, max_frame: usize) -> usize {
+    let layout = fld_driver::fld::FldRxLayout::default();
+    let strides_per_frame = max_frame.div_ceil(1 << layout.log_stride_size).max(1);
+    let per_wqe = ((1usize << layout.log_strides) / strides_per_frame).max(1);
+    (flde.binding().rx_wqes as usize - 1).max(1) * per_wqe
+}
+
 /// An in-process card with the generator on host function 0 and the echo server on host
 /// function 1, both configured: the set-up of the demo, the benchmark and the tests.
 pub struct InProcessPair {
@@ -450,26 +526,11 @@ impl InProcessPair {
         use fld_driver::inprocess::InProcessHost;
         let card = Card::new(CardConfig::default());
         let host = InProcessHost::new(card.clone(), 1 << 30)?;
-        let f0 = card
-            .nic
-            .function_id(0)
-            .ok_or(fld_driver::DriverError::InvalidArgument("no function 0"))?;
-        let f1 = card
-            .nic
-            .function_id(1)
-            .ok_or(fld_driver::DriverError::InvalidArgument("no function 1"))?;
-        let mut client = EthDev::open(host.device(f0))?;
-        let mut server = EthDev::open(host.device(f1))?;
-        let buf = (max_frame + crate::mempool::HEADROOM as usize) as u32;
-        let cfg = crate::ethdev::PortConfig {
-            rx_mode,
-            max_rx_frame: max_frame as u32,
-            ..Default::default()
-        };
-        let dev0 = host.device(f0);
-        let dev1 = host.device(f1);
-        client.configure(cfg, Mempool::new(dev0.as_ref(), 4096, buf)?)?;
-        server.configure(cfg, Mempool::new(dev1.as_ref(), 4096, buf)?)?;
+        let no = || fld_driver::DriverError::InvalidArgument("missing function");
+        let f0 = card.nic.function_id(0).ok_or_else(no)?;
+        let f1 = card.nic.function_id(1).ok_or_else(no)?;
+        let (client, server) =
+            open_echo_pair(host.device(f0), host.device(f1), rx_mode, max_frame, 4096)?;
         Ok(InProcessPair {
             card,
             host,
@@ -536,31 +597,22 @@ impl FldEchoSetup {
             ..Default::default()
         });
         let host = InProcessHost::new(card.clone(), 1 << 30)?;
-        let no = fld_driver::DriverError::InvalidArgument("missing function");
-        let f0 = card.nic.function_id(0).ok_or(no)?;
-        let f1 = card
-            .nic
-            .function_id(1)
-            .ok_or(fld_driver::DriverError::InvalidArgument("missing function"))?;
-        let mut flde =
-            crate::flde::FldE::open(host.device(f0), host.device(card.fld.id()), tx_queues)?;
+        let no = || fld_driver::DriverError::InvalidArgument("missing function");
+        let f0 = card.nic.function_id(0).ok_or_else(no)?;
+        let f1 = card.nic.function_id(1).ok_or_else(no)?;
         card.fld
             .set_accelerator(Box::new(fld_device::accel::Echo::new(0, 256)));
-        // Lowest priority: rules a caller adds later take precedence.
-        flde.accelerate(u16::MAX, &[], 1, None)?;
-        let mut client = EthDev::open(host.device(f1))?;
-        let buf = (max_frame + crate::mempool::HEADROOM as usize) as u32;
-        let cfg = crate::ethdev::PortConfig {
-            rx_mode: crate::ethdev::RxMode::Striding {
-                log_stride_size: 8,
-                log_strides: 6,
+        let (flde, client) = open_fld_echo(
+            host.device(f0),
+            host.device(f1),
+            host.device(card.fld.id()),
+            FldEchoPorts {
+                tx_queues,
+                client_rx_queues,
+                max_frame,
+                mbufs: 4096,
             },
-            max_rx_frame: max_frame as u32,
-            rx_queues: client_rx_queues.max(1),
-            ..Default::default()
-        };
-        let dev1 = host.device(f1);
-        client.configure(cfg, Mempool::new(dev1.as_ref(), 4096, buf)?)?;
+        )?;
         Ok(FldEchoSetup {
             card,
             host,
@@ -629,10 +681,7 @@ impl FldEchoSetup {
     /// for the bandwidth-delay product (2 S_rxbdp), not for a deep window of large frames: every
     /// striding WQE but the open one, times the frames of `max_frame` bytes a WQE holds.
     pub fn safe_window(&self, max_frame: usize) -> usize {
-        let layout = fld_driver::fld::FldRxLayout::default();
-        let strides_per_frame = max_frame.div_ceil(1 << layout.log_stride_size).max(1);
-        let per_wqe = ((1usize << layout.log_strides) / strides_per_frame).max(1);
-        (self.flde.binding().rx_wqes as usize - 1).max(1) * per_wqe
+        fld_safe_window(&self.flde, max_frame)
     }
 
     /// The generator sends to the accelerator's vPort and checks every returned byte.

@@ -25,8 +25,9 @@ use fld_device::fld::perf_model::{self, Batching, FIGURE7A_SIZES};
 use fld_device::wire::pcap::CaptureFilter;
 use fld_device::wire::PcapTap;
 use fld_host::apps::{
-    datacenter_mix, EchoConfig, EchoReport, FldEchoSetup, InProcessPair, Sizes, SoftPort,
-    MAX_FRAME, MIN_FRAME,
+    datacenter_mix, echo_step, fld_safe_window, open_echo_pair, open_fld_echo, run_echo,
+    EchoConfig, EchoReport, FldEchoPorts, FldEchoSetup, InProcessPair, Sizes, SoftPort, MAX_FRAME,
+    MIN_FRAME,
 };
 use fld_host::{Mempool, RxMode};
 use serde_json::json;
@@ -72,6 +73,19 @@ struct ServeArgs {
     /// Directory for the sockets: nic0.sock, nic1.sock (NIC host functions) and fld.sock.
     #[arg(long, default_value = "fldemu-sockets")]
     socket_dir: std::path::PathBuf,
+    /// The accelerator behind FLD.
+    #[arg(long, value_enum, default_value_t = ServeAccelArg::Echo)]
+    accel: ServeAccelArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ServeAccelArg {
+    /// None: frames FLD receives are counted and dropped.
+    None,
+    /// The echo accelerator (the FLD-E demo's).
+    Echo,
+    /// The ZUC look-aside accelerator on its UDP port.
+    Zuc,
 }
 
 #[derive(clap::Args)]
@@ -177,9 +191,69 @@ struct DemoArgs {
     /// Write every frame entering the eSwitch to this pcap file.
     #[arg(long)]
     pcap: Option<String>,
+    /// How the driver reaches the card: in this process, over `fldemu serve`'s vfio-user
+    /// sockets, or through Linux vfio-pci (inside a guest whose QEMU attaches the card).
+    #[arg(long, value_enum, default_value_t = TransportArg::InProcess)]
+    transport: TransportArg,
+    /// With `--transport vfio-user`: the directory of the server's sockets.
+    #[arg(long, default_value = "fldemu-sockets")]
+    socket_dir: std::path::PathBuf,
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum TransportArg {
+    /// The card runs in this process.
+    InProcess,
+    /// `fldemu serve` (nic0.sock, nic1.sock, fld.sock), through the vfio-user client transport.
+    VfioUser,
+    /// The functions found in sysfs by vendor and device ID, bound to vfio-pci.
+    Vfio,
+}
+
+/// DMA memory for the driver when the card is reached through vfio-user or vfio.
+const REMOTE_DMA_BYTES: usize = 128 << 20;
+
+/// Opens the echo set-up over the transport `a` names.
+fn open_echoer(a: &DemoArgs, max_frame: usize) -> Result<Echoer, Box<dyn std::error::Error>> {
+    use std::sync::Arc;
+    let rx = a.rx_mode.mode();
+    match a.transport {
+        TransportArg::InProcess => Echoer::new(a.accel, rx, max_frame),
+        TransportArg::VfioUser => {
+            let host = fld_driver::vfio_user::VfioUserHost::connect(
+                &a.socket_dir,
+                &["nic0.sock", "nic1.sock", "fld.sock"],
+                REMOTE_DMA_BYTES,
+            )?;
+            let dev = |i| -> Result<Arc<dyn fld_driver::PciDevice>, String> {
+                Ok(host.device(i).ok_or("missing function")?)
+            };
+            let (nic, fld) = ([dev(0)?, dev(1)?], dev(2)?);
+            Echoer::open_remote(a.accel, rx, max_frame, nic, fld, Box::new(host))
+        }
+        TransportArg::Vfio => {
+            use fld_device::nic::abi::{NIC_DEVICE_ID, PCI_VENDOR_ID};
+            use fld_driver::vfio::{find_functions, VfioHost};
+            let nics = find_functions(PCI_VENDOR_ID, NIC_DEVICE_ID);
+            let flds = find_functions(PCI_VENDOR_ID, fld_device::fld::abi::FLD_DEVICE_ID);
+            if nics.len() < 2 || flds.is_empty() {
+                return Err(format!(
+                    "need two NIC functions and an FLD function; found NIC {nics:?}, FLD {flds:?}"
+                )
+                .into());
+            }
+            let bdfs = [nics[0].clone(), nics[1].clone(), flds[0].clone()];
+            let host = VfioHost::open(&bdfs, REMOTE_DMA_BYTES)?;
+            let dev = |i| -> Result<Arc<dyn fld_driver::PciDevice>, String> {
+                Ok(host.device(i).ok_or("missing function")?)
+            };
+            let (nic, fld) = ([dev(0)?, dev(1)?], dev(2)?);
+            Echoer::open_remote(a.accel, rx, max_frame, nic, fld, Box::new(host))
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -283,6 +357,17 @@ fn main() -> ExitCode {
         Cmd::Model(a) => model(a),
         Cmd::Serve(a) => {
             let card = Card::new(Default::default());
+            match a.accel {
+                ServeAccelArg::None => {}
+                ServeAccelArg::Echo => card
+                    .fld
+                    .set_accelerator(Box::new(fld_device::accel::Echo::new(0, 256))),
+                ServeAccelArg::Zuc => {
+                    use fld_device::accel::zuc_accel::{ZucAccel, ZUC_UDP_PORT};
+                    card.fld
+                        .set_accelerator(Box::new(ZucAccel::new(ZUC_UDP_PORT, 0)))
+                }
+            }
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             for (_, name) in serve::socket_names(&card) {
                 eprintln!("fldemu: serving {}", a.socket_dir.join(name).display());
@@ -318,10 +403,22 @@ fn link_stats(card: &Card) -> (TlpStats, TlpStats) {
     (nic, card.fabric.stats(card.fld.id()))
 }
 
-/// An echo set-up of either kind, for the demo and the benchmark.
-enum Echoer {
-    Cpu(InProcessPair),
-    Fld(FldEchoSetup),
+/// Who echoes the generator's frames.
+enum EchoSide {
+    /// The CPU echo application on NIC function 1.
+    Cpu(fld_host::EthDev),
+    /// The accelerator behind FLD, reached through NIC function 0.
+    Fld(fld_host::flde::FldE),
+}
+
+/// An echo set-up of either kind over any transport, for the demo and the benchmark.
+struct Echoer {
+    client: fld_host::EthDev,
+    echo: EchoSide,
+    /// The card, when it runs in this process (statistics, capture, polling).
+    card: Option<std::sync::Arc<Card>>,
+    /// Keeps the transport (its connections, DMA memory) alive.
+    _transport: Box<dyn std::any::Any>,
 }
 
 impl Echoer {
@@ -331,31 +428,108 @@ impl Echoer {
         max_frame: usize,
     ) -> Result<Self, Box<dyn std::error::Error>> {
         Ok(match accel {
-            AccelArg::None => Echoer::Cpu(InProcessPair::new(rx, max_frame)?),
-            _ => Echoer::Fld(FldEchoSetup::new(max_frame)?),
+            AccelArg::None => {
+                let p = InProcessPair::new(rx, max_frame)?;
+                Echoer {
+                    client: p.client,
+                    echo: EchoSide::Cpu(p.server),
+                    card: Some(p.card),
+                    _transport: Box::new(p.host),
+                }
+            }
+            _ => {
+                let f = FldEchoSetup::new(max_frame)?;
+                Echoer {
+                    client: f.client,
+                    echo: EchoSide::Fld(f.flde),
+                    card: Some(f.card),
+                    _transport: Box::new(f.host),
+                }
+            }
         })
     }
-    fn card(&self) -> &Card {
-        match self {
-            Echoer::Cpu(p) => &p.card,
-            Echoer::Fld(f) => &f.card,
-        }
+
+    /// The same set-up on a card reached through `nic` (two NIC functions) and `fld`; its
+    /// accelerator is whatever the card runs (`fldemu serve --accel`).
+    fn open_remote(
+        accel: AccelArg,
+        rx: RxMode,
+        max_frame: usize,
+        nic: [std::sync::Arc<dyn fld_driver::PciDevice>; 2],
+        fld: std::sync::Arc<dyn fld_driver::PciDevice>,
+        transport: Box<dyn std::any::Any>,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let [nic0, nic1] = nic;
+        let (client, echo) = match accel {
+            AccelArg::None => {
+                let (client, server) = open_echo_pair(nic0, nic1, rx, max_frame, REMOTE_MBUFS)?;
+                (client, EchoSide::Cpu(server))
+            }
+            _ => {
+                let ports = FldEchoPorts {
+                    tx_queues: 1,
+                    client_rx_queues: 1,
+                    max_frame,
+                    mbufs: REMOTE_MBUFS,
+                };
+                let (flde, client) = open_fld_echo(nic0, nic1, fld, ports)?;
+                (client, EchoSide::Fld(flde))
+            }
+        };
+        Ok(Echoer {
+            client,
+            echo,
+            card: None,
+            _transport: transport,
+        })
     }
+
     /// Packets in flight the path takes without drops (FLD's Rx buffer bounds the FLD-E path).
+    /// The in-process card (the benchmark and the model always build one).
+    fn card(&self) -> &Card {
+        self.card.as_deref().expect("an in-process card")
+    }
+
     fn window(&self, max_frame: usize) -> usize {
-        match self {
-            Echoer::Cpu(_) => 512,
-            Echoer::Fld(f) => f.safe_window(max_frame).min(512),
+        match &self.echo {
+            EchoSide::Cpu(_) => 512,
+            EchoSide::Fld(f) => fld_safe_window(f, max_frame).min(512),
         }
     }
 
     fn run(&mut self, cfg: &EchoConfig) -> EchoReport {
-        match self {
-            Echoer::Cpu(p) => p.run_echo(cfg),
-            Echoer::Fld(f) => f.run_echo(cfg),
+        match &mut self.echo {
+            EchoSide::Cpu(server) => {
+                let mac = server.mac();
+                let mut scratch = Vec::with_capacity(cfg.burst);
+                run_echo(&mut self.client, mac, cfg, || {
+                    echo_step(server, &mut scratch, cfg.burst)
+                })
+            }
+            EchoSide::Fld(flde) => {
+                let card = self.card.clone();
+                run_echo(&mut self.client, flde.mac(), cfg, || {
+                    card.as_ref().map_or(0, |c| c.poll())
+                })
+            }
+        }
+    }
+
+    /// FLD's memory report total, read from the running FLD.
+    fn fld_memory(&self) -> Option<u64> {
+        match &self.echo {
+            EchoSide::Fld(f) => Some(f.fld().memory_report()[MemoryItem::Total as usize]),
+            EchoSide::Cpu(_) => self
+                .card
+                .as_ref()
+                .map(|c| c.fld.memory_report()[MemoryItem::Total as usize]),
         }
     }
 }
+
+/// Buffers per pool when the card is reached through vfio-user or vfio: DMA memory there is
+/// pinned (a guest's RAM), so pools are smaller than in-process.
+const REMOTE_MBUFS: u32 = 1024;
 
 fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if a.accel == AccelArg::Zuc {
@@ -372,15 +546,21 @@ fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         },
         _ => Sizes::Fixed(size as usize),
     };
-    let mut echo = Echoer::new(a.accel, a.rx_mode.mode(), sizes.max())?;
-    if let Some(path) = &a.pcap {
+    if a.transport != TransportArg::InProcess && !matches!(a.accel, AccelArg::None | AccelArg::Echo)
+    {
+        return Err("over vfio-user and vfio the demo runs the CPU and FLD-E echo paths".into());
+    }
+    let mut echo = open_echoer(&a, sizes.max())?;
+    if let (Some(path), Some(card)) = (&a.pcap, &echo.card) {
         let tap = PcapTap::new(
             BufWriter::new(File::create(path)?),
             CaptureFilter::AllIngress,
         )?;
-        echo.card().nic.set_tap(Some(Box::new(tap)));
+        card.nic.set_tap(Some(Box::new(tap)));
     }
-    echo.card().fabric.clear_stats();
+    if let Some(card) = &echo.card {
+        card.fabric.clear_stats();
+    }
     let window = echo.window(sizes.max());
     let cfg = EchoConfig {
         packets: a.packets,
@@ -390,15 +570,21 @@ fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         ..Default::default()
     };
     let rep = echo.run(&cfg);
-    // Dropping the tap flushes the capture.
-    echo.card().nic.set_tap(None);
-    let (nic_link, fld_link) = link_stats(echo.card());
     // Every echoed packet crosses the NIC twice (client -> echo, echo -> client).
     let crossings = (rep.packets_sent + rep.packets_received).max(1);
-    let per_pkt = nic_link.total_bytes() as f64 / crossings as f64;
+    // PCIe counters live in the fabric: known only when the card runs in this process.
+    let links = echo.card.as_ref().map(|card| {
+        // Dropping the tap flushes the capture.
+        card.nic.set_tap(None);
+        link_stats(card)
+    });
+    let per_pkt = links.map(|(nic, _)| nic.total_bytes() as f64 / crossings as f64);
+    let tlps_per_pkt = links.map(|(nic, _)| nic.total_tlps() as f64 / crossings as f64);
+    let fld_per_pkt = links
+        .map(|(_, fld)| fld.total_bytes() as f64 / rep.packets_received.max(1) as f64);
     let ok =
         rep.mismatches == 0 && rep.packets_received == a.packets && rep.checksum_flags_bad == 0;
-    let fld_memory = echo.card().fld.memory_report()[MemoryItem::Total as usize];
+    let fld_memory = echo.fld_memory();
     let software_memory = memory_model::software_requirement(&MemoryParams::table_2a()).total;
     if a.json {
         let v = json!({
@@ -411,8 +597,13 @@ fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             "gbps": rep.gbps(),
             "elapsed_s": rep.elapsed.as_secs_f64(),
             "pcie_bytes_per_packet": per_pkt,
-            "pcie_tlps_per_packet": nic_link.total_tlps() as f64 / crossings as f64,
-            "fld_pcie_bytes_per_packet": fld_link.total_bytes() as f64 / rep.packets_received.max(1) as f64,
+            "pcie_tlps_per_packet": tlps_per_pkt,
+            "fld_pcie_bytes_per_packet": fld_per_pkt,
+            "transport": match a.transport {
+                TransportArg::InProcess => "in-process",
+                TransportArg::VfioUser => "vfio-user",
+                TransportArg::Vfio => "vfio",
+            },
             "accel": match a.accel { AccelArg::None => "none", _ => "echo" },
             "rx_mode": match a.rx_mode { RxModeArg::Regular => "regular", RxModeArg::Striding => "striding" },
             "size_min": size,
@@ -446,17 +637,16 @@ fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             rep.gbps(),
             rep.elapsed.as_secs_f64()
         );
-        println!(
-            "  PCIe (NIC)      {:.1} bytes and {:.2} TLPs per packet crossing",
-            per_pkt,
-            nic_link.total_tlps() as f64 / crossings as f64
-        );
+        if let (Some(bytes), Some(tlps)) = (per_pkt, tlps_per_pkt) {
+            println!("  PCIe (NIC)      {bytes:.1} bytes and {tlps:.2} TLPs per packet crossing");
+        }
         if a.accel == AccelArg::Echo {
-            println!(
-                "  PCIe (FLD)      {:.1} bytes per echoed packet",
-                fld_link.total_bytes() as f64 / rep.packets_received.max(1) as f64
-            );
-            println!("  memory          FLD {:.1} KiB on chip vs {:.1} MiB for a software driver (Table 2a parameters)", fld_memory as f64 / 1024.0, software_memory as f64 / 1048576.0);
+            if let Some(fld) = fld_per_pkt {
+                println!("  PCIe (FLD)      {fld:.1} bytes per echoed packet");
+            }
+            if let Some(fld_memory) = fld_memory {
+                println!("  memory          FLD {:.1} KiB on chip vs {:.1} MiB for a software driver (Table 2a parameters)", fld_memory as f64 / 1024.0, software_memory as f64 / 1048576.0);
+            }
         }
         if let Some(p) = &a.pcap {
             println!("  capture         {p}");

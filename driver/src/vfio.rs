@@ -1,0 +1,401 @@
+//! The Linux vfio transport: the driver inside a machine (a guest whose QEMU attaches the card
+//! over vfio-user, or any host with the functions behind an IOMMU) reaches the functions through
+//! vfio-pci, as a user-space NIC driver would.
+//!
+//! * Functions are found in sysfs by vendor/device ID and bound to vfio-pci
+//!   ([`bind_to_vfio_pci`]).
+//! * All functions share one container, so one IOMMU address space: DMA memory is one anonymous
+//!   buffer (huge pages when the system has them) mapped at [`DMA_IOVA`] for every function.
+//! * BARs that vfio-pci lets us map are mmapped: doorbell pages that the device offers as
+//!   sparse-mmap areas become plain stores, trapped registers still reach the device through
+//!   the hypervisor. Accesses keep their width (an aligned 4-byte store is one 4-byte store).
+//! * MSI-X vectors are eventfds given to `VFIO_DEVICE_SET_IRQS`; Bus Master Enable is set by the
+//!   driver in the command register (vfio-pci does not).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use fld_device::pcie::config::{CMD_BUS_MASTER, CMD_MEMORY, OFF_COMMAND};
+use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP};
+use vfio_ioctls::{VfioContainer, VfioDevice, VfioOps};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use crate::{DmaBuffer, DriverError, PciDevice};
+
+/// IOVA of the DMA memory in the shared IOMMU domain: above any 32-bit or low 64-bit BAR window
+/// and inside the 39-bit address width of the smallest emulated IOMMU.
+pub const DMA_IOVA: u64 = 0x20_0000_0000;
+
+const SYSFS_PCI: &str = "/sys/bus/pci/devices";
+
+fn transport<E: std::fmt::Display>(e: E) -> DriverError {
+    DriverError::Transport(e.to_string())
+}
+
+fn sysfs_hex(path: &Path) -> Option<u32> {
+    let s = std::fs::read_to_string(path).ok()?;
+    u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
+}
+
+/// PCI addresses (`0000:00:03.0`) of the functions with this vendor and device ID, in bus
+/// order.
+pub fn find_functions(vendor: u16, device: u16) -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir(SYSFS_PCI)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let p = e.path();
+            sysfs_hex(&p.join("vendor")) == Some(vendor as u32)
+                && sysfs_hex(&p.join("device")) == Some(device as u32)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    found.sort();
+    found
+}
+
+/// Binds the function at `bdf` to vfio-pci (loading the module if needed) and returns its IOMMU
+/// group number. A function already bound to vfio-pci is left as it is.
+pub fn bind_to_vfio_pci(bdf: &str) -> Result<u32, DriverError> {
+    let dev = Path::new(SYSFS_PCI).join(bdf);
+    if !dev.exists() {
+        return Err(transport(format!("no PCI function {bdf}")));
+    }
+    if !Path::new("/sys/bus/pci/drivers/vfio-pci").exists() {
+        let status = std::process::Command::new("modprobe")
+            .arg("vfio-pci")
+            .status()
+            .map_err(|e| transport(format!("modprobe vfio-pci: {e}")))?;
+        if !status.success() {
+            return Err(transport("modprobe vfio-pci failed"));
+        }
+    }
+    let current = std::fs::read_link(dev.join("driver"))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    if current.as_deref() != Some("vfio-pci") {
+        let write = |path: PathBuf, value: &str| {
+            std::fs::write(&path, value)
+                .map_err(|e| transport(format!("{}: {e}", path.display())))
+        };
+        if current.is_some() {
+            write(dev.join("driver/unbind"), bdf)?;
+        }
+        write(dev.join("driver_override"), "vfio-pci")?;
+        write(Path::new("/sys/bus/pci/drivers_probe").to_path_buf(), bdf)?;
+    }
+    let group = std::fs::read_link(dev.join("iommu_group"))
+        .map_err(|_| {
+            transport(format!(
+                "{bdf} has no IOMMU group: the machine needs an IOMMU (intel_iommu=on)"
+            ))
+        })?
+        .file_name()
+        .and_then(|n| n.to_str().and_then(|s| s.parse().ok()))
+        .ok_or_else(|| transport("unreadable IOMMU group"))?;
+    Ok(group)
+}
+
+/// Anonymous memory pinned and mapped into the container.
+struct DmaMemory {
+    ptr: *mut u8,
+    len: usize,
+    next: Mutex<usize>,
+    huge_pages: bool,
+}
+
+// SAFETY: the mapping lives as long as the struct; accesses go through DmaBuffer copies.
+unsafe impl Send for DmaMemory {}
+unsafe impl Sync for DmaMemory {}
+
+impl DmaMemory {
+    fn new(len: usize) -> Result<Self, DriverError> {
+        let map = |extra: libc::c_int, len: usize| {
+            // SAFETY: a fresh anonymous mapping; the result is checked.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_POPULATE | extra,
+                    -1,
+                    0,
+                )
+            };
+            (p != libc::MAP_FAILED).then_some(p.cast::<u8>())
+        };
+        let huge_len = len.next_multiple_of(2 << 20);
+        if let Some(ptr) = map(libc::MAP_HUGETLB, huge_len) {
+            return Ok(DmaMemory {
+                ptr,
+                len: huge_len,
+                next: Mutex::new(0),
+                huge_pages: true,
+            });
+        }
+        let ptr = map(0, len).ok_or_else(|| transport(std::io::Error::last_os_error()))?;
+        Ok(DmaMemory {
+            ptr,
+            len,
+            next: Mutex::new(0),
+            huge_pages: false,
+        })
+    }
+
+    fn alloc(self: &Arc<Self>, len: usize) -> Result<DmaBuffer, DriverError> {
+        let align = if len >= 4096 { 4096 } else { 64 };
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let start = next.next_multiple_of(align);
+        let end = start
+            .checked_add(len.max(1))
+            .filter(|e| *e <= self.len)
+            .ok_or(DriverError::OutOfDmaMemory(len))?;
+        *next = end;
+        // SAFETY: [start, end) lies inside the mapping the Arc keeps alive.
+        Ok(unsafe { DmaBuffer::new(DMA_IOVA + start as u64, self.ptr.add(start), len, self.clone()) })
+    }
+}
+
+impl Drop for DmaMemory {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping created in `new`; the container unmapped it first.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// A BAR mapped into this process.
+struct BarMapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: device memory accessed only with volatile loads and stores.
+unsafe impl Send for BarMapping {}
+unsafe impl Sync for BarMapping {}
+
+impl Drop for BarMapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping of the device file.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// One function bound to vfio-pci.
+pub struct VfioPciDevice {
+    bdf: String,
+    device: VfioDevice,
+    bars: [Option<BarMapping>; 6],
+    memory: Arc<DmaMemory>,
+    vectors: Mutex<Vec<EventFd>>,
+}
+
+impl VfioPciDevice {
+    pub fn bdf(&self) -> &str {
+        &self.bdf
+    }
+
+    /// Whether BAR `bar` is reached by loads and stores (mmap) rather than by system calls.
+    pub fn bar_is_mapped(&self, bar: u8) -> bool {
+        self.bars.get(bar as usize).is_some_and(|b| b.is_some())
+    }
+
+    fn mapped(&self, bar: u8, offset: u64, len: usize) -> Option<*mut u8> {
+        let m = self.bars.get(bar as usize)?.as_ref()?;
+        let end = offset.checked_add(len as u64)?;
+        (end <= m.len as u64).then(|| {
+            // SAFETY: in bounds of the mapping.
+            unsafe { m.ptr.add(offset as usize) }
+        })
+    }
+}
+
+/// Copies between a BAR mapping and a buffer with accesses of the natural width.
+///
+/// # Safety
+/// `p..p+len` must be inside a live BAR mapping.
+unsafe fn mmio_copy(p: *mut u8, buf: *mut u8, len: usize, write: bool) {
+    macro_rules! access {
+        ($t:ty, $p:expr, $buf:expr) => {{
+            if write {
+                let v = std::ptr::read_unaligned($buf as *const $t);
+                std::ptr::write_volatile($p as *mut $t, v);
+            } else {
+                let v = std::ptr::read_volatile($p as *const $t);
+                std::ptr::write_unaligned($buf as *mut $t, v);
+            }
+        }};
+    }
+    let aligned = |n: usize| (p as usize).is_multiple_of(n);
+    match len {
+        8 if aligned(8) => access!(u64, p, buf),
+        4 if aligned(4) => access!(u32, p, buf),
+        2 if aligned(2) => access!(u16, p, buf),
+        _ => {
+            for i in 0..len {
+                access!(u8, p.add(i), buf.add(i))
+            }
+        }
+    }
+}
+
+impl PciDevice for VfioPciDevice {
+    fn config_read(&self, offset: u64, data: &mut [u8]) {
+        data.fill(0xff);
+        self.device
+            .region_read(VFIO_PCI_CONFIG_REGION_INDEX, data, offset);
+    }
+    fn config_write(&self, offset: u64, data: &[u8]) {
+        self.device
+            .region_write(VFIO_PCI_CONFIG_REGION_INDEX, data, offset);
+    }
+    fn bar_read(&self, bar: u8, offset: u64, data: &mut [u8]) {
+        match self.mapped(bar, offset, data.len()) {
+            // SAFETY: `mapped` checked the range.
+            Some(p) => unsafe { mmio_copy(p, data.as_mut_ptr(), data.len(), false) },
+            None => {
+                data.fill(0xff);
+                self.device.region_read(bar as u32, data, offset)
+            }
+        }
+    }
+    fn bar_write(&self, bar: u8, offset: u64, data: &[u8]) {
+        match self.mapped(bar, offset, data.len()) {
+            // SAFETY: `mapped` checked the range; the source is only read.
+            Some(p) => unsafe { mmio_copy(p, data.as_ptr().cast_mut(), data.len(), true) },
+            None => self.device.region_write(bar as u32, data, offset),
+        }
+    }
+    fn dma_alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
+        self.memory.alloc(len)
+    }
+    fn enable_msix(&self, vectors: u16) -> Result<(), DriverError> {
+        let mut fds = self.vectors.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.device.disable_msix();
+        fds.clear();
+        for _ in 0..vectors {
+            fds.push(EventFd::new(EFD_NONBLOCK).map_err(transport)?);
+        }
+        self.device
+            .enable_msix(fds.iter().collect())
+            .map_err(transport)
+    }
+    fn take_interrupts(&self, vector: u16) -> u64 {
+        self.vectors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(vector as usize)
+            .and_then(|fd| fd.read().ok())
+            .unwrap_or(0)
+    }
+    fn run_device(&self) {
+        // The device runs elsewhere (the emulator's engine thread); let it have the CPU.
+        std::thread::yield_now();
+    }
+}
+
+impl Drop for VfioPciDevice {
+    fn drop(&mut self) {
+        let _ = self.device.disable_msix();
+    }
+}
+
+/// The functions of one card, opened through vfio-pci in one container.
+pub struct VfioHost {
+    container: Arc<VfioContainer>,
+    memory: Arc<DmaMemory>,
+    devices: Vec<Arc<VfioPciDevice>>,
+}
+
+impl VfioHost {
+    /// Binds `bdfs` to vfio-pci, opens them in one container, maps `memory_bytes` of DMA memory
+    /// at [`DMA_IOVA`], maps their BARs where allowed and enables memory decode and bus
+    /// mastering.
+    pub fn open(bdfs: &[String], memory_bytes: usize) -> Result<Self, DriverError> {
+        for bdf in bdfs {
+            bind_to_vfio_pci(bdf)?;
+        }
+        let container = Arc::new(VfioContainer::new(None).map_err(transport)?);
+        let memory = Arc::new(DmaMemory::new(memory_bytes)?);
+        let mut opened = Vec::new();
+        for bdf in bdfs {
+            let path = Path::new(SYSFS_PCI).join(bdf);
+            let ops: Arc<dyn VfioOps> = container.clone();
+            let device = VfioDevice::new(&path, ops, false)
+                .map_err(|e| transport(format!("{bdf}: {e}")))?;
+            opened.push((bdf.clone(), device));
+        }
+        // SAFETY: the memory stays mapped until the container is dropped (Drop below unmaps it
+        // from the IOMMU first); it is only accessed through raw-pointer copies.
+        unsafe { container.vfio_dma_map(DMA_IOVA, memory.len, memory.ptr) }
+            .map_err(|e| transport(format!("DMA map: {e}")))?;
+        let mut devices = Vec::new();
+        for (bdf, device) in opened {
+            let bars = std::array::from_fn(|i| map_bar(&device, i as u32));
+            let dev = Arc::new(VfioPciDevice {
+                bdf,
+                device,
+                bars,
+                memory: memory.clone(),
+                vectors: Mutex::new(Vec::new()),
+            });
+            let cmd = dev.config_read16(OFF_COMMAND as u64) | CMD_MEMORY | CMD_BUS_MASTER;
+            dev.config_write16(OFF_COMMAND as u64, cmd);
+            devices.push(dev);
+        }
+        Ok(VfioHost {
+            container,
+            memory,
+            devices,
+        })
+    }
+
+    pub fn device(&self, index: usize) -> Option<Arc<VfioPciDevice>> {
+        self.devices.get(index).cloned()
+    }
+
+    /// Whether the DMA memory came from huge pages.
+    pub fn huge_pages(&self) -> bool {
+        self.memory.huge_pages
+    }
+}
+
+impl Drop for VfioHost {
+    fn drop(&mut self) {
+        self.devices.clear();
+        let _ = self.container.vfio_dma_unmap(DMA_IOVA, self.memory.len);
+    }
+}
+
+/// Maps BAR `index` if vfio-pci allows it (page-sized BARs without the MSI-X table).
+fn map_bar(device: &VfioDevice, index: u32) -> Option<BarMapping> {
+    use std::os::fd::AsRawFd;
+    let size = device.get_region_size(index) as usize;
+    if size == 0 || device.get_region_flags(index) & VFIO_REGION_INFO_FLAG_MMAP == 0 {
+        return None;
+    }
+    // A sparse-mmap capability means only parts may be mapped (the MSI-X table BAR): those
+    // stay on system calls.
+    if !device.get_region_caps(index).is_empty() {
+        return None;
+    }
+    // SAFETY: mapping the device file at the region's offset; the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            device.as_raw_fd(),
+            device.get_region_offset(index) as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        log::info!("BAR {index}: not mappable ({}), using region I/O", std::io::Error::last_os_error());
+        return None;
+    }
+    Some(BarMapping {
+        ptr: p.cast(),
+        len: size,
+    })
+}
