@@ -76,8 +76,7 @@ pub fn bind_to_vfio_pci(bdf: &str) -> Result<u32, DriverError> {
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
     if current.as_deref() != Some("vfio-pci") {
         let write = |path: PathBuf, value: &str| {
-            std::fs::write(&path, value)
-                .map_err(|e| transport(format!("{}: {e}", path.display())))
+            std::fs::write(&path, value).map_err(|e| transport(format!("{}: {e}", path.display())))
         };
         if current.is_some() {
             write(dev.join("driver/unbind"), bdf)?;
@@ -153,7 +152,14 @@ impl DmaMemory {
             .ok_or(DriverError::OutOfDmaMemory(len))?;
         *next = end;
         // SAFETY: [start, end) lies inside the mapping the Arc keeps alive.
-        Ok(unsafe { DmaBuffer::new(DMA_IOVA + start as u64, self.ptr.add(start), len, self.clone()) })
+        Ok(unsafe {
+            DmaBuffer::new(
+                DMA_IOVA + start as u64,
+                self.ptr.add(start),
+                len,
+                self.clone(),
+            )
+        })
     }
 }
 
@@ -184,8 +190,10 @@ impl Drop for BarMapping {
 /// One function bound to vfio-pci.
 pub struct VfioPciDevice {
     bdf: String,
-    device: VfioDevice,
+    /// Before `device`: mappings hold the device file open, and the group can be released only
+    /// once they are gone.
     bars: [Option<BarMapping>; 6],
+    device: VfioDevice,
     memory: Arc<DmaMemory>,
     vectors: Mutex<Vec<EventFd>>,
 }
@@ -321,8 +329,8 @@ impl VfioHost {
         for bdf in bdfs {
             let path = Path::new(SYSFS_PCI).join(bdf);
             let ops: Arc<dyn VfioOps> = container.clone();
-            let device = VfioDevice::new(&path, ops, false)
-                .map_err(|e| transport(format!("{bdf}: {e}")))?;
+            let device =
+                VfioDevice::new(&path, ops, false).map_err(|e| transport(format!("{bdf}: {e}")))?;
             opened.push((bdf.clone(), device));
         }
         // SAFETY: the memory stays mapped until the container is dropped (Drop below unmaps it
@@ -362,8 +370,9 @@ impl VfioHost {
 
 impl Drop for VfioHost {
     fn drop(&mut self) {
-        self.devices.clear();
+        // The IOMMU mapping goes while the groups are still in the container.
         let _ = self.container.vfio_dma_unmap(DMA_IOVA, self.memory.len);
+        self.devices.clear();
     }
 }
 
@@ -391,7 +400,10 @@ fn map_bar(device: &VfioDevice, index: u32) -> Option<BarMapping> {
         )
     };
     if p == libc::MAP_FAILED {
-        log::info!("BAR {index}: not mappable ({}), using region I/O", std::io::Error::last_os_error());
+        log::info!(
+            "BAR {index}: not mappable ({}), using region I/O",
+            std::io::Error::last_os_error()
+        );
         return None;
     }
     Some(BarMapping {

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::ethdev::EthDev;
-use fld_driver::PciDevice;
 use crate::mempool::{ol, Mbuf, Mempool};
+use fld_driver::PciDevice;
 
 /// The burst interface the applications run on: an emulated port, or the software loopback
 /// used as the benchmark's baseline.

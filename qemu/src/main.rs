@@ -580,8 +580,8 @@ fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     });
     let per_pkt = links.map(|(nic, _)| nic.total_bytes() as f64 / crossings as f64);
     let tlps_per_pkt = links.map(|(nic, _)| nic.total_tlps() as f64 / crossings as f64);
-    let fld_per_pkt = links
-        .map(|(_, fld)| fld.total_bytes() as f64 / rep.packets_received.max(1) as f64);
+    let fld_per_pkt =
+        links.map(|(_, fld)| fld.total_bytes() as f64 / rep.packets_received.max(1) as f64);
     let ok =
         rep.mismatches == 0 && rep.packets_received == a.packets && rep.checksum_flags_bad == 0;
     let fld_memory = echo.fld_memory();

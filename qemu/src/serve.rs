@@ -78,15 +78,55 @@ struct FunctionBackend {
     card: Arc<Card>,
     fid: FunctionId,
     irqs: Arc<EventfdSink>,
-    /// (iova, size) of every DMA map this client made, for cleanup on disconnect.
-    maps: Vec<(u64, u64)>,
+    /// One mapping per file the client's DMA maps refer to, by (device, inode).
+    files: HashMap<(u64, u64), Arc<GuestRegionMmap>>,
 }
 
 impl FunctionBackend {
-    fn disconnect(&mut self) {
-        for (iova, size) in self.maps.drain(..) {
-            self.card.fabric.unmap_host(self.fid, iova, size);
+    /// The memory behind a DMA map of `size` bytes at `offset` in `fd`, and the map's offset in
+    /// it. Every map of one file (a guest's RAM arrives as one memfd, page by page, each map with
+    /// its own descriptor) shares one mapping of the whole file: the server keeps one descriptor
+    /// and one mmap per file instead of one per page, and the fabric merges contiguous pages.
+    fn memory_for(
+        &mut self,
+        fd: File,
+        offset: u64,
+        size: u64,
+    ) -> Result<(Arc<GuestRegionMmap>, u64), std::io::Error> {
+        let meta = fd.metadata()?;
+        let end = offset
+            .checked_add(size)
+            .ok_or_else(|| invalid("map size"))?;
+        if meta.file_type().is_file() && end <= meta.len() {
+            use std::os::unix::fs::MetadataExt;
+            let key = (meta.dev(), meta.ino());
+            if let Some(m) = self.files.get(&key) {
+                return Ok((m.clone(), offset));
+            }
+            let mmap = MmapRegion::from_file(FileOffset::new(fd, 0), meta.len() as usize)
+                .map_err(|e| invalid(&format!("mmap: {e}")))?;
+            let region = Arc::new(
+                GuestRegionMmap::new(mmap, GuestAddress(0)).ok_or_else(|| invalid("bad region"))?,
+            );
+            self.files.insert(key, region.clone());
+            return Ok((region, offset));
         }
+        // Not a sized regular file: map just the window.
+        let mmap = MmapRegion::from_file(FileOffset::new(fd, offset), size as usize)
+            .map_err(|e| invalid(&format!("mmap: {e}")))?;
+        let region =
+            GuestRegionMmap::new(mmap, GuestAddress(0)).ok_or_else(|| invalid("bad region"))?;
+        Ok((Arc::new(region), 0))
+    }
+
+    /// Drops every DMA map: the function's I/O address space belongs to this client alone.
+    fn unmap_all(&mut self) {
+        self.card.fabric.unmap_host(self.fid, 0, u64::MAX);
+        self.files.clear();
+    }
+
+    fn disconnect(&mut self) {
+        self.unmap_all();
         self.irqs.clear(self.fid);
     }
 }
@@ -139,16 +179,20 @@ impl ServerBackend for FunctionBackend {
         size: u64,
         fd: Option<File>,
     ) -> Result<(), std::io::Error> {
+        log::debug!(
+            "function {}: DMA map {address:#x}+{size:#x} (fd offset {offset:#x}, fd {})",
+            self.fid,
+            fd.is_some()
+        );
         let Some(fd) = fd else {
             // Memory the client cannot share: the device cannot reach it (QEMU without
             // share=on guest RAM sends such maps).
-            log::warn!("function {}: DMA map {address:#x}+{size:#x} without a file descriptor is unreachable", self.fid);
+            // QEMU sends its ROM and firmware areas this way; guest RAM comes with an fd when it
+            // is shareable (memory-backend-memfd,share=on).
+            log::info!("function {}: DMA map {address:#x}+{size:#x} without a file descriptor is unreachable", self.fid);
             return Ok(());
         };
-        let mmap = MmapRegion::from_file(FileOffset::new(fd, offset), size as usize)
-            .map_err(|e| invalid(&format!("mmap: {e}")))?;
-        let region = GuestRegionMmap::new(mmap, GuestAddress(address))
-            .ok_or_else(|| invalid("bad region"))?;
+        let (memory, memory_offset) = self.memory_for(fd, offset, size)?;
         self.card
             .fabric
             .map_host(
@@ -156,12 +200,11 @@ impl ServerBackend for FunctionBackend {
                 HostRegion {
                     iova: address,
                     len: size,
-                    memory: Arc::new(region),
-                    offset: 0,
+                    memory,
+                    offset: memory_offset,
                 },
             )
             .map_err(|e| invalid(&e.to_string()))?;
-        self.maps.push((address, size));
         Ok(())
     }
 
@@ -171,12 +214,14 @@ impl ServerBackend for FunctionBackend {
         address: u64,
         size: u64,
     ) -> Result<(), std::io::Error> {
+        log::debug!(
+            "function {}: DMA unmap {address:#x}+{size:#x} flags {flags:?}",
+            self.fid
+        );
         if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
-            self.disconnect_maps();
+            self.unmap_all();
         } else {
             self.card.fabric.unmap_host(self.fid, address, size);
-            self.maps
-                .retain(|&(a, s)| a + s <= address || a >= address.saturating_add(size));
         }
         Ok(())
     }
@@ -197,6 +242,7 @@ impl ServerBackend for FunctionBackend {
         count: u32,
         fds: Vec<File>,
     ) -> Result<(), std::io::Error> {
+        log::debug!("function {}: SET_IRQS index {index} flags {flags:#x} start {start} count {count}, {} fds", self.fid, fds.len());
         if index != MSIX_IRQ {
             return Ok(());
         }
@@ -218,14 +264,6 @@ impl ServerBackend for FunctionBackend {
             self.irqs.clear(self.fid);
         }
         Ok(())
-    }
-}
-
-impl FunctionBackend {
-    fn disconnect_maps(&mut self) {
-        for (iova, size) in self.maps.drain(..) {
-            self.card.fabric.unmap_host(self.fid, iova, size);
-        }
     }
 }
 
@@ -356,7 +394,7 @@ fn serve_function(
             card: card.clone(),
             fid,
             irqs: irqs.clone(),
-            maps: Vec::new(),
+            files: HashMap::new(),
         };
         log::info!("{}: waiting for a client", path.display());
         let result =

@@ -13,8 +13,9 @@
 
 mod counters;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 pub use counters::{TlpCounters, TlpStats};
 use vm_memory::{GuestMemoryRegion, GuestRegionMmap};
@@ -131,6 +132,43 @@ impl Routes {
     }
 }
 
+/// Removes `[iova, iova + len)` from a host map, keeping the parts of larger mappings outside it.
+fn remove_range(space: &mut BTreeMap<u64, HostRegion>, iova: u64, len: u64) {
+    let end = iova.saturating_add(len);
+    // The mapping starting below `iova` may reach into the range; all others start inside it.
+    let first = space
+        .range(..iova)
+        .next_back()
+        .filter(|(_, r)| r.iova + r.len > iova)
+        .map(|(k, _)| *k)
+        .unwrap_or(iova);
+    let hit: Vec<u64> = space.range(first..end).map(|(k, _)| *k).collect();
+    for k in hit {
+        let r = space.remove(&k).expect("present");
+        let r_end = r.iova + r.len;
+        if r.iova < iova {
+            space.insert(
+                r.iova,
+                HostRegion {
+                    len: iova - r.iova,
+                    ..r.clone()
+                },
+            );
+        }
+        if r_end > end {
+            space.insert(
+                end,
+                HostRegion {
+                    iova: end,
+                    len: r_end - end,
+                    offset: r.offset + (end - r.iova),
+                    memory: r.memory,
+                },
+            );
+        }
+    }
+}
+
 /// Index of the mapping containing `addr` in a sorted, non-overlapping map.
 fn region_index(space: &[HostRegion], addr: u64) -> Option<usize> {
     let i = space.partition_point(|r| r.iova <= addr);
@@ -146,6 +184,12 @@ pub struct Fabric {
     mrrs_shift: u32,
     functions: RwLock<Vec<Arc<dyn PciFunction>>>,
     routes: RwLock<Arc<Routes>>,
+    /// The authoritative host-memory map of every requester, keyed by IOVA. Edits are O(log n)
+    /// (a vIOMMU maps every 4 KiB page on its own: tens of thousands of maps); the routing
+    /// snapshot is rebuilt from it lazily, by the first DMA after a change.
+    host_maps: Mutex<Vec<BTreeMap<u64, HostRegion>>>,
+    /// Set by edits of `host_maps` not yet in `routes`.
+    host_dirty: AtomicBool,
     counters: RwLock<Vec<Arc<TlpCounters>>>,
     host_counters: Arc<TlpCounters>,
     generation: AtomicU64,
@@ -167,6 +211,8 @@ impl Fabric {
             config,
             functions: RwLock::new(Vec::new()),
             routes: RwLock::new(Arc::new(Routes::default())),
+            host_maps: Mutex::new(Vec::new()),
+            host_dirty: AtomicBool::new(false),
             counters: RwLock::new(Vec::new()),
             host_counters: Arc::new(TlpCounters::default()),
             generation: AtomicU64::new(0),
@@ -193,7 +239,7 @@ impl Fabric {
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::new(TlpCounters::default()));
         drop(fns);
-        self.rebuild_routes(|_| {});
+        self.rebuild_routes();
         f
     }
 
@@ -233,15 +279,19 @@ impl Fabric {
         }
     }
 
-    fn rebuild_routes(&self, edit_host: impl FnOnce(&mut Vec<Vec<HostRegion>>)) {
+    /// Publishes a new routing snapshot: BAR windows and bus mastering from the functions'
+    /// configuration, host memory from `host_maps`.
+    fn rebuild_routes(&self) {
         let fns = self.functions.read().unwrap_or_else(|e| e.into_inner());
         let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        let maps = self.host_maps.lock().unwrap_or_else(|e| e.into_inner());
+        self.host_dirty.store(false, Ordering::Relaxed);
         let mut next = Routes {
-            host: routes.host.clone(),
+            host: maps.iter().map(|m| m.values().cloned().collect()).collect(),
             ..Routes::default()
         };
+        drop(maps);
         next.host.resize(fns.len(), Vec::new());
-        edit_host(&mut next.host);
         for f in fns.iter() {
             let cfg = f.pci().config();
             next.bus_master.push(cfg.bus_master());
@@ -266,8 +316,27 @@ impl Fabric {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
+    /// Edits the host map of `requester`; the next DMA sees the change (ports taken before it
+    /// are stale from now on).
+    fn edit_host_map(
+        &self,
+        requester: FunctionId,
+        edit: impl FnOnce(&mut BTreeMap<u64, HostRegion>),
+    ) {
+        let mut maps = self.host_maps.lock().unwrap_or_else(|e| e.into_inner());
+        if maps.len() <= requester as usize {
+            maps.resize(requester as usize + 1, BTreeMap::new());
+        }
+        edit(&mut maps[requester as usize]);
+        self.host_dirty.store(true, Ordering::Release);
+        drop(maps);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
     /// Makes host memory reachable for DMA by `requester` at `iova`, replacing any overlapping
-    /// mapping. Fails if the region does not lie inside its backing memory.
+    /// mapping. A mapping that continues a neighbour (next IOVA, next offset in the same memory)
+    /// merges with it, so page-by-page maps of contiguous memory stay one region. Fails if the
+    /// region does not lie inside its backing memory.
     pub fn map_host(&self, requester: FunctionId, region: HostRegion) -> Result<(), MapError> {
         let backing = region.memory.len();
         if region.len == 0
@@ -282,12 +351,34 @@ impl Fabric {
         if requester as usize >= self.function_count() {
             return Err(MapError::NoSuchFunction);
         }
-        self.rebuild_routes(|host| {
-            let space = &mut host[requester as usize];
-            let (s, e) = (region.iova, region.iova + region.len);
-            space.retain(|r| r.iova + r.len <= s || r.iova >= e);
-            let at = space.partition_point(|r| r.iova < s);
-            space.insert(at, region);
+        self.edit_host_map(requester, |space| {
+            remove_range(space, region.iova, region.len);
+            let mut region = region;
+            let continues = |a: &HostRegion, b: &HostRegion| {
+                a.iova + a.len == b.iova
+                    && a.offset + a.len == b.offset
+                    && Arc::ptr_eq(&a.memory, &b.memory)
+            };
+            let prev_key = space
+                .range(..region.iova)
+                .next_back()
+                .filter(|(_, prev)| continues(prev, &region))
+                .map(|(k, _)| *k);
+            if let Some(k) = prev_key {
+                let prev = space.remove(&k).expect("present");
+                region = HostRegion {
+                    iova: prev.iova,
+                    len: prev.len + region.len,
+                    offset: prev.offset,
+                    memory: prev.memory,
+                };
+            }
+            let end = region.iova + region.len;
+            if space.get(&end).is_some_and(|next| continues(&region, next)) {
+                let next = space.remove(&end).expect("present");
+                region.len += next.len;
+            }
+            space.insert(region.iova, region);
         });
         Ok(())
     }
@@ -295,45 +386,19 @@ impl Fabric {
     /// Removes every mapping of `requester` overlapping `[iova, iova + len)`. Engines that
     /// started a batch before the call finish it with the old map; the next batch sees the new one.
     pub fn unmap_host(&self, requester: FunctionId, iova: u64, len: u64) {
-        self.rebuild_routes(|host| {
-            let Some(space) = host.get_mut(requester as usize) else {
-                return;
-            };
-            let end = iova.saturating_add(len);
-            let mut kept = Vec::with_capacity(space.len() + 1);
-            for r in space.drain(..) {
-                let r_end = r.iova + r.len;
-                if r_end <= iova || r.iova >= end {
-                    kept.push(r);
-                    continue;
-                }
-                // Keep the parts of a larger mapping outside the unmapped range.
-                if r.iova < iova {
-                    kept.push(HostRegion {
-                        len: iova - r.iova,
-                        ..r.clone()
-                    });
-                }
-                if r_end > end {
-                    kept.push(HostRegion {
-                        iova: end,
-                        len: r_end - end,
-                        offset: r.offset + (end - r.iova),
-                        memory: r.memory.clone(),
-                    });
-                }
-            }
-            *space = kept;
-        });
+        if requester as usize >= self.function_count() {
+            return;
+        }
+        self.edit_host_map(requester, |space| remove_range(space, iova, len));
     }
 
     /// Number of host mappings of `requester`.
     pub fn host_mapping_count(&self, requester: FunctionId) -> usize {
-        self.routes
-            .read()
+        self.host_maps
+            .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .space(requester)
-            .len()
+            .get(requester as usize)
+            .map_or(0, |m| m.len())
     }
 
     /// Bumps whenever routes change.
@@ -342,6 +407,9 @@ impl Fabric {
     }
 
     fn snapshot(&self) -> Arc<Routes> {
+        if self.host_dirty.load(Ordering::Acquire) {
+            self.rebuild_routes();
+        }
         self.routes
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -396,7 +464,7 @@ impl Fabric {
         }
         if change.intersects(ConfigChange::BAR_ADDRESS | ConfigChange::COMMAND | ConfigChange::FLR)
         {
-            self.rebuild_routes(|_| {});
+            self.rebuild_routes();
         }
     }
 
@@ -404,7 +472,7 @@ impl Fabric {
     pub fn assign_bar(&self, id: FunctionId, bar: u8, addr: u64) {
         if let Some(f) = self.function(id) {
             f.pci().config().set_bar_address(bar, addr);
-            self.rebuild_routes(|_| {});
+            self.rebuild_routes();
         }
     }
 

@@ -230,7 +230,8 @@ fn requests_may_span_adjacent_page_mappings() {
             )
             .unwrap();
     }
-    assert_eq!(fabric.host_mapping_count(a.pci.id), 4);
+    // Contiguous pages of one memory object merge into one mapping.
+    assert_eq!(fabric.host_mapping_count(a.pci.id), 1);
     let data: Vec<u8> = (0..0x2000u32).map(|i| i as u8 ^ 0x5a).collect();
     let mut dma = fabric.dma(a.pci.id);
     dma.write(0x10800, &data).unwrap();
@@ -253,4 +254,67 @@ fn host_mmio_reaches_bars_and_unclaimed_reads_return_all_ones() {
     assert_eq!(b, [7, 8]);
     assert!(!fabric.mmio_read(0xd000_0000, &mut b));
     assert_eq!(b, [0xff, 0xff]);
+}
+
+#[test]
+fn requests_span_pages_of_different_memory_and_unmaps_split_merged_maps() {
+    let fabric = Fabric::new(FabricConfig::default());
+    let a = ram_function(&fabric);
+    enable(&fabric, a.pci.id);
+    // Four pages, each its own memory object (as a vIOMMU maps scattered guest pages): no merge.
+    let pages: Vec<_> = (0..4).map(|_| host_memory(0x1000)).collect();
+    for (i, mem) in pages.iter().enumerate().rev() {
+        fabric
+            .map_host(
+                a.pci.id,
+                HostRegion {
+                    iova: 0x20000 + i as u64 * 0x1000,
+                    len: 0x1000,
+                    memory: mem.clone(),
+                    offset: 0,
+                },
+            )
+            .unwrap();
+    }
+    assert_eq!(fabric.host_mapping_count(a.pci.id), 4);
+    let data: Vec<u8> = (0..0x3000u32).map(|i| (i * 7) as u8).collect();
+    fabric.dma(a.pci.id).write(0x20800, &data).unwrap();
+    let mut back = vec![0; 0x3000];
+    fabric.dma(a.pci.id).read(0x20800, &mut back).unwrap();
+    assert_eq!(back, data);
+    // The second page's memory holds bytes 0x800..0x1800 of the write.
+    let mut page1 = vec![0; 0x1000];
+    pages[1]
+        .read_slice(&mut page1, MemoryRegionAddress(0))
+        .unwrap();
+    assert_eq!(page1, data[0x800..0x1800]);
+
+    // One 16 KiB memory mapped page by page merges; unmapping its middle splits it again and
+    // the hole is a DMA error while both sides stay reachable.
+    let mem = host_memory(0x4000);
+    for page in 0..4u64 {
+        fabric
+            .map_host(
+                a.pci.id,
+                HostRegion {
+                    iova: 0x40000 + page * 0x1000,
+                    len: 0x1000,
+                    memory: mem.clone(),
+                    offset: page * 0x1000,
+                },
+            )
+            .unwrap();
+    }
+    assert_eq!(fabric.host_mapping_count(a.pci.id), 5);
+    fabric.unmap_host(a.pci.id, 0x41000, 0x2000);
+    assert_eq!(fabric.host_mapping_count(a.pci.id), 6);
+    let mut dma = fabric.dma(a.pci.id);
+    assert!(dma.write(0x40ff0, &[1; 16]).is_ok());
+    assert!(dma.write(0x43000, &[2; 16]).is_ok());
+    assert!(dma.write(0x41000, &[3; 4]).is_err());
+    assert!(dma.write(0x40ff8, &[4; 16]).is_err(), "runs into the hole");
+    drop(dma);
+    let mut b = [0u8; 16];
+    mem.read_slice(&mut b, MemoryRegionAddress(0x3000)).unwrap();
+    assert_eq!(b, [2; 16]);
 }
