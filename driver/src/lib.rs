@@ -6,6 +6,7 @@
 
 pub mod fld;
 pub mod inprocess;
+mod mmio;
 pub mod nic;
 mod pci;
 pub mod vfio;

@@ -20,6 +20,7 @@ use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_IN
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioOps};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
+use crate::mmio::BarMapping;
 use crate::{DmaBuffer, DriverError, PciDevice};
 
 /// IOVA of the DMA memory in the shared IOMMU domain: above any 32-bit or low 64-bit BAR window
@@ -170,23 +171,6 @@ impl Drop for DmaMemory {
     }
 }
 
-/// A BAR mapped into this process.
-struct BarMapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: device memory accessed only with volatile loads and stores.
-unsafe impl Send for BarMapping {}
-unsafe impl Sync for BarMapping {}
-
-impl Drop for BarMapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping of the device file.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// One function bound to vfio-pci.
 pub struct VfioPciDevice {
     bdf: String,
@@ -208,42 +192,8 @@ impl VfioPciDevice {
         self.bars.get(bar as usize).is_some_and(|b| b.is_some())
     }
 
-    fn mapped(&self, bar: u8, offset: u64, len: usize) -> Option<*mut u8> {
-        let m = self.bars.get(bar as usize)?.as_ref()?;
-        let end = offset.checked_add(len as u64)?;
-        (end <= m.len as u64).then(|| {
-            // SAFETY: in bounds of the mapping.
-            unsafe { m.ptr.add(offset as usize) }
-        })
-    }
-}
-
-/// Copies between a BAR mapping and a buffer with accesses of the natural width.
-///
-/// # Safety
-/// `p..p+len` must be inside a live BAR mapping.
-unsafe fn mmio_copy(p: *mut u8, buf: *mut u8, len: usize, write: bool) {
-    macro_rules! access {
-        ($t:ty, $p:expr, $buf:expr) => {{
-            if write {
-                let v = std::ptr::read_unaligned($buf as *const $t);
-                std::ptr::write_volatile($p as *mut $t, v);
-            } else {
-                let v = std::ptr::read_volatile($p as *const $t);
-                std::ptr::write_unaligned($buf as *mut $t, v);
-            }
-        }};
-    }
-    let aligned = |n: usize| (p as usize).is_multiple_of(n);
-    match len {
-        8 if aligned(8) => access!(u64, p, buf),
-        4 if aligned(4) => access!(u32, p, buf),
-        2 if aligned(2) => access!(u16, p, buf),
-        _ => {
-            for i in 0..len {
-                access!(u8, p.add(i), buf.add(i))
-            }
-        }
+    fn mapped(&self, bar: u8) -> Option<&BarMapping> {
+        self.bars.get(bar as usize)?.as_ref()
     }
 }
 
@@ -258,20 +208,14 @@ impl PciDevice for VfioPciDevice {
             .region_write(VFIO_PCI_CONFIG_REGION_INDEX, data, offset);
     }
     fn bar_read(&self, bar: u8, offset: u64, data: &mut [u8]) {
-        match self.mapped(bar, offset, data.len()) {
-            // SAFETY: `mapped` checked the range.
-            Some(p) => unsafe { mmio_copy(p, data.as_mut_ptr(), data.len(), false) },
-            None => {
-                data.fill(0xff);
-                self.device.region_read(bar as u32, data, offset)
-            }
+        if !self.mapped(bar).is_some_and(|m| m.read(offset, data)) {
+            data.fill(0xff);
+            self.device.region_read(bar as u32, data, offset)
         }
     }
     fn bar_write(&self, bar: u8, offset: u64, data: &[u8]) {
-        match self.mapped(bar, offset, data.len()) {
-            // SAFETY: `mapped` checked the range; the source is only read.
-            Some(p) => unsafe { mmio_copy(p, data.as_ptr().cast_mut(), data.len(), true) },
-            None => self.device.region_write(bar as u32, data, offset),
+        if !self.mapped(bar).is_some_and(|m| m.write(offset, data)) {
+            self.device.region_write(bar as u32, data, offset)
         }
     }
     fn dma_alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
@@ -388,26 +332,9 @@ fn map_bar(device: &VfioDevice, index: u32) -> Option<BarMapping> {
     if !device.get_region_caps(index).is_empty() {
         return None;
     }
-    // SAFETY: mapping the device file at the region's offset; the result is checked.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            device.as_raw_fd(),
-            device.get_region_offset(index) as libc::off_t,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        log::info!(
-            "BAR {index}: not mappable ({}), using region I/O",
-            std::io::Error::last_os_error()
-        );
-        return None;
+    let mapping = BarMapping::map(device.as_raw_fd(), device.get_region_offset(index), size);
+    if mapping.is_none() {
+        log::info!("BAR {index}: not mappable, using region I/O");
     }
-    Some(BarMapping {
-        ptr: p.cast(),
-        len: size,
-    })
+    mapping
 }

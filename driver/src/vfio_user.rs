@@ -17,6 +17,7 @@ use vfio_bindings::bindings::vfio::{
 use vfio_user::Client;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
+use crate::mmio::BarMapping;
 use crate::{DmaBuffer, DriverError, PciDevice};
 
 /// IOVA of the shared DMA memory in every function's address space.
@@ -82,12 +83,23 @@ impl Drop for SharedMemory {
 
 /// One function reached over a vfio-user socket.
 pub struct VfioUserDevice {
+    /// BARs (or BAR areas) the server offers for mmap: doorbell pages, written without a message.
+    bars: [Option<BarMapping>; 6],
     client: Mutex<Client>,
     memory: Arc<SharedMemory>,
     vectors: Mutex<Vec<EventFd>>,
 }
 
 impl VfioUserDevice {
+    /// Whether BAR `bar` is reached by loads and stores (a shared mapping) rather than messages.
+    pub fn bar_is_mapped(&self, bar: u8) -> bool {
+        self.bars.get(bar as usize).is_some_and(|b| b.is_some())
+    }
+
+    fn mapped(&self, bar: u8) -> Option<&BarMapping> {
+        self.bars.get(bar as usize)?.as_ref()
+    }
+
     fn client(&self) -> std::sync::MutexGuard<'_, Client> {
         self.client.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -109,12 +121,17 @@ impl PciDevice for VfioUserDevice {
             .region_write(VFIO_PCI_CONFIG_REGION_INDEX, offset, data);
     }
     fn bar_read(&self, bar: u8, offset: u64, data: &mut [u8]) {
+        if self.mapped(bar).is_some_and(|m| m.read(offset, data)) {
+            return;
+        }
         if self.client().region_read(bar as u32, offset, data).is_err() {
             data.fill(0xff);
         }
     }
     fn bar_write(&self, bar: u8, offset: u64, data: &[u8]) {
-        let _ = self.client().region_write(bar as u32, offset, data);
+        if !self.mapped(bar).is_some_and(|m| m.write(offset, data)) {
+            let _ = self.client().region_write(bar as u32, offset, data);
+        }
     }
     fn dma_alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
         let align = if len >= 4096 { 4096 } else { 64 };
@@ -185,7 +202,9 @@ impl VfioUserHost {
             client
                 .dma_map(0, DMA_IOVA, memory_bytes as u64, memory.file.as_raw_fd())
                 .map_err(transport)?;
+            let bars = std::array::from_fn(|i| map_region(&client, i as u32));
             let dev = Arc::new(VfioUserDevice {
+                bars,
                 client: Mutex::new(client),
                 memory: memory.clone(),
                 vectors: Mutex::new(Vec::new()),
@@ -203,6 +222,26 @@ impl VfioUserHost {
     pub fn device(&self, index: usize) -> Option<Arc<VfioUserDevice>> {
         self.devices.get(index).cloned()
     }
+}
+
+/// Maps region `index` when the server offers it for mmap with a file (one area covering the
+/// region: the doorbell pages).
+fn map_region(client: &Client, index: u32) -> Option<BarMapping> {
+    use vfio_bindings::bindings::vfio::VFIO_REGION_INFO_FLAG_MMAP;
+    let region = client.region(index)?;
+    if region.flags & VFIO_REGION_INFO_FLAG_MMAP == 0 || region.size == 0 {
+        return None;
+    }
+    let covers_all = region.sparse_areas.is_empty()
+        || region
+            .sparse_areas
+            .iter()
+            .any(|a| a.offset == 0 && a.size >= region.size);
+    if !covers_all {
+        return None;
+    }
+    let file = region.file_offset.as_ref()?;
+    BarMapping::map(file.file().as_raw_fd(), file.start(), region.size as usize)
 }
 
 /// Probes and assigns the 64-bit memory BARs of one function from `next`; returns the next free

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,9 +20,11 @@ use std::time::Duration;
 
 use fld_device::card::Card;
 use fld_device::fabric::HostRegion;
-use fld_device::pcie::{FunctionId, InterruptSink, MsiMessage};
+use fld_device::pcie::{FunctionId, InterruptSink, MsiMessage, PciFunction};
 use vfio_bindings::bindings::vfio::*;
-use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion};
+use vfio_user::{
+    DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion, SparseArea,
+};
 use vm_memory::{FileOffset, GuestAddress, GuestRegionMmap, MmapRegion};
 
 /// vfio-pci region indices.
@@ -267,8 +269,55 @@ impl ServerBackend for FunctionBackend {
     }
 }
 
-/// Regions and interrupts a function advertises.
-fn describe(card: &Card, fid: FunctionId) -> (Vec<ServerRegion>, Vec<IrqInfo>) {
+/// Memory shared with clients for one BAR: the client maps it (QEMU straight into the guest) and
+/// the device polls it, so stores into it need no message.
+struct SharedBar {
+    bar: u32,
+    file: File,
+}
+
+/// Gives every NIC function's doorbell page shared memory (a memfd) and returns it per function.
+fn share_doorbells(card: &Card) -> std::io::Result<HashMap<FunctionId, SharedBar>> {
+    use fld_device::nic::abi::{BAR_DOORBELL, BAR_DOORBELL_SIZE};
+    let mut shared = HashMap::new();
+    for f in card.nic.functions() {
+        // SAFETY: memfd_create with a valid name; the result is checked and owned by a File.
+        let file = unsafe {
+            let fd = libc::memfd_create(c"fldemu-doorbells".as_ptr(), libc::MFD_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            File::from_raw_fd(fd)
+        };
+        file.set_len(BAR_DOORBELL_SIZE)?;
+        let mmap = MmapRegion::from_file(
+            FileOffset::new(file.try_clone()?, 0),
+            BAR_DOORBELL_SIZE as usize,
+        )
+        .map_err(|e| std::io::Error::other(format!("doorbell mmap: {e}")))?;
+        let region = GuestRegionMmap::new(mmap, GuestAddress(0))
+            .ok_or_else(|| invalid("doorbell region"))?;
+        f.doorbells()
+            .use_memory(Arc::new(region))
+            .map_err(std::io::Error::other)?;
+        shared.insert(
+            f.pci().id,
+            SharedBar {
+                bar: BAR_DOORBELL as u32,
+                file,
+            },
+        );
+    }
+    Ok(shared)
+}
+
+/// Regions and interrupts a function advertises. `shared` is the BAR whose whole area clients
+/// may mmap (with the file to map); every other region is trapped.
+fn describe(
+    card: &Card,
+    fid: FunctionId,
+    shared: Option<&SharedBar>,
+) -> (Vec<ServerRegion>, Vec<IrqInfo>) {
     let f = card.fabric.function(fid);
     let (bars, vectors) = f.map_or((vec![], 0), |f| {
         let cfg = f.pci().config();
@@ -294,18 +343,25 @@ fn describe(card: &Card, fid: FunctionId) -> (Vec<ServerRegion>, Vec<IrqInfo>) {
                         )
                     })
             };
+            let mappable = shared.filter(|s| s.bar == index && size > 0);
             let region_info = vfio_region_info {
                 argsz: std::mem::size_of::<vfio_region_info>() as u32,
-                flags,
+                flags: flags | mappable.map_or(0, |_| VFIO_REGION_INFO_FLAG_MMAP),
                 index,
                 cap_offset: 0,
                 size,
                 offset: 0,
             };
+            // The protocol crate hands the file over only with a sparse-mmap capability: one
+            // area covering the BAR.
             ServerRegion {
                 region_info,
-                sparse_areas: Vec::new(),
-                mmap_fd: None,
+                sparse_areas: mappable.map_or_else(Vec::new, |_| {
+                    vec![SparseArea {
+                        area: vfio_region_sparse_mmap_area { offset: 0, size },
+                    }]
+                }),
+                mmap_fd: mappable.map(|s| s.file.as_raw_fd()),
             }
         })
         .collect();
@@ -348,6 +404,8 @@ pub fn serve(card: Arc<Card>, dir: &Path, stop: Arc<AtomicBool>) -> std::io::Res
     std::fs::create_dir_all(dir)?;
     let irqs = Arc::new(EventfdSink::default());
     card.fabric.set_interrupt_sink(irqs.clone());
+    // Lives until every server thread has ended: the servers hand its descriptors to clients.
+    let shared_bars = share_doorbells(&card)?;
     let mut threads = Vec::new();
     for (fid, name) in socket_names(&card) {
         if let Some(f) = card.fabric.function(fid) {
@@ -358,7 +416,7 @@ pub fn serve(card: Arc<Card>, dir: &Path, stop: Arc<AtomicBool>) -> std::io::Res
         if path.exists() && std::os::unix::net::UnixStream::connect(&path).is_err() {
             std::fs::remove_file(&path)?;
         }
-        let (regions, irq_info) = describe(&card, fid);
+        let (regions, irq_info) = describe(&card, fid, shared_bars.get(&fid));
         let server = Server::new(&path, true, irq_info, regions)
             .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?;
         let (card, irqs, stop) = (card.clone(), irqs.clone(), stop.clone());
@@ -378,6 +436,7 @@ pub fn serve(card: Arc<Card>, dir: &Path, stop: Arc<AtomicBool>) -> std::io::Res
         let _ = t.join();
     }
     let _ = engine.join();
+    drop(shared_bars);
     Ok(())
 }
 

@@ -233,3 +233,30 @@ fn the_server_survives_garbage_and_serves_the_next_client() {
     p0.sq.ring_doorbell();
     assert!(wait_until(|| p1.rq_cq.poll().is_some()));
 }
+
+#[test]
+fn doorbell_pages_are_shared_memory_and_control_registers_stay_trapped() {
+    let (dir, card) = server();
+    let host =
+        VfioUserHost::connect(&dir, &["nic0.sock", "nic1.sock", "fld.sock"], 8 << 20).unwrap();
+    let (nic0, fld) = (host.device(0).unwrap(), host.device(2).unwrap());
+    assert!(nic0.bar_is_mapped(BAR_DOORBELL));
+    assert!(
+        !nic0.bar_is_mapped(BAR_CONTROL),
+        "command registers are trapped"
+    );
+    assert!(!nic0.bar_is_mapped(BAR_MSIX), "the MSI-X table is trapped");
+    assert!(
+        (0..6).all(|b| !fld.bar_is_mapped(b)),
+        "FLD offers no mmap-able area"
+    );
+    // A store through the mapping is the word the engine polls, with no message in between,
+    // and the device's own writes (a queue reset clears its doorbell) are what the host reads.
+    let doorbells = card.nic.functions()[0].doorbells().clone();
+    nic0.write32(BAR_DOORBELL, db::SQ_BASE + 4 * 3, 0x1234);
+    assert_eq!(doorbells.load(db::SQ_BASE + 4 * 3), 0x1234);
+    doorbells.store(db::SQ_BASE + 4 * 3, 0);
+    assert_eq!(nic0.read32(BAR_DOORBELL, db::SQ_BASE + 4 * 3), 0);
+    // Out of the area: the write goes to the server, which ignores it.
+    nic0.write32(BAR_DOORBELL, BAR_DOORBELL_SIZE, 0xdead);
+}
