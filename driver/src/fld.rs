@@ -133,6 +133,7 @@ pub fn bind(
     if bar2 == 0 {
         return Err(DriverError::Transport("FLD BAR2 is not assigned".into()));
     }
+    log::debug!("FLD's NIC-facing windows (BAR2) at bus address {bar2:#x}");
     let tx_cqn = nic.create_cq_at(eq, g.log_tx_cq, bar2 + g.tx_cq_base())?;
     let rx_cqn = nic.create_cq_at(eq, g.log_rx_cq, bar2 + g.rx_cq_base())?;
     let mut sqns = Vec::new();

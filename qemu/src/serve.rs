@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use fld_device::card::Card;
 use fld_device::fabric::HostRegion;
+use fld_device::pcie::config::{OFF_BAR0, OFF_COMMAND, OFF_MSIX_CAP, OFF_PCIE_CAP};
 use fld_device::pcie::{FunctionId, InterruptSink, MsiMessage, PciFunction};
 use vfio_bindings::bindings::vfio::*;
 use vfio_user::{
@@ -162,7 +163,29 @@ impl ServerBackend for FunctionBackend {
         data: &[u8],
     ) -> Result<(), std::io::Error> {
         match region {
-            CONFIG_REGION => self.card.fabric.config_write(self.fid, offset, data),
+            CONFIG_REGION => {
+                log::trace!(
+                    "function {}: config write {offset:#x} {data:02x?}",
+                    self.fid
+                );
+                // "Initiate FLR" in PCIe Device Control: reset as vfio-pci does, keeping the
+                // configuration the client programmed (see `reset`).
+                const FLR_BYTE: u64 = (OFF_PCIE_CAP + 9) as u64;
+                let flr_at = FLR_BYTE
+                    .checked_sub(offset)
+                    .filter(|i| *i < data.len() as u64)
+                    .map(|i| i as usize);
+                match flr_at {
+                    Some(i) if data[i] & 0x80 != 0 => {
+                        let mut without = data.to_vec();
+                        without[i] &= !0x80;
+                        self.card.fabric.config_write(self.fid, offset, &without);
+                        log::info!("function {}: FLR", self.fid);
+                        self.reset()?;
+                    }
+                    _ => self.card.fabric.config_write(self.fid, offset, data),
+                }
+            }
             0..=5 => {
                 if let Some(f) = self.card.fabric.function(self.fid) {
                     f.bar_write(region as u8, offset, data)
@@ -228,10 +251,33 @@ impl ServerBackend for FunctionBackend {
         Ok(())
     }
 
+    /// VFIO_DEVICE_RESET as the kernel's vfio-pci performs it: the function is reset, and the
+    /// configuration the client programmed (BAR addresses, command register, PCIe device
+    /// control, MSI-X enable) is saved before and restored after, so the device stays where the
+    /// guest placed it. Without the restore a guest's vfio-pci, which resets the function when
+    /// it opens it, would find every BAR at zero and peer-to-peer addresses unroutable.
     fn reset(&mut self) -> Result<(), std::io::Error> {
-        if let Some(f) = self.card.fabric.function(self.fid) {
+        log::info!("function {}: reset", self.fid);
+        let fabric = &self.card.fabric;
+        let saved: Vec<(u64, Vec<u8>)> = [
+            (OFF_BAR0, 24),
+            (OFF_PCIE_CAP + 8, 2),
+            (OFF_MSIX_CAP + 2, 2),
+            (OFF_COMMAND, 2),
+        ]
+        .iter()
+        .map(|&(off, len)| {
+            let mut v = vec![0; len];
+            fabric.config_read(self.fid, off as u64, &mut v);
+            (off as u64, v)
+        })
+        .collect();
+        if let Some(f) = fabric.function(self.fid) {
             f.reset();
             f.pci().reset();
+        }
+        for (off, v) in saved {
+            fabric.config_write(self.fid, off, &v);
         }
         Ok(())
     }
