@@ -100,6 +100,11 @@ impl VfioUserDevice {
         self.bars.get(bar as usize)?.as_ref()
     }
 
+    /// VFIO_DEVICE_RESET: the server resets the function and keeps its configuration.
+    pub fn reset(&self) -> Result<(), DriverError> {
+        self.client().reset().map_err(transport)
+    }
+
     fn client(&self) -> std::sync::MutexGuard<'_, Client> {
         self.client.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -209,11 +214,11 @@ impl VfioUserHost {
                 memory: memory.clone(),
                 vectors: Mutex::new(Vec::new()),
             });
+            // As firmware does: no decode while the BARs are sized and placed.
+            let command = dev.config_read16(OFF_COMMAND as u64);
+            dev.config_write16(OFF_COMMAND as u64, command & !CMD_MEMORY);
             next_bar = assign_bars(dev.as_ref(), next_bar);
-            dev.config_write16(
-                OFF_COMMAND as u64,
-                dev.config_read16(OFF_COMMAND as u64) | CMD_MEMORY,
-            );
+            dev.config_write16(OFF_COMMAND as u64, command | CMD_MEMORY);
             devices.push(dev);
         }
         Ok(VfioUserHost { devices })

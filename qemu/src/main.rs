@@ -10,7 +10,7 @@
 //!   running FLD allocated, and Figure 4's sweep.
 //! * `fldemu serve` exposes the card's functions on vfio-user sockets.
 
-use fld_qemu::serve;
+use fld_qemu::{selftest, serve};
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::process::ExitCode;
@@ -63,9 +63,26 @@ enum Cmd {
     /// FLD's PCIe performance model (Figure 7a): bytes per packet on FLD's link and the
     /// throughput bound per link configuration, beside the traffic the emulator measures.
     Model(ModelArgs),
+    /// Check a card reached through vfio-user or vfio (inside a guest): verified CPU and FLD-E
+    /// echo, MSI-X, DMA isolation, reset in the middle of traffic, garbage in every BAR. One
+    /// line per check; fails if any check fails.
+    Selftest(SelftestArgs),
     /// Serve the card's PCIe functions on vfio-user sockets (QEMU's vfio-user-pci, or the
     /// driver's vfio-user transport). Runs until killed; stale sockets are replaced at start.
     Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct SelftestArgs {
+    /// How the driver reaches the card.
+    #[arg(long, value_enum, default_value_t = TransportArg::Vfio)]
+    transport: TransportArg,
+    /// With `--transport vfio-user`: the directory of the server's sockets.
+    #[arg(long, default_value = "fldemu-sockets")]
+    socket_dir: std::path::PathBuf,
+    /// Run only the checks whose name contains this.
+    #[arg(long)]
+    filter: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -216,42 +233,25 @@ enum TransportArg {
 /// DMA memory for the driver when the card is reached through vfio-user or vfio.
 const REMOTE_DMA_BYTES: usize = 128 << 20;
 
+impl TransportArg {
+    /// The self-test's view of a transport that reaches a card running elsewhere.
+    fn remote(self, socket_dir: &std::path::Path) -> Option<selftest::Transport> {
+        match self {
+            TransportArg::InProcess => None,
+            TransportArg::VfioUser => Some(selftest::Transport::VfioUser(socket_dir.into())),
+            TransportArg::Vfio => Some(selftest::Transport::Vfio),
+        }
+    }
+}
+
 /// Opens the echo set-up over the transport `a` names.
 fn open_echoer(a: &DemoArgs, max_frame: usize) -> Result<Echoer, Box<dyn std::error::Error>> {
-    use std::sync::Arc;
     let rx = a.rx_mode.mode();
-    match a.transport {
-        TransportArg::InProcess => Echoer::new(a.accel, rx, max_frame),
-        TransportArg::VfioUser => {
-            let host = fld_driver::vfio_user::VfioUserHost::connect(
-                &a.socket_dir,
-                &["nic0.sock", "nic1.sock", "fld.sock"],
-                REMOTE_DMA_BYTES,
-            )?;
-            let dev = |i| -> Result<Arc<dyn fld_driver::PciDevice>, String> {
-                Ok(host.device(i).ok_or("missing function")?)
-            };
-            let (nic, fld) = ([dev(0)?, dev(1)?], dev(2)?);
-            Echoer::open_remote(a.accel, rx, max_frame, nic, fld, Box::new(host))
-        }
-        TransportArg::Vfio => {
-            use fld_device::nic::abi::{NIC_DEVICE_ID, PCI_VENDOR_ID};
-            use fld_driver::vfio::{find_functions, VfioHost};
-            let nics = find_functions(PCI_VENDOR_ID, NIC_DEVICE_ID);
-            let flds = find_functions(PCI_VENDOR_ID, fld_device::fld::abi::FLD_DEVICE_ID);
-            if nics.len() < 2 || flds.is_empty() {
-                return Err(format!(
-                    "need two NIC functions and an FLD function; found NIC {nics:?}, FLD {flds:?}"
-                )
-                .into());
-            }
-            let bdfs = [nics[0].clone(), nics[1].clone(), flds[0].clone()];
-            let host = VfioHost::open(&bdfs, REMOTE_DMA_BYTES)?;
-            let dev = |i| -> Result<Arc<dyn fld_driver::PciDevice>, String> {
-                Ok(host.device(i).ok_or("missing function")?)
-            };
-            let (nic, fld) = ([dev(0)?, dev(1)?], dev(2)?);
-            Echoer::open_remote(a.accel, rx, max_frame, nic, fld, Box::new(host))
+    match a.transport.remote(&a.socket_dir) {
+        None => Echoer::new(a.accel, rx, max_frame),
+        Some(t) => {
+            let card = t.open(REMOTE_DMA_BYTES)?;
+            Echoer::open_remote(a.accel, rx, max_frame, card.nic, card.fld, card.transport)
         }
     }
 }
@@ -355,6 +355,24 @@ fn main() -> ExitCode {
         Cmd::Replay(a) => replay(a),
         Cmd::Memory(a) => memory(a),
         Cmd::Model(a) => model(a),
+        Cmd::Selftest(a) => match a.transport.remote(&a.socket_dir) {
+            None => Err("the self-test checks a card reached through vfio-user or vfio".into()),
+            Some(t) => {
+                let failed = selftest::run(&t, a.filter.as_deref());
+                println!(
+                    "selftest: {} checks, {failed} failed",
+                    selftest::CHECKS
+                        .iter()
+                        .filter(|c| a.filter.as_deref().is_none_or(|f| c.name.contains(f)))
+                        .count()
+                );
+                Ok(if failed == 0 {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                })
+            }
+        },
         Cmd::Serve(a) => {
             let card = Card::new(Default::default());
             match a.accel {

@@ -300,9 +300,11 @@ impl Fabric {
             }
             for spec in cfg.bars() {
                 if let Some(start) = cfg.bar_address(spec.index).filter(|a| *a != 0) {
+                    // A BAR left at the top of the address space (software sizing it with
+                    // decode on writes all ones) decodes up to the last byte.
                     next.bars.push(BarWindow {
                         start,
-                        end: start + spec.size,
+                        end: start.saturating_add(spec.size),
                         function: f.pci().id,
                         bar: spec.index,
                     });

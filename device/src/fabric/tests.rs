@@ -318,3 +318,41 @@ fn requests_span_pages_of_different_memory_and_unmaps_split_merged_maps() {
     mem.read_slice(&mut b, MemoryRegionAddress(0x3000)).unwrap();
     assert_eq!(b, [2; 16]);
 }
+
+#[test]
+fn a_bar_sized_with_decode_on_sits_at_the_top_and_routes_nothing_below() {
+    let fabric = Fabric::new(FabricConfig::default());
+    let a = ram_function(&fabric);
+    let b = ram_function(&fabric);
+    enable(&fabric, a.pci.id);
+    enable(&fabric, b.pci.id);
+    // Software sizes b's 64-bit BAR without turning decode off: all ones in both halves.
+    fabric.config_write(b.pci.id, 0x10, &[0xff; 8]);
+    let top = b.pci.config().bar_address(0).unwrap();
+    assert_eq!(top, 0u64.wrapping_sub(0x10000), "address = size mask");
+    let mem = host_memory(0x1000);
+    fabric
+        .map_host(
+            a.pci.id,
+            HostRegion {
+                iova: 0x8000,
+                len: 0x1000,
+                memory: mem,
+                offset: 0,
+            },
+        )
+        .unwrap();
+    let mut dma = fabric.dma(a.pci.id);
+    assert!(
+        dma.write(0x8000, &[7; 64]).is_ok(),
+        "host memory still routes"
+    );
+    assert!(
+        dma.write(top + 0x100, &[9; 4]).is_ok(),
+        "the BAR decodes at the top"
+    );
+    drop(dma);
+    let mut word = [0u8; 4];
+    b.bar_read(0, 0x100, &mut word);
+    assert_eq!(word, [9; 4]);
+}
