@@ -3,3 +3,4 @@
 
 pub mod selftest;
 pub mod serve;
+pub mod transport_bench;

@@ -67,6 +67,9 @@ enum Cmd {
     /// echo, MSI-X, DMA isolation, reset in the middle of traffic, garbage in every BAR. One
     /// line per check; fails if any check fails.
     Selftest(SelftestArgs),
+    /// Latency of a transport to a card running elsewhere: trapped register read and write,
+    /// doorbell to completion, doorbell to MSI-X interrupt.
+    BenchTransport(BenchTransportArgs),
     /// Serve the card's PCIe functions on vfio-user sockets (QEMU's vfio-user-pci, or the
     /// driver's vfio-user transport). Runs until killed; stale sockets are replaced at start.
     Serve(ServeArgs),
@@ -83,6 +86,22 @@ struct SelftestArgs {
     /// Run only the checks whose name contains this.
     #[arg(long)]
     filter: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct BenchTransportArgs {
+    /// How the driver reaches the card.
+    #[arg(long, value_enum, default_value_t = TransportArg::Vfio)]
+    transport: TransportArg,
+    /// With `--transport vfio-user`: the directory of the server's sockets.
+    #[arg(long, default_value = "fldemu-sockets")]
+    socket_dir: std::path::PathBuf,
+    /// Samples per figure.
+    #[arg(long, default_value_t = 2000)]
+    iterations: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -372,6 +391,30 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 })
             }
+        },
+        Cmd::BenchTransport(a) => match a.transport.remote(&a.socket_dir) {
+            None => Err("bench-transport measures vfio-user or vfio".into()),
+            Some(t) => fld_qemu::transport_bench::measure(&t, a.iterations.max(1))
+                .map_err(Into::into)
+                .map(|f| {
+                    if a.json {
+                        println!("{}", serde_json::to_string(&f).unwrap_or_default());
+                    } else {
+                        println!("doorbell page mapped: {}", f.doorbell_mapped);
+                        for (name, l) in [
+                            ("trapped register read", &f.mmio_read),
+                            ("trapped register write", &f.mmio_write),
+                            ("doorbell -> completion", &f.doorbell_to_completion),
+                            ("doorbell -> MSI-X", &f.doorbell_to_msix),
+                        ] {
+                            println!(
+                                "{name:24} mean {:9.2} us  median {:9.2} us  p99 {:9.2} us  ({} samples)",
+                                l.mean_us, l.median_us, l.p99_us, l.samples
+                            );
+                        }
+                    }
+                    ExitCode::SUCCESS
+                }),
         },
         Cmd::Serve(a) => {
             let card = Card::new(Default::default());
