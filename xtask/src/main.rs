@@ -1,13 +1,78 @@
 //! `cargo xtask <command>`: project automation that needs more than one cargo invocation.
 //!
-//! * `ci`     — what `.ci/run` does: the test suites, then the demo and a short benchmark.
-//! * `demo`   — the main job: `fldemu demo` in release mode (extra arguments are passed on).
-//! * `bench`  — `fldemu bench --json` in release mode (extra arguments are passed on).
-//!
-//! Guest provisioning (`guest-setup`, `guest-run`, `test-guest`) arrives with the vfio-user
-//! server.
+//! * `ci`          — what `.ci/run` does: the test suites, then the demo and a short benchmark.
+//! * `demo`        — the main job: `fldemu demo` in release mode (extra arguments are passed on).
+//! * `bench`       — `fldemu bench --json` in release mode (extra arguments are passed on).
+//! * `guest-setup` — provisions QEMU with vfio-user-pci and a guest (cached; see [`guest`]).
+//! * `guest-run`   — boots the guest with the card attached; a shell, or `-- COMMAND`.
+//! * `test-guest`  — the self-test and the demo inside the guest, pass/fail per test.
+//! * `bench-guest` — transport latencies and echo rates in the guest, over vfio-user on the
+//!   host, and in-process, in one run.
 
-use std::process::{Command, ExitCode};
+mod guest;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "fldemu project automation")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The CI sequence: tests, demo, model figures and a short benchmark.
+    Ci,
+    /// `fldemu demo` in release mode; arguments are passed on.
+    Demo {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// `fldemu bench --json` in release mode; arguments are passed on.
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Provision QEMU with vfio-user-pci and a Debian guest under the cache directory
+    /// ($FLDEMU_GUEST_CACHE, else ~/.cache/fldemu/guest). Idempotent; needs root the first time.
+    GuestSetup,
+    /// Start `fldemu serve`, boot the guest with both NIC functions and FLD attached behind an
+    /// emulated IOMMU, and run COMMAND there (the workspace's release binaries are in /opt and on
+    /// PATH) or give a shell on this terminal. Everything stops when the guest powers off.
+    GuestRun {
+        /// The accelerator `fldemu serve` runs behind FLD.
+        #[arg(long, default_value = "echo")]
+        accel: String,
+        /// Seconds before the guest is stopped.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// Command to run in the guest (after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Run `fldemu selftest` and the CPU and FLD-E demos inside the guest over vfio-pci;
+    /// pass/fail per test, the guest console on failure.
+    TestGuest {
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Trapped MMIO round trip, doorbell-to-completion and MSI-X latency, and echo Mpps: inside
+    /// the guest, over vfio-user on the host, and in-process, measured in one run.
+    BenchGuest {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Packets per echo measurement.
+        #[arg(long, default_value_t = 50_000)]
+        packets: u64,
+    },
+}
 
 fn cargo(args: &[&str]) -> bool {
     eprintln!("xtask: cargo {}", args.join(" "));
@@ -33,40 +98,345 @@ fn fldemu(args: &[&str]) -> bool {
     cargo(&all)
 }
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
-    let ok = match args.first().map(String::as_str) {
-        Some("ci") => {
-            cargo(&["test", "--workspace"])
-                && fldemu(&["demo", "--accel", "echo", "--packets", "50000", "--json"])
-                && fldemu(&["demo", "--packets", "50000", "--json"])
-                && fldemu(&["memory", "--json"])
-                && fldemu(&["model", "--packets", "5000", "--json"])
-                && fldemu(&[
-                    "demo",
-                    "--packets",
-                    "8941",
-                    "--size",
-                    "60",
-                    "--size-max",
-                    "9000",
-                    "--rx-mode",
-                    "regular",
-                    "--json",
-                ])
-                && fldemu(&["bench", "--json", "--packets", "100000"])
-        }
-        Some("demo") => fldemu(&[&["demo"], rest.as_slice()].concat()),
-        Some("bench") => fldemu(&[&["bench", "--json"], rest.as_slice()].concat()),
-        _ => {
-            eprintln!("usage: cargo xtask <ci|demo|bench> [args...]");
-            false
-        }
-    };
-    if ok {
-        ExitCode::SUCCESS
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn build_fldemu() -> Result<(), String> {
+    if cargo(&[
+        "build",
+        "--quiet",
+        "--release",
+        "-p",
+        "fld-qemu",
+        "--bin",
+        "fldemu",
+    ]) {
+        Ok(())
     } else {
-        ExitCode::FAILURE
+        Err("building fldemu failed".into())
+    }
+}
+
+fn ci() -> bool {
+    cargo(&["test", "--workspace"])
+        && fldemu(&["demo", "--accel", "echo", "--packets", "50000", "--json"])
+        && fldemu(&["demo", "--packets", "50000", "--json"])
+        && fldemu(&["memory", "--json"])
+        && fldemu(&["model", "--packets", "5000", "--json"])
+        && fldemu(&[
+            "demo",
+            "--packets",
+            "8941",
+            "--size",
+            "60",
+            "--size-max",
+            "9000",
+            "--rx-mode",
+            "regular",
+            "--json",
+        ])
+        && fldemu(&["bench", "--json", "--packets", "100000"])
+}
+
+/// The JSON object printed on the line after `prefix` in `output`.
+fn json_after(output: &str, prefix: &str) -> Option<Value> {
+    output
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|rest| serde_json::from_str(rest.trim()).ok())
+}
+
+fn test_guest(timeout: u64) -> Result<bool, String> {
+    let paths = guest::GuestPaths::new();
+    guest::setup(&paths)?;
+    build_fldemu()?;
+    let script = "fldemu selftest --transport vfio\n\
+        echo \"demo cpu: $(fldemu demo --transport vfio --packets 20000 --json)\"\n\
+        echo \"demo flde: $(fldemu demo --transport vfio --accel echo --packets 20000 --json)\"";
+    eprintln!("xtask: booting the guest (TCG) and running the self-test over vfio-pci");
+    let out = guest::run_guest(
+        &paths,
+        &workspace(),
+        &guest::RunOptions {
+            command: Some(script.into()),
+            accel: "echo".into(),
+            timeout: Duration::from_secs(timeout),
+        },
+    )?;
+    let mut results: Vec<(String, bool, String)> = Vec::new();
+    for line in out.output.lines() {
+        if let Some(rest) = line.strip_prefix("test ") {
+            let (name, verdict) = rest.split_once(" ... ").unwrap_or((rest, ""));
+            let ok = verdict.starts_with("ok");
+            let detail = verdict
+                .trim_start_matches("ok")
+                .trim_start_matches("FAILED")
+                .trim();
+            results.push((name.into(), ok, detail.into()));
+        }
+    }
+    for (name, prefix) in [
+        ("demo_cpu_echo_json", "demo cpu: "),
+        ("demo_flde_echo_json", "demo flde: "),
+    ] {
+        let v = json_after(&out.output, prefix);
+        let ok = v.as_ref().is_some_and(|v| v["verified"] == json!(true));
+        let detail = v.map_or("(no JSON summary)".to_string(), |v| {
+            format!(
+                "({:.3} Mpps, verified {})",
+                v["mpps"].as_f64().unwrap_or(0.0),
+                v["verified"]
+            )
+        });
+        results.push((name.into(), ok, detail));
+    }
+    for (name, ok, detail) in &results {
+        println!(
+            "guest test {name} ... {} {detail}",
+            if *ok { "ok" } else { "FAILED" }
+        );
+    }
+    let passed = results.iter().filter(|r| r.1).count();
+    let expected = 7;
+    let all_ok = passed == results.len() && results.len() == expected && out.exit_code.is_some();
+    println!(
+        "test-guest: {passed} passed, {} failed{}",
+        results.len() - passed,
+        if results.len() < expected {
+            format!(", {} missing", expected - results.len())
+        } else {
+            String::new()
+        }
+    );
+    if !all_ok {
+        eprintln!("---- guest output ----\n{}", out.output);
+        out.show_logs();
+    }
+    Ok(all_ok)
+}
+
+/// Runs `fldemu` (release) on the host and returns its standard output.
+fn fldemu_output(args: &[&str]) -> Result<String, String> {
+    let bin = workspace().join("target/release/fldemu");
+    let out = Command::new(&bin)
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    if !out.status.success() {
+        return Err(format!("fldemu {} failed", args.join(" ")));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn parse(s: &str) -> Value {
+    s.lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or(Value::Null)
+}
+
+fn bench_guest(json_out: bool, packets: u64) -> Result<bool, String> {
+    let paths = guest::GuestPaths::new();
+    guest::setup(&paths)?;
+    build_fldemu()?;
+    let n = packets.to_string();
+    // In-process: the card and the driver in one process, no transport at all.
+    eprintln!("xtask: in-process echo");
+    let inproc_cpu = parse(&fldemu_output(&["demo", "--json", "--packets", &n])?);
+    let inproc_flde = parse(&fldemu_output(&[
+        "demo",
+        "--accel",
+        "echo",
+        "--json",
+        "--packets",
+        &n,
+    ])?);
+    // vfio-user on the host: the server and the driver in two processes, no QEMU.
+    eprintln!("xtask: vfio-user on the host");
+    let dir = workspace().join("target/bench-guest-sockets");
+    let _ = std::fs::remove_dir_all(&dir);
+    let bin = workspace().join("target/release/fldemu");
+    let mut server = Command::new(&bin)
+        .args(["serve", "--accel", "echo", "--socket-dir"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !dir.join("fld.sock").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let d = dir.display().to_string();
+    let host = (|| -> Result<(Value, Value, Value), String> {
+        let t = parse(&fldemu_output(&[
+            "bench-transport",
+            "--transport",
+            "vfio-user",
+            "--socket-dir",
+            &d,
+            "--json",
+        ])?);
+        let cpu = parse(&fldemu_output(&[
+            "demo",
+            "--transport",
+            "vfio-user",
+            "--socket-dir",
+            &d,
+            "--json",
+            "--packets",
+            &n,
+        ])?);
+        let flde = parse(&fldemu_output(&[
+            "demo",
+            "--transport",
+            "vfio-user",
+            "--socket-dir",
+            &d,
+            "--accel",
+            "echo",
+            "--json",
+            "--packets",
+            &n,
+        ])?);
+        Ok((t, cpu, flde))
+    })();
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (host_t, host_cpu, host_flde) = host?;
+    // Inside the guest: QEMU's vfio-user-pci, the guest's vfio-pci, TCG.
+    eprintln!("xtask: inside the guest");
+    let guest_packets = (packets / 5).max(1000).to_string();
+    let script = format!(
+        "echo \"transport: $(fldemu bench-transport --transport vfio --iterations 1000 --json)\"\n\
+         echo \"cpu: $(fldemu demo --transport vfio --json --packets {guest_packets})\"\n\
+         echo \"flde: $(fldemu demo --transport vfio --accel echo --json --packets {guest_packets})\""
+    );
+    let out = guest::run_guest(
+        &paths,
+        &workspace(),
+        &guest::RunOptions {
+            command: Some(script),
+            accel: "echo".into(),
+            timeout: Duration::from_secs(600),
+        },
+    )?;
+    let g_t = json_after(&out.output, "transport: ").unwrap_or(Value::Null);
+    let g_cpu = json_after(&out.output, "cpu: ").unwrap_or(Value::Null);
+    let g_flde = json_after(&out.output, "flde: ").unwrap_or(Value::Null);
+    let ok = [
+        &inproc_cpu,
+        &inproc_flde,
+        &host_cpu,
+        &host_flde,
+        &g_cpu,
+        &g_flde,
+    ]
+    .iter()
+    .all(|v| v["verified"] == json!(true))
+        && !g_t.is_null()
+        && !host_t.is_null();
+    if !ok {
+        eprintln!("---- guest output ----\n{}", out.output);
+        out.show_logs();
+    }
+    let mpps = |v: &Value| v["mpps"].as_f64().unwrap_or(0.0);
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let us = |v: &Value, k: &str| v[k]["median_us"].as_f64().unwrap_or(0.0);
+    let report = json!({
+        "in_process": {"cpu_echo_mpps": mpps(&inproc_cpu), "flde_echo_mpps": mpps(&inproc_flde)},
+        "vfio_user_host": {
+            "transport": host_t,
+            "cpu_echo_mpps": mpps(&host_cpu),
+            "flde_echo_mpps": mpps(&host_flde),
+        },
+        "guest": {
+            "transport": g_t,
+            "cpu_echo_mpps": mpps(&g_cpu),
+            "flde_echo_mpps": mpps(&g_flde),
+        },
+        "ratios": {
+            "guest_cpu_echo_vs_in_process": ratio(mpps(&g_cpu), mpps(&inproc_cpu)),
+            "guest_flde_echo_vs_in_process": ratio(mpps(&g_flde), mpps(&inproc_flde)),
+            "host_vfio_user_cpu_echo_vs_in_process": ratio(mpps(&host_cpu), mpps(&inproc_cpu)),
+            "guest_trapped_read_vs_host_vfio_user": ratio(us(&g_t, "mmio_read"), us(&host_t, "mmio_read")),
+            "guest_trapped_read_vs_doorbell_to_completion": ratio(us(&g_t, "mmio_read"), us(&g_t, "doorbell_to_completion")),
+        },
+        "verified": ok,
+    });
+    if json_out {
+        println!("{report}");
+    } else {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    }
+    Ok(ok)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result: Result<bool, String> = match cli.cmd {
+        Cmd::Ci => Ok(ci()),
+        Cmd::Demo { args } => {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            Ok(fldemu(&[&["demo"], a.as_slice()].concat()))
+        }
+        Cmd::Bench { args } => {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            Ok(fldemu(&[&["bench", "--json"], a.as_slice()].concat()))
+        }
+        Cmd::GuestSetup => guest::setup(&guest::GuestPaths::new()).map(|_| true),
+        Cmd::GuestRun {
+            accel,
+            timeout,
+            command,
+        } => (|| {
+            let paths = guest::GuestPaths::new();
+            guest::setup(&paths)?;
+            build_fldemu()?;
+            let interactive = command.is_empty();
+            let out = guest::run_guest(
+                &paths,
+                &workspace(),
+                &guest::RunOptions {
+                    command: (!interactive).then(|| command.join(" ")),
+                    accel,
+                    timeout: Duration::from_secs(timeout),
+                },
+            )?;
+            if interactive {
+                return Ok(true);
+            }
+            print!("{}", out.output);
+            match out.exit_code {
+                Some(0) => Ok(true),
+                Some(code) => {
+                    eprintln!("xtask: the command exited with {code} in the guest");
+                    Ok(false)
+                }
+                None => {
+                    out.show_logs();
+                    Ok(false)
+                }
+            }
+        })(),
+        Cmd::TestGuest { timeout } => test_guest(timeout),
+        Cmd::BenchGuest { json, packets } => bench_guest(json, packets),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -1,0 +1,643 @@
+//! A Linux guest that drives the card like real hardware: QEMU's `vfio-user-pci` attaches every
+//! function `fldemu serve` exposes, behind an emulated Intel IOMMU so the guest's vfio-pci can
+//! bind them.
+//!
+//! * `guest-setup` provisions, once, under the cache directory: a Debian trixie root (debootstrap,
+//!   minbase) with QEMU from trixie-backports (the first with a vfio-user client), the Debian
+//!   kernel, busybox and kmod; and a busybox initramfs that loads the 9p modules, mounts that root
+//!   read-only over virtio-9p and switches into it. A system QEMU that already has
+//!   `vfio-user-pci` is used instead of the root's.
+//! * `guest-run` starts `fldemu serve`, boots the guest (TCG, q35, intel-iommu) with the workspace's
+//!   release binaries at /opt, and runs a command there (or gives a shell); then stops both.
+//!
+//! Nothing is mounted on the host: QEMU from the root runs through the root's own dynamic loader,
+//! and the guest reads the root through QEMU's 9p server.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bump when the provisioning recipe changes: an older cache is rebuilt.
+const RECIPE: &str = "trixie-minbase+backports-qemu;kernel,busybox-static,kmod,pciutils;v1";
+const MIRROR: &str = "http://deb.debian.org/debian";
+/// Modules the initramfs loads, in order, to mount the root over virtio-9p.
+const NINEP_MODULES: [&str; 4] = [
+    "fs/netfs/netfs",
+    "net/9p/9pnet",
+    "net/9p/9pnet_virtio",
+    "fs/9p/9p",
+];
+/// Guest memory: the kernel, the 9p page cache and the driver's pinned DMA buffers.
+const GUEST_MEMORY: &str = "1G";
+
+pub type Result<T> = std::result::Result<T, String>;
+
+fn say(msg: impl AsRef<str>) {
+    eprintln!("xtask: {}", msg.as_ref());
+}
+
+/// Where the provisioned guest lives.
+pub struct GuestPaths {
+    pub cache: PathBuf,
+    pub root: PathBuf,
+    pub initrd: PathBuf,
+}
+
+impl GuestPaths {
+    pub fn new() -> GuestPaths {
+        let cache = std::env::var_os("FLDEMU_GUEST_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("fldemu")))
+            .or_else(|| std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".cache/fldemu")))
+            .unwrap_or_else(|| PathBuf::from("target/fldemu-cache"))
+            .join("guest");
+        GuestPaths {
+            root: cache.join("root"),
+            initrd: cache.join("initrd.cpio"),
+            cache,
+        }
+    }
+
+    fn marker(&self) -> PathBuf {
+        self.root.join(".fldemu-guest")
+    }
+
+    pub fn ready(&self) -> bool {
+        std::fs::read_to_string(self.marker()).is_ok_and(|s| s.trim() == RECIPE)
+            && self.initrd.exists()
+    }
+
+    /// The guest kernel (the newest in the root).
+    pub fn kernel(&self) -> Result<PathBuf> {
+        let mut kernels: Vec<PathBuf> = std::fs::read_dir(self.root.join("boot"))
+            .map_err(|e| format!("{}: {e}", self.root.join("boot").display()))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+            })
+            .collect();
+        kernels.sort();
+        kernels
+            .pop()
+            .ok_or_else(|| "no kernel in the guest root".into())
+    }
+
+    fn modules_dir(&self) -> Result<PathBuf> {
+        let kernel = self.kernel()?;
+        let version = kernel
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("vmlinuz-"))
+            .ok_or("kernel name")?
+            .to_string();
+        Ok(self.root.join("usr/lib/modules").join(version))
+    }
+
+    fn busybox(&self) -> PathBuf {
+        self.root.join("usr/bin/busybox")
+    }
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<()> {
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what}: {status}"))
+    }
+}
+
+/// Runs `cmd` with its output appended to `log`; on failure the log's tail is shown.
+fn run_logged(cmd: &mut Command, what: &str, log: &Path) -> Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    let err = file.try_clone().map_err(|e| e.to_string())?;
+    let status = cmd
+        .stdout(file)
+        .stderr(err)
+        .status()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
+    if status.success() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(30).collect();
+    for line in tail.iter().rev() {
+        eprintln!("  | {line}");
+    }
+    Err(format!("{what}: {status} (log: {})", log.display()))
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Provisions the guest (idempotent).
+pub fn setup(paths: &GuestPaths) -> Result<()> {
+    if paths.ready() {
+        say(format!("guest ready in {}", paths.cache.display()));
+        return report_qemu(paths);
+    }
+    std::fs::create_dir_all(&paths.cache).map_err(|e| e.to_string())?;
+    let log = paths.cache.join("setup.log");
+    let _ = std::fs::remove_file(&log);
+    let started = Instant::now();
+    if !have("debootstrap") {
+        say("installing debootstrap (apt-get)");
+        run_logged(
+            Command::new("apt-get")
+                .args([
+                    "install",
+                    "-y",
+                    "-q",
+                    "--no-install-recommends",
+                    "debootstrap",
+                ])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            "apt-get install debootstrap",
+            &log,
+        )
+        .map_err(|e| format!("{e}; guest-setup needs root (debootstrap, chroot)"))?;
+    }
+    let partial = paths.cache.join("root.partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    let mirror = std::env::var("FLDEMU_DEBIAN_MIRROR").unwrap_or_else(|_| MIRROR.into());
+    say(format!("debootstrap trixie (minbase) from {mirror}"));
+    run_logged(
+        Command::new("debootstrap")
+            .args(["--variant=minbase", "trixie"])
+            .arg(&partial)
+            .arg(&mirror),
+        "debootstrap",
+        &log,
+    )?;
+    let sources = format!(
+        "Types: deb\nURIs: {mirror}\nSuites: trixie trixie-backports\nComponents: main\n\
+         Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    );
+    let _ = std::fs::remove_file(partial.join("etc/apt/sources.list"));
+    std::fs::write(
+        partial.join("etc/apt/sources.list.d/debian.sources"),
+        sources,
+    )
+    .map_err(|e| e.to_string())?;
+    let in_root = |args: &[&str]| {
+        let mut c = Command::new("chroot");
+        c.arg(&partial)
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        c
+    };
+    say("apt-get update (trixie, trixie-backports)");
+    run_logged(
+        &mut in_root(&["apt-get", "update", "-q"]),
+        "apt-get update",
+        &log,
+    )?;
+    say("installing QEMU with vfio-user-pci from trixie-backports");
+    run_logged(
+        &mut in_root(&[
+            "apt-get",
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "-t",
+            "trixie-backports",
+            "qemu-system-x86",
+        ]),
+        "install QEMU",
+        &log,
+    )?;
+    say("installing the guest kernel, busybox, kmod, pciutils");
+    run_logged(
+        &mut in_root(&[
+            "apt-get",
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "linux-image-amd64",
+            "busybox-static",
+            "kmod",
+            "pciutils",
+        ]),
+        "install kernel",
+        &log,
+    )?;
+    run_logged(&mut in_root(&["apt-get", "clean"]), "apt-get clean", &log)?;
+    let _ = std::fs::remove_dir_all(&paths.root);
+    std::fs::rename(&partial, &paths.root).map_err(|e| e.to_string())?;
+    build_initramfs(paths)?;
+    std::fs::write(paths.marker(), RECIPE).map_err(|e| e.to_string())?;
+    say(format!(
+        "guest provisioned in {:.0} s ({})",
+        started.elapsed().as_secs_f64(),
+        paths.cache.display()
+    ));
+    report_qemu(paths)
+}
+
+fn report_qemu(paths: &GuestPaths) -> Result<()> {
+    let q = Qemu::find(paths)?;
+    say(format!("QEMU: {}", q.describe()));
+    Ok(())
+}
+
+/// The busybox initramfs: loads the 9p modules, mounts the root (`rootfs`), the run directory
+/// (`run`, at /mnt) and the workspace's release binaries (`work`, at /opt), then switches root
+/// and runs /mnt/guest-init.
+fn build_initramfs(paths: &GuestPaths) -> Result<()> {
+    say("building the initramfs");
+    let staging = paths.cache.join("initrd.d");
+    let _ = std::fs::remove_dir_all(&staging);
+    for d in ["bin", "lib/modules"] {
+        std::fs::create_dir_all(staging.join(d)).map_err(|e| e.to_string())?;
+    }
+    let busybox = paths.busybox();
+    std::fs::copy(&busybox, staging.join("bin/busybox"))
+        .map_err(|e| format!("{}: {e}", busybox.display()))?;
+    let modules = paths.modules_dir()?;
+    for m in NINEP_MODULES {
+        let src = modules.join(format!("kernel/{m}.ko.xz"));
+        let name = Path::new(m).file_name().ok_or("module name")?;
+        let out =
+            std::fs::File::create(staging.join("lib/modules").join(name).with_extension("ko"))
+                .map_err(|e| e.to_string())?;
+        // Debian ships modules xz-compressed; busybox's insmod wants them plain.
+        run(
+            Command::new(&busybox).arg("xzcat").arg(&src).stdout(out),
+            &format!("decompress {}", src.display()),
+        )?;
+    }
+    let mods = NINEP_MODULES
+        .iter()
+        .map(|m| m.rsplit('/').next().unwrap_or(m))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let init = format!(
+        "#!/bin/busybox sh\n\
+         /bin/busybox --install -s /bin\n\
+         mkdir -p /proc /dev /newroot\n\
+         mount -t proc proc /proc\n\
+         mount -t devtmpfs dev /dev\n\
+         for m in {mods}; do insmod /lib/modules/$m.ko || echo \"fldemu-guest: insmod $m failed\"; done\n\
+         opts=trans=virtio,version=9p2000.L,msize=262144\n\
+         mount -t 9p -o $opts,ro,cache=loose rootfs /newroot || echo 'fldemu-guest: no root'\n\
+         mount -t 9p -o $opts run /newroot/mnt || echo 'fldemu-guest: no run directory'\n\
+         mount -t 9p -o $opts,ro work /newroot/opt || echo 'fldemu-guest: no workspace binaries'\n\
+         mount --move /dev /newroot/dev\n\
+         umount /proc\n\
+         exec switch_root /newroot /bin/sh /mnt/guest-init\n"
+    );
+    let init_path = staging.join("init");
+    std::fs::write(&init_path, init).map_err(|e| e.to_string())?;
+    set_executable(&init_path)?;
+    // newc archive of the staging tree, by busybox's cpio.
+    let list: Vec<u8> = walk(&staging)?
+        .iter()
+        .flat_map(|p| {
+            let mut l = format!("./{}\n", p.display()).into_bytes();
+            if p.as_os_str().is_empty() {
+                l = b".\n".to_vec();
+            }
+            l
+        })
+        .collect();
+    let out = std::fs::File::create(&paths.initrd).map_err(|e| e.to_string())?;
+    let mut child = Command::new(&busybox)
+        .args(["cpio", "-o", "-H", "newc"])
+        .current_dir(&staging)
+        .stdin(Stdio::piped())
+        .stdout(out)
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cpio: {e}"))?;
+    child
+        .stdin
+        .take()
+        .ok_or("cpio stdin")?
+        .write_all(&list)
+        .map_err(|e| e.to_string())?;
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("cpio: {status}"));
+    }
+    let _ = std::fs::remove_dir_all(&staging);
+    Ok(())
+}
+
+fn set_executable(p: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())
+}
+
+/// Every path under `dir`, relative to it, parents first.
+fn walk(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = vec![PathBuf::new()];
+    let mut i = 0;
+    while i < out.len() {
+        let abs = dir.join(&out[i]);
+        if abs.is_dir() {
+            let mut children: Vec<PathBuf> = std::fs::read_dir(&abs)
+                .map_err(|e| e.to_string())?
+                .flatten()
+                .map(|e| out[i].join(e.file_name()))
+                .collect();
+            children.sort();
+            out.extend(children);
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
+/// How QEMU is started: a system QEMU with vfio-user-pci, or the root's through its loader.
+pub struct Qemu {
+    program: PathBuf,
+    prefix: Vec<String>,
+    env: Vec<(String, String)>,
+    data_dirs: Vec<PathBuf>,
+}
+
+impl Qemu {
+    pub fn find(paths: &GuestPaths) -> Result<Qemu> {
+        let system = Qemu {
+            program: "qemu-system-x86_64".into(),
+            prefix: vec![],
+            env: vec![],
+            data_dirs: vec![],
+        };
+        if system.has_vfio_user() {
+            return Ok(system);
+        }
+        let root = &paths.root;
+        let libs = [
+            root.join("usr/lib/x86_64-linux-gnu"),
+            root.join("lib/x86_64-linux-gnu"),
+        ]
+        .map(|p| p.display().to_string())
+        .join(":");
+        let q = Qemu {
+            program: root.join("lib64/ld-linux-x86-64.so.2"),
+            prefix: vec![
+                "--library-path".into(),
+                libs,
+                root.join("usr/bin/qemu-system-x86_64")
+                    .display()
+                    .to_string(),
+            ],
+            env: vec![(
+                "QEMU_MODULE_DIR".into(),
+                root.join("usr/lib/x86_64-linux-gnu/qemu")
+                    .display()
+                    .to_string(),
+            )],
+            data_dirs: vec![root.join("usr/share/qemu"), root.join("usr/share/seabios")],
+        };
+        if q.has_vfio_user() {
+            Ok(q)
+        } else {
+            Err("no QEMU with vfio-user-pci: run `cargo xtask guest-setup`".into())
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.program);
+        c.args(&self.prefix);
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        for d in &self.data_dirs {
+            c.arg("-L").arg(d);
+        }
+        c
+    }
+
+    fn has_vfio_user(&self) -> bool {
+        self.command()
+            .args(["-device", "help"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("\"vfio-user-pci\""))
+    }
+
+    fn describe(&self) -> String {
+        if self.prefix.is_empty() {
+            format!("system {}", self.program.display())
+        } else {
+            format!("{} (from the guest root)", self.prefix[2])
+        }
+    }
+}
+
+/// A child process killed and reaped when dropped: no strays on any exit path.
+struct Reaped(Option<Child>);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// What a guest run produced.
+pub struct GuestOutcome {
+    /// The command's exit status inside the guest (None: it never finished).
+    pub exit_code: Option<i32>,
+    /// The command's standard output and error.
+    pub output: String,
+    pub console_log: PathBuf,
+    pub serve_log: PathBuf,
+}
+
+impl GuestOutcome {
+    /// Prints the last lines of the guest console and of the server's log.
+    pub fn show_logs(&self) {
+        for (what, path) in [
+            ("guest console", &self.console_log),
+            ("fldemu serve", &self.serve_log),
+        ] {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!("---- {what} ({}), last lines ----", path.display());
+            for l in &lines[lines.len().saturating_sub(60)..] {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+/// Options of a guest run.
+pub struct RunOptions {
+    /// Shell command to run in the guest; None: an interactive shell on this terminal.
+    pub command: Option<String>,
+    /// The accelerator `fldemu serve` puts behind FLD.
+    pub accel: String,
+    pub timeout: Duration,
+}
+
+/// Starts `fldemu serve` (the workspace's release build), boots the guest with every function
+/// attached, runs the command, and stops everything.
+pub fn run_guest(paths: &GuestPaths, workspace: &Path, opts: &RunOptions) -> Result<GuestOutcome> {
+    if !paths.ready() {
+        return Err("the guest is not provisioned: run `cargo xtask guest-setup`".into());
+    }
+    let qemu = Qemu::find(paths)?;
+    let release = workspace.join("target/release");
+    let fldemu = release.join("fldemu");
+    if !fldemu.exists() {
+        return Err(format!("{} is missing: build it first", fldemu.display()));
+    }
+    let dir = workspace.join("target/guest");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (sockets, share) = (dir.join("sock"), dir.join("share"));
+    for d in [&sockets, &share] {
+        std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
+    }
+    let console_log = dir.join("console.log");
+    let serve_log = dir.join("serve.log");
+    let guest_init = match &opts.command {
+        Some(cmd) => format!(
+            "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
+             export PATH=/opt:/usr/sbin:/usr/bin:/sbin:/bin RUST_LOG=${{RUST_LOG:-warn}}\n\
+             echo fldemu-guest: running\n\
+             ( {cmd} ) > /mnt/output.log 2>&1\n\
+             echo $? > /mnt/exit-code\n\
+             busybox poweroff -f\n"
+        ),
+        None => "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
+                 export PATH=/opt:/usr/sbin:/usr/bin:/sbin:/bin\n\
+                 echo 'fldemu guest: the card is at' $(lspci -n -d fff0: | cut -d' ' -f1)\n\
+                 echo 'try: fldemu demo --transport vfio --accel echo; exit powers off'\n\
+                 busybox setsid -c /bin/sh -l\n\
+                 busybox poweroff -f\n"
+            .to_string(),
+    };
+    std::fs::write(share.join("guest-init"), guest_init).map_err(|e| e.to_string())?;
+
+    let log = std::fs::File::create(&serve_log).map_err(|e| e.to_string())?;
+    let _server = Reaped(Some(
+        Command::new(&fldemu)
+            .args(["serve", "--accel", &opts.accel, "--socket-dir"])
+            .arg(&sockets)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("fldemu serve: {e}"))?,
+    ));
+    let names = ["nic0.sock", "nic1.sock", "fld.sock"];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !names.iter().all(|n| sockets.join(n).exists()) {
+        if Instant::now() > deadline {
+            return Err("fldemu serve did not create its sockets".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let kernel = paths.kernel()?;
+    let mut q = qemu.command();
+    q.args([
+        "-accel",
+        "tcg",
+        "-machine",
+        "q35,memory-backend=mem",
+        "-m",
+        GUEST_MEMORY,
+    ])
+    .args([
+        "-object",
+        &format!("memory-backend-memfd,id=mem,size={GUEST_MEMORY},share=on"),
+    ])
+    .args(["-smp", "1", "-nodefaults", "-no-reboot", "-display", "none"])
+    .args(["-device", "intel-iommu,intremap=on,caching-mode=on"])
+    .arg("-kernel")
+    .arg(&kernel)
+    .arg("-initrd")
+    .arg(&paths.initrd)
+    .args([
+        "-append",
+        "console=ttyS0 intel_iommu=on quiet panic=-1 hugepages=64",
+    ]);
+    for (tag, path, ro) in [
+        ("rootfs", &paths.root, true),
+        ("run", &share, false),
+        ("work", &release, true),
+    ] {
+        q.arg("-virtfs").arg(format!(
+            "local,path={},mount_tag={tag},security_model=none{}",
+            path.display(),
+            if ro { ",readonly=on" } else { "" }
+        ));
+    }
+    for n in names {
+        q.arg("-device").arg(format!(
+            "{{\"driver\":\"vfio-user-pci\",\"socket\":{{\"path\":\"{}\",\"type\":\"unix\"}}}}",
+            sockets.join(n).display()
+        ));
+    }
+    let interactive = opts.command.is_none();
+    if interactive {
+        q.args(["-serial", "mon:stdio"]);
+    } else {
+        q.arg("-serial")
+            .arg(format!("file:{}", console_log.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("qemu.log")).map_err(|e| e.to_string())?);
+    }
+    let started = Instant::now();
+    let mut guest = Reaped(Some(q.spawn().map_err(|e| format!("QEMU: {e}"))?));
+    let child = guest.0.as_mut().expect("spawned");
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(s);
+        }
+        if started.elapsed() > opts.timeout {
+            say(format!(
+                "guest timed out after {} s",
+                opts.timeout.as_secs()
+            ));
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(guest);
+    drop(_server);
+    let _ = std::fs::remove_dir_all(&sockets);
+    if let Some(s) = status.filter(|s| !s.success()) {
+        say(format!(
+            "QEMU exited with {s} (log: {})",
+            dir.join("qemu.log").display()
+        ));
+    }
+    Ok(GuestOutcome {
+        exit_code: std::fs::read_to_string(share.join("exit-code"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok()),
+        output: std::fs::read_to_string(share.join("output.log")).unwrap_or_default(),
+        console_log,
+        serve_log,
+    })
+}
