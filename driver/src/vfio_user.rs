@@ -100,6 +100,12 @@ impl VfioUserDevice {
         self.bars.get(bar as usize)?.as_ref()
     }
 
+    /// Withdraws the device's access to `[iova, iova + size)` (DMA_UNMAP), as a client may at
+    /// any time, even under memory the device is using.
+    pub fn dma_unmap(&self, iova: u64, size: u64) -> Result<(), DriverError> {
+        self.client().dma_unmap(iova, size).map_err(transport)
+    }
+
     /// VFIO_DEVICE_RESET: the server resets the function and keeps its configuration.
     pub fn reset(&self) -> Result<(), DriverError> {
         self.client().reset().map_err(transport)

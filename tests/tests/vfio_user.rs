@@ -175,3 +175,64 @@ fn a_device_reset_keeps_the_bars_where_the_client_put_them() {
     p1.buf.read(0, &mut got);
     assert_eq!(got, f);
 }
+
+#[test]
+fn a_client_that_maps_nothing_gets_command_errors_and_the_next_client_works() {
+    use fld_driver::vfio_user::DMA_IOVA;
+    let (dir, _card) = server();
+    {
+        let host = VfioUserHost::connect(&dir, &["nic0.sock"], 4 << 20).unwrap();
+        let d0 = host.device(0).unwrap();
+        d0.dma_unmap(DMA_IOVA, 4 << 20).unwrap();
+        // Registers still answer; every command's mailbox is unreachable memory.
+        let r = RawPort::open(d0);
+        assert!(
+            matches!(
+                r.as_ref().err(),
+                Some(
+                    fld_driver::DriverError::Delivery { .. }
+                        | fld_driver::DriverError::Command { .. }
+                )
+            ),
+            "bring-up without DMA memory fails with a command status, got {:?}",
+            r.err()
+        );
+    }
+    check("cpu_echo_byte_exact");
+}
+
+#[test]
+fn memory_unmapped_under_a_receive_queue_drops_frames_and_the_next_client_works() {
+    use fld_driver::vfio_user::DMA_IOVA;
+    let (dir, _card) = server();
+    {
+        let host = VfioUserHost::connect(&dir, &["nic0.sock", "nic1.sock"], 8 << 20).unwrap();
+        let (d0, d1) = (host.device(0).unwrap(), host.device(1).unwrap());
+        let mut p0 = RawPort::open(d0).unwrap();
+        let p1 = RawPort::open(d1.clone()).unwrap();
+        let f = test_frame(p1.nic.mac(), p0.nic.mac(), 200);
+        let before = p0.nic.query_vport(1).unwrap();
+        // Function 1's memory (its rings and buffers) goes away while its queues are live.
+        d1.dma_unmap(DMA_IOVA, 8 << 20).unwrap();
+        for _ in 0..4 {
+            p0.send(&f, true).unwrap();
+            assert!(
+                wait_until(|| p0.cq.poll().is_some()),
+                "the sender completes"
+            );
+            p0.cq.update_ci();
+        }
+        let after = p0.nic.query_vport(1).unwrap();
+        assert_eq!(
+            after.rx_packets.get(),
+            before.rx_packets.get(),
+            "nothing delivered"
+        );
+        assert_eq!(
+            after.rx_out_of_buffer.get() - before.rx_out_of_buffer.get(),
+            4,
+            "each frame is a counted drop"
+        );
+    }
+    check("cpu_echo_byte_exact");
+}
