@@ -465,6 +465,8 @@ pub struct GuestOutcome {
     pub output: String,
     pub console_log: PathBuf,
     pub serve_log: PathBuf,
+    /// QEMU was killed on purpose (`kill_after`).
+    pub killed: bool,
 }
 
 impl GuestOutcome {
@@ -484,160 +486,232 @@ impl GuestOutcome {
     }
 }
 
-/// Options of a guest run.
+/// Options of one boot.
 pub struct RunOptions {
     /// Shell command to run in the guest; None: an interactive shell on this terminal.
     pub command: Option<String>,
-    /// The accelerator `fldemu serve` puts behind FLD.
-    pub accel: String,
     pub timeout: Duration,
+    /// Kill QEMU (SIGKILL) this long after the command started in the guest: a client that
+    /// vanishes in the middle of its work.
+    pub kill_after: Option<Duration>,
 }
 
-/// Starts `fldemu serve` (the workspace's release build), boots the guest with every function
-/// attached, runs the command, and stops everything.
-pub fn run_guest(paths: &GuestPaths, workspace: &Path, opts: &RunOptions) -> Result<GuestOutcome> {
-    if !paths.ready() {
-        return Err("the guest is not provisioned: run `cargo xtask guest-setup`".into());
+/// `fldemu serve` (the workspace's release build) with the guest's directories: boots of the
+/// guest connect to it one after another, as QEMU processes would.
+pub struct Session {
+    paths: GuestPaths,
+    qemu: Qemu,
+    release: PathBuf,
+    dir: PathBuf,
+    sockets: PathBuf,
+    server: Reaped,
+    serve_log: PathBuf,
+    boots: usize,
+}
+
+const SOCKETS: [&str; 3] = ["nic0.sock", "nic1.sock", "fld.sock"];
+
+impl Session {
+    /// Starts the server with `accel` behind FLD.
+    pub fn start(paths: GuestPaths, workspace: &Path, accel: &str) -> Result<Session> {
+        if !paths.ready() {
+            return Err("the guest is not provisioned: run `cargo xtask guest-setup`".into());
+        }
+        let qemu = Qemu::find(&paths)?;
+        let release = workspace.join("target/release");
+        let fldemu = release.join("fldemu");
+        if !fldemu.exists() {
+            return Err(format!("{} is missing: build it first", fldemu.display()));
+        }
+        let dir = workspace.join("target/guest");
+        let _ = std::fs::remove_dir_all(&dir);
+        let sockets = dir.join("sock");
+        std::fs::create_dir_all(&sockets).map_err(|e| e.to_string())?;
+        let serve_log = dir.join("serve.log");
+        let log = std::fs::File::create(&serve_log).map_err(|e| e.to_string())?;
+        let server = Reaped(Some(
+            Command::new(&fldemu)
+                .args(["serve", "--accel", accel, "--socket-dir"])
+                .arg(&sockets)
+                .env(
+                    "RUST_LOG",
+                    std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+                )
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().map_err(|e| e.to_string())?)
+                .stderr(log)
+                .spawn()
+                .map_err(|e| format!("fldemu serve: {e}"))?,
+        ));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !SOCKETS.iter().all(|n| sockets.join(n).exists()) {
+            if Instant::now() > deadline {
+                return Err("fldemu serve did not create its sockets".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Session {
+            paths,
+            qemu,
+            release,
+            dir,
+            sockets,
+            server,
+            serve_log,
+            boots: 0,
+        })
     }
-    let qemu = Qemu::find(paths)?;
-    let release = workspace.join("target/release");
-    let fldemu = release.join("fldemu");
-    if !fldemu.exists() {
-        return Err(format!("{} is missing: build it first", fldemu.display()));
+
+    /// Whether the server process is still running.
+    pub fn server_alive(&mut self) -> bool {
+        self.server
+            .0
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
-    let dir = workspace.join("target/guest");
-    let _ = std::fs::remove_dir_all(&dir);
-    let (sockets, share) = (dir.join("sock"), dir.join("share"));
-    for d in [&sockets, &share] {
-        std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
-    }
-    let console_log = dir.join("console.log");
-    let serve_log = dir.join("serve.log");
-    let guest_init = match &opts.command {
-        Some(cmd) => format!(
-            "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
-             export PATH=/opt:/usr/sbin:/usr/bin:/sbin:/bin RUST_LOG=${{RUST_LOG:-warn}}\n\
-             echo fldemu-guest: running\n\
-             ( {cmd} ) > /mnt/output.log 2>&1\n\
-             echo $? > /mnt/exit-code\n\
-             busybox poweroff -f\n"
-        ),
-        None => "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
-                 export PATH=/opt:/usr/sbin:/usr/bin:/sbin:/bin\n\
-                 echo 'fldemu guest: the card is at' $(lspci -n -d fff0: | cut -d' ' -f1)\n\
-                 echo 'try: fldemu demo --transport vfio --accel echo; exit powers off'\n\
-                 busybox setsid -c /bin/sh -l\n\
+
+    /// Boots the guest with every function attached, runs the command (or a shell), and waits
+    /// until the guest powers off, the timeout passes, or `kill_after` ends it.
+    pub fn boot(&mut self, opts: &RunOptions) -> Result<GuestOutcome> {
+        self.boots += 1;
+        let run = self.dir.join(format!("boot{}", self.boots));
+        let share = run.join("share");
+        std::fs::create_dir_all(&share).map_err(|e| e.to_string())?;
+        let console_log = run.join("console.log");
+        let qemu_log = run.join("qemu.log");
+        let guest_init = match &opts.command {
+            Some(cmd) => format!(
+                "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
+                 export PATH=/opt:/usr/sbin:/usr/bin:/sbin:/bin RUST_LOG=${{RUST_LOG:-warn}}\n\
+                 echo fldemu-guest: running\n\
+                 : > /mnt/started\n\
+                 ( {cmd} ) > /mnt/output.log 2>&1\n\
+                 echo $? > /mnt/exit-code\n\
                  busybox poweroff -f\n"
-            .to_string(),
-    };
-    std::fs::write(share.join("guest-init"), guest_init).map_err(|e| e.to_string())?;
+            ),
+            None => "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
+                     export PATH=/opt:/usr/sbin:/usr/bin:/sbin:/bin\n\
+                     echo 'fldemu guest: the card is at' $(lspci -n -d fff0: | cut -d' ' -f1)\n\
+                     echo 'try: fldemu demo --transport vfio --accel echo; exit powers off'\n\
+                     busybox setsid -c /bin/sh -l\n\
+                     busybox poweroff -f\n"
+                .to_string(),
+        };
+        std::fs::write(share.join("guest-init"), guest_init).map_err(|e| e.to_string())?;
 
-    let log = std::fs::File::create(&serve_log).map_err(|e| e.to_string())?;
-    let _server = Reaped(Some(
-        Command::new(&fldemu)
-            .args(["serve", "--accel", &opts.accel, "--socket-dir"])
-            .arg(&sockets)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("fldemu serve: {e}"))?,
-    ));
-    let names = ["nic0.sock", "nic1.sock", "fld.sock"];
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !names.iter().all(|n| sockets.join(n).exists()) {
-        if Instant::now() > deadline {
-            return Err("fldemu serve did not create its sockets".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-
-    let kernel = paths.kernel()?;
-    let mut q = qemu.command();
-    q.args([
-        "-accel",
-        "tcg",
-        "-machine",
-        "q35,memory-backend=mem",
-        "-m",
-        GUEST_MEMORY,
-    ])
-    .args([
-        "-object",
-        &format!("memory-backend-memfd,id=mem,size={GUEST_MEMORY},share=on"),
-    ])
-    .args(["-smp", "1", "-nodefaults", "-no-reboot", "-display", "none"])
-    .args(["-device", "intel-iommu,intremap=on,caching-mode=on"])
-    .arg("-kernel")
-    .arg(&kernel)
-    .arg("-initrd")
-    .arg(&paths.initrd)
-    .args([
-        "-append",
-        "console=ttyS0 intel_iommu=on quiet panic=-1 hugepages=64",
-    ]);
-    for (tag, path, ro) in [
-        ("rootfs", &paths.root, true),
-        ("run", &share, false),
-        ("work", &release, true),
-    ] {
-        q.arg("-virtfs").arg(format!(
-            "local,path={},mount_tag={tag},security_model=none{}",
-            path.display(),
-            if ro { ",readonly=on" } else { "" }
-        ));
-    }
-    for n in names {
-        q.arg("-device").arg(format!(
-            "{{\"driver\":\"vfio-user-pci\",\"socket\":{{\"path\":\"{}\",\"type\":\"unix\"}}}}",
-            sockets.join(n).display()
-        ));
-    }
-    let interactive = opts.command.is_none();
-    if interactive {
-        q.args(["-serial", "mon:stdio"]);
-    } else {
-        q.arg("-serial")
-            .arg(format!("file:{}", console_log.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("qemu.log")).map_err(|e| e.to_string())?);
-    }
-    let started = Instant::now();
-    let mut guest = Reaped(Some(q.spawn().map_err(|e| format!("QEMU: {e}"))?));
-    let child = guest.0.as_mut().expect("spawned");
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(s);
-        }
-        if started.elapsed() > opts.timeout {
-            say(format!(
-                "guest timed out after {} s",
-                opts.timeout.as_secs()
+        let kernel = self.paths.kernel()?;
+        let mut q = self.qemu.command();
+        q.args([
+            "-accel",
+            "tcg",
+            "-machine",
+            "q35,memory-backend=mem",
+            "-m",
+            GUEST_MEMORY,
+        ])
+        .args([
+            "-object",
+            &format!("memory-backend-memfd,id=mem,size={GUEST_MEMORY},share=on"),
+        ])
+        .args(["-smp", "1", "-nodefaults", "-no-reboot", "-display", "none"])
+        .args(["-device", "intel-iommu,intremap=on,caching-mode=on"])
+        .arg("-kernel")
+        .arg(&kernel)
+        .arg("-initrd")
+        .arg(&self.paths.initrd)
+        .args([
+            "-append",
+            "console=ttyS0 intel_iommu=on quiet panic=-1 hugepages=64",
+        ]);
+        for (tag, path, ro) in [
+            ("rootfs", &self.paths.root, true),
+            ("run", &share, false),
+            ("work", &self.release, true),
+        ] {
+            q.arg("-virtfs").arg(format!(
+                "local,path={},mount_tag={tag},security_model=none{}",
+                path.display(),
+                if ro { ",readonly=on" } else { "" }
             ));
-            break None;
         }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    drop(guest);
-    drop(_server);
-    let _ = std::fs::remove_dir_all(&sockets);
-    if let Some(s) = status.filter(|s| !s.success()) {
-        say(format!(
-            "QEMU exited with {s} (log: {})",
-            dir.join("qemu.log").display()
-        ));
+        for n in SOCKETS {
+            q.arg("-device").arg(format!(
+                "{{\"driver\":\"vfio-user-pci\",\"socket\":{{\"path\":\"{}\",\"type\":\"unix\"}}}}",
+                self.sockets.join(n).display()
+            ));
+        }
+        q.stderr(std::fs::File::create(&qemu_log).map_err(|e| e.to_string())?);
+        if opts.command.is_none() {
+            // The guest's console is this terminal (Ctrl-A X leaves QEMU).
+            q.args(["-serial", "mon:stdio"]);
+        } else {
+            q.arg("-serial")
+                .arg(format!("file:{}", console_log.display()))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null());
+        }
+        let started = Instant::now();
+        let mut guest = Reaped(Some(q.spawn().map_err(|e| format!("QEMU: {e}"))?));
+        let child = guest.0.as_mut().expect("spawned");
+        let mut command_started: Option<Instant> = None;
+        let mut killed = false;
+        let status = loop {
+            if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+                break Some(s);
+            }
+            if started.elapsed() > opts.timeout {
+                say(format!(
+                    "guest timed out after {} s",
+                    opts.timeout.as_secs()
+                ));
+                break None;
+            }
+            if command_started.is_none() && share.join("started").exists() {
+                command_started = Some(Instant::now());
+            }
+            if let (Some(t), Some(after)) = (command_started, opts.kill_after) {
+                if t.elapsed() >= after {
+                    say("killing QEMU in the middle of the guest's work");
+                    killed = true;
+                    break None;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        drop(guest);
+        if let Some(s) = status.filter(|s| !s.success()) {
+            say(format!(
+                "QEMU exited with {s} (log: {})",
+                qemu_log.display()
+            ));
+        }
+        Ok(GuestOutcome {
+            exit_code: std::fs::read_to_string(share.join("exit-code"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok()),
+            output: std::fs::read_to_string(share.join("output.log")).unwrap_or_default(),
+            console_log,
+            serve_log: self.serve_log.clone(),
+            killed,
+        })
     }
-    Ok(GuestOutcome {
-        exit_code: std::fs::read_to_string(share.join("exit-code"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok()),
-        output: std::fs::read_to_string(share.join("output.log")).unwrap_or_default(),
-        console_log,
-        serve_log,
-    })
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // The server goes first, then its sockets: nothing is left behind.
+        drop(self.server.0.take().map(|c| Reaped(Some(c))));
+        let _ = std::fs::remove_dir_all(&self.sockets);
+    }
+}
+
+/// Starts a server, boots the guest once with `opts`, and stops everything.
+pub fn run_guest(
+    paths: GuestPaths,
+    workspace: &Path,
+    accel: &str,
+    opts: &RunOptions,
+) -> Result<GuestOutcome> {
+    let mut session = Session::start(paths, workspace, accel)?;
+    session.boot(opts)
 }

@@ -150,25 +150,44 @@ fn json_after(output: &str, prefix: &str) -> Option<Value> {
         .and_then(|rest| serde_json::from_str(rest.trim()).ok())
 }
 
+/// One line of the report: test name, passed, detail.
+type Verdict = (String, bool, String);
+
+/// The verdict from the JSON summary `fldemu demo --json` printed after `prefix`.
+fn demo_verdict(name: &str, output: &str, prefix: &str) -> Verdict {
+    let v = json_after(output, prefix);
+    let ok = v.as_ref().is_some_and(|v| v["verified"] == json!(true));
+    let detail = v.map_or("(no JSON summary)".to_string(), |v| {
+        format!(
+            "({:.3} Mpps, verified {})",
+            v["mpps"].as_f64().unwrap_or(0.0),
+            v["verified"]
+        )
+    });
+    (name.into(), ok, detail)
+}
+
+/// Three boots of the guest against one `fldemu serve`: the self-test and both demos; a guest
+/// whose QEMU is killed in the middle of traffic; a new guest that must find the card working.
 fn test_guest(timeout: u64) -> Result<bool, String> {
     let paths = guest::GuestPaths::new();
     guest::setup(&paths)?;
     build_fldemu()?;
+    let mut session = guest::Session::start(paths, &workspace(), "echo")?;
+    let timeout = Duration::from_secs(timeout);
+    let mut results: Vec<Verdict> = Vec::new();
+    let mut outputs = Vec::new();
+
+    eprintln!("xtask: boot 1: the self-test and the demos over vfio-pci");
     let script = "fldemu selftest --transport vfio\n\
         echo \"demo cpu: $(fldemu demo --transport vfio --packets 20000 --json)\"\n\
         echo \"demo flde: $(fldemu demo --transport vfio --accel echo --packets 20000 --json)\"";
-    eprintln!("xtask: booting the guest (TCG) and running the self-test over vfio-pci");
-    let out = guest::run_guest(
-        &paths,
-        &workspace(),
-        &guest::RunOptions {
-            command: Some(script.into()),
-            accel: "echo".into(),
-            timeout: Duration::from_secs(timeout),
-        },
-    )?;
-    let mut results: Vec<(String, bool, String)> = Vec::new();
-    for line in out.output.lines() {
+    let first = session.boot(&guest::RunOptions {
+        command: Some(script.into()),
+        timeout,
+        kill_after: None,
+    })?;
+    for line in first.output.lines() {
         if let Some(rest) = line.strip_prefix("test ") {
             let (name, verdict) = rest.split_once(" ... ").unwrap_or((rest, ""));
             let ok = verdict.starts_with("ok");
@@ -179,30 +198,76 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
             results.push((name.into(), ok, detail.into()));
         }
     }
-    for (name, prefix) in [
-        ("demo_cpu_echo_json", "demo cpu: "),
-        ("demo_flde_echo_json", "demo flde: "),
-    ] {
-        let v = json_after(&out.output, prefix);
-        let ok = v.as_ref().is_some_and(|v| v["verified"] == json!(true));
-        let detail = v.map_or("(no JSON summary)".to_string(), |v| {
-            format!(
-                "({:.3} Mpps, verified {})",
-                v["mpps"].as_f64().unwrap_or(0.0),
-                v["verified"]
-            )
-        });
-        results.push((name.into(), ok, detail));
-    }
+    results.push(demo_verdict(
+        "demo_cpu_echo_json",
+        &first.output,
+        "demo cpu: ",
+    ));
+    results.push(demo_verdict(
+        "demo_flde_echo_json",
+        &first.output,
+        "demo flde: ",
+    ));
+    outputs.push(first);
+
+    eprintln!("xtask: boot 2: QEMU killed in the middle of FLD-E traffic");
+    let killed = session.boot(&guest::RunOptions {
+        command: Some("fldemu demo --transport vfio --accel echo --packets 100000000".into()),
+        timeout,
+        kill_after: Some(Duration::from_secs(4)),
+    })?;
+    let server_alive = session.server_alive();
+    results.push((
+        "qemu_killed_mid_traffic".into(),
+        killed.killed && server_alive,
+        format!(
+            "(QEMU killed: {}, server running: {server_alive})",
+            killed.killed
+        ),
+    ));
+    outputs.push(killed);
+
+    eprintln!("xtask: boot 3: a new guest on the same server");
+    let third = session.boot(&guest::RunOptions {
+        command: Some(
+            "echo \"demo cpu: $(fldemu demo --transport vfio --packets 20000 --json)\"\n\
+             echo \"demo flde: $(fldemu demo --transport vfio --accel echo --packets 20000 --json)\""
+                .into(),
+        ),
+        timeout,
+        kill_after: None,
+    })?;
+    results.push(demo_verdict(
+        "next_guest_cpu_echo",
+        &third.output,
+        "demo cpu: ",
+    ));
+    results.push(demo_verdict(
+        "next_guest_flde_echo",
+        &third.output,
+        "demo flde: ",
+    ));
+    outputs.push(third);
+    drop(session);
+
     for (name, ok, detail) in &results {
         println!(
             "guest test {name} ... {} {detail}",
             if *ok { "ok" } else { "FAILED" }
         );
     }
+    // The self-test's own summary says how many checks it has; two demos, the killed guest and
+    // the next guest's two demos come on top.
+    let checks = outputs[0]
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("selftest: "))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(usize::MAX / 2);
+    let expected = checks + 5;
     let passed = results.iter().filter(|r| r.1).count();
-    let expected = 7;
-    let all_ok = passed == results.len() && results.len() == expected && out.exit_code.is_some();
+    let all_ok = passed == results.len() && results.len() == expected;
     println!(
         "test-guest: {passed} passed, {} failed{}",
         results.len() - passed,
@@ -213,8 +278,10 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
         }
     );
     if !all_ok {
-        eprintln!("---- guest output ----\n{}", out.output);
-        out.show_logs();
+        for (i, out) in outputs.iter().enumerate() {
+            eprintln!("---- boot {} output ----\n{}", i + 1, out.output);
+            out.show_logs();
+        }
     }
     Ok(all_ok)
 }
@@ -319,12 +386,13 @@ fn bench_guest(json_out: bool, packets: u64) -> Result<bool, String> {
          echo \"flde: $(fldemu demo --transport vfio --accel echo --json --packets {guest_packets})\""
     );
     let out = guest::run_guest(
-        &paths,
+        paths,
         &workspace(),
+        "echo",
         &guest::RunOptions {
             command: Some(script),
-            accel: "echo".into(),
             timeout: Duration::from_secs(600),
+            kill_after: None,
         },
     )?;
     let g_t = json_after(&out.output, "transport: ").unwrap_or(Value::Null);
@@ -404,12 +472,13 @@ fn main() -> ExitCode {
             build_fldemu()?;
             let interactive = command.is_empty();
             let out = guest::run_guest(
-                &paths,
+                paths,
                 &workspace(),
+                &accel,
                 &guest::RunOptions {
                     command: (!interactive).then(|| command.join(" ")),
-                    accel,
                     timeout: Duration::from_secs(timeout),
+                    kill_after: None,
                 },
             )?;
             if interactive {
