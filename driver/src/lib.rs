@@ -4,6 +4,7 @@
 //! inside a guest with vfio-pci.
 //! [`nic::NicDriver`] speaks the soft NIC's command interface and owns its queues.
 
+mod eventfds;
 pub mod fld;
 pub mod inprocess;
 mod mmio;

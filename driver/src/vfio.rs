@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use fld_device::pcie::config::{CMD_BUS_MASTER, CMD_MEMORY, OFF_COMMAND};
 use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP};
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioOps};
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
+use crate::eventfds::EventfdVectors;
 use crate::mmio::BarMapping;
 use crate::{DmaBuffer, DriverError, PciDevice};
 
@@ -179,7 +179,7 @@ pub struct VfioPciDevice {
     bars: [Option<BarMapping>; 6],
     device: VfioDevice,
     memory: Arc<DmaMemory>,
-    vectors: Mutex<Vec<EventFd>>,
+    vectors: EventfdVectors,
 }
 
 impl VfioPciDevice {
@@ -222,23 +222,15 @@ impl PciDevice for VfioPciDevice {
         self.memory.alloc(len)
     }
     fn enable_msix(&self, vectors: u16) -> Result<(), DriverError> {
-        let mut fds = self.vectors.lock().unwrap_or_else(|e| e.into_inner());
         let _ = self.device.disable_msix();
-        fds.clear();
-        for _ in 0..vectors {
-            fds.push(EventFd::new(EFD_NONBLOCK).map_err(transport)?);
-        }
-        self.device
-            .enable_msix(fds.iter().collect())
-            .map_err(transport)
+        self.vectors.replace(vectors, |fds| {
+            self.device
+                .enable_msix(fds.iter().collect())
+                .map_err(transport)
+        })
     }
     fn take_interrupts(&self, vector: u16) -> u64 {
-        self.vectors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(vector as usize)
-            .and_then(|fd| fd.read().ok())
-            .unwrap_or(0)
+        self.vectors.take(vector)
     }
     fn run_device(&self) {
         // The device runs elsewhere (the emulator's engine thread); let it have the CPU.
@@ -289,7 +281,7 @@ impl VfioHost {
                 device,
                 bars,
                 memory: memory.clone(),
-                vectors: Mutex::new(Vec::new()),
+                vectors: EventfdVectors::default(),
             });
             let cmd = dev.config_read16(OFF_COMMAND as u64) | CMD_MEMORY | CMD_BUS_MASTER;
             dev.config_write16(OFF_COMMAND as u64, cmd);

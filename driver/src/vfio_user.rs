@@ -15,8 +15,8 @@ use vfio_bindings::bindings::vfio::{
     VFIO_PCI_MSIX_IRQ_INDEX,
 };
 use vfio_user::Client;
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
+use crate::eventfds::EventfdVectors;
 use crate::mmio::BarMapping;
 use crate::{DmaBuffer, DriverError, PciDevice};
 
@@ -87,7 +87,7 @@ pub struct VfioUserDevice {
     bars: [Option<BarMapping>; 6],
     client: Mutex<Client>,
     memory: Arc<SharedMemory>,
-    vectors: Mutex<Vec<EventFd>>,
+    vectors: EventfdVectors,
 }
 
 impl VfioUserDevice {
@@ -164,30 +164,25 @@ impl PciDevice for VfioUserDevice {
         })
     }
     fn enable_msix(&self, vectors: u16) -> Result<(), DriverError> {
-        let mut fds = self.vectors.lock().unwrap_or_else(|e| e.into_inner());
-        fds.clear();
-        for v in 0..vectors as u32 {
-            let fd = EventFd::new(EFD_NONBLOCK).map_err(transport)?;
-            self.client()
-                .set_irqs(
-                    VFIO_PCI_MSIX_IRQ_INDEX,
-                    VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
-                    v,
-                    1,
-                    &[fd.as_raw_fd()],
-                )
-                .map_err(transport)?;
-            fds.push(fd);
-        }
-        Ok(())
+        // One vector per message: the server accepts one descriptor per message.
+        self.vectors.replace(vectors, |fds| {
+            let mut client = self.client();
+            for (v, fd) in fds.iter().enumerate() {
+                client
+                    .set_irqs(
+                        VFIO_PCI_MSIX_IRQ_INDEX,
+                        VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                        v as u32,
+                        1,
+                        &[fd.as_raw_fd()],
+                    )
+                    .map_err(transport)?;
+            }
+            Ok(())
+        })
     }
     fn take_interrupts(&self, vector: u16) -> u64 {
-        self.vectors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(vector as usize)
-            .and_then(|fd| fd.read().ok())
-            .unwrap_or(0)
+        self.vectors.take(vector)
     }
     fn run_device(&self) {
         // The server's engine runs on its own; give it the core for a moment.
@@ -218,7 +213,7 @@ impl VfioUserHost {
                 bars,
                 client: Mutex::new(client),
                 memory: memory.clone(),
-                vectors: Mutex::new(Vec::new()),
+                vectors: EventfdVectors::default(),
             });
             // As firmware does: no decode while the BARs are sized and placed.
             let command = dev.config_read16(OFF_COMMAND as u64);

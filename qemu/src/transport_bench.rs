@@ -75,14 +75,7 @@ pub fn measure(t: &Transport, iterations: usize) -> Result<TransportFigures, Str
     let deadline = Duration::from_secs(5);
     let mut to_completion = Vec::with_capacity(iterations);
     for _ in 0..iterations {
-        p0.sq
-            .post(&fld_driver::nic::SendWqe {
-                inline_header: &frame[..14],
-                gather: &[(p0.buf.iova() + 14, 50)],
-                cs_flags: 0,
-                signal: true,
-            })
-            .map_err(|e| format!("post: {e}"))?;
+        post_signalled(&mut p0, &frame)?;
         let t0 = Instant::now();
         p0.sq.ring_doorbell();
         while p0.cq.poll().is_none() {
@@ -101,14 +94,7 @@ pub fn measure(t: &Transport, iterations: usize) -> Result<TransportFigures, Str
     dev1.take_interrupts(0);
     for _ in 0..iterations {
         p1.rq_cq.arm();
-        p0.sq
-            .post(&fld_driver::nic::SendWqe {
-                inline_header: &frame[..14],
-                gather: &[(p0.buf.iova() + 14, 50)],
-                cs_flags: 0,
-                signal: true,
-            })
-            .map_err(|e| format!("post: {e}"))?;
+        post_signalled(&mut p0, &frame)?;
         let t0 = Instant::now();
         p0.sq.ring_doorbell();
         while dev1.take_interrupts(0) == 0 {
@@ -145,6 +131,18 @@ pub fn measure(t: &Transport, iterations: usize) -> Result<TransportFigures, Str
         doorbell_to_msix: Latency::from(to_msix),
         doorbell_mapped,
     })
+}
+
+/// Posts `frame` (already in the port's buffer) as one signalled send WQE, without ringing.
+fn post_signalled(p: &mut RawPort, frame: &[u8]) -> Result<(), String> {
+    p.sq.post(&fld_driver::nic::SendWqe {
+        inline_header: &frame[..14],
+        gather: &[(p.buf.iova() + 14, frame.len() as u32 - 14)],
+        cs_flags: 0,
+        signal: true,
+    })
+    .map(|_| ())
+    .map_err(|e| format!("post: {e}"))
 }
 
 /// Consumes every receive completion of `p` and gives its buffer back to the receive queue.

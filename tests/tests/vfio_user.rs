@@ -33,6 +33,19 @@ fn server() -> (PathBuf, Arc<Card>) {
     (dir, card)
 }
 
+/// Brings a raw port up on each function and checks that a frame of `len` bytes sent from the
+/// first arrives byte-exact at the second.
+fn assert_a_frame_crosses(d0: Arc<dyn PciDevice>, d1: Arc<dyn PciDevice>, len: usize) {
+    let mut p0 = RawPort::open(d0).unwrap();
+    let mut p1 = RawPort::open(d1).unwrap();
+    let f = test_frame(p1.nic.mac(), p0.nic.mac(), len);
+    p0.send(&f, false).unwrap();
+    assert!(wait_until(|| p1.rq_cq.poll().is_some()));
+    let mut got = vec![0u8; len];
+    p1.buf.read(0, &mut got);
+    assert_eq!(got, f);
+}
+
 /// Runs one check of the self-test (the suite `cargo xtask test-guest` runs inside a guest
 /// over vfio-pci) against a fresh server, over the vfio-user client transport.
 fn check(name: &str) {
@@ -109,14 +122,7 @@ fn the_server_survives_garbage_and_serves_the_next_client() {
     // A new client brings the same functions up from scratch and moves traffic.
     let host = VfioUserHost::connect(&dir, &["nic0.sock", "nic1.sock"], 32 << 20).unwrap();
     let (d0, d1) = (host.device(0).unwrap(), host.device(1).unwrap());
-    let mut p0 = RawPort::open(d0).unwrap();
-    let mut p1 = RawPort::open(d1).unwrap();
-    let f = test_frame(p1.nic.mac(), p0.nic.mac(), 64);
-    p0.send(&f, false).unwrap();
-    assert!(wait_until(|| p1.rq_cq.poll().is_some()));
-    let mut got = vec![0u8; 64];
-    p1.buf.read(0, &mut got);
-    assert_eq!(got, f);
+    assert_a_frame_crosses(d0, d1, 64);
 }
 
 #[test]
@@ -166,14 +172,7 @@ fn a_device_reset_keeps_the_bars_where_the_client_put_them() {
     assert_eq!(d0.config_read16(OFF_COMMAND as u64), command);
     // The function's own state is gone: a new driver brings it up and traffic flows.
     drop(p0);
-    let mut p0 = RawPort::open(d0).unwrap();
-    let mut p1 = RawPort::open(d1).unwrap();
-    let f = test_frame(p1.nic.mac(), p0.nic.mac(), 300);
-    p0.send(&f, false).unwrap();
-    assert!(wait_until(|| p1.rq_cq.poll().is_some()));
-    let mut got = vec![0u8; 300];
-    p1.buf.read(0, &mut got);
-    assert_eq!(got, f);
+    assert_a_frame_crosses(d0, d1, 300);
 }
 
 #[test]

@@ -207,36 +207,25 @@ pub fn setup(paths: &GuestPaths) -> Result<()> {
         "apt-get update",
         &log,
     )?;
+    let install = |suite: Option<&str>, packages: &[&str], what: &str| {
+        let mut args = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];
+        if let Some(suite) = suite {
+            args.extend(["-t", suite]);
+        }
+        args.extend(packages);
+        run_logged(&mut in_root(&args), what, &log)
+    };
     say("installing QEMU with vfio-user-pci from trixie-backports");
-    run_logged(
-        &mut in_root(&[
-            "apt-get",
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "-t",
-            "trixie-backports",
-            "qemu-system-x86",
-        ]),
+    install(
+        Some("trixie-backports"),
+        &["qemu-system-x86"],
         "install QEMU",
-        &log,
     )?;
     say("installing the guest kernel, busybox, kmod, pciutils");
-    run_logged(
-        &mut in_root(&[
-            "apt-get",
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "linux-image-amd64",
-            "busybox-static",
-            "kmod",
-            "pciutils",
-        ]),
-        "install kernel",
-        &log,
+    install(
+        None,
+        &["linux-image-amd64", "busybox-static", "kmod", "pciutils"],
+        "install the guest kernel",
     )?;
     run_logged(&mut in_root(&["apt-get", "clean"]), "apt-get clean", &log)?;
     let _ = std::fs::remove_dir_all(&paths.root);

@@ -83,19 +83,11 @@ fn cargo(args: &[&str]) -> bool {
         .unwrap_or(false)
 }
 
+/// Cargo's arguments selecting the release `fldemu` binary.
+const FLDEMU: [&str; 6] = ["--quiet", "--release", "-p", "fld-qemu", "--bin", "fldemu"];
+
 fn fldemu(args: &[&str]) -> bool {
-    let mut all = vec![
-        "run",
-        "--quiet",
-        "--release",
-        "-p",
-        "fld-qemu",
-        "--bin",
-        "fldemu",
-        "--",
-    ];
-    all.extend_from_slice(args);
-    cargo(&all)
+    cargo(&[&["run"], &FLDEMU[..], &["--"], args].concat())
 }
 
 fn workspace() -> PathBuf {
@@ -106,15 +98,7 @@ fn workspace() -> PathBuf {
 }
 
 fn build_fldemu() -> Result<(), String> {
-    if cargo(&[
-        "build",
-        "--quiet",
-        "--release",
-        "-p",
-        "fld-qemu",
-        "--bin",
-        "fldemu",
-    ]) {
+    if cargo(&[&["build"], &FLDEMU[..]].concat()) {
         Ok(())
     } else {
         Err("building fldemu failed".into())
@@ -300,6 +284,16 @@ fn fldemu_output(args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `fldemu demo --json` with the CPU echo or (`flde`) the FLD-E echo; its JSON summary.
+fn demo_json(transport: &[&str], flde: bool, packets: &str) -> Result<Value, String> {
+    let mut args = vec!["demo", "--json", "--packets", packets];
+    if flde {
+        args.extend(["--accel", "echo"]);
+    }
+    args.extend(transport);
+    Ok(parse(&fldemu_output(&args)?))
+}
+
 fn parse(s: &str) -> Value {
     s.lines()
         .rev()
@@ -314,15 +308,8 @@ fn bench_guest(json_out: bool, packets: u64) -> Result<bool, String> {
     let n = packets.to_string();
     // In-process: the card and the driver in one process, no transport at all.
     eprintln!("xtask: in-process echo");
-    let inproc_cpu = parse(&fldemu_output(&["demo", "--json", "--packets", &n])?);
-    let inproc_flde = parse(&fldemu_output(&[
-        "demo",
-        "--accel",
-        "echo",
-        "--json",
-        "--packets",
-        &n,
-    ])?);
+    let inproc_cpu = demo_json(&[], false, &n)?;
+    let inproc_flde = demo_json(&[], true, &n)?;
     // vfio-user on the host: the server and the driver in two processes, no QEMU.
     eprintln!("xtask: vfio-user on the host");
     let dir = workspace().join("target/bench-guest-sockets");
@@ -349,28 +336,9 @@ fn bench_guest(json_out: bool, packets: u64) -> Result<bool, String> {
             &d,
             "--json",
         ])?);
-        let cpu = parse(&fldemu_output(&[
-            "demo",
-            "--transport",
-            "vfio-user",
-            "--socket-dir",
-            &d,
-            "--json",
-            "--packets",
-            &n,
-        ])?);
-        let flde = parse(&fldemu_output(&[
-            "demo",
-            "--transport",
-            "vfio-user",
-            "--socket-dir",
-            &d,
-            "--accel",
-            "echo",
-            "--json",
-            "--packets",
-            &n,
-        ])?);
+        let remote = ["--transport", "vfio-user", "--socket-dir", &d];
+        let cpu = demo_json(&remote, false, &n)?;
+        let flde = demo_json(&remote, true, &n)?;
         Ok((t, cpu, flde))
     })();
     let _ = server.kill();
