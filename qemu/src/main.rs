@@ -1,14 +1,16 @@
 //! `fldemu`: the emulated FlexDriver card's command-line front end.
 //!
-//! * `fldemu demo` brings the card up in-process and runs a CPU traffic generator on one host
-//!   vPort against a CPU echo application on another, through the NIC's eSwitch, checking every
-//!   byte that comes back.
-//!   With `--accel echo` the echo is the FLD-E echo accelerator behind the FLD module.
+//! * `fldemu demo` brings the card up and runs a CPU traffic generator on one host vPort against
+//!   a CPU echo application on another, through the NIC's eSwitch, checking every byte that
+//!   comes back. With `--accel echo` the echo is the FLD-E echo accelerator behind the FLD
+//!   module. `--transport vfio-user|vfio` reaches a card served by `fldemu serve` instead of
+//!   building one in-process.
 //! * `fldemu bench` measures packets per second through the CPU and FLD-E echo paths at several
 //!   frame sizes, beside a software loopback baseline measured in the same run.
 //! * `fldemu memory` prints Table 3 (software vs FLD memory) from the formulas and from what the
 //!   running FLD allocated, and Figure 4's sweep.
-//! * `fldemu serve` exposes the card's functions on vfio-user sockets.
+//! * `fldemu serve` exposes the card's functions on vfio-user sockets; `fldemu selftest` and
+//!   `fldemu bench-transport` check and measure a card reached that way.
 
 use fld_qemu::{selftest, serve};
 use std::fs::File;
@@ -45,7 +47,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Bring the card up in-process and echo verified traffic between two host vPorts.
+    /// Bring the card up (in-process, or reached through vfio-user or vfio) and echo verified
+    /// traffic between two host vPorts, or through the FLD-E echo accelerator.
     Demo(DemoArgs),
     /// Measure packets per second through the CPU and FLD-E echo paths at 64, 256 and 1500 bytes
     /// and a data-center size mix.
@@ -71,7 +74,10 @@ enum Cmd {
     /// doorbell to completion, doorbell to MSI-X interrupt.
     BenchTransport(BenchTransportArgs),
     /// Serve the card's PCIe functions on vfio-user sockets (QEMU's vfio-user-pci, or the
-    /// driver's vfio-user transport). Runs until killed; stale sockets are replaced at start.
+    /// driver's vfio-user transport). The NIC's doorbell pages are offered for mmap; control
+    /// registers and the MSI-X table are trapped. Guest RAM must be shareable
+    /// (memory-backend-memfd,share=on). Runs until killed; stale sockets are replaced at start.
+    /// RUST_LOG=info logs connections, resets and unreachable maps; debug logs every map.
     Serve(ServeArgs),
 }
 
