@@ -274,50 +274,87 @@ pub fn build_frame(
     checksums: bool,
 ) {
     let f = &mut out[..len];
-    f[0..6].copy_from_slice(&dst_mac);
-    f[6..12].copy_from_slice(&src_mac);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    let ip_len = (len - 14) as u16;
-    let ip = &mut f[14..34];
-    ip[0] = 0x45;
-    ip[1] = 0;
-    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-    ip[4..6].copy_from_slice(&(seq as u16).to_be_bytes());
-    ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[10..12].fill(0);
-    ip[12..16].copy_from_slice(&CLIENT_IP);
-    ip[16..20].copy_from_slice(&SERVER_IP);
-    let sport = 1024 + (seq % flows.max(1) as u64) as u16;
-    let udp_len = ip_len - 20;
-    f[34..36].copy_from_slice(&sport.to_be_bytes());
-    f[36..38].copy_from_slice(&ECHO_PORT.to_be_bytes());
-    f[38..40].copy_from_slice(&udp_len.to_be_bytes());
-    f[40..42].fill(0);
+    UdpHeaders {
+        src_mac,
+        dst_mac,
+        src_ip: CLIENT_IP,
+        dst_ip: SERVER_IP,
+        src_port: 1024 + (seq % flows.max(1) as u64) as u16,
+        dst_port: ECHO_PORT,
+        ip_id: seq as u16,
+    }
+    .write(f);
     f[42..50].copy_from_slice(&seq.to_le_bytes());
     for (k, b) in f[50..].iter_mut().enumerate() {
         *b = (seq as u8).wrapping_mul(31).wrapping_add(k as u8);
     }
     if checksums {
-        let c = !ones_complement(&f[14..34], 0);
-        f[24..26].copy_from_slice(&c.to_be_bytes());
-        let mut pseudo = 0u32;
-        for w in [
-            &CLIENT_IP[..2],
-            &CLIENT_IP[2..],
-            &SERVER_IP[..2],
-            &SERVER_IP[2..],
-        ] {
-            pseudo += u16::from_be_bytes([w[0], w[1]]) as u32;
-        }
-        pseudo += 17 + udp_len as u32;
-        let mut u = !ones_complement(&f[34..], pseudo);
-        if u == 0 {
-            u = 0xffff;
-        }
-        f[40..42].copy_from_slice(&u.to_be_bytes());
+        write_ipv4_checksum(f);
+        write_udp_checksum(f);
     }
+}
+
+/// Ethernet, IPv4 (20 bytes, don't fragment, TTL 64) and UDP headers of a frame, as every
+/// generator in this crate writes them.
+#[derive(Clone, Copy, Debug)]
+pub struct UdpHeaders {
+    pub src_mac: [u8; 6],
+    pub dst_mac: [u8; 6],
+    pub src_ip: [u8; 4],
+    pub dst_ip: [u8; 4],
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub ip_id: u16,
+}
+
+impl UdpHeaders {
+    /// Writes the 42 header bytes at the start of `frame`, with lengths for the whole frame and
+    /// zero checksums (for the NIC to insert, or [`write_ipv4_checksum`] /
+    /// [`write_udp_checksum`]).
+    pub fn write(&self, frame: &mut [u8]) {
+        let ip_len = (frame.len() - 14) as u16;
+        let f = &mut frame[..42];
+        f[0..6].copy_from_slice(&self.dst_mac);
+        f[6..12].copy_from_slice(&self.src_mac);
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        f[15] = 0;
+        f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+        f[18..20].copy_from_slice(&self.ip_id.to_be_bytes());
+        f[20..22].copy_from_slice(&0x4000u16.to_be_bytes());
+        f[22] = 64;
+        f[23] = 17;
+        f[24..26].fill(0);
+        f[26..30].copy_from_slice(&self.src_ip);
+        f[30..34].copy_from_slice(&self.dst_ip);
+        f[34..36].copy_from_slice(&self.src_port.to_be_bytes());
+        f[36..38].copy_from_slice(&self.dst_port.to_be_bytes());
+        f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+        f[40..42].fill(0);
+    }
+}
+
+/// The IPv4 header checksum (RFC 791) of a frame [`UdpHeaders::write`] wrote.
+pub fn write_ipv4_checksum(frame: &mut [u8]) {
+    frame[24..26].fill(0);
+    let c = !ones_complement(&frame[14..34], 0);
+    frame[24..26].copy_from_slice(&c.to_be_bytes());
+}
+
+/// The UDP checksum (RFC 768, over the IPv4 pseudo-header; zero is sent as all ones) of a frame
+/// [`UdpHeaders::write`] wrote.
+pub fn write_udp_checksum(frame: &mut [u8]) {
+    frame[40..42].fill(0);
+    let mut pseudo = 0u32;
+    for w in frame[26..34].chunks_exact(2) {
+        pseudo += u16::from_be_bytes([w[0], w[1]]) as u32;
+    }
+    pseudo += 17 + u16::from_be_bytes([frame[38], frame[39]]) as u32;
+    let mut u = !ones_complement(&frame[34..], pseudo);
+    if u == 0 {
+        u = 0xffff;
+    }
+    frame[40..42].copy_from_slice(&u.to_be_bytes());
 }
 
 /// Echo server step: receives a burst, swaps MAC addresses and sends it back. Returns the number

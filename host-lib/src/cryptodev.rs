@@ -168,23 +168,16 @@ impl<P: BurstPort> ZucOffload<P> {
         }
         let f = m.set_len(len);
         let a = &self.addr;
-        f[0..6].copy_from_slice(&a.server_mac);
-        f[6..12].copy_from_slice(&a.client_mac);
-        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-        f[14] = 0x45;
-        f[15] = 0;
-        f[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
-        f[18..20].copy_from_slice(&(id as u16).to_be_bytes());
-        f[20..22].copy_from_slice(&0x4000u16.to_be_bytes());
-        f[22] = 64;
-        f[23] = 17;
-        f[24..26].fill(0);
-        f[26..30].copy_from_slice(&a.client_ip);
-        f[30..34].copy_from_slice(&a.server_ip);
-        f[34..36].copy_from_slice(&a.client_port.to_be_bytes());
-        f[36..38].copy_from_slice(&ZUC_UDP_PORT.to_be_bytes());
-        f[38..40].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
-        f[40..42].fill(0);
+        crate::apps::UdpHeaders {
+            src_mac: a.client_mac,
+            dst_mac: a.server_mac,
+            src_ip: a.client_ip,
+            dst_ip: a.server_ip,
+            src_port: a.client_port,
+            dst_port: ZUC_UDP_PORT,
+            ip_id: id as u16,
+        }
+        .write(f);
         let req = Request {
             op: match op.algorithm {
                 Algorithm::Eea3 => OP_EEA3,

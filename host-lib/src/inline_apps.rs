@@ -298,22 +298,17 @@ fn coap_frame(
     }
     let l = 42 + coap.len();
     let mut f = vec![0u8; l];
-    f[0..6].copy_from_slice(&mac.1);
-    f[6..12].copy_from_slice(&mac.0);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&((l - 14) as u16).to_be_bytes());
-    f[18..20].copy_from_slice(&(seq as u16).to_be_bytes());
-    f[20] = 0x40;
-    f[22] = 64;
-    f[23] = 17;
-    f[26..30].copy_from_slice(&tenant_ip(t).octets());
-    f[30..34].copy_from_slice(&crate::apps::SERVER_IP);
-    let c = !ones_complement(&f[14..34], 0);
-    f[24..26].copy_from_slice(&c.to_be_bytes());
-    f[34..36].copy_from_slice(&40000u16.to_be_bytes());
-    f[36..38].copy_from_slice(&COAP_PORT.to_be_bytes());
-    f[38..40].copy_from_slice(&((l - 34) as u16).to_be_bytes());
+    crate::apps::UdpHeaders {
+        src_mac: mac.0,
+        dst_mac: mac.1,
+        src_ip: tenant_ip(t).octets(),
+        dst_ip: crate::apps::SERVER_IP,
+        src_port: 40000,
+        dst_port: COAP_PORT,
+        ip_id: seq as u16,
+    }
+    .write(&mut f);
+    crate::apps::write_ipv4_checksum(&mut f);
     f[42..].copy_from_slice(&coap);
     f
 }
