@@ -235,3 +235,52 @@ fn memory_unmapped_under_a_receive_queue_drops_frames_and_the_next_client_works(
     }
     check("cpu_echo_byte_exact");
 }
+
+#[test]
+fn malformed_protocol_messages_end_only_that_connection() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let (dir, _card) = server();
+    let path = dir.join("nic0.sock");
+    // vfio-user header: message id, command, message size, flags, error.
+    let header = |cmd: u16, size: u32| {
+        let mut h = Vec::new();
+        h.extend_from_slice(&1u16.to_le_bytes());
+        h.extend_from_slice(&cmd.to_le_bytes());
+        h.extend_from_slice(&size.to_le_bytes());
+        h.extend_from_slice(&0u32.to_le_bytes());
+        h.extend_from_slice(&0u32.to_le_bytes());
+        h
+    };
+    let attempts: Vec<Vec<u8>> = vec![
+        // Random bytes.
+        (0..200u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect(),
+        // A version message whose size claims less than its header.
+        header(1, 4),
+        // A version message with a JSON body that is not the capabilities object.
+        [
+            header(1, 16 + 4 + 9),
+            vec![0, 0, 0, 0],
+            b"{\"x\":[1]}".to_vec(),
+        ]
+        .concat(),
+        // An unknown command number with a huge claimed size, then the connection closes.
+        header(0x7fff, u32::MAX),
+        // A region write before any negotiation, truncated.
+        [header(10, 64), vec![0xff; 8]].concat(),
+    ];
+    for bytes in attempts {
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let _ = s.write_all(&bytes);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    }
+    // The server still serves nic0: a proper client brings it up and moves traffic.
+    let host = VfioUserHost::connect(&dir, &["nic0.sock", "nic1.sock"], 16 << 20).unwrap();
+    assert_a_frame_crosses(host.device(0).unwrap(), host.device(1).unwrap(), 128);
+}
