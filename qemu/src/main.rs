@@ -391,11 +391,7 @@ fn main() -> ExitCode {
                         .filter(|c| a.filter.as_deref().is_none_or(|f| c.name.contains(f)))
                         .count()
                 );
-                Ok(if failed == 0 {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::FAILURE
-                })
+                Ok(exit_code(failed == 0))
             }
         },
         Cmd::BenchTransport(a) => match a.transport.remote(&a.socket_dir) {
@@ -450,6 +446,24 @@ fn main() -> ExitCode {
             eprintln!("fldemu: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Success exactly when every result was verified.
+fn exit_code(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The last line of every human summary.
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "VERIFIED"
+    } else {
+        "FAILED"
     }
 }
 
@@ -718,16 +732,9 @@ fn demo(a: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         if let Some(p) = &a.pcap {
             println!("  capture         {p}");
         }
-        println!(
-            "  result          {}",
-            if ok { "VERIFIED" } else { "FAILED" }
-        );
+        println!("  result          {}", verdict(ok));
     }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(exit_code(ok))
 }
 
 /// One measured path of one workload.
@@ -866,11 +873,7 @@ fn bench(a: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             );
         }
     }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit_code(!failed))
 }
 
 fn memory(a: MemoryArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -1091,11 +1094,7 @@ fn model(a: ModelArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             println!();
         }
     }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit_code(!failed))
 }
 
 /// One ZUC measurement: the same operations through software ZUC and through the accelerator.
@@ -1175,15 +1174,11 @@ fn zuc_demo(a: &DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         );
         println!(
             "  result          {} ({} mismatches)",
-            if ok { "VERIFIED" } else { "FAILED" },
+            verdict(ok),
             mismatches
         );
     }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(exit_code(ok))
 }
 
 /// The inline accelerators (defrag, iot) end to end against the host doing the same work.
@@ -1242,16 +1237,9 @@ fn inline_demo(a: &DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         for (k, v) in &r.counters {
             println!("  {k:<15} {v}");
         }
-        println!(
-            "  result          {}",
-            if ok { "VERIFIED" } else { "FAILED" }
-        );
+        println!("  result          {}", verdict(ok));
     }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(exit_code(ok))
 }
 
 fn bench_accel(a: BenchAccelArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -1332,11 +1320,7 @@ fn bench_accel(a: BenchAccelArgs) -> Result<ExitCode, Box<dyn std::error::Error>
             );
         }
     }
-    Ok(if rows.iter().all(|r| r.verified) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(exit_code(rows.iter().all(|r| r.verified)))
 }
 
 fn replay(a: ReplayArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
