@@ -192,11 +192,7 @@ fn execute(
         }
         op::DESTROY_EQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let eq = core.eqs.owned(id, function)?;
-            if eq.refs != 0 {
-                return fail(CmdStatus::ResourceBusy, eq.refs);
-            }
-            core.eqs.remove(id);
+            core.eqs.take_unreferenced(id, function)?;
             Ok(0)
         }
         op::QUERY_EQ => {
@@ -233,24 +229,15 @@ fn execute(
             };
             let id = core.cqs.insert(cq);
             if let Some(id) = id {
-                if let Some(eq) = core.eqs.get_mut(eqn) {
-                    eq.refs += 1;
-                }
+                core.eqs.add_ref(eqn);
                 doorbells.store(db::CQ_BASE + 4 * id as u64, 0);
             }
             created(out, id)
         }
         op::DESTROY_CQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let cq = core.cqs.owned(id, function)?;
-            if cq.refs != 0 {
-                return fail(CmdStatus::ResourceBusy, cq.refs);
-            }
-            let eqn = cq.eqn;
-            core.cqs.remove(id);
-            if let Some(eq) = core.eqs.get_mut(eqn) {
-                eq.refs -= 1;
-            }
+            let cq = core.cqs.take_unreferenced(id, function)?;
+            core.eqs.drop_ref(cq.eqn);
             Ok(0)
         }
         op::QUERY_CQ => {
@@ -288,9 +275,7 @@ fn execute(
             };
             let id = core.sqs.insert(sq);
             if let Some(id) = id {
-                if let Some(c) = core.cqs.get_mut(cqn) {
-                    c.refs += 1;
-                }
+                core.cqs.add_ref(cqn);
                 core.active_sqs.push(id);
                 doorbells.store(db::SQ_BASE + 4 * id as u64, 0);
             }
@@ -302,9 +287,7 @@ fn execute(
             let cqn = sq.cqn;
             core.sqs.remove(id);
             core.active_sqs.retain(|&x| x != id);
-            if let Some(c) = core.cqs.get_mut(cqn) {
-                c.refs -= 1;
-            }
+            core.cqs.drop_ref(cqn);
             Ok(0)
         }
         op::QUERY_SQ => {
@@ -380,24 +363,15 @@ fn execute(
             };
             let id = core.rqs.insert(rq);
             if let Some(id) = id {
-                if let Some(c) = core.cqs.get_mut(cqn) {
-                    c.refs += 1;
-                }
+                core.cqs.add_ref(cqn);
                 doorbells.store(db::RQ_BASE + 4 * id as u64, 0);
             }
             created(out, id)
         }
         op::DESTROY_RQ => {
             let id = input::<ObjectIn>(body)?.id.get();
-            let rq = core.rqs.owned(id, function)?;
-            if rq.refs != 0 {
-                return fail(CmdStatus::ResourceBusy, rq.refs);
-            }
-            let cqn = rq.cqn;
-            core.rqs.remove(id);
-            if let Some(c) = core.cqs.get_mut(cqn) {
-                c.refs -= 1;
-            }
+            let rq = core.rqs.take_unreferenced(id, function)?;
+            core.cqs.drop_ref(rq.cqn);
             Ok(0)
         }
         op::QUERY_RQ => {
@@ -462,9 +436,7 @@ fn execute(
                 return fail(CmdStatus::ExceedLimit, 0);
             }
             for r in &rqns {
-                if let Some(q) = core.rqs.get_mut(*r) {
-                    q.refs += 1;
-                }
+                core.rqs.add_ref(*r);
             }
             let group = RssGroup {
                 owner: function,
@@ -507,9 +479,7 @@ fn execute(
             }
             if let Some(g) = es.rss_groups[id as usize].take() {
                 for r in g.indirection {
-                    if let Some(q) = core.rqs.get_mut(r) {
-                        q.refs -= 1;
-                    }
+                    core.rqs.drop_ref(r);
                 }
             }
             Ok(0)
@@ -701,9 +671,7 @@ fn execute(
                 .ok_or((CmdStatus::BadResource, tid))?;
             core.flow_entry_count += 1;
             if a & action::FWD_RQ != 0 {
-                if let Some(q) = core.rqs.get_mut(dest) {
-                    q.refs += 1;
-                }
+                core.rqs.add_ref(dest);
             }
             if a & action::GOTO_TABLE != 0 {
                 if let Some(t) = core.eswitch.table_mut(dest) {

@@ -604,6 +604,23 @@ macro_rules! owned {
 }
 owned!(EventQueue, CompletionQueue, SendQueue, ReceiveQueue);
 
+/// An object other objects point at (a CQ's EQ, an SQ's or RQ's CQ, an RSS group's RQs): it
+/// cannot be destroyed while `refs` is non-zero.
+pub(crate) trait Referenced {
+    fn refs_mut(&mut self) -> &mut u32;
+}
+
+macro_rules! referenced {
+    ($($t:ty),*) => {$(
+        impl Referenced for $t {
+            fn refs_mut(&mut self) -> &mut u32 {
+                &mut self.refs
+            }
+        }
+    )*};
+}
+referenced!(EventQueue, CompletionQueue, ReceiveQueue);
+
 /// A table of numbered objects; numbers are indices and are reused after destroy.
 pub(crate) struct Slab<T> {
     items: Vec<Option<T>>,
@@ -653,11 +670,45 @@ impl<T: Owned> Slab<T> {
             .ok_or((CmdStatus::BadResource, id))
     }
 
+    /// Removes object `id` of `function` and returns it, unless something still refers to it
+    /// (RESOURCE_BUSY with the reference count as syndrome).
+    pub(crate) fn take_unreferenced(
+        &mut self,
+        id: u32,
+        function: u16,
+    ) -> Result<T, (CmdStatus, u32)>
+    where
+        T: Referenced,
+    {
+        let refs = *self.owned_mut(id, function)?.refs_mut();
+        if refs != 0 {
+            return Err((CmdStatus::ResourceBusy, refs));
+        }
+        self.remove(id).ok_or((CmdStatus::BadResource, id))
+    }
+
     fn remove_owned_by(&mut self, function: u16) {
         for slot in self.items.iter_mut() {
             if slot.as_ref().is_some_and(|q| q.owner() == function) {
                 *slot = None;
             }
+        }
+    }
+}
+
+impl<T: Referenced> Slab<T> {
+    /// One more object points at `id` (if it exists).
+    pub(crate) fn add_ref(&mut self, id: u32) {
+        if let Some(o) = self.get_mut(id) {
+            *o.refs_mut() += 1;
+        }
+    }
+
+    /// One object fewer points at `id`.
+    pub(crate) fn drop_ref(&mut self, id: u32) {
+        if let Some(o) = self.get_mut(id) {
+            let r = o.refs_mut();
+            *r = r.saturating_sub(1);
         }
     }
 }
@@ -831,9 +882,7 @@ fn release_entry_refs(
         }
     }
     if actions & action::FWD_RQ != 0 {
-        if let Some(r) = rqs.get_mut(dest) {
-            r.refs = r.refs.saturating_sub(1);
-        }
+        rqs.drop_ref(dest);
     }
     if actions & action::GOTO_TABLE != 0 {
         if let Some(t) = es.table_mut(dest) {
