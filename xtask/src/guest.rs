@@ -483,6 +483,10 @@ pub struct RunOptions {
     /// Kill QEMU (SIGKILL) this long after the command started in the guest: a client that
     /// vanishes in the middle of its work.
     pub kill_after: Option<Duration>,
+    /// Before the command: start this in the background, and three seconds later reset the
+    /// machine (`reboot -f`: QEMU resets every device and the firmware enumerates again); the
+    /// command runs after the second boot.
+    pub reset_during: Option<String>,
 }
 
 /// `fldemu serve` (the workspace's release build) with the guest's directories: boots of the
@@ -572,11 +576,24 @@ impl Session {
             Some(cmd) => format!(
                 "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
                  export PATH=/opt:/usr/sbin:/usr/bin:/sbin:/bin RUST_LOG=${{RUST_LOG:-warn}}\n\
+                 {reset}\
                  echo fldemu-guest: running\n\
                  : > /mnt/started\n\
                  ( {cmd} ) > /mnt/output.log 2>&1\n\
                  echo $? > /mnt/exit-code\n\
-                 busybox poweroff -f\n"
+                 busybox poweroff -f\n",
+                reset = opts
+                    .reset_during
+                    .as_ref()
+                    .map_or(String::new(), |bg| format!(
+                        "if [ ! -e /mnt/reset-done ]; then\n\
+                     : > /mnt/reset-done\n\
+                     ( {bg} ) > /mnt/before-reset.log 2>&1 &\n\
+                     sleep 3\n\
+                     echo fldemu-guest: resetting the machine\n\
+                     busybox reboot -f\n\
+                     fi\n"
+                    )),
             ),
             None => "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
                      export PATH=/opt:/usr/sbin:/usr/bin:/sbin:/bin\n\
@@ -602,7 +619,9 @@ impl Session {
             "-object",
             &format!("memory-backend-memfd,id=mem,size={GUEST_MEMORY},share=on"),
         ])
-        .args(["-smp", "1", "-nodefaults", "-no-reboot", "-display", "none"])
+        .args(["-smp", "1", "-nodefaults", "-display", "none"])
+        // A reboot ends the run, unless the run is about a reset.
+        .args(opts.reset_during.is_none().then_some("-no-reboot"))
         .args(["-device", "intel-iommu,intremap=on,caching-mode=on"])
         .arg("-kernel")
         .arg(&kernel)

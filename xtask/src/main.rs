@@ -52,6 +52,10 @@ enum Cmd {
         /// Seconds before the guest is stopped.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+        /// Start this in the guest in the background and reset the machine three seconds later;
+        /// COMMAND runs after the reboot.
+        #[arg(long)]
+        reset_during: Option<String>,
         /// Command to run in the guest (after `--`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -152,7 +156,8 @@ fn demo_verdict(name: &str, output: &str, prefix: &str) -> Verdict {
 }
 
 /// Three boots of the guest against one `fldemu serve`: the self-test and both demos; a guest
-/// whose QEMU is killed in the middle of traffic; a new guest that must find the card working.
+/// whose QEMU is killed in the middle of traffic; a new guest that resets the machine in the
+/// middle of traffic and must then find the card working.
 fn test_guest(timeout: u64) -> Result<bool, String> {
     let paths = guest::GuestPaths::new();
     guest::setup(&paths)?;
@@ -170,6 +175,7 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
         command: Some(script.into()),
         timeout,
         kill_after: None,
+        reset_during: None,
     })?;
     for line in first.output.lines() {
         if let Some(rest) = line.strip_prefix("test ") {
@@ -199,6 +205,7 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
         command: Some("fldemu demo --transport vfio --accel echo --packets 100000000".into()),
         timeout,
         kill_after: Some(Duration::from_secs(4)),
+        reset_during: None,
     })?;
     let server_alive = session.server_alive();
     results.push((
@@ -211,7 +218,7 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
     ));
     outputs.push(killed);
 
-    eprintln!("xtask: boot 3: a new guest on the same server");
+    eprintln!("xtask: boot 3: a new guest, reset in the middle of traffic, then the demos");
     let third = session.boot(&guest::RunOptions {
         command: Some(
             "echo \"demo cpu: $(fldemu demo --transport vfio --packets 20000 --json)\"\n\
@@ -220,7 +227,20 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
         ),
         timeout,
         kill_after: None,
+        reset_during: Some(
+            "fldemu demo --transport vfio --accel echo --packets 100000000".into(),
+        ),
     })?;
+    let reset_seen = std::fs::read_to_string(&third.console_log)
+        .is_ok_and(|c| c.contains("fldemu-guest: resetting the machine"));
+    results.push((
+        "machine_reset_mid_traffic".into(),
+        reset_seen && third.exit_code.is_some(),
+        format!(
+            "(reset during FLD-E traffic: {reset_seen}, guest came back and ran: {})",
+            third.exit_code.is_some()
+        ),
+    ));
     results.push(demo_verdict(
         "next_guest_cpu_echo",
         &third.output,
@@ -240,8 +260,8 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
             if *ok { "ok" } else { "FAILED" }
         );
     }
-    // The self-test's own summary says how many checks it has; two demos, the killed guest and
-    // the next guest's two demos come on top.
+    // The self-test's own summary says how many checks it has; two demos, the killed guest, the
+    // reset guest and its two demos come on top.
     let checks = outputs[0]
         .output
         .lines()
@@ -249,7 +269,7 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse::<usize>().ok())
         .unwrap_or(usize::MAX / 2);
-    let expected = checks + 5;
+    let expected = checks + 6;
     let passed = results.iter().filter(|r| r.1).count();
     let all_ok = passed == results.len() && results.len() == expected;
     println!(
@@ -361,6 +381,7 @@ fn bench_guest(json_out: bool, packets: u64) -> Result<bool, String> {
             command: Some(script),
             timeout: Duration::from_secs(600),
             kill_after: None,
+            reset_during: None,
         },
     )?;
     let g_t = json_after(&out.output, "transport: ").unwrap_or(Value::Null);
@@ -433,6 +454,7 @@ fn main() -> ExitCode {
         Cmd::GuestRun {
             accel,
             timeout,
+            reset_during,
             command,
         } => (|| {
             let paths = guest::GuestPaths::new();
@@ -447,6 +469,7 @@ fn main() -> ExitCode {
                     command: (!interactive).then(|| command.join(" ")),
                     timeout: Duration::from_secs(timeout),
                     kill_after: None,
+                    reset_during,
                 },
             )?;
             if interactive {
