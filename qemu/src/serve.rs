@@ -538,3 +538,91 @@ fn run_engine(card: &Card, stop: &AtomicBool) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+    fn backend() -> (FunctionBackend, Arc<EventfdSink>) {
+        let card = Card::new(Default::default());
+        let irqs = Arc::new(EventfdSink::default());
+        card.fabric.set_interrupt_sink(irqs.clone());
+        let fid = card.nic.function_id(0).expect("NIC function 0");
+        (
+            FunctionBackend {
+                card,
+                fid,
+                irqs: irqs.clone(),
+                files: HashMap::new(),
+            },
+            irqs,
+        )
+    }
+
+    /// A descriptor for the same eventfd, as a message would carry it.
+    fn file_of(e: &EventFd) -> File {
+        // SAFETY: dup of a live descriptor; the File owns the copy.
+        unsafe { File::from_raw_fd(libc::dup(e.as_raw_fd())) }
+    }
+
+    fn fire(irqs: &EventfdSink, fid: FunctionId, vector: u16) {
+        irqs.deliver(
+            fid,
+            MsiMessage {
+                vector,
+                address: 0,
+                data: 0,
+            },
+        );
+    }
+
+    /// A client that sends several vectors in one SET_IRQS (the protocol crate receives up to
+    /// 16 descriptors per message, whatever it advertises) gets each eventfd on its own vector;
+    /// a later message with fewer descriptors than vectors leaves the rest unsignalled.
+    #[test]
+    fn one_set_irqs_message_with_several_eventfds() {
+        let (mut b, irqs) = backend();
+        let fds: Vec<EventFd> = (0..4)
+            .map(|_| EventFd::new(EFD_NONBLOCK).unwrap())
+            .collect();
+        let files: Vec<File> = fds.iter().map(|e| file_of(e)).collect();
+        b.set_irqs(
+            MSIX_IRQ,
+            VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+            3,
+            4,
+            files,
+        )
+        .unwrap();
+        for v in [5u16, 3, 6, 5] {
+            fire(&irqs, b.fid, v);
+        }
+        let counts: Vec<u64> = fds.iter().map(|e| e.read().unwrap_or(0)).collect();
+        assert_eq!(counts, [1, 0, 2, 1], "vectors 3, 4, 5, 6 in order");
+        // Vectors 3..5 again, with one descriptor: 3 gets it, 4 loses its eventfd.
+        let again = EventFd::new(EFD_NONBLOCK).unwrap();
+        b.set_irqs(
+            MSIX_IRQ,
+            VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+            3,
+            2,
+            vec![file_of(&again)],
+        )
+        .unwrap();
+        fire(&irqs, b.fid, 3);
+        fire(&irqs, b.fid, 4);
+        assert_eq!(again.read().unwrap(), 1);
+        assert!(fds[1].read().is_err(), "vector 4 no longer signals");
+        // A range past the function's vectors is refused.
+        assert!(b
+            .set_irqs(
+                MSIX_IRQ,
+                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                60,
+                8,
+                vec![],
+            )
+            .is_err());
+    }
+}
