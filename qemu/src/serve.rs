@@ -586,7 +586,7 @@ mod tests {
         let fds: Vec<EventFd> = (0..4)
             .map(|_| EventFd::new(EFD_NONBLOCK).unwrap())
             .collect();
-        let files: Vec<File> = fds.iter().map(|e| file_of(e)).collect();
+        let files: Vec<File> = fds.iter().map(file_of).collect();
         b.set_irqs(
             MSIX_IRQ,
             VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
