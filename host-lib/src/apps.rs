@@ -123,22 +123,10 @@ impl BurstPort for SoftPort {
 
 /// Software IPv4 + UDP checksums of a generator frame.
 fn fill_udp4_checksums(f: &mut [u8]) {
-    if f.len() < HEADERS {
-        return;
+    if f.len() >= HEADERS {
+        write_ipv4_checksum(f);
+        write_udp_checksum(f);
     }
-    f[24..26].fill(0);
-    let c = !ones_complement(&f[14..34], 0);
-    f[24..26].copy_from_slice(&c.to_be_bytes());
-    f[40..42].fill(0);
-    let mut pseudo = 17u32 + u16::from_be_bytes([f[38], f[39]]) as u32;
-    for i in (26..34).step_by(2) {
-        pseudo += u16::from_be_bytes([f[i], f[i + 1]]) as u32;
-    }
-    let mut u = !ones_complement(&f[34..], pseudo);
-    if u == 0 {
-        u = 0xffff;
-    }
-    f[40..42].copy_from_slice(&u.to_be_bytes());
 }
 
 /// Smallest and largest frame the generator builds (without FCS).
@@ -244,22 +232,10 @@ pub const CLIENT_IP: [u8; 4] = [10, 0, 0, 1];
 pub const SERVER_IP: [u8; 4] = [10, 0, 0, 2];
 pub const ECHO_PORT: u16 = 7;
 
-/// RFC 1071 one's-complement sum, folded.
-pub fn ones_complement(data: &[u8], mut sum: u32) -> u16 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
-        if sum > 0xffff_0000 {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-    }
-    if let [b] = chunks.remainder() {
-        sum += (*b as u32) << 8;
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
+/// RFC 1071 one's-complement sum of `data` plus `sum`, folded (not inverted): the NIC's own
+/// checksum code, so host and device agree by construction.
+pub fn ones_complement(data: &[u8], sum: u32) -> u16 {
+    !fld_device::nic::packet::internet_checksum(data, sum)
 }
 
 /// Writes the UDP/IPv4 frame number `seq` of `len` bytes into `out`. With `checksums` the IPv4

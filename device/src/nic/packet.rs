@@ -438,24 +438,33 @@ fn add_carry(acc: u64, w: u64) -> u64 {
 /// the end (RFC 1071 §2 (B), (C)).
 pub fn internet_checksum(data: &[u8], initial: u32) -> u16 {
     let mut acc = u64::from(initial);
-    let chunks = data.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        if let Ok(w) = <[u8; 8]>::try_from(c) {
-            acc = add_carry(acc, u64::from_be_bytes(w));
-        }
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        acc = add_carry(
+            acc,
+            u64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
+        );
     }
-    // The tail starts 8-byte aligned relative to `data`, so left-aligning it in
-    // a zeroed word keeps 16-bit word boundaries and pads an odd byte.
-    let mut last = [0u8; 8];
-    for (d, s) in last.iter_mut().zip(tail) {
-        *d = *s;
+    // The tail starts 8-byte aligned relative to `data`: a 4-byte, a 2-byte and a 1-byte piece
+    // keep the 16-bit word boundaries (an odd last byte is the high half of a zero-padded word).
+    // Headers (20-byte IPv4, 8-byte UDP) are mostly tail, so no byte loop here.
+    let mut tail = chunks.remainder();
+    if let [a, b, c, d, rest @ ..] = tail {
+        acc = add_carry(acc, u64::from(u32::from_be_bytes([*a, *b, *c, *d])));
+        tail = rest;
     }
-    acc = add_carry(acc, u64::from_be_bytes(last));
+    if let [a, b, rest @ ..] = tail {
+        acc = add_carry(acc, u64::from(u16::from_be_bytes([*a, *b])));
+        tail = rest;
+    }
+    if let [a] = tail {
+        acc = add_carry(acc, u64::from(*a) << 8);
+    }
+    // Fold 64 -> 32 -> 16 bits: three 16-bit folds absorb every carry of a 33-bit value.
     let mut s = (acc & 0xffff_ffff) + (acc >> 32);
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
     !(s as u16)
 }
 
