@@ -261,14 +261,28 @@ pub fn build_frame(
     }
     .write(f);
     f[42..50].copy_from_slice(&seq.to_le_bytes());
-    for (k, b) in f[50..].iter_mut().enumerate() {
-        *b = (seq as u8).wrapping_mul(31).wrapping_add(k as u8);
+    // Payload byte k is seq * 31 + k (mod 256): copies of the ramp, not a byte loop.
+    let start = (seq as u8).wrapping_mul(31) as usize;
+    for chunk in f[50..].chunks_mut(256) {
+        chunk.copy_from_slice(&RAMP[start..start + chunk.len()]);
     }
     if checksums {
         write_ipv4_checksum(f);
         write_udp_checksum(f);
     }
 }
+
+/// 0, 1, ..., 255 twice: any 256 consecutive payload bytes of a generator frame are a window
+/// of it.
+static RAMP: [u8; 512] = {
+    let mut r = [0u8; 512];
+    let mut i = 0;
+    while i < 512 {
+        r[i] = i as u8;
+        i += 1;
+    }
+    r
+};
 
 /// Ethernet, IPv4 (20 bytes, don't fragment, TTL 64) and UDP headers of a frame, as every
 /// generator in this crate writes them.
@@ -702,5 +716,61 @@ impl FldEchoSetup {
         let mac = self.flde.mac();
         let card = self.card.clone();
         run_echo(&mut self.client, mac, cfg, || card.poll())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Generator frames are what the docs say: UDP/IPv4 from CLIENT_IP to SERVER_IP port 7, the
+    /// sequence number little-endian after the UDP header, then bytes seq * 31 + k, and valid
+    /// checksums when asked for — checked with an independent parser.
+    #[test]
+    fn generator_frames_have_the_documented_layout_and_valid_checksums() {
+        for (seq, len) in [
+            (0u64, 60usize),
+            (1, 64),
+            (7, 305),
+            (1000, 1514),
+            (123_456, 9000),
+        ] {
+            let mut f = vec![0u8; len];
+            build_frame(
+                &mut f,
+                seq,
+                len,
+                [2, 0, 0, 0, 0, 1],
+                [2, 0, 0, 0, 0, 2],
+                4,
+                true,
+            );
+            let p = etherparse::SlicedPacket::from_ethernet(&f).expect("parses");
+            let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else {
+                panic!("IPv4")
+            };
+            assert_eq!(ip.header().source(), CLIENT_IP);
+            assert_eq!(ip.header().destination(), SERVER_IP);
+            let h = ip.header().to_header();
+            assert_eq!(h.header_checksum, h.calc_header_checksum());
+            let Some(etherparse::TransportSlice::Udp(udp)) = &p.transport else {
+                panic!("UDP")
+            };
+            assert_eq!(udp.destination_port(), ECHO_PORT);
+            let expect = udp
+                .to_header()
+                .calc_checksum_ipv4(&h, udp.payload())
+                .unwrap();
+            assert_eq!(udp.checksum(), expect);
+            let payload = udp.payload();
+            assert_eq!(payload[..8], seq.to_le_bytes());
+            for (k, b) in payload[8..].iter().enumerate() {
+                assert_eq!(
+                    *b,
+                    (seq as u8).wrapping_mul(31).wrapping_add(k as u8),
+                    "byte {k}"
+                );
+            }
+        }
     }
 }
