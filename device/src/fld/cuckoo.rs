@@ -157,8 +157,15 @@ pub struct CuckooTable {
     /// `BANKS * bank_size` buckets; bank `b` is `buckets[b*bank_size..(b+1)*bank_size]`.
     buckets: Vec<Option<Entry>>,
     bank_size: usize,
-    /// Per-bank H3 rows (already masked to the bank's index width).
+    /// Per-bank H3 rows (already masked to the bank's index width), kept for the tests'
+    /// bit-by-bit reference; the data path uses `h3_bytes`.
+    #[cfg(test)]
     rows: [[u32; 32]; BANKS],
+    /// The same H3 functions sliced by key byte: `h3_bytes[bank][i][v]` is the XOR of the rows
+    /// selected by value `v` in key byte `i`. The FPGA XORs all selected rows in one level of
+    /// logic; the model gets the identical value from four lookups instead of a loop over the
+    /// key's bits (a lookup per packet and per bank, on the Tx path).
+    h3_bytes: Box<[[[u32; 256]; 4]; BANKS]>,
     /// Per-bank constant XORed into the hash.
     offsets: [u32; BANKS],
     stash: [Option<StashEntry>; STASH_ENTRIES],
@@ -215,10 +222,22 @@ impl CuckooTable {
         if lfsr == 0 {
             lfsr = 0xACE1;
         }
+        let mut h3_bytes = Box::new([[[0u32; 256]; 4]; BANKS]);
+        for (bank, tables) in h3_bytes.iter_mut().enumerate() {
+            for (byte, table) in tables.iter_mut().enumerate() {
+                for (v, out) in table.iter_mut().enumerate() {
+                    *out = (0..8)
+                        .filter(|bit| v & (1 << bit) != 0)
+                        .fold(0, |h, bit| h ^ rows[bank][byte * 8 + bit]);
+                }
+            }
+        }
         CuckooTable {
             buckets: vec![None; bank_size * BANKS],
             bank_size,
+            #[cfg(test)]
             rows,
+            h3_bytes,
             offsets,
             stash: [None; STASH_ENTRIES],
             stash_ptr: 0,
@@ -237,20 +256,25 @@ impl CuckooTable {
         self.insert_budget = steps;
     }
 
-    /// H3 hash of `key` for `bank`: the bucket number within that bank.
+    /// H3 hash of `key` for `bank`: the bucket number within that bank — the bank's offset
+    /// XOR the rows of every set key bit, from the byte-sliced tables.
     fn hash(&self, bank: usize, key: u32) -> usize {
-        let (rows, offset) = match (self.rows.get(bank), self.offsets.get(bank)) {
-            (Some(r), Some(o)) => (r, *o),
-            _ => return 0,
+        let (Some(t), Some(offset)) = (self.h3_bytes.get(bank), self.offsets.get(bank)) else {
+            return 0;
         };
-        let mut h = offset;
-        let mut k = key;
-        while k != 0 {
-            let bit = k.trailing_zeros() as usize;
-            if let Some(row) = rows.get(bit) {
-                h ^= *row;
+        let [b0, b1, b2, b3] = key.to_le_bytes();
+        (offset ^ t[0][b0 as usize] ^ t[1][b1 as usize] ^ t[2][b2 as usize] ^ t[3][b3 as usize])
+            as usize
+    }
+
+    /// The H3 definition, bit by bit (the reference the sliced tables must equal).
+    #[cfg(test)]
+    fn hash_bitwise(&self, bank: usize, key: u32) -> usize {
+        let mut h = self.offsets[bank];
+        for bit in 0..32 {
+            if key & (1 << bit) != 0 {
+                h ^= self.rows[bank][bit];
             }
-            k &= k - 1;
         }
         h as usize
     }
@@ -565,6 +589,19 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::HashMap;
+
+    proptest! {
+        #[test]
+        fn sliced_h3_equals_the_bitwise_definition(seed: u64, pool in 1u32..4096, keys in proptest::collection::vec(any::<u32>(), 64)) {
+            let t = CuckooTable::new(pool, seed);
+            for k in keys.into_iter().chain([0, u32::MAX, 1, 1 << 31]) {
+                for bank in 0..BANKS {
+                    prop_assert_eq!(t.hash(bank, k), t.hash_bitwise(bank, k));
+                    prop_assert!(t.hash(bank, k) < t.bank_size);
+                }
+            }
+        }
+    }
 
     fn key_of(packed: u32) -> RingKey {
         RingKey::new((packed >> 16) as u16, packed as u16)
