@@ -283,6 +283,19 @@ impl VfioHost {
                 memory: memory.clone(),
                 vectors: EventfdVectors::default(),
             });
+            // Peer BARs take precedence over host memory in the card's switch: a BAR inside the
+            // DMA window would swallow the driver's DMA.
+            let dma = DMA_IOVA..DMA_IOVA + memory.len as u64;
+            for bar in 0..6u8 {
+                let start = dev.bar_bus_address(bar);
+                let len = dev.device.get_region_size(bar as u32);
+                if start != 0 && len != 0 && start < dma.end && dma.start < start + len {
+                    return Err(transport(format!(
+                        "{}: BAR{bar} at {start:#x} overlaps the DMA window at {DMA_IOVA:#x}",
+                        dev.bdf
+                    )));
+                }
+            }
             let cmd = dev.config_read16(OFF_COMMAND as u64) | CMD_MEMORY | CMD_BUS_MASTER;
             dev.config_write16(OFF_COMMAND as u64, cmd);
             devices.push(dev);
