@@ -208,11 +208,15 @@ fn flde_echo_byte_exact(t: &Transport) -> Result<(), String> {
     )
 }
 
-/// A NIC port brought up with one raw queue set: an EQ, a send queue and a regular receive queue
-/// of eight 2 KiB buffers that every frame for the function lands in.
+/// A NIC port brought up with one raw queue set: a send queue whose completions raise events on
+/// MSI-X vector 0, and a regular receive queue of eight 2 KiB buffers that every frame for the
+/// function lands in, whose completions raise events on vector 1.
 pub struct RawPort {
     pub nic: NicDriver,
+    /// Events of the send CQ (vector 0).
     pub eq: EventQueue,
+    /// Events of the receive CQ (vector [`RX_VECTOR`]).
+    pub rx_eq: EventQueue,
     pub cq: CompletionQueue,
     pub sq: SendQueue,
     pub rq_cq: CompletionQueue,
@@ -225,9 +229,10 @@ impl RawPort {
         let mut nic = NicDriver::probe(dev.clone())?;
         dev.enable_msix(2)?;
         let eq = nic.create_eq(4, 0)?;
+        let rx_eq = nic.create_eq(4, RX_VECTOR)?;
         let cq = nic.create_cq(&eq, 4)?;
         let sq = nic.create_sq(&cq, 4, false)?;
-        let rq_cq = nic.create_cq(&eq, 4)?;
+        let rq_cq = nic.create_cq(&rx_eq, 4)?;
         let mut rq = nic.create_rq(&rq_cq, 3, RqLayout::Regular)?;
         let buf = dev.dma_alloc(8 * 2048)?;
         for i in 0..8 {
@@ -241,6 +246,7 @@ impl RawPort {
             rq,
             nic,
             eq,
+            rx_eq,
             cq,
             sq,
             rq_cq,
@@ -264,6 +270,9 @@ impl RawPort {
         Ok(())
     }
 }
+
+/// The MSI-X vector of a [`RawPort`]'s receive events.
+pub const RX_VECTOR: u16 = 1;
 
 /// An Ethernet frame of `len` bytes with a counting payload (EtherType 0x88b5, local use).
 pub fn test_frame(dst: [u8; 6], src: [u8; 6], len: usize) -> Vec<u8> {
@@ -293,13 +302,23 @@ fn msix_eventfd_and_dma_isolation(t: &Transport) -> Result<(), String> {
     let card = t.open(TEST_DMA_BYTES).map_err(err("open"))?;
     let mut p0 = RawPort::open(card.nic[0].clone()).map_err(err("port 0"))?;
     let mut p1 = RawPort::open(card.nic[1].clone()).map_err(err("port 1"))?;
-    // MSI-X: arm the receive CQ of port 1, send a frame from port 0.
+    // MSI-X: arm port 1's receive CQ (vector 1) and port 0's send CQ (vector 0), send a frame
+    // from port 0: each interrupt arrives on its own vector's eventfd, and only there.
     p1.rq_cq.arm();
+    p0.cq.arm();
     let f = test_frame(p1.nic.mac(), p0.nic.mac(), 100);
     p0.send(&f, true)?;
-    expect(wait_until(|| card.nic[1].take_interrupts(0) >= 1), || {
-        "MSI-X vector 0 did not fire through its eventfd".into()
+    expect(
+        wait_until(|| card.nic[1].take_interrupts(RX_VECTOR) >= 1),
+        || "MSI-X vector 1 of port 1 did not fire through its eventfd".into(),
+    )?;
+    expect(wait_until(|| card.nic[0].take_interrupts(0) >= 1), || {
+        "MSI-X vector 0 of port 0 (send completion) did not fire".into()
     })?;
+    expect(
+        card.nic[1].take_interrupts(0) == 0 && card.nic[0].take_interrupts(RX_VECTOR) == 0,
+        || "an interrupt arrived on a vector nobody armed".into(),
+    )?;
     let c = p1
         .rq_cq
         .poll()
@@ -311,7 +330,7 @@ fn msix_eventfd_and_dma_isolation(t: &Transport) -> Result<(), String> {
     p1.buf.read(0, &mut got);
     expect(got == f, || "received bytes differ".into())?;
     expect(
-        p1.eq.poll().map(|e| e.data.get()) == Some(p1.rq_cq.cqn),
+        p1.rx_eq.poll().map(|e| e.data.get()) == Some(p1.rq_cq.cqn),
         || "no completion event for the receive CQ".into(),
     )?;
     expect(wait_until(|| p0.cq.poll().is_some()), || {

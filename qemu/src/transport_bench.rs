@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fld_device::nic::abi::{reg, BAR_CONTROL, BAR_DOORBELL};
 use serde::Serialize;
 
-use crate::selftest::{test_frame, RawPort, Transport};
+use crate::selftest::{test_frame, RawPort, Transport, RX_VECTOR};
 
 /// Latency samples of one measurement, in microseconds.
 #[derive(Serialize, Debug, Clone)]
@@ -91,13 +91,13 @@ pub fn measure(t: &Transport, iterations: usize) -> Result<TransportFigures, Str
     }
 
     let mut to_msix = Vec::with_capacity(iterations);
-    dev1.take_interrupts(0);
+    dev1.take_interrupts(RX_VECTOR);
     for _ in 0..iterations {
         p1.rq_cq.arm();
         post_signalled(&mut p0, &frame)?;
         let t0 = Instant::now();
         p0.sq.ring_doorbell();
-        while dev1.take_interrupts(0) == 0 {
+        while dev1.take_interrupts(RX_VECTOR) == 0 {
             if t0.elapsed() > deadline {
                 return Err("no MSI-X interrupt".into());
             }
@@ -109,8 +109,8 @@ pub fn measure(t: &Transport, iterations: usize) -> Result<TransportFigures, Str
         }
         p0.cq.update_ci();
         drain_receiver(&mut p1);
-        while p1.eq.poll().is_some() {}
-        p1.eq.arm();
+        while p1.rx_eq.poll().is_some() {}
+        p1.rx_eq.arm();
     }
     let doorbell_mapped = match t {
         Transport::VfioUser(_) => card
