@@ -491,7 +491,7 @@ pub struct RunOptions {
 
 /// `fldemu serve` (the workspace's release build) with the guest's directories: boots of the
 /// guest connect to it one after another, as QEMU processes would.
-pub struct Session {
+pub struct ServedCard {
     paths: GuestPaths,
     qemu: Qemu,
     release: PathBuf,
@@ -504,9 +504,9 @@ pub struct Session {
 
 const SOCKETS: [&str; 3] = ["nic0.sock", "nic1.sock", "fld.sock"];
 
-impl Session {
+impl ServedCard {
     /// Starts the server with `accel` behind FLD.
-    pub fn start(paths: GuestPaths, workspace: &Path, accel: &str) -> Result<Session> {
+    pub fn start(paths: GuestPaths, workspace: &Path, accel: &str) -> Result<ServedCard> {
         if !paths.ready() {
             return Err("the guest is not provisioned: run `cargo xtask guest-setup`".into());
         }
@@ -543,7 +543,7 @@ impl Session {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(Session {
+        Ok(ServedCard {
             paths,
             qemu,
             release,
@@ -705,7 +705,7 @@ impl Session {
     }
 }
 
-impl Drop for Session {
+impl Drop for ServedCard {
     fn drop(&mut self) {
         // The server goes first, then its sockets: nothing is left behind.
         drop(self.server.0.take().map(|c| Reaped(Some(c))));
@@ -720,6 +720,6 @@ pub fn run_guest(
     accel: &str,
     opts: &RunOptions,
 ) -> Result<GuestOutcome> {
-    let mut session = Session::start(paths, workspace, accel)?;
-    session.boot(opts)
+    let mut served = ServedCard::start(paths, workspace, accel)?;
+    served.boot(opts)
 }

@@ -162,7 +162,7 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
     let paths = guest::GuestPaths::new();
     guest::setup(&paths)?;
     build_fldemu()?;
-    let mut session = guest::Session::start(paths, &workspace(), "echo")?;
+    let mut served = guest::ServedCard::start(paths, &workspace(), "echo")?;
     let timeout = Duration::from_secs(timeout);
     let mut results: Vec<Verdict> = Vec::new();
     let mut outputs = Vec::new();
@@ -171,7 +171,7 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
     let script = "fldemu selftest --transport vfio\n\
         echo \"demo cpu: $(fldemu demo --transport vfio --packets 20000 --json)\"\n\
         echo \"demo flde: $(fldemu demo --transport vfio --accel echo --packets 20000 --json)\"";
-    let first = session.boot(&guest::RunOptions {
+    let first = served.boot(&guest::RunOptions {
         command: Some(script.into()),
         timeout,
         kill_after: None,
@@ -201,13 +201,13 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
     outputs.push(first);
 
     eprintln!("xtask: boot 2: QEMU killed in the middle of FLD-E traffic");
-    let killed = session.boot(&guest::RunOptions {
+    let killed = served.boot(&guest::RunOptions {
         command: Some("fldemu demo --transport vfio --accel echo --packets 100000000".into()),
         timeout,
         kill_after: Some(Duration::from_secs(4)),
         reset_during: None,
     })?;
-    let server_alive = session.server_alive();
+    let server_alive = served.server_alive();
     results.push((
         "qemu_killed_mid_traffic".into(),
         killed.killed && server_alive,
@@ -219,7 +219,7 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
     outputs.push(killed);
 
     eprintln!("xtask: boot 3: a new guest, reset in the middle of traffic, then the demos");
-    let third = session.boot(&guest::RunOptions {
+    let third = served.boot(&guest::RunOptions {
         command: Some(
             "echo \"demo cpu: $(fldemu demo --transport vfio --packets 20000 --json)\"\n\
              echo \"demo flde: $(fldemu demo --transport vfio --accel echo --packets 20000 --json)\""
@@ -252,7 +252,7 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
         "demo flde: ",
     ));
     outputs.push(third);
-    drop(session);
+    drop(served);
 
     for (name, ok, detail) in &results {
         println!(
