@@ -406,14 +406,15 @@ fn build_and_send(
         return Err(WqeError(syndrome::BAD_LENGTH));
     }
     let frame = &mut frame[..len];
-    let parsed = packet::parse(frame);
+    let mut parsed = packet::parse(frame);
     // Each layer on its own: a frame without L4 still gets its IPv4 header checksum. Insertion
-    // changes no offsets, so the parse stays valid.
+    // changes no offsets, so the parse stays valid; what was inserted is known good on receive.
     if eth.cs_flags & CS_L3 != 0 {
-        packet::insert_checksums(frame, &parsed, true, false);
+        parsed.inserted_l3_checksum = packet::insert_checksums(frame, &parsed, true, false)
+            && parsed.l3 == packet::L3Kind::Ipv4;
     }
     if eth.cs_flags & CS_L4 != 0 {
-        packet::insert_checksums(frame, &parsed, false, true);
+        parsed.inserted_l4_checksum = packet::insert_checksums(frame, &parsed, false, true);
     }
     let resume = if eth.flags & ETH_FLAG_RESUME != 0 {
         let t = ctrl.imm.get();

@@ -81,6 +81,13 @@ pub struct ParsedFrame {
     /// Saturates at `u16::MAX` (then also malformed).
     pub ip_len: u16,
     pub malformed: bool,
+    /// The NIC's transmit path wrote this frame's IPv4 header checksum (`l3`) or TCP/UDP
+    /// checksum (`l4`) itself. Receive validation of the same, unmodified frame inside the
+    /// eSwitch then knows the outcome without summing the bytes again; any rewrite (VXLAN
+    /// encapsulation or decapsulation) parses a new frame with both false. Never set by
+    /// [`parse`].
+    pub inserted_l3_checksum: bool,
+    pub inserted_l4_checksum: bool,
 }
 
 /// Reads `N` bytes at `off`, or `None` when they are not all there.
@@ -353,13 +360,14 @@ pub fn verify_checksums(frame: &[u8], p: &ParsedFrame) -> ChecksumStatus {
     let mut st = ChecksumStatus::default();
     if p.l3 == L3Kind::Ipv4 {
         st.l3_ok = Some(
-            ipv4_header_span(frame, p)
-                .and_then(|(s, e)| frame.get(s..e))
-                .is_some_and(|h| internet_checksum(h, 0) == 0),
+            p.inserted_l3_checksum
+                || ipv4_header_span(frame, p)
+                    .and_then(|(s, e)| frame.get(s..e))
+                    .is_some_and(|h| internet_checksum(h, 0) == 0),
         );
     }
     if matches!(p.l4, L4Kind::Tcp | L4Kind::Udp) && !p.ipv4_fragment {
-        st.l4_ok = Some(l4_checksum_ok(frame, p).unwrap_or(false));
+        st.l4_ok = Some(p.inserted_l4_checksum || l4_checksum_ok(frame, p).unwrap_or(false));
     }
     st
 }
@@ -650,6 +658,8 @@ pub(crate) mod tests {
                 dst_port: 443,
                 ip_len: 20 + 20 + 10,
                 malformed: false,
+                inserted_l3_checksum: false,
+                inserted_l4_checksum: false,
             }
         );
     }
@@ -694,6 +704,8 @@ pub(crate) mod tests {
                 dst_port: 80,
                 ip_len: 40 + 20 + 5,
                 malformed: false,
+                inserted_l3_checksum: false,
+                inserted_l4_checksum: false,
             }
         );
     }
@@ -1221,6 +1233,36 @@ pub(crate) mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn inserted_checksums_are_known_good_and_everything_else_is_summed() {
+        let mut f = udp4(V4S, V4D, 5353, 53, 40);
+        let mut p = parse(&f);
+        assert!(insert_checksums(&mut f, &p, true, true));
+        assert_eq!(
+            verify_checksums(&f, &p),
+            ChecksumStatus {
+                l3_ok: Some(true),
+                l4_ok: Some(true)
+            }
+        );
+        // Corrupt the payload: a frame whose checksums nobody inserted is summed and caught...
+        let last = f.len() - 1;
+        f[last] ^= 0x5a;
+        assert_eq!(verify_checksums(&f, &p).l4_ok, Some(false));
+        // ...while the transmit path's own insertion is trusted for the unmodified frame it
+        // describes (the data path never modifies a frame under the same parse).
+        p.inserted_l4_checksum = true;
+        assert_eq!(verify_checksums(&f, &p).l4_ok, Some(true));
+        p.inserted_l3_checksum = true;
+        f[14 + 8] ^= 1; // TTL
+        assert_eq!(verify_checksums(&f, &p).l3_ok, Some(true));
+        assert_eq!(
+            verify_checksums(&f, &parse(&f)).l3_ok,
+            Some(false),
+            "a fresh parse sums"
+        );
     }
 
     #[test]
