@@ -12,6 +12,7 @@ use fld_device::pcie::config::{CMD_BUS_MASTER, CMD_MEMORY, OFF_MSIX_CAP};
 use fld_device::pcie::{FunctionId, InterruptSink, MsiMessage};
 use vm_memory::{GuestAddress, GuestMemoryRegion, GuestRegionMmap, MemoryRegionAddress};
 
+use crate::pci::BumpAllocator;
 use crate::{DmaBuffer, DriverError, PciDevice};
 
 /// Bus address of host memory as the functions see it.
@@ -40,7 +41,7 @@ impl InterruptSink for InterruptCounters {
 /// Host memory plus a bump allocator over it.
 struct HostMemory {
     region: Arc<GuestRegionMmap>,
-    next: Mutex<usize>,
+    next: BumpAllocator,
 }
 
 /// The host side of an in-process card: memory, enumeration, interrupts.
@@ -91,7 +92,7 @@ impl InProcessHost {
             card,
             memory: HostMemory {
                 region,
-                next: Mutex::new(0),
+                next: BumpAllocator::default(),
             },
             irqs,
             bars,
@@ -112,24 +113,20 @@ impl InProcessHost {
 
     /// Bytes of host memory handed out so far.
     pub fn allocated(&self) -> usize {
-        *self.memory.next.lock().unwrap_or_else(|e| e.into_inner())
+        self.memory.next.used()
     }
 
     fn alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
-        let align = if len >= 4096 { 4096 } else { 64 };
-        let mut next = self.memory.next.lock().unwrap_or_else(|e| e.into_inner());
-        let start = next.next_multiple_of(align);
-        let end = start
-            .checked_add(len.max(1))
-            .filter(|e| *e as u64 <= self.memory.region.len())
-            .ok_or(DriverError::OutOfDmaMemory(len))?;
-        *next = end;
+        let start = self
+            .memory
+            .next
+            .reserve(len, self.memory.region.len() as usize)?;
         let ptr = self
             .memory
             .region
             .get_host_address(MemoryRegionAddress(start as u64))
             .map_err(|e| DriverError::Transport(e.to_string()))?;
-        // SAFETY: [start, end) lies inside the region, which the Arc keeps mapped.
+        // SAFETY: [start, start + len) lies inside the region, which the Arc keeps mapped.
         Ok(unsafe {
             DmaBuffer::new(
                 HOST_IOVA_BASE + start as u64,

@@ -58,6 +58,11 @@ pub trait PciDevice: Send + Sync {
     /// Lets an in-process device model advance; transports with their own device threads return
     /// at once.
     fn run_device(&self) {}
+    /// Whether BAR `bar` is mapped into the driver (loads and stores reach the device with no
+    /// system call or message: the doorbell pages over vfio and vfio-user).
+    fn bar_is_mapped(&self, _bar: u8) -> bool {
+        false
+    }
 
     fn read32(&self, bar: u8, offset: u64) -> u32 {
         let mut b = [0; 4];
@@ -82,6 +87,33 @@ pub trait PciDevice: Send + Sync {
         self.config_read(0x10 + 4 * bar as u64, &mut lo);
         self.config_read(0x14 + 4 * bar as u64, &mut hi);
         ((u32::from_le_bytes(hi) as u64) << 32) | (u32::from_le_bytes(lo) & !0xf) as u64
+    }
+}
+
+/// Bump allocation inside one DMA area, shared by the transports: buffers of a page or more
+/// are page aligned, smaller ones cache-line (descriptor) aligned; nothing is ever freed.
+#[derive(Default)]
+pub(crate) struct BumpAllocator {
+    next: std::sync::Mutex<usize>,
+}
+
+impl BumpAllocator {
+    /// Offset of `len` fresh bytes in an area of `capacity` bytes.
+    pub(crate) fn reserve(&self, len: usize, capacity: usize) -> Result<usize, DriverError> {
+        let align = if len >= 4096 { 4096 } else { 64 };
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let start = next.next_multiple_of(align);
+        let end = start
+            .checked_add(len.max(1))
+            .filter(|e| *e <= capacity)
+            .ok_or(DriverError::OutOfDmaMemory(len))?;
+        *next = end;
+        Ok(start)
+    }
+
+    /// Bytes handed out so far, alignment gaps included.
+    pub(crate) fn used(&self) -> usize {
+        *self.next.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -13,7 +13,7 @@
 //!   driver in the command register (vfio-pci does not).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use fld_device::pcie::config::{CMD_BUS_MASTER, CMD_MEMORY, OFF_COMMAND};
 use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP};
@@ -21,6 +21,7 @@ use vfio_ioctls::{VfioContainer, VfioDevice, VfioOps};
 
 use crate::eventfds::EventfdVectors;
 use crate::mmio::BarMapping;
+use crate::pci::BumpAllocator;
 use crate::{DmaBuffer, DriverError, PciDevice};
 
 /// IOVA of the DMA memory in the shared IOMMU domain: above any 32-bit or low 64-bit BAR window
@@ -101,7 +102,7 @@ pub fn bind_to_vfio_pci(bdf: &str) -> Result<u32, DriverError> {
 struct DmaMemory {
     ptr: *mut u8,
     len: usize,
-    next: Mutex<usize>,
+    next: BumpAllocator,
     huge_pages: bool,
 }
 
@@ -130,7 +131,7 @@ impl DmaMemory {
             return Ok(DmaMemory {
                 ptr,
                 len: huge_len,
-                next: Mutex::new(0),
+                next: BumpAllocator::default(),
                 huge_pages: true,
             });
         }
@@ -138,21 +139,14 @@ impl DmaMemory {
         Ok(DmaMemory {
             ptr,
             len,
-            next: Mutex::new(0),
+            next: BumpAllocator::default(),
             huge_pages: false,
         })
     }
 
     fn alloc(self: &Arc<Self>, len: usize) -> Result<DmaBuffer, DriverError> {
-        let align = if len >= 4096 { 4096 } else { 64 };
-        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
-        let start = next.next_multiple_of(align);
-        let end = start
-            .checked_add(len.max(1))
-            .filter(|e| *e <= self.len)
-            .ok_or(DriverError::OutOfDmaMemory(len))?;
-        *next = end;
-        // SAFETY: [start, end) lies inside the mapping the Arc keeps alive.
+        let start = self.next.reserve(len, self.len)?;
+        // SAFETY: [start, start + len) lies inside the mapping the Arc keeps alive.
         Ok(unsafe {
             DmaBuffer::new(
                 DMA_IOVA + start as u64,
@@ -187,11 +181,6 @@ impl VfioPciDevice {
         &self.bdf
     }
 
-    /// Whether BAR `bar` is reached by loads and stores (mmap) rather than by system calls.
-    pub fn bar_is_mapped(&self, bar: u8) -> bool {
-        self.bars.get(bar as usize).is_some_and(|b| b.is_some())
-    }
-
     fn mapped(&self, bar: u8) -> Option<&BarMapping> {
         self.bars.get(bar as usize)?.as_ref()
     }
@@ -212,6 +201,9 @@ impl PciDevice for VfioPciDevice {
             data.fill(0xff);
             self.device.region_read(bar as u32, data, offset)
         }
+    }
+    fn bar_is_mapped(&self, bar: u8) -> bool {
+        self.mapped(bar).is_some()
     }
     fn bar_write(&self, bar: u8, offset: u64, data: &[u8]) {
         if !self.mapped(bar).is_some_and(|m| m.write(offset, data)) {

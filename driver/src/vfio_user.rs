@@ -18,6 +18,7 @@ use vfio_user::Client;
 
 use crate::eventfds::EventfdVectors;
 use crate::mmio::BarMapping;
+use crate::pci::BumpAllocator;
 use crate::{DmaBuffer, DriverError, PciDevice};
 
 /// IOVA of the shared DMA memory in every function's address space.
@@ -34,7 +35,7 @@ struct SharedMemory {
     file: File,
     ptr: *mut u8,
     len: usize,
-    next: Mutex<usize>,
+    next: BumpAllocator,
 }
 
 // SAFETY: the mapping lives as long as the struct; accesses go through DmaBuffer copies.
@@ -68,7 +69,7 @@ impl SharedMemory {
                 file,
                 ptr: ptr.cast(),
                 len,
-                next: Mutex::new(0),
+                next: BumpAllocator::default(),
             })
         }
     }
@@ -91,11 +92,6 @@ pub struct VfioUserDevice {
 }
 
 impl VfioUserDevice {
-    /// Whether BAR `bar` is reached by loads and stores (a shared mapping) rather than messages.
-    pub fn bar_is_mapped(&self, bar: u8) -> bool {
-        self.bars.get(bar as usize).is_some_and(|b| b.is_some())
-    }
-
     fn mapped(&self, bar: u8) -> Option<&BarMapping> {
         self.bars.get(bar as usize)?.as_ref()
     }
@@ -139,21 +135,17 @@ impl PciDevice for VfioUserDevice {
             data.fill(0xff);
         }
     }
+    fn bar_is_mapped(&self, bar: u8) -> bool {
+        self.mapped(bar).is_some()
+    }
     fn bar_write(&self, bar: u8, offset: u64, data: &[u8]) {
         if !self.mapped(bar).is_some_and(|m| m.write(offset, data)) {
             let _ = self.client().region_write(bar as u32, offset, data);
         }
     }
     fn dma_alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
-        let align = if len >= 4096 { 4096 } else { 64 };
-        let mut next = self.memory.next.lock().unwrap_or_else(|e| e.into_inner());
-        let start = next.next_multiple_of(align);
-        let end = start
-            .checked_add(len.max(1))
-            .filter(|e| *e <= self.memory.len)
-            .ok_or(DriverError::OutOfDmaMemory(len))?;
-        *next = end;
-        // SAFETY: [start, end) lies inside the mapping the Arc keeps alive.
+        let start = self.memory.next.reserve(len, self.memory.len)?;
+        // SAFETY: [start, start + len) lies inside the mapping the Arc keeps alive.
         Ok(unsafe {
             DmaBuffer::new(
                 DMA_IOVA + start as u64,

@@ -112,24 +112,12 @@ pub fn measure(t: &Transport, iterations: usize) -> Result<TransportFigures, Str
         while p1.rx_eq.poll().is_some() {}
         p1.rx_eq.arm();
     }
-    let doorbell_mapped = match t {
-        Transport::VfioUser(_) => card
-            .transport
-            .downcast_ref::<fld_driver::vfio_user::VfioUserHost>()
-            .and_then(|h| h.device(0))
-            .is_some_and(|d| d.bar_is_mapped(BAR_DOORBELL)),
-        Transport::Vfio => card
-            .transport
-            .downcast_ref::<fld_driver::vfio::VfioHost>()
-            .and_then(|h| h.device(0))
-            .is_some_and(|d| d.bar_is_mapped(BAR_DOORBELL)),
-    };
     Ok(TransportFigures {
         mmio_read: Latency::from(reads),
         mmio_write: Latency::from(writes),
         doorbell_to_completion: Latency::from(to_completion),
         doorbell_to_msix: Latency::from(to_msix),
-        doorbell_mapped,
+        doorbell_mapped: dev0.bar_is_mapped(BAR_DOORBELL),
     })
 }
 
