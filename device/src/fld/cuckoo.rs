@@ -474,37 +474,16 @@ impl CuckooTable {
         };
         self.stash_ptr = (i + 1) % STASH_ENTRIES;
         self.stats.relocation_moves = self.stats.relocation_moves.saturating_add(1);
-        if let Some(idx) = self.free_candidate(e.key) {
-            self.set_bucket(
-                idx,
-                Some(Entry {
-                    key: e.key,
-                    slot: e.slot,
-                }),
-            );
-            if let Some(s) = self.stash.get_mut(i) {
-                *s = None;
+        // A free candidate takes the entry; otherwise a random bank other than the one it was
+        // evicted from does, and that bucket's occupant moves into the stash slot.
+        let idx = match self.free_candidate(e.key) {
+            Some(idx) => idx,
+            None => {
+                let bank = (e.origin + 1 + (self.next_rand() % 3) as usize) % BANKS;
+                self.bucket_index(bank, e.key)
             }
-            self.stash_len -= 1;
-            return true;
-        }
-        let bank = (e.origin + 1 + (self.next_rand() % 3) as usize) % BANKS;
-        let idx = self.bucket_index(bank, e.key);
-        let Some(victim) = self.bucket(idx) else {
-            // Unreachable (no candidate is free); place it anyway.
-            self.set_bucket(
-                idx,
-                Some(Entry {
-                    key: e.key,
-                    slot: e.slot,
-                }),
-            );
-            if let Some(s) = self.stash.get_mut(i) {
-                *s = None;
-            }
-            self.stash_len -= 1;
-            return true;
         };
+        let victim = self.bucket(idx);
         self.set_bucket(
             idx,
             Some(Entry {
@@ -512,14 +491,18 @@ impl CuckooTable {
                 slot: e.slot,
             }),
         );
+        let origin = idx / self.bank_size;
         if let Some(s) = self.stash.get_mut(i) {
-            *s = Some(StashEntry {
-                key: victim.key,
-                slot: victim.slot,
-                origin: bank,
+            *s = victim.map(|v| StashEntry {
+                key: v.key,
+                slot: v.slot,
+                origin,
             });
         }
-        self.stats.displacements = self.stats.displacements.saturating_add(1);
+        match victim {
+            Some(_) => self.stats.displacements = self.stats.displacements.saturating_add(1),
+            None => self.stash_len -= 1,
+        }
         true
     }
 
