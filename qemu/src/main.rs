@@ -449,6 +449,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// An accelerator's named counters as one JSON object.
+fn counters_json(counters: &[(&str, u64)]) -> serde_json::Map<String, serde_json::Value> {
+    counters
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect()
+}
+
 /// Success exactly when every result was verified.
 fn exit_code(ok: bool) -> ExitCode {
     if ok {
@@ -1199,11 +1207,7 @@ fn inline_demo(a: &DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     };
     let ok = r.verified();
     if a.json {
-        let counters: serde_json::Map<String, serde_json::Value> = r
-            .counters
-            .iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect();
+        let counters = counters_json(&r.counters);
         println!(
             "{}",
             json!({ "accel": name, "messages": r.messages, "message_bytes": r.message_bytes, "frames_sent": r.frames_sent,
@@ -1392,11 +1396,7 @@ fn replay(a: ReplayArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         per_queue[*q as usize] += 1;
     }
     if a.json {
-        let counters: serde_json::Map<String, serde_json::Value> = out
-            .counters
-            .iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect();
+        let counters = counters_json(&out.counters);
         println!(
             "{}",
             json!({ "accelerator": out.accelerator, "injected": out.injected, "delivered": out.delivered.len(),
