@@ -70,14 +70,14 @@ impl InlineReport {
 }
 
 /// Sends `frames` from the client port in bursts of `burst` and hands every received frame (with
-/// its queue) to `on_rx`, keeping the card running; returns when all was sent and the card is
-/// idle.
-pub(crate) fn pump(
+/// its queue; the mbuf carries the NIC's offload flags) to `on_rx`, keeping the card running;
+/// returns when all was sent and the card is idle.
+pub fn pump(
     s: &mut FldEchoSetup,
     frames: &[Vec<u8>],
     burst: usize,
     queues: u16,
-    mut on_rx: impl FnMut(u16, &[u8]),
+    mut on_rx: impl FnMut(u16, &crate::mempool::Mbuf),
 ) {
     let Some(pool) = s.client.pool() else {
         return;
@@ -88,7 +88,7 @@ pub(crate) fn pump(
             while s.client.rx_burst(q, rx, 64) > 0 {
                 *any = true;
                 for m in rx.iter() {
-                    on_rx(q, m.data());
+                    on_rx(q, m);
                 }
                 pool.free_bulk(rx.drain(..));
             }
@@ -206,6 +206,7 @@ pub fn defrag_workload(
     let (mut ok, mut bad) = (0u64, 0u64);
     let t = Instant::now();
     pump(&mut s, &frames, 32, QUEUES, |_, got| {
+        let got = got.data();
         if check(got, &mut seen) {
             ok += 1
         } else {
@@ -226,6 +227,7 @@ pub fn defrag_workload(
     let mut whole = Vec::with_capacity(9000);
     let t = Instant::now();
     pump(&mut s, &frames, 32, QUEUES, |_, got| {
+        let got = got.data();
         let Some((l2, ip)) = got.split_at_checked(14) else {
             bad += 1;
             return;
@@ -379,6 +381,7 @@ pub fn iot_workload(
     let (mut delivered, mut bad) = (0u64, 0u64);
     let t0 = Instant::now();
     pump(&mut s, &frames, 32, 1, |_, got| {
+        let got = got.data();
         delivered += 1;
         if valid.get(next).map(Vec::as_slice) == Some(got) {
             next += 1;
@@ -415,6 +418,7 @@ pub fn iot_workload(
     let (mut accepted, mut bad) = (0u64, 0u64);
     let t0 = Instant::now();
     pump(&mut s, &frames, 32, 1, |_, got| {
+        let got = got.data();
         let ctx = got
             .get(26..30)
             .and_then(|a| by_ip.get(a))

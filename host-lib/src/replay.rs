@@ -194,7 +194,7 @@ pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome,
         }
         Inject::Host => {
             crate::inline_apps::pump(&mut s, &frames, cfg.burst, queues, |q, f| {
-                out.delivered.push((q, f.to_vec()))
+                out.delivered.push((q, f.data().to_vec()))
             });
         }
     }

@@ -146,21 +146,8 @@ fn only_messages_with_a_valid_token_of_their_own_tenant_reach_the_server() {
         false,
     );
 
-    let pool = s.client.pool().unwrap();
-    let mut tx = Vec::new();
-    pool.alloc_bulk(&mut tx, sent.len());
-    for (m, f) in tx.iter_mut().zip(&sent) {
-        m.fill_from(f);
-    }
-    while !tx.is_empty() {
-        s.client.tx_burst(0, &mut tx);
-        s.card.poll();
-    }
-    s.card.run_until_idle();
-    let mut rx = Vec::new();
-    while s.client.rx_burst(0, &mut rx, 64) > 0 {}
-    let got: Vec<Vec<u8>> = rx.iter().map(|m| m.data().to_vec()).collect();
-    pool.free_bulk(rx);
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    fld_host::inline_apps::pump(&mut s, &sent, 32, 1, |_, m| got.push(m.data().to_vec()));
     assert!(
         got == pass,
         "exactly the 16 authenticated messages arrive, unchanged and in order ({} arrived)",
