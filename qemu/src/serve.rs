@@ -210,10 +210,8 @@ impl ServerBackend for FunctionBackend {
             fd.is_some()
         );
         let Some(fd) = fd else {
-            // Memory the client cannot share: the device cannot reach it (QEMU without
-            // share=on guest RAM sends such maps).
-            // QEMU sends its ROM and firmware areas this way; guest RAM comes with an fd when it
-            // is shareable (memory-backend-memfd,share=on).
+            // Memory the client cannot share, which the device cannot reach: QEMU's ROM and
+            // firmware areas, and guest RAM without memory-backend-memfd,share=on.
             log::info!("function {}: DMA map {address:#x}+{size:#x} without a file descriptor is unreachable", self.fid);
             return Ok(());
         };
@@ -272,10 +270,7 @@ impl ServerBackend for FunctionBackend {
             (off as u64, v)
         })
         .collect();
-        if let Some(f) = fabric.function(self.fid) {
-            f.reset();
-            f.pci().reset();
-        }
+        fabric.reset_function(self.fid);
         for (off, v) in saved {
             fabric.config_write(self.fid, off, &v);
         }

@@ -461,11 +461,19 @@ impl Fabric {
         let Some(f) = self.function(id) else { return };
         let change = f.pci().config_write(offset, data);
         if change.contains(ConfigChange::FLR) {
+            return self.reset_function(id);
+        }
+        if change.intersects(ConfigChange::BAR_ADDRESS | ConfigChange::COMMAND) {
+            self.rebuild_routes();
+        }
+    }
+
+    /// Function-level reset (PCIe Base §6.6.2): the function's own state and its configuration
+    /// space (BARs, decode, bus mastering, MSI-X) return to power-on; routing follows.
+    pub fn reset_function(&self, id: FunctionId) {
+        if let Some(f) = self.function(id) {
             f.reset();
             f.pci().reset();
-        }
-        if change.intersects(ConfigChange::BAR_ADDRESS | ConfigChange::COMMAND | ConfigChange::FLR)
-        {
             self.rebuild_routes();
         }
     }
