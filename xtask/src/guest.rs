@@ -144,8 +144,8 @@ fn have(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Provisions the guest (idempotent).
-pub fn setup(paths: &GuestPaths) -> Result<()> {
+/// Provisions the guest (idempotent) and returns the QEMU that will run it.
+pub fn setup(paths: &GuestPaths) -> Result<Qemu> {
     if paths.ready() {
         say(format!("guest ready in {}", paths.cache.display()));
         return report_qemu(paths);
@@ -240,10 +240,10 @@ pub fn setup(paths: &GuestPaths) -> Result<()> {
     report_qemu(paths)
 }
 
-fn report_qemu(paths: &GuestPaths) -> Result<()> {
+fn report_qemu(paths: &GuestPaths) -> Result<Qemu> {
     let q = Qemu::find(paths)?;
     say(format!("QEMU: {}", q.describe()));
-    Ok(())
+    Ok(q)
 }
 
 /// The busybox initramfs: loads the 9p modules, mounts the root (`rootfs`), the run directory
@@ -505,12 +505,16 @@ pub struct ServedCard {
 const SOCKETS: [&str; 3] = ["nic0.sock", "nic1.sock", "fld.sock"];
 
 impl ServedCard {
-    /// Starts the server with `accel` behind FLD.
-    pub fn start(paths: GuestPaths, workspace: &Path, accel: &str) -> Result<ServedCard> {
+    /// Starts the server with `accel` behind FLD; guests boot with `qemu` (from [`setup`]).
+    pub fn start(
+        paths: GuestPaths,
+        qemu: Qemu,
+        workspace: &Path,
+        accel: &str,
+    ) -> Result<ServedCard> {
         if !paths.ready() {
             return Err("the guest is not provisioned: run `cargo xtask guest-setup`".into());
         }
-        let qemu = Qemu::find(&paths)?;
         let release = workspace.join("target/release");
         let fldemu = release.join("fldemu");
         if !fldemu.exists() {
@@ -716,10 +720,11 @@ impl Drop for ServedCard {
 /// Starts a server, boots the guest once with `opts`, and stops everything.
 pub fn run_guest(
     paths: GuestPaths,
+    qemu: Qemu,
     workspace: &Path,
     accel: &str,
     opts: &RunOptions,
 ) -> Result<GuestOutcome> {
-    let mut served = ServedCard::start(paths, workspace, accel)?;
+    let mut served = ServedCard::start(paths, qemu, workspace, accel)?;
     served.boot(opts)
 }

@@ -160,9 +160,9 @@ fn demo_verdict(name: &str, output: &str, prefix: &str) -> Verdict {
 /// middle of traffic and must then find the card working.
 fn test_guest(timeout: u64) -> Result<bool, String> {
     let paths = guest::GuestPaths::new();
-    guest::setup(&paths)?;
+    let qemu = guest::setup(&paths)?;
     build_fldemu()?;
-    let mut served = guest::ServedCard::start(paths, &workspace(), "echo")?;
+    let mut served = guest::ServedCard::start(paths, qemu, &workspace(), "echo")?;
     let timeout = Duration::from_secs(timeout);
     let mut results: Vec<Verdict> = Vec::new();
     let mut outputs = Vec::new();
@@ -323,7 +323,7 @@ fn parse(s: &str) -> Value {
 
 fn bench_guest(json_out: bool, packets: u64) -> Result<bool, String> {
     let paths = guest::GuestPaths::new();
-    guest::setup(&paths)?;
+    let qemu = guest::setup(&paths)?;
     build_fldemu()?;
     let n = packets.to_string();
     // In-process: the card and the driver in one process, no transport at all.
@@ -375,6 +375,7 @@ fn bench_guest(json_out: bool, packets: u64) -> Result<bool, String> {
     );
     let out = guest::run_guest(
         paths,
+        qemu,
         &workspace(),
         "echo",
         &guest::RunOptions {
@@ -458,11 +459,12 @@ fn main() -> ExitCode {
             command,
         } => (|| {
             let paths = guest::GuestPaths::new();
-            guest::setup(&paths)?;
+            let qemu = guest::setup(&paths)?;
             build_fldemu()?;
             let interactive = command.is_empty();
             let out = guest::run_guest(
                 paths,
+                qemu,
                 &workspace(),
                 &accel,
                 &guest::RunOptions {
