@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use crate::fabric::{Fabric, FabricConfig};
-use crate::fld::abi::FldGeometry;
 use crate::fld::memory_model::MemoryParams;
 use crate::fld::FldFunction;
 use crate::nic::{Nic, NicConfig};
@@ -39,7 +38,7 @@ impl Card {
     pub fn new(config: CardConfig) -> Arc<Card> {
         let fabric = Fabric::new(config.fabric);
         let nic = Nic::new(&fabric, config.nic);
-        let fld = FldFunction::new(&fabric, FldGeometry::from_params(&config.fld));
+        let fld = FldFunction::new(&fabric, crate::fld::memory_model::geometry(&config.fld));
         Arc::new(Card { fabric, nic, fld })
     }
 

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use fld_device::fld::abi::{self as fabi, FldGeometry};
-use fld_device::nic::abi as nabi;
-use fld_device::pcie::config::{CMD_BUS_MASTER, CMD_MEMORY};
+use fld_abi::fld::{self as fabi, FldGeometry};
+use fld_abi::nic as nabi;
+use fld_abi::pci::{CMD_BUS_MASTER, CMD_MEMORY, OFF_COMMAND, PCI_VENDOR_ID};
 
 use crate::nic::{EventQueue, NicDriver, RecvQueue, RqLayout};
 use crate::{DriverError, PciDevice};
@@ -23,28 +23,17 @@ impl FldDriver {
     pub fn probe(dev: Arc<dyn PciDevice>) -> Result<Self, DriverError> {
         let vendor = dev.config_read16(0);
         let device = dev.config_read16(2);
-        if vendor != nabi::PCI_VENDOR_ID || device != fabi::FLD_DEVICE_ID {
+        if vendor != PCI_VENDOR_ID || device != fabi::FLD_DEVICE_ID {
             return Err(DriverError::WrongDevice { vendor, device });
         }
-        dev.config_write16(4, dev.config_read16(4) | CMD_MEMORY | CMD_BUS_MASTER);
+        let cmd = dev.config_read16(OFF_COMMAND as u64) | CMD_MEMORY | CMD_BUS_MASTER;
+        dev.config_write16(OFF_COMMAND as u64, cmd);
         dev.write32(fabi::BAR_CONTROL, fabi::reg::RESET, fabi::RESET_MAGIC);
         let status = dev.read32(fabi::BAR_CONTROL, fabi::reg::STATUS);
         if status & fabi::STATUS_READY == 0 {
             return Err(DriverError::NotReady(status));
         }
-        let r = |o| dev.read32(fabi::BAR_CONTROL, o);
-        let geo = FldGeometry {
-            tx_queues: r(fabi::reg::TX_QUEUES),
-            log_tx_ring: r(fabi::reg::LOG_TX_RING) as u8,
-            desc_pool: r(fabi::reg::DESC_POOL),
-            tx_chunk: r(fabi::reg::TX_CHUNK),
-            tx_chunks: r(fabi::reg::TX_CHUNKS),
-            log_tx_window: r(fabi::reg::LOG_TX_WINDOW) as u8,
-            rx_buffer: r(fabi::reg::RX_BUFFER),
-            max_packet: r(fabi::reg::MAX_PACKET),
-            log_tx_cq: r(fabi::reg::LOG_TX_CQ) as u8,
-            log_rx_cq: r(fabi::reg::LOG_RX_CQ) as u8,
-        };
+        let geo = FldGeometry::from_registers(|o| dev.read32(fabi::BAR_CONTROL, o));
         Ok(FldDriver { dev, geo })
     }
 

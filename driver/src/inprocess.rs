@@ -6,9 +6,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use fld_abi::pci::{
+    msix_bir_offset, CMD_BUS_MASTER, CMD_MEMORY, MSIX_CTRL_ENABLE, MSIX_CTRL_TABLE_SIZE,
+    MSIX_ENTRY_ADDR_HI, MSIX_ENTRY_ADDR_LO, MSIX_ENTRY_DATA, MSIX_ENTRY_SIZE,
+    MSIX_ENTRY_VECTOR_CTRL, OFF_COMMAND, OFF_MSIX_CAP, OFF_MSIX_CONTROL,
+};
 use fld_device::card::Card;
 use fld_device::fabric::HostRegion;
-use fld_device::pcie::config::{CMD_BUS_MASTER, CMD_MEMORY, OFF_MSIX_CAP};
 use fld_device::pcie::{FunctionId, InterruptSink, MsiMessage};
 use vm_memory::{GuestAddress, GuestMemoryRegion, GuestRegionMmap, MemoryRegionAddress};
 
@@ -84,7 +88,7 @@ impl InProcessHost {
                 bars.insert((fid, spec.index), next_bar);
                 next_bar += spec.size;
             }
-            fabric.config_write(fid, 4, &CMD_MEMORY.to_le_bytes());
+            fabric.config_write(fid, OFF_COMMAND as u64, &CMD_MEMORY.to_le_bytes());
         }
         let irqs = Arc::new(InterruptCounters::default());
         fabric.set_interrupt_sink(irqs.clone());
@@ -182,23 +186,24 @@ impl PciDevice for InProcessDevice {
     fn enable_msix(&self, vectors: u16) -> Result<(), DriverError> {
         let mut cap = [0u8; 12];
         self.config_read(OFF_MSIX_CAP as u64, &mut cap);
-        let table_size = (u16::from_le_bytes([cap[2], cap[3]]) & 0x7ff) + 1;
+        let control = u16::from_le_bytes([cap[2], cap[3]]);
+        let table_size = (control & MSIX_CTRL_TABLE_SIZE) + 1;
         if vectors > table_size {
             return Err(DriverError::InvalidArgument(
                 "more MSI-X vectors than the table holds",
             ));
         }
         let table = u32::from_le_bytes([cap[4], cap[5], cap[6], cap[7]]);
-        let (bir, off) = ((table & 7) as u8, (table & !7) as u64);
+        let (bir, off) = msix_bir_offset(table);
         for v in 0..vectors as u64 {
-            let e = off + v * 16;
-            self.bar_write(bir, e, &(MSI_ADDRESS as u32).to_le_bytes());
-            self.bar_write(bir, e + 4, &0u32.to_le_bytes());
-            self.bar_write(bir, e + 8, &(v as u32).to_le_bytes());
-            self.bar_write(bir, e + 12, &0u32.to_le_bytes());
+            let e = off + v * MSIX_ENTRY_SIZE;
+            self.write32(bir, e + MSIX_ENTRY_ADDR_LO, MSI_ADDRESS as u32);
+            self.write32(bir, e + MSIX_ENTRY_ADDR_HI, 0);
+            self.write32(bir, e + MSIX_ENTRY_DATA, v as u32);
+            self.write32(bir, e + MSIX_ENTRY_VECTOR_CTRL, 0);
         }
-        let ctl = u16::from_le_bytes([cap[2], cap[3]]) | (1 << 15);
-        self.config_write(OFF_MSIX_CAP as u64 + 2, &ctl.to_le_bytes());
+        let ctl = control | MSIX_CTRL_ENABLE;
+        self.config_write(OFF_MSIX_CONTROL as u64, &ctl.to_le_bytes());
         Ok(())
     }
     fn take_interrupts(&self, vector: u16) -> u64 {
@@ -217,6 +222,6 @@ impl PciDevice for InProcessDevice {
 
 /// Convenience for tests and tools: enable memory decode and bus mastering.
 pub fn enable_bus_master(dev: &dyn PciDevice) {
-    let cmd = dev.config_read16(4) | CMD_MEMORY | CMD_BUS_MASTER;
-    dev.config_write16(4, cmd);
+    let cmd = dev.config_read16(OFF_COMMAND as u64) | CMD_MEMORY | CMD_BUS_MASTER;
+    dev.config_write16(OFF_COMMAND as u64, cmd);
 }

@@ -6,6 +6,7 @@
 
 mod eventfds;
 pub mod fld;
+#[cfg(feature = "in-process")]
 pub mod inprocess;
 mod mmio;
 pub mod nic;

@@ -5,8 +5,9 @@
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-use fld_device::nic::abi::*;
-use fld_device::pcie::config::{CMD_BUS_MASTER, CMD_MEMORY};
+pub use fld_abi::nic::SendWqe;
+use fld_abi::nic::*;
+use fld_abi::pci::{CMD_BUS_MASTER, CMD_MEMORY, OFF_COMMAND, OFF_DEVICE, OFF_VENDOR};
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
@@ -29,13 +30,13 @@ pub struct NicDriver {
 impl NicDriver {
     /// Checks identity, enables the function, resets it and reads its capabilities.
     pub fn probe(dev: Arc<dyn PciDevice>) -> Result<Self, DriverError> {
-        let vendor = dev.config_read16(0);
-        let device = dev.config_read16(2);
+        let vendor = dev.config_read16(OFF_VENDOR as u64);
+        let device = dev.config_read16(OFF_DEVICE as u64);
         if vendor != PCI_VENDOR_ID || device != NIC_DEVICE_ID {
             return Err(DriverError::WrongDevice { vendor, device });
         }
-        let cmd = dev.config_read16(4) | CMD_MEMORY | CMD_BUS_MASTER;
-        dev.config_write16(4, cmd);
+        let cmd = dev.config_read16(OFF_COMMAND as u64) | CMD_MEMORY | CMD_BUS_MASTER;
+        dev.config_write16(OFF_COMMAND as u64, cmd);
         dev.write32(BAR_CONTROL, reg::DEVICE_RESET, RESET_MAGIC);
         let status = dev.read32(BAR_CONTROL, reg::DEVICE_STATUS);
         if status & STATUS_READY == 0 || status & STATUS_FATAL != 0 {
@@ -47,15 +48,17 @@ impl NicDriver {
         }
         let cmd_in = dev.dma_alloc(CMD_MAX_LEN as usize)?;
         let cmd_out = dev.dma_alloc(CMD_MAX_LEN as usize)?;
-        let lo = dev.read32(BAR_CONTROL, reg::MAC_LO).to_le_bytes();
-        let hi = dev.read32(BAR_CONTROL, reg::MAC_HI).to_le_bytes();
+        let mac = mac_from_registers(
+            dev.read32(BAR_CONTROL, reg::MAC_LO),
+            dev.read32(BAR_CONTROL, reg::MAC_HI),
+        );
         let mut drv = NicDriver {
             dev,
             cmd_in,
             cmd_out,
             token: 0,
             caps: Caps::default(),
-            mac: [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1]],
+            mac,
         };
         let out = drv.command(op::QUERY_CAPS, &[], core::mem::size_of::<Caps>())?;
         drv.caps = Caps::read_from_prefix(&out)
@@ -138,11 +141,13 @@ impl NicDriver {
         let token = self.token as u32;
         d.write32(BAR_CONTROL, reg::CMD_DOORBELL, token);
         for _ in 0..CMD_POLL_LIMIT {
-            let st = d.read32(BAR_CONTROL, reg::CMD_STATUS);
-            if st & CMD_STATUS_DONE != 0 && st >> 16 == token {
-                let delivery = ((st >> 8) & 0xff) as u8;
-                if delivery != CmdDelivery::Ok as u8 {
-                    return Err(DriverError::Delivery { opcode, delivery });
+            let st = CmdStatusRegister::decode(d.read32(BAR_CONTROL, reg::CMD_STATUS));
+            if st.done && st.token == token as u16 {
+                if st.delivery != CmdDelivery::Ok as u8 {
+                    return Err(DriverError::Delivery {
+                        opcode,
+                        delivery: st.delivery,
+                    });
                 }
                 return Ok(());
             }
@@ -170,15 +175,7 @@ impl NicDriver {
         id: u32,
         out_len: usize,
     ) -> Result<Vec<u8>, DriverError> {
-        self.command(
-            opcode,
-            ObjectIn {
-                id: U32::new(id),
-                rsvd: [0; 4],
-            }
-            .as_bytes(),
-            out_len,
-        )
+        self.command(opcode, ObjectIn::new(id).as_bytes(), out_len)
     }
 
     fn check_log(&self, log_size: u8, max: u8) -> Result<(), DriverError> {
@@ -271,7 +268,7 @@ impl NicDriver {
             log_size,
             pi: 0,
             dev: self.dev.clone(),
-            scratch: vec![0; 1024],
+            scratch: vec![0; MAX_WQE_BYTES],
         })
     }
 
@@ -433,11 +430,7 @@ impl NicDriver {
             indirection_len: U16::new(rqns.len() as u16),
             rsvd2: [0; 4],
         };
-        let mut input = hdr.as_bytes().to_vec();
-        for r in rqns {
-            input.extend_from_slice(&r.to_le_bytes());
-        }
-        self.create_raw(op::CREATE_RSS_GROUP, &input)
+        self.create_raw(op::CREATE_RSS_GROUP, &hdr.encode(rqns))
     }
 
     pub fn destroy_rss_group(&mut self, id: u32) -> Result<(), DriverError> {
@@ -585,7 +578,7 @@ impl NicDriver {
 /// Fills a ring with entries the device has not written yet (owner bit 1, invalid opcode).
 fn init_owner_ring(ring: &DmaBuffer, entry: usize, log_size: u8) {
     for i in 0..(1usize << log_size) {
-        ring.write(i * entry + entry - 1, &[(CQE_INVALID << 4) | 1]);
+        ring.write(i * entry + OWNER_BYTE, &[INVALID_OWNER_BYTE]);
     }
 }
 
@@ -694,8 +687,8 @@ impl EventQueue {
     /// The next event, if the device wrote one.
     pub fn poll(&mut self) -> Option<Eqe> {
         let slot = (self.ci & ((1 << self.log_size) - 1)) as usize * EQE_SIZE;
-        let own = self.ring.read_volatile_u8(slot + EQE_SIZE - 1);
-        if own & 1 != owner_bit(self.ci, self.log_size) || own >> 4 == CQE_INVALID {
+        let own = self.ring.read_volatile_u8(slot + OWNER_BYTE);
+        if !entry_is_new(own, self.ci, self.log_size) {
             return None;
         }
         let e: Eqe = self.ring.read_obj(slot);
@@ -708,7 +701,7 @@ impl EventQueue {
         self.arm_sn = self.arm_sn.wrapping_add(1);
         doorbell(
             &self.dev,
-            db::EQ_BASE + 4 * self.eqn as u64,
+            db::slot(db::EQ_BASE, self.eqn),
             db::ci_value(self.ci, self.arm_sn, true),
         );
     }
@@ -732,8 +725,8 @@ impl CompletionQueue {
     /// The next CQE if the device has written it (owner bit of the current pass).
     pub fn poll(&mut self) -> Option<Cqe> {
         let slot = (self.ci & ((1 << self.log_size) - 1)) as usize * CQE_SIZE;
-        let own = self.ring.read_volatile_u8(slot + CQE_SIZE - 1);
-        if own & 1 != owner_bit(self.ci, self.log_size) {
+        let own = self.ring.read_volatile_u8(slot + OWNER_BYTE);
+        if !entry_is_new(own, self.ci, self.log_size) {
             return None;
         }
         let c: Cqe = self.ring.read_obj(slot);
@@ -746,7 +739,7 @@ impl CompletionQueue {
     pub fn update_ci(&self) {
         doorbell(
             &self.dev,
-            db::CQ_BASE + 4 * self.cqn as u64,
+            db::slot(db::CQ_BASE, self.cqn),
             db::ci_value(self.ci, self.arm_sn, self.arm_sn != 0),
         );
     }
@@ -756,90 +749,13 @@ impl CompletionQueue {
         self.arm_sn = self.arm_sn.wrapping_add(1);
         doorbell(
             &self.dev,
-            db::CQ_BASE + 4 * self.cqn as u64,
+            db::slot(db::CQ_BASE, self.cqn),
             db::ci_value(self.ci, self.arm_sn, true),
         );
     }
 
     pub fn consumer_counter(&self) -> u32 {
         self.ci
-    }
-}
-
-/// A send WQE: inline headers, gather list and offload requests.
-pub struct SendWqe<'a> {
-    pub inline_header: &'a [u8],
-    /// (bus address, length) pairs.
-    pub gather: &'a [(u64, u32)],
-    pub cs_flags: u8,
-    pub signal: bool,
-}
-
-impl SendWqe<'_> {
-    /// Encodes the WQE as a driver writes it into the ring at WQE index `index` of SQ `sqn`:
-    /// control segment, Ethernet segment with the inline headers, one data segment per gather
-    /// entry. `buf` must hold 1 KiB (the largest WQE); returns the bytes used (whole segments).
-    pub fn encode(&self, sqn: u32, index: u16, buf: &mut [u8]) -> Result<usize, DriverError> {
-        let ds = self.ds_count();
-        if ds > MAX_WQE_DS as usize || self.inline_header.len() > MAX_INLINE_HEADER as usize {
-            return Err(DriverError::InvalidArgument("WQE too large"));
-        }
-        let len = ds * DS_SIZE;
-        let buf = buf
-            .get_mut(..len.next_multiple_of(WQEBB))
-            .ok_or(DriverError::InvalidArgument("WQE buffer too small"))?;
-        buf.fill(0);
-        let ctrl = CtrlSeg {
-            opcode: WQE_OP_SEND,
-            rsvd: 0,
-            wqe_index: U16::new(index),
-            ds_count: ds as u8,
-            fm_ce_se: if self.signal { CE_ALWAYS } else { CE_ON_ERROR },
-            rsvd2: U16::new(0),
-            sqn: U32::new(sqn),
-            imm: U32::new(0),
-        };
-        buf[..16].copy_from_slice(ctrl.as_bytes());
-        let ih = self.inline_header;
-        let eth = EthSeg {
-            cs_flags: self.cs_flags,
-            inline_hdr_size: U16::new(ih.len() as u16),
-            inline_start: [
-                ih.first().copied().unwrap_or(0),
-                ih.get(1).copied().unwrap_or(0),
-            ],
-            ..Default::default()
-        };
-        buf[16..32].copy_from_slice(eth.as_bytes());
-        let rest = ih.len().saturating_sub(ETH_SEG_INLINE);
-        if rest > 0 {
-            buf[32..32 + rest].copy_from_slice(&ih[ETH_SEG_INLINE..]);
-        }
-        let mut at = 32 + rest.div_ceil(DS_SIZE) * DS_SIZE;
-        for &(addr, len) in self.gather {
-            let d = DataSeg {
-                byte_count: U32::new(len),
-                lkey: U32::new(RESERVED_LKEY),
-                addr: U64::new(addr),
-            };
-            buf[at..at + 16].copy_from_slice(d.as_bytes());
-            at += 16;
-        }
-        Ok(len)
-    }
-
-    /// 16-byte segments this WQE needs.
-    pub fn ds_count(&self) -> usize {
-        let inline_segs = self
-            .inline_header
-            .len()
-            .saturating_sub(ETH_SEG_INLINE)
-            .div_ceil(DS_SIZE);
-        2 + inline_segs + self.gather.len()
-    }
-    /// Basic blocks it occupies in the ring.
-    pub fn wqebbs(&self) -> u32 {
-        (self.ds_count() * DS_SIZE).div_ceil(WQEBB) as u32
     }
 }
 
@@ -873,7 +789,10 @@ impl SendQueue {
             self.write_raw(&scratch[..n]);
         }
         self.scratch = scratch;
-        r.map(|_| index)
+        r.map(|_| index).map_err(|e| match e {
+            WqeEncodeError::TooLarge => DriverError::InvalidArgument("WQE too large"),
+            WqeEncodeError::BufferTooSmall => DriverError::InvalidArgument("WQE buffer too small"),
+        })
     }
 
     /// Copies raw WQE bytes (any content: tests use it for malformed WQEs) into the ring at the
@@ -897,14 +816,14 @@ impl SendQueue {
     pub fn ring_doorbell(&self) {
         doorbell(
             &self.dev,
-            db::SQ_BASE + 4 * self.sqn as u64,
-            self.pi & 0xffff,
+            db::slot(db::SQ_BASE, self.sqn),
+            self.pi & db::PI_MASK,
         );
     }
 
     /// Rings with an arbitrary producer value (tests of doorbell overflow).
     pub fn ring_doorbell_raw(&self, value: u32) {
-        doorbell(&self.dev, db::SQ_BASE + 4 * self.sqn as u64, value);
+        doorbell(&self.dev, db::slot(db::SQ_BASE, self.sqn), value);
     }
 }
 
@@ -956,8 +875,8 @@ impl RecvQueue {
     pub fn ring_doorbell(&self) {
         doorbell(
             &self.dev,
-            db::RQ_BASE + 4 * self.rqn as u64,
-            self.pi & 0xffff,
+            db::slot(db::RQ_BASE, self.rqn),
+            self.pi & db::PI_MASK,
         );
     }
 }

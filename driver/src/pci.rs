@@ -3,7 +3,7 @@
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-use fld_device::nic::abi::CmdStatus;
+use fld_abi::nic::CmdStatus;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 /// Failures the driver reports.

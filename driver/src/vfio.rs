@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use fld_device::pcie::config::{CMD_BUS_MASTER, CMD_MEMORY, OFF_COMMAND};
+use fld_abi::pci::{CMD_BUS_MASTER, CMD_MEMORY, OFF_COMMAND};
 use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP};
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioOps};
 

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use fld_device::pcie::config::{CMD_MEMORY, OFF_BAR0, OFF_COMMAND};
+use fld_abi::pci::{CMD_MEMORY, OFF_BAR0, OFF_COMMAND};
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_CONFIG_REGION_INDEX,
     VFIO_PCI_MSIX_IRQ_INDEX,

@@ -8,46 +8,12 @@ use std::time::{Duration, Instant};
 
 use crate::ethdev::EthDev;
 use crate::mempool::{ol, Mbuf, Mempool};
+pub use crate::port::BurstPort;
+use fld_abi::wire::{
+    ethernet, ethertype, EthIpv4UdpRepr, EthernetFrame, EthernetRepr, Ipv4Packet, Ipv4Repr,
+    UdpPacket, UdpRepr,
+};
 use fld_driver::PciDevice;
-
-/// The burst interface the applications run on: an emulated port, or the software loopback
-/// used as the benchmark's baseline.
-pub trait BurstPort {
-    fn mac(&self) -> [u8; 6];
-    fn pool(&self) -> Option<Arc<Mempool>>;
-    fn tx_burst(&mut self, q: u16, pkts: &mut Vec<Mbuf>) -> usize;
-    fn rx_burst(&mut self, q: u16, out: &mut Vec<Mbuf>, max: usize) -> usize;
-}
-
-impl BurstPort for EthDev {
-    fn mac(&self) -> [u8; 6] {
-        EthDev::mac(self)
-    }
-    fn pool(&self) -> Option<Arc<Mempool>> {
-        EthDev::pool(self)
-    }
-    fn tx_burst(&mut self, q: u16, pkts: &mut Vec<Mbuf>) -> usize {
-        EthDev::tx_burst(self, q, pkts)
-    }
-    fn rx_burst(&mut self, q: u16, out: &mut Vec<Mbuf>, max: usize) -> usize {
-        EthDev::rx_burst(self, q, out, max)
-    }
-}
-
-impl<T: BurstPort> BurstPort for &mut T {
-    fn mac(&self) -> [u8; 6] {
-        (**self).mac()
-    }
-    fn pool(&self) -> Option<Arc<Mempool>> {
-        (**self).pool()
-    }
-    fn tx_burst(&mut self, q: u16, pkts: &mut Vec<Mbuf>) -> usize {
-        (**self).tx_burst(q, pkts)
-    }
-    fn rx_burst(&mut self, q: u16, out: &mut Vec<Mbuf>, max: usize) -> usize {
-        (**self).rx_burst(q, out, max)
-    }
-}
 
 type Link = Arc<Mutex<VecDeque<Mbuf>>>;
 
@@ -121,18 +87,20 @@ impl BurstPort for SoftPort {
     }
 }
 
-/// Software IPv4 + UDP checksums of a generator frame.
+/// Software IPv4 + UDP checksums of a generator frame (headers at the generator's offsets).
 fn fill_udp4_checksums(f: &mut [u8]) {
     if f.len() >= HEADERS {
-        write_ipv4_checksum(f);
-        write_udp_checksum(f);
+        let mut ip = Ipv4Packet::new_unchecked(&mut f[ethernet::HEADER_LEN..]);
+        ip.fill_checksum();
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        UdpPacket::new_unchecked(ip.payload_mut()).fill_checksum_v4(&src, &dst);
     }
 }
 
 /// Smallest and largest frame the generator builds (without FCS).
 pub const MIN_FRAME: usize = 60;
 pub const MAX_FRAME: usize = 9000;
-const HEADERS: usize = 14 + 20 + 8;
+const HEADERS: usize = EthIpv4UdpRepr::HEADER_LEN;
 
 /// Frame sizes to generate.
 #[derive(Clone, Debug)]
@@ -232,10 +200,33 @@ pub const CLIENT_IP: [u8; 4] = [10, 0, 0, 1];
 pub const SERVER_IP: [u8; 4] = [10, 0, 0, 2];
 pub const ECHO_PORT: u16 = 7;
 
-/// RFC 1071 one's-complement sum of `data` plus `sum`, folded (not inverted): the NIC's own
-/// checksum code, so host and device agree by construction.
-pub fn ones_complement(data: &[u8], sum: u32) -> u16 {
-    !fld_device::nic::packet::internet_checksum(data, sum)
+/// Ethernet, IPv4 (don't fragment, TTL 64) and UDP headers as every generator of the host
+/// library writes them.
+pub fn udp_headers(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src_ip: [u8; 4],
+    dst_ip: [u8; 4],
+    src_port: u16,
+    dst_port: u16,
+    ip_id: u16,
+) -> EthIpv4UdpRepr {
+    EthIpv4UdpRepr {
+        eth: EthernetRepr {
+            src_addr: src_mac,
+            dst_addr: dst_mac,
+            ethertype: ethertype::IPV4,
+        },
+        ip: Ipv4Repr {
+            src_addr: src_ip,
+            dst_addr: dst_ip,
+            hop_limit: 64,
+            ident: ip_id,
+            dont_frag: true,
+            ..Ipv4Repr::default()
+        },
+        udp: UdpRepr { src_port, dst_port },
+    }
 }
 
 /// Writes the UDP/IPv4 frame number `seq` of `len` bytes into `out`. With `checksums` the IPv4
@@ -250,26 +241,17 @@ pub fn build_frame(
     checksums: bool,
 ) {
     let f = &mut out[..len];
-    UdpHeaders {
-        src_mac,
-        dst_mac,
-        src_ip: CLIENT_IP,
-        dst_ip: SERVER_IP,
-        src_port: 1024 + (seq % flows.max(1) as u64) as u16,
-        dst_port: ECHO_PORT,
-        ip_id: seq as u16,
-    }
-    .write(f);
-    f[42..50].copy_from_slice(&seq.to_le_bytes());
+    f[HEADERS..HEADERS + 8].copy_from_slice(&seq.to_le_bytes());
     // Payload byte k is seq * 31 + k (mod 256): copies of the ramp, not a byte loop.
     let start = (seq as u8).wrapping_mul(31) as usize;
-    for chunk in f[50..].chunks_mut(256) {
+    for chunk in f[HEADERS + 8..].chunks_mut(256) {
         chunk.copy_from_slice(&RAMP[start..start + chunk.len()]);
     }
-    if checksums {
-        write_ipv4_checksum(f);
-        write_udp_checksum(f);
-    }
+    let src_port = 1024 + (seq % flows.max(1) as u64) as u16;
+    udp_headers(
+        src_mac, dst_mac, CLIENT_IP, SERVER_IP, src_port, ECHO_PORT, seq as u16,
+    )
+    .emit(f, checksums);
 }
 
 /// 0, 1, ..., 255 twice: any 256 consecutive payload bytes of a generator frame are a window
@@ -284,69 +266,6 @@ static RAMP: [u8; 512] = {
     r
 };
 
-/// Ethernet, IPv4 (20 bytes, don't fragment, TTL 64) and UDP headers of a frame, as every
-/// generator in this crate writes them.
-#[derive(Clone, Copy, Debug)]
-pub struct UdpHeaders {
-    pub src_mac: [u8; 6],
-    pub dst_mac: [u8; 6],
-    pub src_ip: [u8; 4],
-    pub dst_ip: [u8; 4],
-    pub src_port: u16,
-    pub dst_port: u16,
-    pub ip_id: u16,
-}
-
-impl UdpHeaders {
-    /// Writes the 42 header bytes at the start of `frame`, with lengths for the whole frame and
-    /// zero checksums (for the NIC to insert, or [`write_ipv4_checksum`] /
-    /// [`write_udp_checksum`]).
-    pub fn write(&self, frame: &mut [u8]) {
-        let ip_len = (frame.len() - 14) as u16;
-        let f = &mut frame[..42];
-        f[0..6].copy_from_slice(&self.dst_mac);
-        f[6..12].copy_from_slice(&self.src_mac);
-        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-        f[14] = 0x45;
-        f[15] = 0;
-        f[16..18].copy_from_slice(&ip_len.to_be_bytes());
-        f[18..20].copy_from_slice(&self.ip_id.to_be_bytes());
-        f[20..22].copy_from_slice(&0x4000u16.to_be_bytes());
-        f[22] = 64;
-        f[23] = 17;
-        f[24..26].fill(0);
-        f[26..30].copy_from_slice(&self.src_ip);
-        f[30..34].copy_from_slice(&self.dst_ip);
-        f[34..36].copy_from_slice(&self.src_port.to_be_bytes());
-        f[36..38].copy_from_slice(&self.dst_port.to_be_bytes());
-        f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
-        f[40..42].fill(0);
-    }
-}
-
-/// The IPv4 header checksum (RFC 791) of a frame [`UdpHeaders::write`] wrote.
-pub fn write_ipv4_checksum(frame: &mut [u8]) {
-    frame[24..26].fill(0);
-    let c = !ones_complement(&frame[14..34], 0);
-    frame[24..26].copy_from_slice(&c.to_be_bytes());
-}
-
-/// The UDP checksum (RFC 768, over the IPv4 pseudo-header; zero is sent as all ones) of a frame
-/// [`UdpHeaders::write`] wrote.
-pub fn write_udp_checksum(frame: &mut [u8]) {
-    frame[40..42].fill(0);
-    let mut pseudo = 0u32;
-    for w in frame[26..34].chunks_exact(2) {
-        pseudo += u16::from_be_bytes([w[0], w[1]]) as u32;
-    }
-    pseudo += 17 + u16::from_be_bytes([frame[38], frame[39]]) as u32;
-    let mut u = !ones_complement(&frame[34..], pseudo);
-    if u == 0 {
-        u = 0xffff;
-    }
-    frame[40..42].copy_from_slice(&u.to_be_bytes());
-}
-
 /// Echo server step: receives a burst, swaps MAC addresses and sends it back. Returns the number
 /// of packets echoed. `bufs` is scratch space reused across calls.
 pub fn echo_step(port: &mut impl BurstPort, bufs: &mut Vec<Mbuf>, burst: usize) -> usize {
@@ -355,10 +274,8 @@ pub fn echo_step(port: &mut impl BurstPort, bufs: &mut Vec<Mbuf>, burst: usize) 
         return 0;
     }
     for m in bufs.iter_mut() {
-        let d = m.data_mut();
-        if d.len() >= 12 {
-            let (a, b) = d.split_at_mut(6);
-            a.swap_with_slice(&mut b[..6]);
+        if let Ok(mut eth) = EthernetFrame::new_checked(m.data_mut()) {
+            eth.swap_addrs();
         }
         m.ol_flags = 0;
     }
@@ -429,7 +346,7 @@ pub fn run_echo(
             rep.packets_received += 1;
             let d = m.data();
             let ok = d.len() >= HEADERS + 8 && {
-                let seq = u64::from_le_bytes(d[42..50].try_into().unwrap_or([0; 8]));
+                let seq = u64::from_le_bytes(d[HEADERS..HEADERS + 8].try_into().unwrap_or([0; 8]));
                 let len = cfg.sizes.size_of(seq);
                 build_frame(
                     &mut expect,
@@ -533,190 +450,6 @@ pub fn fld_safe_window(flde: &crate::flde::FldE, max_frame: usize) -> usize {
     let strides_per_frame = max_frame.div_ceil(1 << layout.log_stride_size).max(1);
     let per_wqe = ((1usize << layout.log_strides) / strides_per_frame).max(1);
     (flde.binding().rx_wqes as usize - 1).max(1) * per_wqe
-}
-
-/// An in-process card with the generator on host function 0 and the echo server on host
-/// function 1, both configured: the set-up of the demo, the benchmark and the tests.
-pub struct InProcessPair {
-    pub card: Arc<fld_device::card::Card>,
-    pub host: Arc<fld_driver::inprocess::InProcessHost>,
-    pub client: EthDev,
-    pub server: EthDev,
-}
-
-impl InProcessPair {
-    pub fn new(
-        rx_mode: crate::ethdev::RxMode,
-        max_frame: usize,
-    ) -> Result<Self, fld_driver::DriverError> {
-        use fld_device::card::{Card, CardConfig};
-        use fld_driver::inprocess::InProcessHost;
-        let card = Card::new(CardConfig::default());
-        let host = InProcessHost::new(card.clone(), 1 << 30)?;
-        let no = || fld_driver::DriverError::InvalidArgument("missing function");
-        let f0 = card.nic.function_id(0).ok_or_else(no)?;
-        let f1 = card.nic.function_id(1).ok_or_else(no)?;
-        let (client, server) =
-            open_echo_pair(host.device(f0), host.device(f1), rx_mode, max_frame, 4096)?;
-        Ok(InProcessPair {
-            card,
-            host,
-            client,
-            server,
-        })
-    }
-
-    /// Runs the echo workload: the client generates and verifies, the server echoes.
-    pub fn run_echo(&mut self, cfg: &EchoConfig) -> EchoReport {
-        let server_mac = self.server.mac();
-        let server = &mut self.server;
-        let mut scratch = Vec::with_capacity(cfg.burst);
-        let burst = cfg.burst;
-        run_echo(&mut self.client, server_mac, cfg, || {
-            echo_step(server, &mut scratch, burst)
-        })
-    }
-}
-
-/// An in-process card running the FLD-E echo path: the generator on host function 1, the NIC's
-/// function 0 bound to FLD, and the echo accelerator behind FLD.
-pub struct FldEchoSetup {
-    pub card: Arc<fld_device::card::Card>,
-    pub host: Arc<fld_driver::inprocess::InProcessHost>,
-    pub client: EthDev,
-    pub flde: crate::flde::FldE,
-}
-
-impl FldEchoSetup {
-    pub fn new(max_frame: usize) -> Result<Self, fld_driver::DriverError> {
-        Self::with_queues(max_frame, 1)
-    }
-
-    /// With `tx_queues` FLD transmit queues bound (the echo accelerator uses the first).
-    pub fn with_queues(max_frame: usize, tx_queues: u16) -> Result<Self, fld_driver::DriverError> {
-        Self::build(
-            max_frame,
-            tx_queues,
-            fld_device::fld::memory_model::MemoryParams::table_2a(),
-        )
-    }
-
-    /// With FLD sized for `params` (Table 2a's analysis parameters).
-    pub fn build(
-        max_frame: usize,
-        tx_queues: u16,
-        params: fld_device::fld::memory_model::MemoryParams,
-    ) -> Result<Self, fld_driver::DriverError> {
-        Self::build_with(max_frame, tx_queues, params, 1)
-    }
-
-    /// As [`FldEchoSetup::build`], with `client_rx_queues` RSS queues on the generator's port.
-    pub fn build_with(
-        max_frame: usize,
-        tx_queues: u16,
-        params: fld_device::fld::memory_model::MemoryParams,
-        client_rx_queues: u16,
-    ) -> Result<Self, fld_driver::DriverError> {
-        use fld_device::card::{Card, CardConfig};
-        use fld_driver::inprocess::InProcessHost;
-        let card = Card::new(CardConfig {
-            fld: params,
-            ..Default::default()
-        });
-        let host = InProcessHost::new(card.clone(), 1 << 30)?;
-        let no = || fld_driver::DriverError::InvalidArgument("missing function");
-        let f0 = card.nic.function_id(0).ok_or_else(no)?;
-        let f1 = card.nic.function_id(1).ok_or_else(no)?;
-        card.fld
-            .set_accelerator(Box::new(fld_device::accel::Echo::new(0, 256)));
-        let (flde, client) = open_fld_echo(
-            host.device(f0),
-            host.device(f1),
-            host.device(card.fld.id()),
-            FldEchoPorts {
-                tx_queues,
-                client_rx_queues,
-                max_frame,
-                mbufs: 4096,
-            },
-        )?;
-        Ok(FldEchoSetup {
-            card,
-            host,
-            client,
-            flde,
-        })
-    }
-
-    /// Puts the ZUC accelerator behind FLD in place of the echo and returns the service's
-    /// addresses for a cryptodev client on the generator's port.
-    pub fn attach_zuc(&mut self) -> crate::cryptodev::ServiceAddress {
-        use fld_device::accel::zuc_accel::{ZucAccel, ZUC_UDP_PORT};
-        self.card
-            .fld
-            .set_accelerator(Box::new(ZucAccel::new(ZUC_UDP_PORT, 0)));
-        crate::cryptodev::ServiceAddress {
-            client_mac: self.client.mac(),
-            client_ip: CLIENT_IP,
-            client_port: 40000,
-            server_mac: self.flde.mac(),
-            server_ip: SERVER_IP,
-        }
-    }
-
-    /// Points the eSwitch root at FLD's vPort for frames matching `to_accelerator` (none: no
-    /// frame) and at the generator's vPort for everything else. Returns an eSwitch table that
-    /// delivers to the generator, for the accelerator's output to resume at.
-    pub fn steer_to_accelerator(
-        &mut self,
-        to_accelerator: Option<&[crate::flow::FlowItem]>,
-    ) -> Result<u32, fld_driver::DriverError> {
-        use fld_device::nic::abi::TABLE_KIND_FDB;
-        use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
-        let client_vport = self.client.vport();
-        let nic = self.flde.nic();
-        let fld_vport = nic.vport();
-        let root = nic.create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)?;
-        if let Some(pattern) = to_accelerator {
-            let (mask, value) = crate::flow::compile_pattern(pattern);
-            nic.create_flow_entry(
-                root,
-                &FlowRule {
-                    priority: 0,
-                    mask,
-                    value,
-                    count: true,
-                    ..FlowRule::any(RuleFate::Vport(fld_vport))
-                },
-            )?;
-        }
-        nic.create_flow_entry(
-            root,
-            &FlowRule {
-                priority: 1,
-                count: true,
-                ..FlowRule::any(RuleFate::Vport(client_vport))
-            },
-        )?;
-        nic.set_root(TABLE_KIND_FDB, Some(root))?;
-        let back = nic.create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)?;
-        nic.create_flow_entry(back, &FlowRule::any(RuleFate::Vport(client_vport)))?;
-        Ok(back)
-    }
-
-    /// Packets that may be in flight without overrunning FLD's receive buffer, which is sized
-    /// for the bandwidth-delay product (2 S_rxbdp), not for a deep window of large frames: every
-    /// striding WQE but the open one, times the frames of `max_frame` bytes a WQE holds.
-    pub fn safe_window(&self, max_frame: usize) -> usize {
-        fld_safe_window(&self.flde, max_frame)
-    }
-
-    /// The generator sends to the accelerator's vPort and checks every returned byte.
-    pub fn run_echo(&mut self, cfg: &EchoConfig) -> EchoReport {
-        let mac = self.flde.mac();
-        let card = self.card.clone();
-        run_echo(&mut self.client, mac, cfg, || card.poll())
-    }
 }
 
 #[cfg(test)]

@@ -2,19 +2,21 @@
 //! them completed. Two devices implement it — [`SoftZuc`] on the host CPU and [`ZucOffload`],
 //! which ships each operation to the ZUC accelerator behind FLD-E in a UDP datagram with the
 //! accelerator's 64-byte header — so a client switches between them without changing its code
-//! (paper §7).
+//! (paper §7). The software device uses the `zuc` crate: an implementation of 128-EEA3/EIA3
+//! independent of the accelerator model's, so a comparison of the two checks both.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fld_device::accel::zuc;
-use fld_device::accel::zuc_accel::{
-    hdr, Request, HEADER_LEN, OP_EEA3, OP_EIA3, STATUS_OK, ZUC_UDP_PORT,
+use fld_abi::wire::zuc::{
+    ZucHeader, ZucRequest, HEADER_LEN, OP_EEA3, OP_EIA3, STATUS_BAD_LENGTH, STATUS_OK, ZUC_UDP_PORT,
 };
-use fld_device::nic::packet::{self, L4Kind};
+use fld_abi::wire::{
+    ethertype, udp_offsets, EthIpv4UdpRepr, EthernetRepr, Ipv4Repr, UdpPacket, UdpRepr,
+};
 
-use crate::apps::BurstPort;
 use crate::mempool::{ol, Mbuf, Mempool};
+use crate::port::BurstPort;
 
 /// Which 3GPP algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,25 +70,26 @@ impl CryptoDev for SoftZuc {
         for mut op in ops.drain(..) {
             let bytes = (op.length_bits as usize).div_ceil(8);
             if bytes > op.data.len() {
-                op.status = OpStatus::Error(fld_device::accel::zuc_accel::STATUS_BAD_LENGTH);
+                op.status = OpStatus::Error(STATUS_BAD_LENGTH);
             } else {
+                let bits = op.length_bits as usize;
                 match op.algorithm {
-                    Algorithm::Eea3 => zuc::eea3(
-                        &op.key,
+                    Algorithm::Eea3 => zuc::eea3::eea3_xor_inplace(
                         op.count,
                         op.bearer,
                         op.direction,
+                        &op.key,
                         &mut op.data[..bytes],
-                        op.length_bits,
+                        bits,
                     ),
                     Algorithm::Eia3 => {
-                        op.mac = zuc::eia3(
-                            &op.key,
+                        op.mac = zuc::eia3::Eia3Mac::compute(
                             op.count,
                             op.bearer,
                             op.direction,
+                            &op.key,
                             &op.data[..bytes],
-                            op.length_bits,
+                            bits,
                         )
                     }
                 }
@@ -161,24 +164,34 @@ impl<P: BurstPort> ZucOffload<P> {
     /// Builds the request datagram for `op` into `m`; false if it does not fit.
     fn build(&self, m: &mut Mbuf, op: &CryptoOp, id: u64) -> bool {
         let bytes = (op.length_bits as usize).div_ceil(8).min(op.data.len());
-        let payload = HEADER_LEN + bytes;
-        let len = 14 + 20 + 8 + payload;
+        let len = EthIpv4UdpRepr::HEADER_LEN + HEADER_LEN + bytes;
         if len > m.capacity() {
             return false;
         }
         let f = m.set_len(len);
         let a = &self.addr;
-        crate::apps::UdpHeaders {
-            src_mac: a.client_mac,
-            dst_mac: a.server_mac,
-            src_ip: a.client_ip,
-            dst_ip: a.server_ip,
-            src_port: a.client_port,
-            dst_port: ZUC_UDP_PORT,
-            ip_id: id as u16,
-        }
-        .write(f);
-        let req = Request {
+        let headers = EthIpv4UdpRepr {
+            eth: EthernetRepr {
+                src_addr: a.client_mac,
+                dst_addr: a.server_mac,
+                ethertype: ethertype::IPV4,
+            },
+            ip: Ipv4Repr {
+                src_addr: a.client_ip,
+                dst_addr: a.server_ip,
+                hop_limit: 64,
+                ident: id as u16,
+                dont_frag: true,
+                ..Ipv4Repr::default()
+            },
+            udp: UdpRepr {
+                src_port: a.client_port,
+                dst_port: ZUC_UDP_PORT,
+            },
+        };
+        // Checksums are the NIC's (requested below).
+        headers.emit(f, false);
+        let req = ZucRequest {
             op: match op.algorithm {
                 Algorithm::Eea3 => OP_EEA3,
                 Algorithm::Eia3 => OP_EIA3,
@@ -190,10 +203,9 @@ impl<P: BurstPort> ZucOffload<P> {
             request_id: id,
             key: op.key,
         };
-        let mut h = [0u8; HEADER_LEN];
-        req.encode(&mut h);
-        f[42..42 + HEADER_LEN].copy_from_slice(&h);
-        f[42 + HEADER_LEN..].copy_from_slice(&op.data[..bytes]);
+        let mut h = ZucHeader::new_unchecked(&mut f[EthIpv4UdpRepr::HEADER_LEN..]);
+        req.emit(&mut h);
+        h.payload_mut().copy_from_slice(&op.data[..bytes]);
         m.ol_flags = ol::TX_IP_CKSUM | ol::TX_L4_CKSUM;
         true
     }
@@ -230,25 +242,22 @@ impl<P: BurstPort> CryptoDev for ZucOffload<P> {
         self.port.rx_burst(0, &mut rx, max);
         for m in rx.iter() {
             let d = m.data();
-            let p = packet::parse(d);
-            let at = p.l4_offset as usize + 8;
-            let resp = (p.l4 == L4Kind::Udp && p.src_port == ZUC_UDP_PORT)
-                .then(|| Request::decode(d.get(at..).unwrap_or(&[])))
-                .flatten();
-            let Some(op) = resp.and_then(|r| self.inflight.remove(&r.request_id).map(|op| (r, op)))
+            let resp = udp_offsets(d)
+                .filter(|o| UdpPacket::new_unchecked(&d[o.udp..]).src_port() == ZUC_UDP_PORT)
+                .and_then(|o| ZucHeader::new_checked(&d[o.payload()..o.ip_end]).ok());
+            let Some((h, mut op)) =
+                resp.and_then(|h| self.inflight.remove(&h.request_id()).map(|op| (h, op)))
             else {
                 self.stray += 1;
                 continue;
             };
-            let (_, mut op) = op;
-            let status = d[at + hdr::STATUS];
-            if status != STATUS_OK {
-                op.status = OpStatus::Error(status);
+            if h.status() != STATUS_OK {
+                op.status = OpStatus::Error(h.status());
             } else {
                 match op.algorithm {
                     Algorithm::Eea3 => {
                         let bytes = (op.length_bits as usize).div_ceil(8);
-                        match d.get(at + HEADER_LEN..at + HEADER_LEN + bytes) {
+                        match h.payload().get(..bytes) {
                             Some(c) => {
                                 op.data[..bytes].copy_from_slice(c);
                                 op.status = OpStatus::Success;
@@ -257,12 +266,7 @@ impl<P: BurstPort> CryptoDev for ZucOffload<P> {
                         }
                     }
                     Algorithm::Eia3 => {
-                        op.mac = u32::from_le_bytes([
-                            d[at + hdr::MAC],
-                            d[at + hdr::MAC + 1],
-                            d[at + hdr::MAC + 2],
-                            d[at + hdr::MAC + 3],
-                        ]);
+                        op.mac = h.mac();
                         op.status = OpStatus::Success;
                     }
                 }

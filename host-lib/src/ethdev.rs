@@ -6,9 +6,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use fld_device::nic::abi::{
-    cqe_csum, cqe_flags, rss_fields, CQE_REQ_ERR, CQE_RESP_ERR, CS_L3, CS_L4, DS_SIZE,
-    ETH_SEG_INLINE, TABLE_KIND_FDB, TABLE_KIND_NIC_RX, WQEBB,
+use fld_abi::nic::{
+    cqe_csum, cqe_flags, rss_fields, send_ds_count, wqebbs, CQE_REQ_ERR, CQE_RESP_ERR, CS_L3,
+    CS_L4, TABLE_KIND_FDB, TABLE_KIND_NIC_RX,
 };
 use fld_driver::nic::{
     CompletionQueue, EventQueue, FlowRule, NicDriver, RecvQueue, RqLayout, RuleFate, SendQueue,
@@ -20,7 +20,7 @@ use crate::flow::{compile_pattern, FlowAction, FlowAttr, FlowItem};
 use crate::mempool::{ol, Mbuf, Mempool};
 
 /// The Microsoft RSS verification key, a common default.
-pub const DEFAULT_RSS_KEY: [u8; 40] = fld_device::nic::rss::DEFAULT_RSS_KEY;
+pub use fld_abi::nic::DEFAULT_RSS_KEY;
 
 /// Bytes of L2 header copied inline into each send WQE (Ethernet header).
 const INLINE_HEADER: usize = 14;
@@ -303,8 +303,7 @@ impl EthDev {
         let mut seen = false;
         while let Some(cqe) = t.cq.poll() {
             seen = true;
-            let op = cqe.op_own >> 4;
-            if op == CQE_REQ_ERR {
+            if cqe.opcode() == CQE_REQ_ERR {
                 self.stats.oerrors += 1;
                 log::warn!("TX queue {q}: error CQE, syndrome {:#x}", cqe.syndrome);
             }
@@ -364,6 +363,7 @@ impl EthDev {
                 gather: if len > inline { &gather } else { &[] },
                 cs_flags,
                 signal: i + 1 == count,
+                resume_table: None,
             };
             let nbb = wqe.wqebbs();
             match t.sq.post(&wqe) {
@@ -401,8 +401,7 @@ impl EthDev {
         while got < max {
             let Some(cqe) = r.cq.poll() else { break };
             polled = true;
-            let op = cqe.op_own >> 4;
-            if op == CQE_RESP_ERR {
+            if cqe.opcode() == CQE_RESP_ERR {
                 self.stats.ierrors += 1;
                 log::warn!("RX queue {q}: error CQE, syndrome {:#x}", cqe.syndrome);
                 continue;
@@ -490,7 +489,7 @@ impl EthDev {
                 }
             }
             self.stats.ipackets +=
-                (op != CQE_RESP_ERR && cqe.flags & cqe_flags::FILLER == 0) as u64;
+                (cqe.opcode() != CQE_RESP_ERR && cqe.flags & cqe_flags::FILLER == 0) as u64;
             self.stats.ibytes += if cqe.flags & cqe_flags::FILLER == 0 {
                 len as u64
             } else {
@@ -686,6 +685,5 @@ impl EthDev {
 /// gather entry for the rest).
 fn wqebbs_for(len: usize) -> u32 {
     let inline = len.min(INLINE_HEADER);
-    let ds = 2 + inline.saturating_sub(ETH_SEG_INLINE).div_ceil(DS_SIZE) + (len > inline) as usize;
-    (ds * DS_SIZE).div_ceil(WQEBB) as u32
+    wqebbs(send_ds_count(inline, (len > inline) as usize))
 }

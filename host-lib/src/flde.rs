@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use fld_device::fld::abi::{accelerate_tag, MAX_RESUME_TABLE};
-use fld_device::nic::abi::TABLE_KIND_NIC_RX;
+use fld_abi::fld::{accelerate_tag, MAX_RESUME_TABLE};
+use fld_abi::nic::TABLE_KIND_NIC_RX;
 use fld_driver::fld::{bind, FldBinding, FldDriver, FldRxLayout};
 use fld_driver::nic::{EventQueue, FlowRule, NicDriver, RuleFate, TableMiss};
 use fld_driver::{DriverError, PciDevice};

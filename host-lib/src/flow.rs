@@ -4,7 +4,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use fld_device::nic::abi::FlowMatch;
+use fld_abi::nic::FlowMatch;
 
 /// Where the rule goes. `group` selects a table (0 is the port's root); `transfer` rules live in
 /// the eSwitch (FDB) and need the manager function.

@@ -1,16 +1,20 @@
-//! fld-host: what applications link. This part provides the DPDK-like API for CPU applications
-//! on a vPort: a DMA-able [`mempool::Mempool`] of [`mempool::Mbuf`]s, an [`ethdev::EthDev`] with
-//! `tx_burst`/`rx_burst`, rte_flow-shaped [`flow`] rules and port statistics.
+//! fld-host: what applications link. It provides the DPDK-like API for CPU applications on a
+//! vPort — a DMA-able [`mempool::Mempool`] of [`mempool::Mbuf`]s, an [`ethdev::EthDev`] with
+//! `tx_burst`/`rx_burst`, rte_flow-shaped [`flow`] rules and port statistics — the FLD-E
+//! control plane ([`flde`]), a cryptodev-shaped client ([`cryptodev`]) and the example
+//! applications the demos run ([`apps`]). It reaches the card through the driver only, over any
+//! of its transports, and depends on the driver and the formats: building a card in-process is
+//! the testbed's business (`fld-qemu`).
 
 pub mod apps;
 pub mod cryptodev;
 pub mod ethdev;
 pub mod flde;
 pub mod flow;
-pub mod inline_apps;
 pub mod mempool;
-pub mod replay;
+pub mod port;
 
 pub use ethdev::{EthDev, EthStats, PortConfig, RxMode};
 pub use flow::{FlowAction, FlowAttr, FlowItem};
 pub use mempool::{Mbuf, Mempool};
+pub use port::BurstPort;

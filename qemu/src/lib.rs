@@ -1,6 +1,8 @@
-//! fld-qemu: attaches the emulated card to QEMU. [`serve`] exposes every PCIe function of the
-//! card on its own vfio-user socket; the `fldemu` binary is the command-line front end.
+//! fld-qemu: the `fldemu` tool's library half — the in-process [`testbed`] the demos,
+//! benchmarks, `replay` and the integration suites assemble cards with, and the checks of a
+//! card reached through vfio-user or vfio ([`selftest`], [`transport_bench`]). The vfio-user
+//! server itself is the `fld-vfio-user-server` crate beside this one.
 
 pub mod selftest;
-pub mod serve;
+pub mod testbed;
 pub mod transport_bench;

@@ -14,11 +14,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fld_device::nic::abi::{
+use fld_abi::nic::{
     syndrome, BAR_CONTROL, BAR_CONTROL_SIZE, BAR_DOORBELL, BAR_DOORBELL_SIZE, CQE_REQ_ERR,
     NIC_DEVICE_ID, PCI_VENDOR_ID, TABLE_KIND_NIC_RX,
 };
-use fld_device::pcie::config::OFF_PCIE_CAP;
+use fld_abi::pci::OFF_PCIE_DEVCTL;
 use fld_driver::nic::{
     CompletionQueue, EventQueue, FlowRule, NicDriver, RecvQueue, RqLayout, RuleFate, SendQueue,
     SendWqe, TableMiss,
@@ -70,7 +70,7 @@ impl Transport {
             Transport::Vfio => {
                 use fld_driver::vfio::{find_functions, VfioHost};
                 let nics = find_functions(PCI_VENDOR_ID, NIC_DEVICE_ID);
-                let flds = find_functions(PCI_VENDOR_ID, fld_device::fld::abi::FLD_DEVICE_ID);
+                let flds = find_functions(PCI_VENDOR_ID, fld_abi::fld::FLD_DEVICE_ID);
                 if nics.len() < 2 || flds.is_empty() {
                     return Err(DriverError::Transport(format!(
                         "need two NIC functions and an FLD function; found NIC {nics:?}, FLD {flds:?}"
@@ -264,6 +264,7 @@ impl RawPort {
                 gather: &gather,
                 cs_flags: 0,
                 signal,
+                ..Default::default()
             })
             .map_err(err("post"))?;
         self.sq.ring_doorbell();
@@ -349,6 +350,7 @@ fn msix_eventfd_and_dma_isolation(t: &Transport) -> Result<(), String> {
             gather: &[(0x7000_0000, 86)],
             cs_flags: 0,
             signal: false,
+            ..Default::default()
         })
         .map_err(err("post"))?;
     p0.sq.ring_doorbell();
@@ -384,7 +386,7 @@ fn msix_eventfd_and_dma_isolation(t: &Transport) -> Result<(), String> {
 
 /// Initiates a function-level reset through PCIe Device Control.
 fn function_level_reset(dev: &dyn PciDevice) {
-    let devctl = OFF_PCIE_CAP as u64 + 8;
+    let devctl = OFF_PCIE_DEVCTL as u64;
     let v = dev.config_read16(devctl);
     dev.config_write16(devctl, v | 0x8000);
 }
@@ -404,6 +406,7 @@ fn reset_mid_traffic_then_traffic(t: &Transport) -> Result<(), String> {
                     gather: &[(p0.buf.iova() + 14, 986)],
                     cs_flags: 0,
                     signal: true,
+                    ..Default::default()
                 })
                 .map_err(err("post"))?;
         }
@@ -436,9 +439,8 @@ fn garbage_in_every_bar_then_traffic(t: &Transport) -> Result<(), String> {
                 dev.write32(BAR_DOORBELL, off, garbage());
             }
         }
-        for off in (0..fld_device::fld::abi::BAR_CONTROL_SIZE).step_by(4) {
-            card.fld
-                .write32(fld_device::fld::abi::BAR_CONTROL, off, garbage());
+        for off in (0..fld_abi::fld::BAR_CONTROL_SIZE).step_by(4) {
+            card.fld.write32(fld_abi::fld::BAR_CONTROL, off, garbage());
         }
         // The driver goes away without cleaning up.
     }

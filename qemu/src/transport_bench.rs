@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use fld_device::nic::abi::{reg, BAR_CONTROL, BAR_DOORBELL};
+use fld_abi::nic::{reg, BAR_CONTROL, BAR_DOORBELL};
 use serde::Serialize;
 
 use crate::selftest::{test_frame, RawPort, Transport, RX_VECTOR};
@@ -128,6 +128,7 @@ fn post_signalled(p: &mut RawPort, frame: &[u8]) -> Result<(), String> {
         gather: &[(p.buf.iova() + 14, frame.len() as u32 - 14)],
         cs_flags: 0,
         signal: true,
+        ..Default::default()
     })
     .map(|_| ())
     .map_err(|e| format!("post: {e}"))

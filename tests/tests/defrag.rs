@@ -2,15 +2,15 @@
 //! datagrams come back into the NIC pipeline at the table the accelerate rule named, and RSS and
 //! L4 checksum validation then see whole datagrams (paper §7).
 
+use fld_abi::fld::Stat;
+use fld_abi::nic::TABLE_KIND_FDB;
 use fld_device::accel::defrag::Config;
 use fld_device::accel::defrag_accel::DefragAccel;
-use fld_device::fld::abi::Stat;
 use fld_device::fld::memory_model::MemoryParams;
-use fld_device::nic::abi::TABLE_KIND_FDB;
 use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
-use fld_host::apps::FldEchoSetup;
 use fld_host::flow::FlowItem;
 use fld_host::mempool::ol;
+use fld_qemu::testbed::FldEchoSetup;
 
 /// A UDP/IPv4 datagram from the client to the accelerator's vPort, DF clear.
 fn datagram(src: [u8; 6], dst: [u8; 6], sport: u16, len: usize) -> Vec<u8> {
@@ -27,14 +27,14 @@ fn datagram(src: [u8; 6], dst: [u8; 6], sport: u16, len: usize) -> Vec<u8> {
     .unwrap();
     f[20] &= !0x40;
     f[24..26].fill(0);
-    let c = fld_device::nic::packet::internet_checksum(&f[14..34], 0);
+    let c = fld_abi::wire::internet_checksum(&f[14..34], 0);
     f[24..26].copy_from_slice(&c.to_be_bytes());
     f
 }
 
 /// Fragments at a 1450-byte MTU (1424 bytes of payload per fragment, a multiple of 8).
 fn fragments(frame: &[u8]) -> Vec<Vec<u8>> {
-    fld_host::inline_apps::fragment_ipv4(frame, 1450)
+    fld_qemu::testbed::inline_apps::fragment_ipv4(frame, 1450)
 }
 
 /// Sends `frames` from the client port, lets the card run, and returns what reached each of the
@@ -45,7 +45,7 @@ fn send_and_collect(
     queues: u16,
 ) -> Vec<Vec<(Vec<u8>, u32)>> {
     let mut got = vec![Vec::new(); queues as usize];
-    fld_host::inline_apps::pump(s, frames, 32, queues, |q, m| {
+    fld_qemu::testbed::inline_apps::pump(s, frames, 32, queues, |q, m| {
         got[q as usize].push((m.data().to_vec(), m.ol_flags))
     });
     got
@@ -143,8 +143,8 @@ fn fragments_alone_all_land_on_one_rss_queue() {
 
 #[test]
 fn fragments_inside_vxlan_are_decapsulated_by_the_nic_then_reassembled() {
-    use fld_device::fld::abi::accelerate_tag;
-    use fld_device::nic::abi::{FlowMatch, TABLE_KIND_NIC_RX};
+    use fld_abi::fld::accelerate_tag;
+    use fld_abi::nic::{FlowMatch, TABLE_KIND_NIC_RX};
     let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), 1).unwrap();
     s.card
         .fld
@@ -225,7 +225,7 @@ fn fragments_inside_vxlan_are_decapsulated_by_the_nic_then_reassembled() {
 /// only fragments crossed into FLD.
 #[test]
 fn defrag_workload_verifies_offload_and_host_reassembly() {
-    let r = fld_host::inline_apps::defrag_workload(300, 1500, 1450).unwrap();
+    let r = fld_qemu::testbed::inline_apps::defrag_workload(300, 1500, 1450).unwrap();
     assert!(r.verified(), "{r:?}");
     assert_eq!((r.frames_sent, r.fld_rx_frames), (600, 600));
     assert_eq!(

@@ -1,8 +1,9 @@
 //! The DPDK-like API end to end: a generator on vPort 0 and an echo application on vPort 1,
 //! every returned byte checked, for every frame size from 60 to 9000 bytes.
 
-use fld_host::apps::{EchoConfig, InProcessPair, Sizes};
+use fld_host::apps::{EchoConfig, Sizes};
 use fld_host::{FlowAction, FlowAttr, FlowItem, RxMode};
+use fld_qemu::testbed::InProcessPair;
 
 fn sweep(mode: RxMode) {
     let mut pair = InProcessPair::new(mode, 9000).unwrap();

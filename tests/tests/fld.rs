@@ -3,17 +3,18 @@
 
 use std::sync::{Arc, Mutex};
 
+use fld_abi::fld::{MemoryItem, Stat, FILL_PATTERN};
+use fld_abi::nic::TABLE_KIND_FDB;
+use fld_abi::nic::{Cqe, CQE_REQ, CS_L3, CS_L4};
 use fld_device::accel::{Accelerator, Echo, RxMeta, TxMeta, TxRefused, TxStream};
-use fld_device::fld::abi::{MemoryItem, Stat, FILL_PATTERN};
 use fld_device::fld::memory_model::{fld_requirement, MemoryParams};
-use fld_device::nic::abi::TABLE_KIND_FDB;
-use fld_device::nic::abi::{Cqe, CQE_REQ, CS_L3, CS_L4};
 use fld_driver::nic::SendWqe;
 use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
 use fld_driver::PciDevice;
-use fld_host::apps::{EchoConfig, FldEchoSetup, Sizes};
+use fld_host::apps::{EchoConfig, Sizes};
 use fld_host::flde::TenantError;
 use fld_host::FlowItem;
+use fld_qemu::testbed::FldEchoSetup;
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::IntoBytes;
 
@@ -147,6 +148,7 @@ fn generated_wqe_equals_the_cpu_drivers_wqe() {
         gather: &gather,
         cs_flags: CS_L3 | CS_L4,
         signal: true,
+        ..Default::default()
     };
     let mut cpu = [0u8; 1024];
     let n = wqe.encode(sqn, 0, &mut cpu).unwrap();
@@ -368,7 +370,7 @@ fn an_error_completion_releases_the_queue_and_disables_it() {
         qn: U32::new(sqn),
         wqe_counter: U16::new(0),
         syndrome: 1,
-        op_own: fld_device::nic::abi::CQE_REQ_ERR << 4,
+        op_own: fld_abi::nic::CQE_REQ_ERR << 4,
         ..Default::default()
     };
     s.card
@@ -621,7 +623,7 @@ fn a_tenants_meter_limits_its_traffic_into_the_accelerator() {
             .destroy_meter(meter)
             .err()
             .and_then(|e| e.status()),
-        Some(fld_device::nic::abi::CmdStatus::ResourceBusy)
+        Some(fld_abi::nic::CmdStatus::ResourceBusy)
     );
     assert!(seen.lock().unwrap().iter().all(|&(ctx, _)| ctx == 100));
 }

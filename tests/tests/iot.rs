@@ -4,13 +4,13 @@
 //! NIC pipeline (at the resume table, which forwards them to the server). Everything else is
 //! dropped and counted by reason.
 
+use fld_abi::nic::TABLE_KIND_FDB;
 use fld_device::accel::iot::{coap_message, sign_hs256, KeyTable, Reason};
 use fld_device::accel::iot_accel::{IotAccel, COAP_PORT};
 use fld_device::fld::memory_model::MemoryParams;
-use fld_device::nic::abi::TABLE_KIND_FDB;
 use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
-use fld_host::apps::FldEchoSetup;
 use fld_host::flow::FlowItem;
+use fld_qemu::testbed::FldEchoSetup;
 use std::sync::atomic::Ordering;
 
 const KEY_A: &[u8] = b"tenant A: thirty-two secret bytes";
@@ -147,7 +147,7 @@ fn only_messages_with_a_valid_token_of_their_own_tenant_reach_the_server() {
     );
 
     let mut got: Vec<Vec<u8>> = Vec::new();
-    fld_host::inline_apps::pump(&mut s, &sent, 32, 1, |_, m| got.push(m.data().to_vec()));
+    fld_qemu::testbed::inline_apps::pump(&mut s, &sent, 32, 1, |_, m| got.push(m.data().to_vec()));
     assert!(
         got == pass,
         "exactly the 16 authenticated messages arrive, unchanged and in order ({} arrived)",
@@ -182,7 +182,7 @@ fn only_messages_with_a_valid_token_of_their_own_tenant_reach_the_server() {
 /// signature and one in eight an expired token; accelerator and host verification agree.
 #[test]
 fn iot_workload_passes_the_same_messages_as_host_verification() {
-    let r = fld_host::inline_apps::iot_workload(160, 256, 4).unwrap();
+    let r = fld_qemu::testbed::inline_apps::iot_workload(160, 256, 4).unwrap();
     assert!(r.verified(), "{r:?}");
     assert_eq!((r.expected, r.message_bytes), (120, 256));
     assert_eq!(

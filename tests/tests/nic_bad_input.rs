@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use fld_device::nic::abi::*;
+use fld_abi::nic::*;
 use fld_driver::nic::{FlowRule, RqLayout, RuleFate, TableMiss};
 use fld_driver::{DriverError, PciDevice};
 use zerocopy::little_endian::{U16, U32, U64};
@@ -242,6 +242,7 @@ fn send_from_unmapped_memory_gives_an_error_cqe_and_writes_nothing() {
         gather: &[(0x6000_0000, 100)],
         cs_flags: 0,
         signal: false,
+        ..Default::default()
     };
     let idx = r.ports[0].sq.post(&w).unwrap();
     r.ports[0].sq.ring_doorbell();

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
+use fld_abi::nic::*;
 use fld_device::fabric::HOST;
-use fld_device::nic::abi::*;
 use fld_driver::nic::RqLayout;
 use fld_driver::PciDevice;
 

@@ -3,8 +3,10 @@
 
 use fld_device::accel::iot::{coap_message, sign_hs256};
 use fld_device::accel::iot_accel::COAP_PORT;
-use fld_host::inline_apps::fragment_ipv4;
-use fld_host::replay::{replay, Inject, ReplayAccel, ReplayConfig, ReplayError, ReplayTenant};
+use fld_qemu::testbed::inline_apps::fragment_ipv4;
+use fld_qemu::testbed::replay::{
+    replay, Inject, ReplayAccel, ReplayConfig, ReplayError, ReplayTenant,
+};
 
 const NET_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x99];
 const HOST_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x01];
@@ -18,7 +20,7 @@ fn udp(src: [u8; 4], sport: u16, dport: u16, payload: &[u8], df: bool) -> Vec<u8
     if !df {
         f[20] &= !0x40;
         f[24..26].fill(0);
-        let c = fld_device::nic::packet::internet_checksum(&f[14..34], 0);
+        let c = fld_abi::wire::internet_checksum(&f[14..34], 0);
         f[24..26].copy_from_slice(&c.to_be_bytes());
     }
     f
@@ -39,7 +41,7 @@ fn defrag_replay_delivers_whole_datagrams_and_passes_the_rest_around_fld() {
             d[18..20].copy_from_slice(&(0x100 + i).to_be_bytes());
             let c = {
                 d[24..26].fill(0);
-                fld_device::nic::packet::internet_checksum(&d[14..34], 0)
+                fld_abi::wire::internet_checksum(&d[14..34], 0)
             };
             d[24..26].copy_from_slice(&c.to_be_bytes());
             d

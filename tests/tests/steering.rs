@@ -6,7 +6,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use fld_device::nic::abi::*;
+use fld_abi::nic::*;
 use fld_device::wire::pcap::CaptureFilter;
 use fld_device::wire::{FrameTap, LoopbackWire, PcapTap, TapPoint};
 use fld_driver::nic::{FlowRule, RqLayout, RuleFate, TableMiss};
@@ -176,7 +176,7 @@ fn rss_spreads_flows_by_the_toeplitz_hash() {
         rqs.push(rq);
         cqs.push(cq);
     }
-    let key = fld_device::nic::rss::DEFAULT_RSS_KEY;
+    let key = fld_abi::nic::DEFAULT_RSS_KEY;
     let indir: Vec<u32> = (0..8).map(|i| rqs[i % 4].rqn).collect();
     let fields =
         rss_fields::SRC_IP | rss_fields::DST_IP | rss_fields::SRC_PORT | rss_fields::DST_PORT;
@@ -617,7 +617,7 @@ fn vxlan_encap_wraps_frames_for_the_uplink_and_decap_restores_them() {
     );
     assert_eq!(usize::from(ip.total_len()), outer.len() - 14);
     assert_eq!(
-        fld_device::nic::packet::internet_checksum(&outer[14..34], 0),
+        fld_abi::wire::internet_checksum(&outer[14..34], 0),
         0,
         "valid outer IPv4 checksum"
     );

@@ -6,8 +6,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fld_abi::nic::*;
 use fld_device::card::Card;
-use fld_device::nic::abi::*;
 use fld_driver::vfio_user::VfioUserHost;
 use fld_driver::PciDevice;
 use fld_qemu::selftest::{self, test_frame, wait_until, RawPort};
@@ -24,7 +24,9 @@ fn server() -> (PathBuf, Arc<Card>) {
     card.fld
         .set_accelerator(Box::new(fld_device::accel::Echo::new(0, 256)));
     let (c, d) = (card.clone(), dir.clone());
-    std::thread::spawn(move || fld_qemu::serve::serve(c, &d, Arc::new(AtomicBool::new(false))));
+    std::thread::spawn(move || {
+        fld_vfio_user_server::serve(c, &d, Arc::new(AtomicBool::new(false)))
+    });
     let deadline = Instant::now() + Duration::from_secs(10);
     while !dir.join("fld.sock").exists() {
         assert!(Instant::now() < deadline, "server did not start");
@@ -154,7 +156,7 @@ fn doorbell_pages_are_shared_memory_and_control_registers_stay_trapped() {
 
 #[test]
 fn a_device_reset_keeps_the_bars_where_the_client_put_them() {
-    use fld_device::pcie::config::{CMD_BUS_MASTER, CMD_MEMORY, OFF_COMMAND};
+    use fld_abi::pci::{CMD_BUS_MASTER, CMD_MEMORY, OFF_COMMAND};
     let (dir, _card) = server();
     let host = VfioUserHost::connect(&dir, &["nic0.sock", "nic1.sock"], 16 << 20).unwrap();
     let (d0, d1) = (host.device(0).unwrap(), host.device(1).unwrap());

@@ -1,10 +1,10 @@
 //! The ZUC look-aside accelerator behind FLD-E, used through the cryptodev API: the same client
 //! code gets the same results from the software device and from the accelerator.
 
-use fld_host::apps::FldEchoSetup;
 use fld_host::cryptodev::{
     run_ops, sample_ops, Algorithm, CryptoDev, CryptoOp, OpStatus, SoftZuc, ZucOffload,
 };
+use fld_qemu::testbed::FldEchoSetup;
 
 fn random_ops(n: usize, max_bytes: usize) -> Vec<CryptoOp> {
     // Varying sizes: one op of each size drawn from a fixed sequence.
@@ -58,7 +58,7 @@ fn a_lying_length_comes_back_as_an_error_status() {
     assert_eq!(done.len(), 1);
     assert_eq!(
         done[0].status,
-        OpStatus::Error(fld_device::accel::zuc_accel::STATUS_BAD_LENGTH)
+        OpStatus::Error(fld_abi::wire::zuc::STATUS_BAD_LENGTH)
     );
 }
 

@@ -91,6 +91,8 @@
 
 use std::collections::HashMap;
 
+use fld_abi::wire::Ipv4Packet;
+
 /// Largest IPv4 total length (16-bit field, RFC 791 §3.1).
 pub const IPV4_MAX_TOTAL_LEN: usize = 65_535;
 /// Smallest IPv4 header (IHL = 5).
@@ -103,12 +105,6 @@ pub const IPV4_MAX_HEADER_LEN: usize = 60;
 const HDR_RESERVE: usize = IPV4_MAX_HEADER_LEN;
 /// "No slot" marker in the age list.
 const NIL: usize = usize::MAX;
-/// IPv4 flags/offset field: More Fragments bit.
-const FLAG_MF: u16 = 0x2000;
-/// IPv4 flags/offset field: the reserved bit and Don't Fragment.
-const FLAGS_KEPT: u16 = 0xC000;
-/// IPv4 flags/offset field: the offset in 8-octet units.
-const OFFSET_MASK: u16 = 0x1FFF;
 
 /// Limits of the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -769,13 +765,11 @@ impl Reassembler {
         let stop = HDR_RESERVE + data_len;
         let header = &mut s.buf[first..HDR_RESERVE];
         header.copy_from_slice(&s.hdr[..hl]);
+        let mut ip = Ipv4Packet::new_unchecked(header);
         // hl + data_len <= max_datagram <= 65535 was checked on insertion.
-        header[2..4].copy_from_slice(&((hl + data_len) as u16).to_be_bytes());
-        let flags = u16::from_be_bytes([header[6], header[7]]) & FLAGS_KEPT;
-        header[6..8].copy_from_slice(&flags.to_be_bytes());
-        header[10..12].copy_from_slice(&[0, 0]);
-        let sum = checksum(header);
-        header[10..12].copy_from_slice(&sum.to_be_bytes());
+        ip.set_total_len((hl + data_len) as u16);
+        ip.clear_frag();
+        ip.fill_checksum();
         Outcome::Complete(&self.slots[idx].buf[first..stop])
     }
 
@@ -906,65 +900,48 @@ impl Reassembler {
     }
 }
 
-/// Validates the IPv4 header of `p` and extracts what reassembly needs.
+/// Validates the IPv4 header of `p` (through [`Ipv4Packet`]) and extracts what reassembly
+/// needs, naming the first check that fails.
 fn parse(p: &[u8], verify_checksum: bool) -> Result<Parsed, Malformed> {
-    let Some(&b0) = p.first() else {
+    if p.is_empty() {
         return Err(Malformed::Truncated);
-    };
-    if b0 >> 4 != 4 {
+    }
+    let ip = Ipv4Packet::new_unchecked(p);
+    if ip.version() != 4 {
         return Err(Malformed::NotIpv4);
     }
     if p.len() < IPV4_MIN_HEADER_LEN {
         return Err(Malformed::Truncated);
     }
-    let ihl = usize::from(b0 & 0x0F);
-    if ihl < 5 {
+    let hlen = ip.header_len();
+    if hlen < IPV4_MIN_HEADER_LEN {
         return Err(Malformed::BadIhl);
     }
-    let hlen = ihl * 4;
     if p.len() < hlen {
         return Err(Malformed::Truncated);
     }
-    let total_len = usize::from(u16::from_be_bytes([p[2], p[3]]));
+    let total_len = usize::from(ip.total_len());
     if total_len < hlen {
         return Err(Malformed::TotalLengthBelowHeader);
     }
     if total_len > p.len() {
         return Err(Malformed::TotalLengthExceedsBuffer);
     }
-    if verify_checksum && checksum(&p[..hlen]) != 0 {
+    if verify_checksum && !ip.verify_checksum() {
         return Err(Malformed::BadChecksum);
     }
-    let flags_offset = u16::from_be_bytes([p[6], p[7]]);
     Ok(Parsed {
         hlen,
         total_len,
-        more_fragments: flags_offset & FLAG_MF != 0,
-        offset: usize::from(flags_offset & OFFSET_MASK) * 8,
+        more_fragments: ip.more_frags(),
+        offset: usize::from(ip.frag_offset()),
         key: Key {
-            src: [p[12], p[13], p[14], p[15]],
-            dst: [p[16], p[17], p[18], p[19]],
-            proto: p[9],
-            id: u16::from_be_bytes([p[4], p[5]]),
+            src: ip.src_addr(),
+            dst: ip.dst_addr(),
+            proto: ip.next_header(),
+            id: ip.ident(),
         },
     })
-}
-
-/// Internet checksum (RFC 1071): the one's complement of the one's complement
-/// sum of 16-bit words. Over a header holding a correct checksum it is 0.
-fn checksum(data: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    let mut words = data.chunks_exact(2);
-    for w in &mut words {
-        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    if let [last] = words.remainder() {
-        sum += u32::from(*last) << 8;
-    }
-    while sum > 0xFFFF {
-        sum = (sum & 0xFFFF) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 #[cfg(test)]
@@ -1112,11 +1089,7 @@ mod tests {
 
     /// Rewrites the checksum of a hand-edited header.
     fn fix_checksum(p: &mut [u8]) {
-        let hlen = usize::from(p[0] & 0x0F) * 4;
-        p[10] = 0;
-        p[11] = 0;
-        let c = checksum(&p[..hlen]);
-        p[10..12].copy_from_slice(&c.to_be_bytes());
+        Ipv4Packet::new_unchecked(p).fill_checksum();
     }
 
     fn assert_valid_header(d: &[u8]) {

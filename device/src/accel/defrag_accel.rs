@@ -8,6 +8,7 @@
 
 use super::defrag::{Config, DropReason, Outcome, Reassembler};
 use super::{Accelerator, RxMeta, TxHold, TxRefused, TxStream};
+use fld_abi::wire::{ethernet, ethertype, EthernetFrame};
 
 /// Counters of the accelerator.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,38 +63,46 @@ impl DefragAccel {
             },
         )
     }
+}
 
-    fn hold(&mut self, l2: &[u8], ip: &[u8], resume_table: Option<u8>) {
-        let queued = self.held.push_with(resume_table, |f| {
-            f.extend_from_slice(l2);
-            f.extend_from_slice(ip);
-        });
-        if !queued {
-            self.stats.backlog_drops += 1;
-        }
+/// Queues the frame `l2` + `ip` for the tx stream (a counted drop when the holding buffer is
+/// full). A free function so the datagram can stay borrowed from the reassembly engine.
+fn hold(
+    held: &mut TxHold,
+    stats: &mut DefragStats,
+    l2: &[u8],
+    ip: &[u8],
+    resume_table: Option<u8>,
+) {
+    let queued = held.push_with(resume_table, |f| {
+        f.extend_from_slice(l2);
+        f.extend_from_slice(ip);
+    });
+    if !queued {
+        stats.backlog_drops += 1;
     }
 }
 
 impl Accelerator for DefragAccel {
     fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
         // Ethernet II with IPv4 (no VLAN tag: the NIC strips tunnels and tags before).
-        if data.len() < 14 + 20 || data[12..14] != [0x08, 0x00] {
-            self.stats.not_ipv4 += 1;
-            return true;
-        }
-        let (l2, ip) = data.split_at(14);
-        let l2: [u8; 14] = l2.try_into().unwrap_or([0; 14]);
+        let eth = match EthernetFrame::new_checked(data) {
+            Ok(eth) if eth.ethertype() == ethertype::IPV4 && eth.payload().len() >= 20 => eth,
+            _ => {
+                self.stats.not_ipv4 += 1;
+                return true;
+            }
+        };
+        let l2 = &data[..ethernet::HEADER_LEN];
         let now = self.now_ns;
-        match self.engine.push(ip, now) {
+        match self.engine.push(eth.payload(), now) {
             Outcome::Bypass(p) => {
                 self.stats.bypass += 1;
-                let p = p.to_vec();
-                self.hold(&l2, &p, meta.resume_table);
+                hold(&mut self.held, &mut self.stats, l2, p, meta.resume_table);
             }
             Outcome::Complete(p) => {
                 self.stats.reassembled += 1;
-                let p = p.to_vec();
-                self.hold(&l2, &p, meta.resume_table);
+                hold(&mut self.held, &mut self.stats, l2, p, meta.resume_table);
             }
             Outcome::Buffered => {}
             Outcome::Dropped(DropReason::Malformed(_)) | Outcome::Dropped(_) => {
@@ -140,6 +149,7 @@ impl Accelerator for DefragAccel {
 mod tests {
     use super::*;
     use crate::accel::{Credits, TxMeta};
+    use fld_abi::wire::Ipv4Packet;
 
     struct Sink(Vec<Vec<u8>>);
     impl TxStream for Sink {
@@ -166,17 +176,11 @@ mod tests {
         let mut out = vec![];
         for (i, part) in payload.chunks(chunk).enumerate() {
             let mut h = ip[..ihl].to_vec();
-            let off = (i * chunk / 8) as u16;
-            let mf = if (i + 1) * chunk < payload.len() {
-                0x2000
-            } else {
-                0
-            };
-            h[2..4].copy_from_slice(&((ihl + part.len()) as u16).to_be_bytes());
-            h[6..8].copy_from_slice(&(off | mf).to_be_bytes());
-            h[10..12].fill(0);
-            let c = crate::nic::packet::internet_checksum(&h, 0);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
+            let mf = (i + 1) * chunk < payload.len();
+            let mut p = Ipv4Packet::new_unchecked(&mut h[..]);
+            p.set_total_len((ihl + part.len()) as u16);
+            p.set_frag(false, mf, (i * chunk) as u16);
+            p.fill_checksum();
             let mut f = l2.to_vec();
             f.extend_from_slice(&h);
             f.extend_from_slice(part);
@@ -196,10 +200,9 @@ mod tests {
         )
         .unwrap();
         // A datagram that may be fragmented: clear Don't Fragment.
-        f[20] &= !0x40;
-        f[24..26].fill(0);
-        let c = crate::nic::packet::internet_checksum(&f[14..34], 0);
-        f[24..26].copy_from_slice(&c.to_be_bytes());
+        let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
+        ip.set_frag(false, false, 0);
+        ip.fill_checksum();
         f
     }
 

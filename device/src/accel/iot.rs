@@ -51,11 +51,8 @@ pub const REASONS: usize = 13;
 /// Context IDs are 16 bits wide, so a key table never needs more slots.
 pub const MAX_SLOTS: usize = 1 << 16;
 
-/// CoAP option number of Uri-Path (RFC 7252 §5.10).
-pub const OPT_URI_PATH: u16 = 11;
-
-/// CoAP request code POST (0.02).
-pub const CODE_POST: u8 = 0x02;
+use fld_abi::wire::coap::{self, CoapError, CoapMessage, CoapRepr};
+pub use fld_abi::wire::coap::{CODE_POST, OPT_URI_PATH};
 
 /// Why a message was dropped.  The discriminant is the index into
 /// [`Stats::dropped`].
@@ -263,86 +260,23 @@ pub struct CoapView<'a> {
     pub payload: &'a [u8],
 }
 
-/// Reads an option delta or length: the 4-bit nibble, extended by 1 byte
-/// (13) or 2 bytes (14).  Returns the value and the new position.
-fn ext_value(msg: &[u8], pos: usize, nibble: u8) -> Result<(u32, usize), Reason> {
-    match nibble {
-        0..=12 => Ok((u32::from(nibble), pos)),
-        13 => match msg.get(pos) {
-            Some(&b) => Ok((u32::from(b) + 13, pos + 1)),
-            None => Err(Reason::CoapFormat),
-        },
-        14 => match msg.get(pos..pos + 2) {
-            Some(b) => Ok((u32::from(u16::from_be_bytes([b[0], b[1]])) + 269, pos + 2)),
-            None => Err(Reason::CoapFormat),
-        },
-        // 15 is reserved (the 0xFF byte is handled by the caller).
-        _ => Err(Reason::CoapFormat),
-    }
-}
-
-/// Parses a CoAP message (RFC 7252 §3).  The payload must be present and
-/// non-empty; a message that ends after its options is `NoPayload`.
+/// Parses a CoAP message (RFC 7252 §3, through [`fld_abi::wire::coap`]). The payload must be
+/// present and non-empty; a message that ends after its options is `NoPayload`.
 /// Never allocates and never panics.
 pub fn parse_coap(msg: &[u8]) -> Result<CoapView<'_>, Reason> {
-    if msg.len() < 4 {
-        return Err(Reason::NotCoap);
-    }
-    let b0 = msg[0];
-    if b0 >> 6 != 1 {
-        return Err(Reason::NotCoap);
-    }
-    let mtype = (b0 >> 4) & 0x3;
-    let tkl = usize::from(b0 & 0x0F);
-    if tkl > 8 {
-        return Err(Reason::CoapFormat);
-    }
-    let code = msg[1];
-    let message_id = u16::from_be_bytes([msg[2], msg[3]]);
-    if code == 0 {
-        // Empty message (§4.1): TKL 0 and nothing after the Message ID.
-        return if tkl != 0 || msg.len() != 4 {
-            Err(Reason::CoapFormat)
-        } else {
-            Err(Reason::NoPayload)
-        };
-    }
-    let token = msg.get(4..4 + tkl).ok_or(Reason::CoapFormat)?;
-    let opt_start = 4 + tkl;
-    let mut pos = opt_start;
-    let mut number: u32 = 0;
-    loop {
-        let Some(&b) = msg.get(pos) else {
-            return Err(Reason::NoPayload);
-        };
-        if b == 0xFF {
-            let payload = &msg[pos + 1..];
-            if payload.is_empty() {
-                return Err(Reason::CoapFormat);
-            }
-            return Ok(CoapView {
-                mtype,
-                code,
-                message_id,
-                token,
-                options: &msg[opt_start..pos],
-                payload,
-            });
-        }
-        pos += 1;
-        let (delta, p) = ext_value(msg, pos, b >> 4)?;
-        let (len, p) = ext_value(msg, p, b & 0x0F)?;
-        number += delta;
-        if number > u32::from(u16::MAX) {
-            return Err(Reason::CoapFormat);
-        }
-        // `len` is at most 65535 + 269, so this cannot overflow.
-        let end = p + len as usize;
-        if end > msg.len() {
-            return Err(Reason::CoapFormat);
-        }
-        pos = end;
-    }
+    let m = CoapMessage::new_checked(msg).map_err(|e| match e {
+        CoapError::NotCoap => Reason::NotCoap,
+        CoapError::Format => Reason::CoapFormat,
+    })?;
+    let (token, options, payload) = m.split();
+    Ok(CoapView {
+        mtype: m.message_type(),
+        code: m.code(),
+        message_id: m.message_id(),
+        token,
+        options,
+        payload: payload.ok_or(Reason::NoPayload)?,
+    })
 }
 
 fn mac_for(key: &[u8]) -> Option<HmacSha256> {
@@ -535,26 +469,6 @@ pub fn sign_hs256(key: &[u8], claims_json: &str) -> String {
     out
 }
 
-/// Appends one option header (delta and length, with extended forms).
-fn push_option(out: &mut Vec<u8>, delta: usize, value: &[u8]) {
-    fn nibble(v: usize) -> (u8, Vec<u8>) {
-        if v < 13 {
-            (v as u8, Vec::new())
-        } else if v < 269 {
-            (13, vec![(v - 13) as u8])
-        } else {
-            let e = u16::try_from(v - 269).expect("option field above 65804");
-            (14, e.to_be_bytes().to_vec())
-        }
-    }
-    let (dn, de) = nibble(delta);
-    let (ln, le) = nibble(value.len());
-    out.push((dn << 4) | ln);
-    out.extend_from_slice(&de);
-    out.extend_from_slice(&le);
-    out.extend_from_slice(value);
-}
-
 /// Helper: builds a CoAP confirmable POST (version 1, type CON, code 0.02)
 /// with the given token, one Uri-Path option per non-empty `/`-separated
 /// segment of `uri_path`, and the payload (marker omitted when the payload
@@ -564,21 +478,24 @@ fn push_option(out: &mut Vec<u8>, delta: usize, value: &[u8]) {
 /// If `token` is longer than 8 bytes or a path segment is longer than
 /// 65804 bytes (neither is encodable in CoAP).
 pub fn coap_message(message_id: u16, token: &[u8], uri_path: &str, payload: &[u8]) -> Vec<u8> {
-    assert!(token.len() <= 8, "CoAP tokens are at most 8 bytes");
-    let mut out = Vec::with_capacity(4 + token.len() + uri_path.len() + 8 + payload.len());
-    out.push(0x40 | token.len() as u8); // Ver 1, T = CON (0), TKL
-    out.push(CODE_POST);
-    out.extend_from_slice(&message_id.to_be_bytes());
-    out.extend_from_slice(token);
-    let mut last = 0usize;
-    for seg in uri_path.split('/').filter(|s| !s.is_empty()) {
-        push_option(&mut out, usize::from(OPT_URI_PATH) - last, seg.as_bytes());
-        last = usize::from(OPT_URI_PATH);
-    }
-    if !payload.is_empty() {
-        out.push(0xFF);
-        out.extend_from_slice(payload);
-    }
+    let options: Vec<(u16, &[u8])> = uri_path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|seg| (OPT_URI_PATH, seg.as_bytes()))
+        .collect();
+    let repr = CoapRepr {
+        message_type: coap::TYPE_CON,
+        code: CODE_POST,
+        message_id,
+        token,
+        options: &options,
+        payload,
+    };
+    let mut out = vec![0u8; repr.buffer_len()];
+    let n = repr
+        .emit(&mut out)
+        .expect("CoAP tokens are at most 8 bytes and option values at most 65804");
+    out.truncate(n);
     out
 }
 

@@ -9,10 +9,8 @@ use std::sync::Arc;
 
 use super::iot::{IotFilter, KeyTable, Reason, Verdict};
 use super::{Accelerator, RxMeta, TxHold, TxStream};
-use crate::nic::packet::{self, L4Kind};
-
-/// CoAP's UDP port (RFC 7252 §6.1).
-pub const COAP_PORT: u16 = 5683;
+pub use fld_abi::wire::coap::COAP_PORT;
+use fld_abi::wire::{udp_offsets, UdpPacket};
 
 /// What the owner keeps to steer the accelerator after handing it to FLD. Its counters are read
 /// through [`Accelerator::counters`] (`Fld::accelerator_counters`).
@@ -56,14 +54,10 @@ impl IotAccel {
 
 impl Accelerator for IotAccel {
     fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
-        let p = packet::parse(data);
-        if p.malformed || p.l4 != L4Kind::Udp || p.dst_port != COAP_PORT {
-            self.not_coap_frames += 1;
-            return true;
-        }
-        let start = usize::from(p.l4_offset) + 8;
-        let end = usize::from(p.l3_offset) + usize::from(p.ip_len);
-        let Some(coap) = data.get(start..end) else {
+        let coap = udp_offsets(data)
+            .filter(|o| UdpPacket::new_unchecked(&data[o.udp..]).dst_port() == COAP_PORT)
+            .and_then(|o| data.get(o.payload()..o.ip_end));
+        let Some(coap) = coap else {
             self.not_coap_frames += 1;
             return true;
         };

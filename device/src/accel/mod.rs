@@ -19,7 +19,7 @@ pub struct RxMeta {
     pub context: u16,
     /// The flow table the NIC should resume at when the packet comes back (§5.3).
     pub resume_table: Option<u8>,
-    /// NIC parse and checksum results (`nic::abi::cqe_csum` bits).
+    /// NIC parse and checksum results (`fld_abi::nic::cqe_csum` bits).
     pub csum: u8,
     pub rss_hash: u32,
     pub len: u32,
@@ -30,7 +30,7 @@ pub struct RxMeta {
 pub struct TxMeta {
     /// FLD transmit queue.
     pub queue: u16,
-    /// Checksum insertion requests for the NIC (`nic::abi::CS_L3`, `CS_L4`).
+    /// Checksum insertion requests for the NIC (`fld_abi::nic::CS_L3`, `CS_L4`).
     pub cs_flags: u8,
     /// Resume the NIC's steering at this flow table (the next-table ID of the `accelerate`
     /// action); `None` sends the packet through the eSwitch as usual.

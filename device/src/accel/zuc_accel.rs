@@ -15,92 +15,15 @@ use std::collections::{BTreeMap, VecDeque};
 
 use super::zuc;
 use super::{Accelerator, RxMeta, TxMeta, TxRefused, TxStream};
-use crate::nic::abi::{CS_L3, CS_L4};
-use crate::nic::packet::{self, L3Kind, L4Kind};
+use fld_abi::nic::{CS_L3, CS_L4};
+use fld_abi::wire::zuc::{
+    ZucHeader, ZucRequest, HEADER_LEN, OP_EEA3, OP_EIA3, STATUS_BAD_LENGTH, STATUS_BAD_OP,
+    STATUS_OK,
+};
+use fld_abi::wire::{udp_offsets, EthernetFrame, Ipv4Packet, UdpOffsets, UdpPacket};
 
-/// Bytes of the request/response header.
-pub const HEADER_LEN: usize = 64;
-/// Default UDP port of the service.
-pub const ZUC_UDP_PORT: u16 = 5123;
-/// "ZUC1": the header's first four bytes.
-pub const MAGIC: [u8; 4] = *b"ZUC1";
 /// Parallel ZUC units (paper §7).
 pub const UNITS: usize = 8;
-
-/// Header layout (little-endian fields).
-pub mod hdr {
-    pub const MAGIC: usize = 0;
-    pub const OP: usize = 4;
-    pub const BEARER: usize = 5;
-    pub const DIRECTION: usize = 6;
-    pub const STATUS: usize = 7;
-    pub const COUNT: usize = 8;
-    pub const LENGTH_BITS: usize = 12;
-    pub const REQUEST_ID: usize = 16;
-    pub const KEY: usize = 24;
-    /// 128-EIA3 result (responses to MAC requests).
-    pub const MAC: usize = 40;
-}
-
-/// Operations.
-pub const OP_EEA3: u8 = 1;
-pub const OP_EIA3: u8 = 2;
-
-/// Response status.
-pub const STATUS_OK: u8 = 0;
-pub const STATUS_BAD_OP: u8 = 1;
-/// The header's length in bits needs more data than the request carries.
-pub const STATUS_BAD_LENGTH: u8 = 2;
-
-/// A request header, decoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Request {
-    pub op: u8,
-    pub bearer: u8,
-    pub direction: u8,
-    pub count: u32,
-    pub length_bits: u32,
-    pub request_id: u64,
-    pub key: [u8; 16],
-}
-
-impl Request {
-    /// Writes the 64-byte header (status 0).
-    pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
-        out.fill(0);
-        out[hdr::MAGIC..hdr::MAGIC + 4].copy_from_slice(&MAGIC);
-        out[hdr::OP] = self.op;
-        out[hdr::BEARER] = self.bearer;
-        out[hdr::DIRECTION] = self.direction;
-        out[hdr::COUNT..hdr::COUNT + 4].copy_from_slice(&self.count.to_le_bytes());
-        out[hdr::LENGTH_BITS..hdr::LENGTH_BITS + 4]
-            .copy_from_slice(&self.length_bits.to_le_bytes());
-        out[hdr::REQUEST_ID..hdr::REQUEST_ID + 8].copy_from_slice(&self.request_id.to_le_bytes());
-        out[hdr::KEY..hdr::KEY + 16].copy_from_slice(&self.key);
-    }
-
-    /// Decodes a header; `None` if it is short or lacks the magic.
-    pub fn decode(b: &[u8]) -> Option<Request> {
-        let h = b.get(..HEADER_LEN)?;
-        if h[..4] != MAGIC {
-            return None;
-        }
-        let u32_at = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
-        let mut key = [0u8; 16];
-        key.copy_from_slice(&h[hdr::KEY..hdr::KEY + 16]);
-        let mut id = [0u8; 8];
-        id.copy_from_slice(&h[hdr::REQUEST_ID..hdr::REQUEST_ID + 8]);
-        Some(Request {
-            op: h[hdr::OP],
-            bearer: h[hdr::BEARER],
-            direction: h[hdr::DIRECTION],
-            count: u32_at(hdr::COUNT),
-            length_bits: u32_at(hdr::LENGTH_BITS),
-            request_id: u64::from_le_bytes(id),
-            key,
-        })
-    }
-}
 
 /// Counters of the accelerator.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -118,6 +41,8 @@ pub struct ZucStats {
 
 struct Job {
     seq: u64,
+    /// Where the request's headers are.
+    at: UdpOffsets,
     /// The request frame, turned into the response in place when done.
     frame: Vec<u8>,
     bits_left: u64,
@@ -177,7 +102,7 @@ impl ZucAccel {
                     break;
                 }
                 if let Some(mut job) = self.units[u].pop_front() {
-                    self.stats.bits_processed += finish(&mut job.frame);
+                    self.stats.bits_processed += finish(&mut job.frame, job.at);
                     self.per_unit[u] += 1;
                     self.done.insert(job.seq, job);
                     work += 1;
@@ -208,88 +133,73 @@ impl ZucAccel {
     }
 }
 
-/// Offsets of the UDP payload in a request frame, if it is one for `port`.
-fn udp_payload(frame: &[u8], port: u16) -> Option<usize> {
-    let p = packet::parse(frame);
-    if p.malformed
-        || p.l3 != L3Kind::Ipv4
-        || p.l4 != L4Kind::Udp
-        || p.ipv4_fragment
-        || p.dst_port != port
-    {
-        return None;
-    }
-    let at = p.l4_offset as usize + 8;
-    (frame.len() >= at + HEADER_LEN).then_some(at)
+/// Where the request header is in `frame`, if the frame is a UDP/IPv4 datagram to `port`
+/// long enough for a header.
+fn request_at(frame: &[u8], port: u16) -> Option<UdpOffsets> {
+    let o = udp_offsets(frame).filter(|o| !o.ipv6)?;
+    let udp = UdpPacket::new_unchecked(&frame[o.udp..]);
+    (udp.dst_port() == port && frame.len() >= o.payload() + HEADER_LEN).then_some(o)
 }
 
 /// Turns a request frame into its response in place: computes, writes status/MAC, swaps
 /// addresses, fixes lengths and zeroes the checksums for the NIC to fill. Returns the bits
 /// processed.
-fn finish(frame: &mut Vec<u8>) -> u64 {
-    let p = packet::parse(frame);
-    let l3 = p.l3_offset as usize;
-    let l4 = p.l4_offset as usize;
-    let at = l4 + 8;
-    let Some(req) = Request::decode(&frame[at..]) else {
+fn finish(frame: &mut Vec<u8>, o: UdpOffsets) -> u64 {
+    let at = o.payload();
+    let Ok(mut h) = ZucHeader::new_checked(&mut frame[at..o.ip_end]) else {
         return 0;
     };
-    let data_at = at + HEADER_LEN;
-    let bytes = (req.length_bits as usize).div_ceil(8);
-    let available = p.ip_len as usize + l3 - data_at.min(p.ip_len as usize + l3);
+    let req = ZucRequest::parse(&h);
     let mut bits = 0;
     let (status, keep) = if req.op != OP_EEA3 && req.op != OP_EIA3 {
         (STATUS_BAD_OP, 0)
-    } else if bytes > available {
+    } else if h.data().is_none() {
         (STATUS_BAD_LENGTH, 0)
     } else if req.op == OP_EEA3 {
+        let data = h.data_mut().unwrap_or_default();
         zuc::eea3(
             &req.key,
             req.count,
             req.bearer,
             req.direction,
-            &mut frame[data_at..data_at + bytes],
+            data,
             req.length_bits,
         );
         bits = req.length_bits as u64;
-        (STATUS_OK, bytes)
+        (STATUS_OK, data.len())
     } else {
+        let data = h.data().unwrap_or_default();
         let mac = zuc::eia3(
             &req.key,
             req.count,
             req.bearer,
             req.direction,
-            &frame[data_at..data_at + bytes],
+            data,
             req.length_bits,
         );
-        frame[at + hdr::MAC..at + hdr::MAC + 4].copy_from_slice(&mac.to_le_bytes());
+        h.set_mac(mac);
         bits = req.length_bits as u64;
         (STATUS_OK, 0)
     };
-    frame[at + hdr::STATUS] = status;
+    h.set_status(status);
     // The response carries the header and, for encryption, the processed data.
-    frame.truncate(data_at + keep);
-    let ip_len = (frame.len() - l3) as u16;
-    let udp_len = (frame.len() - l4) as u16;
-    frame[l3 + 2..l3 + 4].copy_from_slice(&ip_len.to_be_bytes());
-    frame[l3 + 10..l3 + 12].fill(0);
-    frame[l4 + 4..l4 + 6].copy_from_slice(&udp_len.to_be_bytes());
-    frame[l4 + 6..l4 + 8].fill(0);
-    // Back to the sender.
-    let (a, b) = frame.split_at_mut(6);
-    a.swap_with_slice(&mut b[..6]);
-    for i in 0..4 {
-        frame.swap(l3 + 12 + i, l3 + 16 + i);
-    }
-    for i in 0..2 {
-        frame.swap(l4 + i, l4 + 2 + i);
-    }
+    frame.truncate(at + HEADER_LEN + keep);
+    let len = frame.len();
+    EthernetFrame::new_unchecked(&mut frame[..]).swap_addrs();
+    let mut ip = Ipv4Packet::new_unchecked(&mut frame[o.ip..]);
+    ip.set_total_len((len - o.ip) as u16);
+    ip.set_checksum(0);
+    ip.swap_addrs();
+    let mut udp = UdpPacket::new_unchecked(&mut frame[o.udp..]);
+    udp.set_len((len - o.udp) as u16);
+    udp.set_checksum(0);
+    udp.swap_ports();
     bits
 }
 
 impl Accelerator for ZucAccel {
     fn receive(&mut self, _meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
-        let Some(at) = udp_payload(data, self.port) else {
+        let Some(o) = request_at(data, self.port) else {
             self.stats.not_requests += 1;
             // Not for this service: taken and discarded (a policy drop, not an FLD drop).
             return true;
@@ -298,19 +208,19 @@ impl Accelerator for ZucAccel {
             self.stats.overload += 1;
             return false;
         }
-        let Some(req) = Request::decode(&data[at..]) else {
+        let Ok(h) = ZucHeader::new_checked(&data[o.payload()..o.ip_end]) else {
             self.stats.not_requests += 1;
             return true;
         };
-        if req.op != OP_EEA3 && req.op != OP_EIA3
-            || (req.length_bits as usize).div_ceil(8) > data.len() - at - HEADER_LEN
-        {
+        let req = ZucRequest::parse(&h);
+        if req.op != OP_EEA3 && req.op != OP_EIA3 || h.data().is_none() {
             self.stats.errors += 1;
         }
         self.stats.requests += 1;
         let unit = self.pick_unit();
         let job = Job {
             seq: self.next_seq,
+            at: o,
             frame: data.to_vec(),
             bits_left: (req.length_bits as u64).max(1),
         };
@@ -346,6 +256,7 @@ impl Accelerator for ZucAccel {
 mod tests {
     use super::*;
     use crate::accel::Credits;
+    use fld_abi::wire::zuc::ZUC_UDP_PORT;
 
     struct Sink {
         sent: Vec<Vec<u8>>,
@@ -364,11 +275,9 @@ mod tests {
         }
     }
 
-    fn request_frame(req: &Request, data: &[u8]) -> Vec<u8> {
+    fn request_frame(req: &ZucRequest, data: &[u8]) -> Vec<u8> {
         let mut payload = vec![0u8; HEADER_LEN];
-        let mut h = [0u8; HEADER_LEN];
-        req.encode(&mut h);
-        payload.copy_from_slice(&h);
+        req.emit(&mut ZucHeader::new_unchecked(&mut payload[..]));
         payload.extend_from_slice(data);
         let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
@@ -378,8 +287,8 @@ mod tests {
         out
     }
 
-    fn req(op: u8, id: u64, bits: u32) -> Request {
-        Request {
+    fn req(op: u8, id: u64, bits: u32) -> ZucRequest {
+        ZucRequest {
             op,
             bearer: 0x15,
             direction: 1,
@@ -407,26 +316,35 @@ mod tests {
         );
         assert_eq!(tx.sent.len(), 2);
         // Encryption: header + ciphertext back to the sender, lengths fixed, checksums left to the NIC.
+        // Read back by an independent parser.
         let r = &tx.sent[0];
-        let p = packet::parse(r);
+        let p = etherparse::SlicedPacket::from_ethernet(r).unwrap();
+        let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else {
+            panic!("not IPv4")
+        };
+        assert_eq!(ip.header().destination(), [10, 0, 0, 1]);
+        assert_eq!(ip.header().total_len() as usize, r.len() - 14);
+        let Some(etherparse::TransportSlice::Udp(u)) = &p.transport else {
+            panic!("not UDP")
+        };
         assert_eq!(
-            (p.src_port, p.dst_port, p.dst_ip[..4].to_vec()),
-            (ZUC_UDP_PORT, 40000, vec![10, 0, 0, 1])
+            (u.source_port(), u.destination_port()),
+            (ZUC_UDP_PORT, 40000)
         );
         assert_eq!(&r[..6], &[2, 0, 0, 0, 0, 1]);
-        let at = p.l4_offset as usize + 8;
-        let h = Request::decode(&r[at..]).unwrap();
-        assert_eq!((h.request_id, r[at + hdr::STATUS]), (7, STATUS_OK));
+        let h = ZucHeader::new_checked(u.payload()).unwrap();
+        assert_eq!((h.request_id(), h.status()), (7, STATUS_OK));
         let mut want = data.clone();
         zuc::eea3(&[0x17; 16], 0x398a59b4, 0x15, 1, &mut want, 797);
-        assert_eq!(&r[at + HEADER_LEN..], &want[..]);
-        assert_eq!(p.ip_len as usize, r.len() - 14);
+        assert_eq!(h.payload(), &want[..]);
         // MAC: header only, MAC in the header.
         let r = &tx.sent[1];
-        let at = packet::parse(r).l4_offset as usize + 8;
-        assert_eq!(r.len(), at + HEADER_LEN);
-        let mac = u32::from_le_bytes(r[at + hdr::MAC..at + hdr::MAC + 4].try_into().unwrap());
-        assert_eq!(mac, zuc::eia3(&[0x17; 16], 0x398a59b4, 0x15, 1, &data, 800));
+        assert_eq!(r.len(), 42 + HEADER_LEN);
+        let h = ZucHeader::new_checked(&r[42..]).unwrap();
+        assert_eq!(
+            h.mac(),
+            zuc::eia3(&[0x17; 16], 0x398a59b4, 0x15, 1, &data, 800)
+        );
     }
 
     #[test]
@@ -455,7 +373,7 @@ mod tests {
         let ids: Vec<u64> = tx
             .sent
             .iter()
-            .map(|r| Request::decode(&r[42..]).unwrap().request_id)
+            .map(|r| ZucHeader::new_checked(&r[42..]).unwrap().request_id())
             .collect();
         assert_eq!(ids, (0..8).collect::<Vec<_>>());
         // The balancer kept the short requests off the unit busy with the long one.
@@ -479,7 +397,11 @@ mod tests {
             &request_frame(&req(9, 2, 8), &[0; 1]),
             &mut tx,
         );
-        let statuses: Vec<u8> = tx.sent.iter().map(|r| r[42 + hdr::STATUS]).collect();
+        let statuses: Vec<u8> = tx
+            .sent
+            .iter()
+            .map(|r| ZucHeader::new_checked(&r[42..]).unwrap().status())
+            .collect();
         assert_eq!(statuses, vec![STATUS_BAD_LENGTH, STATUS_BAD_OP]);
         // Not a request: wrong port, truncated header, garbage.
         let mut f = request_frame(&req(OP_EEA3, 3, 8), &[0; 1]);

@@ -111,6 +111,7 @@
 //!    `S_xltData` is exactly 33 KiB (33 792 B) and `S_xltTx` 15.5 KiB, i.e.
 //!    both ≤ 33 KiB; the caption's strict "<" is off by that boundary.
 
+use fld_abi::fld::FldGeometry;
 use serde::Serialize;
 
 /// Ethernet per-frame overhead on the wire that does not carry packet bytes:
@@ -304,6 +305,27 @@ pub fn xlt_data_granularity(p: &MemoryParams) -> u64 {
 /// `2 · S_txbdp` (rounded up to whole bytes).
 pub fn fld_tx_buffer_bytes(p: &MemoryParams) -> u64 {
     ceil_tolerant(2.0 * derive(p).s_txbdp_bytes)
+}
+
+/// Sizes of every FLD structure for the analysis parameters `p`, derived exactly as the
+/// formulas above derive them, so the running device allocates what Table 3's FLD column says.
+pub fn geometry(p: &MemoryParams) -> FldGeometry {
+    let d = derive(p);
+    let chunk = xlt_data_granularity(p);
+    let chunks = fld_tx_buffer_bytes(p).div_ceil(chunk);
+    let log = |n: u64| ceil_log2(f(n)) as u8;
+    FldGeometry {
+        tx_queues: p.tx_queues,
+        log_tx_ring: log(d.n_txdesc),
+        desc_pool: f(d.n_txdesc) as u32,
+        tx_chunk: chunk as u32,
+        tx_chunks: chunks as u32,
+        log_tx_window: log(chunks) + chunk.trailing_zeros() as u8,
+        rx_buffer: (2.0 * d.s_rxbdp_bytes).ceil() as u32,
+        max_packet: p.max_packet,
+        log_tx_cq: log(d.n_txdesc),
+        log_rx_cq: log(d.n_rxdesc),
+    }
 }
 
 /// `S_xltData`: the data-buffer translation table (design in the module
@@ -566,6 +588,18 @@ pub fn figure4_sweep(base: &MemoryParams) -> Vec<SweepPoint> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_2a_geometry_matches_the_memory_model() {
+        let g = geometry(&MemoryParams::table_2a());
+        assert_eq!((g.tx_queues, g.log_tx_ring, g.desc_pool), (512, 11, 2048));
+        assert_eq!((g.tx_chunk, g.tx_chunks, g.log_tx_window), (256, 2442, 20));
+        assert_eq!((g.rx_buffer, g.log_tx_cq, g.log_rx_cq), (125_000, 11, 8));
+        // Windows do not overlap and the BAR covers them.
+        assert!(g.tx_data_base() >= g.tx_ring_base() + 512 * g.tx_ring_bytes());
+        assert!(g.rx_buffer_base() >= g.tx_data_base() + 512 * g.tx_window_bytes());
+        assert!(g.bar_size().is_power_of_two() && g.bar_size() >= g.rx_cq_base() + (64 << 8));
+    }
 
     const KIB: f64 = 1024.0;
     const MIB: f64 = 1024.0 * 1024.0;

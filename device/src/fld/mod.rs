@@ -17,7 +17,6 @@
 //! What it leaves out for now: RDMA (FLD-R), per-queue Rx (one shared RQ serves all), the NIC
 //! "resume at table" return path of the `accelerate` action.
 
-pub mod abi;
 pub mod cuckoo;
 pub mod memory_model;
 pub mod perf_model;
@@ -25,15 +24,14 @@ pub mod perf_model;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use zerocopy::little_endian::{U16, U32, U64};
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::FromBytes;
 
 use crate::accel::{Accelerator, Credits, RxMeta, TxMeta, TxRefused, TxStream};
 use crate::fabric::Fabric;
-use crate::nic::abi as nic;
 use crate::pcie::{BarSpec, ConfigSpace, FunctionId, Identity, PciFunction, PciState};
-use abi::*;
 use cuckoo::{CuckooTable, RingKey};
+use fld_abi::fld::*;
+use fld_abi::nic;
 
 /// Per Tx queue state: the ring manager of Figure 3.
 #[derive(Clone, Debug, Default)]
@@ -291,19 +289,12 @@ impl FldFunction {
         let g = &core.geo;
         let stat_end = reg::STATS_BASE + 8 * STAT_COUNT as u64;
         let mem_end = reg::MEMORY_BASE + 8 * MEMORY_ITEMS as u64;
+        if let Some(v) = g.register(offset) {
+            return v;
+        }
         match offset {
             reg::VERSION => FLD_VERSION,
             reg::STATUS => STATUS_READY,
-            reg::TX_QUEUES => g.tx_queues,
-            reg::LOG_TX_RING => g.log_tx_ring as u32,
-            reg::DESC_POOL => g.desc_pool,
-            reg::TX_CHUNK => g.tx_chunk,
-            reg::TX_CHUNKS => g.tx_chunks,
-            reg::LOG_TX_WINDOW => g.log_tx_window as u32,
-            reg::RX_BUFFER => g.rx_buffer,
-            reg::MAX_PACKET => g.max_packet,
-            reg::LOG_TX_CQ => g.log_tx_cq as u32,
-            reg::LOG_RX_CQ => g.log_rx_cq as u32,
             reg::NIC_DOORBELL_LO => core.nic_doorbell as u32,
             reg::NIC_DOORBELL_HI => (core.nic_doorbell >> 32) as u32,
             reg::TX_CQN => core.tx_cqn,
@@ -692,50 +683,11 @@ fn generate_wqe(core: &FldCore, bar2: u64, q: usize, slot: u16) -> Option<[u8; n
     })?;
     let d = *core.tx.pool.get(s as usize)?;
     let last_posted = d.wqe_index() == tq.pi.wrapping_sub(1) as u16;
-    Some(wqe_bytes(
-        d,
+    Some(d.expand(
         d.signal() || last_posted,
         tq.sqn,
         bar2 + core.geo.tx_data_base() + q as u64 * core.geo.tx_window_bytes(),
     ))
-}
-
-/// Encodes a compressed descriptor as the NIC's 64-byte send WQE.
-pub fn wqe_bytes(d: CompressedDesc, signal: bool, sqn: u32, window_addr: u64) -> [u8; nic::WQEBB] {
-    let mut w = [0u8; nic::WQEBB];
-    let ctrl = nic::CtrlSeg {
-        opcode: nic::WQE_OP_SEND,
-        rsvd: 0,
-        wqe_index: U16::new(d.wqe_index()),
-        ds_count: 3,
-        fm_ce_se: if signal {
-            nic::CE_ALWAYS
-        } else {
-            nic::CE_ON_ERROR
-        },
-        rsvd2: U16::new(0),
-        sqn: U32::new(sqn),
-        // A returned packet names the flow table the NIC resumes at.
-        imm: U32::new(d.resume_table().map_or(0, |t| t as u32)),
-    };
-    let eth = nic::EthSeg {
-        cs_flags: d.cs_flags(),
-        flags: if d.resume_table().is_some() {
-            nic::ETH_FLAG_RESUME
-        } else {
-            0
-        },
-        ..Default::default()
-    };
-    let seg = nic::DataSeg {
-        byte_count: U32::new(d.len()),
-        lkey: U32::new(nic::RESERVED_LKEY),
-        addr: U64::new(window_addr + d.window_offset() as u64),
-    };
-    w[..16].copy_from_slice(ctrl.as_bytes());
-    w[16..32].copy_from_slice(eth.as_bytes());
-    w[32..48].copy_from_slice(seg.as_bytes());
-    w
 }
 
 /// The NIC reads the Tx-data window: the translation table finds each chunk.
@@ -970,7 +922,7 @@ mod tests {
             tx_lifetime_us: 25.0,
             tx_queues: 4,
         };
-        let mut core = FldCore::new(FldGeometry::from_params(&p));
+        let mut core = FldCore::new(memory_model::geometry(&p));
         for (i, q) in core.tx.queues.iter_mut().enumerate() {
             q.enabled = true;
             q.sqn = 100 + i as u32;

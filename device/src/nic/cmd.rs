@@ -5,11 +5,11 @@
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::abi::*;
 use super::eswitch::{FlowEntryInit, FlowTable, Meter, Miss, RssGroup, VxlanEncap};
 use super::rss::Toeplitz;
 use super::*;
 use crate::fabric::DmaPort;
+use fld_abi::nic::*;
 
 type CmdResult = Result<usize, (CmdStatus, u32)>;
 

@@ -6,18 +6,16 @@
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::abi::*;
 use super::eswitch::{frame_key, Fate};
 use super::packet::{self, L3Kind, L4Kind, ParsedFrame};
 use super::rss;
 use super::*;
 use crate::fabric::{DmaPort, Fabric};
 use crate::wire::TapPoint;
+use fld_abi::nic::*;
 
 /// Frames taken from the uplink wire per poll.
 const WIRE_BUDGET: usize = 256;
-/// Largest WQE in bytes (63 segments rounded up to whole basic blocks).
-pub(super) const MAX_WQE_BYTES: usize = 1024;
 
 /// Per-poll context. DMA ports and the timestamp are taken on first use, so an idle poll costs
 /// only the doorbell reads.
@@ -134,13 +132,7 @@ fn post_event(
         eq.overflows += 1;
         return;
     }
-    let mut eqe = Eqe {
-        event_type,
-        subtype,
-        data: U32::new(data),
-        ..Default::default()
-    };
-    eqe.owner = owner_bit(eq.pc, eq.log_size);
+    let eqe = Eqe::new(event_type, subtype, data, owner_bit(eq.pc, eq.log_size));
     let slot = eq.addr + ((eq.pc & ((1 << eq.log_size) - 1)) as u64) * EQE_SIZE as u64;
     if ctx.dma(owner).write(slot, eqe.as_bytes()).is_err() {
         eq.overflows += 1;
@@ -179,7 +171,7 @@ fn post_cqe(core: &mut NicCore, ctx: &mut Ctx<'_>, cqn: u32, mut cqe: Cqe, opcod
     let Some(cq) = core.cqs.get_mut(cqn) else {
         return false;
     };
-    cqe.op_own = (opcode << 4) | owner_bit(cq.pc, cq.log_size);
+    cqe.set_op_own(opcode, owner_bit(cq.pc, cq.log_size));
     cqe.timestamp = U64::new(ctx.now());
     let slot = cq.addr + ((cq.pc & ((1 << cq.log_size) - 1)) as u64) * CQE_SIZE as u64;
     if ctx.dma(cq.owner).write(slot, cqe.as_bytes()).is_err() {
@@ -324,9 +316,8 @@ fn execute_wqe(
     let Ok((ctrl, _)) = CtrlSeg::read_from_prefix(&wqe[..]) else {
         return (Err(WqeError(syndrome::BAD_WQE)), 1);
     };
-    let ds = ctrl.ds_count as usize;
-    let nbb = (ds * DS_SIZE).div_ceil(WQEBB).max(1) as u32;
-    if ds == 0 || ds > MAX_WQE_DS as usize || nbb > pending {
+    let nbb = ctrl.wqebbs();
+    if nbb > pending {
         return (Err(WqeError(syndrome::BAD_WQE)), nbb);
     }
     for n in 1..nbb {
@@ -335,56 +326,36 @@ fn execute_wqe(
             return (Err(WqeError(syndrome::DMA_ERROR)), nbb);
         }
     }
+    let Ok(view) = SendWqeView::new_checked(&wqe[..nbb as usize * WQEBB]) else {
+        return (Err(WqeError(syndrome::BAD_WQE)), nbb);
+    };
     match ctrl.opcode {
         WQE_OP_NOP => (Ok(0), nbb),
-        WQE_OP_SEND => (
-            build_and_send(core, ctx, owner, &ctrl, &wqe[..ds * DS_SIZE], frame),
-            nbb,
-        ),
+        WQE_OP_SEND => (build_and_send(core, ctx, owner, &view, frame), nbb),
         _ => (Err(WqeError(syndrome::BAD_WQE)), nbb),
     }
 }
 
-/// Gathers the frame of a SEND WQE (`segs` = all its segments), inserts checksums and hands it
-/// to the eSwitch.
+/// Gathers the frame of a SEND WQE, inserts checksums and hands it to the eSwitch.
 fn build_and_send(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
     owner: u16,
-    ctrl: &CtrlSeg,
-    segs: &[u8],
+    wqe: &SendWqeView<'_>,
     frame: &mut [u8],
 ) -> Result<usize, WqeError> {
     let bad = || WqeError(syndrome::BAD_WQE);
-    let eth = EthSeg::read_from_bytes(segs.get(DS_SIZE..2 * DS_SIZE).ok_or_else(bad)?)
-        .map_err(|_| bad())?;
-    let inline = eth.inline_hdr_size.get() as usize;
-    if inline > MAX_INLINE_HEADER as usize {
-        return Err(bad());
-    }
-    // Inline bytes: 2 in the Ethernet segment, the rest in whole segments after it.
-    let inline_start = 2 * DS_SIZE - ETH_SEG_INLINE;
-    let inline_end = inline_start + inline;
-    let data_start = if inline > ETH_SEG_INLINE {
-        2 * DS_SIZE + (inline - ETH_SEG_INLINE).div_ceil(DS_SIZE) * DS_SIZE
-    } else {
-        2 * DS_SIZE
-    };
-    if data_start > segs.len() {
-        return Err(bad());
-    }
+    let eth = wqe.eth().map_err(|_| bad())?;
+    let inline = eth.inline_header.len();
     let max = (core.config.mtu as usize).min(frame.len());
     if inline > max {
         bump_malformed(core, owner);
         return Err(WqeError(syndrome::BAD_LENGTH));
     }
     let mut len = inline;
-    frame[..inline].copy_from_slice(&segs[inline_start..inline_end]);
+    frame[..inline].copy_from_slice(eth.inline_header);
     let dma = ctx.dma(owner);
-    for seg in segs[data_start..].chunks_exact(DS_SIZE) {
-        let Ok(d) = DataSeg::read_from_bytes(seg) else {
-            return Err(bad());
-        };
+    for d in eth.data_segments() {
         let bc = d.byte_count.get() as usize;
         if bc == 0 {
             continue;
@@ -409,21 +380,20 @@ fn build_and_send(
     let mut parsed = packet::parse(frame);
     // Each layer on its own: a frame without L4 still gets its IPv4 header checksum. Insertion
     // changes no offsets, so the parse stays valid; what was inserted is known good on receive.
-    if eth.cs_flags & CS_L3 != 0 {
+    let cs_flags = eth.eth.cs_flags;
+    if cs_flags & CS_L3 != 0 {
         parsed.inserted_l3_checksum = packet::insert_checksums(frame, &parsed, true, false)
             && parsed.l3 == packet::L3Kind::Ipv4;
     }
-    if eth.cs_flags & CS_L4 != 0 {
+    if cs_flags & CS_L4 != 0 {
         parsed.inserted_l4_checksum = packet::insert_checksums(frame, &parsed, false, true);
     }
-    let resume = if eth.flags & ETH_FLAG_RESUME != 0 {
-        let t = ctrl.imm.get();
-        match core.eswitch.table(t) {
+    let resume = match eth.resume_table(wqe.ctrl()) {
+        Some(t) => match core.eswitch.table(t) {
             Some(tab) if tab.owner == owner => Some((t, tab.kind)),
             _ => return Err(bad()),
-        }
-    } else {
-        None
+        },
+        None => None,
     };
     switch_frame(core, ctx, owner, frame, &parsed, resume);
     Ok(len)

@@ -6,8 +6,12 @@
 //! always ends. Entries may police with a meter and VXLAN-decapsulate or -encapsulate (RFC 7348).
 //! Left out: egress (NIC transmit) tables, header rewrite, VLAN push/pop.
 
-use super::abi::{self, action, FlowMatch, FLOW_MATCH_LEN, VPORT_UPLINK};
 use super::rss::Toeplitz;
+use fld_abi::nic::{self as abi, action, FlowMatch, FLOW_MATCH_LEN, VPORT_UPLINK};
+use fld_abi::wire::{
+    ethernet, ethertype, ipv4, vxlan, EthIpv4UdpRepr, EthernetRepr, Ipv4Packet, Ipv4Repr,
+    UdpPacket, UdpRepr, VxlanHeader, VxlanRepr,
+};
 use zerocopy::IntoBytes;
 
 /// Packet key as eight machine words, so matching is eight masked compares.
@@ -54,45 +58,54 @@ pub struct VxlanEncap {
 
 impl VxlanEncap {
     pub fn new(owner: u16, i: &abi::CreateVxlanEncapIn) -> Self {
-        let mut h = [0u8; abi::VXLAN_ENCAP_LEN];
-        h[0..6].copy_from_slice(&i.dst_mac);
-        h[6..12].copy_from_slice(&i.src_mac);
-        h[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-        h[14] = 0x45;
-        h[20] = 0x40; // DF: the tunnel must not fragment (RFC 7348 §4.3)
-        h[22] = if i.ttl == 0 { 64 } else { i.ttl };
-        h[23] = 17;
-        h[26..30].copy_from_slice(&i.src_ip);
-        h[30..34].copy_from_slice(&i.dst_ip);
-        let port = match i.udp_dst_port.get() {
-            0 => super::packet::VXLAN_PORT,
-            p => p,
+        let mut header = [0u8; abi::VXLAN_ENCAP_LEN];
+        let stack = EthIpv4UdpRepr {
+            eth: EthernetRepr {
+                src_addr: i.src_mac,
+                dst_addr: i.dst_mac,
+                ethertype: ethertype::IPV4,
+            },
+            ip: Ipv4Repr {
+                src_addr: i.src_ip,
+                dst_addr: i.dst_ip,
+                hop_limit: if i.ttl == 0 { 64 } else { i.ttl },
+                // The tunnel must not fragment (RFC 7348 §4.3).
+                dont_frag: true,
+                ..Ipv4Repr::default()
+            },
+            udp: UdpRepr {
+                src_port: 0,
+                dst_port: match i.udp_dst_port.get() {
+                    0 => vxlan::UDP_PORT,
+                    p => p,
+                },
+            },
         };
-        h[36..38].copy_from_slice(&port.to_be_bytes());
-        h[42] = 0x08; // I flag: the VNI is valid
-        h[46..49].copy_from_slice(&i.vni.get().to_be_bytes()[1..]);
+        stack.emit(&mut header, false);
+        VxlanRepr { vni: i.vni.get() }.emit(&mut VxlanHeader::new_unchecked(
+            &mut header[EthIpv4UdpRepr::HEADER_LEN..],
+        ));
         VxlanEncap {
             owner,
-            header: h,
+            header,
             refs: 0,
             packets: 0,
         }
     }
 
-    /// Writes the outer headers for `inner` into `out` followed by `inner`. `flow_hash` picks
-    /// the UDP source port.
+    /// Writes the outer headers for `inner` into `out` followed by `inner`, with the lengths,
+    /// the IPv4 header checksum and a UDP source port picked by `flow_hash` (RFC 7348 §5).
     pub fn encapsulate(&self, inner: &[u8], flow_hash: u32, out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(&self.header);
         out.extend_from_slice(inner);
-        let total = out.len();
-        let ip_len = (total - 14).min(0xffff) as u16;
-        out[16..18].copy_from_slice(&ip_len.to_be_bytes());
-        let c = super::packet::internet_checksum(&out[14..34], 0);
-        out[24..26].copy_from_slice(&c.to_be_bytes());
-        let sport = 0xc000 | (flow_hash ^ (flow_hash >> 16)) as u16 & 0x3fff;
-        out[34..36].copy_from_slice(&sport.to_be_bytes());
-        out[38..40].copy_from_slice(&ip_len.saturating_sub(20).to_be_bytes());
+        let ip_len = (out.len() - ethernet::HEADER_LEN).min(0xffff) as u16;
+        let mut ip = Ipv4Packet::new_unchecked(&mut out[ethernet::HEADER_LEN..]);
+        ip.set_total_len(ip_len);
+        ip.fill_checksum();
+        let mut udp = UdpPacket::new_unchecked(ip.payload_mut());
+        udp.set_src_port(0xc000 | (flow_hash ^ (flow_hash >> 16)) as u16 & 0x3fff);
+        udp.set_len(ip_len.saturating_sub(ipv4::HEADER_LEN as u16));
     }
 }
 
@@ -214,7 +227,7 @@ pub struct Vport {
 }
 
 /// Longest pipeline walk: one table per level (go-to-table only moves to higher levels).
-const MAX_HOPS: usize = super::MAX_FLOW_LEVEL as usize + 1;
+const MAX_HOPS: usize = abi::MAX_FLOW_LEVEL as usize + 1;
 
 pub struct Eswitch {
     pub vports: Vec<Vport>,

@@ -10,7 +10,6 @@
 //! Left out: RDMA transport, TSO (the `mss` field is accepted and ignored), LRO, VLAN
 //! insertion/stripping, shared receive queues.
 
-pub mod abi;
 mod cmd;
 mod datapath;
 pub mod eswitch;
@@ -24,8 +23,8 @@ use std::time::Instant;
 use crate::fabric::Fabric;
 use crate::pcie::{BarSpec, ConfigSpace, FunctionId, Identity, MsixSpec, PciFunction, PciState};
 use crate::wire::{FrameTap, NullWire, Wire};
-use abi::*;
 use eswitch::Eswitch;
+use fld_abi::nic::*;
 
 /// Build-time parameters of the NIC.
 #[derive(Clone, Debug)]
@@ -64,17 +63,6 @@ impl Default for NicConfig {
 
 /// Host functions (vPorts) one NIC exposes at most.
 pub const MAX_HOST_FUNCTIONS: usize = 8;
-
-/// Hardware limits of queue sizes.
-pub const MAX_LOG_SQ: u8 = 15;
-pub const MAX_LOG_RQ: u8 = 15;
-pub const MAX_LOG_CQ: u8 = 16;
-pub const MAX_LOG_EQ: u8 = 16;
-pub const MIN_LOG_STRIDE: u8 = 6;
-pub const MAX_LOG_STRIDE: u8 = 13;
-pub const MIN_LOG_STRIDES: u8 = 3;
-pub const MAX_LOG_STRIDES: u8 = 16;
-pub const MAX_FLOW_LEVEL: u8 = 63;
 
 /// Polled doorbell words of one function (BAR2). Stores from the host land here directly; the
 /// engine reads them when it runs.
@@ -756,8 +744,8 @@ impl NicCore {
             tap: None,
             frame: vec![0; max_frame],
             wire_frame: vec![0; max_frame],
-            encap_frame: Vec::with_capacity(max_frame + abi::VXLAN_ENCAP_LEN),
-            wqe: vec![0; datapath::MAX_WQE_BYTES],
+            encap_frame: Vec::with_capacity(max_frame + VXLAN_ENCAP_LEN),
+            wqe: vec![0; MAX_WQE_BYTES],
             epoch: Instant::now(),
             manual_clock: None,
             wire_tx_frames: 0,

@@ -1,9 +1,7 @@
-//! The NIC's hardware header parser, used by the eSwitch matcher, the checksum
-//! offloads and RSS.
-//!
-//! Parses Ethernet II with at most one 802.1Q tag, IPv4 (RFC 791), IPv6
-//! (RFC 8200), TCP (RFC 793) and UDP (RFC 768), and computes/verifies the
-//! Internet checksum (RFC 1071).
+//! The NIC's hardware header parser, used by the eSwitch matcher, the checksum offloads and RSS.
+//! It reads Ethernet II with at most one 802.1Q tag, IPv4 (RFC 791), IPv6 (RFC 8200), TCP
+//! (RFC 793) and UDP (RFC 768) through the typed views of [`fld_abi::wire`], and validates or
+//! inserts the Internet checksum (RFC 1071) the way the offloads do.
 //!
 //! Deliberately left out:
 //! - IPv6 extension headers: any next header other than TCP (6) / UDP (17) is
@@ -12,27 +10,14 @@
 //! - Stacked VLAN tags (QinQ): only the outer tag is consumed.
 //! - IPv6 jumbograms (RFC 2675).
 //!
-//! Every function here is total (never panics, for any input, including a
-//! `ParsedFrame` that does not belong to the frame) and allocation-free.
+//! Every function here is total (never panics, for any input, including a `ParsedFrame` that
+//! does not belong to the frame) and allocation-free.
 
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-pub const ETHERTYPE_IPV6: u16 = 0x86DD;
-pub const ETHERTYPE_VLAN: u16 = 0x8100;
-pub const IPPROTO_TCP: u8 = 6;
-pub const IPPROTO_UDP: u8 = 17;
-
-const ETH_HLEN: usize = 14;
-const VLAN_HLEN: usize = 4;
-const IPV4_MIN_HLEN: usize = 20;
-const IPV6_HLEN: usize = 40;
-const TCP_MIN_HLEN: usize = 20;
-const UDP_HLEN: usize = 8;
-/// Offset of the checksum field inside the IPv4 header (RFC 791 §3.1).
-const IPV4_CSUM_OFF: usize = 10;
-/// Offset of the checksum field inside the TCP header (RFC 793 §3.1).
-const TCP_CSUM_OFF: usize = 16;
-/// Offset of the checksum field inside the UDP header (RFC 768).
-const UDP_CSUM_OFF: usize = 6;
+use fld_abi::wire::checksum::{pseudo_header_v4, pseudo_header_v6};
+use fld_abi::wire::{
+    ethernet, ethertype, internet_checksum, ip_proto, ipv6, udp, EthernetFrame, Ipv4Packet,
+    Ipv6Packet, TcpPacket, UdpPacket, VlanTag, VxlanHeader, VxlanRepr,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum L3Kind {
@@ -90,79 +75,54 @@ pub struct ParsedFrame {
     pub inserted_l4_checksum: bool,
 }
 
-/// Reads `N` bytes at `off`, or `None` when they are not all there.
-#[inline]
-fn arr<const N: usize>(b: &[u8], off: usize) -> Option<[u8; N]> {
-    b.get(off..off.checked_add(N)?)?.try_into().ok()
-}
-
-#[inline]
-fn be16(b: &[u8], off: usize) -> Option<u16> {
-    arr::<2>(b, off).map(u16::from_be_bytes)
-}
-
-/// Stores `v` big-endian at `off`; false when out of bounds.
-#[inline]
-fn put_be16(b: &mut [u8], off: usize, v: u16) -> bool {
-    let Some(end) = off.checked_add(2) else {
-        return false;
-    };
-    match b.get_mut(off..end) {
-        Some([hi, lo]) => {
-            [*hi, *lo] = v.to_be_bytes();
-            true
-        }
-        _ => false,
+impl ParsedFrame {
+    /// IPv4 source and destination (the first 4 bytes of the address fields).
+    fn ipv4_addrs(&self) -> ([u8; 4], [u8; 4]) {
+        let a = |x: &[u8; 16]| [x[0], x[1], x[2], x[3]];
+        (a(&self.src_ip), a(&self.dst_ip))
     }
 }
-
-/// Parses one frame (Ethernet II, optional single 802.1Q tag, IPv4/IPv6,
-/// TCP/UDP). Never panics; anything inconsistent sets `malformed`.
-/// IANA UDP port of VXLAN (RFC 7348 §5).
-pub const VXLAN_PORT: u16 = 4789;
 
 /// For a VXLAN frame (UDP to port 4789, 8-byte VXLAN header with the I flag, RFC 7348 §5): the
 /// VNI and the offset of the inner Ethernet frame.
 pub fn vxlan(frame: &[u8], p: &ParsedFrame) -> Option<(u32, usize)> {
-    if p.malformed || p.l4 != L4Kind::Udp || p.dst_port != VXLAN_PORT {
+    if p.malformed || p.l4 != L4Kind::Udp || p.dst_port != fld_abi::wire::vxlan::UDP_PORT {
         return None;
     }
-    let at = usize::from(p.l4_offset) + 8;
-    let h = frame.get(at..at + 8)?;
-    if h[0] & 0x08 == 0 {
-        return None;
-    }
-    let inner = at + 8;
+    let at = usize::from(p.l4_offset) + udp::HEADER_LEN;
+    let h = VxlanHeader::new_checked(frame.get(at..)?).ok()?;
+    let vni = VxlanRepr::parse(&h)?.vni;
+    let inner = at + fld_abi::wire::vxlan::HEADER_LEN;
     // The inner frame must hold an Ethernet header within the outer datagram.
-    (usize::from(p.l3_offset) + usize::from(p.ip_len) >= inner + 14)
-        .then(|| (u32::from_be_bytes([0, h[4], h[5], h[6]]), inner))
+    (usize::from(p.l3_offset) + usize::from(p.ip_len) >= inner + ethernet::HEADER_LEN)
+        .then_some((vni, inner))
 }
 
+/// Parses one frame (Ethernet II, optional single 802.1Q tag, IPv4/IPv6,
+/// TCP/UDP). Never panics; anything inconsistent sets `malformed`.
 pub fn parse(frame: &[u8]) -> ParsedFrame {
     let mut p = ParsedFrame::default();
-    let (Some(dst), Some(src), Some(et)) =
-        (arr::<6>(frame, 0), arr::<6>(frame, 6), be16(frame, 12))
-    else {
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
         p.malformed = true;
         return p;
     };
-    p.dst_mac = dst;
-    p.src_mac = src;
-    p.ethertype = et;
-    let mut off = ETH_HLEN;
-    if et == ETHERTYPE_VLAN {
+    p.dst_mac = eth.dst_addr();
+    p.src_mac = eth.src_addr();
+    p.ethertype = eth.ethertype();
+    let mut off = ethernet::HEADER_LEN;
+    if p.ethertype == ethertype::VLAN {
         // IEEE 802.1Q: TCI then the inner ethertype.
-        let (Some(tci), Some(inner)) = (be16(frame, ETH_HLEN), be16(frame, ETH_HLEN + 2)) else {
+        let Ok(tag) = VlanTag::new_checked(eth.payload()) else {
             p.malformed = true;
             return p;
         };
-        p.vlan_tci = Some(tci);
-        p.ethertype = inner;
-        off += VLAN_HLEN;
+        p.vlan_tci = Some(tag.tci());
+        p.ethertype = tag.ethertype();
+        off += ethernet::VLAN_TAG_LEN;
     }
     match p.ethertype {
-        ETHERTYPE_IPV4 => parse_ipv4(frame, off, &mut p),
-        ETHERTYPE_IPV6 => parse_ipv6(frame, off, &mut p),
+        ethertype::IPV4 => parse_ipv4(frame, off, &mut p),
+        ethertype::IPV6 => parse_ipv6(frame, off, &mut p),
         _ => {}
     }
     p
@@ -170,67 +130,49 @@ pub fn parse(frame: &[u8]) -> ParsedFrame {
 
 /// RFC 791 §3.1.
 fn parse_ipv4(frame: &[u8], off: usize, p: &mut ParsedFrame) {
-    let Some(hdr) = arr::<IPV4_MIN_HLEN>(frame, off) else {
+    let Some(Ok(ip)) = frame.get(off..).map(Ipv4Packet::new_checked_header) else {
         p.malformed = true;
         return;
     };
-    let [ver_ihl, _tos, tl0, tl1, _id0, _id1, fl0, fl1, _ttl, proto, _c0, _c1, s0, s1, s2, s3, d0, d1, d2, d3] =
-        hdr;
-    let ihl = usize::from(ver_ihl & 0x0f) * 4;
-    let avail = frame.len().saturating_sub(off);
-    if ver_ihl >> 4 != 4 || ihl < IPV4_MIN_HLEN || ihl > avail {
-        p.malformed = true;
-        return;
-    }
-    let total_len = u16::from_be_bytes([tl0, tl1]);
+    let ihl = ip.header_len();
     p.l3 = L3Kind::Ipv4;
     p.l3_offset = off as u16; // off <= 18
     p.l3_header_len = ihl as u16; // ihl <= 60
-    p.ip_proto = proto;
-    p.src_ip = [s0, s1, s2, s3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-    p.dst_ip = [d0, d1, d2, d3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-    p.ip_len = total_len;
-    // Flags: bit 0x20 of byte 6 is MF; low 13 bits are the fragment offset.
-    p.ipv4_fragment = fl0 & 0x20 != 0 || u16::from_be_bytes([fl0 & 0x1f, fl1]) != 0;
-    let total = usize::from(total_len);
-    // Bytes after `total` are Ethernet padding and are ignored.
-    if total < ihl || total > avail {
+    p.ip_proto = ip.next_header();
+    let (s, d) = (ip.src_addr(), ip.dst_addr());
+    p.src_ip[..4].copy_from_slice(&s);
+    p.dst_ip[..4].copy_from_slice(&d);
+    p.ip_len = ip.total_len();
+    p.ipv4_fragment = ip.is_fragment();
+    // Bytes after the total length are Ethernet padding and are ignored.
+    if ip.check_len().is_err() {
         p.malformed = true;
         return;
     }
     if !p.ipv4_fragment {
-        parse_l4(frame, off + ihl, off + total, p);
+        parse_l4(frame, off + ihl, off + usize::from(p.ip_len), p);
     }
 }
 
 /// RFC 8200 §3. Extension headers are not walked.
 fn parse_ipv6(frame: &[u8], off: usize, p: &mut ParsedFrame) {
-    let (Some(hdr), Some(src), Some(dst)) = (
-        arr::<IPV6_HLEN>(frame, off),
-        arr::<16>(frame, off + 8),
-        arr::<16>(frame, off + 24),
-    ) else {
+    let Some(Ok(ip)) = frame.get(off..).map(Ipv6Packet::new_checked_header) else {
         p.malformed = true;
         return;
     };
-    let [ver_tc, _, _, _, pl0, pl1, next, ..] = hdr;
-    if ver_tc >> 4 != 6 {
-        p.malformed = true;
-        return;
-    }
-    let total = IPV6_HLEN + usize::from(u16::from_be_bytes([pl0, pl1]));
+    let total = ip.total_len();
     p.l3 = L3Kind::Ipv6;
     p.l3_offset = off as u16;
-    p.l3_header_len = IPV6_HLEN as u16;
-    p.ip_proto = next;
-    p.src_ip = src;
-    p.dst_ip = dst;
+    p.l3_header_len = ipv6::HEADER_LEN as u16;
+    p.ip_proto = ip.next_header();
+    p.src_ip = ip.src_addr();
+    p.dst_ip = ip.dst_addr();
     p.ip_len = u16::try_from(total).unwrap_or(u16::MAX);
-    if total > usize::from(u16::MAX) || total > frame.len().saturating_sub(off) {
+    if total > usize::from(u16::MAX) || ip.check_len().is_err() {
         p.malformed = true;
         return;
     }
-    parse_l4(frame, off + IPV6_HLEN, off + total, p);
+    parse_l4(frame, off + ipv6::HEADER_LEN, off + total, p);
 }
 
 /// Parses the L4 header in `frame[start..end]` (`end` = end of the IP datagram).
@@ -239,39 +181,23 @@ fn parse_l4(frame: &[u8], start: usize, end: usize, p: &mut ParsedFrame) {
         p.malformed = true;
         return;
     };
-    let kind = match p.ip_proto {
-        IPPROTO_TCP => {
-            // RFC 793 §3.1: data offset in 32-bit words, >= 5.
-            let Some(h) = arr::<TCP_MIN_HLEN>(seg, 0) else {
-                p.malformed = true;
-                return;
-            };
-            let doff = usize::from(h[12] >> 4) * 4;
-            if doff < TCP_MIN_HLEN || doff > seg.len() {
-                p.malformed = true;
-                return;
-            }
-            p.src_port = u16::from_be_bytes([h[0], h[1]]);
-            p.dst_port = u16::from_be_bytes([h[2], h[3]]);
-            L4Kind::Tcp
-        }
-        IPPROTO_UDP => {
-            // RFC 768: length covers header and data, >= 8.
-            let Some([sp0, sp1, dp0, dp1, l0, l1, _, _]) = arr::<UDP_HLEN>(seg, 0) else {
-                p.malformed = true;
-                return;
-            };
-            let ulen = usize::from(u16::from_be_bytes([l0, l1]));
-            if ulen < UDP_HLEN || ulen > seg.len() {
-                p.malformed = true;
-                return;
-            }
-            p.src_port = u16::from_be_bytes([sp0, sp1]);
-            p.dst_port = u16::from_be_bytes([dp0, dp1]);
-            L4Kind::Udp
-        }
-        _ => L4Kind::Other,
+    let (kind, ports) = match p.ip_proto {
+        ip_proto::TCP => (
+            L4Kind::Tcp,
+            TcpPacket::new_checked(seg).map(|t| (t.src_port(), t.dst_port())),
+        ),
+        ip_proto::UDP => (
+            L4Kind::Udp,
+            UdpPacket::new_checked(seg).map(|u| (u.src_port(), u.dst_port())),
+        ),
+        _ => (L4Kind::Other, Ok((0, 0))),
     };
+    let Ok((src, dst)) = ports else {
+        p.malformed = true;
+        return;
+    };
+    p.src_port = src;
+    p.dst_port = dst;
     p.l4 = kind;
     p.l4_offset = start as u16; // start <= 18 + 60
 }
@@ -293,12 +219,14 @@ fn ipv4_header_span(frame: &[u8], p: &ParsedFrame) -> Option<(usize, usize)> {
     let hl = usize::from(p.l3_header_len);
     let end = start.checked_add(hl)?;
     let dgram_end = start.checked_add(usize::from(p.ip_len))?;
-    let ok = hl >= IPV4_MIN_HLEN && end <= dgram_end && dgram_end <= frame.len();
-    ok.then_some((start, end))
+    let ok = hl >= fld_abi::wire::ipv4::HEADER_LEN && end <= dgram_end && dgram_end <= frame.len();
+    // The header the frame itself describes must be the one the parse names.
+    let ip = Ipv4Packet::new_checked_header(frame.get(start..dgram_end)?).ok()?;
+    (ok && ip.header_len() == hl).then_some((start, end))
 }
 
-/// Where the TCP/UDP segment is: `(start, end, checksum field offset, proto)`.
-fn l4_span(frame: &[u8], p: &ParsedFrame) -> Option<(usize, usize, usize, u8)> {
+/// Where the TCP/UDP segment is: `(start, end, proto)`.
+fn l4_span(frame: &[u8], p: &ParsedFrame) -> Option<(usize, usize, u8)> {
     if p.ipv4_fragment || p.l3 == L3Kind::None {
         return None;
     }
@@ -307,48 +235,30 @@ fn l4_span(frame: &[u8], p: &ParsedFrame) -> Option<(usize, usize, usize, u8)> {
     if dgram_end > frame.len() || start < usize::from(p.l3_offset) + usize::from(p.l3_header_len) {
         return None;
     }
+    let seg = frame.get(start..dgram_end)?;
     match p.l4 {
-        L4Kind::Tcp => (start.checked_add(TCP_MIN_HLEN)? <= dgram_end).then_some((
-            start,
-            dgram_end,
-            start + TCP_CSUM_OFF,
-            IPPROTO_TCP,
-        )),
-        L4Kind::Udp => {
-            let ulen = usize::from(be16(frame, start.checked_add(4)?)?);
-            let end = start.checked_add(ulen)?;
-            (ulen >= UDP_HLEN && end <= dgram_end).then_some((
-                start,
-                end,
-                start + UDP_CSUM_OFF,
-                IPPROTO_UDP,
-            ))
-        }
+        L4Kind::Tcp => TcpPacket::new_checked(seg)
+            .ok()
+            .map(|_| (start, dgram_end, ip_proto::TCP)),
+        L4Kind::Udp => UdpPacket::new_checked(seg)
+            .ok()
+            .map(|u| (start, start + usize::from(u.len()), ip_proto::UDP)),
         L4Kind::None | L4Kind::Other => None,
     }
 }
 
-/// One's complement sum of the pseudo-header, read from the frame's IP header:
-/// RFC 793 §3.1 / RFC 768 (IPv4), RFC 8200 §8.1 (IPv6).
-fn pseudo_header_sum(frame: &[u8], p: &ParsedFrame, proto: u8, l4_len: usize) -> Option<u32> {
-    let l3 = usize::from(p.l3_offset);
-    let (addrs, len_words) = match p.l3 {
-        L3Kind::Ipv4 => (frame.get(l3 + 12..l3 + 20)?, u32::try_from(l4_len).ok()?),
-        L3Kind::Ipv6 => {
-            let len = u32::try_from(l4_len).ok()?;
-            // 32-bit length: add as two 16-bit words.
-            (frame.get(l3 + 8..l3 + 40)?, (len >> 16) + (len & 0xffff))
+/// The pseudo-header sum for the L4 segment `len` bytes long (RFC 768, RFC 793 §3.1, RFC 8200
+/// §8.1), from the addresses the parse read.
+fn pseudo_header(p: &ParsedFrame, proto: u8, len: usize) -> Option<u32> {
+    let len = u32::try_from(len).ok()?;
+    match p.l3 {
+        L3Kind::Ipv4 => {
+            let (s, d) = p.ipv4_addrs();
+            Some(pseudo_header_v4(&s, &d, proto, len))
         }
-        L3Kind::None => return None,
-    };
-    // At most 16 words of 0xffff plus two more: far from overflowing u32.
-    let mut sum = u32::from(proto) + len_words;
-    for w in addrs.chunks_exact(2) {
-        if let [a, b] = w {
-            sum += u32::from(u16::from_be_bytes([*a, *b]));
-        }
+        L3Kind::Ipv6 => Some(pseudo_header_v6(&p.src_ip, &p.dst_ip, proto, len)),
+        L3Kind::None => None,
     }
-    Some(sum)
 }
 
 /// Receive checksum verification (RFC 1071 §1: the sum over the covered data,
@@ -373,13 +283,12 @@ pub fn verify_checksums(frame: &[u8], p: &ParsedFrame) -> ChecksumStatus {
 }
 
 fn l4_checksum_ok(frame: &[u8], p: &ParsedFrame) -> Option<bool> {
-    let (start, end, csum_off, proto) = l4_span(frame, p)?;
-    if proto == IPPROTO_UDP && be16(frame, csum_off)? == 0 {
+    let (start, end, proto) = l4_span(frame, p)?;
+    let seg = frame.get(start..end)?;
+    if proto == ip_proto::UDP && UdpPacket::new_unchecked(seg).checksum() == 0 {
         return Some(p.l3 == L3Kind::Ipv4);
     }
-    let seg = frame.get(start..end)?;
-    let pseudo = pseudo_header_sum(frame, p, proto, seg.len())?;
-    Some(internet_checksum(seg, pseudo) == 0)
+    Some(internet_checksum(seg, pseudo_header(p, proto, seg.len())?) == 0)
 }
 
 /// Transmit checksum insertion: compute and store the IPv4 header checksum (if
@@ -398,99 +307,44 @@ pub fn insert_checksums(frame: &mut [u8], p: &ParsedFrame, l3: bool, l4: bool) -
         (true, L3Kind::None) => return false,
     };
     let l4_plan = if l4 {
-        let Some((start, end, csum_off, proto)) = l4_span(frame, p) else {
+        let Some((start, end, proto)) = l4_span(frame, p) else {
             return false;
         };
-        let Some(pseudo) = pseudo_header_sum(frame, p, proto, end - start) else {
+        let Some(pseudo) = pseudo_header(p, proto, end - start) else {
             return false;
         };
-        Some((start, end, csum_off, proto, pseudo))
+        Some((start, end, proto, pseudo))
     } else {
         None
     };
-    // Everything validated: from here on all writes are in bounds.
-    if let Some((start, end, csum_off, proto, pseudo)) = l4_plan {
-        if !put_be16(frame, csum_off, 0) {
-            return false;
+    // Everything validated: the spans lie in the frame and hold whole headers.
+    if let Some((start, end, proto, pseudo)) = l4_plan {
+        let seg = &mut frame[start..end];
+        if proto == ip_proto::UDP {
+            let mut u = UdpPacket::new_unchecked(seg);
+            u.set_checksum(0);
+            let c = internet_checksum(u.datagram(), pseudo);
+            u.set_checksum(if c == 0 { 0xffff } else { c });
+        } else {
+            TcpPacket::new_unchecked(&mut *seg).set_checksum(0);
+            let c = internet_checksum(seg, pseudo);
+            TcpPacket::new_unchecked(seg).set_checksum(c);
         }
-        let Some(seg) = frame.get(start..end) else {
-            return false;
-        };
-        let mut csum = internet_checksum(seg, pseudo);
-        if csum == 0 && proto == IPPROTO_UDP {
-            csum = 0xffff;
-        }
-        put_be16(frame, csum_off, csum);
     }
     if let Some((start, end)) = l3_span {
-        let csum_off = start + IPV4_CSUM_OFF;
-        put_be16(frame, csum_off, 0);
-        let csum = frame.get(start..end).map_or(0, |h| internet_checksum(h, 0));
-        put_be16(frame, csum_off, csum);
+        Ipv4Packet::new_unchecked(&mut frame[start..end]).fill_checksum();
     }
     true
-}
-
-/// Adds `w` to a one's complement accumulator with end-around carry
-/// (2^64 ≡ 1 mod 0xffff, RFC 1071 §2 (B)).
-#[inline(always)]
-fn add_carry(acc: u64, w: u64) -> u64 {
-    let (s, carry) = acc.overflowing_add(w);
-    // If carry, s <= 2^64 - 2, so this cannot overflow.
-    s + u64::from(carry)
-}
-
-/// RFC 1071 Internet checksum: the one's complement of the one's complement
-/// sum of `data` as big-endian 16-bit words (odd byte padded with zero),
-/// plus `initial` (e.g. a pseudo-header sum). Sums 64-bit words and folds at
-/// the end (RFC 1071 §2 (B), (C)).
-pub fn internet_checksum(data: &[u8], initial: u32) -> u16 {
-    // Two independent carry chains over 16-byte blocks: the adds of one block do not wait for
-    // each other (1500 B: 113 -> 62 ns).
-    let (mut a0, mut a1) = (u64::from(initial), 0u64);
-    let mut blocks = data.chunks_exact(16);
-    for c in &mut blocks {
-        a0 = add_carry(a0, be64(&c[..8]));
-        a1 = add_carry(a1, be64(&c[8..]));
-    }
-    let mut acc = add_carry(a0, a1);
-    // The tail starts 16-byte aligned relative to `data`: 8-, 4-, 2- and 1-byte pieces keep the
-    // 16-bit word boundaries (an odd last byte is the high half of a zero-padded word). Headers
-    // (20-byte IPv4, 8-byte UDP) are mostly tail, so no byte loop here.
-    let mut tail = blocks.remainder();
-    if tail.len() >= 8 {
-        acc = add_carry(acc, be64(&tail[..8]));
-        tail = &tail[8..];
-    }
-    if let [a, b, c, d, rest @ ..] = tail {
-        acc = add_carry(acc, u64::from(u32::from_be_bytes([*a, *b, *c, *d])));
-        tail = rest;
-    }
-    if let [a, b, rest @ ..] = tail {
-        acc = add_carry(acc, u64::from(u16::from_be_bytes([*a, *b])));
-        tail = rest;
-    }
-    if let [a] = tail {
-        acc = add_carry(acc, u64::from(*a) << 8);
-    }
-    // Fold 64 -> 32 -> 16 bits: three 16-bit folds absorb every carry of a 33-bit value.
-    let mut s = (acc & 0xffff_ffff) + (acc >> 32);
-    s = (s & 0xffff) + (s >> 16);
-    s = (s & 0xffff) + (s >> 16);
-    s = (s & 0xffff) + (s >> 16);
-    !(s as u16)
-}
-
-/// The big-endian value of exactly eight bytes.
-#[inline]
-fn be64(b: &[u8]) -> u64 {
-    u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use etherparse::{IpFragOffset, IpHeaders, IpNumber, Ipv4Header, PacketBuilder, VlanId};
+    use fld_abi::wire::ethertype::{
+        IPV4 as ETHERTYPE_IPV4, IPV6 as ETHERTYPE_IPV6, VLAN as ETHERTYPE_VLAN,
+    };
+    use fld_abi::wire::ip_proto::{TCP as IPPROTO_TCP, UDP as IPPROTO_UDP};
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
 
@@ -1175,64 +1029,6 @@ pub(crate) mod tests {
             (p.ip_proto, p.l4, p.l4_offset, p.malformed),
             (0, L4Kind::Other, 54, false)
         );
-    }
-
-    #[test]
-    fn internet_checksum_matches_rfc1071_reference() {
-        // RFC 1071 §3 numerical example: 00 01 f2 03 f4 f5 f6 f7 sums to 0xddf2.
-        assert_eq!(
-            internet_checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7], 0),
-            !0xddf2
-        );
-        assert_eq!(internet_checksum(&[], 0), 0xffff);
-        assert_eq!(internet_checksum(&[0xff, 0xff], 0), 0);
-        assert_eq!(internet_checksum(&[0x12], 0), !0x1200);
-        // Against a naive 16-bit implementation on random data and seeds.
-        fn naive(d: &[u8], init: u32) -> u16 {
-            let mut s = u64::from(init);
-            for c in d.chunks(2) {
-                s += u64::from(c[0]) << 8 | u64::from(c.get(1).copied().unwrap_or(0));
-            }
-            while s > 0xffff {
-                s = (s & 0xffff) + (s >> 16);
-            }
-            !(s as u16)
-        }
-        let mut r = XorShift(0x9e37_79b9_7f4a_7c15);
-        let mut buf = vec![0u8; 3000];
-        for _ in 0..2000 {
-            let n = r.below(3000) as usize;
-            for b in &mut buf[..n] {
-                *b = r.next_u64() as u8;
-            }
-            let init = if r.below(2) == 0 {
-                0
-            } else {
-                r.next_u64() as u32
-            };
-            assert_eq!(internet_checksum(&buf[..n], init), naive(&buf[..n], init));
-        }
-        // All-ones data: accumulator carries constantly.
-        let ones = vec![0xffu8; 4096];
-        assert_eq!(internet_checksum(&ones, u32::MAX), naive(&ones, u32::MAX));
-        // Every length up to four blocks, so every tail shape (8, 4, 2, 1 bytes) is taken, on
-        // random and on all-ones data, starting at every alignment.
-        for n in 0..64 {
-            for off in 0..8 {
-                let d = &buf[off..off + n];
-                assert_eq!(
-                    internet_checksum(d, 0x1_2345),
-                    naive(d, 0x1_2345),
-                    "len {n}"
-                );
-                let o = &ones[off..off + n];
-                assert_eq!(
-                    internet_checksum(o, u32::MAX),
-                    naive(o, u32::MAX),
-                    "len {n}"
-                );
-            }
-        }
     }
 
     #[test]

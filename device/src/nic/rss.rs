@@ -8,23 +8,14 @@
 
 use crate::nic::packet::{L3Kind, L4Kind, ParsedFrame};
 
-pub const RSS_KEY_LEN: usize = 40;
+/// Hash-field selection bits for [`hash_input`] (the RSS group's `hash_fields`).
+use fld_abi::nic::rss_fields::{
+    DST_IP as HASH_DST_IP, DST_PORT as HASH_DST_PORT, SRC_IP as HASH_SRC_IP,
+    SRC_PORT as HASH_SRC_PORT,
+};
+pub use fld_abi::nic::{DEFAULT_RSS_KEY, RSS_KEY_LEN};
 /// Longest input a 40-byte key covers; longer input is truncated to this.
 pub const RSS_MAX_INPUT_LEN: usize = 36;
-
-/// The key of the Microsoft verification suite ("Verifying the RSS Hash
-/// Calculation").
-pub const DEFAULT_RSS_KEY: [u8; RSS_KEY_LEN] = [
-    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
-    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
-    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
-];
-
-/// Hash-field selection bits for [`hash_input`].
-pub const HASH_SRC_IP: u8 = 1;
-pub const HASH_DST_IP: u8 = 2;
-pub const HASH_SRC_PORT: u8 = 4;
-pub const HASH_DST_PORT: u8 = 8;
 
 /// Reference Toeplitz hash, bit-serial over a 64-bit sliding key window: for
 /// every set input bit (MSB first) XOR in the 32 key bits starting at that

@@ -6,40 +6,16 @@
 
 use bitflags::bitflags;
 
-pub const CONFIG_SPACE_SIZE: usize = 4096;
-
-const OFF_VENDOR: usize = 0x00;
-const OFF_DEVICE: usize = 0x02;
-pub const OFF_COMMAND: usize = 0x04;
-const OFF_STATUS: usize = 0x06;
-const OFF_REVISION: usize = 0x08;
-const OFF_CLASS: usize = 0x09;
-const OFF_HEADER_TYPE: usize = 0x0e;
-pub const OFF_BAR0: usize = 0x10;
-const OFF_SUBSYS_VENDOR: usize = 0x2c;
-const OFF_SUBSYS: usize = 0x2e;
-const OFF_CAP_PTR: usize = 0x34;
-
-/// Offset of the PCI Express capability.
-pub const OFF_PCIE_CAP: usize = 0x40;
-/// Offset of the MSI-X capability.
-pub const OFF_MSIX_CAP: usize = 0x80;
-
-const CAP_ID_PCIE: u8 = 0x10;
-const CAP_ID_MSIX: u8 = 0x11;
-
-pub const CMD_MEMORY: u16 = 1 << 1;
-pub const CMD_BUS_MASTER: u16 = 1 << 2;
-pub const CMD_INTX_DISABLE: u16 = 1 << 10;
-const STATUS_CAP_LIST: u16 = 1 << 4;
-
-const PCIE_DEVCAP: usize = OFF_PCIE_CAP + 4;
-const PCIE_DEVCTL: usize = OFF_PCIE_CAP + 8;
-const DEVCAP_FLR: u32 = 1 << 28;
-const DEVCTL_INITIATE_FLR: u16 = 1 << 15;
-
-pub const MSIX_CTRL_ENABLE: u16 = 1 << 15;
-pub const MSIX_CTRL_FUNCTION_MASK: u16 = 1 << 14;
+use fld_abi::pci::{
+    msix_bir_register, CAP_ID_MSIX, CAP_ID_PCIE, DEVCAP_FLR, DEVCTL_INITIATE_FLR, OFF_CAP_PTR,
+    OFF_CLASS, OFF_DEVICE, OFF_HEADER_TYPE, OFF_MSIX_CONTROL, OFF_MSIX_PBA, OFF_MSIX_TABLE,
+    OFF_PCIE_DEVCAP as PCIE_DEVCAP, OFF_PCIE_DEVCTL as PCIE_DEVCTL, OFF_REVISION, OFF_STATUS,
+    OFF_SUBSYS, OFF_SUBSYS_VENDOR, OFF_VENDOR, STATUS_CAP_LIST,
+};
+pub use fld_abi::pci::{
+    CMD_BUS_MASTER, CMD_INTX_DISABLE, CMD_MEMORY, CONFIG_SPACE_SIZE, MSIX_CTRL_ENABLE,
+    MSIX_CTRL_FUNCTION_MASK, OFF_BAR0, OFF_COMMAND, OFF_MSIX_CAP, OFF_PCIE_CAP,
+};
 
 /// Identity registers of a function.
 #[derive(Clone, Copy, Debug)]
@@ -152,10 +128,13 @@ impl ConfigSpace {
             assert!(m.vectors >= 1 && m.vectors <= 2048);
             cs.bytes[OFF_MSIX_CAP] = CAP_ID_MSIX;
             cs.bytes[OFF_MSIX_CAP + 1] = 0;
-            cs.put16(OFF_MSIX_CAP + 2, m.vectors - 1);
-            cs.mask16(OFF_MSIX_CAP + 2, MSIX_CTRL_ENABLE | MSIX_CTRL_FUNCTION_MASK);
-            cs.put32(OFF_MSIX_CAP + 4, m.table_offset | m.table_bar as u32);
-            cs.put32(OFF_MSIX_CAP + 8, m.pba_offset | m.pba_bar as u32);
+            cs.put16(OFF_MSIX_CONTROL, m.vectors - 1);
+            cs.mask16(OFF_MSIX_CONTROL, MSIX_CTRL_ENABLE | MSIX_CTRL_FUNCTION_MASK);
+            cs.put32(
+                OFF_MSIX_TABLE,
+                msix_bir_register(m.table_bar, m.table_offset),
+            );
+            cs.put32(OFF_MSIX_PBA, msix_bir_register(m.pba_bar, m.pba_offset));
         }
         *cs.initial = *cs.bytes;
         cs
@@ -214,7 +193,7 @@ impl ConfigSpace {
             change |= match o {
                 x if (OFF_BAR0..OFF_BAR0 + 24).contains(&x) => ConfigChange::BAR_ADDRESS,
                 x if (OFF_COMMAND..OFF_COMMAND + 2).contains(&x) => ConfigChange::COMMAND,
-                x if (OFF_MSIX_CAP + 2..OFF_MSIX_CAP + 4).contains(&x) => {
+                x if (OFF_MSIX_CONTROL..OFF_MSIX_CONTROL + 2).contains(&x) => {
                     ConfigChange::MSIX_CONTROL
                 }
                 x if (PCIE_DEVCTL..PCIE_DEVCTL + 2).contains(&x) => ConfigChange::DEVICE_CONTROL,
@@ -267,7 +246,7 @@ impl ConfigSpace {
     }
     pub fn msix_control(&self) -> u16 {
         if self.msix.is_some() {
-            self.get16(OFF_MSIX_CAP + 2)
+            self.get16(OFF_MSIX_CONTROL)
         } else {
             0
         }

@@ -9,8 +9,7 @@ pub struct MsiMessage {
     pub data: u32,
 }
 
-const ENTRY_SIZE: u64 = 16;
-const VECTOR_CTRL_MASKED: u32 = 1;
+use fld_abi::pci::{MSIX_ENTRY_SIZE as ENTRY_SIZE, MSIX_VECTOR_MASKED as VECTOR_CTRL_MASKED};
 
 /// The MSI-X table of one function.
 pub struct MsixTable {

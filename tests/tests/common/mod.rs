@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use fld_abi::nic::*;
 use fld_device::card::{Card, CardConfig};
-use fld_device::nic::abi::*;
 use fld_driver::inprocess::{InProcessDevice, InProcessHost};
 use fld_driver::nic::{
     CompletionQueue, EventQueue, FlowRule, NicDriver, RecvQueue, RqLayout, RuleFate, SendQueue,
@@ -101,6 +101,7 @@ impl Port {
             gather: if frame.len() > inline { &gather } else { &[] },
             cs_flags,
             signal,
+            ..Default::default()
         };
         let idx = self.sq.post(&w).unwrap();
         self.sq.ring_doorbell();

@@ -3,9 +3,9 @@
 //! FLD's internal compressed formats. Shared by the device model and the driver;
 //! `docs/fld-interface.md` describes every field.
 
-use super::memory_model::{self, MemoryParams};
+use crate::nic;
 
-/// Device ID of the FLD function (vendor as for the NIC: `nic::abi::PCI_VENDOR_ID`).
+/// Device ID of the FLD function (vendor as for the NIC: [`crate::pci::PCI_VENDOR_ID`]).
 pub const FLD_DEVICE_ID: u16 = 0xf200;
 /// PCI class: processing accelerator.
 pub const FLD_CLASS_CODE: u32 = 0x12_00_00;
@@ -132,7 +132,7 @@ pub const FILL_PATTERN: u8 = 0xfd;
 
 /// Sizes of every FLD structure, derived from the Table 2a parameters exactly as the memory
 /// model derives them, so the running device allocates what Table 3's FLD column says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FldGeometry {
     pub tx_queues: u32,
     /// Virtual Tx ring per queue: `f(N_txdesc)` WQE basic blocks.
@@ -157,9 +157,9 @@ pub struct FldGeometry {
 /// and chunk indices, the BAR0 queue register area, the NIC's largest SQ and CQ.
 pub const MAX_TX_QUEUES: u32 = ((BAR_CONTROL_SIZE - reg::TXQ_BASE) / 16) as u32;
 pub const MAX_PACKET: u32 = 16384;
-pub const MAX_LOG_TX_RING: u8 = crate::nic::MAX_LOG_SQ;
+pub const MAX_LOG_TX_RING: u8 = nic::MAX_LOG_SQ;
 pub const MAX_LOG_TX_WINDOW: u8 = 24;
-pub const MAX_LOG_CQ: u8 = crate::nic::MAX_LOG_CQ;
+pub const MAX_LOG_CQ: u8 = nic::MAX_LOG_CQ;
 
 impl FldGeometry {
     /// Whether every structure fits FLD's field widths (see [`MAX_TX_QUEUES`] and friends).
@@ -197,29 +197,44 @@ impl FldGeometry {
         Ok(())
     }
 
-    pub fn from_params(p: &MemoryParams) -> Self {
-        let d = memory_model::derive(p);
-        let chunk = memory_model::xlt_data_granularity(p);
-        let chunks = memory_model::fld_tx_buffer_bytes(p).div_ceil(chunk);
-        let log = |n: u64| memory_model::ceil_log2(memory_model::f(n)) as u8;
+    /// The geometry register at BAR0 `offset` ([`reg::TX_QUEUES`]..=[`reg::LOG_RX_CQ`]).
+    pub fn register(&self, offset: u64) -> Option<u32> {
+        Some(match offset {
+            reg::TX_QUEUES => self.tx_queues,
+            reg::LOG_TX_RING => self.log_tx_ring as u32,
+            reg::DESC_POOL => self.desc_pool,
+            reg::TX_CHUNK => self.tx_chunk,
+            reg::TX_CHUNKS => self.tx_chunks,
+            reg::LOG_TX_WINDOW => self.log_tx_window as u32,
+            reg::RX_BUFFER => self.rx_buffer,
+            reg::MAX_PACKET => self.max_packet,
+            reg::LOG_TX_CQ => self.log_tx_cq as u32,
+            reg::LOG_RX_CQ => self.log_rx_cq as u32,
+            _ => return None,
+        })
+    }
+
+    /// The geometry as a driver reads it from the registers ([`FldGeometry::register`] is the
+    /// device's side).
+    pub fn from_registers(read: impl Fn(u64) -> u32) -> Self {
         FldGeometry {
-            tx_queues: p.tx_queues,
-            log_tx_ring: log(d.n_txdesc),
-            desc_pool: memory_model::f(d.n_txdesc) as u32,
-            tx_chunk: chunk as u32,
-            tx_chunks: chunks as u32,
-            log_tx_window: log(chunks) + chunk.trailing_zeros() as u8,
-            rx_buffer: (2.0 * d.s_rxbdp_bytes).ceil() as u32,
-            max_packet: p.max_packet,
-            log_tx_cq: log(d.n_txdesc),
-            log_rx_cq: log(d.n_rxdesc),
+            tx_queues: read(reg::TX_QUEUES),
+            log_tx_ring: read(reg::LOG_TX_RING) as u8,
+            desc_pool: read(reg::DESC_POOL),
+            tx_chunk: read(reg::TX_CHUNK),
+            tx_chunks: read(reg::TX_CHUNKS),
+            log_tx_window: read(reg::LOG_TX_WINDOW) as u8,
+            rx_buffer: read(reg::RX_BUFFER),
+            max_packet: read(reg::MAX_PACKET),
+            log_tx_cq: read(reg::LOG_TX_CQ) as u8,
+            log_rx_cq: read(reg::LOG_RX_CQ) as u8,
         }
     }
 
     /// BAR2 layout: Tx-ring window, Tx-data window, Rx-buffer window, Tx CQ window, Rx CQ
     /// window, each starting on a power-of-two boundary.
     pub fn tx_ring_bytes(&self) -> u64 {
-        (crate::nic::abi::WQEBB as u64) << self.log_tx_ring
+        (nic::WQEBB as u64) << self.log_tx_ring
     }
     pub fn tx_ring_base(&self) -> u64 {
         0
@@ -237,11 +252,11 @@ impl FldGeometry {
         self.rx_buffer_base() + (self.rx_buffer as u64).next_power_of_two()
     }
     pub fn rx_cq_base(&self) -> u64 {
-        self.tx_cq_base() + ((crate::nic::abi::CQE_SIZE as u64) << self.log_tx_cq)
+        self.tx_cq_base() + ((nic::CQE_SIZE as u64) << self.log_tx_cq)
     }
     /// Size of BAR2 (a power of two covering every window).
     pub fn bar_size(&self) -> u64 {
-        (self.rx_cq_base() + ((crate::nic::abi::CQE_SIZE as u64) << self.log_rx_cq))
+        (self.rx_cq_base() + ((nic::CQE_SIZE as u64) << self.log_rx_cq))
             .next_power_of_two()
             .max(0x10_0000)
     }
@@ -298,6 +313,25 @@ impl CompressedDesc {
     pub fn wqe_index(self) -> u16 {
         (self.0 >> 41) as u16
     }
+
+    /// The 64-byte send WQE a CPU driver would have written for this packet (§5.2: FLD
+    /// generates it when the NIC reads the Tx-ring window): control segment, Ethernet segment
+    /// without inline headers, one data segment pointing at the packet in the queue's Tx-data
+    /// window at bus address `window_addr`.
+    pub fn expand(self, signal: bool, sqn: u32, window_addr: u64) -> [u8; nic::WQEBB] {
+        let mut w = [0u8; nic::WQEBB];
+        let gather = [(window_addr + self.window_offset() as u64, self.len())];
+        let wqe = nic::SendWqe {
+            inline_header: &[],
+            gather: &gather,
+            cs_flags: self.cs_flags(),
+            signal,
+            resume_table: self.resume_table().map(u32::from),
+        };
+        // Three segments always fit one basic block.
+        let _ = wqe.encode(sqn, self.wqe_index(), &mut w);
+        w
+    }
 }
 
 /// The 15-byte compressed CQE FLD stores when the NIC writes a 64-byte CQE into a CQ window
@@ -316,12 +350,11 @@ impl CompressedDesc {
 pub struct CompressedCqe(pub [u8; 15]);
 
 impl CompressedCqe {
-    pub fn compress(c: &crate::nic::abi::Cqe) -> Self {
+    pub fn compress(c: &nic::Cqe) -> Self {
         let mut b = [0u8; 15];
-        let opcode = c.op_own >> 4;
-        b[0] = (opcode << 4) | (c.flags & 0x7);
+        b[0] = (c.opcode() << 4) | (c.flags & 0x7);
         b[1..3].copy_from_slice(&(c.qn.get() as u16).to_le_bytes());
-        let is_send = opcode == crate::nic::abi::CQE_REQ || opcode == crate::nic::abi::CQE_REQ_ERR;
+        let is_send = c.is_send();
         let w = if is_send {
             c.wqe_counter.get()
         } else {
@@ -370,19 +403,25 @@ impl CompressedCqe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nic::abi::{cqe_flags, Cqe, CQE_REQ, CQE_RESP_SEND};
+    use nic::{cqe_flags, op_own, Cqe, CQE_REQ, CQE_RESP_SEND};
     use zerocopy::little_endian::{U16, U32};
 
     #[test]
-    fn table_2a_geometry_matches_the_memory_model() {
-        let g = FldGeometry::from_params(&MemoryParams::table_2a());
-        assert_eq!((g.tx_queues, g.log_tx_ring, g.desc_pool), (512, 11, 2048));
-        assert_eq!((g.tx_chunk, g.tx_chunks, g.log_tx_window), (256, 2442, 20));
-        assert_eq!((g.rx_buffer, g.log_tx_cq, g.log_rx_cq), (125_000, 11, 8));
-        // Windows do not overlap and the BAR covers them.
-        assert!(g.tx_data_base() >= g.tx_ring_base() + 512 * g.tx_ring_bytes());
-        assert!(g.rx_buffer_base() >= g.tx_data_base() + 512 * g.tx_window_bytes());
-        assert!(g.bar_size().is_power_of_two() && g.bar_size() >= g.rx_cq_base() + (64 << 8));
+    fn geometry_registers_round_trip() {
+        let g = FldGeometry {
+            tx_queues: 512,
+            log_tx_ring: 11,
+            desc_pool: 2048,
+            tx_chunk: 256,
+            tx_chunks: 2442,
+            log_tx_window: 20,
+            rx_buffer: 125_000,
+            max_packet: 9216,
+            log_tx_cq: 11,
+            log_rx_cq: 8,
+        };
+        assert_eq!(FldGeometry::from_registers(|o| g.register(o).unwrap()), g);
+        assert_eq!(g.register(reg::NIC_DOORBELL_LO), None);
     }
 
     #[test]
@@ -416,7 +455,7 @@ mod tests {
             csum: 0x2b,
             flags: cqe_flags::WQE_DONE,
             qn: U32::new(5),
-            op_own: (CQE_RESP_SEND << 4) | 1,
+            op_own: op_own(CQE_RESP_SEND, 1),
             ..Default::default()
         };
         let c = CompressedCqe::compress(&rx);
@@ -437,7 +476,7 @@ mod tests {
         let tx = Cqe {
             wqe_counter: U16::new(0xbeef),
             qn: U32::new(9),
-            op_own: CQE_REQ << 4,
+            op_own: op_own(CQE_REQ, 0),
             ..Default::default()
         };
         let c = CompressedCqe::compress(&tx);

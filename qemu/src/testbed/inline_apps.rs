@@ -15,15 +15,20 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use fld_abi::fld::Stat;
+use fld_abi::wire::coap::COAP_PORT;
+use fld_abi::wire::{ethernet, udp_offsets, EthIpv4UdpRepr, EthernetFrame, Ipv4Packet};
 use fld_device::accel::defrag::{Config as DefragConfig, Outcome, Reassembler};
 use fld_device::accel::defrag_accel::DefragAccel;
 use fld_device::accel::iot::{self, IotFilter, KeyTable, Verdict};
-use fld_device::accel::iot_accel::{IotAccel, COAP_PORT};
+use fld_device::accel::iot_accel::IotAccel;
 use fld_device::fld::memory_model::MemoryParams;
 use fld_driver::DriverError;
+use fld_host::apps::{build_frame, udp_headers, SERVER_IP};
+use fld_host::mempool::Mbuf;
+use fld_host::FlowItem;
 
-use crate::apps::{build_frame, ones_complement, FldEchoSetup};
-use crate::flow::FlowItem;
+use super::FldEchoSetup;
 
 /// What one workload measured.
 #[derive(Clone, Debug, Default)]
@@ -77,13 +82,13 @@ pub fn pump(
     frames: &[Vec<u8>],
     burst: usize,
     queues: u16,
-    mut on_rx: impl FnMut(u16, &crate::mempool::Mbuf),
+    mut on_rx: impl FnMut(u16, &Mbuf),
 ) {
     let Some(pool) = s.client.pool() else {
         return;
     };
     let mut rx = Vec::with_capacity(64);
-    let mut drain = |s: &mut FldEchoSetup, rx: &mut Vec<crate::mempool::Mbuf>, any: &mut bool| {
+    let mut drain = |s: &mut FldEchoSetup, rx: &mut Vec<Mbuf>, any: &mut bool| {
         for q in 0..queues {
             while s.client.rx_burst(q, rx, 64) > 0 {
                 *any = true;
@@ -120,25 +125,22 @@ pub fn pump(
 /// Splits an Ethernet + IPv4 frame into fragments that fit `mtu` bytes of IP (RFC 791 §3.2:
 /// fragment payloads are multiples of 8 bytes except the last).
 pub fn fragment_ipv4(frame: &[u8], mtu: usize) -> Vec<Vec<u8>> {
-    let (l2, ip) = frame.split_at(14);
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let (l2, ip) = frame.split_at(ethernet::HEADER_LEN);
+    let Ok(packet) = Ipv4Packet::new_checked(ip) else {
+        return vec![frame.to_vec()];
+    };
+    let ihl = packet.header_len();
     let per = (mtu.saturating_sub(ihl) & !7).max(8);
-    let payload = &ip[ihl..];
+    let payload = packet.payload();
     payload
         .chunks(per)
         .enumerate()
         .map(|(i, part)| {
             let mut h = ip[..ihl].to_vec();
-            let more = if (i + 1) * per < payload.len() {
-                0x2000
-            } else {
-                0
-            };
-            h[2..4].copy_from_slice(&((ihl + part.len()) as u16).to_be_bytes());
-            h[6..8].copy_from_slice(&(((i * per / 8) as u16) | more).to_be_bytes());
-            h[10..12].fill(0);
-            let c = !ones_complement(&h, 0);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
+            let mut p = Ipv4Packet::new_unchecked(&mut h[..]);
+            p.set_total_len((ihl + part.len()) as u16);
+            p.set_frag(false, (i + 1) * per < payload.len(), (i * per) as u16);
+            p.fill_checksum();
             [l2, &h, part].concat()
         })
         .collect()
@@ -149,16 +151,16 @@ pub fn fragment_ipv4(frame: &[u8], mtu: usize) -> Vec<Vec<u8>> {
 fn fragmentable_datagram(seq: u64, len: usize, src: [u8; 6], dst: [u8; 6]) -> Vec<u8> {
     let mut f = vec![0u8; len];
     build_frame(&mut f, seq, len, src, dst, 64, true);
-    f[20] &= !0x40;
-    f[24..26].fill(0);
-    let c = !ones_complement(&f[14..34], 0);
-    f[24..26].copy_from_slice(&c.to_be_bytes());
+    let mut ip = Ipv4Packet::new_unchecked(&mut f[ethernet::HEADER_LEN..]);
+    ip.set_frag(false, false, 0);
+    ip.fill_checksum();
     f
 }
 
 /// Sequence number [`build_frame`] writes into a frame's payload.
 fn frame_seq(f: &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(f.get(42..50)?.try_into().ok()?))
+    let at = EthIpv4UdpRepr::HEADER_LEN;
+    Some(u64::from_le_bytes(f.get(at..at + 8)?.try_into().ok()?))
 }
 
 /// `datagrams` datagrams of `len` bytes, fragmented at `mtu`, through the defrag accelerator
@@ -216,7 +218,7 @@ pub fn defrag_workload(
     report.offload_secs = t.elapsed().as_secs_f64();
     report.offload_delivered = ok + bad;
     report.offload_mismatches = bad + (datagrams as u64 - ok);
-    report.fld_rx_frames = s.flde.fld().stat(fld_device::fld::abi::Stat::RxPackets);
+    report.fld_rx_frames = s.flde.fld().stat(Stat::RxPackets);
 
     // Host baseline: the fragments reach the host as they are; it reassembles them.
     let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), QUEUES)?;
@@ -228,11 +230,12 @@ pub fn defrag_workload(
     let t = Instant::now();
     pump(&mut s, &frames, 32, QUEUES, |_, got| {
         let got = got.data();
-        let Some((l2, ip)) = got.split_at_checked(14) else {
+        let Ok(eth) = EthernetFrame::new_checked(got) else {
             bad += 1;
             return;
         };
-        match engine.push(ip, 0) {
+        let l2 = &got[..ethernet::HEADER_LEN];
+        match engine.push(eth.payload(), 0) {
             Outcome::Complete(d) | Outcome::Bypass(d) => {
                 whole.clear();
                 whole.extend_from_slice(l2);
@@ -292,26 +295,27 @@ fn coap_frame(
     };
     // Every 3 claim bytes add 4 base64url characters to the token.
     let mut coap = build(0);
-    let mut pad = len.saturating_sub(42 + coap.len()) * 3 / 4;
+    const HEADERS: usize = EthIpv4UdpRepr::HEADER_LEN;
+    let mut pad = len.saturating_sub(HEADERS + coap.len()) * 3 / 4;
     coap = build(pad);
-    while 42 + coap.len() < len {
+    while HEADERS + coap.len() < len {
         pad += 1;
         coap = build(pad);
     }
-    let l = 42 + coap.len();
-    let mut f = vec![0u8; l];
-    crate::apps::UdpHeaders {
-        src_mac: mac.0,
-        dst_mac: mac.1,
-        src_ip: tenant_ip(t).octets(),
-        dst_ip: crate::apps::SERVER_IP,
-        src_port: 40000,
-        dst_port: COAP_PORT,
-        ip_id: seq as u16,
-    }
-    .write(&mut f);
-    crate::apps::write_ipv4_checksum(&mut f);
-    f[42..].copy_from_slice(&coap);
+    let mut f = vec![0u8; HEADERS + coap.len()];
+    f[HEADERS..].copy_from_slice(&coap);
+    let headers = udp_headers(
+        mac.0,
+        mac.1,
+        tenant_ip(t).octets(),
+        SERVER_IP,
+        40000,
+        COAP_PORT,
+        seq as u16,
+    );
+    // The IPv4 header checksum only: the UDP checksum is left zero (none), as the sensors do.
+    headers.emit(&mut f, false);
+    Ipv4Packet::new_unchecked(&mut f[ethernet::HEADER_LEN..]).fill_checksum();
     f
 }
 
@@ -392,7 +396,7 @@ pub fn iot_workload(
     report.offload_secs = t0.elapsed().as_secs_f64();
     report.offload_delivered = delivered;
     report.offload_mismatches = bad + (valid.len() - next) as u64;
-    report.fld_rx_frames = s.flde.fld().stat(fld_device::fld::abi::Stat::RxPackets);
+    report.fld_rx_frames = s.flde.fld().stat(Stat::RxPackets);
     // "passed", then the drop reasons that occurred.
     report.counters = s
         .card
@@ -419,12 +423,12 @@ pub fn iot_workload(
     let t0 = Instant::now();
     pump(&mut s, &frames, 32, 1, |_, got| {
         let got = got.data();
-        let ctx = got
-            .get(26..30)
-            .and_then(|a| by_ip.get(a))
-            .copied()
-            .unwrap_or(0);
-        if filter.check(ctx, got.get(42..).unwrap_or(&[]), NOW) == Verdict::Pass {
+        let Some(o) = udp_offsets(got) else {
+            return;
+        };
+        let src = Ipv4Packet::new_unchecked(&got[o.ip..]).src_addr();
+        let ctx = by_ip.get(&src).copied().unwrap_or(0);
+        if filter.check(ctx, &got[o.payload()..o.ip_end], NOW) == Verdict::Pass {
             accepted += 1;
             if valid.get(next).map(Vec::as_slice) == Some(got) {
                 next += 1;

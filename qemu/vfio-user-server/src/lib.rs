@@ -1,5 +1,6 @@
-//! `fldemu serve`: the card behind vfio-user sockets, one per PCIe function, all sharing one
-//! fabric so NIC <-> FLD peer-to-peer traffic stays inside this process.
+//! fld-vfio-user-server: the card behind vfio-user sockets (what `fldemu serve` runs), one per
+//! PCIe function, all sharing one fabric so NIC <-> FLD peer-to-peer traffic stays inside this
+//! process. It depends on the device model only: it is a transport, not a driver.
 //!
 //! Each function's socket is served by its own thread: configuration space and BARs are trapped
 //! regions forwarded to the function model; DMA maps arrive with file descriptors and become the
@@ -18,9 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fld_abi::pci::{OFF_BAR0, OFF_COMMAND, OFF_MSIX_CONTROL, OFF_PCIE_DEVCTL};
 use fld_device::card::Card;
 use fld_device::fabric::HostRegion;
-use fld_device::pcie::config::{OFF_BAR0, OFF_COMMAND, OFF_MSIX_CAP, OFF_PCIE_CAP};
 use fld_device::pcie::{FunctionId, InterruptSink, MsiMessage, PciFunction};
 use vfio_bindings::bindings::vfio::*;
 use vfio_user::{
@@ -170,7 +171,7 @@ impl ServerBackend for FunctionBackend {
                 );
                 // "Initiate FLR" in PCIe Device Control: reset as vfio-pci does, keeping the
                 // configuration the client programmed (see `reset`).
-                const FLR_BYTE: u64 = (OFF_PCIE_CAP + 9) as u64;
+                const FLR_BYTE: u64 = (OFF_PCIE_DEVCTL + 1) as u64;
                 let flr_at = FLR_BYTE
                     .checked_sub(offset)
                     .filter(|i| *i < data.len() as u64)
@@ -259,8 +260,8 @@ impl ServerBackend for FunctionBackend {
         let fabric = &self.card.fabric;
         let saved: Vec<(u64, Vec<u8>)> = [
             (OFF_BAR0, 24),
-            (OFF_PCIE_CAP + 8, 2),
-            (OFF_MSIX_CAP + 2, 2),
+            (OFF_PCIE_DEVCTL, 2),
+            (OFF_MSIX_CONTROL, 2),
             (OFF_COMMAND, 2),
         ]
         .iter()
@@ -319,7 +320,7 @@ struct SharedBar {
 
 /// Gives every NIC function's doorbell page shared memory (a memfd) and returns it per function.
 fn share_doorbells(card: &Card) -> std::io::Result<HashMap<FunctionId, SharedBar>> {
-    use fld_device::nic::abi::{BAR_DOORBELL, BAR_DOORBELL_SIZE};
+    use fld_abi::nic::{BAR_DOORBELL, BAR_DOORBELL_SIZE};
     let mut shared = HashMap::new();
     for f in card.nic.functions() {
         // SAFETY: memfd_create with a valid name; the result is checked and owned by a File.

@@ -10,19 +10,21 @@
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 
+use fld_abi::fld::Stat;
+use fld_abi::wire::coap::COAP_PORT;
+use fld_abi::wire::zuc::ZUC_UDP_PORT;
 use fld_device::accel::defrag::Config as DefragConfig;
 use fld_device::accel::defrag_accel::DefragAccel;
 use fld_device::accel::iot::KeyTable;
-use fld_device::accel::iot_accel::{IotAccel, COAP_PORT};
-use fld_device::accel::zuc_accel::{ZucAccel, ZUC_UDP_PORT};
+use fld_device::accel::iot_accel::IotAccel;
+use fld_device::accel::zuc_accel::ZucAccel;
 use fld_device::accel::{Accelerator, Echo};
-use fld_device::fld::abi::Stat;
 use fld_device::fld::memory_model::MemoryParams;
 use fld_device::wire::ReplayWire;
 use fld_driver::DriverError;
+use fld_host::FlowItem;
 
-use crate::apps::FldEchoSetup;
-use crate::flow::FlowItem;
+use super::FldEchoSetup;
 
 /// Which accelerator model sits behind FLD.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,7 +195,7 @@ pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome,
             }
         }
         Inject::Host => {
-            crate::inline_apps::pump(&mut s, &frames, cfg.burst, queues, |q, f| {
+            super::inline_apps::pump(&mut s, &frames, cfg.burst, queues, |q, f| {
                 out.delivered.push((q, f.data().to_vec()))
             });
         }

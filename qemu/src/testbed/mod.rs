@@ -1,0 +1,195 @@
+//! The in-process testbed: cards assembled in this process (NIC, FLD, PCIe switch and an
+//! accelerator model), brought up by the driver over its in-process transport and driven by the
+//! host library's applications. The demos, benchmarks, `replay` and the integration suites build
+//! on it; nothing here is part of what an application links.
+
+pub mod inline_apps;
+pub mod replay;
+
+use std::sync::Arc;
+
+use fld_abi::nic::TABLE_KIND_FDB;
+use fld_abi::wire::zuc::ZUC_UDP_PORT;
+use fld_device::accel::zuc_accel::ZucAccel;
+use fld_device::card::{Card, CardConfig};
+use fld_device::fld::memory_model::MemoryParams;
+use fld_driver::inprocess::InProcessHost;
+use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
+use fld_driver::DriverError;
+use fld_host::apps::{
+    echo_step, fld_safe_window, open_echo_pair, open_fld_echo, run_echo, EchoConfig, EchoReport,
+    FldEchoPorts, CLIENT_IP, SERVER_IP,
+};
+use fld_host::cryptodev::ServiceAddress;
+use fld_host::flde::FldE;
+use fld_host::{EthDev, FlowItem, RxMode};
+
+/// An in-process card with the generator on host function 0 and the echo server on host
+/// function 1, both configured: the set-up of the demo, the benchmark and the tests.
+pub struct InProcessPair {
+    pub card: Arc<Card>,
+    pub host: Arc<InProcessHost>,
+    pub client: EthDev,
+    pub server: EthDev,
+}
+
+impl InProcessPair {
+    pub fn new(rx_mode: RxMode, max_frame: usize) -> Result<Self, DriverError> {
+        let card = Card::new(CardConfig::default());
+        let host = InProcessHost::new(card.clone(), 1 << 30)?;
+        let no = || DriverError::InvalidArgument("missing function");
+        let f0 = card.nic.function_id(0).ok_or_else(no)?;
+        let f1 = card.nic.function_id(1).ok_or_else(no)?;
+        let (client, server) =
+            open_echo_pair(host.device(f0), host.device(f1), rx_mode, max_frame, 4096)?;
+        Ok(InProcessPair {
+            card,
+            host,
+            client,
+            server,
+        })
+    }
+
+    /// Runs the echo workload: the client generates and verifies, the server echoes.
+    pub fn run_echo(&mut self, cfg: &EchoConfig) -> EchoReport {
+        let server_mac = self.server.mac();
+        let server = &mut self.server;
+        let mut scratch = Vec::with_capacity(cfg.burst);
+        let burst = cfg.burst;
+        run_echo(&mut self.client, server_mac, cfg, || {
+            echo_step(server, &mut scratch, burst)
+        })
+    }
+}
+
+/// An in-process card running the FLD-E echo path: the generator on host function 1, the NIC's
+/// function 0 bound to FLD, and the echo accelerator behind FLD.
+pub struct FldEchoSetup {
+    pub card: Arc<Card>,
+    pub host: Arc<InProcessHost>,
+    pub client: EthDev,
+    pub flde: FldE,
+}
+
+impl FldEchoSetup {
+    pub fn new(max_frame: usize) -> Result<Self, DriverError> {
+        Self::with_queues(max_frame, 1)
+    }
+
+    /// With `tx_queues` FLD transmit queues bound (the echo accelerator uses the first).
+    pub fn with_queues(max_frame: usize, tx_queues: u16) -> Result<Self, DriverError> {
+        Self::build(max_frame, tx_queues, MemoryParams::table_2a())
+    }
+
+    /// With FLD sized for `params` (Table 2a's analysis parameters).
+    pub fn build(
+        max_frame: usize,
+        tx_queues: u16,
+        params: MemoryParams,
+    ) -> Result<Self, DriverError> {
+        Self::build_with(max_frame, tx_queues, params, 1)
+    }
+
+    /// As [`FldEchoSetup::build`], with `client_rx_queues` RSS queues on the generator's port.
+    pub fn build_with(
+        max_frame: usize,
+        tx_queues: u16,
+        params: MemoryParams,
+        client_rx_queues: u16,
+    ) -> Result<Self, DriverError> {
+        let card = Card::new(CardConfig {
+            fld: params,
+            ..Default::default()
+        });
+        let host = InProcessHost::new(card.clone(), 1 << 30)?;
+        let no = || DriverError::InvalidArgument("missing function");
+        let f0 = card.nic.function_id(0).ok_or_else(no)?;
+        let f1 = card.nic.function_id(1).ok_or_else(no)?;
+        card.fld
+            .set_accelerator(Box::new(fld_device::accel::Echo::new(0, 256)));
+        let (flde, client) = open_fld_echo(
+            host.device(f0),
+            host.device(f1),
+            host.device(card.fld.id()),
+            FldEchoPorts {
+                tx_queues,
+                client_rx_queues,
+                max_frame,
+                mbufs: 4096,
+            },
+        )?;
+        Ok(FldEchoSetup {
+            card,
+            host,
+            client,
+            flde,
+        })
+    }
+
+    /// Puts the ZUC accelerator behind FLD in place of the echo and returns the service's
+    /// addresses for a cryptodev client on the generator's port.
+    pub fn attach_zuc(&mut self) -> ServiceAddress {
+        self.card
+            .fld
+            .set_accelerator(Box::new(ZucAccel::new(ZUC_UDP_PORT, 0)));
+        ServiceAddress {
+            client_mac: self.client.mac(),
+            client_ip: CLIENT_IP,
+            client_port: 40000,
+            server_mac: self.flde.mac(),
+            server_ip: SERVER_IP,
+        }
+    }
+
+    /// Points the eSwitch root at FLD's vPort for frames matching `to_accelerator` (none: no
+    /// frame) and at the generator's vPort for everything else. Returns an eSwitch table that
+    /// delivers to the generator, for the accelerator's output to resume at.
+    pub fn steer_to_accelerator(
+        &mut self,
+        to_accelerator: Option<&[FlowItem]>,
+    ) -> Result<u32, DriverError> {
+        let client_vport = self.client.vport();
+        let nic = self.flde.nic();
+        let fld_vport = nic.vport();
+        let root = nic.create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)?;
+        if let Some(pattern) = to_accelerator {
+            let (mask, value) = fld_host::flow::compile_pattern(pattern);
+            nic.create_flow_entry(
+                root,
+                &FlowRule {
+                    priority: 0,
+                    mask,
+                    value,
+                    count: true,
+                    ..FlowRule::any(RuleFate::Vport(fld_vport))
+                },
+            )?;
+        }
+        nic.create_flow_entry(
+            root,
+            &FlowRule {
+                priority: 1,
+                count: true,
+                ..FlowRule::any(RuleFate::Vport(client_vport))
+            },
+        )?;
+        nic.set_root(TABLE_KIND_FDB, Some(root))?;
+        let back = nic.create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)?;
+        nic.create_flow_entry(back, &FlowRule::any(RuleFate::Vport(client_vport)))?;
+        Ok(back)
+    }
+
+    /// Packets that may be in flight without overrunning FLD's receive buffer, which is sized
+    /// for the bandwidth-delay product (2 S_rxbdp), not for a deep window of large frames: every
+    /// striding WQE but the open one, times the frames of `max_frame` bytes a WQE holds.
+    pub fn safe_window(&self, max_frame: usize) -> usize {
+        fld_safe_window(&self.flde, max_frame)
+    }
+
+    /// The generator sends to the accelerator's vPort and checks every returned byte.
+    pub fn run_echo(&mut self, cfg: &EchoConfig) -> EchoReport {
+        let mac = self.flde.mac();
+        let card = self.card.clone();
+        run_echo(&mut self.client, mac, cfg, || card.poll())
+    }
+}
