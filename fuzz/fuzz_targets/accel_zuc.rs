@@ -1,7 +1,8 @@
 //! The ZUC accelerator's request parsing (64-byte header, bit lengths, lying lengths).
 #![no_main]
 
-use fld_device::accel::zuc_accel::{ZucAccel, ZUC_UDP_PORT};
+use fld_abi::wire::zuc::ZUC_UDP_PORT;
+use fld_device::accel::zuc_accel::ZucAccel;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

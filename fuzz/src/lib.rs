@@ -2,6 +2,7 @@
 //! driver that cuts the fuzzer's input into frames, half of them wrapped in well-formed
 //! Ethernet/IPv4/UDP headers so the accelerators' own parsers see deep inputs.
 
+use fld_abi::wire::{ethertype, EthIpv4UdpRepr, EthernetRepr, Ipv4Repr, UdpRepr};
 use fld_device::accel::{Accelerator, Credits, RxMeta, TxMeta, TxRefused, TxStream};
 
 /// Largest frame an accelerator may hand back (a 65535-byte datagram plus Ethernet).
@@ -37,23 +38,28 @@ impl TxStream for CheckedSink {
 
 /// An Ethernet + IPv4 + UDP frame to `dport` around `payload`, lengths consistent.
 pub fn udp_frame(dport: u16, src_last: u8, payload: &[u8]) -> Vec<u8> {
-    let ip_len = (20 + 8 + payload.len()).min(65535);
-    let payload = &payload[..ip_len - 28];
-    let mut f = vec![0u8; 14 + ip_len];
-    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&(ip_len as u16).to_be_bytes());
-    f[20] = 0x40;
-    f[22] = 64;
-    f[23] = 17;
-    f[26..30].copy_from_slice(&[10, 0, 0, src_last]);
-    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
-    f[34..36].copy_from_slice(&40000u16.to_be_bytes());
-    f[36..38].copy_from_slice(&dport.to_be_bytes());
-    f[38..40].copy_from_slice(&((ip_len - 20) as u16).to_be_bytes());
-    f[42..].copy_from_slice(payload);
+    let payload = &payload[..payload.len().min(65535 - 28)];
+    let mut f = vec![0u8; EthIpv4UdpRepr::HEADER_LEN + payload.len()];
+    f[EthIpv4UdpRepr::HEADER_LEN..].copy_from_slice(payload);
+    let headers = EthIpv4UdpRepr {
+        eth: EthernetRepr {
+            src_addr: [2, 0, 0, 0, 0, 1],
+            dst_addr: [2, 0, 0, 0, 0, 2],
+            ethertype: ethertype::IPV4,
+        },
+        ip: Ipv4Repr {
+            src_addr: [10, 0, 0, src_last],
+            dst_addr: [10, 0, 0, 2],
+            hop_limit: 64,
+            dont_frag: true,
+            ..Ipv4Repr::default()
+        },
+        udp: UdpRepr {
+            src_port: 40000,
+            dst_port: dport,
+        },
+    };
+    headers.emit(&mut f, false);
     f
 }
 
