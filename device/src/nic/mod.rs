@@ -12,11 +12,15 @@
 
 mod cmd;
 mod datapath;
+mod doorbell;
 pub mod eswitch;
 pub mod packet;
+mod queues;
 pub mod rss;
 
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+pub use doorbell::{DoorbellArea, DoorbellMemoryTooSmall};
+use queues::{CompletionQueue, EventQueue, ReceiveQueue, SendQueue, Slab};
+
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -63,111 +67,6 @@ impl Default for NicConfig {
 
 /// Host functions (vPorts) one NIC exposes at most.
 pub const MAX_HOST_FUNCTIONS: usize = 8;
-
-/// Polled doorbell words of one function (BAR2). Stores from the host land here directly; the
-/// engine reads them when it runs.
-///
-/// The words live in the area's own memory until a transport hands it shared memory
-/// ([`DoorbellArea::use_memory`]): then the host's stores reach the words without any message
-/// (a vfio-user server offers that memory as the BAR's mmap-able area), as doorbell pages of a
-/// real NIC are written by the CPU straight across PCIe.
-pub struct DoorbellArea {
-    /// The words in use: `BAR_DOORBELL_SIZE / 4` of them.
-    words: AtomicPtr<AtomicU32>,
-    /// Every backing the words ever lived in, kept so a reader that loaded the old pointer
-    /// never touches freed memory (a handful of 16 KiB areas over a process's life).
-    backings: Mutex<Vec<Box<dyn Send + Sync>>>,
-}
-
-const DOORBELL_WORDS: usize = (BAR_DOORBELL_SIZE / 4) as usize;
-
-impl Default for DoorbellArea {
-    fn default() -> Self {
-        let mut owned: Box<[AtomicU32]> = (0..DOORBELL_WORDS).map(|_| AtomicU32::new(0)).collect();
-        DoorbellArea {
-            words: AtomicPtr::new(owned.as_mut_ptr()),
-            backings: Mutex::new(vec![Box::new(owned)]),
-        }
-    }
-}
-
-/// Shared doorbell memory smaller than the doorbell BAR.
-#[derive(Debug, thiserror::Error)]
-#[error("doorbell memory of {0} bytes is smaller than the doorbell BAR")]
-pub struct DoorbellMemoryTooSmall(pub usize);
-
-impl DoorbellArea {
-    fn word(&self, offset: u64) -> Option<&AtomicU32> {
-        let i = (offset / 4) as usize;
-        // SAFETY: the pointer always points at DOORBELL_WORDS live words (backings are never
-        // freed while the area lives), and `i` is in range.
-        (i < DOORBELL_WORDS).then(|| unsafe { &*self.words.load(Ordering::Acquire).add(i) })
-    }
-
-    /// Moves the words into `memory` (at its start), carrying their current values over. The
-    /// memory must be at least [`BAR_DOORBELL_SIZE`] bytes; it is typically a shared file that
-    /// the host maps too.
-    pub fn use_memory(
-        &self,
-        memory: Arc<vm_memory::GuestRegionMmap>,
-    ) -> Result<(), DoorbellMemoryTooSmall> {
-        use vm_memory::GuestMemoryRegion;
-        if (memory.len() as usize) < BAR_DOORBELL_SIZE as usize {
-            return Err(DoorbellMemoryTooSmall(memory.len() as usize));
-        }
-        let mut backings = self.backings.lock().unwrap_or_else(|e| e.into_inner());
-        let new = memory.as_ptr().cast::<AtomicU32>();
-        for i in 0..DOORBELL_WORDS {
-            // SAFETY: both areas hold DOORBELL_WORDS words; mmap memory is page aligned.
-            unsafe { (*new.add(i)).store(self.load(4 * i as u64), Ordering::Relaxed) };
-        }
-        self.words.store(new, Ordering::Release);
-        backings.push(Box::new(memory));
-        Ok(())
-    }
-
-    /// The word at byte `offset` (0 when out of range).
-    pub fn load(&self, offset: u64) -> u32 {
-        self.word(offset).map_or(0, |w| w.load(Ordering::Acquire))
-    }
-
-    pub fn write(&self, offset: u64, data: &[u8]) {
-        for (i, &b) in data.iter().enumerate() {
-            let o = offset + i as u64;
-            if let Some(w) = self.word(o) {
-                let shift = (o % 4) * 8;
-                let mut cur = w.load(Ordering::Relaxed);
-                loop {
-                    let new = (cur & !(0xff << shift)) | ((b as u32) << shift);
-                    match w.compare_exchange_weak(cur, new, Ordering::Release, Ordering::Relaxed) {
-                        Ok(_) => break,
-                        Err(x) => cur = x,
-                    }
-                }
-            }
-        }
-    }
-
-    /// Aligned 32-bit store (the common doorbell case).
-    pub fn store(&self, offset: u64, value: u32) {
-        if let Some(w) = self.word(offset) {
-            w.store(value, Ordering::Release);
-        }
-    }
-
-    pub fn read(&self, offset: u64, data: &mut [u8]) {
-        for (i, b) in data.iter_mut().enumerate() {
-            let o = offset + i as u64;
-            *b = (self.load(o & !3) >> ((o % 4) * 8)) as u8;
-        }
-    }
-
-    pub fn clear(&self) {
-        for i in 0..DOORBELL_WORDS {
-            self.store(4 * i as u64, 0);
-        }
-    }
-}
 
 /// What the engine needs of each function.
 struct Port {
@@ -483,224 +382,6 @@ impl PciFunction for NicFunction {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Queue state
-// ---------------------------------------------------------------------------------------------
-
-/// Event queue.
-pub(crate) struct EventQueue {
-    owner: u16,
-    addr: u64,
-    log_size: u8,
-    vector: u16,
-    pc: u32,
-    ci: u32,
-    armed: bool,
-    /// The doorbell word last read, and the arm sequence number last acted on: an arm is a
-    /// word with the ARM bit and a new sequence number.
-    last_db: u32,
-    arm_sn: u32,
-    overflows: u32,
-    refs: u32,
-}
-
-/// Completion queue.
-pub(crate) struct CompletionQueue {
-    owner: u16,
-    addr: u64,
-    log_size: u8,
-    eqn: u32,
-    pc: u32,
-    ci: u32,
-    armed: bool,
-    /// The doorbell word last read, and the arm sequence number last acted on: an arm is a
-    /// word with the ARM bit and a new sequence number.
-    last_db: u32,
-    arm_sn: u32,
-    overflows: u32,
-    refs: u32,
-}
-
-impl CompletionQueue {
-    /// Free CQE slots, from the consumer counter the driver last reported (24-bit, wrapping).
-    fn room(&self) -> u32 {
-        (1u32 << self.log_size).saturating_sub(self.pc.wrapping_sub(self.ci) & db::CI_MASK)
-    }
-}
-
-pub(crate) struct SendQueue {
-    owner: u16,
-    addr: u64,
-    log_size: u8,
-    cqn: u32,
-    signal_all: bool,
-    /// WQE basic blocks consumed.
-    ci: u32,
-    state: QueueState,
-    packets: u64,
-    bytes: u64,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum RqKind {
-    Regular,
-    Striding {
-        log_stride_size: u8,
-        log_strides: u8,
-    },
-}
-
-/// The striding WQE being filled.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct OpenWqe {
-    addr: u64,
-    next_stride: u32,
-}
-
-pub(crate) struct ReceiveQueue {
-    owner: u16,
-    addr: u64,
-    log_size: u8,
-    cqn: u32,
-    kind: RqKind,
-    /// WQEs consumed (a striding WQE counts when its last stride is used).
-    ci: u32,
-    open: Option<OpenWqe>,
-    state: QueueState,
-    /// Flow entries and RSS groups pointing here.
-    refs: u32,
-    packets: u64,
-    bytes: u64,
-    out_of_buffer: u64,
-    oversize_drops: u64,
-    truncated: u64,
-}
-
-/// An object created by, and visible only to, one host function.
-pub(crate) trait Owned {
-    fn owner(&self) -> u16;
-}
-
-macro_rules! owned {
-    ($($t:ty),*) => {$(
-        impl Owned for $t {
-            fn owner(&self) -> u16 {
-                self.owner
-            }
-        }
-    )*};
-}
-owned!(EventQueue, CompletionQueue, SendQueue, ReceiveQueue);
-
-/// An object other objects point at (a CQ's EQ, an SQ's or RQ's CQ, an RSS group's RQs): it
-/// cannot be destroyed while `refs` is non-zero.
-pub(crate) trait Referenced {
-    fn refs_mut(&mut self) -> &mut u32;
-}
-
-macro_rules! referenced {
-    ($($t:ty),*) => {$(
-        impl Referenced for $t {
-            fn refs_mut(&mut self) -> &mut u32 {
-                &mut self.refs
-            }
-        }
-    )*};
-}
-referenced!(EventQueue, CompletionQueue, ReceiveQueue);
-
-/// A table of numbered objects; numbers are indices and are reused after destroy.
-pub(crate) struct Slab<T> {
-    items: Vec<Option<T>>,
-    limit: u32,
-}
-
-impl<T> Slab<T> {
-    fn new(limit: u32) -> Self {
-        Slab {
-            items: Vec::new(),
-            limit,
-        }
-    }
-    fn insert(&mut self, v: T) -> Option<u32> {
-        if let Some(i) = self.items.iter().position(|x| x.is_none()) {
-            self.items[i] = Some(v);
-            return Some(i as u32);
-        }
-        if self.items.len() as u32 >= self.limit {
-            return None;
-        }
-        self.items.push(Some(v));
-        Some(self.items.len() as u32 - 1)
-    }
-    pub(crate) fn get(&self, id: u32) -> Option<&T> {
-        self.items.get(id as usize)?.as_ref()
-    }
-    pub(crate) fn get_mut(&mut self, id: u32) -> Option<&mut T> {
-        self.items.get_mut(id as usize)?.as_mut()
-    }
-    fn remove(&mut self, id: u32) -> Option<T> {
-        self.items.get_mut(id as usize)?.take()
-    }
-}
-
-impl<T: Owned> Slab<T> {
-    /// Object `id` if `function` owns it; a command naming anything else gets BAD_RESOURCE.
-    pub(crate) fn owned(&self, id: u32, function: u16) -> Result<&T, (CmdStatus, u32)> {
-        self.get(id)
-            .filter(|q| q.owner() == function)
-            .ok_or((CmdStatus::BadResource, id))
-    }
-
-    pub(crate) fn owned_mut(&mut self, id: u32, function: u16) -> Result<&mut T, (CmdStatus, u32)> {
-        self.get_mut(id)
-            .filter(|q| q.owner() == function)
-            .ok_or((CmdStatus::BadResource, id))
-    }
-
-    /// Removes object `id` of `function` and returns it, unless something still refers to it
-    /// (RESOURCE_BUSY with the reference count as syndrome).
-    pub(crate) fn take_unreferenced(
-        &mut self,
-        id: u32,
-        function: u16,
-    ) -> Result<T, (CmdStatus, u32)>
-    where
-        T: Referenced,
-    {
-        let refs = *self.owned_mut(id, function)?.refs_mut();
-        if refs != 0 {
-            return Err((CmdStatus::ResourceBusy, refs));
-        }
-        self.remove(id).ok_or((CmdStatus::BadResource, id))
-    }
-
-    fn remove_owned_by(&mut self, function: u16) {
-        for slot in self.items.iter_mut() {
-            if slot.as_ref().is_some_and(|q| q.owner() == function) {
-                *slot = None;
-            }
-        }
-    }
-}
-
-impl<T: Referenced> Slab<T> {
-    /// One more object points at `id` (if it exists).
-    pub(crate) fn add_ref(&mut self, id: u32) {
-        if let Some(o) = self.get_mut(id) {
-            *o.refs_mut() += 1;
-        }
-    }
-
-    /// One object fewer points at `id`.
-    pub(crate) fn drop_ref(&mut self, id: u32) {
-        if let Some(o) = self.get_mut(id) {
-            let r = o.refs_mut();
-            *r = r.saturating_sub(1);
-        }
-    }
-}
-
 /// Everything behind the NIC's lock.
 pub(crate) struct NicCore {
     config: NicConfig,
@@ -798,7 +479,7 @@ impl NicCore {
             if let Some(tab) = es.tables[*t as usize].take() {
                 self.flow_entry_count -= tab.entries.len() as u32;
                 for e in &tab.entries {
-                    release_entry_refs(&mut self.rqs, es, e.actions, e.dest, e.meter, e.encap);
+                    release_entry_refs(&mut self.rqs, es, e);
                 }
             }
         }
@@ -835,9 +516,7 @@ impl NicCore {
             {
                 if let Some(group) = es.rss_groups[g].take() {
                     for rq in group.indirection {
-                        if let Some(r) = self.rqs.get_mut(rq) {
-                            r.refs = r.refs.saturating_sub(1);
-                        }
+                        self.rqs.drop_ref(rq);
                     }
                 }
             }
@@ -850,35 +529,25 @@ impl NicCore {
     }
 }
 
-/// Drops the references a flow entry's fate holds on RQs, RSS groups or tables.
-fn release_entry_refs(
-    rqs: &mut Slab<ReceiveQueue>,
-    es: &mut Eswitch,
-    actions: u32,
-    dest: u32,
-    meter: u32,
-    encap: u32,
-) {
-    if actions & action::VXLAN_ENCAP != 0 {
-        if let Some(e) = es.encaps.get_mut(encap as usize).and_then(|e| e.as_mut()) {
-            e.refs = e.refs.saturating_sub(1);
+/// Drops the references a flow entry holds on RQs, tables, meters and encapsulations. RSS groups
+/// are only counted through their RQs; DESTROY_RSS_GROUP scans the entries instead.
+fn release_entry_refs(rqs: &mut Slab<ReceiveQueue>, es: &mut Eswitch, e: &eswitch::FlowEntry) {
+    if e.actions & action::VXLAN_ENCAP != 0 {
+        if let Some(x) = es.encaps.get_mut(e.encap as usize).and_then(|x| x.as_mut()) {
+            x.refs = x.refs.saturating_sub(1);
         }
     }
-    if actions & action::METER != 0 {
-        if let Some(m) = es.meters.get_mut(meter as usize).and_then(|m| m.as_mut()) {
+    if e.actions & action::METER != 0 {
+        if let Some(m) = es.meters.get_mut(e.meter as usize).and_then(|m| m.as_mut()) {
             m.refs = m.refs.saturating_sub(1);
         }
     }
-    if actions & action::FWD_RQ != 0 {
-        rqs.drop_ref(dest);
+    if e.actions & action::FWD_RQ != 0 {
+        rqs.drop_ref(e.dest);
     }
-    if actions & action::GOTO_TABLE != 0 {
-        if let Some(t) = es.table_mut(dest) {
+    if e.actions & action::GOTO_TABLE != 0 {
+        if let Some(t) = es.table_mut(e.dest) {
             t.refs = t.refs.saturating_sub(1);
         }
-    }
-    if actions & action::FWD_RSS != 0 {
-        // RSS groups are only counted through their RQs; the group itself may be destroyed
-        // only when no entry names it, which the destroy command checks by scanning.
     }
 }

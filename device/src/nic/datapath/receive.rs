@@ -1,0 +1,206 @@
+//! The receive block: a frame steered to an RQ is scattered into the next posted buffer — one
+//! packet per WQE in a regular RQ (truncated, and flagged, when longer than the buffer), or
+//! consecutive strides of the open WQE in a striding (multi-packet) RQ, where a filler CQE
+//! releases the strides a packet cannot use — and completed with a CQE. No posted buffer or no
+//! CQ space is a counted drop; an unreachable buffer or a bad WQE moves the RQ to the error state.
+
+use zerocopy::little_endian::{U16, U32};
+use zerocopy::FromBytes;
+
+use super::completions::{cq_lacks_room, post_cqe, report_queue_error};
+use super::{Ctx, NicCore};
+use crate::nic::queues::{OpenWqe, RqKind};
+use fld_abi::nic::*;
+
+/// Places a frame into RQ `rqn` and writes its CQE. False when it was dropped.
+pub(super) fn receive(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    rqn: u32,
+    frame: &[u8],
+    mut cqe: Cqe,
+) -> bool {
+    let Some(rq) = core.rqs.get(rqn) else {
+        return false;
+    };
+    if rq.state != QueueState::Ready {
+        return false;
+    }
+    let (owner, cqn, kind) = (rq.owner, rq.cqn, rq.kind);
+    if ctx.ports.get(owner as usize).is_none() {
+        return false;
+    }
+    let pi = ctx.doorbell(owner, db::slot(db::RQ_BASE, rqn)) & db::PI_MASK;
+    let len = frame.len();
+    cqe.byte_count = U32::new(len as u32);
+    match kind {
+        RqKind::Regular => {
+            if !wqe_available(core, rqn, pi) || cq_lacks_room(core, ctx, cqn, 1) {
+                return out_of_buffer(core, rqn);
+            }
+            let Some(wqe) = fetch_recv_wqe(core, ctx, rqn, pi) else {
+                return false;
+            };
+            let Some(rq) = core.rqs.get_mut(rqn) else {
+                return false;
+            };
+            let n = len.min(wqe.byte_count.get() as usize);
+            if ctx.dma(owner).write(wqe.addr.get(), &frame[..n]).is_err() {
+                rq_error(core, ctx, rqn, syndrome::DMA_ERROR);
+                return false;
+            }
+            if n < len {
+                cqe.flags |= cqe_flags::TRUNCATED;
+                rq.truncated += 1;
+            }
+            cqe.wqe_counter = U16::new(rq.ci as u16);
+            rq.ci = rq.ci.wrapping_add(1);
+            rq.packets += 1;
+            rq.bytes += len as u64;
+            post_cqe(core, ctx, cqn, cqe, CQE_RESP_SEND)
+        }
+        RqKind::Striding {
+            log_stride_size,
+            log_strides,
+        } => {
+            let stride = 1usize << log_stride_size;
+            let strides = 1u32 << log_strides;
+            let need = len.div_ceil(stride).max(1) as u32;
+            if need > strides {
+                if let Some(rq) = core.rqs.get_mut(rqn) {
+                    rq.oversize_drops += 1;
+                }
+                return false;
+            }
+            let mut open = core.rqs.get(rqn).and_then(|r| r.open);
+            // Not enough strides left: release the rest of the WQE with a filler CQE.
+            if let Some(o) = open.filter(|o| need > strides - o.next_stride) {
+                if cq_lacks_room(core, ctx, cqn, 2) {
+                    return out_of_buffer(core, rqn);
+                }
+                let Some(rq) = core.rqs.get_mut(rqn) else {
+                    return false;
+                };
+                let filler = Cqe {
+                    wqe_counter: U16::new(rq.ci as u16),
+                    stride_index: U16::new(o.next_stride as u16),
+                    consumed_strides: U16::new((strides - o.next_stride) as u16),
+                    flags: cqe_flags::FILLER | cqe_flags::WQE_DONE,
+                    qn: U32::new(rqn),
+                    vport: cqe.vport,
+                    ..Default::default()
+                };
+                rq.ci = rq.ci.wrapping_add(1);
+                rq.open = None;
+                open = None;
+                post_cqe(core, ctx, cqn, filler, CQE_RESP_SEND);
+            }
+            if cq_lacks_room(core, ctx, cqn, 1) {
+                return out_of_buffer(core, rqn);
+            }
+            let o = match open {
+                Some(o) => o,
+                None => {
+                    if !wqe_available(core, rqn, pi) {
+                        return out_of_buffer(core, rqn);
+                    }
+                    let Some(wqe) = fetch_recv_wqe(core, ctx, rqn, pi) else {
+                        return false;
+                    };
+                    if (wqe.byte_count.get() as u64) < (stride as u64) << log_strides {
+                        rq_error(core, ctx, rqn, syndrome::BAD_RECV_WQE);
+                        return false;
+                    }
+                    OpenWqe {
+                        addr: wqe.addr.get(),
+                        next_stride: 0,
+                    }
+                }
+            };
+            let at = o.addr + o.next_stride as u64 * stride as u64;
+            if ctx.dma(owner).write(at, frame).is_err() {
+                rq_error(core, ctx, rqn, syndrome::DMA_ERROR);
+                return false;
+            }
+            let Some(rq) = core.rqs.get_mut(rqn) else {
+                return false;
+            };
+            cqe.wqe_counter = U16::new(rq.ci as u16);
+            cqe.stride_index = U16::new(o.next_stride as u16);
+            cqe.consumed_strides = U16::new(need as u16);
+            let next = o.next_stride + need;
+            if next == strides {
+                cqe.flags |= cqe_flags::WQE_DONE;
+                rq.ci = rq.ci.wrapping_add(1);
+                rq.open = None;
+            } else {
+                rq.open = Some(OpenWqe {
+                    addr: o.addr,
+                    next_stride: next,
+                });
+            }
+            rq.packets += 1;
+            rq.bytes += len as u64;
+            post_cqe(core, ctx, cqn, cqe, CQE_RESP_SEND)
+        }
+    }
+}
+
+fn out_of_buffer(core: &mut NicCore, rqn: u32) -> bool {
+    if let Some(rq) = core.rqs.get_mut(rqn) {
+        rq.out_of_buffer += 1;
+    }
+    false
+}
+
+/// Whether the driver has posted a WQE beyond the device's counter (a producer counter more
+/// than a ring ahead is caught by [`fetch_recv_wqe`]).
+fn wqe_available(core: &mut NicCore, rqn: u32, pi: u32) -> bool {
+    core.rqs
+        .get(rqn)
+        .is_some_and(|rq| pi.wrapping_sub(rq.ci) & db::PI_MASK != 0)
+}
+
+/// Reads the RQ's next WQE; a DMA failure, a doorbell overflow or a bad memory key puts the RQ in
+/// error and returns None.
+fn fetch_recv_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, pi: u32) -> Option<RecvWqe> {
+    let rq = core.rqs.get(rqn)?;
+    if pi.wrapping_sub(rq.ci) & db::PI_MASK > 1 << rq.log_size {
+        core.bad_doorbells += 1;
+        rq_error(core, ctx, rqn, syndrome::DOORBELL_OVERFLOW);
+        return None;
+    }
+    let slot = rq.addr + ((rq.ci & ((1 << rq.log_size) - 1)) as u64) * RECV_WQE_SIZE as u64;
+    let mut b = [0u8; RECV_WQE_SIZE];
+    if ctx.dma(rq.owner).read(slot, &mut b).is_err() {
+        rq_error(core, ctx, rqn, syndrome::DMA_ERROR);
+        return None;
+    }
+    let wqe = RecvWqe::read_from_bytes(&b).ok()?;
+    if wqe.lkey.get() != RESERVED_LKEY {
+        rq_error(core, ctx, rqn, syndrome::BAD_RECV_WQE);
+        return None;
+    }
+    Some(wqe)
+}
+
+fn rq_error(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, syn: u8) {
+    let Some(rq) = core.rqs.get_mut(rqn) else {
+        return;
+    };
+    rq.state = QueueState::Error;
+    rq.open = None;
+    let (cqn, owner, ci) = (rq.cqn, rq.owner, rq.ci);
+    log::debug!("RQ {rqn}: error syndrome {syn:#x} at WQE {ci}");
+    report_queue_error(
+        core,
+        ctx,
+        cqn,
+        owner,
+        rqn,
+        ci as u16,
+        syn,
+        CQE_RESP_ERR,
+        QUEUE_ERROR_RQ,
+    );
+}
