@@ -14,72 +14,39 @@
 //!   arrival; each packet goes to the accelerator on the rx stream with its metadata, without
 //!   backpressure (§5.5).
 //!
-//! What it leaves out for now: RDMA (FLD-R), per-queue Rx (one shared RQ serves all), the NIC
-//! "resume at table" return path of the `accelerate` action.
+//! The blocks: [`regs`] (the driver's control registers), [`tx`] (Tx module), [`rx`] (Rx
+//! module); this file is the PCIe function, the NIC-facing BAR decoder and the engine step.
+//!
+//! Left out: RDMA (FLD-R), per-queue Rx (one shared RQ serves all).
 
 pub mod cuckoo;
 pub mod memory_model;
 pub mod perf_model;
+mod regs;
+mod rx;
+mod tx;
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use zerocopy::FromBytes;
 
-use crate::accel::{Accelerator, Credits, RxMeta, TxMeta, TxRefused, TxStream};
+use crate::accel::{Accelerator, TxStream};
 use crate::fabric::Fabric;
 use crate::pcie::{BarSpec, ConfigSpace, FunctionId, Identity, PciFunction, PciState};
-use cuckoo::{CuckooTable, RingKey};
 use fld_abi::fld::*;
 use fld_abi::nic;
+use rx::RxEngine;
+use tx::{TxEngine, TxView};
 
-/// Per Tx queue state: the ring manager of Figure 3.
-#[derive(Clone, Debug, Default)]
-struct TxQueue {
-    sqn: u32,
-    enabled: bool,
-    /// WQE basic blocks posted (each FLD WQE is one).
-    pi: u32,
-    /// Posted WQEs whose completion has arrived.
-    ci: u32,
-    /// Virtual chunk counters of the queue's Tx-data window.
-    vhead: u32,
-    vtail: u32,
-    /// WQEs posted since the last one that asked for a completion.
-    since_signal: u32,
-    doorbell_due: bool,
-}
+/// FLD's statistics counters (BAR0 `STATS_BASE`, indexed by [`Stat`]).
+pub(crate) struct Stats([u64; STAT_COUNT]);
 
-/// The Tx module: descriptor pool, both translation tables, the shared buffer.
-struct TxEngine {
-    pool: Vec<CompressedDesc>,
-    pool_free: Vec<u32>,
-    ring_xlt: CuckooTable,
-    data_xlt: CuckooTable,
-    buffer: Vec<u8>,
-    chunks_free: Vec<u32>,
-    queues: Vec<TxQueue>,
-}
-
-/// The Rx module: buffer, recycling cursor, RQ producer counter.
-#[derive(Default)]
-struct RxEngine {
-    buffer: Vec<u8>,
-    enabled: bool,
-    rqn: u32,
-    log_stride: u8,
-    log_strides: u8,
-    log_wqes: u8,
-    /// The striding WQE (buffer) the NIC is filling.
-    cursor: u32,
-    /// RQ producer counter FLD reports to the NIC.
-    pi: u32,
-    doorbell_due: bool,
-}
-
-impl RxEngine {
-    fn wqe_bytes(&self) -> usize {
-        1 << (self.log_stride + self.log_strides)
+impl Stats {
+    fn bump(&mut self, s: Stat) {
+        self.0[s as usize] += 1;
+    }
+    fn add(&mut self, s: Stat, n: u64) {
+        self.0[s as usize] += n;
     }
 }
 
@@ -89,17 +56,11 @@ struct FldCore {
     nic_doorbell: u64,
     tx_cqn: u32,
     rx_cqn: u32,
-    signal_every: u32,
     tx: TxEngine,
     rx: RxEngine,
-    /// Compressed completions waiting for the engine (15 bytes each).
-    tx_cqes: VecDeque<CompressedCqe>,
-    rx_cqes: VecDeque<CompressedCqe>,
-    /// CQEs consumed, reported to the NIC as CQ consumer counters.
-    tx_cq_ci: u32,
-    rx_cq_ci: u32,
+    /// Completions were consumed: the CQ consumer counters are due to the NIC.
     cq_doorbells_due: bool,
-    stats: [u64; STAT_COUNT],
+    stats: Stats,
     accel: Option<Box<dyn Accelerator>>,
 }
 
@@ -109,36 +70,29 @@ impl FldCore {
             nic_doorbell: 0,
             tx_cqn: u32::MAX,
             rx_cqn: u32::MAX,
-            signal_every: 32,
-            tx: TxEngine {
-                pool: vec![CompressedDesc::default(); geo.desc_pool as usize],
-                // The all-ones slot number marks an empty bucket of the ring translation table
-                // (so an entry needs no valid bit, §5.2's 31 bits): it is never handed out.
-                pool_free: (0..geo.desc_pool.saturating_sub(1)).rev().collect(),
-                ring_xlt: CuckooTable::new(geo.desc_pool, 0x5eed_0001),
-                data_xlt: CuckooTable::new(geo.tx_chunks, 0x5eed_0002),
-                buffer: vec![0; geo.tx_chunks as usize * geo.tx_chunk as usize],
-                chunks_free: (0..geo.tx_chunks).rev().collect(),
-                queues: vec![TxQueue::default(); geo.tx_queues as usize],
-            },
-            rx: RxEngine::default(),
-            tx_cqes: VecDeque::with_capacity(1 << geo.log_tx_cq),
-            rx_cqes: VecDeque::with_capacity(1 << geo.log_rx_cq),
-            tx_cq_ci: 0,
-            rx_cq_ci: 0,
+            tx: TxEngine::new(&geo),
+            rx: RxEngine::new(&geo),
             cq_doorbells_due: false,
-            stats: [0; STAT_COUNT],
+            stats: Stats([0; STAT_COUNT]),
             accel: None,
             geo,
         }
     }
 
-    fn bump(&mut self, s: Stat) {
-        self.stats[s as usize] += 1;
+    /// Back to the power-on state; the accelerator stays plugged in.
+    fn reset(&mut self) {
+        let accel = self.accel.take();
+        *self = FldCore::new(self.geo);
+        self.accel = accel;
     }
 
-    fn window_chunks(&self) -> u32 {
-        (self.geo.tx_window_bytes() / self.geo.tx_chunk as u64) as u32
+    /// The tx stream as the accelerator sees it.
+    fn tx_view(&mut self) -> TxView<'_> {
+        TxView {
+            tx: &mut self.tx,
+            stats: &mut self.stats,
+            geo: self.geo,
+        }
     }
 
     /// Bytes of on-chip memory per structure, as allocated (Table 3's FLD column). Translation
@@ -156,7 +110,7 @@ impl FldCore {
         m[MemoryItem::TxDataTranslation as usize] = self
             .tx
             .data_xlt
-            .bucket_memory_bytes(g.tx_queues, self.window_chunks());
+            .bucket_memory_bytes(g.tx_queues, tx::window_chunks(g));
         m[MemoryItem::RxBuffer as usize] = if self.rx.enabled {
             self.rx.buffer.len() as u64
         } else {
@@ -167,6 +121,77 @@ impl FldCore {
         m[MemoryItem::ProducerIndices as usize] = (g.tx_queues as u64 + 1) * 4;
         m[MemoryItem::Total as usize] = m[..MemoryItem::Total as usize].iter().sum();
         m
+    }
+
+    /// The NIC reads FLD's BAR2 (`bar2` is its bus address): a Tx-ring window (WQEs generated
+    /// on the fly), a Tx-data window (through the translation table) or the Rx buffer.
+    fn nic_read(&mut self, bar2: u64, offset: u64, data: &mut [u8]) {
+        let g = self.geo;
+        let len = data.len() as u64;
+        let Some(end) = offset.checked_add(len) else {
+            self.stats.bump(Stat::BadWindowAccesses);
+            return data.fill(FILL_PATTERN);
+        };
+        if end <= g.tx_data_base() && offset < g.tx_queues as u64 * g.tx_ring_bytes() {
+            return self.tx.read_ring(&g, &mut self.stats, bar2, offset, data);
+        }
+        if offset >= g.tx_data_base()
+            && end <= g.tx_data_base() + g.tx_queues as u64 * g.tx_window_bytes()
+        {
+            return self
+                .tx
+                .read_data(&g, &mut self.stats, offset - g.tx_data_base(), data);
+        }
+        let rx = g.rx_buffer_base();
+        if offset >= rx && end <= rx + self.rx.buffer.len() as u64 {
+            let o = (offset - rx) as usize;
+            data.copy_from_slice(&self.rx.buffer[o..o + data.len()]);
+            return;
+        }
+        self.stats.bump(Stat::BadWindowAccesses);
+        data.fill(FILL_PATTERN);
+    }
+
+    /// The NIC writes FLD's BAR2: packets into the Rx buffer, whole 64-byte CQEs into a CQ
+    /// window (compressed to 15 bytes on arrival, §5.2). Anything else is a counted bad access.
+    fn nic_write(&mut self, offset: u64, data: &[u8]) {
+        let g = self.geo;
+        let len = data.len() as u64;
+        let Some(end) = offset.checked_add(len) else {
+            return self.stats.bump(Stat::BadWindowAccesses);
+        };
+        let rx = g.rx_buffer_base();
+        if offset >= rx && end <= rx + self.rx.buffer.len() as u64 {
+            let o = (offset - rx) as usize;
+            self.rx.buffer[o..o + data.len()].copy_from_slice(data);
+            return;
+        }
+        let cqe_size = nic::CQE_SIZE as u64;
+        for (base, log, is_tx) in [
+            (g.tx_cq_base(), g.log_tx_cq, true),
+            (g.rx_cq_base(), g.log_rx_cq, false),
+        ] {
+            if offset >= base && end <= base + (cqe_size << log) {
+                if len != cqe_size || !(offset - base).is_multiple_of(cqe_size) {
+                    return self.stats.bump(Stat::BadWindowAccesses);
+                }
+                let Ok(cqe) = nic::Cqe::read_from_bytes(data) else {
+                    return;
+                };
+                let ring = if is_tx {
+                    &mut self.tx.cqes
+                } else {
+                    &mut self.rx.cqes
+                };
+                if ring.len() >= 1 << log {
+                    self.stats.bump(Stat::UnknownCqes);
+                } else {
+                    ring.push_back(CompressedCqe::compress(&cqe));
+                }
+                return;
+            }
+        }
+        self.stats.bump(Stat::BadWindowAccesses);
     }
 }
 
@@ -248,7 +273,7 @@ impl FldFunction {
     }
 
     pub fn stat(&self, s: Stat) -> u64 {
-        self.shared.lock().stats[s as usize]
+        self.shared.lock().stats.0[s as usize]
     }
 
     /// Bytes of on-chip memory per structure (indexed by [`MemoryItem`]).
@@ -259,196 +284,34 @@ impl FldFunction {
     /// The tx stream as the accelerator sees it, for callers outside an accelerator callback
     /// (tests, host-side models).
     pub fn with_tx_stream<R>(&self, f: impl FnOnce(&mut dyn TxStream) -> R) -> R {
-        let mut core = self.shared.lock();
-        f(&mut TxView { core: &mut core })
+        f(&mut self.shared.lock().tx_view())
     }
 
     /// One engine step: completions, receive delivery, accelerator poll, doorbells. Returns the
     /// work done.
     pub fn poll(&self) -> usize {
-        let mut core = self.shared.lock();
+        let mut guard = self.shared.lock();
+        let core = &mut *guard;
         let mut work = 0;
         // Background cuckoo relocation (§5.2): a few stash entries move back per step.
         work += core.tx.ring_xlt.relocate(4) + core.tx.data_xlt.relocate(4);
-        work += process_tx_completions(&mut core);
+        let (geo, stats) = (core.geo, &mut core.stats);
+        let completions = core.tx.process_completions(&geo, stats);
         let mut accel = core.accel.take();
-        work += deliver_receives(&mut core, accel.as_deref_mut());
+        let received =
+            rx::deliver_receives(&mut core.rx, &mut core.tx, stats, geo, accel.as_deref_mut());
+        core.cq_doorbells_due |= completions + received > 0;
+        work += completions + received;
         if let Some(a) = accel.as_deref_mut() {
-            work += a.poll(&mut TxView { core: &mut core });
+            work += a.poll(&mut core.tx_view());
         }
         core.accel = accel;
-        work += ring_doorbells(&mut core, &self.shared.fabric, self.pci.id);
+        work += ring_doorbells(core, &self.shared.fabric, self.pci.id);
         work
     }
 
     fn bar2_base(&self) -> u64 {
         self.pci.config().bar_address(BAR_NIC).unwrap_or(0)
-    }
-
-    fn control_read(&self, core: &FldCore, offset: u64) -> u32 {
-        let g = &core.geo;
-        let stat_end = reg::STATS_BASE + 8 * STAT_COUNT as u64;
-        let mem_end = reg::MEMORY_BASE + 8 * MEMORY_ITEMS as u64;
-        if let Some(v) = g.register(offset) {
-            return v;
-        }
-        match offset {
-            reg::VERSION => FLD_VERSION,
-            reg::STATUS => STATUS_READY,
-            reg::NIC_DOORBELL_LO => core.nic_doorbell as u32,
-            reg::NIC_DOORBELL_HI => (core.nic_doorbell >> 32) as u32,
-            reg::TX_CQN => core.tx_cqn,
-            reg::RX_CQN => core.rx_cqn,
-            reg::RX_RQN => core.rx.rqn,
-            reg::RX_LOG_STRIDE => core.rx.log_stride as u32,
-            reg::RX_LOG_STRIDES => core.rx.log_strides as u32,
-            reg::RX_LOG_WQES => core.rx.log_wqes as u32,
-            reg::RX_ENABLE => core.rx.enabled as u32,
-            reg::TX_SIGNAL_EVERY => core.signal_every,
-            o if (reg::STATS_BASE..stat_end).contains(&o) => {
-                let v = core.stats[((o - reg::STATS_BASE) / 8) as usize];
-                if o % 8 == 0 {
-                    v as u32
-                } else {
-                    (v >> 32) as u32
-                }
-            }
-            o if (reg::MEMORY_BASE..mem_end).contains(&o) => {
-                let v = core.memory_report()[((o - reg::MEMORY_BASE) / 8) as usize];
-                if o % 8 == 0 {
-                    v as u32
-                } else {
-                    (v >> 32) as u32
-                }
-            }
-            o if o >= reg::TXQ_BASE && ((o - reg::TXQ_BASE) / 16) < g.tx_queues as u64 => {
-                let qi = ((o - reg::TXQ_BASE) / 16) as usize;
-                let q = &core.tx.queues[qi];
-                match o % 16 {
-                    0 => q.sqn | if q.enabled { TXQ_ENABLE } else { 0 },
-                    4 => credits_of(core, qi as u16).packets,
-                    8 => credits_of(core, qi as u16).bytes,
-                    _ => q.pi.wrapping_sub(q.ci),
-                }
-            }
-            _ => 0,
-        }
-    }
-
-    fn control_write(&self, core: &mut FldCore, offset: u64, v: u32) {
-        match offset {
-            reg::RESET if v == RESET_MAGIC => {
-                let geo = core.geo;
-                let accel = core.accel.take();
-                *core = FldCore::new(geo);
-                core.accel = accel;
-            }
-            reg::NIC_DOORBELL_LO => {
-                core.nic_doorbell = (core.nic_doorbell & !0xffff_ffff) | v as u64
-            }
-            reg::NIC_DOORBELL_HI => {
-                core.nic_doorbell = (core.nic_doorbell & 0xffff_ffff) | (v as u64) << 32
-            }
-            reg::TX_CQN => core.tx_cqn = v,
-            reg::RX_CQN => core.rx_cqn = v,
-            reg::TX_SIGNAL_EVERY => core.signal_every = v.clamp(1, 1 << core.geo.log_tx_ring),
-            reg::RX_RQN if !core.rx.enabled => core.rx.rqn = v,
-            reg::RX_LOG_STRIDE if !core.rx.enabled => core.rx.log_stride = v.min(16) as u8,
-            reg::RX_LOG_STRIDES if !core.rx.enabled => core.rx.log_strides = v.min(16) as u8,
-            reg::RX_LOG_WQES if !core.rx.enabled => core.rx.log_wqes = v.min(16) as u8,
-            reg::RX_ENABLE => {
-                if v & 1 == 0 {
-                    core.rx.enabled = false;
-                    core.rx.buffer = Vec::new();
-                    return;
-                }
-                // The buffers must fit the Rx-buffer window; otherwise receive stays off.
-                let bytes = (core.rx.wqe_bytes() as u64) << core.rx.log_wqes;
-                let window = core.geo.tx_cq_base() - core.geo.rx_buffer_base();
-                if core.rx.enabled || bytes == 0 || bytes > window {
-                    return;
-                }
-                core.rx.buffer = vec![0; bytes as usize];
-                core.rx.enabled = true;
-                core.rx.cursor = 0;
-                core.rx.pi = 1 << core.rx.log_wqes;
-            }
-            o if o >= reg::TXQ_BASE
-                && ((o - reg::TXQ_BASE) / 16) < core.geo.tx_queues as u64
-                && o % 16 == 0 =>
-            {
-                let q = &mut core.tx.queues[((o - reg::TXQ_BASE) / 16) as usize];
-                // A queue with packets in flight keeps its binding.
-                if q.pi == q.ci {
-                    q.sqn = v & !TXQ_ENABLE;
-                    q.enabled = v & TXQ_ENABLE != 0;
-                }
-            }
-            _ => {}
-        }
-    }
-
-    // --- the NIC-facing window -----------------------------------------------------------------
-
-    fn nic_read(&self, core: &mut FldCore, offset: u64, data: &mut [u8]) {
-        let g = core.geo;
-        let len = data.len() as u64;
-        if offset + len <= g.tx_data_base() && offset < g.tx_queues as u64 * g.tx_ring_bytes() {
-            let bar2 = self.bar2_base();
-            return read_tx_ring(core, bar2, offset, data);
-        }
-        if offset >= g.tx_data_base()
-            && offset + len <= g.tx_data_base() + g.tx_queues as u64 * g.tx_window_bytes()
-        {
-            return read_tx_data(core, offset - g.tx_data_base(), data);
-        }
-        let rx = g.rx_buffer_base();
-        if offset >= rx && offset + len <= rx + core.rx.buffer.len() as u64 {
-            let o = (offset - rx) as usize;
-            data.copy_from_slice(&core.rx.buffer[o..o + data.len()]);
-            return;
-        }
-        core.bump(Stat::BadWindowAccesses);
-        data.fill(FILL_PATTERN);
-    }
-
-    fn nic_write(&self, core: &mut FldCore, offset: u64, data: &[u8]) {
-        let g = core.geo;
-        let len = data.len() as u64;
-        let rx = g.rx_buffer_base();
-        if offset >= rx && offset + len <= rx + core.rx.buffer.len() as u64 {
-            let o = (offset - rx) as usize;
-            core.rx.buffer[o..o + data.len()].copy_from_slice(data);
-            return;
-        }
-        let cqe_size = nic::CQE_SIZE as u64;
-        for (base, log, is_tx) in [
-            (g.tx_cq_base(), g.log_tx_cq, true),
-            (g.rx_cq_base(), g.log_rx_cq, false),
-        ] {
-            if offset >= base && offset + len <= base + (cqe_size << log) {
-                if len != cqe_size || !(offset - base).is_multiple_of(cqe_size) {
-                    core.bump(Stat::BadWindowAccesses);
-                    return;
-                }
-                let Ok(cqe) = nic::Cqe::read_from_bytes(data) else {
-                    return;
-                };
-                let c = CompressedCqe::compress(&cqe);
-                let ring = if is_tx {
-                    &mut core.tx_cqes
-                } else {
-                    &mut core.rx_cqes
-                };
-                if ring.len() >= 1 << log {
-                    core.bump(Stat::UnknownCqes);
-                } else {
-                    ring.push_back(c);
-                }
-                return;
-            }
-        }
-        core.bump(Stat::BadWindowAccesses);
     }
 }
 
@@ -463,10 +326,13 @@ impl PciFunction for FldFunction {
             BAR_CONTROL => {
                 for (i, b) in data.iter_mut().enumerate() {
                     let o = offset + i as u64;
-                    *b = (self.control_read(&core, o & !3) >> ((o % 4) * 8)) as u8;
+                    *b = (regs::read(&core, o & !3) >> ((o % 4) * 8)) as u8;
                 }
             }
-            BAR_NIC => self.nic_read(&mut core, offset, data),
+            BAR_NIC => {
+                let bar2 = self.bar2_base();
+                core.nic_read(bar2, offset, data)
+            }
             _ => data.fill(0xff),
         }
     }
@@ -476,396 +342,21 @@ impl PciFunction for FldFunction {
         match bar {
             BAR_CONTROL if offset.is_multiple_of(4) && data.len().is_multiple_of(4) => {
                 for (i, c) in data.chunks_exact(4).enumerate() {
-                    self.control_write(
+                    regs::write(
                         &mut core,
                         offset + 4 * i as u64,
                         u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
                     );
                 }
             }
-            BAR_NIC => self.nic_write(&mut core, offset, data),
+            BAR_NIC => core.nic_write(offset, data),
             _ => {}
         }
     }
 
     fn reset(&self) {
-        let mut core = self.shared.lock();
-        let geo = core.geo;
-        let accel = core.accel.take();
-        *core = FldCore::new(geo);
-        core.accel = accel;
+        self.shared.lock().reset();
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tx
-// ---------------------------------------------------------------------------------------------
-
-/// The accelerator's view of the Tx module.
-struct TxView<'a> {
-    core: &'a mut FldCore,
-}
-
-impl TxView<'_> {
-    /// Contiguous free virtual chunks of queue `q` (a packet never wraps its window).
-    fn window_room(core: &FldCore, q: &TxQueue) -> u32 {
-        let w = core.window_chunks();
-        let free = w - 1 - q.vhead.wrapping_sub(q.vtail);
-        let to_end = w - q.vhead % w;
-        if to_end >= free {
-            free
-        } else {
-            to_end.max(free - to_end)
-        }
-    }
-}
-
-impl TxStream for TxView<'_> {
-    fn credits(&self, queue: u16) -> Credits {
-        credits_of(self.core, queue)
-    }
-
-    fn send(&mut self, meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused> {
-        let core = &mut *self.core;
-        let qi = meta.queue as usize;
-        if core.tx.queues.get(qi).is_none_or(|q| !q.enabled) {
-            core.bump(Stat::TxUnknownQueue);
-            return Err(TxRefused::UnknownQueue);
-        }
-        if data.is_empty() || data.len() > core.geo.max_packet as usize {
-            core.bump(Stat::TxBadLength);
-            return Err(TxRefused::BadLength);
-        }
-        let credits = self.credits(meta.queue);
-        let core = &mut *self.core;
-        let g = core.geo.tx_chunk as usize;
-        let need = data.len().div_ceil(g) as u32;
-        if credits.packets == 0 || need * g as u32 > credits.bytes {
-            core.bump(Stat::TxNoCredit);
-            return Err(TxRefused::NoCredit);
-        }
-        let w = core.window_chunks();
-        let q = &core.tx.queues[qi];
-        // Skip to the window start rather than wrap a packet (bounded virtual fragmentation).
-        let mut vstart = q.vhead;
-        if vstart % w + need > w {
-            vstart += w - vstart % w;
-        }
-        // Map chunks; a stalled insertion is undone so nothing is half-posted.
-        let mut mapped = 0u32;
-        let mut stalled = false;
-        for k in 0..need {
-            let Some(p) = core.tx.chunks_free.pop() else {
-                break;
-            };
-            let key = RingKey {
-                queue: meta.queue,
-                index: ((vstart + k) % w) as u16,
-            };
-            if core.tx.data_xlt.insert(key, p).is_err() {
-                core.tx.chunks_free.push(p);
-                stalled = true;
-                break;
-            }
-            let at = p as usize * g;
-            let part = &data[k as usize * g..((k as usize + 1) * g).min(data.len())];
-            core.tx.buffer[at..at + part.len()].copy_from_slice(part);
-            mapped += 1;
-        }
-        let slot = if mapped == need {
-            core.tx.pool_free.pop()
-        } else {
-            None
-        };
-        let ring_key = RingKey {
-            queue: meta.queue,
-            index: (core.tx.queues[qi].pi & ((1 << core.geo.log_tx_ring) - 1)) as u16,
-        };
-        let placed = slot.is_some_and(|s| core.tx.ring_xlt.insert(ring_key, s).is_ok());
-        if !placed {
-            if let Some(s) = slot {
-                core.tx.pool_free.push(s);
-            }
-            for k in 0..mapped {
-                if let Some(p) = core.tx.data_xlt.remove(RingKey {
-                    queue: meta.queue,
-                    index: ((vstart + k) % w) as u16,
-                }) {
-                    core.tx.chunks_free.push(p);
-                }
-            }
-            if stalled || slot.is_some() {
-                core.bump(Stat::TxStalls);
-            }
-            core.bump(Stat::TxNoCredit);
-            return Err(TxRefused::NoCredit);
-        }
-        let slot = slot.unwrap_or_default();
-        let every = core.signal_every;
-        let q = &mut core.tx.queues[qi];
-        q.since_signal += 1;
-        let signal = q.since_signal >= every;
-        if signal {
-            q.since_signal = 0;
-        }
-        let offset = (vstart % w) * g as u32;
-        core.tx.pool[slot as usize] = CompressedDesc::new(
-            offset,
-            data.len() as u32,
-            meta.cs_flags,
-            signal,
-            q.pi as u16,
-        )
-        .with_resume(meta.resume_table);
-        q.vhead = vstart + need;
-        q.pi = q.pi.wrapping_add(1);
-        q.doorbell_due = true;
-        core.stats[Stat::TxPackets as usize] += 1;
-        core.stats[Stat::TxBytes as usize] += data.len() as u64;
-        Ok(())
-    }
-}
-
-/// Per-queue credits (§5.5): packets = min(ring room, free pool slots), bytes = whole free
-/// chunks the queue's window can take contiguously; none while a translation stash is full.
-fn credits_of(core: &FldCore, queue: u16) -> Credits {
-    let Some(q) = core.tx.queues.get(queue as usize).filter(|q| q.enabled) else {
-        return Credits::default();
-    };
-    if core.tx.ring_xlt.stash_len() >= cuckoo::STASH_ENTRIES
-        || core.tx.data_xlt.stash_len() >= cuckoo::STASH_ENTRIES
-    {
-        return Credits::default();
-    }
-    let ring_free = (1u32 << core.geo.log_tx_ring) - q.pi.wrapping_sub(q.ci);
-    let packets = ring_free.min(core.tx.pool_free.len() as u32);
-    let chunks = (core.tx.chunks_free.len() as u32).min(TxView::window_room(core, q));
-    Credits {
-        packets,
-        bytes: if packets == 0 {
-            0
-        } else {
-            chunks * core.geo.tx_chunk
-        },
-    }
-}
-
-/// The NIC reads the Tx-ring window: FLD builds each 64-byte WQE from its compressed descriptor.
-fn read_tx_ring(core: &mut FldCore, bar2: u64, offset: u64, data: &mut [u8]) {
-    let g = core.geo;
-    let ring_bytes = g.tx_ring_bytes();
-    let mut done = 0usize;
-    while done < data.len() {
-        let o = offset + done as u64;
-        let (q, in_ring) = ((o / ring_bytes) as usize, o % ring_bytes);
-        let slot = (in_ring / nic::WQEBB as u64) as u16;
-        let at = (in_ring % nic::WQEBB as u64) as usize;
-        let n = (nic::WQEBB - at).min(data.len() - done);
-        match generate_wqe(core, bar2, q, slot) {
-            Some(wqe) => data[done..done + n].copy_from_slice(&wqe[at..at + n]),
-            None => {
-                core.bump(Stat::BadWindowAccesses);
-                data[done..done + n].fill(FILL_PATTERN);
-            }
-        }
-        done += n;
-    }
-}
-
-/// The WQE a CPU driver would have written for the descriptor at (queue, slot): control,
-/// Ethernet segment without inline headers, one data pointer into the Tx-data window. The last
-/// WQE posted when the NIC fetches it always asks for a completion, so credits always return.
-fn generate_wqe(core: &FldCore, bar2: u64, q: usize, slot: u16) -> Option<[u8; nic::WQEBB]> {
-    let tq = core.tx.queues.get(q)?;
-    let s = core.tx.ring_xlt.lookup(RingKey {
-        queue: q as u16,
-        index: slot,
-    })?;
-    let d = *core.tx.pool.get(s as usize)?;
-    let last_posted = d.wqe_index() == tq.pi.wrapping_sub(1) as u16;
-    Some(d.expand(
-        d.signal() || last_posted,
-        tq.sqn,
-        bar2 + core.geo.tx_data_base() + q as u64 * core.geo.tx_window_bytes(),
-    ))
-}
-
-/// The NIC reads the Tx-data window: the translation table finds each chunk.
-fn read_tx_data(core: &mut FldCore, offset: u64, data: &mut [u8]) {
-    let g = core.geo.tx_chunk as u64;
-    let window = core.geo.tx_window_bytes();
-    let w = core.window_chunks() as u64;
-    let mut done = 0usize;
-    let mut missing = false;
-    while done < data.len() {
-        let o = offset + done as u64;
-        let (q, in_win) = ((o / window) as u16, o % window);
-        let chunk = in_win / g;
-        let at = (in_win % g) as usize;
-        let n = (g as usize - at).min(data.len() - done);
-        match core.tx.data_xlt.lookup(RingKey {
-            queue: q,
-            index: (chunk % w) as u16,
-        }) {
-            Some(p) => {
-                let src = p as usize * g as usize + at;
-                data[done..done + n].copy_from_slice(&core.tx.buffer[src..src + n]);
-            }
-            None => {
-                missing = true;
-                data[done..done + n].fill(FILL_PATTERN);
-            }
-        }
-        done += n;
-    }
-    if missing {
-        core.bump(Stat::BadWindowAccesses);
-    }
-}
-
-/// Applies the Tx completions the NIC wrote: everything up to the signalled WQE is released.
-fn process_tx_completions(core: &mut FldCore) -> usize {
-    let mut n = 0;
-    while let Some(c) = core.tx_cqes.pop_front() {
-        n += 1;
-        core.tx_cq_ci = core.tx_cq_ci.wrapping_add(1);
-        core.cq_doorbells_due = true;
-        let sqn = c.queue() as u32;
-        let Some(qi) = core
-            .tx
-            .queues
-            .iter()
-            .position(|q| q.enabled && q.sqn & 0xffff == sqn)
-        else {
-            core.bump(Stat::UnknownCqes);
-            continue;
-        };
-        core.bump(Stat::TxCompletions);
-        if c.opcode() == nic::CQE_REQ_ERR {
-            // The NIC's SQ is in error and will send nothing more: release every posted packet
-            // and disable the queue until the control plane binds it again.
-            core.bump(Stat::TxErrorCompletions);
-            log::warn!(
-                "FLD Tx queue {qi}: NIC error completion, syndrome {:#x}",
-                c.stride_or_syndrome()
-            );
-            let last = core.tx.queues[qi].pi.wrapping_sub(1) as u16;
-            release_through(core, qi, last);
-            core.tx.queues[qi].enabled = false;
-            continue;
-        }
-        let upto = c.counter_or_len();
-        release_through(core, qi, upto);
-    }
-    n
-}
-
-/// Frees descriptors and chunks of queue `qi` from its consumer up to WQE index `upto`.
-fn release_through(core: &mut FldCore, qi: usize, upto: u16) {
-    let mask = (1u32 << core.geo.log_tx_ring) - 1;
-    let w = core.window_chunks();
-    let g = core.geo.tx_chunk;
-    loop {
-        let q = &core.tx.queues[qi];
-        if q.ci == q.pi {
-            return;
-        }
-        let ci = q.ci;
-        let key = RingKey {
-            queue: qi as u16,
-            index: (ci & mask) as u16,
-        };
-        let Some(slot) = core.tx.ring_xlt.remove(key) else {
-            core.tx.queues[qi].ci = ci.wrapping_add(1);
-            continue;
-        };
-        let d = core.tx.pool[slot as usize];
-        core.tx.pool_free.push(slot);
-        let first = d.window_offset() / g;
-        let chunks = d.len().div_ceil(g);
-        for k in 0..chunks {
-            if let Some(p) = core.tx.data_xlt.remove(RingKey {
-                queue: qi as u16,
-                index: ((first + k) % w) as u16,
-            }) {
-                core.tx.chunks_free.push(p);
-            }
-        }
-        let q = &mut core.tx.queues[qi];
-        // Advance the virtual tail past this packet (and any skipped end of window).
-        let end = (first + chunks) % w;
-        q.vtail = q.vtail.wrapping_add((end + w - q.vtail % w) % w);
-        q.ci = ci.wrapping_add(1);
-        // An idle queue starts its window afresh, so its whole window is contiguous again.
-        if q.ci == q.pi {
-            q.vhead = 0;
-            q.vtail = 0;
-        }
-        if ci as u16 == upto {
-            return;
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Rx
-// ---------------------------------------------------------------------------------------------
-
-/// Delivers received packets to the accelerator and recycles finished buffers in order.
-fn deliver_receives(
-    core: &mut FldCore,
-    mut accel: Option<&mut (dyn Accelerator + 'static)>,
-) -> usize {
-    let mut n = 0;
-    while let Some(c) = core.rx_cqes.pop_front() {
-        n += 1;
-        core.rx_cq_ci = core.rx_cq_ci.wrapping_add(1);
-        core.cq_doorbells_due = true;
-        if !core.rx.enabled || c.queue() as u32 != core.rx.rqn & 0xffff {
-            core.bump(Stat::UnknownCqes);
-            continue;
-        }
-        if c.opcode() == nic::CQE_RESP_ERR {
-            core.bump(Stat::RxErrorCompletions);
-            continue;
-        }
-        if c.flags() & nic::cqe_flags::FILLER == 0 {
-            let len = c.counter_or_len() as usize;
-            let wqe = core.rx.wqe_bytes();
-            let at = core.rx.cursor as usize * wqe
-                + ((c.stride_or_syndrome() as usize) << core.rx.log_stride);
-            core.stats[Stat::RxPackets as usize] += 1;
-            core.stats[Stat::RxBytes as usize] += len as u64;
-            let (context, resume_table) = split_accelerate_tag(c.flow_tag());
-            let meta = RxMeta {
-                queue: 0,
-                context,
-                resume_table,
-                csum: c.csum(),
-                rss_hash: c.rss_hash(),
-                len: len as u32,
-            };
-            let accepted = match (accel.as_deref_mut(), core.rx.buffer.get(at..at + len)) {
-                (Some(a), Some(_)) => {
-                    // The packet is copied out of the Rx buffer onto the stream, so the
-                    // buffer space is free as soon as the WQE is done.
-                    let pkt = core.rx.buffer[at..at + len].to_vec();
-                    a.receive(&meta, &pkt, &mut TxView { core })
-                }
-                _ => false,
-            };
-            if !accepted {
-                core.bump(Stat::RxAcceleratorDrops);
-            }
-        }
-        if c.flags() & nic::cqe_flags::WQE_DONE != 0 {
-            core.rx.cursor = (core.rx.cursor + 1) % (1 << core.rx.log_wqes);
-            core.rx.pi = core.rx.pi.wrapping_add(1);
-            core.rx.doorbell_due = true;
-            core.bump(Stat::RxRecycledWqes);
-        }
-    }
-    n
 }
 
 /// P2P doorbell writes to the NIC: SQ producers, the RQ producer, CQ consumers.
@@ -894,7 +385,7 @@ fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId) -> usize
     }
     if core.cq_doorbells_due {
         core.cq_doorbells_due = false;
-        for (cqn, ci) in [(core.tx_cqn, core.tx_cq_ci), (core.rx_cqn, core.rx_cq_ci)] {
+        for (cqn, ci) in [(core.tx_cqn, core.tx.cq_ci), (core.rx_cqn, core.rx.cq_ci)] {
             if cqn != u32::MAX {
                 let _ = dma.write(
                     base + nic::db::CQ_BASE + 4 * cqn as u64,
@@ -908,7 +399,9 @@ fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId) -> usize
 
 #[cfg(test)]
 mod tests {
+    use super::cuckoo::RingKey;
     use super::*;
+    use crate::accel::{Credits, TxMeta, TxRefused};
     use crate::fld::memory_model::MemoryParams;
     use proptest::prelude::*;
 
@@ -934,7 +427,7 @@ mod tests {
     /// chunk accounted for.
     fn check_no_aliasing(core: &FldCore) {
         let g = core.geo.tx_chunk;
-        let w = core.window_chunks();
+        let w = tx::window_chunks(&core.geo);
         let mask = (1u32 << core.geo.log_tx_ring) - 1;
         let mut owner = vec![None; core.geo.tx_chunks as usize];
         for &p in &core.tx.chunks_free {
@@ -1002,12 +495,12 @@ mod tests {
         #[test]
         fn translation_never_aliases_and_credits_conserve(ops in proptest::collection::vec(op(), 1..300)) {
             let mut core = small();
-            let initial: Vec<Credits> = (0..4).map(|q| TxView { core: &mut core }.credits(q)).collect();
+            let initial: Vec<Credits> = (0..4).map(|q| core.tx_view().credits(q)).collect();
             for op in ops {
                 match op {
                     Op::Send { queue, len } => {
-                        let before = TxView { core: &mut core }.credits(queue);
-                        let r = TxView { core: &mut core }.send(&TxMeta { queue, cs_flags: 0 , resume_table: None}, &vec![queue as u8; len]);
+                        let before = core.tx_view().credits(queue);
+                        let r = core.tx_view().send(&TxMeta { queue, cs_flags: 0 , resume_table: None}, &vec![queue as u8; len]);
                         if queue >= 4 {
                             prop_assert_eq!(r, Err(TxRefused::UnknownQueue));
                         } else if len > 2048 {
@@ -1021,7 +514,7 @@ mod tests {
                         if q.pi != q.ci {
                             let inflight = q.pi.wrapping_sub(q.ci);
                             let upto = q.ci.wrapping_add(inflight.saturating_sub(1).min(back)) as u16;
-                            release_through(&mut core, queue as usize, upto);
+                            core.tx.release_through(&core.geo, queue as usize, upto);
                         }
                     }
                 }
@@ -1030,11 +523,11 @@ mod tests {
             for q in 0..4u16 {
                 let pi = core.tx.queues[q as usize].pi;
                 if pi != core.tx.queues[q as usize].ci {
-                    release_through(&mut core, q as usize, pi.wrapping_sub(1) as u16);
+                    core.tx.release_through(&core.geo, q as usize, pi.wrapping_sub(1) as u16);
                 }
             }
             check_no_aliasing(&core);
-            let end: Vec<Credits> = (0..4).map(|q| TxView { core: &mut core }.credits(q)).collect();
+            let end: Vec<Credits> = (0..4).map(|q| core.tx_view().credits(q)).collect();
             prop_assert_eq!(initial, end);
         }
     }
@@ -1045,7 +538,7 @@ mod tests {
         let pkt: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
         // Fragment the free list so the packet's chunks are not physically contiguous.
         core.tx.chunks_free.reverse();
-        TxView { core: &mut core }
+        core.tx_view()
             .send(
                 &TxMeta {
                     queue: 2,
@@ -1062,8 +555,9 @@ mod tests {
             .unwrap() as usize];
         let mut out = vec![0u8; 1000];
         let base = 2 * core.geo.tx_window_bytes() + d.window_offset() as u64;
-        read_tx_data(&mut core, base, &mut out);
+        core.tx
+            .read_data(&core.geo, &mut core.stats, base, &mut out);
         assert_eq!(out, pkt);
-        assert_eq!(core.stats[Stat::BadWindowAccesses as usize], 0);
+        assert_eq!(core.stats.0[Stat::BadWindowAccesses as usize], 0);
     }
 }

@@ -1,0 +1,124 @@
+//! FLD's Rx module (paper §5.1, §5.5): a NIC striding RQ whose WQEs stay in host memory and point
+//! into FLD's Rx-buffer window. FLD recycles the buffers in posting order, so the descriptors
+//! never change; it only advances the RQ doorbell. CQEs written into the Rx CQ window are
+//! compressed to 15 bytes on arrival; each packet goes to the accelerator on the rx stream with
+//! its metadata, straight from the Rx buffer and without backpressure (a packet the accelerator
+//! refuses is a counted drop).
+//! Left out: per-queue Rx (one shared RQ serves all FLD-E traffic).
+
+use std::collections::VecDeque;
+
+use super::tx::{TxEngine, TxView};
+use super::Stats;
+use crate::accel::{Accelerator, RxMeta};
+use fld_abi::fld::*;
+use fld_abi::nic;
+
+/// The Rx module: buffer, recycling cursor, RQ producer counter and the completions the NIC
+/// wrote.
+#[derive(Default)]
+pub(super) struct RxEngine {
+    pub buffer: Vec<u8>,
+    pub enabled: bool,
+    pub rqn: u32,
+    pub log_stride: u8,
+    pub log_strides: u8,
+    pub log_wqes: u8,
+    /// The striding WQE (buffer) the NIC is filling.
+    pub cursor: u32,
+    /// RQ producer counter FLD reports to the NIC.
+    pub pi: u32,
+    pub doorbell_due: bool,
+    /// Compressed completions waiting for the engine.
+    pub cqes: VecDeque<CompressedCqe>,
+    /// CQEs consumed, reported to the NIC as the CQ consumer counter.
+    pub cq_ci: u32,
+}
+
+impl RxEngine {
+    pub fn new(geo: &FldGeometry) -> Self {
+        RxEngine {
+            cqes: VecDeque::with_capacity(1 << geo.log_rx_cq),
+            ..Default::default()
+        }
+    }
+
+    /// Bytes of one striding WQE (buffer).
+    pub fn wqe_bytes(&self) -> usize {
+        1 << (self.log_stride + self.log_strides)
+    }
+
+    /// RX_ENABLE: allocates the buffers the layout registers describe if they fit the
+    /// Rx-buffer window `window` (otherwise receive stays off), or frees them.
+    pub fn enable(&mut self, on: bool, window: u64) {
+        if !on {
+            self.enabled = false;
+            self.buffer = Vec::new();
+            return;
+        }
+        let bytes = (self.wqe_bytes() as u64) << self.log_wqes;
+        if self.enabled || bytes == 0 || bytes > window {
+            return;
+        }
+        self.buffer = vec![0; bytes as usize];
+        self.enabled = true;
+        self.cursor = 0;
+        self.pi = 1 << self.log_wqes;
+    }
+}
+
+/// Delivers received packets to the accelerator and recycles finished buffers in order. The
+/// accelerator reads each packet in place and may answer on the tx stream (`tx`) at once.
+/// Returns the completions consumed.
+pub(super) fn deliver_receives(
+    rx: &mut RxEngine,
+    tx: &mut TxEngine,
+    stats: &mut Stats,
+    geo: FldGeometry,
+    mut accel: Option<&mut (dyn Accelerator + 'static)>,
+) -> usize {
+    let mut n = 0;
+    while let Some(c) = rx.cqes.pop_front() {
+        n += 1;
+        rx.cq_ci = rx.cq_ci.wrapping_add(1);
+        if !rx.enabled || c.queue() as u32 != rx.rqn & 0xffff {
+            stats.bump(Stat::UnknownCqes);
+            continue;
+        }
+        if c.opcode() == nic::CQE_RESP_ERR {
+            stats.bump(Stat::RxErrorCompletions);
+            continue;
+        }
+        if c.flags() & nic::cqe_flags::FILLER == 0 {
+            let len = c.counter_or_len() as usize;
+            let at = rx.cursor as usize * rx.wqe_bytes()
+                + ((c.stride_or_syndrome() as usize) << rx.log_stride);
+            stats.bump(Stat::RxPackets);
+            stats.add(Stat::RxBytes, len as u64);
+            let (context, resume_table) = split_accelerate_tag(c.flow_tag());
+            let meta = RxMeta {
+                queue: 0,
+                context,
+                resume_table,
+                csum: c.csum(),
+                rss_hash: c.rss_hash(),
+                len: len as u32,
+            };
+            let packet = at.checked_add(len).and_then(|end| rx.buffer.get(at..end));
+            let accepted = match (accel.as_deref_mut(), packet) {
+                (Some(a), Some(packet)) => a.receive(&meta, packet, &mut TxView { tx, stats, geo }),
+                _ => false,
+            };
+            if !accepted {
+                stats.bump(Stat::RxAcceleratorDrops);
+            }
+        }
+        if c.flags() & nic::cqe_flags::WQE_DONE != 0 {
+            rx.cursor = (rx.cursor + 1) % (1 << rx.log_wqes);
+            rx.pi = rx.pi.wrapping_add(1);
+            rx.doorbell_due = true;
+            stats.bump(Stat::RxRecycledWqes);
+        }
+    }
+    n
+}

@@ -1,0 +1,392 @@
+//! FLD's Tx module (paper §5.2, Figure 3): the accelerator's packet goes into one shared on-chip
+//! Tx buffer through a data translation table (per-queue virtual windows, chunk granularity);
+//! an 8-byte compressed descriptor goes into a shared pool indexed by a 4-bank cuckoo hash
+//! table keyed by (queue, ring slot). When the NIC reads the Tx-ring window, FLD expands the
+//! descriptor into the 64-byte WQE; when it reads the Tx-data window, the translation table
+//! serves the bytes. Completions the NIC writes into the Tx CQ window free descriptors and chunks
+//! and return per-queue credits (§5.5).
+
+use std::collections::VecDeque;
+
+use super::cuckoo::{self, CuckooTable, RingKey};
+use super::Stats;
+use crate::accel::{Credits, TxMeta, TxRefused, TxStream};
+use fld_abi::fld::*;
+use fld_abi::nic;
+
+/// Per Tx queue state: the ring manager of Figure 3.
+#[derive(Clone, Debug, Default)]
+pub(super) struct TxQueue {
+    pub sqn: u32,
+    pub enabled: bool,
+    /// WQE basic blocks posted (each FLD WQE is one).
+    pub pi: u32,
+    /// Posted WQEs whose completion has arrived.
+    pub ci: u32,
+    /// Virtual chunk counters of the queue's Tx-data window.
+    vhead: u32,
+    vtail: u32,
+    /// WQEs posted since the last one that asked for a completion.
+    since_signal: u32,
+    pub doorbell_due: bool,
+}
+
+/// The Tx module: descriptor pool, both translation tables, the shared buffer, the queues and
+/// the completions the NIC wrote.
+pub(super) struct TxEngine {
+    pub pool: Vec<CompressedDesc>,
+    pub pool_free: Vec<u32>,
+    pub ring_xlt: CuckooTable,
+    pub data_xlt: CuckooTable,
+    pub buffer: Vec<u8>,
+    pub chunks_free: Vec<u32>,
+    pub queues: Vec<TxQueue>,
+    /// Every Nth WQE of a queue requests a completion (selective signalling).
+    pub signal_every: u32,
+    /// Compressed completions waiting for the engine (15 bytes each).
+    pub cqes: VecDeque<CompressedCqe>,
+    /// CQEs consumed, reported to the NIC as the CQ consumer counter.
+    pub cq_ci: u32,
+}
+
+impl TxEngine {
+    pub fn new(geo: &FldGeometry) -> Self {
+        TxEngine {
+            pool: vec![CompressedDesc::default(); geo.desc_pool as usize],
+            // The all-ones slot number marks an empty bucket of the ring translation table
+            // (so an entry needs no valid bit, §5.2's 31 bits): it is never handed out.
+            pool_free: (0..geo.desc_pool.saturating_sub(1)).rev().collect(),
+            ring_xlt: CuckooTable::new(geo.desc_pool, 0x5eed_0001),
+            data_xlt: CuckooTable::new(geo.tx_chunks, 0x5eed_0002),
+            buffer: vec![0; geo.tx_chunks as usize * geo.tx_chunk as usize],
+            chunks_free: (0..geo.tx_chunks).rev().collect(),
+            queues: vec![TxQueue::default(); geo.tx_queues as usize],
+            signal_every: 32,
+            cqes: VecDeque::with_capacity(1 << geo.log_tx_cq),
+            cq_ci: 0,
+        }
+    }
+
+    /// Contiguous free virtual chunks of queue `q` (a packet never wraps its window).
+    fn window_room(geo: &FldGeometry, q: &TxQueue) -> u32 {
+        let w = window_chunks(geo);
+        let free = w - 1 - q.vhead.wrapping_sub(q.vtail);
+        let to_end = w - q.vhead % w;
+        if to_end >= free {
+            free
+        } else {
+            to_end.max(free - to_end)
+        }
+    }
+
+    /// Per-queue credits (§5.5): packets = min(ring room, free pool slots), bytes = whole free
+    /// chunks the queue's window can take contiguously; none while a translation stash is full.
+    pub fn credits(&self, geo: &FldGeometry, queue: u16) -> Credits {
+        let Some(q) = self.queues.get(queue as usize).filter(|q| q.enabled) else {
+            return Credits::default();
+        };
+        if self.ring_xlt.stash_len() >= cuckoo::STASH_ENTRIES
+            || self.data_xlt.stash_len() >= cuckoo::STASH_ENTRIES
+        {
+            return Credits::default();
+        }
+        let ring_free = (1u32 << geo.log_tx_ring) - q.pi.wrapping_sub(q.ci);
+        let packets = ring_free.min(self.pool_free.len() as u32);
+        let chunks = (self.chunks_free.len() as u32).min(Self::window_room(geo, q));
+        Credits {
+            packets,
+            bytes: if packets == 0 {
+                0
+            } else {
+                chunks * geo.tx_chunk
+            },
+        }
+    }
+
+    /// The NIC reads the Tx-ring window at `offset`: FLD builds each 64-byte WQE from its
+    /// compressed descriptor. `bar2` is FLD's NIC-facing BAR's bus address.
+    pub fn read_ring(
+        &self,
+        geo: &FldGeometry,
+        stats: &mut Stats,
+        bar2: u64,
+        offset: u64,
+        data: &mut [u8],
+    ) {
+        let ring_bytes = geo.tx_ring_bytes();
+        let mut done = 0usize;
+        while done < data.len() {
+            let o = offset + done as u64;
+            let (q, in_ring) = ((o / ring_bytes) as usize, o % ring_bytes);
+            let slot = (in_ring / nic::WQEBB as u64) as u16;
+            let at = (in_ring % nic::WQEBB as u64) as usize;
+            let n = (nic::WQEBB - at).min(data.len() - done);
+            match self.generate_wqe(geo, bar2, q, slot) {
+                Some(wqe) => data[done..done + n].copy_from_slice(&wqe[at..at + n]),
+                None => {
+                    stats.bump(Stat::BadWindowAccesses);
+                    data[done..done + n].fill(FILL_PATTERN);
+                }
+            }
+            done += n;
+        }
+    }
+
+    /// The WQE a CPU driver would have written for the descriptor at (queue, slot). The last
+    /// WQE posted when the NIC fetches it always asks for a completion, so credits always
+    /// return.
+    fn generate_wqe(
+        &self,
+        geo: &FldGeometry,
+        bar2: u64,
+        q: usize,
+        slot: u16,
+    ) -> Option<[u8; nic::WQEBB]> {
+        let tq = self.queues.get(q)?;
+        let s = self.ring_xlt.lookup(RingKey {
+            queue: q as u16,
+            index: slot,
+        })?;
+        let d = *self.pool.get(s as usize)?;
+        let last_posted = d.wqe_index() == tq.pi.wrapping_sub(1) as u16;
+        Some(d.expand(
+            d.signal() || last_posted,
+            tq.sqn,
+            bar2 + geo.tx_data_base() + q as u64 * geo.tx_window_bytes(),
+        ))
+    }
+
+    /// The NIC reads the Tx-data window at `offset` (from the window's start): the
+    /// translation table finds each chunk.
+    pub fn read_data(&self, geo: &FldGeometry, stats: &mut Stats, offset: u64, data: &mut [u8]) {
+        let g = geo.tx_chunk as u64;
+        let window = geo.tx_window_bytes();
+        let w = window_chunks(geo) as u64;
+        let mut done = 0usize;
+        let mut missing = false;
+        while done < data.len() {
+            let o = offset + done as u64;
+            let (q, in_win) = ((o / window) as u16, o % window);
+            let chunk = in_win / g;
+            let at = (in_win % g) as usize;
+            let n = (g as usize - at).min(data.len() - done);
+            match self.data_xlt.lookup(RingKey {
+                queue: q,
+                index: (chunk % w) as u16,
+            }) {
+                Some(p) => {
+                    let src = p as usize * g as usize + at;
+                    data[done..done + n].copy_from_slice(&self.buffer[src..src + n]);
+                }
+                None => {
+                    missing = true;
+                    data[done..done + n].fill(FILL_PATTERN);
+                }
+            }
+            done += n;
+        }
+        if missing {
+            stats.bump(Stat::BadWindowAccesses);
+        }
+    }
+
+    /// Applies the Tx completions the NIC wrote: everything up to the signalled WQE is released.
+    /// Returns the completions consumed (their consumer counter is due to the NIC).
+    pub fn process_completions(&mut self, geo: &FldGeometry, stats: &mut Stats) -> usize {
+        let mut n = 0;
+        while let Some(c) = self.cqes.pop_front() {
+            n += 1;
+            self.cq_ci = self.cq_ci.wrapping_add(1);
+            let sqn = c.queue() as u32;
+            let Some(qi) = self
+                .queues
+                .iter()
+                .position(|q| q.enabled && q.sqn & 0xffff == sqn)
+            else {
+                stats.bump(Stat::UnknownCqes);
+                continue;
+            };
+            stats.bump(Stat::TxCompletions);
+            if c.opcode() == nic::CQE_REQ_ERR {
+                // The NIC's SQ is in error and will send nothing more: release every posted
+                // packet and disable the queue until the control plane binds it again.
+                stats.bump(Stat::TxErrorCompletions);
+                log::warn!(
+                    "FLD Tx queue {qi}: NIC error completion, syndrome {:#x}",
+                    c.stride_or_syndrome()
+                );
+                let last = self.queues[qi].pi.wrapping_sub(1) as u16;
+                self.release_through(geo, qi, last);
+                self.queues[qi].enabled = false;
+                continue;
+            }
+            self.release_through(geo, qi, c.counter_or_len());
+        }
+        n
+    }
+
+    /// Frees descriptors and chunks of queue `qi` from its consumer up to WQE index `upto`.
+    pub fn release_through(&mut self, geo: &FldGeometry, qi: usize, upto: u16) {
+        let mask = (1u32 << geo.log_tx_ring) - 1;
+        let w = window_chunks(geo);
+        let g = geo.tx_chunk;
+        loop {
+            let q = &self.queues[qi];
+            if q.ci == q.pi {
+                return;
+            }
+            let ci = q.ci;
+            let key = RingKey {
+                queue: qi as u16,
+                index: (ci & mask) as u16,
+            };
+            let Some(slot) = self.ring_xlt.remove(key) else {
+                self.queues[qi].ci = ci.wrapping_add(1);
+                continue;
+            };
+            let d = self.pool[slot as usize];
+            self.pool_free.push(slot);
+            let first = d.window_offset() / g;
+            let chunks = d.len().div_ceil(g);
+            for k in 0..chunks {
+                if let Some(p) = self.data_xlt.remove(RingKey {
+                    queue: qi as u16,
+                    index: ((first + k) % w) as u16,
+                }) {
+                    self.chunks_free.push(p);
+                }
+            }
+            let q = &mut self.queues[qi];
+            // Advance the virtual tail past this packet (and any skipped end of window).
+            let end = (first + chunks) % w;
+            q.vtail = q.vtail.wrapping_add((end + w - q.vtail % w) % w);
+            q.ci = ci.wrapping_add(1);
+            // An idle queue starts its window afresh, so its whole window is contiguous again.
+            if q.ci == q.pi {
+                q.vhead = 0;
+                q.vtail = 0;
+            }
+            if ci as u16 == upto {
+                return;
+            }
+        }
+    }
+}
+
+/// Chunks of one queue's virtual Tx-data window.
+pub(super) fn window_chunks(geo: &FldGeometry) -> u32 {
+    (geo.tx_window_bytes() / geo.tx_chunk as u64) as u32
+}
+
+/// The accelerator's view of the Tx module: the tx stream of its AXI port.
+pub(super) struct TxView<'a> {
+    pub tx: &'a mut TxEngine,
+    pub stats: &'a mut Stats,
+    pub geo: FldGeometry,
+}
+
+impl TxStream for TxView<'_> {
+    fn credits(&self, queue: u16) -> Credits {
+        self.tx.credits(&self.geo, queue)
+    }
+
+    fn send(&mut self, meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused> {
+        let (geo, stats) = (self.geo, &mut *self.stats);
+        let qi = meta.queue as usize;
+        if self.tx.queues.get(qi).is_none_or(|q| !q.enabled) {
+            stats.bump(Stat::TxUnknownQueue);
+            return Err(TxRefused::UnknownQueue);
+        }
+        if data.is_empty() || data.len() > geo.max_packet as usize {
+            stats.bump(Stat::TxBadLength);
+            return Err(TxRefused::BadLength);
+        }
+        let credits = self.tx.credits(&geo, meta.queue);
+        let tx = &mut *self.tx;
+        let g = geo.tx_chunk as usize;
+        let need = data.len().div_ceil(g) as u32;
+        if credits.packets == 0 || need * g as u32 > credits.bytes {
+            stats.bump(Stat::TxNoCredit);
+            return Err(TxRefused::NoCredit);
+        }
+        let w = window_chunks(&geo);
+        let q = &tx.queues[qi];
+        // Skip to the window start rather than wrap a packet (bounded virtual fragmentation).
+        let mut vstart = q.vhead;
+        if vstart % w + need > w {
+            vstart += w - vstart % w;
+        }
+        // Map chunks; a stalled insertion is undone so nothing is half-posted.
+        let mut mapped = 0u32;
+        let mut stalled = false;
+        for k in 0..need {
+            let Some(p) = tx.chunks_free.pop() else {
+                break;
+            };
+            let key = RingKey {
+                queue: meta.queue,
+                index: ((vstart + k) % w) as u16,
+            };
+            if tx.data_xlt.insert(key, p).is_err() {
+                tx.chunks_free.push(p);
+                stalled = true;
+                break;
+            }
+            let at = p as usize * g;
+            let part = &data[k as usize * g..((k as usize + 1) * g).min(data.len())];
+            tx.buffer[at..at + part.len()].copy_from_slice(part);
+            mapped += 1;
+        }
+        let slot = if mapped == need {
+            tx.pool_free.pop()
+        } else {
+            None
+        };
+        let ring_key = RingKey {
+            queue: meta.queue,
+            index: (tx.queues[qi].pi & ((1 << geo.log_tx_ring) - 1)) as u16,
+        };
+        let placed = slot.is_some_and(|s| tx.ring_xlt.insert(ring_key, s).is_ok());
+        if !placed {
+            if let Some(s) = slot {
+                tx.pool_free.push(s);
+            }
+            for k in 0..mapped {
+                if let Some(p) = tx.data_xlt.remove(RingKey {
+                    queue: meta.queue,
+                    index: ((vstart + k) % w) as u16,
+                }) {
+                    tx.chunks_free.push(p);
+                }
+            }
+            if stalled || slot.is_some() {
+                stats.bump(Stat::TxStalls);
+            }
+            stats.bump(Stat::TxNoCredit);
+            return Err(TxRefused::NoCredit);
+        }
+        let slot = slot.unwrap_or_default();
+        let every = tx.signal_every;
+        let q = &mut tx.queues[qi];
+        q.since_signal += 1;
+        let signal = q.since_signal >= every;
+        if signal {
+            q.since_signal = 0;
+        }
+        let offset = (vstart % w) * g as u32;
+        tx.pool[slot as usize] = CompressedDesc::new(
+            offset,
+            data.len() as u32,
+            meta.cs_flags,
+            signal,
+            q.pi as u16,
+        )
+        .with_resume(meta.resume_table);
+        q.vhead = vstart + need;
+        q.pi = q.pi.wrapping_add(1);
+        q.doorbell_due = true;
+        stats.bump(Stat::TxPackets);
+        stats.add(Stat::TxBytes, data.len() as u64);
+        Ok(())
+    }
+}
