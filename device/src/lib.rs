@@ -10,6 +10,8 @@ pub mod accel;
 pub mod card;
 pub mod fabric;
 pub mod fld;
+#[cfg(any(test, feature = "mock"))]
+pub mod mock;
 pub mod nic;
 pub mod pcie;
 pub mod wire;

@@ -17,6 +17,8 @@ pub mod eswitch;
 pub mod packet;
 mod queues;
 pub mod rss;
+#[cfg(test)]
+mod tests;
 
 pub use doorbell::{DoorbellArea, DoorbellMemoryTooSmall};
 use queues::{CompletionQueue, EventQueue, ReceiveQueue, SendQueue, Slab};

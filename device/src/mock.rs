@@ -1,0 +1,865 @@
+//! A mock of the *driver* side of the card, in the manner of rust-vmm `virtio-queue`'s
+//! `mock.rs`: commands, WQEs, receive descriptors and doorbells are written into real host
+//! memory and registers exactly as a driver writes them, and CQEs and EQEs are read back from
+//! the rings the device wrote, so the device crate tests its NIC core and FLD (and the fuzz
+//! targets drive them) without the driver crate. Formats come from `fld_abi` only.
+//!
+//! Host memory is one anonymous mapping with guard bytes on both sides: only the middle is
+//! mapped for DMA, and [`MockHost::guard_intact`] checks that no device access ever touched the
+//! rest. Allocation is a bump pointer (a harness needs no more); interrupts are counted per
+//! function and vector.
+//!
+//! Left out: anything a test does not need — no flow-rule vocabulary beyond "everything to this
+//! RQ", no RSS, no recovery paths (a test writes those commands itself with
+//! [`MockHost::command`]).
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use vm_memory::{Bytes, GuestAddress, GuestRegionMmap, MemoryRegionAddress};
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+use crate::card::{Card, CardConfig};
+use crate::fabric::{Fabric, FabricConfig, HostRegion};
+use crate::fld::FldFunction;
+use crate::nic::{Nic, NicConfig};
+use crate::pcie::{FunctionId, InterruptSink, MsiMessage};
+use fld_abi::fld as fabi;
+use fld_abi::nic::*;
+use fld_abi::pci::*;
+
+/// Bus address of the DMA-mapped part of host memory.
+pub const MOCK_IOVA: u64 = 0x1_0000_0000;
+/// Where BARs are assigned: above host memory.
+const MOCK_MMIO: u64 = 0x40_0000_0000;
+/// Guard bytes before and after the mapped part of host memory.
+const GUARD: usize = 4096;
+/// Byte the guard areas are filled with.
+const CANARY: u8 = 0xc3;
+/// MSI address of every vector (interpreted by nobody).
+const MSI_ADDRESS: u32 = 0xfee0_0000;
+
+#[derive(Default)]
+struct Interrupts {
+    counts: Mutex<HashMap<(FunctionId, u16), u64>>,
+}
+
+impl InterruptSink for Interrupts {
+    fn deliver(&self, function: FunctionId, msg: MsiMessage) {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((function, msg.vector))
+            .or_default() += 1;
+    }
+}
+
+/// What a command returned: the delivery status of CMD_STATUS and, when delivered, the output
+/// header's status and syndrome and the output body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CmdReply {
+    pub delivery: u8,
+    pub status: u8,
+    pub syndrome: u32,
+    pub out: Vec<u8>,
+}
+
+impl CmdReply {
+    pub fn ok(&self) -> bool {
+        self.delivery == CmdDelivery::Ok as u8 && self.status == CmdStatus::Ok as u8
+    }
+
+    /// The object number a CREATE_* returned.
+    pub fn id(&self) -> Option<u32> {
+        self.ok()
+            .then(|| CreateOut::read_from_prefix(&self.out).ok())
+            .flatten()
+            .map(|(o, _)| o.id.get())
+    }
+
+    /// Whether the command failed with `status` and `syndrome`.
+    pub fn failed_with(&self, status: CmdStatus, syndrome: u32) -> bool {
+        self.delivery == CmdDelivery::Ok as u8
+            && self.status == status as u8
+            && self.syndrome == syndrome
+    }
+}
+
+/// A ring the device produces into (EQ or CQ), as the mock consumes it.
+#[derive(Clone, Copy, Debug)]
+pub struct MockRing {
+    pub id: u32,
+    pub addr: u64,
+    pub log_size: u8,
+    /// Entries consumed.
+    pub ci: u32,
+    arm_sn: u32,
+}
+
+/// A send queue as the mock posts to it.
+#[derive(Clone, Copy, Debug)]
+pub struct MockSq {
+    pub id: u32,
+    pub addr: u64,
+    pub log_size: u8,
+    /// WQE basic blocks posted.
+    pub pi: u32,
+}
+
+/// A receive queue as the mock posts to it.
+#[derive(Clone, Copy, Debug)]
+pub struct MockRq {
+    pub id: u32,
+    pub addr: u64,
+    pub log_size: u8,
+    /// Receive WQEs posted.
+    pub pi: u32,
+}
+
+/// The queues of one NIC function brought up for traffic: an EQ, a send CQ and SQ, a receive CQ
+/// and a regular RQ whose buffers are posted, and a receive table sending everything to the RQ.
+#[derive(Clone, Debug)]
+pub struct MockPort {
+    pub function: u16,
+    pub eq: MockRing,
+    pub tx_cq: MockRing,
+    pub sq: MockSq,
+    pub rx_cq: MockRing,
+    pub rq: MockRq,
+    /// One receive buffer per RQ slot.
+    pub rx_buffers: Vec<u64>,
+    pub rx_buffer_len: u32,
+    /// Staging buffer for frames to send.
+    pub tx_buffer: u64,
+}
+
+/// FLD bound to NIC function 0 as FLD-E binds it (paper §5.3).
+#[derive(Clone, Debug)]
+pub struct MockFldBinding {
+    pub eq: MockRing,
+    pub tx_cqn: u32,
+    pub rx_cqn: u32,
+    pub sqns: Vec<u32>,
+    pub rq: MockRq,
+}
+
+/// Host memory, the card's functions as a driver finds them after enumeration, and the mock
+/// driver's bookkeeping.
+pub struct MockHost {
+    pub fabric: Arc<Fabric>,
+    pub nic: Arc<Nic>,
+    pub fld: Option<Arc<FldFunction>>,
+    memory: Arc<GuestRegionMmap>,
+    mapped: usize,
+    next: Cell<usize>,
+    bars: HashMap<(FunctionId, u8), u64>,
+    interrupts: Arc<Interrupts>,
+    token: Cell<u16>,
+    /// Command buffers (input, output), shared by all functions.
+    cmd: (u64, u64),
+}
+
+impl MockHost {
+    /// A NIC alone on a fabric, with `mapped` bytes of host memory.
+    pub fn nic(config: NicConfig, mapped: usize) -> Self {
+        let fabric = Fabric::new(FabricConfig::default());
+        let nic = Nic::new(&fabric, config);
+        Self::enumerate(fabric, nic, None, mapped)
+    }
+
+    /// A whole card (NIC, FLD, switch), with `mapped` bytes of host memory.
+    pub fn card(config: CardConfig, mapped: usize) -> Self {
+        let card = Card::new(config);
+        Self::enumerate(
+            card.fabric.clone(),
+            card.nic.clone(),
+            Some(card.fld.clone()),
+            mapped,
+        )
+    }
+
+    /// Maps host memory for every function, assigns BARs, enables memory decode, bus
+    /// mastering and every MSI-X vector, as a driver's probe does.
+    fn enumerate(
+        fabric: Arc<Fabric>,
+        nic: Arc<Nic>,
+        fld: Option<Arc<FldFunction>>,
+        mapped: usize,
+    ) -> Self {
+        let mapped = mapped.next_multiple_of(4096);
+        let memory = Arc::new(
+            GuestRegionMmap::from_range(GuestAddress(0), mapped + 2 * GUARD, None)
+                .expect("anonymous host memory"),
+        );
+        let canary = vec![CANARY; GUARD];
+        for at in [0, GUARD + mapped] {
+            memory
+                .write_slice(&canary, MemoryRegionAddress(at as u64))
+                .expect("guard in bounds");
+        }
+        let mut bars = HashMap::new();
+        let mut next_bar = MOCK_MMIO;
+        for fid in 0..fabric.function_count() as FunctionId {
+            fabric
+                .map_host(
+                    fid,
+                    HostRegion {
+                        iova: MOCK_IOVA,
+                        len: mapped as u64,
+                        memory: memory.clone(),
+                        offset: GUARD as u64,
+                    },
+                )
+                .expect("mapping inside its memory");
+            let specs = fabric
+                .function(fid)
+                .map(|f| f.pci().config().bars().to_vec())
+                .unwrap_or_default();
+            for spec in specs {
+                next_bar = next_bar.next_multiple_of(spec.size);
+                fabric.assign_bar(fid, spec.index, next_bar);
+                bars.insert((fid, spec.index), next_bar);
+                next_bar += spec.size;
+            }
+            let command = CMD_MEMORY | CMD_BUS_MASTER;
+            fabric.config_write(fid, OFF_COMMAND as u64, &command.to_le_bytes());
+        }
+        let interrupts = Arc::new(Interrupts::default());
+        fabric.set_interrupt_sink(interrupts.clone());
+        let host = MockHost {
+            fabric,
+            nic,
+            fld,
+            memory,
+            mapped,
+            next: Cell::new(0),
+            bars,
+            interrupts,
+            token: Cell::new(0),
+            cmd: (0, 0),
+        };
+        let cmd = (
+            host.alloc(CMD_MAX_LEN as usize),
+            host.alloc(CMD_MAX_LEN as usize),
+        );
+        let host = MockHost { cmd, ..host };
+        for f in 0..host.nic.functions().len() as u16 {
+            host.enable_msix(host.nic_fid(f));
+        }
+        host
+    }
+
+    fn enable_msix(&self, fid: FunctionId) {
+        let mut cap = [0u8; 12];
+        self.fabric.config_read(fid, OFF_MSIX_CAP as u64, &mut cap);
+        let control = u16::from_le_bytes([cap[2], cap[3]]);
+        let vectors = (control & MSIX_CTRL_TABLE_SIZE) + 1;
+        let (bir, off) = msix_bir_offset(u32::from_le_bytes([cap[4], cap[5], cap[6], cap[7]]));
+        let Some(base) = self.bars.get(&(fid, bir)).copied() else {
+            return;
+        };
+        for v in 0..u64::from(vectors) {
+            let e = base + off + v * MSIX_ENTRY_SIZE;
+            self.mmio_write32(e + MSIX_ENTRY_ADDR_LO, MSI_ADDRESS);
+            self.mmio_write32(e + MSIX_ENTRY_ADDR_HI, 0);
+            self.mmio_write32(e + MSIX_ENTRY_DATA, v as u32);
+            self.mmio_write32(e + MSIX_ENTRY_VECTOR_CTRL, 0);
+        }
+        let enabled = control | MSIX_CTRL_ENABLE;
+        self.fabric
+            .config_write(fid, OFF_MSIX_CONTROL as u64, &enabled.to_le_bytes());
+    }
+
+    // --- memory -----------------------------------------------------------------------------
+
+    /// `len` bytes of DMA-mapped memory (page aligned from 4 KiB, else 64-byte aligned), zeroed
+    /// when first handed out. Panics when the mapped memory is exhausted (a harness bug).
+    pub fn alloc(&self, len: usize) -> u64 {
+        let align = if len >= 4096 { 4096 } else { 64 };
+        let start = self.next.get().next_multiple_of(align);
+        let end = start + len.max(1);
+        assert!(end <= self.mapped, "mock host memory exhausted");
+        self.next.set(end);
+        MOCK_IOVA + start as u64
+    }
+
+    /// Bytes of mapped host memory.
+    pub fn mapped_len(&self) -> usize {
+        self.mapped
+    }
+
+    fn offset(&self, iova: u64, len: usize) -> MemoryRegionAddress {
+        let off = iova
+            .checked_sub(MOCK_IOVA)
+            .filter(|o| o + len as u64 <= self.mapped as u64)
+            .expect("access inside mapped mock memory");
+        MemoryRegionAddress(GUARD as u64 + off)
+    }
+
+    pub fn write(&self, iova: u64, data: &[u8]) {
+        let at = self.offset(iova, data.len());
+        self.memory.write_slice(data, at).expect("in bounds");
+    }
+
+    pub fn read(&self, iova: u64, buf: &mut [u8]) {
+        let at = self.offset(iova, buf.len());
+        self.memory.read_slice(buf, at).expect("in bounds");
+    }
+
+    pub fn write_obj<T: IntoBytes + Immutable>(&self, iova: u64, v: &T) {
+        self.write(iova, v.as_bytes());
+    }
+
+    pub fn read_obj<T: FromBytes + IntoBytes>(&self, iova: u64) -> T {
+        let mut v = T::new_zeroed();
+        self.read(iova, v.as_mut_bytes());
+        v
+    }
+
+    /// Whether the guard bytes around the mapped memory are untouched: no DMA ever left it.
+    pub fn guard_intact(&self) -> bool {
+        let mut buf = vec![0u8; GUARD];
+        [0, GUARD + self.mapped].iter().all(|&at| {
+            self.memory
+                .read_slice(&mut buf, MemoryRegionAddress(at as u64))
+                .is_ok()
+                && buf.iter().all(|&b| b == CANARY)
+        })
+    }
+
+    // --- registers and the engine -----------------------------------------------------------
+
+    /// Bus address of BAR `bar` of function `fid`.
+    pub fn bar(&self, fid: FunctionId, bar: u8) -> u64 {
+        self.bars.get(&(fid, bar)).copied().unwrap_or(0)
+    }
+
+    pub fn mmio_write32(&self, addr: u64, v: u32) {
+        self.fabric.mmio_write(addr, &v.to_le_bytes());
+    }
+
+    pub fn mmio_read32(&self, addr: u64) -> u32 {
+        let mut b = [0u8; 4];
+        self.fabric.mmio_read(addr, &mut b);
+        u32::from_le_bytes(b)
+    }
+
+    /// Fabric ID of NIC function `f`.
+    pub fn nic_fid(&self, f: u16) -> FunctionId {
+        self.nic.function_id(f).expect("NIC function")
+    }
+
+    /// Interrupts delivered on `vector` of NIC function `f` since the last call.
+    pub fn take_interrupts(&self, f: u16, vector: u16) -> u64 {
+        let fid = self.nic_fid(f);
+        self.interrupts
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(fid, vector))
+            .unwrap_or(0)
+    }
+
+    /// One step of every engine.
+    pub fn poll(&self) -> usize {
+        self.nic.poll() + self.fld.as_ref().map_or(0, |f| f.poll())
+    }
+
+    /// Steps until nothing moves, at most `max` times; returns the steps taken.
+    pub fn run(&self, max: usize) -> usize {
+        (0..max).take_while(|_| self.poll() > 0).count()
+    }
+
+    /// Writes the doorbell word at `offset` of NIC function `f`'s doorbell page.
+    pub fn doorbell(&self, f: u16, offset: u64, value: u32) {
+        self.mmio_write32(self.bar(self.nic_fid(f), BAR_DOORBELL) + offset, value);
+    }
+
+    /// NIC function `f`'s control register at `offset`.
+    pub fn nic_reg(&self, f: u16, offset: u64) -> u32 {
+        self.mmio_read32(self.bar(self.nic_fid(f), BAR_CONTROL) + offset)
+    }
+
+    pub fn set_nic_reg(&self, f: u16, offset: u64, v: u32) {
+        self.mmio_write32(self.bar(self.nic_fid(f), BAR_CONTROL) + offset, v);
+    }
+
+    /// Function-level reset of NIC function `f` through DEVICE_RESET.
+    pub fn reset_nic(&self, f: u16) {
+        self.set_nic_reg(f, reg::DEVICE_RESET, RESET_MAGIC);
+    }
+
+    // --- commands ---------------------------------------------------------------------------
+
+    /// Submits the command buffers at `in_addr`/`out_addr` to NIC function `f` and returns
+    /// CMD_STATUS once it shows the token (the interface completes within the doorbell write).
+    pub fn submit(
+        &self,
+        f: u16,
+        in_addr: u64,
+        in_len: u32,
+        out_addr: u64,
+        out_len: u32,
+    ) -> CmdStatusRegister {
+        for (r, v) in [
+            (reg::CMD_IN_ADDR_LO, in_addr as u32),
+            (reg::CMD_IN_ADDR_HI, (in_addr >> 32) as u32),
+            (reg::CMD_OUT_ADDR_LO, out_addr as u32),
+            (reg::CMD_OUT_ADDR_HI, (out_addr >> 32) as u32),
+            (reg::CMD_IN_LEN, in_len),
+            (reg::CMD_OUT_LEN, out_len),
+        ] {
+            self.set_nic_reg(f, r, v);
+        }
+        let token = self.token.get().wrapping_add(1);
+        self.token.set(token);
+        self.set_nic_reg(f, reg::CMD_DOORBELL, token as u32);
+        CmdStatusRegister::decode(self.nic_reg(f, reg::CMD_STATUS))
+    }
+
+    /// Runs command `opcode` with `body` on NIC function `f`, with room for the command's
+    /// result.
+    pub fn command(&self, f: u16, opcode: u16, body: &[u8]) -> CmdReply {
+        self.command_with_output(f, opcode, body, output_len(opcode))
+    }
+
+    /// As [`MockHost::command`] with `out_len` bytes of output body offered.
+    pub fn command_with_output(
+        &self,
+        f: u16,
+        opcode: u16,
+        body: &[u8],
+        out_len: usize,
+    ) -> CmdReply {
+        let hdr = CmdInHeader {
+            opcode: U16::new(opcode),
+            ..Default::default()
+        };
+        let (cin, cout) = self.cmd;
+        let body = &body[..body.len().min(CMD_MAX_LEN as usize - CMD_HEADER_LEN)];
+        let out_len = out_len.min(CMD_MAX_LEN as usize - CMD_HEADER_LEN);
+        self.write_obj(cin, &hdr);
+        self.write(cin + CMD_HEADER_LEN as u64, body);
+        self.write(cout, &vec![0u8; CMD_HEADER_LEN + out_len]);
+        let st = self.submit(
+            f,
+            cin,
+            (CMD_HEADER_LEN + body.len()) as u32,
+            cout,
+            (CMD_HEADER_LEN + out_len) as u32,
+        );
+        let out_hdr: CmdOutHeader = self.read_obj(cout);
+        let mut out = vec![0u8; out_len];
+        self.read(cout + CMD_HEADER_LEN as u64, &mut out);
+        CmdReply {
+            delivery: st.delivery,
+            status: out_hdr.status,
+            syndrome: out_hdr.syndrome.get(),
+            out,
+        }
+    }
+
+    /// A CREATE_* command; panics with the reply when it fails (harness set-up).
+    fn create<T: IntoBytes + Immutable>(&self, f: u16, opcode: u16, input: &T) -> u32 {
+        let r = self.command(f, opcode, input.as_bytes());
+        r.id()
+            .unwrap_or_else(|| panic!("command {opcode:#x} failed: {r:?}"))
+    }
+
+    // --- queues -----------------------------------------------------------------------------
+
+    /// Fills a ring with entries nobody has written (owner bit 1, invalid opcode).
+    fn init_ring(&self, addr: u64, entry: usize, log_size: u8) {
+        for i in 0..1u64 << log_size {
+            self.write(
+                addr + i * entry as u64 + OWNER_BYTE as u64,
+                &[INVALID_OWNER_BYTE],
+            );
+        }
+    }
+
+    /// An armed EQ of `2^log_size` entries interrupting on `vector`.
+    pub fn create_eq(&self, f: u16, log_size: u8, vector: u16) -> MockRing {
+        let addr = self.alloc(EQE_SIZE << log_size);
+        self.init_ring(addr, EQE_SIZE, log_size);
+        let id = self.create(
+            f,
+            op::CREATE_EQ,
+            &CreateEqIn {
+                addr: U64::new(addr),
+                log_size,
+                rsvd: 0,
+                msix_vector: U16::new(vector),
+                rsvd2: [0; 4],
+            },
+        );
+        let mut eq = MockRing {
+            id,
+            addr,
+            log_size,
+            ci: 0,
+            arm_sn: 0,
+        };
+        eq.arm(self, f, db::EQ_BASE);
+        eq
+    }
+
+    /// A CQ of `2^log_size` entries reporting to EQ `eqn`, its ring in host memory.
+    pub fn create_cq(&self, f: u16, eqn: u32, log_size: u8) -> MockRing {
+        let addr = self.alloc(CQE_SIZE << log_size);
+        self.init_ring(addr, CQE_SIZE, log_size);
+        let id = self.create_cq_at(f, eqn, log_size, addr);
+        MockRing {
+            id,
+            addr,
+            log_size,
+            ci: 0,
+            arm_sn: 0,
+        }
+    }
+
+    /// A CQ whose ring is at bus address `addr` (possibly a peer's BAR); returns its number.
+    pub fn create_cq_at(&self, f: u16, eqn: u32, log_size: u8, addr: u64) -> u32 {
+        self.create(
+            f,
+            op::CREATE_CQ,
+            &CreateCqIn {
+                addr: U64::new(addr),
+                eqn: U32::new(eqn),
+                log_size,
+                rsvd: [0; 3],
+            },
+        )
+    }
+
+    /// An SQ of `2^log_size` basic blocks completing into CQ `cqn`, its ring at `addr` (a fresh
+    /// host buffer when `None`).
+    pub fn create_sq(&self, f: u16, cqn: u32, log_size: u8, addr: Option<u64>) -> MockSq {
+        let addr = addr.unwrap_or_else(|| self.alloc(WQEBB << log_size));
+        let id = self.create(
+            f,
+            op::CREATE_SQ,
+            &CreateSqIn {
+                addr: U64::new(addr),
+                cqn: U32::new(cqn),
+                log_size,
+                flags: 0,
+                rsvd: [0; 2],
+            },
+        );
+        MockSq {
+            id,
+            addr,
+            log_size,
+            pi: 0,
+        }
+    }
+
+    /// An RQ of `2^log_size` WQEs completing into CQ `cqn`: regular when `striding` is `None`,
+    /// else with `(log_stride_size, log_strides)`.
+    pub fn create_rq(&self, f: u16, cqn: u32, log_size: u8, striding: Option<(u8, u8)>) -> MockRq {
+        let addr = self.alloc(RECV_WQE_SIZE << log_size);
+        let (rq_type, (log_stride_size, log_strides)) = match striding {
+            None => (RQ_TYPE_REGULAR, (0, 0)),
+            Some(s) => (RQ_TYPE_STRIDING, s),
+        };
+        let id = self.create(
+            f,
+            op::CREATE_RQ,
+            &CreateRqIn {
+                addr: U64::new(addr),
+                cqn: U32::new(cqn),
+                log_size,
+                rq_type,
+                log_stride_size,
+                log_strides,
+            },
+        );
+        MockRq {
+            id,
+            addr,
+            log_size,
+            pi: 0,
+        }
+    }
+
+    /// A receive table on NIC function `f`'s vPort that sends everything to RQ `rqn`, made the
+    /// vPort's root.
+    pub fn steer_all_to(&self, f: u16, rqn: u32) {
+        let table = self.create(
+            f,
+            op::CREATE_FLOW_TABLE,
+            &CreateFlowTableIn {
+                kind: TABLE_KIND_NIC_RX,
+                level: 0,
+                miss: MISS_DROP,
+                rsvd: 0,
+                miss_table: U32::new(0),
+            },
+        );
+        self.create(
+            f,
+            op::CREATE_FLOW_ENTRY,
+            &CreateFlowEntryIn {
+                table: U32::new(table),
+                actions: U32::new(action::FWD_RQ),
+                dest: U32::new(rqn),
+                ..Default::default()
+            },
+        );
+        let r = self.command(
+            f,
+            op::SET_FLOW_TABLE_ROOT,
+            SetRootIn {
+                kind: TABLE_KIND_NIC_RX,
+                rsvd: [0; 3],
+                table: U32::new(table),
+            }
+            .as_bytes(),
+        );
+        assert!(r.ok(), "set root: {r:?}");
+    }
+
+    /// NIC function `f` brought up for traffic (see [`MockPort`]).
+    pub fn open_port(&self, f: u16) -> MockPort {
+        const LOG_SQ: u8 = 6;
+        const LOG_RQ: u8 = 5;
+        const LOG_CQ: u8 = 7;
+        const BUF: u32 = 2048;
+        let eq = self.create_eq(f, 6, 0);
+        let tx_cq = self.create_cq(f, eq.id, LOG_CQ);
+        let sq = self.create_sq(f, tx_cq.id, LOG_SQ, None);
+        let rx_cq = self.create_cq(f, eq.id, LOG_CQ);
+        let mut rq = self.create_rq(f, rx_cq.id, LOG_RQ, None);
+        let rx_buffers: Vec<u64> = (0..1u32 << LOG_RQ)
+            .map(|_| self.alloc(BUF as usize))
+            .collect();
+        for &b in &rx_buffers {
+            rq.post(self, b, BUF);
+        }
+        rq.ring(self, f);
+        self.steer_all_to(f, rq.id);
+        MockPort {
+            function: f,
+            eq,
+            tx_cq,
+            sq,
+            rx_cq,
+            rq,
+            rx_buffers,
+            rx_buffer_len: BUF,
+            tx_buffer: self.alloc(16384),
+        }
+    }
+
+    /// The MAC address NIC function `f` reports.
+    pub fn nic_mac(&self, f: u16) -> [u8; 6] {
+        mac_from_registers(self.nic_reg(f, reg::MAC_LO), self.nic_reg(f, reg::MAC_HI))
+    }
+
+    // --- FLD --------------------------------------------------------------------------------
+
+    /// FLD's control register at `offset`.
+    pub fn fld_reg(&self, offset: u64) -> u32 {
+        let fid = self.fld.as_ref().map_or(FunctionId::MAX, |f| f.id());
+        self.mmio_read32(self.bar(fid, fabi::BAR_CONTROL) + offset)
+    }
+
+    pub fn set_fld_reg(&self, offset: u64, v: u32) {
+        let fid = self.fld.as_ref().map_or(FunctionId::MAX, |f| f.id());
+        self.mmio_write32(self.bar(fid, fabi::BAR_CONTROL) + offset, v);
+    }
+
+    /// FLD bound to NIC function 0 as FLD-E binds it: CQs whose rings are FLD's CQ windows, SQs
+    /// whose rings are FLD's Tx-ring windows, a striding RQ whose WQEs stay in host memory and
+    /// point into FLD's Rx-buffer window, everything function 0 receives steered to that RQ,
+    /// and FLD programmed with the numbers and the NIC's doorbell page.
+    pub fn bind_fld(&self, tx_queues: u16) -> MockFldBinding {
+        let fld = self.fld.as_ref().expect("a card with FLD");
+        let g = fabi::FldGeometry::from_registers(|o| self.fld_reg(o));
+        let bar2 = self.bar(fld.id(), fabi::BAR_NIC);
+        let eq = self.create_eq(0, 4, 0);
+        let tx_cqn = self.create_cq_at(0, eq.id, g.log_tx_cq, bar2 + g.tx_cq_base());
+        let rx_cqn = self.create_cq_at(0, eq.id, g.log_rx_cq, bar2 + g.rx_cq_base());
+        let sqns: Vec<u32> = (0..u64::from(tx_queues))
+            .map(|q| {
+                let ring = bar2 + g.tx_ring_base() + q * g.tx_ring_bytes();
+                self.create_sq(0, tx_cqn, g.log_tx_ring, Some(ring)).id
+            })
+            .collect();
+        // 256-byte strides, 64 per WQE: as many 16 KiB buffers as the Rx buffer holds.
+        let (log_stride, log_strides) = (8u8, 6u8);
+        let wqe_bytes = 1u64 << (log_stride + log_strides);
+        let wqes = (g.rx_buffer as u64)
+            .div_ceil(wqe_bytes)
+            .next_power_of_two()
+            .max(2);
+        let log_wqes = wqes.trailing_zeros() as u8;
+        let mut rq = self.create_rq(0, rx_cqn, log_wqes, Some((log_stride, log_strides)));
+        for k in 0..wqes {
+            rq.post(
+                self,
+                bar2 + g.rx_buffer_base() + k * wqe_bytes,
+                wqe_bytes as u32,
+            );
+        }
+        rq.ring(self, 0);
+        self.steer_all_to(0, rq.id);
+        let doorbells = self.bar(self.nic_fid(0), BAR_DOORBELL);
+        for (r, v) in [
+            (fabi::reg::NIC_DOORBELL_LO, doorbells as u32),
+            (fabi::reg::NIC_DOORBELL_HI, (doorbells >> 32) as u32),
+            (fabi::reg::TX_CQN, tx_cqn),
+            (fabi::reg::RX_CQN, rx_cqn),
+            (fabi::reg::RX_RQN, rq.id),
+            (fabi::reg::RX_LOG_STRIDE, log_stride as u32),
+            (fabi::reg::RX_LOG_STRIDES, log_strides as u32),
+            (fabi::reg::RX_LOG_WQES, log_wqes as u32),
+            (fabi::reg::RX_ENABLE, 1),
+        ] {
+            self.set_fld_reg(r, v);
+        }
+        for (q, sqn) in sqns.iter().enumerate() {
+            self.set_fld_reg(fabi::reg::TXQ_BASE + 16 * q as u64, sqn | fabi::TXQ_ENABLE);
+        }
+        MockFldBinding {
+            eq,
+            tx_cqn,
+            rx_cqn,
+            sqns,
+            rq,
+        }
+    }
+}
+
+impl MockRing {
+    fn entry(&self, host: &MockHost, size: usize) -> Option<u64> {
+        let slot = self.addr + (self.ci & ((1 << self.log_size) - 1)) as u64 * size as u64;
+        let mut own = [0u8];
+        host.read(slot + OWNER_BYTE as u64, &mut own);
+        entry_is_new(own[0], self.ci, self.log_size).then_some(slot)
+    }
+
+    /// The next CQE the device wrote, if any.
+    pub fn poll_cqe(&mut self, host: &MockHost) -> Option<Cqe> {
+        let slot = self.entry(host, CQE_SIZE)?;
+        self.ci = self.ci.wrapping_add(1);
+        Some(host.read_obj(slot))
+    }
+
+    /// The next EQE the device wrote, if any.
+    pub fn poll_eqe(&mut self, host: &MockHost) -> Option<Eqe> {
+        let slot = self.entry(host, EQE_SIZE)?;
+        self.ci = self.ci.wrapping_add(1);
+        Some(host.read_obj(slot))
+    }
+
+    /// Reports the consumer counter of a CQ (`base` = [`db::CQ_BASE`]) or EQ
+    /// ([`db::EQ_BASE`]), repeating the last arm's sequence number.
+    pub fn update_ci(&self, host: &MockHost, f: u16, base: u64) {
+        let word = db::ci_value(self.ci, self.arm_sn, self.arm_sn != 0);
+        host.doorbell(f, db::slot(base, self.id), word);
+    }
+
+    /// Reports progress and asks for an event (CQ) or interrupt (EQ) on the next entry.
+    pub fn arm(&mut self, host: &MockHost, f: u16, base: u64) {
+        self.arm_sn = self.arm_sn.wrapping_add(1);
+        host.doorbell(
+            f,
+            db::slot(base, self.id),
+            db::ci_value(self.ci, self.arm_sn, true),
+        );
+    }
+}
+
+impl MockSq {
+    /// Writes raw WQE bytes (any content) at the producer counter, padded to whole basic
+    /// blocks, and advances the counter. Does not ring.
+    pub fn write_raw(&mut self, host: &MockHost, wqe: &[u8]) {
+        let nbb = wqe.len().div_ceil(WQEBB).max(1);
+        let mask = (1u32 << self.log_size) - 1;
+        for n in 0..nbb {
+            let slot = self.addr + ((self.pi.wrapping_add(n as u32)) & mask) as u64 * WQEBB as u64;
+            let mut bb = [0u8; WQEBB];
+            let src = wqe.get(n * WQEBB..).unwrap_or(&[]);
+            let k = src.len().min(WQEBB);
+            bb[..k].copy_from_slice(&src[..k]);
+            host.write(slot, &bb);
+        }
+        self.pi = self.pi.wrapping_add(nbb as u32);
+    }
+
+    /// Posts `wqe` (encoded by the one writer of the format) at the producer counter.
+    pub fn post(&mut self, host: &MockHost, wqe: &SendWqe<'_>) -> u16 {
+        let mut buf = [0u8; MAX_WQE_BYTES];
+        let index = self.pi as u16;
+        let n = wqe
+            .encode(self.id, index, &mut buf)
+            .expect("a WQE that fits");
+        self.write_raw(host, &buf[..n]);
+        index
+    }
+
+    /// Tells the device about everything posted.
+    pub fn ring(&self, host: &MockHost, f: u16) {
+        host.doorbell(f, db::slot(db::SQ_BASE, self.id), self.pi & db::PI_MASK);
+    }
+}
+
+impl MockRq {
+    /// Posts a receive buffer of `len` bytes at `addr`. Does not ring.
+    pub fn post(&mut self, host: &MockHost, addr: u64, len: u32) {
+        self.post_raw(host, &DataSeg::bus(addr, len));
+    }
+
+    /// Posts any receive WQE (bad keys, short lengths).
+    pub fn post_raw(&mut self, host: &MockHost, wqe: &RecvWqe) {
+        let slot = self.addr + (self.pi & ((1 << self.log_size) - 1)) as u64 * RECV_WQE_SIZE as u64;
+        host.write_obj(slot, wqe);
+        self.pi = self.pi.wrapping_add(1);
+    }
+
+    pub fn ring(&self, host: &MockHost, f: u16) {
+        host.doorbell(f, db::slot(db::RQ_BASE, self.id), self.pi & db::PI_MASK);
+    }
+}
+
+impl MockPort {
+    /// Sends `frame` (its first 14 bytes inline, the rest gathered from the staging buffer)
+    /// with the given checksum requests, asking for a completion, and rings the doorbell.
+    pub fn send(&mut self, host: &MockHost, frame: &[u8], cs_flags: u8) -> u16 {
+        let inline = frame.len().min(14);
+        host.write(self.tx_buffer, &frame[inline..]);
+        let gather = [(self.tx_buffer, (frame.len() - inline) as u32)];
+        let wqe = SendWqe {
+            inline_header: &frame[..inline],
+            gather: if frame.len() > inline { &gather } else { &[] },
+            cs_flags,
+            signal: true,
+            resume_table: None,
+        };
+        let index = self.sq.post(host, &wqe);
+        self.sq.ring(host, self.function);
+        index
+    }
+
+    /// The next received frame (its CQE and bytes) and the buffer reposted, if one arrived.
+    pub fn receive(&mut self, host: &MockHost) -> Option<(Cqe, Vec<u8>)> {
+        let cqe = self.rx_cq.poll_cqe(host)?;
+        self.rx_cq.update_ci(host, self.function, db::CQ_BASE);
+        if cqe.is_error() {
+            return Some((cqe, Vec::new()));
+        }
+        let slot = (cqe.wqe_counter.get() as u32 & ((1 << self.rq.log_size) - 1)) as usize;
+        let len = (cqe.byte_count.get()).min(self.rx_buffer_len) as usize;
+        let mut frame = vec![0u8; len];
+        host.read(self.rx_buffers[slot], &mut frame);
+        self.rq
+            .post(host, self.rx_buffers[slot], self.rx_buffer_len);
+        self.rq.ring(host, self.function);
+        Some((cqe, frame))
+    }
+}

@@ -1,0 +1,767 @@
+//! The NIC core tested from the driver's side of the bus, through the device crate's own mock
+//! ([`crate::mock`]): every command status and syndrome, ring wrap-around with owner bits, every
+//! completion error syndrome, events and interrupts, and byte-exact traffic.
+
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, IntoBytes};
+
+use super::NicConfig;
+use crate::mock::{MockHost, MockPort, MOCK_IOVA};
+use fld_abi::nic::*;
+use fld_abi::wire::{ethertype, EthIpv4UdpRepr, EthernetRepr, Ipv4Repr, UdpRepr};
+
+fn host() -> MockHost {
+    MockHost::nic(NicConfig::default(), 4 << 20)
+}
+
+/// A UDP/IPv4 frame of `len` bytes from NIC function `from` to `to`, payload byte k = k.
+fn frame(h: &MockHost, from: u16, to: u16, len: usize) -> Vec<u8> {
+    let mut f: Vec<u8> = (0..len).map(|k| k as u8).collect();
+    let stack = EthIpv4UdpRepr {
+        eth: EthernetRepr {
+            src_addr: h.nic_mac(from),
+            dst_addr: h.nic_mac(to),
+            ethertype: ethertype::IPV4,
+        },
+        ip: Ipv4Repr {
+            src_addr: [10, 0, 0, 1],
+            dst_addr: [10, 0, 0, 2],
+            hop_limit: 64,
+            ..Default::default()
+        },
+        udp: UdpRepr {
+            src_port: 1000,
+            dst_port: 2000,
+        },
+    };
+    assert!(stack.emit(&mut f, false));
+    f
+}
+
+fn ports(h: &MockHost) -> (MockPort, MockPort) {
+    (h.open_port(0), h.open_port(1))
+}
+
+/// A CREATE_EQ body.
+fn eq_in(addr: u64, log_size: u8, vector: u16) -> Vec<u8> {
+    CreateEqIn {
+        addr: U64::new(addr),
+        log_size,
+        rsvd: 0,
+        msix_vector: U16::new(vector),
+        rsvd2: [0; 4],
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+fn rule(table: u32, actions: u32) -> CreateFlowEntryIn {
+    CreateFlowEntryIn {
+        table: U32::new(table),
+        actions: U32::new(actions),
+        ..Default::default()
+    }
+}
+
+fn table_in(kind: u8, level: u8, miss: u8, miss_table: u32) -> Vec<u8> {
+    CreateFlowTableIn {
+        kind,
+        level,
+        miss,
+        rsvd: 0,
+        miss_table: U32::new(miss_table),
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+#[test]
+fn every_bad_param_syndrome_names_its_check() {
+    let h = host();
+    let ring = h.alloc(4096);
+    let p = h.open_port(0);
+    let eqn = p.eq.id;
+    let cqn = p.tx_cq.id;
+    let cq_in = |log_size| {
+        CreateCqIn {
+            addr: U64::new(ring),
+            eqn: U32::new(eqn),
+            log_size,
+            rsvd: [0; 3],
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    let sq_in = |log_size, flags| {
+        CreateSqIn {
+            addr: U64::new(ring),
+            cqn: U32::new(cqn),
+            log_size,
+            flags,
+            rsvd: [0; 2],
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    let rq_in = |rq_type, log_stride_size, log_strides| {
+        CreateRqIn {
+            addr: U64::new(ring),
+            cqn: U32::new(cqn),
+            log_size: 2,
+            rq_type,
+            log_stride_size,
+            log_strides,
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    let rss_in = |n: u16, fields| {
+        CreateRssGroupIn {
+            key: DEFAULT_RSS_KEY,
+            hash_fields: fields,
+            rsvd: 0,
+            indirection_len: U16::new(n),
+            rsvd2: [0; 4],
+        }
+        .encode(&vec![p.rq.id; n as usize])
+    };
+    let rx_table = h.command(
+        0,
+        op::CREATE_FLOW_TABLE,
+        &table_in(TABLE_KIND_NIC_RX, 5, MISS_DEFAULT, 0),
+    );
+    let rx_table = rx_table.id().expect("table");
+    let low = h.command(
+        0,
+        op::CREATE_FLOW_TABLE,
+        &table_in(TABLE_KIND_NIC_RX, 1, MISS_DEFAULT, 0),
+    );
+    let low = low.id().expect("table");
+    let fdb = h.command(
+        0,
+        op::CREATE_FLOW_TABLE,
+        &table_in(TABLE_KIND_FDB, 3, MISS_DEFAULT, 0),
+    );
+    let fdb = fdb.id().expect("table");
+    let entry = |r: CreateFlowEntryIn| r.as_bytes().to_vec();
+    let modify = ModifyQueueIn {
+        id: U32::new(p.sq.id),
+        new_state: QueueState::Error as u8,
+        rsvd: [0; 3],
+    };
+    let vxlan = CreateVxlanEncapIn {
+        vni: U32::new(1 << 24),
+        ..Default::default()
+    };
+    let cases: Vec<(&str, u16, Vec<u8>, u32)> = vec![
+        (
+            "unaligned ring",
+            op::CREATE_EQ,
+            eq_in(ring + 8, 2, 0),
+            bad_param::RING_ALIGNMENT,
+        ),
+        (
+            "unmapped ring",
+            op::CREATE_EQ,
+            eq_in(MOCK_IOVA - 4096, 2, 0),
+            bad_param::RING_UNREACHABLE,
+        ),
+        (
+            "ring past the mapping",
+            op::CREATE_EQ,
+            eq_in(MOCK_IOVA + (4 << 20) - 64, 2, 0),
+            bad_param::RING_UNREACHABLE,
+        ),
+        (
+            "EQ too large",
+            op::CREATE_EQ,
+            eq_in(ring, MAX_LOG_EQ + 1, 0),
+            bad_param::LOG_SIZE,
+        ),
+        (
+            "vector beyond the table",
+            op::CREATE_EQ,
+            eq_in(ring, 2, NIC_MSIX_VECTORS),
+            bad_param::MSIX_VECTOR,
+        ),
+        (
+            "CQ too large",
+            op::CREATE_CQ,
+            cq_in(MAX_LOG_CQ + 1),
+            bad_param::LOG_SIZE,
+        ),
+        (
+            "SQ too large",
+            op::CREATE_SQ,
+            sq_in(MAX_LOG_SQ + 1, 0),
+            bad_param::LOG_SIZE,
+        ),
+        (
+            "unknown SQ flag",
+            op::CREATE_SQ,
+            sq_in(2, 0x2),
+            bad_param::SQ_FLAGS,
+        ),
+        (
+            "modify to a state other than ready",
+            op::MODIFY_SQ,
+            modify.as_bytes().to_vec(),
+            bad_param::NEW_STATE,
+        ),
+        (
+            "stride too small",
+            op::CREATE_RQ,
+            rq_in(RQ_TYPE_STRIDING, MIN_LOG_STRIDE - 1, 3),
+            bad_param::STRIDE_SIZE,
+        ),
+        (
+            "stride too large",
+            op::CREATE_RQ,
+            rq_in(RQ_TYPE_STRIDING, MAX_LOG_STRIDE + 1, 3),
+            bad_param::STRIDE_SIZE,
+        ),
+        (
+            "too few strides",
+            op::CREATE_RQ,
+            rq_in(RQ_TYPE_STRIDING, 8, MIN_LOG_STRIDES - 1),
+            bad_param::STRIDE_COUNT,
+        ),
+        (
+            "unknown RQ type",
+            op::CREATE_RQ,
+            rq_in(7, 0, 0),
+            bad_param::RQ_TYPE,
+        ),
+        (
+            "indirection not a power of two",
+            op::CREATE_RSS_GROUP,
+            rss_in(3, rss_fields::ALL),
+            bad_param::RSS_INDIRECTION_LEN,
+        ),
+        (
+            "empty indirection",
+            op::CREATE_RSS_GROUP,
+            rss_in(0, rss_fields::ALL),
+            bad_param::RSS_INDIRECTION_LEN,
+        ),
+        (
+            "no hash field",
+            op::CREATE_RSS_GROUP,
+            rss_in(4, 0),
+            bad_param::RSS_HASH_FIELDS,
+        ),
+        (
+            "unknown hash field",
+            op::CREATE_RSS_GROUP,
+            rss_in(4, 0x10),
+            bad_param::RSS_HASH_FIELDS,
+        ),
+        (
+            "unknown table kind",
+            op::CREATE_FLOW_TABLE,
+            table_in(7, 0, MISS_DEFAULT, 0),
+            bad_param::TABLE_KIND,
+        ),
+        (
+            "level too high",
+            op::CREATE_FLOW_TABLE,
+            table_in(TABLE_KIND_NIC_RX, MAX_FLOW_LEVEL + 1, MISS_DEFAULT, 0),
+            bad_param::TABLE_LEVEL,
+        ),
+        (
+            "unknown miss",
+            op::CREATE_FLOW_TABLE,
+            table_in(TABLE_KIND_NIC_RX, 0, 3, 0),
+            bad_param::TABLE_MISS,
+        ),
+        (
+            "miss to a lower level",
+            op::CREATE_FLOW_TABLE,
+            table_in(TABLE_KIND_NIC_RX, 2, MISS_GOTO_TABLE, low),
+            bad_param::GOTO_TARGET,
+        ),
+        (
+            "miss to another kind",
+            op::CREATE_FLOW_TABLE,
+            table_in(TABLE_KIND_NIC_RX, 0, MISS_GOTO_TABLE, fdb),
+            bad_param::GOTO_TARGET,
+        ),
+        (
+            "two fates",
+            op::CREATE_FLOW_ENTRY,
+            entry(rule(rx_table, action::DROP | action::FWD_RQ)),
+            bad_param::ACTIONS,
+        ),
+        (
+            "unknown action bit",
+            op::CREATE_FLOW_ENTRY,
+            entry(rule(rx_table, 1 << 20)),
+            bad_param::ACTIONS,
+        ),
+        (
+            "vPort fate in a receive table",
+            op::CREATE_FLOW_ENTRY,
+            entry(rule(rx_table, action::FWD_VPORT)),
+            bad_param::VPORT_OUTSIDE_FDB,
+        ),
+        (
+            "RQ fate in the FDB",
+            op::CREATE_FLOW_ENTRY,
+            entry(rule(fdb, action::FWD_RQ)),
+            bad_param::QUEUE_OUTSIDE_RX,
+        ),
+        (
+            "decap without go-to",
+            op::CREATE_FLOW_ENTRY,
+            entry(rule(rx_table, action::VXLAN_DECAP | action::DROP)),
+            bad_param::DECAP_WITHOUT_GOTO,
+        ),
+        (
+            "encap without a vPort",
+            op::CREATE_FLOW_ENTRY,
+            entry(rule(fdb, action::VXLAN_ENCAP | action::DROP)),
+            bad_param::ENCAP_WITHOUT_VPORT,
+        ),
+        (
+            "go-to a lower level",
+            op::CREATE_FLOW_ENTRY,
+            entry(CreateFlowEntryIn {
+                dest: U32::new(low),
+                ..rule(rx_table, action::GOTO_TABLE)
+            }),
+            bad_param::GOTO_TARGET,
+        ),
+        (
+            "meter without rate",
+            op::CREATE_METER,
+            CreateMeterIn {
+                burst_bytes: U32::new(1),
+                ..Default::default()
+            }
+            .as_bytes()
+            .to_vec(),
+            bad_param::METER_RATE,
+        ),
+        (
+            "VNI wider than 24 bits",
+            op::CREATE_VXLAN_ENCAP,
+            vxlan.as_bytes().to_vec(),
+            bad_param::VNI,
+        ),
+    ];
+    let mut seen = Vec::new();
+    for (what, opcode, body, syndrome) in &cases {
+        let r = h.command(0, *opcode, body);
+        assert!(
+            r.failed_with(CmdStatus::BadParam, *syndrome),
+            "{what}: {r:?}"
+        );
+        seen.push(*syndrome);
+    }
+    // Every BAD_PARAM syndrome the interface defines has a case above.
+    for s in [
+        bad_param::RING_ALIGNMENT,
+        bad_param::RING_UNREACHABLE,
+        bad_param::LOG_SIZE,
+        bad_param::MSIX_VECTOR,
+        bad_param::SQ_FLAGS,
+        bad_param::NEW_STATE,
+        bad_param::STRIDE_SIZE,
+        bad_param::STRIDE_COUNT,
+        bad_param::RQ_TYPE,
+        bad_param::RSS_INDIRECTION_LEN,
+        bad_param::RSS_HASH_FIELDS,
+        bad_param::TABLE_KIND,
+        bad_param::TABLE_LEVEL,
+        bad_param::TABLE_MISS,
+        bad_param::GOTO_TARGET,
+        bad_param::ACTIONS,
+        bad_param::VPORT_OUTSIDE_FDB,
+        bad_param::QUEUE_OUTSIDE_RX,
+        bad_param::DECAP_WITHOUT_GOTO,
+        bad_param::ENCAP_WITHOUT_VPORT,
+        bad_param::METER_RATE,
+        bad_param::VNI,
+    ] {
+        assert!(seen.contains(&s), "no case for syndrome {s:#x}");
+    }
+    // None of the refused commands created anything: the next EQ is number 1 (0 is the port's).
+    assert_eq!(h.create_eq(0, 2, 0).id, 1);
+}
+
+#[test]
+fn every_other_status_and_its_syndrome() {
+    let h = MockHost::nic(
+        NicConfig {
+            max_eqs: 2,
+            ..Default::default()
+        },
+        1 << 20,
+    );
+    let ring = h.alloc(4096);
+    // Unknown opcode: the opcode.
+    let r = h.command(0, 0x999, &[]);
+    assert!(r.failed_with(CmdStatus::BadOpcode, 0x999), "{r:?}");
+    // Input shorter than the layout.
+    let r = h.command(0, op::CREATE_EQ, &eq_in(ring, 2, 0)[..15]);
+    assert!(r.failed_with(CmdStatus::BadInputLength, 0), "{r:?}");
+    // Output too short for the result: the result length, and nothing is created.
+    let r = h.command_with_output(0, op::CREATE_EQ, &eq_in(ring, 2, 0), 7);
+    assert!(r.failed_with(CmdStatus::BadOutputLength, 8), "{r:?}");
+    let eq = h.create_eq(0, 2, 0);
+    assert_eq!(eq.id, 0, "the refused create took no number");
+    // A CQ naming a missing EQ: the number named.
+    let cq = CreateCqIn {
+        addr: U64::new(ring),
+        eqn: U32::new(7),
+        log_size: 2,
+        rsvd: [0; 3],
+    };
+    let r = h.command(0, op::CREATE_CQ, cq.as_bytes());
+    assert!(r.failed_with(CmdStatus::BadResource, 7), "{r:?}");
+    // Another function's EQ is as good as missing.
+    let r = h.command(
+        1,
+        op::CREATE_CQ,
+        CreateCqIn {
+            eqn: U32::new(0),
+            ..cq
+        }
+        .as_bytes(),
+    );
+    assert!(r.failed_with(CmdStatus::BadResource, 0), "{r:?}");
+    // A referenced EQ: the reference count.
+    let cq = h.create_cq(0, eq.id, 2);
+    let r = h.command(0, op::DESTROY_EQ, ObjectIn::new(eq.id).as_bytes());
+    assert!(r.failed_with(CmdStatus::ResourceBusy, 1), "{r:?}");
+    // A device limit.
+    h.create_eq(0, 2, 0);
+    let r = h.command(0, op::CREATE_EQ, &eq_in(ring, 2, 0));
+    assert!(r.failed_with(CmdStatus::ExceedLimit, 0), "{r:?}");
+    // A queue not in the error state cannot be recovered: its state.
+    let sq = h.create_sq(0, cq.id, 2, None);
+    let modify = ModifyQueueIn {
+        id: U32::new(sq.id),
+        new_state: QueueState::Ready as u8,
+        rsvd: [0; 3],
+    };
+    let r = h.command(0, op::MODIFY_SQ, modify.as_bytes());
+    assert!(
+        r.failed_with(CmdStatus::BadState, QueueState::Ready as u32),
+        "{r:?}"
+    );
+    // eSwitch tables and other vPorts' counters are the manager's.
+    let r = h.command(
+        1,
+        op::CREATE_FLOW_TABLE,
+        &table_in(TABLE_KIND_FDB, 0, MISS_DEFAULT, 0),
+    );
+    assert!(
+        r.failed_with(CmdStatus::NotPermitted, not_permitted::FDB_NOT_MANAGER),
+        "{r:?}"
+    );
+    let q = QueryVportIn {
+        vport: U16::new(0),
+        rsvd: [0; 6],
+    };
+    let r = h.command(1, op::QUERY_VPORT, q.as_bytes());
+    assert!(r.failed_with(CmdStatus::NotPermitted, 0), "{r:?}");
+    assert!(h.command(0, op::QUERY_VPORT, q.as_bytes()).ok());
+}
+
+#[test]
+fn undeliverable_commands_change_nothing() {
+    let h = host();
+    let (cin, cout) = (h.alloc(4096), h.alloc(4096));
+    let hdr = CmdInHeader {
+        opcode: U16::new(op::CREATE_EQ),
+        ..Default::default()
+    };
+    h.write_obj(cin, &hdr);
+    h.write(cin + 16, &eq_in(h.alloc(4096), 2, 0));
+    let st = h.submit(0, cin, 15, cout, 64);
+    assert_eq!(st.delivery, CmdDelivery::BadLength as u8);
+    let st = h.submit(0, cin, 64, cout, CMD_MAX_LEN + 1);
+    assert_eq!(st.delivery, CmdDelivery::BadLength as u8);
+    let st = h.submit(0, MOCK_IOVA - 4096, 64, cout, 64);
+    assert_eq!(st.delivery, CmdDelivery::DmaError as u8);
+    let st = h.submit(0, cin, 64, MOCK_IOVA + (4 << 20) - 32, 64);
+    assert_eq!(st.delivery, CmdDelivery::DmaError as u8);
+    assert!(st.done);
+    // Nothing was created by the refused deliveries.
+    let st = h.submit(0, cin, 32, cout, 32);
+    assert_eq!(st.delivery, CmdDelivery::Ok as u8);
+    let out: CmdOutHeader = h.read_obj(cout);
+    assert_eq!(out.status, CmdStatus::Ok as u8);
+    let id = u32::from_le_bytes(h.read_obj::<[u8; 4]>(cout + 16));
+    assert_eq!(id, 0);
+    assert!(h.guard_intact());
+}
+
+#[test]
+fn frames_cross_byte_exact_with_checksums_inserted_and_validated() {
+    let h = host();
+    let (mut a, mut b) = ports(&h);
+    for len in [60usize, 61, 128, 1514, 2048] {
+        let f = frame(&h, 0, 1, len);
+        a.send(&h, &f, CS_L3 | CS_L4);
+        h.run(100);
+        let (cqe, got) = b.receive(&h).expect("a frame");
+        assert_eq!(cqe.opcode(), CQE_RESP_SEND);
+        assert_eq!(cqe.byte_count.get() as usize, len);
+        assert_eq!(got.len(), len);
+        // The NIC filled both checksums; an independent parser agrees.
+        let p = etherparse::SlicedPacket::from_ethernet(&got).expect("parses");
+        let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else {
+            panic!("IPv4")
+        };
+        let hdr = ip.header().to_header();
+        assert_eq!(hdr.header_checksum, hdr.calc_header_checksum());
+        let Some(etherparse::TransportSlice::Udp(u)) = &p.transport else {
+            panic!("UDP")
+        };
+        let want = u.to_header().calc_checksum_ipv4(&hdr, u.payload()).unwrap();
+        assert_eq!(u.checksum(), want);
+        use cqe_csum::*;
+        assert_eq!(cqe.csum, L3_PRESENT | L3_OK | L4_PRESENT | L4_OK | UDP);
+        // Everything but the checksums is what was sent.
+        let mut sent = f.clone();
+        sent[24..26].copy_from_slice(&got[24..26]);
+        sent[40..42].copy_from_slice(&got[40..42]);
+        assert_eq!(got, sent);
+        let tx = a.tx_cq.poll_cqe(&h).expect("send completion");
+        assert_eq!((tx.opcode(), tx.byte_count.get() as usize), (CQE_REQ, len));
+        a.tx_cq.update_ci(&h, 0, db::CQ_BASE);
+    }
+    assert!(h.guard_intact());
+}
+
+#[test]
+fn completion_rings_wrap_with_owner_bits_and_overflow_is_counted() {
+    let h = host();
+    let mut a = h.open_port(0);
+    // A receiving port whose receive CQ holds 4 entries.
+    let eq = h.create_eq(1, 4, 1);
+    let mut cq = h.create_cq(1, eq.id, 2);
+    let mut rq = h.create_rq(1, cq.id, 4, None);
+    let bufs: Vec<u64> = (0..16).map(|_| h.alloc(2048)).collect();
+    for &x in &bufs {
+        rq.post(&h, x, 2048);
+    }
+    rq.ring(&h, 1);
+    h.steer_all_to(1, rq.id);
+    // Ten frames, consumed as they come: the ring wraps twice and the owner bit flips.
+    let mut seen = Vec::new();
+    for i in 0..10u32 {
+        let f = frame(&h, 0, 1, 64 + i as usize);
+        a.send(&h, &f, 0);
+        h.run(100);
+        let c = cq.poll_cqe(&h).expect("CQE");
+        assert_eq!(c.owner(), ((i >> 2) & 1) as u8, "owner of CQE {i}");
+        seen.push(c.byte_count.get());
+        cq.update_ci(&h, 1, db::CQ_BASE);
+        while a.tx_cq.poll_cqe(&h).is_some() {}
+        a.tx_cq.update_ci(&h, 0, db::CQ_BASE);
+    }
+    assert_eq!(seen, (64..74).collect::<Vec<u32>>());
+    // Not consumed any more: four fill the ring, the rest are counted drops, and the CQ's first
+    // overflow is an asynchronous event.
+    for _ in 0..6 {
+        a.send(&h, &frame(&h, 0, 1, 64), 0);
+        h.run(100);
+        while a.tx_cq.poll_cqe(&h).is_some() {}
+        a.tx_cq.update_ci(&h, 0, db::CQ_BASE);
+    }
+    let q = h.command(1, op::QUERY_CQ, ObjectIn::new(cq.id).as_bytes());
+    let st = QueryCqOut::read_from_bytes(&q.out).unwrap();
+    assert_eq!((st.producer_counter.get(), st.overflows.get()), (14, 2));
+    let mut eq = eq;
+    let events: Vec<(u8, u32)> = std::iter::from_fn(|| eq.poll_eqe(&h))
+        .map(|e| (e.event_type, e.data.get()))
+        .collect();
+    assert_eq!(events, vec![(EQE_CQ_ERROR, cq.id)]);
+}
+
+#[test]
+fn an_armed_cq_raises_an_event_and_the_armed_eq_an_interrupt_once() {
+    let h = host();
+    let (mut a, mut b) = ports(&h);
+    h.take_interrupts(1, 0);
+    b.rx_cq.arm(&h, 1, db::CQ_BASE);
+    h.run(10);
+    for _ in 0..3 {
+        a.send(&h, &frame(&h, 0, 1, 100), 0);
+    }
+    h.run(100);
+    assert_eq!(h.take_interrupts(1, 0), 1, "one interrupt for an armed EQ");
+    let e = b.eq.poll_eqe(&h).expect("completion event");
+    assert_eq!((e.event_type, e.data.get()), (EQE_COMPLETION, b.rx_cq.id));
+    assert!(b.eq.poll_eqe(&h).is_none(), "one event for one arm");
+    for _ in 0..3 {
+        b.receive(&h).expect("frame");
+    }
+    // Re-arming the EQ behind its producer interrupts at once (no event may be missed).
+    b.rx_cq.arm(&h, 1, db::CQ_BASE);
+    a.send(&h, &frame(&h, 0, 1, 100), 0);
+    h.run(100);
+    assert_eq!(h.take_interrupts(1, 0), 0, "the EQ is not armed");
+    b.eq.arm(&h, 1, db::EQ_BASE);
+    h.run(10);
+    assert_eq!(h.take_interrupts(1, 0), 1);
+}
+
+/// Posts `wqe` raw on port `p`'s SQ (ringing `pi` if given, else the producer counter) and
+/// returns the error CQE, checking the SQ is in the error state with an event.
+fn send_error(h: &MockHost, p: &mut MockPort, wqe: &[u8], pi: Option<u32>) -> Cqe {
+    p.sq.write_raw(h, wqe);
+    let value = pi.unwrap_or(p.sq.pi & db::PI_MASK);
+    h.doorbell(p.function, db::slot(db::SQ_BASE, p.sq.id), value);
+    h.run(100);
+    let c = p.tx_cq.poll_cqe(h).expect("error CQE");
+    assert_eq!(c.opcode(), CQE_REQ_ERR);
+    let q = h.command(p.function, op::QUERY_SQ, ObjectIn::new(p.sq.id).as_bytes());
+    assert_eq!(q.out[4], QueueState::Error as u8);
+    let e = p.eq.poll_eqe(h).expect("queue error event");
+    assert_eq!(
+        (e.event_type, e.subtype, e.data.get()),
+        (EQE_QUEUE_ERROR, QUEUE_ERROR_SQ, p.sq.id)
+    );
+    c
+}
+
+#[test]
+fn every_send_error_syndrome() {
+    let h = host();
+    let mut wqe = [0u8; 64];
+    let good = |buf: &mut [u8; 64], inline: &[u8], gather: &[(u64, u32)]| {
+        let w = SendWqe {
+            inline_header: inline,
+            gather,
+            ..Default::default()
+        };
+        w.encode(0, 0, buf).unwrap();
+    };
+    let hdr = frame(&h, 0, 1, 64);
+    let cases: Vec<(&str, Box<dyn Fn(&mut [u8; 64])>, u8)> = vec![
+        (
+            "gather outside mapped memory",
+            Box::new(move |w| good(w, &hdr[..14], &[(MOCK_IOVA - 4096, 50)])),
+            syndrome::DMA_ERROR,
+        ),
+        (
+            "unknown opcode",
+            Box::new(|w| w[0] = 0x55),
+            syndrome::BAD_WQE,
+        ),
+        ("zero segments", Box::new(|w| w[4] = 0), syndrome::BAD_WQE),
+        (
+            "foreign memory key",
+            Box::new(move |w| {
+                good(w, &[], &[(MOCK_IOVA, 64)]);
+                w[32 + 4] = 7;
+            }),
+            syndrome::BAD_WQE,
+        ),
+        (
+            "frame shorter than a header",
+            Box::new(|w| good(w, &[0; 10], &[])),
+            syndrome::BAD_LENGTH,
+        ),
+        (
+            "frame longer than the MTU",
+            Box::new(|w| good(w, &[], &[(MOCK_IOVA, 9300)])),
+            syndrome::BAD_LENGTH,
+        ),
+    ];
+    for (what, build, syn) in &cases {
+        let mut p = h.open_port(0);
+        let _ = h.open_port(1);
+        wqe.fill(0);
+        build(&mut wqe);
+        let c = send_error(&h, &mut p, &wqe, None);
+        assert_eq!(c.syndrome, *syn, "{what}");
+        assert_eq!(
+            c.wqe_counter.get(),
+            0,
+            "{what}: the failing WQE by the device's counter"
+        );
+        h.reset_nic(0);
+        h.reset_nic(1);
+    }
+    // A doorbell announcing more WQEs than the ring holds.
+    let mut p = h.open_port(0);
+    good(&mut wqe, &frame(&h, 0, 1, 60)[..14], &[]);
+    let ring = 1u32 << p.sq.log_size;
+    let c = send_error(&h, &mut p, &wqe, Some(ring + 1));
+    assert_eq!(c.syndrome, syndrome::DOORBELL_OVERFLOW);
+    assert!(h.guard_intact());
+}
+
+#[test]
+fn receive_errors_and_drops() {
+    let h = host();
+    let mut a = h.open_port(0);
+    // A striding WQE too small for its strides puts the RQ in error.
+    let eq = h.create_eq(1, 4, 0);
+    let mut cq = h.create_cq(1, eq.id, 4);
+    let mut rq = h.create_rq(1, cq.id, 2, Some((6, 3)));
+    rq.post(&h, h.alloc(4096), 64 * 8 - 1);
+    rq.ring(&h, 1);
+    h.steer_all_to(1, rq.id);
+    a.send(&h, &frame(&h, 0, 1, 60), 0);
+    h.run(100);
+    let c = cq.poll_cqe(&h).expect("error CQE");
+    assert_eq!(
+        (c.opcode(), c.syndrome),
+        (CQE_RESP_ERR, syndrome::BAD_RECV_WQE)
+    );
+    let mut eq = eq;
+    let e = eq.poll_eqe(&h).expect("event");
+    assert_eq!(
+        (e.event_type, e.subtype, e.data.get()),
+        (EQE_QUEUE_ERROR, QUEUE_ERROR_RQ, rq.id)
+    );
+    // In error, the RQ takes nothing: a counted out-of-buffer drop at the vPort.
+    a.send(&h, &frame(&h, 0, 1, 60), 0);
+    h.run(100);
+    assert!(cq.poll_cqe(&h).is_none());
+    let q = QueryVportIn {
+        vport: U16::new(1),
+        rsvd: [0; 6],
+    };
+    let v = h.command(1, op::QUERY_VPORT, q.as_bytes());
+    let v = QueryVportOut::read_from_bytes(&v.out).unwrap();
+    assert_eq!((v.rx_packets.get(), v.rx_out_of_buffer.get()), (0, 2));
+    // A receive buffer outside mapped memory: DMA_ERROR, and nothing written anywhere.
+    h.reset_nic(1);
+    let eq = h.create_eq(1, 4, 0);
+    let mut cq = h.create_cq(1, eq.id, 4);
+    let mut rq = h.create_rq(1, cq.id, 2, None);
+    rq.post(&h, MOCK_IOVA + h.mapped_len() as u64 - 16, 2048);
+    rq.ring(&h, 1);
+    h.steer_all_to(1, rq.id);
+    a.send(&h, &frame(&h, 0, 1, 60), 0);
+    h.run(100);
+    let c = cq.poll_cqe(&h).expect("error CQE");
+    assert_eq!(
+        (c.opcode(), c.syndrome),
+        (CQE_RESP_ERR, syndrome::DMA_ERROR)
+    );
+    assert!(h.guard_intact());
+}
+
+#[test]
+fn a_function_reset_destroys_its_objects_and_the_port_comes_back() {
+    let h = host();
+    let (mut a, _) = ports(&h);
+    h.reset_nic(1);
+    // Function 1 lost its receive table: frames for it are unsteered.
+    a.send(&h, &frame(&h, 0, 1, 64), 0);
+    h.run(100);
+    let mut b = h.open_port(1);
+    assert_eq!(b.eq.id, 1, "numbers of destroyed objects are reused");
+    let f = frame(&h, 0, 1, 64);
+    a.send(&h, &f, 0);
+    h.run(100);
+    assert_eq!(b.receive(&h).expect("frame").1, f);
+}
