@@ -642,7 +642,8 @@ fn every_send_error_syndrome() {
         w.encode(0, 0, buf).unwrap();
     };
     let hdr = frame(&h, 0, 1, 64);
-    let cases: Vec<(&str, Box<dyn Fn(&mut [u8; 64])>, u8)> = vec![
+    type Build = Box<dyn Fn(&mut [u8; 64])>;
+    let cases: Vec<(&str, Build, u8)> = vec![
         (
             "gather outside mapped memory",
             Box::new(move |w| good(w, &hdr[..14], &[(MOCK_IOVA - 4096, 50)])),
