@@ -642,7 +642,7 @@ fn every_send_error_syndrome() {
         w.encode(0, 0, buf).unwrap();
     };
     let hdr = frame(&h, 0, 1, 64);
-    type Build = Box<dyn Fn(&mut [u8; 64])>;
+    type Build<'a> = Box<dyn Fn(&mut [u8; 64]) + 'a>;
     let cases: Vec<(&str, Build, u8)> = vec![
         (
             "gather outside mapped memory",
