@@ -38,6 +38,8 @@ const MOCK_MMIO: u64 = 0x40_0000_0000;
 const GUARD: usize = 4096;
 /// Byte the guard areas are filled with.
 const CANARY: u8 = 0xc3;
+/// MSI-X vectors the mock programs and unmasks per function (a driver sets up those it uses).
+pub const MOCK_VECTORS: u16 = 4;
 /// MSI address of every vector (interpreted by nobody).
 const MSI_ADDRESS: u32 = 0xfee0_0000;
 
@@ -182,7 +184,7 @@ impl MockHost {
     }
 
     /// Maps host memory for every function, assigns BARs, enables memory decode, bus
-    /// mastering and every MSI-X vector, as a driver's probe does.
+    /// mastering and MSI-X, as a driver's probe does.
     fn enumerate(
         fabric: Arc<Fabric>,
         nic: Arc<Nic>,
@@ -200,35 +202,6 @@ impl MockHost {
                 .write_slice(&canary, MemoryRegionAddress(at as u64))
                 .expect("guard in bounds");
         }
-        let mut bars = HashMap::new();
-        let mut next_bar = MOCK_MMIO;
-        for fid in 0..fabric.function_count() as FunctionId {
-            fabric
-                .map_host(
-                    fid,
-                    HostRegion {
-                        iova: MOCK_IOVA,
-                        len: mapped as u64,
-                        memory: memory.clone(),
-                        offset: GUARD as u64,
-                    },
-                )
-                .expect("mapping inside its memory");
-            let specs = fabric
-                .function(fid)
-                .map(|f| f.pci().config().bars().to_vec())
-                .unwrap_or_default();
-            for spec in specs {
-                next_bar = next_bar.next_multiple_of(spec.size);
-                fabric.assign_bar(fid, spec.index, next_bar);
-                bars.insert((fid, spec.index), next_bar);
-                next_bar += spec.size;
-            }
-            let command = CMD_MEMORY | CMD_BUS_MASTER;
-            fabric.config_write(fid, OFF_COMMAND as u64, &command.to_le_bytes());
-        }
-        let interrupts = Arc::new(Interrupts::default());
-        fabric.set_interrupt_sink(interrupts.clone());
         let host = MockHost {
             fabric,
             nic,
@@ -236,8 +209,8 @@ impl MockHost {
             memory,
             mapped,
             next: Cell::new(0),
-            bars,
-            interrupts,
+            bars: HashMap::new(),
+            interrupts: Arc::new(Interrupts::default()),
             token: Cell::new(0),
             cmd: (0, 0),
         };
@@ -245,18 +218,57 @@ impl MockHost {
             host.alloc(CMD_MAX_LEN as usize),
             host.alloc(CMD_MAX_LEN as usize),
         );
-        let host = MockHost { cmd, ..host };
-        for f in 0..host.nic.functions().len() as u16 {
-            host.enable_msix(host.nic_fid(f));
-        }
+        let mut host = MockHost { cmd, ..host };
+        host.reenumerate();
         host
+    }
+
+    /// What a driver does after a machine reset or when it takes over a card another client
+    /// left in any state: maps host memory for every function again (replacing whatever maps
+    /// they had), assigns BARs, enables memory decode, bus mastering and the first [`MOCK_VECTORS`] MSI-X
+    /// vectors, and takes the interrupts.
+    pub fn reenumerate(&mut self) {
+        let fabric = self.fabric.clone();
+        self.bars.clear();
+        let mut next_bar = MOCK_MMIO;
+        for fid in 0..fabric.function_count() as FunctionId {
+            fabric.unmap_host(fid, 0, u64::MAX);
+            fabric
+                .map_host(
+                    fid,
+                    HostRegion {
+                        iova: MOCK_IOVA,
+                        len: self.mapped as u64,
+                        memory: self.memory.clone(),
+                        offset: GUARD as u64,
+                    },
+                )
+                .expect("mapping inside its memory");
+            let Some(f) = fabric.function(fid) else {
+                continue;
+            };
+            f.pci().set_external_msix(false);
+            let specs = f.pci().config().bars().to_vec();
+            for spec in specs {
+                next_bar = next_bar.next_multiple_of(spec.size);
+                fabric.assign_bar(fid, spec.index, next_bar);
+                self.bars.insert((fid, spec.index), next_bar);
+                next_bar += spec.size;
+            }
+            let command = CMD_MEMORY | CMD_BUS_MASTER;
+            fabric.config_write(fid, OFF_COMMAND as u64, &command.to_le_bytes());
+        }
+        fabric.set_interrupt_sink(self.interrupts.clone());
+        for fid in 0..fabric.function_count() as FunctionId {
+            self.enable_msix(fid);
+        }
     }
 
     fn enable_msix(&self, fid: FunctionId) {
         let mut cap = [0u8; 12];
         self.fabric.config_read(fid, OFF_MSIX_CAP as u64, &mut cap);
         let control = u16::from_le_bytes([cap[2], cap[3]]);
-        let vectors = (control & MSIX_CTRL_TABLE_SIZE) + 1;
+        let vectors = ((control & MSIX_CTRL_TABLE_SIZE) + 1).min(MOCK_VECTORS);
         let (bir, off) = msix_bir_offset(u32::from_le_bytes([cap[4], cap[5], cap[6], cap[7]]));
         let Some(base) = self.bars.get(&(fid, bir)).copied() else {
             return;
@@ -284,6 +296,15 @@ impl MockHost {
         assert!(end <= self.mapped, "mock host memory exhausted");
         self.next.set(end);
         MOCK_IOVA + start as u64
+    }
+
+    /// The card the mock drives (for a transport serving it to someone else meanwhile).
+    pub fn as_card(&self) -> Option<Arc<Card>> {
+        Some(Arc::new(Card {
+            fabric: self.fabric.clone(),
+            nic: self.nic.clone(),
+            fld: self.fld.clone()?,
+        }))
     }
 
     /// Bytes of mapped host memory.
@@ -321,7 +342,7 @@ impl MockHost {
 
     /// Whether the guard bytes around the mapped memory are untouched: no DMA ever left it.
     pub fn guard_intact(&self) -> bool {
-        let mut buf = vec![0u8; GUARD];
+        let mut buf = [0u8; GUARD];
         [0, GUARD + self.mapped].iter().all(|&at| {
             self.memory
                 .read_slice(&mut buf, MemoryRegionAddress(at as u64))
@@ -473,12 +494,11 @@ impl MockHost {
 
     /// Fills a ring with entries nobody has written (owner bit 1, invalid opcode).
     fn init_ring(&self, addr: u64, entry: usize, log_size: u8) {
-        for i in 0..1u64 << log_size {
-            self.write(
-                addr + i * entry as u64 + OWNER_BYTE as u64,
-                &[INVALID_OWNER_BYTE],
-            );
+        let mut ring = vec![0u8; entry << log_size];
+        for e in ring.chunks_exact_mut(entry) {
+            e[OWNER_BYTE] = INVALID_OWNER_BYTE;
         }
+        self.write(addr, &ring);
     }
 
     /// An armed EQ of `2^log_size` entries interrupting on `vector`.
@@ -626,8 +646,8 @@ impl MockHost {
     /// NIC function `f` brought up for traffic (see [`MockPort`]).
     pub fn open_port(&self, f: u16) -> MockPort {
         const LOG_SQ: u8 = 6;
-        const LOG_RQ: u8 = 5;
-        const LOG_CQ: u8 = 7;
+        const LOG_RQ: u8 = 4;
+        const LOG_CQ: u8 = 6;
         const BUF: u32 = 2048;
         let eq = self.create_eq(f, 6, 0);
         let tx_cq = self.create_cq(f, eq.id, LOG_CQ);
@@ -690,13 +710,21 @@ impl MockHost {
                 self.create_sq(0, tx_cqn, g.log_tx_ring, Some(ring)).id
             })
             .collect();
-        // 256-byte strides, 64 per WQE: as many 16 KiB buffers as the Rx buffer holds.
-        let (log_stride, log_strides) = (8u8, 6u8);
-        let wqe_bytes = 1u64 << (log_stride + log_strides);
-        let wqes = (g.rx_buffer as u64)
-            .div_ceil(wqe_bytes)
-            .next_power_of_two()
-            .max(2);
+        // 256-byte strides, 64 per WQE (16 KiB buffers), or 64-byte strides (4 KiB buffers)
+        // when the Rx buffer is small: as many buffers as it holds, a power of two, at least 2.
+        let window = g.tx_cq_base() - g.rx_buffer_base();
+        let layout = |(log_stride, log_strides): (u8, u8)| {
+            let wqe_bytes = 1u64 << (log_stride + log_strides);
+            let wqes = (g.rx_buffer as u64)
+                .div_ceil(wqe_bytes)
+                .next_power_of_two()
+                .max(2);
+            (log_stride, log_strides, wqe_bytes, wqes)
+        };
+        let (log_stride, log_strides, wqe_bytes, wqes) = [layout((8, 6)), layout((6, 6))]
+            .into_iter()
+            .find(|&(_, _, bytes, wqes)| bytes * wqes <= window)
+            .unwrap_or(layout((6, 6)));
         let log_wqes = wqes.trailing_zeros() as u8;
         let mut rq = self.create_rq(0, rx_cqn, log_wqes, Some((log_stride, log_strides)));
         for k in 0..wqes {

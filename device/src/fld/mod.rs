@@ -26,7 +26,7 @@ mod regs;
 mod rx;
 mod tx;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use zerocopy::FromBytes;
 
@@ -197,7 +197,8 @@ impl FldCore {
 
 /// Handles the host and the engine share.
 struct FldShared {
-    fabric: Arc<Fabric>,
+    /// Weak: the fabric holds this function (see the NIC's).
+    fabric: Weak<Fabric>,
     core: Mutex<FldCore>,
 }
 
@@ -220,7 +221,7 @@ impl FldFunction {
             panic!("FLD geometry: {e}");
         }
         let shared = Arc::new(FldShared {
-            fabric: fabric.clone(),
+            fabric: Arc::downgrade(fabric),
             core: Mutex::new(FldCore::new(geo)),
         });
         fabric.attach(|fid| {
@@ -306,7 +307,9 @@ impl FldFunction {
             work += a.poll(&mut core.tx_view());
         }
         core.accel = accel;
-        work += ring_doorbells(core, &self.shared.fabric, self.pci.id);
+        if let Some(fabric) = self.shared.fabric.upgrade() {
+            work += ring_doorbells(core, &fabric, self.pci.id);
+        }
         work
     }
 

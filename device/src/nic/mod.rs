@@ -23,7 +23,7 @@ mod tests;
 pub use doorbell::{DoorbellArea, DoorbellMemoryTooSmall};
 use queues::{CompletionQueue, EventQueue, ReceiveQueue, SendQueue, Slab};
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use crate::fabric::Fabric;
@@ -79,7 +79,9 @@ struct Port {
 
 /// Shared between the functions' BAR handlers and the engine.
 pub(crate) struct NicShared {
-    fabric: Arc<Fabric>,
+    /// Weak: the fabric holds the functions, which hold this; a strong reference would keep a
+    /// card alive forever once built.
+    fabric: Weak<Fabric>,
     core: Mutex<NicCore>,
     ports: std::sync::OnceLock<Vec<Port>>,
 }
@@ -95,7 +97,7 @@ impl Nic {
     pub fn new(fabric: &Arc<Fabric>, config: NicConfig) -> Arc<Nic> {
         let n = config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16);
         let shared = Arc::new(NicShared {
-            fabric: fabric.clone(),
+            fabric: Arc::downgrade(fabric),
             core: Mutex::new(NicCore::new(config)),
             ports: Default::default(),
         });
@@ -154,7 +156,10 @@ impl Nic {
     pub fn poll(&self) -> usize {
         let ports = self.shared.ports.get().map(|p| p.as_slice()).unwrap_or(&[]);
         let mut core = self.shared.lock();
-        datapath::poll(&mut core, &self.shared.fabric, ports)
+        match self.shared.fabric.upgrade() {
+            Some(fabric) => datapath::poll(&mut core, &fabric, ports),
+            None => 0,
+        }
     }
 
     /// Counters of the uplink wire side and other device-global statistics.
@@ -295,7 +300,10 @@ impl NicFunction {
                 let token = value & 0xffff;
                 let delivery = {
                     let mut core = self.shared.lock();
-                    let mut dma = self.shared.fabric.dma(self.pci.id);
+                    let Some(fabric) = self.shared.fabric.upgrade() else {
+                        return;
+                    };
+                    let mut dma = fabric.dma(self.pci.id);
                     cmd::deliver(
                         &mut core,
                         &mut dma,

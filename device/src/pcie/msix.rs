@@ -120,16 +120,23 @@ impl MsixTable {
         }
     }
 
-    /// Messages for pending vectors that are no longer masked (after an unmask or enable).
+    /// Messages for pending vectors that are no longer masked (after an unmask or enable). Only
+    /// the set pending bits are visited: a table write costs nothing when none are pending.
     pub fn deliver_pending(&mut self, enabled: bool, function_masked: bool) -> Vec<MsiMessage> {
         let mut out = Vec::new();
         if !enabled || function_masked {
             return out;
         }
-        for v in 0..self.entries.len() {
-            if self.pending[v / 64] & (1 << (v % 64)) != 0 && !self.masked(v) {
-                self.pending[v / 64] &= !(1 << (v % 64));
-                out.push(self.message(v));
+        for word in 0..self.pending.len() {
+            let mut bits = self.pending[word];
+            while bits != 0 {
+                let bit = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let v = word * 64 + bit;
+                if v < self.entries.len() && !self.masked(v) {
+                    self.pending[word] &= !(1 << bit);
+                    out.push(self.message(v));
+                }
             }
         }
         out

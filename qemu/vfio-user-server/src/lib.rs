@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -490,6 +491,7 @@ fn serve_function(
     stop: Arc<AtomicBool>,
     path: PathBuf,
 ) {
+    let name = path.display().to_string();
     while !stop.load(Ordering::Relaxed) {
         let mut backend = FunctionBackend {
             card: card.clone(),
@@ -497,18 +499,57 @@ fn serve_function(
             irqs: irqs.clone(),
             files: HashMap::new(),
         };
-        log::info!("{}: waiting for a client", path.display());
-        let result =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.run(&mut backend)));
-        match result {
-            Ok(Ok(())) => log::info!("{}: client disconnected", path.display()),
-            Ok(Err(e)) => log::warn!("{}: connection ended: {e}", path.display()),
-            Err(_) => log::error!(
-                "{}: malformed message from the client; connection dropped",
-                path.display()
-            ),
+        log::info!("{name}: waiting for a client");
+        match serve_client(&server, &mut backend) {
+            Ok(()) => log::info!("{name}: client disconnected"),
+            Err(e) => log::warn!("{name}: connection ended: {e}"),
         }
-        backend.disconnect();
+    }
+}
+
+/// Serves one client until it disconnects or sends what cannot be handled; its DMA maps and
+/// eventfds go with it. The protocol crate trusts message sizes and may panic on a malformed
+/// message: that ends the connection, not the server.
+fn serve_client(server: &Server, backend: &mut FunctionBackend) -> Result<(), String> {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.run(backend)));
+    backend.disconnect();
+    match result {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err("malformed message from the client; connection dropped".into()),
+    }
+}
+
+/// One function served to one client at a time on a listener the caller made (a socket
+/// without a path, say): what [`serve`] runs per socket, for tests and fuzz targets. Every BAR
+/// is trapped; MSI-X vectors are the eventfds the client sets.
+pub struct FunctionServer {
+    server: Server,
+    backend: FunctionBackend,
+}
+
+impl FunctionServer {
+    pub fn new(card: Arc<Card>, fid: FunctionId, listener: UnixListener) -> Self {
+        let irqs = Arc::new(EventfdSink::default());
+        card.fabric.set_interrupt_sink(irqs.clone());
+        if let Some(f) = card.fabric.function(fid) {
+            f.pci().set_external_msix(true);
+        }
+        let (regions, irq_info) = describe(&card, fid, None);
+        let server = Server::from_owned_fd(listener.into(), true, irq_info, regions);
+        FunctionServer {
+            server,
+            backend: FunctionBackend {
+                card,
+                fid,
+                irqs,
+                files: HashMap::new(),
+            },
+        }
+    }
+
+    /// Accepts the next client and serves it until it disconnects.
+    pub fn serve_client(&mut self) -> Result<(), String> {
+        serve_client(&self.server, &mut self.backend)
     }
 }
 
@@ -620,5 +661,29 @@ mod tests {
                 vec![],
             )
             .is_err());
+    }
+
+    /// A function served on a listener the caller made: a client reads the configuration
+    /// space, its connection ends, the server returns, and the client's DMA maps are gone.
+    #[test]
+    fn a_function_server_serves_one_client_on_the_callers_listener() {
+        let card = Card::new(Default::default());
+        let fid = card.nic.function_id(1).expect("NIC function 1");
+        let dir = std::env::temp_dir().join(format!("fld-fs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nic1.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let mut server = FunctionServer::new(card.clone(), fid, listener);
+        let serving = std::thread::spawn(move || server.serve_client());
+        let mut client = vfio_user::Client::new(&path).unwrap();
+        let mut id = [0u8; 4];
+        client.region_read(CONFIG_REGION, 0, &mut id).unwrap();
+        assert_eq!(id, [0xf0, 0xff, 0x00, 0xf1], "vendor 0xfff0, device 0xf100");
+        client.shutdown().unwrap();
+        drop(client);
+        assert!(serving.join().unwrap().is_ok());
+        assert_eq!(card.fabric.host_mapping_count(fid), 0);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

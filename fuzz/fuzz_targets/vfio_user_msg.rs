@@ -1,0 +1,176 @@
+//! The vfio-user server's message handling, over a socket with no path: after the version
+//! handshake, any sequence of messages a client can send — DMA maps and unmaps (without file
+//! descriptors), region and IRQ queries, SET_IRQS, region reads and writes anywhere in the
+//! configuration space and every BAR, device resets, unknown commands, and headers whose sizes
+//! lie — is answered or ends the connection; the server never hangs and never panics in this
+//! project's code (the protocol crate itself trusts message sizes and may panic, which the server
+//! turns into a dropped connection: such panics are tolerated here, all others abort). Afterwards
+//! the card, re-enumerated by a driver, echoes verified traffic through FLD.
+#![no_main]
+
+use std::io::{Read, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
+use std::time::Duration;
+
+use fld_fuzz::{assert_fld_recovers, small_card, Input};
+use fld_vfio_user_server::FunctionServer;
+use libfuzzer_sys::fuzz_target;
+
+/// vfio-user commands (the protocol specification's numbering).
+const DMA_MAP: u16 = 2;
+const DMA_UNMAP: u16 = 3;
+const DEVICE_GET_INFO: u16 = 4;
+const DEVICE_GET_REGION_INFO: u16 = 5;
+const GET_IRQ_INFO: u16 = 7;
+const SET_IRQS: u16 = 8;
+const REGION_READ: u16 = 9;
+const REGION_WRITE: u16 = 10;
+const DEVICE_RESET: u16 = 13;
+const COMMANDS: [u16; 9] = [
+    DMA_MAP,
+    DMA_UNMAP,
+    DEVICE_GET_INFO,
+    DEVICE_GET_REGION_INFO,
+    GET_IRQ_INFO,
+    SET_IRQS,
+    REGION_READ,
+    REGION_WRITE,
+    DEVICE_RESET,
+];
+/// Largest transfer a conforming client asks for (the server's max_data_xfer_size).
+const MAX_XFER: u32 = 1 << 20;
+
+fn message(out: &mut Vec<u8>, id: u16, command: u16, size: Option<u32>, body: &[u8]) {
+    let size = size.unwrap_or(16 + body.len() as u32);
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&command.to_le_bytes());
+    out.extend_from_slice(&size.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes()); // flags: a command
+    out.extend_from_slice(&0u32.to_le_bytes()); // error
+    out.extend_from_slice(body);
+}
+
+fn le32s(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// Panics in the protocol crate end one connection (the server catches them); any other panic
+/// is a finding.
+fn tolerate_protocol_crate_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let fuzzer_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_protocol_crate = info
+                .location()
+                .is_some_and(|l| l.file().contains("vfio_user-"));
+            if !in_protocol_crate {
+                fuzzer_hook(info);
+            }
+        }));
+    });
+}
+
+fuzz_target!(|data: &[u8]| {
+    tolerate_protocol_crate_panics();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut h = small_card();
+    let card = h.as_card().expect("a card");
+    let mut input = Input::new(data);
+    let functions = [h.nic_fid(0), h.nic_fid(1), card.fld.id()];
+    let fid = input.pick(&functions);
+    let name = format!(
+        "fldemu-fuzz-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract address");
+    let listener = UnixListener::bind_addr(&addr).expect("listen");
+    let mut server = FunctionServer::new(card, fid, listener);
+    let serving = std::thread::spawn(move || server.serve_client());
+    let mut client = UnixStream::connect_addr(&addr).expect("connect");
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+
+    let mut out = Vec::new();
+    let caps = br#"{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"migration":{"pgsize":4096}}}"#;
+    let mut version = vec![0, 0, 1, 0];
+    version.extend_from_slice(caps);
+    version.push(0);
+    message(&mut out, 0, 1, None, &version);
+    for id in 1..64u16 {
+        if input.is_empty() {
+            break;
+        }
+        let ctl = input.u8();
+        let command = if ctl & 0x80 != 0 {
+            input.u16()
+        } else {
+            input.pick(&COMMANDS)
+        };
+        let body = if ctl & 0x40 != 0 {
+            let n = input.u8() as usize;
+            input.bytes(n).to_vec()
+        } else {
+            match command {
+                REGION_READ | REGION_WRITE => {
+                    let count = input.u32() % (if ctl & 0x20 != 0 { MAX_XFER + 1 } else { 65 });
+                    let mut b = input.u64().to_le_bytes().to_vec();
+                    b.extend_from_slice(&le32s(&[u32::from(input.u8() % 10), count]));
+                    if command == REGION_WRITE {
+                        let payload = input.bytes(count as usize);
+                        b.extend_from_slice(payload);
+                        b.resize(16 + count as usize, 0);
+                    }
+                    b
+                }
+                DMA_MAP => {
+                    let mut b = le32s(&[32, input.u32()]);
+                    for _ in 0..3 {
+                        b.extend_from_slice(&input.u64().to_le_bytes());
+                    }
+                    b
+                }
+                DMA_UNMAP => {
+                    let mut b = le32s(&[24, input.u32()]);
+                    b.extend_from_slice(&input.u64().to_le_bytes());
+                    b.extend_from_slice(&input.u64().to_le_bytes());
+                    b
+                }
+                SET_IRQS => le32s(&[
+                    20,
+                    input.u32(),
+                    input.u32() % 6,
+                    input.u32() % 80,
+                    input.u32() % 80,
+                ]),
+                GET_IRQ_INFO => le32s(&[16, 0, input.u32() % 6, 0]),
+                DEVICE_GET_REGION_INFO => {
+                    let mut b = le32s(&[32, 0, input.u32() % 10, 0]);
+                    b.extend_from_slice(&[0; 16]);
+                    b
+                }
+                DEVICE_GET_INFO => le32s(&[16, 0, 0, 0]),
+                _ => Vec::new(),
+            }
+        };
+        // Sometimes the header's size lies (bounded, as a conforming client's would be).
+        let size = (ctl & 0x10 != 0).then(|| input.u32() % (MAX_XFER + 64));
+        message(&mut out, id, command, size, &body);
+    }
+    let _ = client.write_all(&out);
+    let _ = client.shutdown(std::net::Shutdown::Write);
+    let mut replies = Vec::new();
+    let read = client.read_to_end(&mut replies);
+    assert!(
+        !matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the server hung"
+    );
+    drop(client);
+    let _ = serving.join().expect("the server thread");
+    assert_fld_recovers(&mut h);
+});
