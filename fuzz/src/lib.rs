@@ -211,10 +211,9 @@ fn check_delivery(h: &MockHost, tx: &mut MockPort, rx: &mut MockPort, frame: &[u
     assert_eq!(got.as_deref(), Some(want), "traffic after recovery");
 }
 
-/// The NIC's invariant after any input: nothing outside the DMA-mapped memory was touched, and
-/// after re-enumeration and a reset of both functions a normal bring-up moves verified frames
-/// both ways.
-pub fn assert_nic_recovers(h: &mut MockHost) {
+/// Checks that nothing outside the DMA-mapped memory was touched, then does what a driver taking
+/// over a card in an unknown state does: enumerate again and reset both NIC functions.
+fn take_over(h: &mut MockHost) {
     assert!(
         h.guard_intact(),
         "a device access left the DMA-mapped memory"
@@ -222,6 +221,13 @@ pub fn assert_nic_recovers(h: &mut MockHost) {
     h.reenumerate();
     h.reset_nic(0);
     h.reset_nic(1);
+}
+
+/// The NIC's invariant after any input: nothing outside the DMA-mapped memory was touched, and
+/// after re-enumeration and a reset of both functions a normal bring-up moves verified frames
+/// both ways.
+pub fn assert_nic_recovers(h: &mut MockHost) {
+    take_over(h);
     let mut a = h.open_port(0);
     let mut b = h.open_port(1);
     let f = frame_between(h, 0, 1, 100, 7);
@@ -237,13 +243,7 @@ pub fn assert_nic_recovers(h: &mut MockHost) {
 /// FLD's invariant after any input: as [`assert_nic_recovers`], then FLD reset and bound again
 /// moves a frame through a fresh echo accelerator and back, MAC addresses swapped.
 pub fn assert_fld_recovers(h: &mut MockHost) {
-    assert!(
-        h.guard_intact(),
-        "a device access left the DMA-mapped memory"
-    );
-    h.reenumerate();
-    h.reset_nic(0);
-    h.reset_nic(1);
+    take_over(h);
     h.set_fld_reg(fld_abi::fld::reg::RESET, fld_abi::fld::RESET_MAGIC);
     if let Some(f) = &h.fld {
         f.set_accelerator(Box::new(Echo::new(0, 16)));
