@@ -364,11 +364,11 @@ fn msix_eventfd_and_dma_isolation(t: &Transport) -> Result<(), String> {
     )?;
     let c = cqe.expect("polled");
     expect(
-        (c.op_own >> 4, c.syndrome) == (CQE_REQ_ERR, syndrome::DMA_ERROR),
+        (c.opcode(), c.syndrome) == (CQE_REQ_ERR, syndrome::DMA_ERROR),
         || {
             format!(
                 "completion opcode {:#x} syndrome {:#x}, expected a DMA error",
-                c.op_own >> 4,
+                c.opcode(),
                 c.syndrome
             )
         },

@@ -25,10 +25,10 @@ fn datagram(src: [u8; 6], dst: [u8; 6], sport: u16, len: usize) -> Vec<u8> {
             .collect::<Vec<_>>(),
     )
     .unwrap();
-    f[20] &= !0x40;
-    f[24..26].fill(0);
-    let c = fld_abi::wire::internet_checksum(&f[14..34], 0);
-    f[24..26].copy_from_slice(&c.to_be_bytes());
+    // May be fragmented: clear Don't Fragment.
+    let mut ip = fld_abi::wire::Ipv4Packet::new_unchecked(&mut f[14..]);
+    ip.set_frag(false, false, 0);
+    ip.fill_checksum();
     f
 }
 

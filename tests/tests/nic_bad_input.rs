@@ -251,7 +251,7 @@ fn send_from_unmapped_memory_gives_an_error_cqe_and_writes_nothing() {
         .cq
         .poll()
         .expect("error CQE even without a completion request");
-    assert_eq!(opcode(&c), CQE_REQ_ERR);
+    assert_eq!(c.opcode(), CQE_REQ_ERR);
     assert_eq!(c.syndrome, syndrome::DMA_ERROR);
     assert_eq!(c.wqe_counter.get(), idx);
     // Nothing reached the receiver.
@@ -387,7 +387,7 @@ fn malformed_wqes_and_doorbell_overflow_give_error_cqes() {
         r.ports[0].sq.ring_doorbell();
         r.run();
         let c = r.ports[0].cq.poll().expect("error CQE");
-        assert_eq!((opcode(&c), c.syndrome), (CQE_REQ_ERR, syn));
+        assert_eq!((c.opcode(), c.syndrome), (CQE_REQ_ERR, syn));
         r.ports[0].cq.update_ci();
         r.ports[0].recover_sq();
     }
@@ -396,7 +396,7 @@ fn malformed_wqes_and_doorbell_overflow_give_error_cqes() {
     r.run();
     let c = r.ports[0].cq.poll().expect("overflow CQE");
     assert_eq!(
-        (opcode(&c), c.syndrome),
+        (c.opcode(), c.syndrome),
         (CQE_REQ_ERR, syndrome::DOORBELL_OVERFLOW)
     );
     r.ports[0].recover_sq();
@@ -511,7 +511,7 @@ fn receive_into_unmapped_buffer_is_an_error_cqe_not_a_write() {
     r.run();
     let c = r.ports[1].rq_cq.poll().expect("error CQE");
     assert_eq!(
-        (opcode(&c), c.syndrome),
+        (c.opcode(), c.syndrome),
         (CQE_RESP_ERR, syndrome::DMA_ERROR)
     );
     assert_eq!(r.ports[1].rq_query().state, QueueState::Error as u8);

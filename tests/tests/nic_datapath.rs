@@ -17,12 +17,12 @@ fn frame_crosses_the_eswitch_byte_exact_with_complete_cqes() {
     let idx = r.ports[0].send(&frame, 0, true);
     r.run();
     let tx = r.ports[0].cq.poll().expect("send completion");
-    assert_eq!(opcode(&tx), CQE_REQ);
+    assert_eq!(tx.opcode(), CQE_REQ);
     assert_eq!(tx.wqe_counter.get(), idx);
     assert_eq!(tx.byte_count.get(), 300);
     assert_eq!(tx.qn.get(), r.ports[0].sq.sqn);
     let rx = r.ports[1].rq_cq.poll().expect("receive completion");
-    assert_eq!(opcode(&rx), CQE_RESP_SEND);
+    assert_eq!(rx.opcode(), CQE_RESP_SEND);
     assert_eq!(rx.byte_count.get(), 300);
     assert_eq!(rx.wqe_counter.get(), 0);
     assert_eq!(rx.qn.get(), r.ports[1].rq.rqn);
@@ -151,7 +151,7 @@ fn frames_of_every_size_span_strides_byte_exact() {
         r.run();
         loop {
             let c = r.ports[1].rq_cq.poll().expect("CQE");
-            assert_eq!(opcode(&c), CQE_RESP_SEND);
+            assert_eq!(c.opcode(), CQE_RESP_SEND);
             let slot = c.wqe_counter.get() as usize % 8;
             if c.flags & cqe_flags::WQE_DONE != 0 {
                 consumed_wqes += 1;

@@ -177,6 +177,3 @@ pub fn tcp_frame(
     out
 }
 
-pub fn opcode(c: &Cqe) -> u8 {
-    c.op_own >> 4
-}
