@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use fld_abi::fld::{MemoryItem, Stat, FILL_PATTERN};
 use fld_abi::nic::TABLE_KIND_FDB;
-use fld_abi::nic::{Cqe, CQE_REQ, CS_L3, CS_L4};
+use fld_abi::nic::{Cqe, CE_ALWAYS, CE_MASK, CQE_REQ, CS_L3, CS_L4, RESERVED_LKEY, WQE_OP_SEND};
 use fld_device::accel::{Accelerator, Echo, RxMeta, TxMeta, TxRefused, TxStream};
 use fld_device::fld::memory_model::{fld_requirement, MemoryParams};
 use fld_driver::nic::SendWqe;
@@ -154,6 +154,20 @@ fn generated_wqe_equals_the_cpu_drivers_wqe() {
     let n = wqe.encode(sqn, 0, &mut cpu).unwrap();
     assert_eq!(n, 48);
     assert_eq!(&generated[..], &cpu[..64]);
+    // Field by field, at the byte offsets docs/nic-interface.md gives a send WQE: control
+    // segment (opcode SEND, index 0, 3 segments, completion requested, the SQ), Ethernet segment
+    // (both checksum requests, no inline header), one data segment (the reserved key, the
+    // packet's length and address in the Tx-data window), then zeros.
+    assert_eq!(generated[0], WQE_OP_SEND);
+    assert_eq!(&generated[2..4], &[0, 0]);
+    assert_eq!((generated[4], generated[5] & CE_MASK), (3, CE_ALWAYS));
+    assert_eq!(&generated[8..12], &sqn.to_le_bytes());
+    assert_eq!(generated[16], CS_L3 | CS_L4);
+    assert_eq!(&generated[28..30], &[0, 0], "no inline header");
+    assert_eq!(&generated[32..36], &(frame.len() as u32).to_le_bytes());
+    assert_eq!(&generated[36..40], &RESERVED_LKEY.to_le_bytes());
+    assert_eq!(&generated[40..48], &data_addr.to_le_bytes());
+    assert!(generated[48..].iter().all(|&b| b == 0));
     // And the data pointer serves the packet through the translation table.
     let mut data = vec![0u8; frame.len()];
     s.card
