@@ -16,7 +16,7 @@ use fld_device::fabric::HostRegion;
 use fld_device::pcie::{FunctionId, InterruptSink, MsiMessage};
 use vm_memory::{GuestAddress, GuestMemoryRegion, GuestRegionMmap, MemoryRegionAddress};
 
-use crate::pci::BumpAllocator;
+use crate::dma::DmaArea;
 use crate::{DmaBuffer, DriverError, PciDevice};
 
 /// Bus address of host memory as the functions see it.
@@ -42,16 +42,11 @@ impl InterruptSink for InterruptCounters {
     }
 }
 
-/// Host memory plus a bump allocator over it.
-struct HostMemory {
-    region: Arc<GuestRegionMmap>,
-    next: BumpAllocator,
-}
-
 /// The host side of an in-process card: memory, enumeration, interrupts.
 pub struct InProcessHost {
     card: Arc<Card>,
-    memory: HostMemory,
+    /// Host memory, mapped for DMA by every function.
+    memory: Arc<DmaArea>,
     irqs: Arc<InterruptCounters>,
     bars: HashMap<(FunctionId, u8), u64>,
 }
@@ -90,14 +85,17 @@ impl InProcessHost {
             }
             fabric.config_write(fid, OFF_COMMAND as u64, &CMD_MEMORY.to_le_bytes());
         }
+        let ptr = region
+            .get_host_address(MemoryRegionAddress(0))
+            .map_err(|e| DriverError::Transport(e.to_string()))?;
+        // SAFETY: the region is mapped for as long as the area holds it, and every function
+        // reaches it at HOST_IOVA_BASE.
+        let memory = unsafe { DmaArea::new(HOST_IOVA_BASE, ptr, memory_bytes, region) };
         let irqs = Arc::new(InterruptCounters::default());
         fabric.set_interrupt_sink(irqs.clone());
         Ok(Arc::new(InProcessHost {
             card,
-            memory: HostMemory {
-                region,
-                next: BumpAllocator::default(),
-            },
+            memory,
             irqs,
             bars,
         }))
@@ -115,30 +113,9 @@ impl InProcessHost {
         })
     }
 
-    /// Bytes of host memory handed out so far.
+    /// Bytes of host memory handed out and not given back.
     pub fn allocated(&self) -> usize {
-        self.memory.next.used()
-    }
-
-    fn alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
-        let start = self
-            .memory
-            .next
-            .reserve(len, self.memory.region.len() as usize)?;
-        let ptr = self
-            .memory
-            .region
-            .get_host_address(MemoryRegionAddress(start as u64))
-            .map_err(|e| DriverError::Transport(e.to_string()))?;
-        // SAFETY: [start, start + len) lies inside the region, which the Arc keeps mapped.
-        Ok(unsafe {
-            DmaBuffer::new(
-                HOST_IOVA_BASE + start as u64,
-                ptr,
-                len,
-                self.memory.region.clone(),
-            )
-        })
+        self.memory.in_use()
     }
 }
 
@@ -181,7 +158,7 @@ impl PciDevice for InProcessDevice {
         }
     }
     fn dma_alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
-        self.host.alloc(len)
+        self.host.memory.alloc(len)
     }
     fn enable_msix(&self, vectors: u16) -> Result<(), DriverError> {
         let mut cap = [0u8; 12];

@@ -4,6 +4,7 @@
 //! inside a guest with vfio-pci.
 //! [`nic::NicDriver`] speaks the soft NIC's command interface and owns its queues.
 
+mod dma;
 mod eventfds;
 pub mod fld;
 #[cfg(feature = "in-process")]
@@ -14,4 +15,5 @@ mod pci;
 pub mod vfio;
 pub mod vfio_user;
 
-pub use pci::{DmaBuffer, DriverError, PciDevice};
+pub use dma::DmaBuffer;
+pub use pci::{DriverError, PciDevice};

@@ -205,7 +205,7 @@ impl NicDriver {
             },
         )?;
         let mut eq = EventQueue {
-            ring,
+            ring: DeviceRing::new(ring),
             eqn,
             log_size,
             ci: 0,
@@ -234,7 +234,7 @@ impl NicDriver {
             },
         )?;
         Ok(CompletionQueue {
-            ring,
+            ring: DeviceRing::new(ring),
             cqn,
             log_size,
             ci: 0,
@@ -263,7 +263,7 @@ impl NicDriver {
             },
         )?;
         Ok(SendQueue {
-            ring,
+            ring: DeviceRing::new(ring),
             sqn,
             log_size,
             pi: 0,
@@ -343,7 +343,7 @@ impl NicDriver {
         };
         let rqn = self.create(op::CREATE_RQ, &input)?;
         Ok(RecvQueue {
-            ring,
+            ring: DeviceRing::new(ring),
             rqn,
             log_size,
             layout,
@@ -363,6 +363,25 @@ impl NicDriver {
     }
     pub fn destroy_rq(&mut self, rqn: u32) -> Result<(), DriverError> {
         self.object_command(op::DESTROY_RQ, rqn, 0).map(drop)
+    }
+
+    /// Destroys an event queue this driver created and gives its ring back to DMA memory.
+    /// Destroy dependents first: the device refuses a queue still referenced (RESOURCE_BUSY).
+    pub fn destroy_event_queue(&mut self, eq: EventQueue) -> Result<(), DriverError> {
+        retire_ring(eq.ring, self.destroy_eq(eq.eqn))
+    }
+    /// As [`NicDriver::destroy_event_queue`], for a completion queue.
+    pub fn destroy_completion_queue(&mut self, cq: CompletionQueue) -> Result<(), DriverError> {
+        retire_ring(cq.ring, self.destroy_cq(cq.cqn))
+    }
+    /// As [`NicDriver::destroy_event_queue`], for a send queue.
+    pub fn destroy_send_queue(&mut self, sq: SendQueue) -> Result<(), DriverError> {
+        retire_ring(sq.ring, self.destroy_sq(sq.sqn))
+    }
+    /// As [`NicDriver::destroy_event_queue`], for a receive queue (its receive buffers are the
+    /// caller's: free them after this returns).
+    pub fn destroy_recv_queue(&mut self, rq: RecvQueue) -> Result<(), DriverError> {
+        retire_ring(rq.ring, self.destroy_rq(rq.rqn))
     }
 
     pub fn query_cq(&mut self, cqn: u32) -> Result<QueryCqOut, DriverError> {
@@ -667,6 +686,51 @@ impl FlowRule {
 // Rings
 // ---------------------------------------------------------------------------------------------
 
+/// A queue's ring: memory the device writes (or reads) until the queue is destroyed. It goes
+/// back to DMA memory only when the device acknowledged the destroy ([`retire_ring`]); dropped
+/// any other way (the queue object dropped, a device reset, a refused destroy) it stays
+/// reserved, so no later buffer can receive the device's stray writes.
+struct DeviceRing {
+    ring: DmaBuffer,
+    released: bool,
+}
+
+impl DeviceRing {
+    fn new(ring: DmaBuffer) -> Self {
+        DeviceRing {
+            ring,
+            released: false,
+        }
+    }
+}
+
+impl std::ops::Deref for DeviceRing {
+    type Target = DmaBuffer;
+    fn deref(&self) -> &DmaBuffer {
+        &self.ring
+    }
+}
+
+impl Drop for DeviceRing {
+    fn drop(&mut self) {
+        if !self.released {
+            self.ring.keep_reserved();
+        }
+    }
+}
+
+/// Frees a destroyed queue's ring; when the destroy failed the ring stays reserved.
+fn retire_ring(
+    mut ring: DeviceRing,
+    destroyed: Result<(), DriverError>,
+) -> Result<(), DriverError> {
+    match &destroyed {
+        Ok(()) => ring.released = true,
+        Err(e) => log::warn!("{e}: the queue's ring {:?} stays reserved", ring.ring),
+    }
+    destroyed
+}
+
 fn doorbell(dev: &Arc<dyn PciDevice>, offset: u64, value: u32) {
     // Descriptor writes must be visible before the device sees the doorbell.
     fence(Ordering::Release);
@@ -675,7 +739,7 @@ fn doorbell(dev: &Arc<dyn PciDevice>, offset: u64, value: u32) {
 
 /// An event queue.
 pub struct EventQueue {
-    ring: DmaBuffer,
+    ring: DeviceRing,
     pub eqn: u32,
     log_size: u8,
     ci: u32,
@@ -709,7 +773,7 @@ impl EventQueue {
 
 /// A completion queue.
 pub struct CompletionQueue {
-    ring: DmaBuffer,
+    ring: DeviceRing,
     pub cqn: u32,
     log_size: u8,
     ci: u32,
@@ -762,7 +826,7 @@ impl CompletionQueue {
 /// A send queue. Software tracks free space from completions; [`SendQueue::post`] refuses a WQE
 /// that does not fit before `limit` (the counter up to which earlier WQEs completed + ring).
 pub struct SendQueue {
-    ring: DmaBuffer,
+    ring: DeviceRing,
     pub sqn: u32,
     log_size: u8,
     /// WQE basic blocks posted.
@@ -829,7 +893,7 @@ impl SendQueue {
 
 /// A receive queue.
 pub struct RecvQueue {
-    ring: DmaBuffer,
+    ring: DeviceRing,
     pub rqn: u32,
     log_size: u8,
     pub layout: RqLayout,

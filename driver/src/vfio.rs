@@ -19,9 +19,9 @@ use fld_abi::pci::{CMD_BUS_MASTER, CMD_MEMORY, OFF_COMMAND};
 use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP};
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioOps};
 
+use crate::dma::DmaArea;
 use crate::eventfds::EventfdVectors;
 use crate::mmio::BarMapping;
-use crate::pci::BumpAllocator;
 use crate::{DmaBuffer, DriverError, PciDevice};
 
 /// IOVA of the DMA memory in the shared IOMMU domain: above any 32-bit or low 64-bit BAR window
@@ -102,7 +102,6 @@ pub fn bind_to_vfio_pci(bdf: &str) -> Result<u32, DriverError> {
 struct DmaMemory {
     ptr: *mut u8,
     len: usize,
-    next: BumpAllocator,
     huge_pages: bool,
 }
 
@@ -131,7 +130,6 @@ impl DmaMemory {
             return Ok(DmaMemory {
                 ptr,
                 len: huge_len,
-                next: BumpAllocator::default(),
                 huge_pages: true,
             });
         }
@@ -139,21 +137,7 @@ impl DmaMemory {
         Ok(DmaMemory {
             ptr,
             len,
-            next: BumpAllocator::default(),
             huge_pages: false,
-        })
-    }
-
-    fn alloc(self: &Arc<Self>, len: usize) -> Result<DmaBuffer, DriverError> {
-        let start = self.next.reserve(len, self.len)?;
-        // SAFETY: [start, start + len) lies inside the mapping the Arc keeps alive.
-        Ok(unsafe {
-            DmaBuffer::new(
-                DMA_IOVA + start as u64,
-                self.ptr.add(start),
-                len,
-                self.clone(),
-            )
         })
     }
 }
@@ -172,7 +156,7 @@ pub struct VfioPciDevice {
     /// once they are gone.
     bars: [Option<BarMapping>; 6],
     device: VfioDevice,
-    memory: Arc<DmaMemory>,
+    dma: Arc<DmaArea>,
     vectors: EventfdVectors,
 }
 
@@ -211,7 +195,7 @@ impl PciDevice for VfioPciDevice {
         }
     }
     fn dma_alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
-        self.memory.alloc(len)
+        self.dma.alloc(len)
     }
     fn enable_msix(&self, vectors: u16) -> Result<(), DriverError> {
         let _ = self.device.disable_msix();
@@ -265,6 +249,9 @@ impl VfioHost {
         // from the IOMMU first); it is only accessed through raw-pointer copies.
         unsafe { container.vfio_dma_map(DMA_IOVA, memory.len, memory.ptr) }
             .map_err(|e| transport(format!("DMA map: {e}")))?;
+        // SAFETY: the mapping lives while the area holds it; every function reaches it at
+        // DMA_IOVA through the container's IOMMU mapping above.
+        let dma = unsafe { DmaArea::new(DMA_IOVA, memory.ptr, memory.len, memory.clone()) };
         let mut devices = Vec::new();
         for (bdf, device) in opened {
             let bars = std::array::from_fn(|i| map_bar(&device, i as u32));
@@ -272,7 +259,7 @@ impl VfioHost {
                 bdf,
                 device,
                 bars,
-                memory: memory.clone(),
+                dma: dma.clone(),
                 vectors: EventfdVectors::default(),
             });
             // Peer BARs take precedence over host memory in the card's switch: a BAR inside the

@@ -16,9 +16,9 @@ use vfio_bindings::bindings::vfio::{
 };
 use vfio_user::Client;
 
+use crate::dma::DmaArea;
 use crate::eventfds::EventfdVectors;
 use crate::mmio::BarMapping;
-use crate::pci::BumpAllocator;
 use crate::{DmaBuffer, DriverError, PciDevice};
 
 /// IOVA of the shared DMA memory in every function's address space.
@@ -35,7 +35,6 @@ struct SharedMemory {
     file: File,
     ptr: *mut u8,
     len: usize,
-    next: BumpAllocator,
 }
 
 // SAFETY: the mapping lives as long as the struct; accesses go through DmaBuffer copies.
@@ -69,7 +68,6 @@ impl SharedMemory {
                 file,
                 ptr: ptr.cast(),
                 len,
-                next: BumpAllocator::default(),
             })
         }
     }
@@ -87,7 +85,7 @@ pub struct VfioUserDevice {
     /// BARs (or BAR areas) the server offers for mmap: doorbell pages, written without a message.
     bars: [Option<BarMapping>; 6],
     client: Mutex<Client>,
-    memory: Arc<SharedMemory>,
+    memory: Arc<DmaArea>,
     vectors: EventfdVectors,
 }
 
@@ -144,16 +142,7 @@ impl PciDevice for VfioUserDevice {
         }
     }
     fn dma_alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
-        let start = self.memory.next.reserve(len, self.memory.len)?;
-        // SAFETY: [start, start + len) lies inside the mapping the Arc keeps alive.
-        Ok(unsafe {
-            DmaBuffer::new(
-                DMA_IOVA + start as u64,
-                self.memory.ptr.add(start),
-                len,
-                self.memory.clone(),
-            )
-        })
+        self.memory.alloc(len)
     }
     fn enable_msix(&self, vectors: u16) -> Result<(), DriverError> {
         // One vector per message: the server accepts one descriptor per message.
@@ -192,13 +181,16 @@ impl VfioUserHost {
     /// Connects to the sockets `names` under `dir`, maps `memory_bytes` of shared DMA memory
     /// into each function, and enumerates: BAR sizes probed, addresses assigned, memory decode on.
     pub fn connect(dir: &Path, names: &[&str], memory_bytes: usize) -> Result<Self, DriverError> {
-        let memory = Arc::new(SharedMemory::new(memory_bytes)?);
+        let shared = Arc::new(SharedMemory::new(memory_bytes)?);
+        // SAFETY: the memfd stays mapped while the area holds it; every function maps it at
+        // DMA_IOVA below.
+        let memory = unsafe { DmaArea::new(DMA_IOVA, shared.ptr, shared.len, shared.clone()) };
         let mut devices = Vec::new();
         let mut next_bar = MMIO_BASE;
         for name in names {
             let mut client = Client::new(&dir.join(name)).map_err(transport)?;
             client
-                .dma_map(0, DMA_IOVA, memory_bytes as u64, memory.file.as_raw_fd())
+                .dma_map(0, DMA_IOVA, memory_bytes as u64, shared.file.as_raw_fd())
                 .map_err(transport)?;
             let bars = std::array::from_fn(|i| map_region(&client, i as u32));
             let dev = Arc::new(VfioUserDevice {

@@ -108,6 +108,26 @@ struct RxQueue {
     refill: Vec<Mbuf>,
 }
 
+/// The port's queues are not destroyed when it is dropped, so the device may still write the
+/// buffers posted to them: they stay out of reuse (the rings themselves already do).
+impl Drop for RxQueue {
+    fn drop(&mut self) {
+        if let Some(strides) = &self.strides {
+            strides.buffers.iter().for_each(DmaBuffer::keep_reserved);
+        }
+    }
+}
+
+impl Drop for EthDev {
+    fn drop(&mut self) {
+        if !self.rxqs.is_empty() {
+            if let Some(pool) = &self.pool {
+                pool.keep_reserved();
+            }
+        }
+    }
+}
+
 /// A flow rule created through [`EthDev::flow_create`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowHandle(u32);

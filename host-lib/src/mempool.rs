@@ -140,6 +140,12 @@ impl Mempool {
         }))
     }
 
+    /// Keeps the pool's memory out of reuse once the pool is gone: its buffers were posted to
+    /// receive queues the device may still write.
+    pub(crate) fn keep_reserved(&self) {
+        self.memory.keep_reserved();
+    }
+
     /// Largest packet a buffer holds.
     pub fn data_room(&self) -> u32 {
         self.buf_size - HEADROOM
