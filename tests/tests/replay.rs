@@ -7,6 +7,7 @@ use fld_qemu::testbed::inline_apps::fragment_ipv4;
 use fld_qemu::testbed::replay::{
     replay, Inject, ReplayAccel, ReplayConfig, ReplayError, ReplayTenant,
 };
+use fld_qemu::testbed::VxlanDecap;
 
 const NET_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x99];
 const HOST_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x01];
@@ -99,6 +100,105 @@ fn defrag_replay_delivers_whole_datagrams_and_passes_the_rest_around_fld() {
             >= 2,
         "RSS spreads the whole datagrams"
     );
+}
+
+/// A datagram of `len` payload bytes from `src`, not DF, with its IPv4 ident.
+fn fragmentable(src: [u8; 4], ident: u16, len: usize) -> Vec<u8> {
+    let payload: Vec<u8> = (0..len).map(|k| (k as u16 ^ ident) as u8).collect();
+    let mut d = udp(src, 2000 + ident, 9000, &payload, false);
+    d[18..20].copy_from_slice(&ident.to_be_bytes());
+    d[24..26].fill(0);
+    let c = fld_abi::wire::internet_checksum(&d[14..34], 0);
+    d[24..26].copy_from_slice(&c.to_be_bytes());
+    d
+}
+
+/// `inner` inside Ethernet/IPv4/UDP to 4789/VXLAN with `vni`, built by an independent library.
+fn vxlan(vni: u32, inner: &[u8]) -> Vec<u8> {
+    let mut payload = vec![0x08, 0, 0, 0];
+    payload.extend_from_slice(&(vni << 8).to_be_bytes());
+    payload.extend_from_slice(inner);
+    let b = etherparse::PacketBuilder::ethernet2(NET_MAC, HOST_MAC)
+        .ipv4([172, 16, 0, 1], [172, 16, 0, 2], 64)
+        .udp(49152 + (vni as u16 & 0xff), 4789);
+    let mut f = Vec::new();
+    b.write(&mut f, &payload).unwrap();
+    f
+}
+
+#[test]
+fn defrag_replay_decapsulates_vxlan_before_choosing_fragments() {
+    // Setup (c) of the paper's §8.2.2: the tunnel carries fragments; plain fragments arrive
+    // beside it; a second tunnel (another VNI) is not ours and passes through untouched.
+    let tunnelled: Vec<Vec<u8>> = (0..6)
+        .map(|i| fragmentable([10, 1, 0, 1], 0x200 + i, 2800))
+        .collect();
+    let plain: Vec<Vec<u8>> = (0..4)
+        .map(|i| fragmentable([10, 2, 0, 1], 0x300 + i, 3100))
+        .collect();
+    let foreign: Vec<Vec<u8>> = fragment_ipv4(&fragmentable([10, 3, 0, 1], 0x400, 2000), 1400)
+        .iter()
+        .map(|f| vxlan(7, f))
+        .collect();
+    let mut frames = Vec::new();
+    let mut fragments = 0;
+    for (t, p) in tunnelled
+        .iter()
+        .zip(plain.iter().chain(std::iter::repeat(&Vec::new())))
+    {
+        for f in fragment_ipv4(t, 1400) {
+            frames.push(vxlan(5001, &f));
+            fragments += 1;
+        }
+        if !p.is_empty() {
+            for f in fragment_ipv4(p, 1400).into_iter().rev() {
+                frames.push(f);
+                fragments += 1;
+            }
+        }
+    }
+    frames.extend(foreign.iter().cloned());
+    let cfg = ReplayConfig {
+        accel: ReplayAccel::Defrag,
+        vxlan: Some(VxlanDecap { vnis: vec![5001] }),
+        ..Default::default()
+    };
+    let out = replay(frames.clone(), &cfg).unwrap();
+    assert_eq!(fragments, 30);
+    assert_eq!(
+        out.fld_rx, fragments,
+        "inner and plain fragments crossed into FLD, the foreign tunnel did not"
+    );
+    assert_eq!(counter(&out.counters, "reassembled"), 10);
+    let mut got: Vec<Vec<u8>> = out.delivered.iter().map(|(_, f)| f.clone()).collect();
+    got.sort();
+    let mut want = [tunnelled.clone(), plain.clone(), foreign.clone()].concat();
+    want.sort();
+    assert!(
+        got == want,
+        "whole inner datagrams, whole plain datagrams and the foreign tunnel's frames as sent"
+    );
+
+    // Any VNI: the second tunnel is decapsulated too, and its datagram reassembled.
+    let any = replay(
+        frames.clone(),
+        &ReplayConfig {
+            vxlan: Some(VxlanDecap::default()),
+            ..cfg.clone()
+        },
+    )
+    .unwrap();
+    assert_eq!(any.fld_rx, fragments + foreign.len() as u64);
+    assert_eq!(counter(&any.counters, "reassembled"), 11);
+
+    // Without decapsulation (as before) the tunnelled fragments reach the host unreassembled.
+    let none = replay(frames, &ReplayConfig { vxlan: None, ..cfg }).unwrap();
+    assert_eq!(
+        none.fld_rx,
+        4 * 3,
+        "only the plain fragments are seen as fragments"
+    );
+    assert_eq!(counter(&none.counters, "reassembled"), 4);
 }
 
 #[test]

@@ -36,7 +36,9 @@ pub struct ReplayArgs {
     pub out: std::path::PathBuf,
     /// TOML file: `now` (seconds, IoT token time), `host_queues`, `[[tenant]]` tables with
     /// `context`, `src` (IPv4) and `key` (IoT), `[defrag]` with `timeout_ms`, `max_datagram`,
-    /// `max_datagrams`, `max_buffered_bytes`.
+    /// `max_datagrams`, `max_buffered_bytes`, `[vxlan]` with `vnis` (VXLAN decapsulation in the
+    /// eSwitch before the accelerator's share is chosen: frames to UDP 4789 with one of these
+    /// VNIs, or any VNI when the list is empty or absent).
     #[arg(long)]
     pub config: Option<std::path::PathBuf>,
     /// Where the frames enter the card.
@@ -58,6 +60,14 @@ struct ReplayFile {
     #[serde(default)]
     tenant: Vec<TenantFile>,
     defrag: Option<DefragFile>,
+    vxlan: Option<VxlanFile>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VxlanFile {
+    #[serde(default)]
+    vnis: Vec<u32>,
 }
 
 #[derive(serde::Deserialize)]
@@ -107,6 +117,9 @@ pub fn run(a: ReplayArgs) -> CmdResult {
                 key: t.key.clone().into_bytes(),
             })
             .collect(),
+        vxlan: file
+            .vxlan
+            .map(|v| fld_qemu::testbed::VxlanDecap { vnis: v.vnis }),
         ..Default::default()
     };
     if let Some(q) = file.host_queues {
@@ -173,4 +186,19 @@ pub fn run(a: ReplayArgs) -> CmdResult {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_vxlan_table_lists_vnis_or_means_any() {
+        let f: ReplayFile = toml::from_str("[vxlan]\nvnis = [5001, 7]\n").unwrap();
+        assert_eq!(f.vxlan.map(|v| v.vnis), Some(vec![5001, 7]));
+        let any: ReplayFile = toml::from_str("[vxlan]\n").unwrap();
+        assert_eq!(any.vxlan.map(|v| v.vnis), Some(vec![]));
+        assert!(toml::from_str::<ReplayFile>("").unwrap().vxlan.is_none());
+        assert!(toml::from_str::<ReplayFile>("[vxlan]\nport = 8472\n").is_err());
+    }
 }

@@ -8,13 +8,13 @@ pub mod replay;
 
 use std::sync::Arc;
 
-use fld_abi::nic::TABLE_KIND_FDB;
+use fld_abi::nic::{FlowMatch, TABLE_KIND_FDB};
 use fld_abi::wire::zuc::ZUC_UDP_PORT;
 use fld_device::accel::zuc_accel::ZucAccel;
 use fld_device::card::{Card, CardConfig};
 use fld_device::fld::memory_model::MemoryParams;
 use fld_driver::inprocess::InProcessHost;
-use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
+use fld_driver::nic::{FlowRule, NicDriver, RuleFate, TableMiss};
 use fld_driver::DriverError;
 use fld_host::apps::{
     echo_step, fld_safe_window, open_echo_pair, open_fld_echo, run_echo, EchoConfig, EchoReport,
@@ -148,14 +148,25 @@ impl FldEchoSetup {
         &mut self,
         to_accelerator: Option<&[FlowItem]>,
     ) -> Result<u32, DriverError> {
+        self.steer_to_accelerator_after(None, to_accelerator)
+    }
+
+    /// As [`FldEchoSetup::steer_to_accelerator`], with VXLAN decapsulation first when `decap`
+    /// is given: tunnelled frames are classified by their inner headers (the paper's §8.2.2
+    /// setup (c), fragments inside VXLAN), everything else as it arrived.
+    pub fn steer_to_accelerator_after(
+        &mut self,
+        decap: Option<&VxlanDecap>,
+        to_accelerator: Option<&[FlowItem]>,
+    ) -> Result<u32, DriverError> {
         let client_vport = self.client.vport();
         let nic = self.flde.nic();
         let fld_vport = nic.vport();
-        let root = nic.create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)?;
+        let classify = nic.create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)?;
         if let Some(pattern) = to_accelerator {
             let (mask, value) = fld_host::flow::compile_pattern(pattern);
             nic.create_flow_entry(
-                root,
+                classify,
                 &FlowRule {
                     priority: 0,
                     mask,
@@ -166,13 +177,17 @@ impl FldEchoSetup {
             )?;
         }
         nic.create_flow_entry(
-            root,
+            classify,
             &FlowRule {
                 priority: 1,
                 count: true,
                 ..FlowRule::any(RuleFate::Vport(client_vport))
             },
         )?;
+        let root = match decap {
+            None => classify,
+            Some(decap) => decap.install(nic, classify)?,
+        };
         nic.set_root(TABLE_KIND_FDB, Some(root))?;
         let back = nic.create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)?;
         nic.create_flow_entry(back, &FlowRule::any(RuleFate::Vport(client_vport)))?;
@@ -191,5 +206,50 @@ impl FldEchoSetup {
         let mac = self.flde.mac();
         let card = self.card.clone();
         run_echo(&mut self.client, mac, cfg, || card.poll())
+    }
+}
+
+/// VXLAN decapsulation (RFC 7348) ahead of an eSwitch table: frames to UDP port 4789 (the one
+/// port the NIC's parser knows as VXLAN) whose VNI is one of `vnis` (any VNI when empty) lose
+/// their outer headers and continue at the table with the inner frame; other frames reach the
+/// table as they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VxlanDecap {
+    pub vnis: Vec<u32>,
+}
+
+impl VxlanDecap {
+    /// Creates the decapsulating table (level 1, in front of `next`, which must be at a higher
+    /// level) and returns it.
+    pub fn install(&self, nic: &mut NicDriver, next: u32) -> Result<u32, DriverError> {
+        if self.vnis.iter().any(|v| *v >= 1 << 24) {
+            return Err(DriverError::InvalidArgument("a VNI has 24 bits"));
+        }
+        let table = nic.create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Goto(next))?;
+        let any_vni = [None];
+        let vnis: Vec<Option<u32>> = self.vnis.iter().copied().map(Some).collect();
+        for vni in if vnis.is_empty() { &any_vni[..] } else { &vnis } {
+            let (mut mask, mut value) = (FlowMatch::default(), FlowMatch::default());
+            mask.ip_proto = 0xff;
+            value.ip_proto = fld_abi::wire::ip_proto::UDP;
+            mask.dst_port = [0xff; 2];
+            value.dst_port = fld_abi::wire::vxlan::UDP_PORT.to_be_bytes();
+            if let Some(vni) = vni {
+                mask.vni = [0xff; 3];
+                value.vni.copy_from_slice(&vni.to_be_bytes()[1..]);
+            }
+            nic.create_flow_entry(
+                table,
+                &FlowRule {
+                    priority: 0,
+                    mask,
+                    value,
+                    count: true,
+                    vxlan_decap: true,
+                    ..FlowRule::any(RuleFate::Goto(next))
+                },
+            )?;
+        }
+        Ok(table)
     }
 }

@@ -5,7 +5,9 @@
 //!
 //! Steering per accelerator (the eSwitch root; everything else goes straight to the host):
 //! echo: all traffic; zuc: UDP to the service port; defrag: IPv4 fragments (`ip_frag`); iot:
-//! UDP to the CoAP port, tagged per tenant by source address.
+//! UDP to the CoAP port, tagged per tenant by source address. With VXLAN decapsulation
+//! configured, tunnelled frames lose their outer headers first and are classified (and
+//! delivered) by their inner headers.
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
@@ -24,7 +26,7 @@ use fld_device::wire::ReplayWire;
 use fld_driver::DriverError;
 use fld_host::FlowItem;
 
-use super::FldEchoSetup;
+use super::{FldEchoSetup, VxlanDecap};
 
 /// Which accelerator model sits behind FLD.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +68,8 @@ pub struct ReplayConfig {
     pub now_s: u64,
     /// Defrag: reassembly parameters.
     pub defrag: DefragConfig,
+    /// VXLAN decapsulation in the eSwitch before the accelerator's share is chosen.
+    pub vxlan: Option<VxlanDecap>,
 }
 
 impl Default for ReplayConfig {
@@ -78,6 +82,7 @@ impl Default for ReplayConfig {
             tenants: Vec::new(),
             now_s: 0,
             defrag: DefragConfig::default(),
+            vxlan: None,
         }
     }
 }
@@ -140,7 +145,7 @@ pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome,
 
     // eSwitch root: the accelerator's share to FLD's vPort, the rest to the host. What the
     // accelerator returns resumes at `back`, which delivers to the host.
-    let back = s.steer_to_accelerator(Some(&first))?;
+    let back = s.steer_to_accelerator_after(cfg.vxlan.as_ref(), Some(&first))?;
     for t in &cfg.tenants {
         if cfg.accel != ReplayAccel::Iot {
             break;
