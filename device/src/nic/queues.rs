@@ -52,22 +52,26 @@ impl CompletionRing {
         }
     }
 
+    #[inline]
     pub fn size(&self) -> u32 {
         1 << self.log_size
     }
 
     /// Free entries, from the consumer counter the driver last reported (24-bit, wrapping).
+    #[inline]
     pub fn room(&self) -> u32 {
         self.size()
             .saturating_sub(self.pc.wrapping_sub(self.ci) & db::CI_MASK)
     }
 
     /// Entries written and not yet consumed.
+    #[inline]
     pub fn pending(&self) -> bool {
         self.pc.wrapping_sub(self.ci) & db::CI_MASK != 0
     }
 
     /// Bus address and owner bit of the entry the producer writes next.
+    #[inline]
     pub fn next_slot(&self, entry_size: usize) -> (u64, u8) {
         let index = self.pc & (self.size() - 1);
         (
@@ -77,6 +81,7 @@ impl CompletionRing {
     }
 
     /// Counts the entry just written; returns whether it must fire (the ring was armed).
+    #[inline]
     pub fn produced(&mut self) -> bool {
         self.pc = self.pc.wrapping_add(1);
         std::mem::take(&mut self.armed)
@@ -240,9 +245,11 @@ impl<T> Slab<T> {
         self.items.push(Some(v));
         Some(self.items.len() as u32 - 1)
     }
+    #[inline]
     pub fn get(&self, id: u32) -> Option<&T> {
         self.items.get(id as usize)?.as_ref()
     }
+    #[inline]
     pub fn get_mut(&mut self, id: u32) -> Option<&mut T> {
         self.items.get_mut(id as usize)?.as_mut()
     }

@@ -176,4 +176,3 @@ pub fn tcp_frame(
     b.write(&mut out, payload).unwrap();
     out
 }
-

@@ -59,6 +59,7 @@ fn ext_value(msg: &[u8], pos: usize, nibble: u8) -> Result<(u32, usize), CoapErr
 
 impl<T: AsRef<[u8]>> CoapMessage<T> {
     /// Checks the header, the token and every option; never allocates, never panics.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, CoapError> {
         let msg = buffer.as_ref();
         if msg.len() < HEADER_LEN || msg[0] >> 6 != 1 {
@@ -161,6 +162,7 @@ impl<T: AsRef<[u8]>> CoapMessage<T> {
     }
 
     /// The payload after the marker (never empty), if the message has one.
+    #[inline]
     pub fn payload(&self) -> Option<&[u8]> {
         self.payload_start.map(|s| &self.bytes()[s..])
     }
@@ -202,6 +204,7 @@ fn nibble(v: usize) -> (u8, usize) {
 
 impl CoapRepr<'_> {
     /// Bytes the message takes.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         let mut n = HEADER_LEN + self.token.len();
         let mut last = 0u16;
@@ -221,6 +224,7 @@ impl CoapRepr<'_> {
     /// Writes the message at the start of `buf` and returns its length; `None` (nothing
     /// written) when it is not encodable (a token over 8 bytes, options out of order, an option
     /// value over 65804 bytes) or `buf` is too short.
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> Option<usize> {
         let ordered = self.options.windows(2).all(|w| w[0].0 <= w[1].0);
         let fits = self.options.iter().all(|(_, v)| v.len() <= 65535 + 269);

@@ -23,11 +23,13 @@ pub struct EthernetFrame<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// A view without checks: accessors may panic unless the buffer holds [`HEADER_LEN`] bytes.
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         EthernetFrame { buffer }
     }
 
     /// A view of a buffer that holds at least the header.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         if buffer.as_ref().len() < HEADER_LEN {
             return Err(Error::Truncated);
@@ -35,47 +37,57 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         Ok(EthernetFrame { buffer })
     }
 
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
+    #[inline]
     pub fn dst_addr(&self) -> [u8; 6] {
         array(self.buffer.as_ref(), field::DST.start)
     }
 
+    #[inline]
     pub fn src_addr(&self) -> [u8; 6] {
         array(self.buffer.as_ref(), field::SRC.start)
     }
 
+    #[inline]
     pub fn ethertype(&self) -> u16 {
         be16(self.buffer.as_ref(), field::ETHERTYPE)
     }
 
     /// Everything after the 14-byte header (a VLAN tag, if any, included).
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
+    #[inline]
     pub fn set_dst_addr(&mut self, a: [u8; 6]) {
         self.buffer.as_mut()[field::DST].copy_from_slice(&a);
     }
 
+    #[inline]
     pub fn set_src_addr(&mut self, a: [u8; 6]) {
         self.buffer.as_mut()[field::SRC].copy_from_slice(&a);
     }
 
+    #[inline]
     pub fn set_ethertype(&mut self, t: u16) {
         put_be16(self.buffer.as_mut(), field::ETHERTYPE, t);
     }
 
     /// Exchanges source and destination addresses (what a reflector does).
+    #[inline]
     pub fn swap_addrs(&mut self) {
         let (dst, src) = self.buffer.as_mut()[..12].split_at_mut(6);
         dst.swap_with_slice(src);
     }
 
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         &mut self.buffer.as_mut()[HEADER_LEN..]
     }
@@ -90,6 +102,7 @@ pub struct EthernetRepr {
 }
 
 impl EthernetRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(frame: &EthernetFrame<T>) -> Self {
         EthernetRepr {
             src_addr: frame.src_addr(),
@@ -98,10 +111,12 @@ impl EthernetRepr {
         }
     }
 
+    #[inline]
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }
 
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, frame: &mut EthernetFrame<T>) {
         frame.set_dst_addr(self.dst_addr);
         frame.set_src_addr(self.src_addr);
@@ -117,10 +132,12 @@ pub struct VlanTag<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> VlanTag<T> {
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         VlanTag { buffer }
     }
 
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         if buffer.as_ref().len() < VLAN_TAG_LEN {
             return Err(Error::Truncated);
@@ -129,33 +146,40 @@ impl<T: AsRef<[u8]>> VlanTag<T> {
     }
 
     /// Tag control information: priority (3 bits), drop eligible (1), VLAN ID (12).
+    #[inline]
     pub fn tci(&self) -> u16 {
         be16(self.buffer.as_ref(), 0)
     }
 
+    #[inline]
     pub fn vlan_id(&self) -> u16 {
         self.tci() & 0x0fff
     }
 
+    #[inline]
     pub fn priority(&self) -> u8 {
         (self.tci() >> 13) as u8
     }
 
     /// EtherType of what follows the tag.
+    #[inline]
     pub fn ethertype(&self) -> u16 {
         be16(self.buffer.as_ref(), 2)
     }
 
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[VLAN_TAG_LEN..]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> VlanTag<T> {
+    #[inline]
     pub fn set_tci(&mut self, tci: u16) {
         put_be16(self.buffer.as_mut(), 0, tci);
     }
 
+    #[inline]
     pub fn set_ethertype(&mut self, t: u16) {
         put_be16(self.buffer.as_mut(), 2, t);
     }
@@ -169,6 +193,7 @@ pub struct VlanRepr {
 }
 
 impl VlanRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(tag: &VlanTag<T>) -> Self {
         VlanRepr {
             tci: tag.tci(),
@@ -176,6 +201,7 @@ impl VlanRepr {
         }
     }
 
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, tag: &mut VlanTag<T>) {
         tag.set_tci(self.tci);
         tag.set_ethertype(self.ethertype);

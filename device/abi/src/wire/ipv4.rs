@@ -32,11 +32,13 @@ pub struct Ipv4Packet<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// A view without checks: accessors may panic unless [`Ipv4Packet::check_header`] holds.
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         Ipv4Packet { buffer }
     }
 
     /// A view of a whole, consistent packet ([`Ipv4Packet::check_len`]).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let p = Ipv4Packet { buffer };
         p.check_len()?;
@@ -46,6 +48,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// A view whose header (options included) is present and sane ([`Ipv4Packet::check_header`]),
     /// while the total length may still disagree with the buffer: what a NIC's parser needs to
     /// report the addresses of a truncated datagram.
+    #[inline]
     pub fn new_checked_header(buffer: T) -> Result<Self> {
         let p = Ipv4Packet { buffer };
         p.check_header()?;
@@ -53,6 +56,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// Version 4, IHL at least 5, and the header with its options within the buffer.
+    #[inline]
     pub fn check_header(&self) -> Result<()> {
         let b = self.buffer.as_ref();
         if b.len() < HEADER_LEN {
@@ -69,6 +73,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     /// [`Ipv4Packet::check_header`], and a total length that covers the header and fits the
     /// buffer (bytes beyond it are link-layer padding).
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         self.check_header()?;
         let total = self.total_len() as usize;
@@ -81,72 +86,88 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         Ok(())
     }
 
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
+    #[inline]
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[field::VER_IHL] >> 4
     }
 
     /// Header length in bytes (IHL × 4).
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field::VER_IHL] & 0x0f) * 4
     }
 
+    #[inline]
     pub fn dscp_ecn(&self) -> u8 {
         self.buffer.as_ref()[field::DSCP_ECN]
     }
 
     /// Total length of the datagram (header and payload) as the header claims it.
+    #[inline]
     pub fn total_len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::LENGTH)
     }
 
+    #[inline]
     pub fn ident(&self) -> u16 {
         be16(self.buffer.as_ref(), field::IDENT)
     }
 
+    #[inline]
     pub fn dont_frag(&self) -> bool {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_DF != 0
     }
 
+    #[inline]
     pub fn more_frags(&self) -> bool {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_MF != 0
     }
 
     /// Fragment offset in bytes (the field counts 8-byte units).
+    #[inline]
     pub fn frag_offset(&self) -> u16 {
         (be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FRAG_OFFSET_MASK) << 3
     }
 
     /// A fragment: MF set or a non-zero offset (RFC 791 §3.2).
+    #[inline]
     pub fn is_fragment(&self) -> bool {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & (FLAG_MF | FRAG_OFFSET_MASK) != 0
     }
 
+    #[inline]
     pub fn hop_limit(&self) -> u8 {
         self.buffer.as_ref()[field::TTL]
     }
 
     /// The protocol field.
+    #[inline]
     pub fn next_header(&self) -> u8 {
         self.buffer.as_ref()[field::PROTOCOL]
     }
 
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
+    #[inline]
     pub fn src_addr(&self) -> [u8; 4] {
         array(self.buffer.as_ref(), field::SRC)
     }
 
+    #[inline]
     pub fn dst_addr(&self) -> [u8; 4] {
         array(self.buffer.as_ref(), field::DST)
     }
 
     /// The header (options included).
+    #[inline]
     pub fn header(&self) -> &[u8] {
         &self.buffer.as_ref()[..self.header_len()]
     }
@@ -157,6 +178,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// The payload: from the end of the header to the total length, clipped to the buffer.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         let b = self.buffer.as_ref();
         let (start, end) = self.payload_range(b.len());
@@ -171,23 +193,28 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Version 4 and a header of `header_len` bytes (a multiple of 4, 20..=60).
+    #[inline]
     pub fn set_version_and_header_len(&mut self, header_len: usize) {
         self.buffer.as_mut()[field::VER_IHL] = 0x40 | ((header_len / 4) as u8 & 0x0f);
     }
 
+    #[inline]
     pub fn set_dscp_ecn(&mut self, v: u8) {
         self.buffer.as_mut()[field::DSCP_ECN] = v;
     }
 
+    #[inline]
     pub fn set_total_len(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::LENGTH, v);
     }
 
+    #[inline]
     pub fn set_ident(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::IDENT, v);
     }
 
     /// Flags and fragment offset (`offset` in bytes, a multiple of 8).
+    #[inline]
     pub fn set_frag(&mut self, dont_frag: bool, more_frags: bool, offset: u16) {
         let v = (if dont_frag { FLAG_DF } else { 0 })
             | (if more_frags { FLAG_MF } else { 0 })
@@ -202,27 +229,33 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         put_be16(self.buffer.as_mut(), field::FLAGS_FRAG, v);
     }
 
+    #[inline]
     pub fn set_hop_limit(&mut self, v: u8) {
         self.buffer.as_mut()[field::TTL] = v;
     }
 
+    #[inline]
     pub fn set_next_header(&mut self, v: u8) {
         self.buffer.as_mut()[field::PROTOCOL] = v;
     }
 
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::CHECKSUM, v);
     }
 
+    #[inline]
     pub fn set_src_addr(&mut self, a: [u8; 4]) {
         self.buffer.as_mut()[field::SRC..field::SRC + 4].copy_from_slice(&a);
     }
 
+    #[inline]
     pub fn set_dst_addr(&mut self, a: [u8; 4]) {
         self.buffer.as_mut()[field::DST..field::DST + 4].copy_from_slice(&a);
     }
 
     /// Exchanges source and destination addresses.
+    #[inline]
     pub fn swap_addrs(&mut self) {
         let (src, dst) = (self.src_addr(), self.dst_addr());
         self.set_src_addr(dst);
@@ -230,12 +263,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     }
 
     /// Computes and stores the header checksum.
+    #[inline]
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let c = internet_checksum(self.header(), 0);
         self.set_checksum(c);
     }
 
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let len = self.buffer.as_ref().len();
         let (start, end) = self.payload_range(len);
@@ -262,6 +297,7 @@ pub struct Ipv4Repr {
 
 impl Ipv4Repr {
     /// The meaning of a checked packet's header (options are not kept).
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &Ipv4Packet<T>) -> Self {
         Ipv4Repr {
             src_addr: p.src_addr(),
@@ -277,11 +313,13 @@ impl Ipv4Repr {
         }
     }
 
+    #[inline]
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }
 
     /// Writes a 20-byte header; with `checksum` the header checksum, else 0.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Ipv4Packet<T>, checksum: bool) {
         p.set_version_and_header_len(HEADER_LEN);
         p.set_dscp_ecn(self.dscp_ecn);

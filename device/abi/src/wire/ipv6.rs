@@ -21,11 +21,13 @@ pub struct Ipv6Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Ipv6Packet<T> {
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         Ipv6Packet { buffer }
     }
 
     /// A view of a whole packet ([`Ipv6Packet::check_len`]).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let p = Ipv6Packet { buffer };
         p.check_len()?;
@@ -33,12 +35,14 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// A view whose fixed header is present with version 6, the payload length unchecked.
+    #[inline]
     pub fn new_checked_header(buffer: T) -> Result<Self> {
         let p = Ipv6Packet { buffer };
         p.check_header()?;
         Ok(p)
     }
 
+    #[inline]
     pub fn check_header(&self) -> Result<()> {
         if self.buffer.as_ref().len() < HEADER_LEN {
             return Err(Error::Truncated);
@@ -50,6 +54,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// [`Ipv6Packet::check_header`], and the payload length within the buffer.
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         self.check_header()?;
         if self.total_len() > self.buffer.as_ref().len() {
@@ -58,48 +63,59 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         Ok(())
     }
 
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
+    #[inline]
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[field::VER_TC_FLOW] >> 4
     }
 
+    #[inline]
     pub fn traffic_class(&self) -> u8 {
         (be16(self.buffer.as_ref(), field::VER_TC_FLOW) >> 4) as u8
     }
 
+    #[inline]
     pub fn flow_label(&self) -> u32 {
         be32(self.buffer.as_ref(), field::VER_TC_FLOW) & 0x000f_ffff
     }
 
+    #[inline]
     pub fn payload_len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::PAYLOAD_LEN)
     }
 
     /// Header plus payload length as the header claims it.
+    #[inline]
     pub fn total_len(&self) -> usize {
         HEADER_LEN + usize::from(self.payload_len())
     }
 
+    #[inline]
     pub fn next_header(&self) -> u8 {
         self.buffer.as_ref()[field::NEXT_HEADER]
     }
 
+    #[inline]
     pub fn hop_limit(&self) -> u8 {
         self.buffer.as_ref()[field::HOP_LIMIT]
     }
 
+    #[inline]
     pub fn src_addr(&self) -> [u8; 16] {
         array(self.buffer.as_ref(), field::SRC)
     }
 
+    #[inline]
     pub fn dst_addr(&self) -> [u8; 16] {
         array(self.buffer.as_ref(), field::DST)
     }
 
     /// The payload as the header claims it, clipped to the buffer.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         let b = self.buffer.as_ref();
         &b[HEADER_LEN..self.total_len().min(b.len())]
@@ -108,31 +124,38 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     /// Version 6 with the traffic class and flow label given.
+    #[inline]
     pub fn set_version_tc_flow(&mut self, traffic_class: u8, flow_label: u32) {
         let v = 6u32 << 28 | u32::from(traffic_class) << 20 | (flow_label & 0x000f_ffff);
         put_be32(self.buffer.as_mut(), field::VER_TC_FLOW, v);
     }
 
+    #[inline]
     pub fn set_payload_len(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::PAYLOAD_LEN, v);
     }
 
+    #[inline]
     pub fn set_next_header(&mut self, v: u8) {
         self.buffer.as_mut()[field::NEXT_HEADER] = v;
     }
 
+    #[inline]
     pub fn set_hop_limit(&mut self, v: u8) {
         self.buffer.as_mut()[field::HOP_LIMIT] = v;
     }
 
+    #[inline]
     pub fn set_src_addr(&mut self, a: [u8; 16]) {
         self.buffer.as_mut()[field::SRC..field::SRC + 16].copy_from_slice(&a);
     }
 
+    #[inline]
     pub fn set_dst_addr(&mut self, a: [u8; 16]) {
         self.buffer.as_mut()[field::DST..field::DST + 16].copy_from_slice(&a);
     }
 
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = self.total_len().min(self.buffer.as_ref().len());
         &mut self.buffer.as_mut()[HEADER_LEN..end]
@@ -152,6 +175,7 @@ pub struct Ipv6Repr {
 }
 
 impl Ipv6Repr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &Ipv6Packet<T>) -> Self {
         Ipv6Repr {
             src_addr: p.src_addr(),
@@ -164,10 +188,12 @@ impl Ipv6Repr {
         }
     }
 
+    #[inline]
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }
 
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Ipv6Packet<T>) {
         p.set_version_tc_flow(self.traffic_class, self.flow_label);
         p.set_payload_len(self.payload_len.min(0xffff) as u16);

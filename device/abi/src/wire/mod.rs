@@ -94,6 +94,7 @@ pub struct UdpOffsets {
 
 impl UdpOffsets {
     /// Start of the UDP payload.
+    #[inline]
     pub fn payload(&self) -> usize {
         self.udp + udp::HEADER_LEN
     }
@@ -155,6 +156,7 @@ impl EthIpv4UdpRepr {
     /// the payload already in place; without, both are left zero (for a NIC to insert, or none
     /// for UDP as RFC 768 allows). Returns false (nothing written) when `frame` is shorter than
     /// the headers or longer than an IPv4 datagram can be.
+    #[inline]
     pub fn emit(&self, frame: &mut [u8], checksums: bool) -> bool {
         let Some(ip_len) = frame
             .len()
@@ -163,20 +165,35 @@ impl EthIpv4UdpRepr {
         else {
             return false;
         };
-        let mut eth = EthernetFrame::new_unchecked(&mut *frame);
-        self.eth.emit(&mut eth);
-        let mut ip = Ipv4Packet::new_unchecked(eth.payload_mut());
+        let udp_len = ip_len - ipv4::HEADER_LEN;
+        // The headers are written into a fixed-size block (so the field writes need no bounds
+        // checks) and copied once; generators call this for every frame.
+        let mut h = [0u8; Self::HEADER_LEN];
+        let (eth, rest) = h.split_at_mut(ethernet::HEADER_LEN);
+        let (ip, udp) = rest.split_at_mut(ipv4::HEADER_LEN);
+        self.eth.emit(&mut EthernetFrame::new_unchecked(eth));
         let ip_repr = Ipv4Repr {
-            payload_len: ip_len - ipv4::HEADER_LEN,
+            payload_len: udp_len,
             next_header: ip_proto::UDP,
             ..self.ip
         };
-        ip_repr.emit(&mut ip, checksums);
-        let mut udp = UdpPacket::new_unchecked(ip.payload_mut());
-        self.udp
-            .emit_header(&mut udp, ip_len - ipv4::HEADER_LEN - udp::HEADER_LEN);
+        ip_repr.emit(&mut Ipv4Packet::new_unchecked(ip), checksums);
+        self.udp.emit_header(
+            &mut UdpPacket::new_unchecked(udp),
+            udp_len - udp::HEADER_LEN,
+        );
+        frame[..Self::HEADER_LEN].copy_from_slice(&h);
         if checksums {
-            udp.fill_checksum_v4(&self.ip.src_addr, &self.ip.dst_addr);
+            let datagram = &mut frame[ethernet::HEADER_LEN + ipv4::HEADER_LEN..];
+            let pseudo = checksum::pseudo_header_v4(
+                &self.ip.src_addr,
+                &self.ip.dst_addr,
+                ip_proto::UDP,
+                udp_len as u32,
+            );
+            let c = internet_checksum(datagram, pseudo);
+            // A computed 0 is sent as all ones (RFC 768).
+            UdpPacket::new_unchecked(datagram).set_checksum(if c == 0 { 0xffff } else { c });
         }
         true
     }

@@ -36,17 +36,20 @@ pub struct TcpPacket<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> TcpPacket<T> {
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         TcpPacket { buffer }
     }
 
     /// A view whose header (options included) lies within the buffer.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let p = TcpPacket { buffer };
         p.check_len()?;
         Ok(p)
     }
 
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         let n = self.buffer.as_ref().len();
         if n < HEADER_LEN {
@@ -61,47 +64,58 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         Ok(())
     }
 
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
+    #[inline]
     pub fn src_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::SRC_PORT)
     }
 
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::DST_PORT)
     }
 
+    #[inline]
     pub fn seq_number(&self) -> u32 {
         be32(self.buffer.as_ref(), field::SEQ)
     }
 
+    #[inline]
     pub fn ack_number(&self) -> u32 {
         be32(self.buffer.as_ref(), field::ACK)
     }
 
     /// Data offset in bytes.
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field::DATA_OFFSET] >> 4) * 4
     }
 
+    #[inline]
     pub fn flags(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS]
     }
 
+    #[inline]
     pub fn window_len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::WINDOW)
     }
 
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
+    #[inline]
     pub fn urgent_at(&self) -> u16 {
         be16(self.buffer.as_ref(), field::URGENT)
     }
 
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         let b = self.buffer.as_ref();
         &b[self.header_len().min(b.len())..]
@@ -121,35 +135,45 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
+    #[inline]
     pub fn set_src_port(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::SRC_PORT, v);
     }
+    #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::DST_PORT, v);
     }
+    #[inline]
     pub fn set_seq_number(&mut self, v: u32) {
         put_be32(self.buffer.as_mut(), field::SEQ, v);
     }
+    #[inline]
     pub fn set_ack_number(&mut self, v: u32) {
         put_be32(self.buffer.as_mut(), field::ACK, v);
     }
     /// Data offset in bytes (a multiple of 4, 20..=60).
+    #[inline]
     pub fn set_header_len(&mut self, v: usize) {
         self.buffer.as_mut()[field::DATA_OFFSET] = ((v / 4) as u8) << 4;
     }
+    #[inline]
     pub fn set_flags(&mut self, v: u8) {
         self.buffer.as_mut()[field::FLAGS] = v;
     }
+    #[inline]
     pub fn set_window_len(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::WINDOW, v);
     }
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::CHECKSUM, v);
     }
+    #[inline]
     pub fn set_urgent_at(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::URGENT, v);
     }
     /// Computes the checksum over the IPv4 pseudo-header and the whole buffer (the segment).
+    #[inline]
     pub fn fill_checksum_v4(&mut self, src: &[u8; 4], dst: &[u8; 4]) {
         self.set_checksum(0);
         let b = self.buffer.as_ref();
@@ -170,6 +194,7 @@ pub struct TcpRepr {
 }
 
 impl TcpRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &TcpPacket<T>) -> Self {
         TcpRepr {
             src_port: p.src_port(),
@@ -181,11 +206,13 @@ impl TcpRepr {
         }
     }
 
+    #[inline]
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }
 
     /// Writes a 20-byte header with checksum 0.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut TcpPacket<T>) {
         p.set_src_port(self.src_port);
         p.set_dst_port(self.dst_port);

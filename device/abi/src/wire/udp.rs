@@ -20,17 +20,20 @@ pub struct UdpPacket<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> UdpPacket<T> {
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         UdpPacket { buffer }
     }
 
     /// A view whose length field covers the header and fits the buffer.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let p = UdpPacket { buffer };
         p.check_len()?;
         Ok(p)
     }
 
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         let n = self.buffer.as_ref().len();
         if n < HEADER_LEN {
@@ -46,38 +49,46 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         Ok(())
     }
 
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
+    #[inline]
     pub fn src_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::SRC_PORT)
     }
 
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::DST_PORT)
     }
 
     /// Header plus data, as the length field claims.
+    #[inline]
     pub fn len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::LENGTH)
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         usize::from(self.len()) <= HEADER_LEN
     }
 
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
     /// The datagram as the length field delimits it (clipped to the buffer).
+    #[inline]
     pub fn datagram(&self) -> &[u8] {
         let b = self.buffer.as_ref();
         &b[..usize::from(self.len()).clamp(HEADER_LEN, b.len())]
     }
 
     /// The data after the header, as the length field delimits it.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.datagram()[HEADER_LEN..]
     }
@@ -99,23 +110,28 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
+    #[inline]
     pub fn set_src_port(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::SRC_PORT, v);
     }
 
+    #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::DST_PORT, v);
     }
 
+    #[inline]
     pub fn set_len(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::LENGTH, v);
     }
 
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         put_be16(self.buffer.as_mut(), field::CHECKSUM, v);
     }
 
     /// Exchanges the ports.
+    #[inline]
     pub fn swap_ports(&mut self) {
         let (s, d) = (self.src_port(), self.dst_port());
         self.set_src_port(d);
@@ -124,6 +140,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
 
     /// Computes the checksum over the IPv4 pseudo-header and the datagram (a result of 0 is sent
     /// as 0xFFFF, RFC 768).
+    #[inline]
     pub fn fill_checksum_v4(&mut self, src: &[u8; 4], dst: &[u8; 4]) {
         self.set_checksum(0);
         let d = self.datagram();
@@ -132,6 +149,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
     }
 
     /// As [`UdpPacket::fill_checksum_v4`] over the IPv6 pseudo-header.
+    #[inline]
     pub fn fill_checksum_v6(&mut self, src: &[u8; 16], dst: &[u8; 16]) {
         self.set_checksum(0);
         let d = self.datagram();
@@ -139,6 +157,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
         self.set_checksum(if c == 0 { 0xffff } else { c });
     }
 
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let n = self.buffer.as_ref().len();
         let end = usize::from(self.len()).clamp(HEADER_LEN, n);
@@ -154,6 +173,7 @@ pub struct UdpRepr {
 }
 
 impl UdpRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &UdpPacket<T>) -> Self {
         UdpRepr {
             src_port: p.src_port(),
@@ -161,12 +181,14 @@ impl UdpRepr {
         }
     }
 
+    #[inline]
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }
 
     /// Writes the header for `payload_len` bytes of data, checksum 0 (none, or for a NIC or
     /// [`UdpPacket::fill_checksum_v4`] to fill).
+    #[inline]
     pub fn emit_header<T: AsRef<[u8]> + AsMut<[u8]>>(
         &self,
         p: &mut UdpPacket<T>,

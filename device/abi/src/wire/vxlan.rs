@@ -16,11 +16,13 @@ pub struct VxlanHeader<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> VxlanHeader<T> {
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         VxlanHeader { buffer }
     }
 
     /// A view of a buffer holding at least the 8-byte header.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         if buffer.as_ref().len() < HEADER_LEN {
             return Err(Error::Truncated);
@@ -29,16 +31,19 @@ impl<T: AsRef<[u8]>> VxlanHeader<T> {
     }
 
     /// Whether the I flag says the VNI is valid (frames without it are not VXLAN, RFC 7348 §5).
+    #[inline]
     pub fn vni_valid(&self) -> bool {
         self.buffer.as_ref()[0] & FLAG_I != 0
     }
 
+    #[inline]
     pub fn vni(&self) -> u32 {
         let b = self.buffer.as_ref();
         u32::from_be_bytes([0, b[4], b[5], b[6]])
     }
 
     /// The encapsulated Ethernet frame.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..]
     }
@@ -46,6 +51,7 @@ impl<T: AsRef<[u8]>> VxlanHeader<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> VxlanHeader<T> {
     /// Sets the I flag and the VNI (its low 24 bits), clearing every reserved bit.
+    #[inline]
     pub fn set_vni(&mut self, vni: u32) {
         let b = self.buffer.as_mut();
         b[..HEADER_LEN].fill(0);
@@ -62,14 +68,17 @@ pub struct VxlanRepr {
 
 impl VxlanRepr {
     /// `None` when the I flag is clear.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &VxlanHeader<T>) -> Option<Self> {
         h.vni_valid().then(|| VxlanRepr { vni: h.vni() })
     }
 
+    #[inline]
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }
 
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut VxlanHeader<T>) {
         h.set_vni(self.vni);
     }

@@ -62,11 +62,13 @@ pub struct ZucHeader<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> ZucHeader<T> {
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         ZucHeader { buffer }
     }
 
     /// A view of a buffer that starts with a whole header carrying the magic.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let b = buffer.as_ref();
         if b.len() < HEADER_LEN {
@@ -97,6 +99,7 @@ impl<T: AsRef<[u8]>> ZucHeader<T> {
         le32(self.buffer.as_ref(), field::LENGTH_BITS)
     }
     /// Bytes of data the length in bits covers.
+    #[inline]
     pub fn data_len(&self) -> usize {
         (self.length_bits() as usize).div_ceil(8)
     }
@@ -111,6 +114,7 @@ impl<T: AsRef<[u8]>> ZucHeader<T> {
         le32(self.buffer.as_ref(), field::MAC)
     }
     /// Everything after the header.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..]
     }
@@ -121,12 +125,15 @@ impl<T: AsRef<[u8]>> ZucHeader<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> ZucHeader<T> {
+    #[inline]
     pub fn set_status(&mut self, v: u8) {
         self.buffer.as_mut()[field::STATUS] = v;
     }
+    #[inline]
     pub fn set_mac(&mut self, v: u32) {
         self.buffer.as_mut()[field::MAC..field::MAC + 4].copy_from_slice(&v.to_le_bytes());
     }
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         &mut self.buffer.as_mut()[HEADER_LEN..]
     }
@@ -150,6 +157,7 @@ pub struct ZucRequest {
 }
 
 impl ZucRequest {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &ZucHeader<T>) -> Self {
         ZucRequest {
             op: h.op(),
@@ -162,11 +170,13 @@ impl ZucRequest {
         }
     }
 
+    #[inline]
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }
 
     /// Writes the 64-byte header (status 0, MAC 0, reserved bytes 0).
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut ZucHeader<T>) {
         let b = &mut h.buffer.as_mut()[..HEADER_LEN];
         b.fill(0);

@@ -25,18 +25,21 @@ struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     /// The DMA port of host function `owner` (its requester ID and address space).
+    #[inline]
     fn dma(&mut self, owner: u16) -> &mut DmaPort<'a> {
         let (fabric, fid) = (self.fabric, self.ports[owner as usize].fid);
         self.dma[owner as usize].get_or_insert_with(|| fabric.dma(fid))
     }
 
     /// The doorbell word at `offset` of host function `owner`'s page (0 for an unknown owner).
+    #[inline]
     fn doorbell(&self, owner: u16, offset: u64) -> u32 {
         self.ports
             .get(owner as usize)
             .map_or(0, |p| p.doorbells.load(offset))
     }
 
+    #[inline]
     fn now(&mut self) -> u64 {
         let epoch = self.epoch;
         *self
