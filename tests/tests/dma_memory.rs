@@ -3,21 +3,29 @@
 
 use fld_abi::nic::CmdStatus;
 use fld_device::card::{Card, CardConfig};
-use fld_driver::inprocess::InProcessHost;
-use fld_driver::nic::{NicDriver, RqLayout};
+use std::sync::Arc;
+
+use fld_driver::inprocess::{InProcessDevice, InProcessHost};
+use fld_driver::nic::{EventQueue, NicDriver, RqLayout};
 use fld_driver::PciDevice;
 
 /// 256 KiB: the command mailboxes, one EQ and a few dozen 4 KiB rings.
 const AREA: usize = 256 << 10;
 
-#[test]
-fn queues_created_and_destroyed_100k_times_fit_in_a_small_area() {
+/// A NIC function probed over an in-process card with [`AREA`] bytes of DMA memory, with an EQ.
+fn small_host() -> (Arc<InProcessHost>, Arc<InProcessDevice>, NicDriver, EventQueue) {
     let card = Card::new(CardConfig::default());
     let host = InProcessHost::new(card.clone(), AREA).unwrap();
     let dev = host.device(card.nic.function_id(0).unwrap());
     let mut nic = NicDriver::probe(dev.clone()).unwrap();
     dev.enable_msix(1).unwrap();
     let eq = nic.create_eq(6, 0).unwrap();
+    (host, dev, nic, eq)
+}
+
+#[test]
+fn queues_created_and_destroyed_100k_times_fit_in_a_small_area() {
+    let (host, dev, mut nic, eq) = small_host();
     let baseline = host.allocated();
     let mut numbers = std::collections::BTreeSet::new();
     for round in 0..100_000u32 {
@@ -43,12 +51,7 @@ fn queues_created_and_destroyed_100k_times_fit_in_a_small_area() {
 
 #[test]
 fn a_queue_the_device_refuses_to_destroy_keeps_its_ring() {
-    let card = Card::new(CardConfig::default());
-    let host = InProcessHost::new(card.clone(), AREA).unwrap();
-    let dev = host.device(card.nic.function_id(0).unwrap());
-    let mut nic = NicDriver::probe(dev.clone()).unwrap();
-    dev.enable_msix(1).unwrap();
-    let eq = nic.create_eq(6, 0).unwrap();
+    let (host, _, mut nic, eq) = small_host();
     let cq = nic.create_cq(&eq, 6).unwrap();
     let cqn = cq.cqn;
     let sq = nic.create_sq(&cq, 6, true).unwrap();
