@@ -13,6 +13,7 @@ pub mod coap;
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
+pub mod roce;
 pub mod tcp;
 pub mod udp;
 pub mod vxlan;
