@@ -15,10 +15,12 @@ use fld_abi::wire::{
 use zerocopy::IntoBytes;
 
 /// Packet key as eight machine words, so matching is eight masked compares.
-pub type Key = [u64; 8];
+/// A match key: the [`FlowMatch`] layout as machine words, compared word by word.
+pub type Key = [u64; KEY_WORDS];
+pub const KEY_WORDS: usize = FLOW_MATCH_LEN / 8;
 
 pub fn key_of(m: &FlowMatch) -> Key {
-    let mut k = [0u64; 8];
+    let mut k = [0u64; KEY_WORDS];
     for (i, chunk) in m.as_bytes().chunks_exact(8).enumerate() {
         k[i] = u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
     }
@@ -307,7 +309,7 @@ impl Eswitch {
             *v &= *m;
         }
         if mask.iter().all(|m| *m == 0) {
-            mask = [0; 8];
+            mask = [0; KEY_WORDS];
         }
         let at = t.entries.partition_point(|x| x.priority <= e.priority);
         t.entries.insert(
@@ -422,7 +424,7 @@ impl Eswitch {
             let hit = t
                 .entries
                 .iter_mut()
-                .find(|e| (0..8).all(|i| key[i] & e.mask[i] == e.value[i]));
+                .find(|e| (0..KEY_WORDS).all(|i| key[i] & e.mask[i] == e.value[i]));
             let Some(e) = hit else {
                 match t.miss {
                     Miss::Default => return Walked::Default(flow_tag),
@@ -539,6 +541,8 @@ pub fn frame_key(
         metadata: metadata.to_le_bytes(),
         vni: [0; 3],
         ip_frag: u8::from(p.ipv4_fragment),
+        dst_qpn: [0; 3],
+        rsvd: [0; 13],
     };
     if p.l3 == L3Kind::None {
         m.ip_proto = 0;
@@ -546,7 +550,10 @@ pub fn frame_key(
     if let Some((vni, _)) = super::packet::vxlan(frame, p) {
         m.vni.copy_from_slice(&vni.to_be_bytes()[1..]);
     }
+    if let Some(qpn) = super::packet::roce_dest_qp(frame, p) {
+        m.dst_qpn.copy_from_slice(&qpn.to_be_bytes()[1..]);
+    }
     key_of(&m)
 }
 
-const _: () = assert!(FLOW_MATCH_LEN == 64 && abi::NO_TABLE == u32::MAX);
+const _: () = assert!(FLOW_MATCH_LEN % 8 == 0 && abi::NO_TABLE == u32::MAX);

@@ -7,8 +7,10 @@
 //! a runner calls — no hidden threads; doorbells are plain words the engine reads, so a doorbell
 //! write never blocks and never re-enters the engine.
 //!
-//! Left out: RDMA transport, TSO (the `mss` field is accepted and ignored), LRO, VLAN
-//! insertion/stripping, shared receive queues.
+//! The RDMA objects are in [`rdma`] and the RoCEv2 transport that serves them is a block of the
+//! datapath.
+//!
+//! Left out: TSO (the `mss` field is accepted and ignored), LRO, VLAN insertion/stripping.
 
 mod cmd;
 mod datapath;
@@ -16,6 +18,7 @@ mod doorbell;
 pub mod eswitch;
 pub mod packet;
 mod queues;
+pub(crate) mod rdma;
 pub mod rss;
 #[cfg(test)]
 mod tests;
@@ -48,6 +51,8 @@ pub struct NicConfig {
     pub max_flow_tables: u32,
     pub max_flow_entries: u32,
     pub max_rss_groups: u32,
+    /// Queue pairs the RDMA transport holds at most.
+    pub max_qps: u32,
 }
 
 impl Default for NicConfig {
@@ -63,6 +68,7 @@ impl Default for NicConfig {
             max_flow_tables: 256,
             max_flow_entries: 65536,
             max_rss_groups: 256,
+            max_qps: db::QP_SLOTS,
         }
     }
 }
@@ -402,6 +408,8 @@ pub(crate) struct NicCore {
     /// SQ numbers in creation order, polled round-robin.
     active_sqs: Vec<u32>,
     eswitch: Eswitch,
+    /// PDs, MRs, QPs, SRQs, GID tables: the RDMA transport's state.
+    rdma: rdma::Rdma,
     flow_entry_count: u32,
     wire: Box<dyn Wire>,
     tap: Option<Box<dyn FrameTap>>,
@@ -430,6 +438,11 @@ impl NicCore {
             rqs: Slab::new(config.max_rqs.min(db::SLOTS)),
             active_sqs: Vec::new(),
             eswitch: Eswitch::new(config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16)),
+            rdma: rdma::Rdma::new(
+                config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16) as usize,
+                config.max_qps.min(db::QP_SLOTS),
+                max_frame,
+            ),
             flow_entry_count: 0,
             wire: Box::new(NullWire::default()),
             tap: None,
@@ -480,6 +493,7 @@ impl NicCore {
 
     /// Function-level reset: every object the function owns goes, in dependency order.
     fn destroy_function_objects(&mut self, function: u16) {
+        self.rdma.destroy_function_objects(function);
         let es = &mut self.eswitch;
         // Tables (and their entries), dropping references they held.
         let owned: Vec<u32> = (0..es.tables.len() as u32)

@@ -83,6 +83,18 @@ impl ParsedFrame {
     }
 }
 
+/// For a RoCEv2 frame (UDP to port 4791, A17.2) with room for a base transport header: the
+/// BTH's destination QP.
+pub fn roce_dest_qp(frame: &[u8], p: &ParsedFrame) -> Option<u32> {
+    use fld_abi::wire::roce;
+    if p.malformed || p.l4 != L4Kind::Udp || p.dst_port != roce::ROCE_V2_PORT {
+        return None;
+    }
+    let at = usize::from(p.l4_offset) + udp::HEADER_LEN;
+    let bth = frame.get(at..at + roce::BTH_LEN)?;
+    Some(u32::from_be_bytes([0, bth[5], bth[6], bth[7]]))
+}
+
 /// For a VXLAN frame (UDP to port 4789, 8-byte VXLAN header with the I flag, RFC 7348 §5): the
 /// VNI and the offset of the inner Ethernet frame.
 pub fn vxlan(frame: &[u8], p: &ParsedFrame) -> Option<(u32, usize)> {

@@ -90,6 +90,22 @@ pub mod op {
     pub const QUERY_METER: u16 = 0x192;
     pub const CREATE_VXLAN_ENCAP: u16 = 0x193;
     pub const DESTROY_VXLAN_ENCAP: u16 = 0x194;
+    pub const CREATE_PD: u16 = 0x200;
+    pub const DESTROY_PD: u16 = 0x201;
+    pub const CREATE_MR: u16 = 0x210;
+    pub const DESTROY_MR: u16 = 0x211;
+    pub const QUERY_MR: u16 = 0x212;
+    pub const SET_ROCE_ADDRESS: u16 = 0x220;
+    pub const QUERY_ROCE_ADDRESS: u16 = 0x221;
+    pub const CREATE_QP: u16 = 0x230;
+    pub const MODIFY_QP: u16 = 0x231;
+    pub const QUERY_QP: u16 = 0x232;
+    pub const DESTROY_QP: u16 = 0x233;
+    pub const CREATE_SRQ: u16 = 0x240;
+    pub const DESTROY_SRQ: u16 = 0x241;
+    pub const QUERY_SRQ: u16 = 0x242;
+    pub const ARM_SRQ: u16 = 0x243;
+    pub const QUERY_RDMA_COUNTERS: u16 = 0x250;
 }
 
 /// Bytes of output (after the header) command `opcode` produces; 0 for commands without a
@@ -106,7 +122,16 @@ pub const fn output_len(opcode: u16) -> usize {
         | op::CREATE_FLOW_TABLE
         | op::CREATE_FLOW_ENTRY
         | op::CREATE_METER
-        | op::CREATE_VXLAN_ENCAP => size_of::<CreateOut>(),
+        | op::CREATE_VXLAN_ENCAP
+        | op::CREATE_PD
+        | op::CREATE_MR
+        | op::CREATE_QP
+        | op::CREATE_SRQ => size_of::<CreateOut>(),
+        op::QUERY_MR => size_of::<super::QueryMrOut>(),
+        op::QUERY_ROCE_ADDRESS => size_of::<super::RoceAddressIn>(),
+        op::QUERY_QP => size_of::<super::QueryQpOut>(),
+        op::QUERY_SRQ => size_of::<super::QuerySrqOut>(),
+        op::QUERY_RDMA_COUNTERS => size_of::<super::RdmaCountersOut>(),
         op::QUERY_EQ | op::QUERY_CQ => size_of::<QueryCqOut>(),
         op::QUERY_SQ | op::QUERY_RQ => size_of::<QueryQueueOut>(),
         op::QUERY_FLOW_ENTRY => size_of::<QueryFlowEntryOut>(),
@@ -207,6 +232,31 @@ pub mod bad_param {
     pub const METER_RATE: u32 = 0x50;
     /// CREATE_VXLAN_ENCAP: VNI wider than 24 bits.
     pub const VNI: u32 = 0x60;
+    /// CREATE_MR: unknown access bits, or remote write/atomic without local write.
+    pub const MR_ACCESS: u32 = 0x70;
+    /// CREATE_MR: page size outside 4 KiB..=1 GiB.
+    pub const MR_PAGE_SIZE: u32 = 0x71;
+    /// CREATE_MR: zero length, or a region that wraps the address space.
+    pub const MR_LENGTH: u32 = 0x72;
+    /// CREATE_MR: the MTT is not wholly DMA-reachable.
+    pub const MTT_UNREACHABLE: u32 = 0x73;
+    /// CREATE_QP / CREATE_SRQ: receive WQE stride outside 16..=512 bytes.
+    pub const RQ_STRIDE: u32 = 0x74;
+    /// CREATE_QP: unknown flag bits.
+    pub const QP_FLAGS: u32 = 0x75;
+    /// MODIFY_QP: an attribute the transition requires is missing from the mask (IBA 11.2.4.2,
+    /// Table 91). The syndrome's high 16 bits hold the lowest missing mask bit's position.
+    pub const QP_ATTR_MISSING: u32 = 0x76;
+    /// MODIFY_QP: an attribute the transition does not allow is in the mask (high 16 bits: its
+    /// bit position).
+    pub const QP_ATTR_NOT_ALLOWED: u32 = 0x77;
+    /// MODIFY_QP: an attribute's value is out of range (path MTU, port, GID index, a PSN over 24
+    /// bits, more than MAX_RD_ATOMIC reads, unknown access bits); high 16 bits: its bit position.
+    pub const QP_ATTR_VALUE: u32 = 0x78;
+    /// SET_ROCE_ADDRESS / QUERY_ROCE_ADDRESS: index beyond the table, or unknown flags.
+    pub const ROCE_ADDRESS: u32 = 0x79;
+    /// MODIFY_QP: no transition from the current state to the target state (IBA Figure 124).
+    pub const QP_TRANSITION: u32 = 0x7a;
 }
 
 /// Syndromes of NOT_PERMITTED.

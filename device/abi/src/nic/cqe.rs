@@ -13,7 +13,11 @@ pub const OWNER_BYTE: usize = CQE_SIZE - 1;
 
 /// CQE opcodes ([`Cqe::opcode`]).
 pub const CQE_REQ: u8 = 0x0;
+/// A QP's receive: an RDMA WRITE with immediate consumed a receive WQE (no data placed in it).
+pub const CQE_RESP_WRITE_IMM: u8 = 0x1;
 pub const CQE_RESP_SEND: u8 = 0x2;
+/// A QP's receive: a SEND with immediate.
+pub const CQE_RESP_SEND_IMM: u8 = 0x3;
 pub const CQE_REQ_ERR: u8 = 0xd;
 pub const CQE_RESP_ERR: u8 = 0xe;
 /// Never written by the device: software initialises rings with it.
@@ -47,6 +51,13 @@ pub mod cqe_flags {
     pub const FILLER: u8 = 1 << 1;
     /// Last CQE of a striding WQE: the buffer may be reposted.
     pub const WQE_DONE: u8 = 1 << 2;
+    /// The CQE is a queue pair's: `qn` is a QPN, `syndrome` an [`crate::nic::rdma_status`],
+    /// `wqe_opcode` (requester) the completed WQE's opcode, `imm` the immediate data.
+    pub const QP: u8 = 1 << 3;
+    /// A QP's receive CQE whose WQE came from the QP's shared receive queue.
+    pub const SRQ: u8 = 1 << 4;
+    /// A QP's receive CQE of a message sent with the solicited-event bit.
+    pub const SOLICITED: u8 = 1 << 5;
 }
 
 /// Checksum/parse results ([`Cqe::csum`]).
@@ -100,7 +111,11 @@ pub struct Cqe {
     /// Metadata register value at delivery.
     pub metadata: U32,
     pub vport: U16,
-    pub rsvd: [u8; 23],
+    /// QP receive CQEs: the immediate data of SEND/WRITE with immediate (host order).
+    pub imm: U32,
+    /// QP requester CQEs: the opcode of the completed WQE.
+    pub wqe_opcode: u8,
+    pub rsvd: [u8; 18],
     /// Error syndrome for error opcodes.
     pub syndrome: u8,
     pub rsvd2: u8,
@@ -137,6 +152,11 @@ pub const EQE_CQ_ERROR: u8 = 0x04;
 /// [`EQE_QUEUE_ERROR`] subtypes.
 pub const QUEUE_ERROR_SQ: u8 = 1;
 pub const QUEUE_ERROR_RQ: u8 = 2;
+/// An asynchronous event of a queue pair; `subtype` a [`crate::nic::qp_event`], `data` the QPN.
+/// It goes to the EQ of the QP's send CQ.
+pub const EQE_QP_EVENT: u8 = 0x20;
+/// A shared receive queue fell below its armed limit; `data` is the SRQ number.
+pub const EQE_SRQ_LIMIT: u8 = 0x21;
 
 /// Event queue entry.
 #[repr(C)]

@@ -67,6 +67,10 @@ pub struct FlowMatch {
     /// 1 when the packet is an IPv4 fragment (MF set or fragment offset != 0, RFC 791 §3.1), 0
     /// otherwise. Lets a rule steer only fragments to a reassembly accelerator (paper §7).
     pub ip_frag: u8,
+    /// RoCEv2 frames (UDP to port 4791): the BTH's destination QP (network byte order), so a
+    /// rule can steer one connection's traffic; 0 for other frames.
+    pub dst_qpn: [u8; 3],
+    pub rsvd: [u8; 13],
 }
 pub const FLOW_MATCH_LEN: usize = core::mem::size_of::<FlowMatch>();
 
@@ -116,4 +120,4 @@ pub struct CreateFlowEntryIn {
     pub encap: U32,
 }
 
-const _: () = assert!(FLOW_MATCH_LEN == 64);
+const _: () = assert!(FLOW_MATCH_LEN == 80);

@@ -10,12 +10,14 @@
 pub mod cmd;
 pub mod cqe;
 pub mod flow;
+pub mod rdma;
 pub mod wqe;
 
 pub use crate::pci::PCI_VENDOR_ID;
 pub use cmd::*;
 pub use cqe::*;
 pub use flow::*;
+pub use rdma::*;
 pub use wqe::*;
 
 /// Device ID of a soft-NIC host function.
@@ -35,7 +37,7 @@ pub const BAR_DOORBELL: u8 = 2;
 pub const BAR_MSIX: u8 = 4;
 
 pub const BAR_CONTROL_SIZE: u64 = 0x1000;
-pub const BAR_DOORBELL_SIZE: u64 = 0x4000;
+pub const BAR_DOORBELL_SIZE: u64 = 0x40000;
 pub const BAR_MSIX_SIZE: u64 = 0x1000;
 pub const MSIX_TABLE_OFFSET: u32 = 0x0;
 pub const MSIX_PBA_OFFSET: u32 = 0x800;
@@ -113,6 +115,14 @@ pub mod db {
     pub const CQ_BASE: u64 = 0x2000;
     /// EQ consumer counter, same encoding as CQ.
     pub const EQ_BASE: u64 = 0x3000;
+    /// Queue pair send producer counter in WQE basic blocks (16 bits), slot `qpn - QPN_BASE`.
+    pub const QP_SQ_BASE: u64 = 0x10000;
+    /// Queue pair receive producer counter in WQEs (16 bits), slot `qpn - QPN_BASE`.
+    pub const QP_RQ_BASE: u64 = 0x20000;
+    /// Shared receive queue producer counter in WQEs (16 bits).
+    pub const SRQ_BASE: u64 = 0x30000;
+    /// Queue pair slots: the most QPs a NIC has.
+    pub const QP_SLOTS: u32 = 16384;
     pub const CI_MASK: u32 = 0x00ff_ffff;
     /// Producer counters of SQ and RQ doorbells are 16 bits.
     pub const PI_MASK: u32 = 0xffff;

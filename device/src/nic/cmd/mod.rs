@@ -5,12 +5,13 @@
 //!
 //! Handlers are grouped by the object family they manage — [`queues`] (EQ, CQ, SQ, RQ),
 //! [`rss`] (RSS groups), [`steering`] (flow tables, roots, entries), [`policing`] (meters and
-//! VXLAN encapsulations) and [`query`] (capabilities, vPorts) — each with a table from opcode
-//! to handler.
+//! VXLAN encapsulations), [`query`] (capabilities, vPorts) and [`rdma`] (PDs, MRs, the GID
+//! table, QPs, SRQs) — each with a table from opcode to handler.
 
 mod policing;
 mod query;
 mod queues;
+mod rdma;
 mod rss;
 mod steering;
 
@@ -37,12 +38,13 @@ struct Cmd<'a, 'b> {
 type Handler = fn(&mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult;
 
 /// Every family's opcode table.
-const FAMILIES: [&[(u16, Handler)]; 5] = [
+const FAMILIES: [&[(u16, Handler)]; 6] = [
     query::HANDLERS,
     queues::HANDLERS,
     rss::HANDLERS,
     steering::HANDLERS,
     policing::HANDLERS,
+    rdma::HANDLERS,
 ];
 
 fn fail<T>(status: CmdStatus, syndrome: u32) -> Result<T, (CmdStatus, u32)> {

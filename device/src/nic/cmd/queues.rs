@@ -28,7 +28,11 @@ pub(super) const HANDLERS: &[(u16, Handler)] = &[
 ];
 
 /// A ring must be 64-byte aligned and reachable by DMA when it is created.
-fn check_ring(c: &mut Cmd<'_, '_>, addr: u64, bytes: u64) -> Result<(), (CmdStatus, u32)> {
+pub(super) fn check_ring(
+    c: &mut Cmd<'_, '_>,
+    addr: u64,
+    bytes: u64,
+) -> Result<(), (CmdStatus, u32)> {
     if !addr.is_multiple_of(64) {
         return fail(CmdStatus::BadParam, bad_param::RING_ALIGNMENT);
     }
@@ -38,7 +42,7 @@ fn check_ring(c: &mut Cmd<'_, '_>, addr: u64, bytes: u64) -> Result<(), (CmdStat
     Ok(())
 }
 
-fn check_log_size(log_size: u8, max: u8) -> Result<(), (CmdStatus, u32)> {
+pub(super) fn check_log_size(log_size: u8, max: u8) -> Result<(), (CmdStatus, u32)> {
     if log_size > max {
         return fail(CmdStatus::BadParam, bad_param::LOG_SIZE);
     }

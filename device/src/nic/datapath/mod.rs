@@ -7,6 +7,7 @@
 
 mod completions;
 mod receive;
+mod roce;
 mod switching;
 mod transmit;
 
@@ -58,6 +59,7 @@ pub(super) fn poll(core: &mut NicCore, fabric: &Fabric, ports: &[Port]) -> usize
     };
     let mut work = completions::consumer_doorbells(core, &mut ctx);
     work += transmit::transmit(core, &mut ctx);
+    work += roce::poll(core, &mut ctx);
     work += switching::uplink_receive(core, &mut ctx);
     work
 }

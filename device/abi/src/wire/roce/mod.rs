@@ -650,9 +650,26 @@ impl RoceAddress {
         ip_ident: u16,
         frame: &mut [u8],
     ) -> Option<usize> {
-        let pad = usize::from(pad_count(payload.len()));
+        self.emit_with(headers, payload.len(), ip_ident, frame, |p| {
+            p.copy_from_slice(payload);
+            Some(())
+        })
+    }
+
+    /// As [`RoceAddress::emit`] with `payload_len` bytes of payload that `fill` writes in place
+    /// (a NIC gathers them by DMA straight into the frame); `None` from `fill` abandons the
+    /// frame.
+    pub fn emit_with(
+        &self,
+        headers: &IbHeaders,
+        payload_len: usize,
+        ip_ident: u16,
+        frame: &mut [u8],
+        fill: impl FnOnce(&mut [u8]) -> Option<()>,
+    ) -> Option<usize> {
+        let pad = usize::from(pad_count(payload_len));
         let l2 = self.header_len();
-        let ib_len = headers.len() + payload.len() + pad + ICRC_LEN;
+        let ib_len = headers.len() + payload_len + pad + ICRC_LEN;
         let total = l2 + ib_len;
         let frame = frame.get_mut(..total)?;
         let ipv6 = !gid_is_ipv4(&self.dst_gid);
@@ -708,8 +725,8 @@ impl RoceAddress {
         let mut h = *headers;
         h.bth.pad_count = pad as u8;
         at += h.emit(&mut frame[at..]);
-        frame[at..at + payload.len()].copy_from_slice(payload);
-        at += payload.len();
+        fill(&mut frame[at..at + payload_len])?;
+        at += payload_len;
         frame[at..at + pad].fill(0);
         at += pad;
         let crc = icrc(frame, ip, total, ipv6)?;

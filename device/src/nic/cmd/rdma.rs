@@ -1,0 +1,431 @@
+//! RDMA objects (`docs/nic-interface.md` §13): protection domains, memory regions, the GID
+//! table, queue pairs and their state machine, shared receive queues, the RoCE counters. A QP
+//! holds references on its PD, CQs and SRQ; a region and an SRQ on their PD — none of them can
+//! be destroyed while referenced (RESOURCE_BUSY).
+
+use zerocopy::little_endian::{U32, U64};
+
+use super::queues::{check_log_size, check_ring};
+use super::{created, fail, input, object, output, Cmd, CmdResult, Handler};
+use crate::nic::rdma::memory::{MemoryRegion, ProtectionDomain};
+use crate::nic::rdma::qp::{self, QpRing, QueuePair};
+use crate::nic::rdma::{GidEntry, Rdma, SharedRq};
+use fld_abi::nic::*;
+use fld_abi::wire::roce::{flow_source_port, gid_is_ipv4};
+
+pub(super) const HANDLERS: &[(u16, Handler)] = &[
+    (op::CREATE_PD, create_pd),
+    (op::DESTROY_PD, destroy_pd),
+    (op::CREATE_MR, create_mr),
+    (op::DESTROY_MR, destroy_mr),
+    (op::QUERY_MR, query_mr),
+    (op::SET_ROCE_ADDRESS, set_roce_address),
+    (op::QUERY_ROCE_ADDRESS, query_roce_address),
+    (op::CREATE_QP, create_qp),
+    (op::MODIFY_QP, modify_qp),
+    (op::QUERY_QP, query_qp),
+    (op::DESTROY_QP, destroy_qp),
+    (op::CREATE_SRQ, create_srq),
+    (op::DESTROY_SRQ, destroy_srq),
+    (op::QUERY_SRQ, query_srq),
+    (op::ARM_SRQ, arm_srq),
+    (op::QUERY_RDMA_COUNTERS, query_counters),
+];
+
+/// MTT entries a region may have (a 64 GiB region of 4 KiB pages).
+const MAX_MTT_ENTRIES: u64 = 1 << 24;
+
+fn create_pd(c: &mut Cmd<'_, '_>, _body: &[u8], out: &mut [u8]) -> CmdResult {
+    let id = c.core.rdma.pds.insert(ProtectionDomain {
+        owner: c.function,
+        refs: 0,
+    });
+    created(out, id)
+}
+
+fn destroy_pd(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    c.core
+        .rdma
+        .pds
+        .take_unreferenced(object(body)?, c.function)?;
+    Ok(0)
+}
+
+fn create_mr(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
+    let i: CreateMrIn = input(body)?;
+    let pd = i.pd.get();
+    c.core.rdma.pds.owned(pd, c.function)?;
+    let rights = i.access.get();
+    // IBA 10.6.3.1: remote write and remote atomic require local write.
+    if rights & !access::ALL != 0
+        || (rights & (access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0
+            && rights & access::LOCAL_WRITE == 0)
+    {
+        return fail(CmdStatus::BadParam, bad_param::MR_ACCESS);
+    }
+    if !(MIN_LOG_MR_PAGE..=MAX_LOG_MR_PAGE).contains(&i.log_page_size) {
+        return fail(CmdStatus::BadParam, bad_param::MR_PAGE_SIZE);
+    }
+    let (start, length) = (i.start.get(), i.length.get());
+    let pages = i.pages();
+    if length == 0 || start.checked_add(length).is_none() || pages > MAX_MTT_ENTRIES {
+        return fail(CmdStatus::BadParam, bad_param::MR_LENGTH);
+    }
+    if !c
+        .dma
+        .probe(i.mtt_addr.get(), (pages as usize) * MTT_ENTRY_SIZE)
+    {
+        return fail(CmdStatus::BadParam, bad_param::MTT_UNREACHABLE);
+    }
+    let rdma = &mut c.core.rdma;
+    let Some(index) = rdma.mrs.insert(MemoryRegion {
+        owner: c.function,
+        pd,
+        key: 0,
+        access: rights,
+        start,
+        length,
+        mtt_addr: i.mtt_addr.get(),
+        log_page_size: i.log_page_size,
+        refs: 0,
+    }) else {
+        return fail(CmdStatus::ExceedLimit, 0);
+    };
+    let key = rdma.next_key(index);
+    if let Some(mr) = rdma.mrs.get_mut(index) {
+        mr.key = key;
+    }
+    rdma.pds.add_ref(pd);
+    created(out, Some(key))
+}
+
+/// The slab index of the region with `key`, if `function` owns it.
+fn region(rdma: &Rdma, key: u32, function: u16) -> Result<u32, (CmdStatus, u32)> {
+    let index = mkey_index(key)
+        .checked_sub(1)
+        .ok_or((CmdStatus::BadResource, key))?;
+    match rdma.mrs.get(index) {
+        Some(mr) if mr.key == key && mr.owner == function => Ok(index),
+        _ => fail(CmdStatus::BadResource, key),
+    }
+}
+
+fn destroy_mr(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    let index = region(&c.core.rdma, object(body)?, c.function)?;
+    let mr = c.core.rdma.mrs.take_unreferenced(index, c.function)?;
+    c.core.rdma.pds.drop_ref(mr.pd);
+    Ok(0)
+}
+
+fn query_mr(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
+    let index = region(&c.core.rdma, object(body)?, c.function)?;
+    let mr = c.core.rdma.mrs.owned(index, c.function)?;
+    output(
+        out,
+        &QueryMrOut {
+            pd: U32::new(mr.pd),
+            access: U32::new(mr.access),
+            start: U64::new(mr.start),
+            length: U64::new(mr.length),
+            mtt_addr: U64::new(mr.mtt_addr),
+            log_page_size: mr.log_page_size,
+            rsvd: [0; 3],
+            refs: U32::new(mr.refs),
+        },
+    )
+}
+
+fn set_roce_address(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    let i: RoceAddressIn = input(body)?;
+    let index = i.index.get() as usize;
+    if index >= ROCE_ADDRESS_ENTRIES as usize || i.flags & !ROCE_ADDRESS_VALID != 0 {
+        return fail(CmdStatus::BadParam, bad_param::ROCE_ADDRESS);
+    }
+    let Some(table) = c.core.rdma.gids.get_mut(c.function as usize) else {
+        return fail(CmdStatus::NotPermitted, 0);
+    };
+    table[index] = (i.flags & ROCE_ADDRESS_VALID != 0).then_some(GidEntry {
+        gid: i.gid,
+        mac: i.mac,
+    });
+    Ok(0)
+}
+
+fn query_roce_address(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
+    let index = object(body)?;
+    if index >= ROCE_ADDRESS_ENTRIES as u32 {
+        return fail(CmdStatus::BadParam, bad_param::ROCE_ADDRESS);
+    }
+    let e = c.core.rdma.gid(c.function, index as u8);
+    let mut o = RoceAddressIn::default();
+    o.index.set(index as u16);
+    if let Some(e) = e {
+        o.flags = ROCE_ADDRESS_VALID;
+        o.gid = e.gid;
+        o.mac = e.mac;
+    }
+    output(out, &o)
+}
+
+fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
+    let i: CreateQpIn = input(body)?;
+    let f = c.function;
+    let pd = i.pd.get();
+    c.core.rdma.pds.owned(pd, f)?;
+    let (send_cqn, recv_cqn) = (i.send_cqn.get(), i.recv_cqn.get());
+    c.core.cqs.owned(send_cqn, f)?;
+    c.core.cqs.owned(recv_cqn, f)?;
+    let srq = match i.srqn.get() {
+        NO_SRQ => None,
+        n => {
+            c.core.rdma.srqs.owned(n, f)?;
+            Some(n)
+        }
+    };
+    if i.flags & !QP_FLAG_SIGNAL_ALL != 0 {
+        return fail(CmdStatus::BadParam, bad_param::QP_FLAGS);
+    }
+    check_log_size(i.log_sq_size, MAX_LOG_SQ)?;
+    check_ring(c, i.sq_addr.get(), (WQEBB as u64) << i.log_sq_size)?;
+    if srq.is_none() {
+        check_log_size(i.log_rq_size, MAX_LOG_RQ)?;
+        if !(MIN_LOG_RQ_STRIDE..=MAX_LOG_RQ_STRIDE).contains(&i.log_rq_stride) {
+            return fail(CmdStatus::BadParam, bad_param::RQ_STRIDE);
+        }
+        check_ring(
+            c,
+            i.rq_addr.get(),
+            1u64 << (i.log_rq_stride + i.log_rq_size),
+        )?;
+    }
+    let qp = QueuePair {
+        owner: f,
+        pd,
+        state: QpState::Reset,
+        send_cqn,
+        recv_cqn,
+        srq,
+        sq: QpRing {
+            addr: i.sq_addr.get(),
+            log_size: i.log_sq_size,
+            log_stride: 6,
+        },
+        rq: QpRing {
+            addr: i.rq_addr.get(),
+            log_size: i.log_rq_size,
+            log_stride: i.log_rq_stride,
+        },
+        rq_counter: 0,
+        signal_all: i.flags & QP_FLAG_SIGNAL_ALL != 0,
+        attr: QpAttr::default(),
+        req: Default::default(),
+        resp: Default::default(),
+        counters: Default::default(),
+        drained_reported: false,
+        src_port: 0,
+    };
+    let Some(index) = c.core.rdma.qps.insert(qp) else {
+        return fail(CmdStatus::ExceedLimit, 0);
+    };
+    c.core.rdma.pds.add_ref(pd);
+    c.core.cqs.add_ref(send_cqn);
+    c.core.cqs.add_ref(recv_cqn);
+    if let Some(s) = srq {
+        c.core.rdma.srqs.add_ref(s);
+    }
+    c.doorbells.store(db::slot(db::QP_SQ_BASE, index), 0);
+    c.doorbells.store(db::slot(db::QP_RQ_BASE, index), 0);
+    created(out, Some(Rdma::qpn(index)))
+}
+
+/// The slab index of QP `qpn` of `function`.
+fn queue_pair(rdma: &Rdma, qpn: u32, function: u16) -> Result<u32, (CmdStatus, u32)> {
+    let index = Rdma::qp_index(qpn).ok_or((CmdStatus::BadResource, qpn))?;
+    rdma.qps
+        .owned(index, function)
+        .map(|_| index)
+        .map_err(|_| (CmdStatus::BadResource, qpn))
+}
+
+fn modify_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    let i: ModifyQpIn = input(body)?;
+    let f = c.function;
+    let index = queue_pair(&c.core.rdma, i.qpn.get(), f)?;
+    let rdma = &mut c.core.rdma;
+    let (state, mask, new) = (rdma.qps.owned(index, f)?.state, i.attr_mask.get(), i.attr);
+    let gid_valid = |g: u8| rdma.gid(f, g).is_some();
+    let to = qp::check_modify(state, mask, &new, gid_valid)?;
+    let qp = rdma.qps.owned(index, f)?;
+    let mut attr = qp.attr;
+    qp::apply(&mut attr, mask, &new);
+    if to == QpState::Rtr {
+        // The source and destination GIDs must be of one family: both IPv4 or both IPv6.
+        let sgid = rdma
+            .gid(f, attr.sgid_index)
+            .map(|e| e.gid)
+            .unwrap_or_default();
+        if gid_is_ipv4(&sgid) != gid_is_ipv4(&attr.dgid) {
+            return fail(
+                CmdStatus::BadParam,
+                bad_param::QP_ATTR_VALUE | qp_attr::AV.trailing_zeros() << 16,
+            );
+        }
+    }
+    let qpn = Rdma::qpn(index);
+    let Some(qp) = rdma.qps.get_mut(index) else {
+        return fail(CmdStatus::BadResource, qpn);
+    };
+    qp.attr = attr;
+    qp.attr.qp_state = to as u8;
+    let from = qp.state;
+    qp.state = to;
+    match (from, to) {
+        (_, QpState::Reset) => {
+            qp.req = Default::default();
+            qp.resp = Default::default();
+            qp.rq_counter = 0;
+            qp.drained_reported = false;
+            c.doorbells.store(db::slot(db::QP_SQ_BASE, index), 0);
+            c.doorbells.store(db::slot(db::QP_RQ_BASE, index), 0);
+        }
+        (QpState::Init, QpState::Rtr) => {
+            qp.resp.expected_psn = attr.rq_psn.get();
+            qp.src_port = flow_source_port(qpn, attr.dest_qpn.get());
+        }
+        (QpState::Rtr, QpState::Rts) => {
+            let psn = attr.sq_psn.get();
+            qp.req.next_psn = psn;
+            qp.req.unacked_psn = psn;
+            qp.req.sent_high = psn;
+            qp.req.retry_left = attr.retry_cnt;
+            qp.req.rnr_retry_left = attr.rnr_retry;
+        }
+        (QpState::Rts, QpState::Sqd) => qp.drained_reported = false,
+        _ => {}
+    }
+    rdma.set_active(index, to != QpState::Reset);
+    Ok(0)
+}
+
+fn query_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
+    let index = queue_pair(&c.core.rdma, object(body)?, c.function)?;
+    let qp = c.core.rdma.qps.owned(index, c.function)?;
+    let mut attr = qp.attr;
+    attr.qp_state = qp.state as u8;
+    output(
+        out,
+        &QueryQpOut {
+            attr,
+            next_psn: U32::new(qp.req.next_psn),
+            unacked_psn: U32::new(qp.req.unacked_psn),
+            expected_psn: U32::new(qp.resp.expected_psn),
+            rsvd: U32::new(0),
+            counters: qp.counters.to_abi(),
+        },
+    )
+}
+
+fn destroy_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    let index = queue_pair(&c.core.rdma, object(body)?, c.function)?;
+    let Some(qp) = c.core.rdma.qps.remove(index) else {
+        return fail(CmdStatus::BadResource, index);
+    };
+    c.core.rdma.set_active(index, false);
+    c.core.rdma.pds.drop_ref(qp.pd);
+    c.core.cqs.drop_ref(qp.send_cqn);
+    c.core.cqs.drop_ref(qp.recv_cqn);
+    if let Some(s) = qp.srq {
+        c.core.rdma.srqs.drop_ref(s);
+    }
+    Ok(0)
+}
+
+fn create_srq(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
+    let i: CreateSrqIn = input(body)?;
+    let pd = i.pd.get();
+    c.core.rdma.pds.owned(pd, c.function)?;
+    check_log_size(i.log_size, MAX_LOG_RQ)?;
+    if !(MIN_LOG_RQ_STRIDE..=MAX_LOG_RQ_STRIDE).contains(&i.log_stride) {
+        return fail(CmdStatus::BadParam, bad_param::RQ_STRIDE);
+    }
+    check_ring(c, i.addr.get(), 1u64 << (i.log_stride + i.log_size))?;
+    let id = c.core.rdma.srqs.insert(SharedRq {
+        owner: c.function,
+        pd,
+        ring: QpRing {
+            addr: i.addr.get(),
+            log_size: i.log_size,
+            log_stride: i.log_stride,
+        },
+        counter: 0,
+        limit: 0,
+        limit_eqn: 0,
+        refs: 0,
+    });
+    if let Some(id) = id {
+        c.core.rdma.pds.add_ref(pd);
+        c.doorbells.store(db::slot(db::SRQ_BASE, id), 0);
+    }
+    created(out, id)
+}
+
+fn destroy_srq(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    let srq = c
+        .core
+        .rdma
+        .srqs
+        .take_unreferenced(object(body)?, c.function)?;
+    c.core.rdma.pds.drop_ref(srq.pd);
+    Ok(0)
+}
+
+fn query_srq(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
+    let s = c.core.rdma.srqs.owned(object(body)?, c.function)?;
+    output(
+        out,
+        &QuerySrqOut {
+            hw_counter: U32::new(s.counter),
+            limit: U32::new(s.limit),
+            log_size: s.ring.log_size,
+            log_stride: s.ring.log_stride,
+            rsvd: [0; 2],
+            refs: U32::new(s.refs),
+        },
+    )
+}
+
+fn arm_srq(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    let i: ArmSrqIn = input(body)?;
+    if i.limit.get() != 0 {
+        c.core.eqs.owned(i.eqn.get(), c.function)?;
+    }
+    let s = c.core.rdma.srqs.owned_mut(i.srqn.get(), c.function)?;
+    if i.limit.get() > 1 << s.ring.log_size {
+        return fail(CmdStatus::BadParam, bad_param::LOG_SIZE);
+    }
+    s.limit = i.limit.get();
+    s.limit_eqn = i.eqn.get();
+    Ok(0)
+}
+
+fn query_counters(c: &mut Cmd<'_, '_>, _body: &[u8], out: &mut [u8]) -> CmdResult {
+    let k = c
+        .core
+        .rdma
+        .counters
+        .get(c.function as usize)
+        .copied()
+        .unwrap_or_default();
+    let u = U64::new;
+    output(
+        out,
+        &RdmaCountersOut {
+            rx_packets: u(k.rx_packets),
+            rx_icrc_errors: u(k.rx_icrc_errors),
+            rx_unknown_qp: u(k.rx_unknown_qp),
+            rx_malformed: u(k.rx_malformed),
+            rx_qp_not_ready: u(k.rx_qp_not_ready),
+            tx_packets: u(k.tx_packets),
+        },
+    )
+}

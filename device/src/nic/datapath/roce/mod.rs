@@ -1,0 +1,518 @@
+//! The RoCEv2 reliable-connection transport block (IBA ch. 9 and Annex A17): the engine that
+//! moves the data of the RDMA objects in `nic::rdma`.
+//!
+//! * Receive: a RoCEv2 frame (UDP to 4791) that the eSwitch delivers to a vPort and whose
+//!   destination IP is one of the vPort's GIDs is the transport's — ahead of the vPort's
+//!   receive tables, as an RNIC's RDMA steering sits before its Ethernet receive steering.
+//!   The ICRC is checked (a mismatch is a silent, counted drop, IBA 9.8.3.1), the headers
+//!   parsed, the destination QP found (unknown: counted drop), and the packet handed to the
+//!   QP's [`responder`] (requests) or [`requester`] (responses).
+//! * Poll: per QP, the responder's owed READ/atomic responses and ACK/NAK go out first, then
+//!   the requester's timers run and it sends new or retransmitted packets; a QP in the error
+//!   state flushes its work queues.
+//! * Transmit: frames enter the eSwitch from the QP's vPort like any other traffic, so flow
+//!   rules see and steer them.
+//!
+//! Nothing here transmits while a received packet is being handled: responses are owed and sent
+//! by the next poll, so a loopback between two QPs of one NIC never recurses, and ACKs coalesce.
+
+mod requester;
+mod responder;
+
+use zerocopy::little_endian::{U16, U32};
+
+use super::completions::{post_cqe, post_event};
+use super::switching::{switch_frame, Frame};
+use super::{Ctx, NicCore};
+use crate::nic::packet::{self, L3Kind, L4Kind, ParsedFrame};
+use crate::nic::rdma::memory::{self, AccessError};
+use crate::nic::rdma::qp::QueuePair;
+use crate::nic::rdma::Rdma;
+use fld_abi::nic::*;
+use fld_abi::wire::roce::{self, IbHeaders, IbPacket, RoceAddress};
+use fld_abi::wire::{ipv4, udp};
+
+/// Packets one QP may send per poll (fairness between QPs).
+const QP_BUDGET: usize = 64;
+
+/// Whether a frame delivered to `vport` belongs to that function's RDMA transport.
+pub(super) fn claims(core: &NicCore, vport: u16, p: &ParsedFrame) -> bool {
+    p.l4 == L4Kind::Udp
+        && p.dst_port == roce::ROCE_V2_PORT
+        && !p.malformed
+        && core
+            .rdma
+            .owns_address(vport, &p.dst_ip, p.l3 == L3Kind::Ipv4)
+}
+
+/// A RoCEv2 frame for `vport`'s transport.
+pub(super) fn receive(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    vport: u16,
+    bytes: &[u8],
+    p: &ParsedFrame,
+) {
+    let Some(counters) = core.rdma.counters.get_mut(vport as usize) else {
+        return;
+    };
+    counters.rx_packets += 1;
+    let ip = usize::from(p.l3_offset);
+    let ip_end = ip + usize::from(p.ip_len);
+    let ipv6 = p.l3 == L3Kind::Ipv6;
+    // RoCEv2 packets carry no IPv4 options (the ICRC masks a 20-byte header).
+    let ib_at = usize::from(p.l4_offset) + udp::HEADER_LEN;
+    let ok_header = ipv6 || usize::from(p.l3_header_len) == ipv4::HEADER_LEN;
+    let parsed = bytes
+        .get(ib_at..ip_end)
+        .filter(|_| ok_header)
+        .and_then(|b| IbPacket::parse(b).ok());
+    let Some(pkt) = parsed else {
+        counters.rx_malformed += 1;
+        return;
+    };
+    if roce::icrc(bytes, ip, ip_end, ipv6) != Some(pkt.icrc) {
+        counters.rx_icrc_errors += 1;
+        return;
+    }
+    let qpi = Rdma::qp_index(pkt.headers.bth.dest_qp);
+    let Some(qpi) = qpi.filter(|i| core.rdma.qps.get(*i).is_some_and(|q| q.owner == vport)) else {
+        counters.rx_unknown_qp += 1;
+        return;
+    };
+    let qp = core.rdma.qps.get_mut(qpi).expect("checked above");
+    if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
+        counters.rx_qp_not_ready += 1;
+        return;
+    }
+    qp.counters.packets_received += 1;
+    qp.counters.bytes_received += pkt.payload.len() as u64;
+    if pkt.info.kind.is_request() {
+        responder::receive(core, ctx, qpi, &pkt);
+    } else {
+        requester::receive(core, ctx, qpi, &pkt);
+    }
+}
+
+/// Runs every QP that is not in RESET; returns the packets sent and entries written.
+pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
+    let mut work = 0;
+    let mut i = 0;
+    while i < core.rdma.active.len() {
+        let qpi = core.rdma.active[i];
+        i += 1;
+        let Some(state) = core.rdma.qps.get(qpi).map(|q| q.state) else {
+            continue;
+        };
+        match state {
+            QpState::Rtr => work += responder::respond(core, ctx, qpi, QP_BUDGET),
+            QpState::Rts | QpState::Sqd | QpState::Sqe => {
+                work += responder::respond(core, ctx, qpi, QP_BUDGET);
+                work += requester::run(core, ctx, qpi, QP_BUDGET);
+            }
+            QpState::Err => work += flush(core, ctx, qpi),
+            QpState::Reset | QpState::Init => {}
+        }
+    }
+    work
+}
+
+/// The RoCE addresses of a QP's packets: its GID entry and its address vector.
+fn address(rdma: &Rdma, qp: &QueuePair) -> Option<RoceAddress> {
+    let g = rdma.gid(qp.owner, qp.attr.sgid_index)?;
+    Some(RoceAddress {
+        src_mac: g.mac,
+        dst_mac: qp.attr.dmac,
+        src_gid: g.gid,
+        dst_gid: qp.attr.dgid,
+        src_port: qp.src_port,
+        traffic_class: qp.attr.traffic_class,
+        hop_limit: if qp.attr.hop_limit == 0 {
+            64
+        } else {
+            qp.attr.hop_limit
+        },
+        flow_label: qp.attr.flow_label.get(),
+    })
+}
+
+/// Builds one packet of QP `qpi` — `headers`, then `payload_len` bytes that `fill` writes in
+/// place — and sends it into the eSwitch from the QP's vPort. `Err` carries `fill`'s error;
+/// `Ok(false)` when the QP has no usable address (its GID entry was cleared: nothing is sent).
+fn transmit<E>(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    qpi: u32,
+    mut headers: IbHeaders,
+    payload_len: usize,
+    fill: impl FnOnce(&Rdma, &mut Ctx<'_>, &mut [u8]) -> Result<(), E>,
+) -> Result<bool, E> {
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return Ok(false);
+    };
+    let (owner, dest) = (qp.owner, qp.attr.dest_qpn.get());
+    let Some(addr) = address(&core.rdma, qp) else {
+        return Ok(false);
+    };
+    headers.bth.dest_qp = dest;
+    headers.bth.pkey = roce::DEFAULT_PKEY;
+    let mut frame = std::mem::take(&mut core.rdma.frame);
+    let ident = core.rdma.ip_ident;
+    core.rdma.ip_ident = ident.wrapping_add(1);
+    let mut error = None;
+    let len = {
+        let rdma = &core.rdma;
+        addr.emit_with(&headers, payload_len, ident, &mut frame, |p| {
+            fill(rdma, ctx, p).map_err(|e| error = Some(e)).ok()
+        })
+    };
+    if let Some(e) = error {
+        core.rdma.frame = frame;
+        return Err(e);
+    }
+    let Some(len) = len else {
+        core.rdma.frame = frame;
+        return Ok(false);
+    };
+    if let Some(c) = core.rdma.counters.get_mut(owner as usize) {
+        c.tx_packets += 1;
+    }
+    if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+        qp.counters.packets_sent += 1;
+        qp.counters.bytes_sent += payload_len as u64;
+    }
+    let bytes = &frame[..len];
+    switch_frame(
+        core,
+        ctx,
+        owner,
+        Frame::new(bytes, packet::parse(bytes), owner),
+        None,
+    );
+    core.rdma.frame = frame;
+    Ok(true)
+}
+
+/// A completion of QP `qpi` on `cqn`: `cqe_opcode` a CQE opcode, `status` an [`rdma_status`].
+#[allow(clippy::too_many_arguments)]
+fn complete(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    qpi: u32,
+    cqn: u32,
+    cqe_opcode: u8,
+    status: u8,
+    wqe_counter: u16,
+    byte_count: u32,
+    wqe_opcode: u8,
+    imm: u32,
+    flags: u8,
+) -> bool {
+    let Some(owner) = core.rdma.qps.get(qpi).map(|q| q.owner) else {
+        return false;
+    };
+    let cqe = Cqe {
+        byte_count: U32::new(byte_count),
+        wqe_counter: U16::new(wqe_counter),
+        qn: U32::new(Rdma::qpn(qpi)),
+        vport: U16::new(owner),
+        imm: U32::new(imm),
+        wqe_opcode,
+        syndrome: status,
+        flags: flags | cqe_flags::QP,
+        ..Default::default()
+    };
+    post_cqe(core, ctx, cqn, cqe, cqe_opcode)
+}
+
+/// Whether `cqn` has room for `n` more entries (without counting an overflow).
+fn cq_room(core: &NicCore, cqn: u32, n: u32) -> bool {
+    core.cqs.get(cqn).is_some_and(|c| c.ring.room() >= n)
+}
+
+/// Moves QP `qpi` to the error state on its own (a transport or remote error) and raises the
+/// QP's fatal event; the next polls flush its work queues.
+fn enter_error(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    if qp.state == QpState::Err {
+        return;
+    }
+    log::debug!("QP {:#x}: error state", Rdma::qpn(qpi));
+    qp.state = QpState::Err;
+    qp.attr.qp_state = QpState::Err as u8;
+    let (cqn, owner) = (qp.send_cqn, qp.owner);
+    qp_event(core, ctx, cqn, owner, qp_event::FATAL, qpi);
+}
+
+/// An asynchronous event of QP `qpi` on the EQ of its send CQ `cqn`.
+fn qp_event(core: &mut NicCore, ctx: &mut Ctx<'_>, cqn: u32, owner: u16, kind: u8, qpi: u32) {
+    if let Some(eqn) = core.cqs.get(cqn).map(|c| c.eqn) {
+        post_event(core, ctx, eqn, owner, EQE_QP_EVENT, kind, Rdma::qpn(qpi));
+    }
+}
+
+/// In the error state every outstanding and newly posted work request completes with
+/// WR_FLUSH (IBA 10.3.1.2.5 / 11.4.2.2): the started send WQEs in order, the WQEs posted behind
+/// them, the receive WQE of a half-received message and every posted receive WQE of the QP's
+/// own ring. Stops when a CQ is full and goes on at the next poll.
+fn flush(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> usize {
+    let mut work = 0;
+    loop {
+        let Some(qp) = core.rdma.qps.get(qpi) else {
+            return work;
+        };
+        let (owner, scq, rcq) = (qp.owner, qp.send_cqn, qp.recv_cqn);
+        if !cq_room(core, scq, 1) || !cq_room(core, rcq, 1) {
+            return work;
+        }
+        let qp = core.rdma.qps.get_mut(qpi).expect("present");
+        // Started send WQEs first, then what was posted behind them.
+        if let Some(op) = qp.req.ops.pop_front() {
+            qp.req.cursor_op = qp.req.cursor_op.saturating_sub(1);
+            qp.req.fetch_counter = qp.req.fetch_counter.max(op.wqe_counter + op.wqebbs);
+            complete(
+                core,
+                ctx,
+                qpi,
+                scq,
+                CQE_REQ_ERR,
+                rdma_status::WR_FLUSH,
+                op.wqe_index,
+                0,
+                op.opcode,
+                0,
+                0,
+            );
+            work += 1;
+            continue;
+        }
+        let (sq, fetch) = (qp.sq, qp.req.fetch_counter);
+        let pi = ctx.doorbell(owner, db::slot(db::QP_SQ_BASE, qpi)) & db::PI_MASK;
+        let pending = pi.wrapping_sub(fetch) & db::PI_MASK;
+        if pending != 0 && pending <= 1 << sq.log_size {
+            let slot = sq.addr + u64::from(fetch & ((1 << sq.log_size) - 1)) * WQEBB as u64;
+            let mut ctrl = [0u8; 16];
+            let read = ctx.dma(owner).read(slot, &mut ctrl).is_ok();
+            let c = CtrlSeg::read_from_bytes(&ctrl[..]).unwrap_or_default();
+            let nbb = if read {
+                c.wqebbs().min(pending)
+            } else {
+                pending
+            };
+            if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+                qp.req.fetch_counter = fetch.wrapping_add(nbb);
+            }
+            complete(
+                core,
+                ctx,
+                qpi,
+                scq,
+                CQE_REQ_ERR,
+                rdma_status::WR_FLUSH,
+                c.wqe_index.get(),
+                0,
+                c.opcode,
+                0,
+                0,
+            );
+            work += 1;
+            continue;
+        }
+        let qp = core.rdma.qps.get_mut(qpi).expect("present");
+        if let Some(crate::nic::rdma::qp::Inbound::Send {
+            wqe_counter, srq, ..
+        }) = qp.resp.inbound.take()
+        {
+            let flags = if srq { cqe_flags::SRQ } else { 0 };
+            complete(
+                core,
+                ctx,
+                qpi,
+                rcq,
+                CQE_RESP_ERR,
+                rdma_status::WR_FLUSH,
+                wqe_counter as u16,
+                0,
+                0,
+                0,
+                flags,
+            );
+            work += 1;
+            continue;
+        }
+        let qp = core.rdma.qps.get_mut(qpi).expect("present");
+        if qp.srq.is_none() {
+            let pi = ctx.doorbell(owner, db::slot(db::QP_RQ_BASE, qpi)) & db::PI_MASK;
+            let counter = qp.rq_counter;
+            let pending = pi.wrapping_sub(counter) & db::PI_MASK;
+            if pending != 0 && pending <= 1 << qp.rq.log_size {
+                qp.rq_counter = counter.wrapping_add(1);
+                complete(
+                    core,
+                    ctx,
+                    qpi,
+                    rcq,
+                    CQE_RESP_ERR,
+                    rdma_status::WR_FLUSH,
+                    counter as u16,
+                    0,
+                    0,
+                    0,
+                    0,
+                );
+                work += 1;
+                continue;
+            }
+        }
+        return work;
+    }
+}
+
+/// Copies `out.len()` bytes of a send WQE's data, starting `offset` bytes into the message,
+/// from its gather list (or inline data) into `out`.
+fn gather(
+    rdma: &Rdma,
+    ctx: &mut Ctx<'_>,
+    qp_owner: u16,
+    pd: u32,
+    wqe: &RdmaWqeView<'_>,
+    offset: usize,
+    out: &mut [u8],
+) -> Result<(), AccessError> {
+    if let WqeDataView::Inline(d) = wqe.data() {
+        let src = d
+            .get(offset..offset + out.len())
+            .ok_or(AccessError::OutOfBounds)?;
+        out.copy_from_slice(src);
+        return Ok(());
+    }
+    let dma = ctx.dma(qp_owner);
+    let mut skip = offset;
+    let mut done = 0;
+    for s in wqe.sges() {
+        if done == out.len() {
+            break;
+        }
+        let len = s.length as usize;
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let n = (len - skip).min(out.len() - done);
+        let va = s.addr.wrapping_add(skip as u64);
+        let t = memory::check(&rdma.mrs, qp_owner, pd, s.lkey, va, n as u64, 0, true)?;
+        t.read(dma, va, &mut out[done..done + n])?;
+        done += n;
+        skip = 0;
+    }
+    if done < out.len() {
+        return Err(AccessError::OutOfBounds);
+    }
+    Ok(())
+}
+
+/// Why data could not be placed in a scatter list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ScatterError {
+    /// The list is shorter than the data (a local length error).
+    Length,
+    Access(AccessError),
+}
+
+/// Writes `data` into the scatter list `sges`, `offset` bytes into it; every entry must allow
+/// local writes.
+fn scatter(
+    mrs: &crate::nic::queues::Slab<crate::nic::rdma::memory::MemoryRegion>,
+    ctx: &mut Ctx<'_>,
+    qp_owner: u16,
+    pd: u32,
+    sges: impl Iterator<Item = Sge>,
+    offset: usize,
+    data: &[u8],
+) -> Result<(), ScatterError> {
+    let dma = ctx.dma(qp_owner);
+    let mut skip = offset;
+    let mut done = 0;
+    for s in sges {
+        if done == data.len() {
+            break;
+        }
+        let len = s.length as usize;
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let n = (len - skip).min(data.len() - done);
+        let va = s.addr.wrapping_add(skip as u64);
+        let t = memory::check(
+            mrs,
+            qp_owner,
+            pd,
+            s.lkey,
+            va,
+            n as u64,
+            memory::local_right(true),
+            true,
+        )
+        .map_err(ScatterError::Access)?;
+        t.write(dma, va, &data[done..done + n])
+            .map_err(ScatterError::Access)?;
+        done += n;
+        skip = 0;
+    }
+    if done < data.len() {
+        return Err(ScatterError::Length);
+    }
+    Ok(())
+}
+
+/// Reads the WQE at basic-block counter `counter` of QP `qpi`'s send ring into `rdma.wqe`;
+/// returns its basic blocks. `None` when it is not reachable.
+fn fetch_send_wqe(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    qpi: u32,
+    counter: u32,
+    max_bbs: u32,
+) -> Option<u32> {
+    let qp = core.rdma.qps.get(qpi)?;
+    let (owner, ring) = (qp.owner, qp.sq);
+    let mask = (1u32 << ring.log_size) - 1;
+    let bb = |n: u32| ring.addr + u64::from(counter.wrapping_add(n) & mask) * WQEBB as u64;
+    let wqe = &mut core.rdma.wqe;
+    let dma = ctx.dma(owner);
+    dma.read(bb(0), &mut wqe[..WQEBB]).ok()?;
+    let (ctrl, _) = CtrlSeg::read_from_prefix(&wqe[..]).ok()?;
+    let nbb = ctrl.wqebbs().min(max_bbs).max(1);
+    for n in 1..nbb {
+        let at = n as usize * WQEBB;
+        dma.read(bb(n), &mut wqe[at..at + WQEBB]).ok()?;
+    }
+    Some(nbb)
+}
+
+/// The scatter entries of receive WQE `counter` of the QP's RQ or its SRQ, read by DMA into
+/// `out` (a whole stride). False when unreachable.
+fn fetch_recv_wqe(
+    core: &NicCore,
+    ctx: &mut Ctx<'_>,
+    qp: &QueuePair,
+    srq: bool,
+    counter: u32,
+    out: &mut [u8; 512],
+) -> bool {
+    let ring = match (srq, qp.srq) {
+        (true, Some(s)) => match core.rdma.srqs.get(s) {
+            Some(s) => s.ring,
+            None => return false,
+        },
+        _ => qp.rq,
+    };
+    let stride = 1usize << ring.log_stride;
+    let slot = ring.addr + u64::from(counter & ((1 << ring.log_size) - 1)) * stride as u64;
+    ctx.dma(qp.owner).read(slot, &mut out[..stride]).is_ok()
+}
+
+use zerocopy::FromBytes;

@@ -1,0 +1,802 @@
+//! The requester (IBA §9.7.4–9.7.7, sender side): send WQEs become packets — SEND and WRITE
+//! segmented at the path MTU into FIRST/MIDDLE/LAST or ONLY, a READ request whose responses
+//! take one PSN each, an atomic — with consecutive PSNs; responses acknowledge them.
+//!
+//! * ACK coalescing: AckReq is set on the last packet of a message and every
+//!   [`ACK_REQUEST_EVERY`] packets inside a long one; an ACK acknowledges every PSN up to its own.
+//! * Go-back-N: a PSN sequence error NAK, a response that skips PSNs, an ACK beyond a READ
+//!   whose responses did not arrive, or the local ACK timer (4.096 µs × 2^timeout) sends again
+//!   from the oldest unacknowledged PSN; each costs one of `retry_cnt` tries (restored by
+//!   progress), and running out completes the WQE with RETRY_EXCEEDED and the QP enters ERR.
+//! * RNR NAK: wait the timer the NAK names (IBA Table 45), then send again from its PSN, at most
+//!   `rnr_retry` times (7: forever), else RNR_RETRY_EXCEEDED.
+//! * Remote access, invalid request and remote operational NAKs complete the WQE with the
+//!   matching status and move the QP to ERR.
+//! * WQEs complete in order; a CQE is written for signalled WQEs (or all with SIGNAL_ALL) and
+//!   for every error.
+//! * At most [`WINDOW`] packets are unacknowledged and `max_rd_atomic` READs and atomics
+//!   outstanding; a fenced WQE waits for earlier READs and atomics.
+
+use fld_abi::nic::*;
+use fld_abi::wire::roce::{
+    self, nak, psn_add, psn_delta, request_opcode, AckKind, AtomicEth, BthRepr, IbHeaders,
+    IbPacket, ImmDt, MessageKind, Position, Reth, RNR_TIMER_NS,
+};
+
+use super::{complete, enter_error, fetch_send_wqe, gather, qp_event, scatter, transmit};
+use super::{Ctx, NicCore};
+use crate::nic::rdma::memory;
+use crate::nic::rdma::qp::SendOp;
+
+/// Packets that may be sent and not yet acknowledged.
+pub(super) const WINDOW: i32 = 256;
+/// Inside a long message, ask for an ACK this often so the window keeps moving.
+pub(super) const ACK_REQUEST_EVERY: u32 = 32;
+
+fn mtu(core: &NicCore, qpi: u32) -> u32 {
+    core.rdma
+        .qps
+        .get(qpi)
+        .and_then(|q| mtu_bytes(q.attr.path_mtu))
+        .unwrap_or(1024)
+}
+
+/// Timers, then new and retransmitted packets; returns the packets sent.
+pub(super) fn run(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, budget: usize) -> usize {
+    let now = ctx.now();
+    timers(core, ctx, qpi, now);
+    let mut sent = 0;
+    while sent < budget {
+        match step(core, ctx, qpi, now) {
+            Step::Sent => sent += 1,
+            Step::Idle => break,
+        }
+    }
+    drained(core, ctx, qpi);
+    sent
+}
+
+enum Step {
+    Sent,
+    Idle,
+}
+
+/// SQD: once nothing is outstanding, the drained event (once).
+fn drained(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    if qp.state == QpState::Sqd && qp.req.ops.is_empty() && !qp.drained_reported {
+        qp.drained_reported = true;
+        let (cqn, owner) = (qp.send_cqn, qp.owner);
+        qp_event(core, ctx, cqn, owner, qp_event::SQ_DRAINED, qpi);
+    }
+}
+
+/// The local ACK timer and the RNR wait.
+fn timers(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    let r = &mut qp.req;
+    if r.rnr_wait_until.is_some_and(|t| now >= t) {
+        r.rnr_wait_until = None;
+    }
+    let Some(deadline) = r.deadline else {
+        return;
+    };
+    if now < deadline {
+        return;
+    }
+    if r.ops.is_empty() || psn_delta(r.sent_high, r.unacked_psn) <= 0 {
+        r.deadline = None;
+        return;
+    }
+    qp.counters.timeouts += 1;
+    let timeout = qp.attr.timeout;
+    if !spend_retry(core, ctx, qpi, rdma_status::RETRY_EXCEEDED) {
+        return;
+    }
+    if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+        let una = qp.req.unacked_psn;
+        seek(qp, una);
+        qp.req.deadline = roce::ack_timeout_ns(timeout).map(|t| now + t);
+    }
+}
+
+/// Takes one transport retry; when none is left the oldest WQE fails with `status` and the QP
+/// enters the error state (returns false).
+fn spend_retry(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, status: u8) -> bool {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return false;
+    };
+    if qp.req.retry_left == 0 {
+        fail_front(core, ctx, qpi, status);
+        return false;
+    }
+    qp.req.retry_left -= 1;
+    true
+}
+
+/// Completes the oldest outstanding WQE with `status` and moves the QP to ERR.
+fn fail_front(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, status: u8) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    let cqn = qp.send_cqn;
+    if let Some(op) = qp.req.ops.pop_front() {
+        qp.req.cursor_op = qp.req.cursor_op.saturating_sub(1);
+        complete(
+            core,
+            ctx,
+            qpi,
+            cqn,
+            CQE_REQ_ERR,
+            status,
+            op.wqe_index,
+            0,
+            op.opcode,
+            0,
+            0,
+        );
+    }
+    enter_error(core, ctx, qpi);
+}
+
+/// Puts the send cursor at `psn`: the packet of the outstanding op that carries it (a READ
+/// restarts at its first missing response), or the next new WQE.
+fn seek(qp: &mut crate::nic::rdma::qp::QueuePair, psn: u32) {
+    let r = &mut qp.req;
+    for (i, op) in r.ops.iter().enumerate() {
+        if psn_delta(psn, op.first_psn) >= 0 && psn_delta(psn, op.last_psn()) <= 0 {
+            r.cursor_op = i;
+            r.cursor_packet = if op.is_read_or_atomic() {
+                op.responses
+            } else {
+                psn_delta(psn, op.first_psn) as u32
+            };
+            return;
+        }
+    }
+    r.cursor_op = r.ops.len();
+    r.cursor_packet = 0;
+}
+
+/// Sends the packet at the cursor, starting a new WQE when the cursor is past the last.
+fn step(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) -> Step {
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return Step::Idle;
+    };
+    if qp.req.rnr_wait_until.is_some() || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        return Step::Idle;
+    }
+    if qp.req.cursor_op >= qp.req.ops.len() && !start_wqe(core, ctx, qpi) {
+        return Step::Idle;
+    }
+    match send_at_cursor(core, ctx, qpi, now) {
+        Ok(true) => Step::Sent,
+        Ok(false) => Step::Idle,
+        Err(status) => {
+            fail_front(core, ctx, qpi, status);
+            Step::Idle
+        }
+    }
+}
+
+/// Fetches and checks the next posted WQE and appends it to the outstanding ops. False when
+/// there is none, the window or the READ/atomic limit or a fence holds it back, or it failed
+/// (then the QP is in ERR).
+fn start_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return false;
+    };
+    if qp.state != QpState::Rts {
+        return false;
+    }
+    let r = &qp.req;
+    if psn_delta(r.next_psn, r.unacked_psn) >= WINDOW {
+        return false;
+    }
+    let (owner, log_size, fetch) = (qp.owner, qp.sq.log_size, r.fetch_counter);
+    let pi = ctx.doorbell(owner, db::slot(db::QP_SQ_BASE, qpi)) & db::PI_MASK;
+    let pending = pi.wrapping_sub(fetch) & db::PI_MASK;
+    if pending == 0 {
+        return false;
+    }
+    if pending > 1 << log_size {
+        core.bad_doorbells += 1;
+        enter_error(core, ctx, qpi);
+        return false;
+    }
+    let Some(nbb) = fetch_send_wqe(core, ctx, qpi, fetch, pending) else {
+        return fail_wqe(
+            core,
+            ctx,
+            qpi,
+            fetch,
+            1,
+            None,
+            rdma_status::LOCAL_QP_OPERATION,
+        );
+    };
+    let view = match RdmaWqeView::new_checked(&core.rdma.wqe[..nbb as usize * WQEBB]) {
+        Ok(v) if v.ctrl.wqebbs() <= pending => v,
+        _ => {
+            let ctrl = CtrlSeg::read_from_prefix(&core.rdma.wqe[..])
+                .map(|c| c.0)
+                .ok();
+            return fail_wqe(
+                core,
+                ctx,
+                qpi,
+                fetch,
+                nbb,
+                ctrl,
+                rdma_status::LOCAL_QP_OPERATION,
+            );
+        }
+    };
+    let ctrl = view.ctrl;
+    let qp = core.rdma.qps.get(qpi).expect("present");
+    let op = ctrl.opcode;
+    let read_atomic = matches!(op, WQE_OP_RDMA_READ | WQE_OP_ATOMIC_CS | WQE_OP_ATOMIC_FA);
+    let outstanding = qp.req.ops.iter().filter(|o| o.is_read_or_atomic()).count();
+    if read_atomic && outstanding >= usize::from(qp.attr.max_rd_atomic.max(1)) {
+        return false;
+    }
+    if ctrl.fm_ce_se & WQE_FENCE != 0 && outstanding > 0 {
+        return false;
+    }
+    // The length, and every local buffer checked now, so a bad WQE fails before a packet of it
+    // leaves (READ and atomic targets need LOCAL_WRITE).
+    let (pd, mtu) = (qp.pd, mtu_bytes(qp.attr.path_mtu).unwrap_or(1024));
+    let length: Result<u64, u8> = match view.data() {
+        WqeDataView::Inline(_) if read_atomic => Err(rdma_status::LOCAL_QP_OPERATION),
+        WqeDataView::Inline(d) => Ok(d.len() as u64),
+        WqeDataView::Gather(_) => view.sges().try_fold(0u64, |total, s| {
+            let right = memory::local_right(read_atomic);
+            memory::check(
+                &core.rdma.mrs,
+                owner,
+                pd,
+                s.lkey,
+                s.addr,
+                u64::from(s.length),
+                right,
+                true,
+            )
+            .map(|_| total + u64::from(s.length))
+            .map_err(|_| rdma_status::LOCAL_PROTECTION)
+        }),
+    };
+    let (remote, operands) = (view.remote, view.atomic);
+    let length = match length {
+        Ok(l) => l,
+        Err(status) => return fail_wqe(core, ctx, qpi, fetch, nbb, Some(ctrl), status),
+    };
+    let atomic = matches!(op, WQE_OP_ATOMIC_CS | WQE_OP_ATOMIC_FA);
+    let remote = remote
+        .map(|r| (r.addr.get(), r.rkey.get()))
+        .unwrap_or_default();
+    if length > 1 << 31 || (atomic && (length != 8 || remote.0 % 8 != 0)) {
+        return fail_wqe(
+            core,
+            ctx,
+            qpi,
+            fetch,
+            nbb,
+            Some(ctrl),
+            rdma_status::LOCAL_LENGTH,
+        );
+    }
+    let length = length as u32;
+    let packets = if atomic {
+        1
+    } else {
+        length.div_ceil(mtu).max(1)
+    };
+    let (swap_add, compare) = operands
+        .map(|a| (a.swap_add.get(), a.compare.get()))
+        .unwrap_or_default();
+    let qp = core.rdma.qps.get_mut(qpi).expect("present");
+    let signaled = qp.signal_all || ctrl.completion_requested();
+    let first_psn = qp.req.next_psn;
+    qp.req.ops.push_back(SendOp {
+        wqe_counter: fetch,
+        wqebbs: nbb,
+        wqe_index: ctrl.wqe_index.get(),
+        opcode: op,
+        signaled,
+        solicited: ctrl.fm_ce_se & WQE_SOLICITED != 0,
+        imm: ctrl.imm.get(),
+        remote_addr: remote.0,
+        rkey: remote.1,
+        swap_add,
+        compare,
+        length,
+        first_psn,
+        packets,
+        responses: 0,
+        done: false,
+    });
+    qp.req.next_psn = psn_add(first_psn, packets);
+    qp.req.fetch_counter = fetch.wrapping_add(nbb);
+    qp.req.cursor_op = qp.req.ops.len() - 1;
+    qp.req.cursor_packet = 0;
+    true
+}
+
+/// A WQE that cannot even start: its error completion (with the WQE's index when its control
+/// segment was readable), and the QP enters ERR. Returns false for the caller's convenience.
+#[allow(clippy::too_many_arguments)]
+fn fail_wqe(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    qpi: u32,
+    counter: u32,
+    nbb: u32,
+    ctrl: Option<CtrlSeg>,
+    status: u8,
+) -> bool {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return false;
+    };
+    qp.req.fetch_counter = counter.wrapping_add(nbb);
+    let cqn = qp.send_cqn;
+    let (index, op) = ctrl.map_or((counter as u16, 0), |c| (c.wqe_index.get(), c.opcode));
+    log::debug!("QP {qpi}: WQE {index} fails with status {status:#x}");
+    complete(core, ctx, qpi, cqn, CQE_REQ_ERR, status, index, 0, op, 0, 0);
+    enter_error(core, ctx, qpi);
+    false
+}
+
+/// Sends the packet at the cursor. `Ok(false)`: nothing sendable; `Err(status)`: the op failed.
+fn send_at_cursor(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) -> Result<bool, u8> {
+    let mtu = mtu(core, qpi);
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return Ok(false);
+    };
+    let r = &qp.req;
+    let Some(op) = r.ops.get(r.cursor_op).copied() else {
+        return Ok(false);
+    };
+    let k = r.cursor_packet;
+    let psn = psn_add(op.first_psn, k);
+    let (owner, pd, timeout) = (qp.owner, qp.pd, qp.attr.timeout);
+    let retransmit = psn_delta(psn, r.sent_high) < 0;
+    let mut ack_request = r.since_ack_request + 1 >= ACK_REQUEST_EVERY;
+    let mut headers = IbHeaders {
+        bth: BthRepr {
+            psn,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut payload = 0usize;
+    let next;
+    match op.opcode {
+        WQE_OP_RDMA_READ => {
+            let offset = u64::from(k) * u64::from(mtu);
+            headers.bth.opcode = roce::opcode::READ_REQUEST;
+            headers.reth = Some(Reth {
+                virtual_address: op.remote_addr.wrapping_add(offset),
+                rkey: op.rkey,
+                dma_length: op.length.saturating_sub(offset as u32),
+            });
+            ack_request = false;
+            next = (r.cursor_op + 1, 0);
+        }
+        WQE_OP_ATOMIC_CS | WQE_OP_ATOMIC_FA => {
+            headers.bth.opcode = if op.opcode == WQE_OP_ATOMIC_CS {
+                roce::opcode::COMPARE_SWAP
+            } else {
+                roce::opcode::FETCH_ADD
+            };
+            headers.atomic_eth = Some(AtomicEth {
+                virtual_address: op.remote_addr,
+                rkey: op.rkey,
+                swap_add: op.swap_add,
+                compare: op.compare,
+            });
+            ack_request = false;
+            next = (r.cursor_op + 1, 0);
+        }
+        _ => {
+            let write = matches!(op.opcode, WQE_OP_RDMA_WRITE | WQE_OP_RDMA_WRITE_IMM);
+            let imm = matches!(op.opcode, WQE_OP_RDMA_WRITE_IMM | WQE_OP_SEND_IMM);
+            let last = k + 1 == op.packets;
+            let position = match (k == 0, last) {
+                (true, true) => Position::Only,
+                (true, false) => Position::First,
+                (false, true) => Position::Last,
+                (false, false) => Position::Middle,
+            };
+            let kind = if write {
+                MessageKind::Write
+            } else {
+                MessageKind::Send
+            };
+            headers.bth.opcode = request_opcode(kind, position, imm);
+            headers.bth.solicited = last && op.solicited;
+            if write && k == 0 {
+                headers.reth = Some(Reth {
+                    virtual_address: op.remote_addr,
+                    rkey: op.rkey,
+                    dma_length: op.length,
+                });
+            }
+            if imm && last {
+                headers.imm = Some(ImmDt(op.imm));
+            }
+            ack_request |= last;
+            payload = (op.length - k * mtu).min(mtu) as usize;
+            next = if last {
+                (r.cursor_op + 1, 0)
+            } else {
+                (r.cursor_op, k + 1)
+            };
+        }
+    }
+    headers.bth.ack_request = ack_request;
+    // Data comes from the WQE's gather list: fetch the WQE again (it stays in the ring until it
+    // completes) and copy straight into the frame.
+    if payload > 0 && fetch_send_wqe(core, ctx, qpi, op.wqe_counter, op.wqebbs).is_none() {
+        return Err(rdma_status::LOCAL_QP_OPERATION);
+    }
+    let offset = (k * mtu) as usize;
+    let sent = transmit(core, ctx, qpi, headers, payload, |rdma, ctx, out| {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let view = RdmaWqeView::new_checked(&rdma.wqe[..op.wqebbs as usize * WQEBB])
+            .map_err(|_| rdma_status::LOCAL_QP_OPERATION)?;
+        gather(rdma, ctx, owner, pd, &view, offset, out).map_err(|_| rdma_status::LOCAL_PROTECTION)
+    })?;
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return Ok(false);
+    };
+    let r = &mut qp.req;
+    (r.cursor_op, r.cursor_packet) = next;
+    r.since_ack_request = if ack_request {
+        0
+    } else {
+        r.since_ack_request + 1
+    };
+    let end = match op.opcode {
+        WQE_OP_RDMA_READ => op.last_psn(),
+        _ => psn,
+    };
+    if psn_delta(end, r.sent_high) >= 0 {
+        r.sent_high = psn_add(end, 1);
+    }
+    if retransmit {
+        qp.counters.retransmitted += 1;
+    }
+    if qp.req.deadline.is_none() {
+        qp.req.deadline = roce::ack_timeout_ns(timeout).map(|t| now + t);
+    }
+    Ok(sent)
+}
+
+/// A response (ACK, NAK, READ response, atomic ACK) for QP `qpi`.
+pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
+    let now = ctx.now();
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    let psn = pkt.headers.bth.psn;
+    let r = &qp.req;
+    // Only responses to PSNs sent and not yet acknowledged mean anything; older ones are
+    // duplicates, newer ones answer nothing.
+    if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe)
+        || psn_delta(psn, r.sent_high) >= 0
+        || psn_delta(psn, r.unacked_psn) < 0
+    {
+        qp.counters.dropped += 1;
+        return;
+    }
+    match pkt.info.kind {
+        MessageKind::Acknowledge => {
+            let Some(aeth) = pkt.headers.aeth else {
+                return;
+            };
+            qp.counters.acks_received += 1;
+            match aeth.kind {
+                AckKind::Ack { .. } => acknowledge(core, ctx, qpi, psn, now),
+                AckKind::RnrNak { timer } => {
+                    qp.counters.rnr_naks_received += 1;
+                    acknowledge(core, ctx, qpi, psn_add(psn, roce::PSN_MASK), now);
+                    rnr(core, ctx, qpi, psn, timer, now);
+                }
+                AckKind::Nak { code } => {
+                    acknowledge(core, ctx, qpi, psn_add(psn, roce::PSN_MASK), now);
+                    let status = match code {
+                        nak::PSN_SEQUENCE_ERROR => {
+                            if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+                                qp.counters.seq_naks_received += 1;
+                            }
+                            if spend_retry(core, ctx, qpi, rdma_status::RETRY_EXCEEDED) {
+                                if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+                                    seek(qp, psn);
+                                }
+                            }
+                            return;
+                        }
+                        nak::REMOTE_ACCESS_ERROR => rdma_status::REMOTE_ACCESS,
+                        nak::REMOTE_OPERATIONAL_ERROR => rdma_status::REMOTE_OPERATION,
+                        _ => rdma_status::REMOTE_INVALID_REQUEST,
+                    };
+                    fail_front(core, ctx, qpi, status);
+                }
+            }
+        }
+        MessageKind::ReadResponse => read_response(core, ctx, qpi, pkt, now),
+        MessageKind::AtomicAcknowledge => {
+            let (Some(ack), Some(_)) = (pkt.headers.atomic_ack_eth, pkt.headers.aeth) else {
+                return;
+            };
+            acknowledge(core, ctx, qpi, psn_add(psn, roce::PSN_MASK), now);
+            let Some(qp) = core.rdma.qps.get(qpi) else {
+                return;
+            };
+            let Some(op) = qp.req.ops.front().copied() else {
+                return;
+            };
+            if op.first_psn != psn
+                || !matches!(op.opcode, WQE_OP_ATOMIC_CS | WQE_OP_ATOMIC_FA)
+                || op.done
+            {
+                if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+                    qp.counters.dropped += 1;
+                }
+                return;
+            }
+            // The original value lands in the local buffer in the host's byte order.
+            if let Err(status) = place_response(core, ctx, qpi, &op, 0, &ack.original.to_le_bytes())
+            {
+                fail_front(core, ctx, qpi, status);
+                return;
+            }
+            if let Some(o) = core
+                .rdma
+                .qps
+                .get_mut(qpi)
+                .and_then(|q| q.req.ops.front_mut())
+            {
+                o.done = true;
+            }
+            progress(core, ctx, qpi, psn, now);
+        }
+        _ => {
+            qp.counters.dropped += 1;
+        }
+    }
+}
+
+/// Writes response data for `op` (a READ's payload at `offset`, an atomic's original value)
+/// into its local scatter list.
+fn place_response(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    qpi: u32,
+    op: &SendOp,
+    offset: usize,
+    data: &[u8],
+) -> Result<(), u8> {
+    if fetch_send_wqe(core, ctx, qpi, op.wqe_counter, op.wqebbs).is_none() {
+        return Err(rdma_status::LOCAL_QP_OPERATION);
+    }
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return Ok(());
+    };
+    let (owner, pd) = (qp.owner, qp.pd);
+    let view = RdmaWqeView::new_checked(&core.rdma.wqe[..op.wqebbs as usize * WQEBB])
+        .map_err(|_| rdma_status::LOCAL_QP_OPERATION)?;
+    scatter(&core.rdma.mrs, ctx, owner, pd, view.sges(), offset, data).map_err(|e| match e {
+        super::ScatterError::Length => rdma_status::LOCAL_LENGTH,
+        super::ScatterError::Access(_) => rdma_status::LOCAL_PROTECTION,
+    })
+}
+
+/// An RDMA READ response: in order it lands in the READ's buffers; a gap goes back to the
+/// first missing response.
+fn read_response(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>, now: u64) {
+    let psn = pkt.headers.bth.psn;
+    let mtu = mtu(core, qpi);
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    let found = qp
+        .req
+        .ops
+        .iter()
+        .position(|o| psn_delta(psn, o.first_psn) >= 0 && psn_delta(psn, o.last_psn()) <= 0);
+    let Some(at) = found.filter(|i| qp.req.ops[*i].opcode == WQE_OP_RDMA_READ) else {
+        qp.counters.dropped += 1;
+        return;
+    };
+    let op = qp.req.ops[at];
+    let expected = psn_add(op.first_psn, op.responses);
+    let d = psn_delta(psn, expected);
+    if op.done || d < 0 {
+        qp.counters.duplicates += 1;
+        return;
+    }
+    // The AETH of FIRST/LAST/ONLY acknowledges everything before the READ.
+    if pkt.headers.aeth.is_some() && at > 0 {
+        acknowledge(core, ctx, qpi, psn_add(op.first_psn, roce::PSN_MASK), now);
+    }
+    if d > 0 {
+        // Responses were lost: ask again from the first missing one.
+        if spend_retry(core, ctx, qpi, rdma_status::RETRY_EXCEEDED) {
+            if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+                seek(qp, expected);
+            }
+        }
+        return;
+    }
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return;
+    };
+    let Some(at) = qp.req.ops.iter().position(|o| o.first_psn == op.first_psn) else {
+        return;
+    };
+    let k = op.responses;
+    let last = k + 1 == op.packets;
+    let want_position = match (k == 0, last) {
+        (true, true) => Position::Only,
+        (true, false) => Position::First,
+        (false, true) => Position::Last,
+        (false, false) => Position::Middle,
+    };
+    let want_len = (op.length - k * mtu).min(mtu) as usize;
+    if pkt.info.position != want_position || pkt.payload.len() != want_len {
+        fail_front(core, ctx, qpi, rdma_status::BAD_RESPONSE);
+        return;
+    }
+    if let Err(status) = place_response(core, ctx, qpi, &op, (k * mtu) as usize, pkt.payload) {
+        fail_front(core, ctx, qpi, status);
+        return;
+    }
+    if let Some(o) = core
+        .rdma
+        .qps
+        .get_mut(qpi)
+        .and_then(|q| q.req.ops.get_mut(at))
+    {
+        o.responses += 1;
+        o.done = last;
+    }
+    progress(core, ctx, qpi, psn, now);
+}
+
+/// A response at `psn` arrived in order: retries are restored and the timer restarted.
+fn progress(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32, now: u64) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    if psn_delta(psn, qp.req.unacked_psn) >= 0 {
+        qp.req.unacked_psn = psn_add(psn, 1);
+    }
+    complete_done(core, ctx, qpi, now);
+}
+
+/// An ACK (or an implied one) for every PSN up to `psn`.
+fn acknowledge(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32, now: u64) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    if psn_delta(psn, qp.req.unacked_psn) < 0 {
+        return;
+    }
+    // An ACK beyond a READ or atomic whose response is missing: the response was lost.
+    if let Some(op) = qp
+        .req
+        .ops
+        .iter()
+        .find(|o| o.is_read_or_atomic() && !o.done && psn_delta(o.first_psn, psn) <= 0)
+        .copied()
+    {
+        let missing = psn_add(op.first_psn, op.responses);
+        if psn_delta(missing, qp.req.unacked_psn) > 0 {
+            qp.req.unacked_psn = missing;
+        }
+        complete_done(core, ctx, qpi, now);
+        if spend_retry(core, ctx, qpi, rdma_status::RETRY_EXCEEDED) {
+            if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+                seek(qp, missing);
+            }
+        }
+        return;
+    }
+    qp.req.unacked_psn = psn_add(psn, 1);
+    complete_done(core, ctx, qpi, now);
+}
+
+/// Completes, in order, every op whose packets are all acknowledged (SEND, WRITE) or whose
+/// response arrived (READ, atomic); restores the retry counts and re-arms the timer on
+/// progress.
+fn complete_done(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) {
+    let mut progressed = false;
+    loop {
+        let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+            return;
+        };
+        let Some(op) = qp.req.ops.front().copied() else {
+            break;
+        };
+        let acked = psn_delta(op.last_psn(), qp.req.unacked_psn) < 0;
+        let finished = if op.is_read_or_atomic() {
+            op.done
+        } else {
+            acked
+        };
+        // Everything of the op must also have been sent (a rewind may point inside it).
+        let sent = qp.req.cursor_op > 0;
+        if !finished || !sent {
+            break;
+        }
+        qp.req.ops.pop_front();
+        qp.req.cursor_op -= 1;
+        if psn_delta(op.last_psn(), qp.req.unacked_psn) >= 0 {
+            qp.req.unacked_psn = psn_add(op.last_psn(), 1);
+        }
+        progressed = true;
+        let (cqn, signal) = (qp.send_cqn, op.signaled);
+        if signal {
+            let bytes = match op.opcode {
+                WQE_OP_ATOMIC_CS | WQE_OP_ATOMIC_FA => 8,
+                _ => op.length,
+            };
+            complete(
+                core,
+                ctx,
+                qpi,
+                cqn,
+                CQE_REQ,
+                rdma_status::SUCCESS,
+                op.wqe_index,
+                bytes,
+                op.opcode,
+                0,
+                0,
+            );
+        }
+    }
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    if progressed {
+        qp.req.retry_left = qp.attr.retry_cnt;
+        qp.req.rnr_retry_left = qp.attr.rnr_retry;
+    }
+    let outstanding = !qp.req.ops.is_empty() && psn_delta(qp.req.sent_high, qp.req.unacked_psn) > 0;
+    qp.req.deadline = if outstanding {
+        if progressed || qp.req.deadline.is_none() {
+            roce::ack_timeout_ns(qp.attr.timeout).map(|t| now + t)
+        } else {
+            qp.req.deadline
+        }
+    } else {
+        None
+    };
+}
+
+/// An RNR NAK at `psn`: wait the timer it names, then send again from `psn`.
+fn rnr(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32, timer: u8, now: u64) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    if qp.attr.rnr_retry != RNR_RETRY_INFINITE {
+        if qp.req.rnr_retry_left == 0 {
+            fail_front(core, ctx, qpi, rdma_status::RNR_RETRY_EXCEEDED);
+            return;
+        }
+        qp.req.rnr_retry_left -= 1;
+    }
+    qp.req.rnr_wait_until = Some(now + RNR_TIMER_NS[usize::from(timer & 0x1f)]);
+    qp.req.deadline = None;
+    seek(qp, psn);
+}
+
+use zerocopy::FromBytes;

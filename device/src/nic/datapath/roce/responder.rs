@@ -1,0 +1,757 @@
+//! The responder (IBA §9.7.5, receiver side): requests are executed in PSN order.
+//!
+//! * The expected PSN: a request at it is checked (opcode sequence, lengths, keys and rights)
+//!   and executed; one beyond it is a sequence error, answered by one NAK until the expected
+//!   PSN arrives (IBA 9.7.5.1.2); one before it is a duplicate: SEND and WRITE are acknowledged
+//!   again and not executed, a READ is executed again from its PSN, an atomic is answered from
+//!   the saved result (IBA 9.7.5.1.5).
+//! * SEND consumes a receive WQE (the QP's own ring or its SRQ) at its first packet; none posted
+//!   is an RNR NAK with the QP's minimum RNR timer, the PSN not consumed. WRITE with immediate
+//!   consumes one at its last packet.
+//! * Errors are NAKed and end the connection (IBA 9.9.3, responder class C): an opcode out of
+//!   sequence, a length that breaks the MTU rules, a QP without the right → NAK invalid request;
+//!   an rkey that is unknown, of another PD, without the right, or a range past its region →
+//!   NAK remote access error, nothing written; a receive WQE too small → local length error on
+//!   the receive WQE and NAK invalid request; a receive WQE with a bad lkey → local protection
+//!   error and NAK remote operational error. After the NAK the QP enters ERR.
+//! * Responses are owed, not sent at once: [`respond`] sends READ responses and atomic ACKs in
+//!   PSN order, then the newest owed ACK/NAK — which therefore acknowledges a whole batch.
+
+use fld_abi::nic::*;
+use fld_abi::wire::roce::{
+    self, nak, psn_add, psn_delta, request_opcode, AckKind, Aeth, AtomicAckEth, BthRepr, IbHeaders,
+    IbPacket, MessageKind, Position, CREDITS_UNLIMITED,
+};
+
+use super::{complete, enter_error, fetch_recv_wqe, qp_event, scatter, transmit, ScatterError};
+use super::{Ctx, NicCore};
+use crate::nic::rdma::memory::{self, AccessError};
+use crate::nic::rdma::qp::{Inbound, Owed, QueuePair, ReadAtomic};
+
+const ACK: u8 = CREDITS_UNLIMITED;
+const fn nak_syndrome(code: u8) -> u8 {
+    0x60 | code
+}
+const fn rnr_syndrome(timer: u8) -> u8 {
+    0x20 | (timer & 0x1f)
+}
+
+fn owe(qp: &mut QueuePair, psn: u32, syndrome: u8) {
+    // A NAK or RNR NAK outranks an ACK owed for an earlier PSN.
+    qp.resp.owed = match qp.resp.owed {
+        Some(o) if o.syndrome != ACK && syndrome == ACK => Some(o),
+        _ => Some(Owed { psn, syndrome }),
+    };
+}
+
+/// NAKs `code` at `psn` and ends the connection once the NAK is out.
+fn fatal(qp: &mut QueuePair, psn: u32, code: u8) {
+    log::debug!("QP responder: NAK code {code} at PSN {psn:#x}");
+    owe(qp, psn, nak_syndrome(code));
+    qp.resp.error_after_nak = true;
+}
+
+/// A request packet for QP `qpi`.
+pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    if qp.resp.error_after_nak {
+        qp.counters.dropped += 1;
+        return;
+    }
+    if qp.state == QpState::Rtr && !qp.resp.established {
+        qp.resp.established = true;
+        let (cqn, owner) = (qp.send_cqn, qp.owner);
+        qp_event(core, ctx, cqn, owner, qp_event::COMM_ESTABLISHED, qpi);
+    }
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    let psn = pkt.headers.bth.psn;
+    let d = psn_delta(psn, qp.resp.expected_psn);
+    if d > 0 {
+        if qp.resp.nak_sent {
+            qp.counters.dropped += 1;
+        } else {
+            qp.resp.nak_sent = true;
+            qp.counters.seq_naks_sent += 1;
+            let e = qp.resp.expected_psn;
+            owe(qp, e, nak_syndrome(nak::PSN_SEQUENCE_ERROR));
+        }
+        return;
+    }
+    if d < 0 {
+        qp.counters.duplicates += 1;
+        duplicate(core, qpi, pkt);
+        return;
+    }
+    qp.resp.nak_sent = false;
+    match pkt.info.kind {
+        MessageKind::Send => send(core, ctx, qpi, pkt),
+        MessageKind::Write => write(core, ctx, qpi, pkt),
+        MessageKind::ReadRequest => read_request(core, qpi, pkt),
+        MessageKind::CompareSwap | MessageKind::FetchAdd => atomic(core, ctx, qpi, pkt),
+        _ => {}
+    }
+}
+
+/// The payload rules of IBA 9.7.5.1.3: FIRST and MIDDLE carry exactly one MTU, LAST and ONLY at
+/// most one (LAST at least one byte).
+fn length_ok(position: Position, len: usize, mtu: usize) -> bool {
+    match position {
+        Position::First | Position::Middle => len == mtu,
+        Position::Last => (1..=mtu).contains(&len),
+        Position::Only => len <= mtu,
+    }
+}
+
+/// The next PSN is expected; ACK this one when asked.
+fn advance(qp: &mut QueuePair, psn: u32, ack_request: bool) {
+    qp.resp.expected_psn = psn_add(psn, 1);
+    if ack_request {
+        owe(qp, psn, ACK);
+    }
+}
+
+/// Takes the next receive WQE (the QP's ring or its SRQ): its counter, or `None` when none is
+/// posted.
+fn take_recv_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> Option<(u32, bool)> {
+    let qp = core.rdma.qps.get(qpi)?;
+    match qp.srq {
+        None => {
+            let pi = ctx.doorbell(qp.owner, db::slot(db::QP_RQ_BASE, qpi)) & db::PI_MASK;
+            let pending = pi.wrapping_sub(qp.rq_counter) & db::PI_MASK;
+            if pending == 0 || pending > 1 << qp.rq.log_size {
+                return None;
+            }
+            let qp = core.rdma.qps.get_mut(qpi)?;
+            let c = qp.rq_counter;
+            qp.rq_counter = c.wrapping_add(1);
+            Some((c, false))
+        }
+        Some(s) => {
+            let owner = qp.owner;
+            let srq = core.rdma.srqs.get_mut(s)?;
+            let pi = ctx.doorbell(owner, db::slot(db::SRQ_BASE, s)) & db::PI_MASK;
+            let pending = pi.wrapping_sub(srq.counter) & db::PI_MASK;
+            if pending == 0 || pending > 1 << srq.ring.log_size {
+                return None;
+            }
+            let c = srq.counter;
+            srq.counter = c.wrapping_add(1);
+            // The limit event: fewer WQEs than the armed limit remain (fires once, disarms).
+            if srq.limit != 0 && pending - 1 < srq.limit {
+                srq.limit = 0;
+                let eqn = srq.limit_eqn;
+                super::post_event(core, ctx, eqn, owner, EQE_SRQ_LIMIT, 0, s);
+            }
+            Some((c, true))
+        }
+    }
+}
+
+fn send(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    let psn = pkt.headers.bth.psn;
+    let mtu = mtu_bytes(qp.attr.path_mtu).unwrap_or(1024) as usize;
+    let position = pkt.info.position;
+    let starts = matches!(position, Position::First | Position::Only);
+    let open = matches!(qp.resp.inbound, Some(Inbound::Send { .. }));
+    if starts == open || matches!(qp.resp.inbound, Some(Inbound::Write { .. })) {
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    }
+    if !length_ok(position, pkt.payload.len(), mtu) {
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    }
+    if starts {
+        let Some((wqe_counter, srq)) = take_recv_wqe(core, ctx, qpi) else {
+            let qp = core.rdma.qps.get_mut(qpi).expect("present");
+            qp.counters.rnr_naks_sent += 1;
+            let t = qp.attr.min_rnr_timer;
+            return owe(qp, psn, rnr_syndrome(t));
+        };
+        let qp = core.rdma.qps.get_mut(qpi).expect("present");
+        qp.resp.inbound = Some(Inbound::Send {
+            wqe_counter,
+            srq,
+            received: 0,
+        });
+    }
+    let qp = core.rdma.qps.get(qpi).expect("present");
+    let Some(Inbound::Send {
+        wqe_counter,
+        srq,
+        received,
+    }) = qp.resp.inbound
+    else {
+        return;
+    };
+    let mut wqe = [0u8; 512];
+    let placed = if !fetch_recv_wqe(core, ctx, qp, srq, wqe_counter, &mut wqe) {
+        Err(ScatterError::Access(AccessError::Dma))
+    } else {
+        let stride = 1usize
+            << if srq {
+                qp.srq
+                    .and_then(|s| core.rdma.srqs.get(s))
+                    .map_or(4, |s| s.ring.log_stride)
+            } else {
+                qp.rq.log_stride
+            };
+        let sges = recv_sges(&wqe[..stride]);
+        scatter(
+            &core.rdma.mrs,
+            ctx,
+            qp.owner,
+            qp.pd,
+            sges,
+            received as usize,
+            pkt.payload,
+        )
+    };
+    let (rcq, flags) = (qp.recv_cqn, if srq { cqe_flags::SRQ } else { 0 });
+    if let Err(e) = placed {
+        let (status, code) = match e {
+            ScatterError::Length => (rdma_status::LOCAL_LENGTH, nak::INVALID_REQUEST),
+            ScatterError::Access(_) => {
+                (rdma_status::LOCAL_PROTECTION, nak::REMOTE_OPERATIONAL_ERROR)
+            }
+        };
+        if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+            qp.resp.inbound = None;
+            fatal(qp, psn, code);
+        }
+        complete(
+            core,
+            ctx,
+            qpi,
+            rcq,
+            CQE_RESP_ERR,
+            status,
+            wqe_counter as u16,
+            0,
+            0,
+            0,
+            flags,
+        );
+        return;
+    }
+    let received = received + pkt.payload.len() as u32;
+    let qp = core.rdma.qps.get_mut(qpi).expect("present");
+    let ends = matches!(position, Position::Last | Position::Only);
+    if ends {
+        qp.resp.inbound = None;
+        qp.resp.msn = psn_add(qp.resp.msn, 1);
+    } else {
+        qp.resp.inbound = Some(Inbound::Send {
+            wqe_counter,
+            srq,
+            received,
+        });
+    }
+    advance(qp, psn, pkt.headers.bth.ack_request);
+    if ends {
+        let (opcode, imm) = match pkt.headers.imm {
+            Some(i) => (CQE_RESP_SEND_IMM, i.0),
+            None => (CQE_RESP_SEND, 0),
+        };
+        let solicited = if pkt.headers.bth.solicited {
+            cqe_flags::SOLICITED
+        } else {
+            0
+        };
+        complete(
+            core,
+            ctx,
+            qpi,
+            rcq,
+            opcode,
+            rdma_status::SUCCESS,
+            wqe_counter as u16,
+            received,
+            0,
+            imm,
+            flags | solicited,
+        );
+    }
+}
+
+/// Checks `rkey` for `len` bytes at `va` with `right` for a request of QP `qpi`.
+fn remote_target(
+    core: &NicCore,
+    qpi: u32,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    right: u32,
+) -> Result<memory::Target, AccessError> {
+    let qp = core.rdma.qps.get(qpi).ok_or(AccessError::BadKey)?;
+    memory::check(&core.rdma.mrs, qp.owner, qp.pd, rkey, va, len, right, false)
+}
+
+fn write(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    let psn = pkt.headers.bth.psn;
+    let mtu = mtu_bytes(qp.attr.path_mtu).unwrap_or(1024) as usize;
+    let position = pkt.info.position;
+    let starts = matches!(position, Position::First | Position::Only);
+    let open = matches!(qp.resp.inbound, Some(Inbound::Write { .. }));
+    if starts == open || matches!(qp.resp.inbound, Some(Inbound::Send { .. })) {
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    }
+    if qp.attr.access_flags.get() & access::REMOTE_WRITE == 0
+        || !length_ok(position, pkt.payload.len(), mtu)
+    {
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    }
+    let len = pkt.payload.len() as u32;
+    let (va, rkey, remaining, total) = match (starts, pkt.headers.reth, qp.resp.inbound) {
+        (true, Some(r), _) => (r.virtual_address, r.rkey, r.dma_length, r.dma_length),
+        (
+            false,
+            _,
+            Some(Inbound::Write {
+                va,
+                rkey,
+                remaining,
+                total,
+            }),
+        ) => (
+            va.wrapping_add(u64::from(total - remaining)),
+            rkey,
+            remaining,
+            total,
+        ),
+        _ => return fatal(qp, psn, nak::INVALID_REQUEST),
+    };
+    let ends = matches!(position, Position::Last | Position::Only);
+    // The message's length must come out exactly at its last packet.
+    if (ends && len != remaining) || (!ends && len >= remaining) {
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    }
+    // The whole remote range is checked with the first packet, the rest of it with each.
+    let check_len = if starts {
+        u64::from(total)
+    } else {
+        u64::from(len)
+    };
+    let target = match remote_target(core, qpi, rkey, va, check_len, access::REMOTE_WRITE) {
+        Ok(t) => t,
+        Err(_) => {
+            let qp = core.rdma.qps.get_mut(qpi).expect("present");
+            qp.resp.inbound = None;
+            return fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
+        }
+    };
+    // WRITE with immediate needs a receive WQE; without one, nothing of this packet happens.
+    let recv = if ends && pkt.headers.imm.is_some() {
+        match take_recv_wqe(core, ctx, qpi) {
+            Some(w) => Some(w),
+            None => {
+                let qp = core.rdma.qps.get_mut(qpi).expect("present");
+                qp.counters.rnr_naks_sent += 1;
+                let t = qp.attr.min_rnr_timer;
+                return owe(qp, psn, rnr_syndrome(t));
+            }
+        }
+    } else {
+        None
+    };
+    let owner = core.rdma.qps.get(qpi).map_or(0, |q| q.owner);
+    if !pkt.payload.is_empty() && target.write(ctx.dma(owner), va, pkt.payload).is_err() {
+        let qp = core.rdma.qps.get_mut(qpi).expect("present");
+        qp.resp.inbound = None;
+        return fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
+    }
+    let qp = core.rdma.qps.get_mut(qpi).expect("present");
+    qp.resp.inbound = if ends {
+        qp.resp.msn = psn_add(qp.resp.msn, 1);
+        None
+    } else {
+        Some(Inbound::Write {
+            va: va.wrapping_sub(u64::from(total - remaining)),
+            rkey,
+            remaining: remaining - len,
+            total,
+        })
+    };
+    advance(qp, psn, pkt.headers.bth.ack_request);
+    if let (Some((wqe_counter, srq)), Some(imm)) = (recv, pkt.headers.imm) {
+        let rcq = qp.recv_cqn;
+        let flags = if srq { cqe_flags::SRQ } else { 0 };
+        complete(
+            core,
+            ctx,
+            qpi,
+            rcq,
+            CQE_RESP_WRITE_IMM,
+            rdma_status::SUCCESS,
+            wqe_counter as u16,
+            total,
+            0,
+            imm.0,
+            flags,
+        );
+    }
+}
+
+/// Room for one more READ/atomic: the oldest entry whose responses are all out may go.
+fn make_room(qp: &mut QueuePair) -> bool {
+    let max = usize::from(qp.attr.max_dest_rd_atomic.max(1));
+    let reads = &mut qp.resp.reads;
+    while reads.len() >= max {
+        match reads.front() {
+            Some(e) if e.sent >= e.packets => {
+                reads.pop_front();
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn read_request(core: &mut NicCore, qpi: u32, pkt: &IbPacket<'_>) {
+    let psn = pkt.headers.bth.psn;
+    let Some(reth) = pkt.headers.reth else {
+        return;
+    };
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    if qp.resp.inbound.is_some() || qp.attr.access_flags.get() & access::REMOTE_READ == 0 {
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    }
+    let mtu = mtu_bytes(qp.attr.path_mtu).unwrap_or(1024);
+    let len = reth.dma_length;
+    let checked = remote_target(
+        core,
+        qpi,
+        reth.rkey,
+        reth.virtual_address,
+        u64::from(len),
+        access::REMOTE_READ,
+    );
+    let qp = core.rdma.qps.get_mut(qpi).expect("present");
+    if checked.is_err() {
+        return fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
+    }
+    if len > 1 << 31 || !make_room(qp) {
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    }
+    let packets = len.div_ceil(mtu).max(1);
+    qp.resp.reads.push_back(ReadAtomic {
+        first_psn: psn,
+        packets,
+        atomic: false,
+        va: reth.virtual_address,
+        rkey: reth.rkey,
+        length: len,
+        sent: 0,
+        original: 0,
+    });
+    qp.resp.expected_psn = psn_add(psn, packets);
+    qp.resp.msn = psn_add(qp.resp.msn, 1);
+}
+
+fn atomic(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
+    let psn = pkt.headers.bth.psn;
+    let Some(a) = pkt.headers.atomic_eth else {
+        return;
+    };
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    if qp.resp.inbound.is_some()
+        || qp.attr.access_flags.get() & access::REMOTE_ATOMIC == 0
+        || a.virtual_address % 8 != 0
+    {
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    }
+    let owner = qp.owner;
+    let target = match remote_target(
+        core,
+        qpi,
+        a.rkey,
+        a.virtual_address,
+        8,
+        access::REMOTE_ATOMIC,
+    ) {
+        Ok(t) => t,
+        Err(_) => {
+            let qp = core.rdma.qps.get_mut(qpi).expect("present");
+            return fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
+        }
+    };
+    if !make_room(core.rdma.qps.get_mut(qpi).expect("present")) {
+        let qp = core.rdma.qps.get_mut(qpi).expect("present");
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    }
+    // The 8 bytes are read, changed and written back as one operation of the NIC (no other
+    // access to host memory can come between them in this single-threaded engine).
+    let mut cur = [0u8; 8];
+    let dma = ctx.dma(owner);
+    let done = target.read(dma, a.virtual_address, &mut cur).and_then(|_| {
+        let original = u64::from_le_bytes(cur);
+        let new = if pkt.headers.bth.opcode == roce::opcode::COMPARE_SWAP {
+            if original == a.compare {
+                a.swap_add
+            } else {
+                original
+            }
+        } else {
+            original.wrapping_add(a.swap_add)
+        };
+        target
+            .write(dma, a.virtual_address, &new.to_le_bytes())
+            .map(|_| original)
+    });
+    let qp = core.rdma.qps.get_mut(qpi).expect("present");
+    let Ok(original) = done else {
+        return fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
+    };
+    qp.resp.reads.push_back(ReadAtomic {
+        first_psn: psn,
+        packets: 1,
+        atomic: true,
+        va: a.virtual_address,
+        rkey: a.rkey,
+        length: 8,
+        sent: 0,
+        original,
+    });
+    qp.resp.expected_psn = psn_add(psn, 1);
+    qp.resp.msn = psn_add(qp.resp.msn, 1);
+}
+
+/// A request with a PSN already seen.
+fn duplicate(core: &mut NicCore, qpi: u32, pkt: &IbPacket<'_>) {
+    let psn = pkt.headers.bth.psn;
+    let mtu = core
+        .rdma
+        .qps
+        .get(qpi)
+        .and_then(|q| mtu_bytes(q.attr.path_mtu))
+        .unwrap_or(1024);
+    let reth = pkt.headers.reth;
+    let checked = reth.map(|r| {
+        remote_target(
+            core,
+            qpi,
+            r.rkey,
+            r.virtual_address,
+            u64::from(r.dma_length),
+            access::REMOTE_READ,
+        )
+        .is_ok()
+    });
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    match pkt.info.kind {
+        MessageKind::ReadRequest => {
+            // Executed again from this PSN with the (possibly shortened) range it names.
+            let (Some(r), Some(true)) = (reth, checked) else {
+                qp.counters.dropped += 1;
+                return;
+            };
+            let found = qp.resp.reads.iter_mut().find(|e| {
+                !e.atomic
+                    && psn_delta(psn, e.first_psn) >= 0
+                    && psn_delta(psn, psn_add(e.first_psn, e.packets)) < 0
+            });
+            match found {
+                Some(e) => {
+                    e.first_psn = psn;
+                    e.va = r.virtual_address;
+                    e.length = r.dma_length;
+                    e.packets = r.dma_length.div_ceil(mtu).max(1);
+                    e.sent = 0;
+                }
+                None => qp.counters.dropped += 1,
+            }
+        }
+        MessageKind::CompareSwap | MessageKind::FetchAdd => {
+            match qp
+                .resp
+                .reads
+                .iter_mut()
+                .find(|e| e.atomic && e.first_psn == psn)
+            {
+                Some(e) => e.sent = 0,
+                None => qp.counters.dropped += 1,
+            }
+        }
+        _ => {
+            // Acknowledge everything received so far again.
+            let last = psn_add(qp.resp.expected_psn, roce::PSN_MASK);
+            owe(qp, last, ACK);
+        }
+    }
+}
+
+/// Sends what the responder owes: READ responses and atomic ACKs in PSN order, then the owed
+/// ACK/NAK when no earlier response is still waiting. Returns the packets sent.
+pub(super) fn respond(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, budget: usize) -> usize {
+    let mut sent = 0;
+    while sent < budget {
+        let Some(qp) = core.rdma.qps.get(qpi) else {
+            return sent;
+        };
+        let Some(i) = qp.resp.reads.iter().position(|e| e.sent < e.packets) else {
+            break;
+        };
+        let e = qp.resp.reads[i];
+        let msn = qp.resp.msn;
+        if let Some(o) = qp.resp.owed {
+            // A NAK for a PSN before this response goes first (it ends the connection anyway).
+            if o.syndrome != ACK && psn_delta(o.psn, e.first_psn) < 0 {
+                break;
+            }
+        }
+        match send_read_response(core, ctx, qpi, &e, msn) {
+            Ok(()) => {
+                sent += 1;
+                if let Some(e) = core
+                    .rdma
+                    .qps
+                    .get_mut(qpi)
+                    .and_then(|q| q.resp.reads.get_mut(i))
+                {
+                    e.sent += 1;
+                }
+            }
+            Err(()) => {
+                // The region went away under a READ: the responder cannot go on.
+                if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+                    qp.resp.reads.remove(i);
+                    let psn = psn_add(e.first_psn, e.sent);
+                    fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
+                }
+            }
+        }
+    }
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return sent;
+    };
+    let Some(owed) = qp.resp.owed else {
+        return sent;
+    };
+    let waiting = qp
+        .resp
+        .reads
+        .iter()
+        .any(|e| e.sent < e.packets && psn_delta(e.first_psn, owed.psn) < 0);
+    if waiting || sent >= budget {
+        return sent;
+    }
+    let msn = qp.resp.msn;
+    let kind = match owed.syndrome >> 5 {
+        0 => AckKind::Ack {
+            credits: owed.syndrome & 0x1f,
+        },
+        1 => AckKind::RnrNak {
+            timer: owed.syndrome & 0x1f,
+        },
+        _ => AckKind::Nak {
+            code: owed.syndrome & 0x1f,
+        },
+    };
+    let headers = IbHeaders {
+        bth: BthRepr {
+            opcode: roce::opcode::ACKNOWLEDGE,
+            psn: owed.psn,
+            ..Default::default()
+        },
+        aeth: Some(Aeth { kind, msn }),
+        ..Default::default()
+    };
+    let _ = transmit::<()>(core, ctx, qpi, headers, 0, |_, _, _| Ok(()));
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return sent + 1;
+    };
+    qp.resp.owed = None;
+    qp.counters.acks_sent += 1;
+    if qp.resp.error_after_nak {
+        enter_error(core, ctx, qpi);
+    }
+    sent + 1
+}
+
+/// Response packet `e.sent` of a READ (payload read from the region now), or an atomic's ACK.
+fn send_read_response(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    qpi: u32,
+    e: &ReadAtomic,
+    msn: u32,
+) -> Result<(), ()> {
+    let aeth = Some(Aeth {
+        kind: AckKind::Ack { credits: ACK },
+        msn,
+    });
+    if e.atomic {
+        let headers = IbHeaders {
+            bth: BthRepr {
+                opcode: roce::opcode::ATOMIC_ACKNOWLEDGE,
+                psn: e.first_psn,
+                ..Default::default()
+            },
+            aeth,
+            atomic_ack_eth: Some(AtomicAckEth {
+                original: e.original,
+            }),
+            ..Default::default()
+        };
+        transmit::<()>(core, ctx, qpi, headers, 0, |_, _, _| Ok(()))?;
+        return Ok(());
+    }
+    let mtu = core
+        .rdma
+        .qps
+        .get(qpi)
+        .and_then(|q| mtu_bytes(q.attr.path_mtu))
+        .unwrap_or(1024);
+    let k = e.sent;
+    let last = k + 1 == e.packets;
+    let position = match (k == 0, last) {
+        (true, true) => Position::Only,
+        (true, false) => Position::First,
+        (false, true) => Position::Last,
+        (false, false) => Position::Middle,
+    };
+    let offset = u64::from(k) * u64::from(mtu);
+    let len = (e.length as u64 - offset).min(u64::from(mtu)) as usize;
+    let va = e.va.wrapping_add(offset);
+    let target = if len > 0 {
+        Some(
+            remote_target(core, qpi, e.rkey, va, len as u64, access::REMOTE_READ)
+                .map_err(|_| ())?,
+        )
+    } else {
+        None
+    };
+    let owner = core.rdma.qps.get(qpi).map_or(0, |q| q.owner);
+    let headers = IbHeaders {
+        bth: BthRepr {
+            opcode: request_opcode(MessageKind::ReadResponse, position, false),
+            psn: psn_add(e.first_psn, k),
+            ..Default::default()
+        },
+        aeth: matches!(position, Position::First | Position::Last | Position::Only)
+            .then_some(aeth)
+            .flatten(),
+        ..Default::default()
+    };
+    transmit(core, ctx, qpi, headers, len, |_, ctx, out| match target {
+        Some(t) => t.read(ctx.dma(owner), va, out).map_err(|_| ()),
+        None => Ok(()),
+    })?;
+    Ok(())
+}
+
+use fld_abi::nic::recv_sges;

@@ -1,0 +1,188 @@
+//! Protection domains and memory regions (IBA §10.6): a key names a region of one function and
+//! one PD; an access checks the key, the PD, the rights and the range, then translates the
+//! region's virtual addresses page by page through its MTT, which lives in host memory and is
+//! read by DMA at each translation (no on-chip translation cache yet: every miss costs a PCIe
+//! read, which the fabric counts).
+//!
+//! Left out: memory windows, fast-register and invalidate, on-demand paging, zero-based regions.
+
+use fld_abi::nic::{access, mkey_index, MTT_ENTRY_SIZE, RESERVED_LKEY};
+
+use crate::fabric::DmaPort;
+use crate::nic::queues::{Owned, Referenced, Slab};
+
+pub(crate) struct ProtectionDomain {
+    pub owner: u16,
+    /// Regions, QPs and SRQs in the domain.
+    pub refs: u32,
+}
+
+pub(crate) struct MemoryRegion {
+    pub owner: u16,
+    pub pd: u32,
+    pub key: u32,
+    pub access: u32,
+    pub start: u64,
+    pub length: u64,
+    pub mtt_addr: u64,
+    pub log_page_size: u8,
+    /// In-flight operations holding the region (none yet: operations resolve keys per packet).
+    pub refs: u32,
+}
+
+impl Owned for ProtectionDomain {
+    fn owner(&self) -> u16 {
+        self.owner
+    }
+}
+impl Owned for MemoryRegion {
+    fn owner(&self) -> u16 {
+        self.owner
+    }
+}
+impl Referenced for ProtectionDomain {
+    fn refs_mut(&mut self) -> &mut u32 {
+        &mut self.refs
+    }
+}
+impl Referenced for MemoryRegion {
+    fn refs_mut(&mut self) -> &mut u32 {
+        &mut self.refs
+    }
+}
+
+/// Why an access was refused. Local accesses turn these into completion errors, remote ones into
+/// NAKs (IBA §9.7.5.1.3, §10.6.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AccessError {
+    /// No region has the key (index unknown, or the key's variant byte differs), or it belongs
+    /// to another function.
+    BadKey,
+    /// The region is in another protection domain than the QP.
+    WrongPd,
+    /// The region does not grant the right the operation needs.
+    NoRight,
+    /// The range leaves the region.
+    OutOfBounds,
+    /// The MTT or a page it names is not reachable by DMA.
+    Dma,
+}
+
+/// A checked access to `[va, va + len)`: either a region and its translation, or (lkey 0) bus
+/// addresses of the function itself, as a kernel consumer's reserved lkey gives.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Target {
+    Region {
+        start: u64,
+        mtt_addr: u64,
+        log_page_size: u8,
+    },
+    Bus,
+}
+
+/// Resolves `key` for an access of `len` bytes at `va` by a QP of `owner` in `pd` needing
+/// `right` (0 for a local read, which every region allows). `local` accesses may use the
+/// reserved lkey.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check(
+    mrs: &Slab<MemoryRegion>,
+    owner: u16,
+    pd: u32,
+    key: u32,
+    va: u64,
+    len: u64,
+    right: u32,
+    local: bool,
+) -> Result<Target, AccessError> {
+    if local && key == RESERVED_LKEY {
+        return Ok(Target::Bus);
+    }
+    let mr = mrs
+        .get(mkey_index(key))
+        .filter(|m| m.key == key && m.owner == owner)
+        .ok_or(AccessError::BadKey)?;
+    if mr.pd != pd {
+        return Err(AccessError::WrongPd);
+    }
+    if mr.access & right != right {
+        return Err(AccessError::NoRight);
+    }
+    // A zero-length access names no memory; only the key's ownership is checked (IBA 9.7.4.1.4
+    // lets a zero-length RDMA carry any address).
+    if len > 0 {
+        let end = va.checked_add(len).ok_or(AccessError::OutOfBounds)?;
+        if va < mr.start || end > mr.start + mr.length {
+            return Err(AccessError::OutOfBounds);
+        }
+    }
+    Ok(Target::Region {
+        start: mr.start,
+        mtt_addr: mr.mtt_addr,
+        log_page_size: mr.log_page_size,
+    })
+}
+
+/// The right a local buffer needs: LOCAL_WRITE when the NIC writes it.
+pub(crate) const fn local_right(nic_writes: bool) -> u32 {
+    if nic_writes {
+        access::LOCAL_WRITE
+    } else {
+        0
+    }
+}
+
+impl Target {
+    /// Calls `f(bus_address, offset_in_access, chunk_len)` for each page-contiguous piece of
+    /// `[va, va + len)`, reading each page's MTT entry by DMA.
+    fn for_each_chunk(
+        &self,
+        dma: &mut DmaPort<'_>,
+        va: u64,
+        len: usize,
+        mut f: impl FnMut(&mut DmaPort<'_>, u64, usize, usize) -> Result<(), AccessError>,
+    ) -> Result<(), AccessError> {
+        match *self {
+            Target::Bus => f(dma, va, 0, len),
+            Target::Region {
+                start,
+                mtt_addr,
+                log_page_size,
+            } => {
+                let page = 1u64 << log_page_size;
+                let first_page = start >> log_page_size;
+                let mut done = 0usize;
+                while done < len {
+                    let at = va + done as u64;
+                    let index = (at >> log_page_size) - first_page;
+                    let mut entry = [0u8; MTT_ENTRY_SIZE];
+                    dma.read(mtt_addr + index * MTT_ENTRY_SIZE as u64, &mut entry)
+                        .map_err(|_| AccessError::Dma)?;
+                    // Entries are page aligned; low bits are ignored as a page table's are.
+                    let base = u64::from_le_bytes(entry) & !(page - 1);
+                    let in_page = at & (page - 1);
+                    let n = ((page - in_page) as usize).min(len - done);
+                    f(dma, base + in_page, done, n)?;
+                    done += n;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads `out.len()` bytes at `va`.
+    pub fn read(&self, dma: &mut DmaPort<'_>, va: u64, out: &mut [u8]) -> Result<(), AccessError> {
+        let len = out.len();
+        self.for_each_chunk(dma, va, len, |dma, bus, off, n| {
+            dma.read(bus, &mut out[off..off + n])
+                .map_err(|_| AccessError::Dma)
+        })
+    }
+
+    /// Writes `data` at `va`.
+    pub fn write(&self, dma: &mut DmaPort<'_>, va: u64, data: &[u8]) -> Result<(), AccessError> {
+        self.for_each_chunk(dma, va, data.len(), |dma, bus, off, n| {
+            dma.write(bus, &data[off..off + n])
+                .map_err(|_| AccessError::Dma)
+        })
+    }
+}

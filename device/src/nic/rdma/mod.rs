@@ -1,0 +1,170 @@
+//! The RDMA objects of the soft NIC (`docs/nic-interface.md` §13): protection domains, memory
+//! regions ([`memory`]), queue pairs and their state machine ([`qp`]), shared receive queues and
+//! each function's RoCE address (GID) table. The commands that manage them are in
+//! `nic/cmd/rdma.rs`; the transport that moves their data — requester, responder, RoCEv2 on the
+//! wire — is the datapath's `roce` block.
+//!
+//! Left out: unreliable and XRC transports, memory windows, alternate paths and automatic path
+//! migration, partitions other than the default P_Key, congestion control (DCQCN; ECN bits are
+//! carried, not acted on).
+
+pub(crate) mod memory;
+pub(crate) mod qp;
+
+use fld_abi::nic::{mkey, ROCE_ADDRESS_ENTRIES};
+
+use crate::nic::queues::{Owned, Referenced, Slab};
+use memory::{MemoryRegion, ProtectionDomain};
+use qp::{QpRing, QueuePair};
+
+/// A shared receive queue (IBA §10.2.9): one ring of receive WQEs that the QPs naming it consume
+/// in arrival order.
+pub(crate) struct SharedRq {
+    pub owner: u16,
+    pub pd: u32,
+    pub ring: QpRing,
+    /// WQEs consumed.
+    pub counter: u32,
+    /// The armed limit (0: not armed) and the EQ its event goes to.
+    pub limit: u32,
+    pub limit_eqn: u32,
+    /// QPs attached.
+    pub refs: u32,
+}
+
+impl Owned for SharedRq {
+    fn owner(&self) -> u16 {
+        self.owner
+    }
+}
+impl Referenced for SharedRq {
+    fn refs_mut(&mut self) -> &mut u32 {
+        &mut self.refs
+    }
+}
+
+/// One entry of a function's GID table: where its RoCE packets come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GidEntry {
+    pub gid: [u8; 16],
+    pub mac: [u8; 6],
+}
+
+/// The receive path's drop counters and totals of one function.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RoceCounters {
+    pub rx_packets: u64,
+    pub rx_icrc_errors: u64,
+    pub rx_unknown_qp: u64,
+    pub rx_malformed: u64,
+    pub rx_qp_not_ready: u64,
+    pub tx_packets: u64,
+}
+
+/// Every RDMA object of the NIC, and the transport's reusable buffers.
+pub(crate) struct Rdma {
+    pub pds: Slab<ProtectionDomain>,
+    /// Region `i` has key `mkey(i + 1, variant)`.
+    pub mrs: Slab<MemoryRegion>,
+    /// QP `i` is number `QPN_BASE + i`.
+    pub qps: Slab<QueuePair>,
+    pub srqs: Slab<SharedRq>,
+    pub gids: Vec<[Option<GidEntry>; ROCE_ADDRESS_ENTRIES as usize]>,
+    pub counters: Vec<RoceCounters>,
+    /// QPs not in RESET: the ones the engine visits.
+    pub active: Vec<u32>,
+    /// The variant byte of the next key (so a reused region index gets a new key).
+    pub key_variant: u8,
+    /// IPv4 identification of the next RoCE packet.
+    pub ip_ident: u16,
+    /// Frame assembly and WQE fetch buffers (no allocation per packet).
+    pub frame: Vec<u8>,
+    pub wqe: Vec<u8>,
+}
+
+/// Limits of the RDMA objects.
+pub(crate) const MAX_PDS: u32 = 4096;
+pub(crate) const MAX_MRS: u32 = 65536;
+pub(crate) const MAX_SRQS: u32 = 1024;
+
+impl Rdma {
+    pub fn new(functions: usize, max_qps: u32, max_frame: usize) -> Self {
+        Rdma {
+            pds: Slab::new(MAX_PDS),
+            mrs: Slab::new(MAX_MRS),
+            qps: Slab::new(max_qps),
+            srqs: Slab::new(MAX_SRQS),
+            gids: vec![[None; ROCE_ADDRESS_ENTRIES as usize]; functions],
+            counters: vec![RoceCounters::default(); functions],
+            active: Vec::new(),
+            key_variant: 0,
+            ip_ident: 0,
+            frame: vec![0; max_frame],
+            wqe: vec![0; fld_abi::nic::MAX_WQE_BYTES],
+        }
+    }
+
+    /// The key of region `index`, with a fresh variant byte.
+    pub fn next_key(&mut self, index: u32) -> u32 {
+        self.key_variant = self.key_variant.wrapping_add(1);
+        mkey(index + 1, self.key_variant)
+    }
+
+    /// The GID entry `index` of `function`, if set.
+    pub fn gid(&self, function: u16, index: u8) -> Option<GidEntry> {
+        *self.gids.get(function as usize)?.get(index as usize)?
+    }
+
+    /// Whether `dst` (an IPv6 address, or IPv4 in its first four bytes when `ipv4`) is one of
+    /// `function`'s RoCE addresses.
+    pub fn owns_address(&self, function: u16, dst: &[u8; 16], ipv4: bool) -> bool {
+        let Some(table) = self.gids.get(function as usize) else {
+            return false;
+        };
+        table.iter().flatten().any(|e| {
+            if ipv4 {
+                fld_abi::wire::roce::gid_is_ipv4(&e.gid) && e.gid[12..] == dst[..4]
+            } else {
+                e.gid == *dst
+            }
+        })
+    }
+
+    /// QP number of slab index `i`.
+    pub const fn qpn(i: u32) -> u32 {
+        fld_abi::nic::QPN_BASE + i
+    }
+
+    /// Slab index of QP number `qpn`.
+    pub fn qp_index(qpn: u32) -> Option<u32> {
+        qpn.checked_sub(fld_abi::nic::QPN_BASE)
+    }
+
+    /// Makes QP `i` visited by the engine (or not) after a state change.
+    pub fn set_active(&mut self, i: u32, active: bool) {
+        let at = self.active.iter().position(|q| *q == i);
+        match (at, active) {
+            (None, true) => self.active.push(i),
+            (Some(p), false) => {
+                self.active.swap_remove(p);
+            }
+            _ => {}
+        }
+    }
+
+    /// Everything `function` created goes (function-level reset).
+    pub fn destroy_function_objects(&mut self, function: u16) {
+        self.qps.remove_owned_by(function);
+        let qps = &self.qps;
+        self.active.retain(|i| qps.get(*i).is_some());
+        self.srqs.remove_owned_by(function);
+        self.mrs.remove_owned_by(function);
+        self.pds.remove_owned_by(function);
+        if let Some(t) = self.gids.get_mut(function as usize) {
+            *t = [None; ROCE_ADDRESS_ENTRIES as usize];
+        }
+        if let Some(c) = self.counters.get_mut(function as usize) {
+            *c = RoceCounters::default();
+        }
+    }
+}
