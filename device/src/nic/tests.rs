@@ -689,6 +689,15 @@ fn every_send_error_syndrome() {
         h.reset_nic(0);
         h.reset_nic(1);
     }
+    // A control segment claiming 255 segments (16 blocks at most exist) with 64 blocks posted:
+    // refused before any block past the WQE's largest size is read.
+    let mut p = h.open_port(0);
+    good(&mut wqe, &frame(&h, 0, 1, 60)[..14], &[]);
+    wqe[4] = 0xff;
+    assert!(1u32 << p.sq.log_size >= 64);
+    let c = send_error(&h, &mut p, &wqe, Some(64));
+    assert_eq!(c.syndrome, syndrome::BAD_WQE);
+    h.reset_nic(0);
     // A doorbell announcing more WQEs than the ring holds.
     let mut p = h.open_port(0);
     good(&mut wqe, &frame(&h, 0, 1, 60)[..14], &[]);

@@ -140,8 +140,10 @@ fn execute_wqe(
         return (Err(WqeError(syndrome::BAD_WQE)), 1);
     };
     let nbb = ctrl.wqebbs();
-    if nbb > pending {
-        return (Err(WqeError(syndrome::BAD_WQE)), nbb);
+    // More segments than a WQE may have (found by the nic_sq fuzz target: the blocks were read
+    // past the WQE buffer), or more blocks than were posted.
+    if u16::from(ctrl.ds_count) > MAX_WQE_DS || nbb > pending {
+        return (Err(WqeError(syndrome::BAD_WQE)), nbb.min(pending));
     }
     for n in 1..nbb {
         let at = n as usize * WQEBB;

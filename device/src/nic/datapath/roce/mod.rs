@@ -485,7 +485,12 @@ fn fetch_send_wqe(
     let dma = ctx.dma(owner);
     dma.read(bb(0), &mut wqe[..WQEBB]).ok()?;
     let (ctrl, _) = CtrlSeg::read_from_prefix(&wqe[..]).ok()?;
-    let nbb = ctrl.wqebbs().min(max_bbs).max(1);
+    // A WQE is at most MAX_WQE_BYTES; a larger `ds_count` fails the view's check later.
+    let nbb = ctrl
+        .wqebbs()
+        .min(max_bbs)
+        .min((MAX_WQE_BYTES / WQEBB) as u32)
+        .max(1);
     for n in 1..nbb {
         let at = n as usize * WQEBB;
         dma.read(bb(n), &mut wqe[at..at + WQEBB]).ok()?;
