@@ -12,6 +12,7 @@ pub mod inprocess;
 mod mmio;
 pub mod nic;
 mod pci;
+pub mod rdma;
 pub mod vfio;
 pub mod vfio_user;
 

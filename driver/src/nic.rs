@@ -19,7 +19,7 @@ const CMD_POLL_LIMIT: u32 = 100_000;
 
 /// Driver state of one NIC function.
 pub struct NicDriver {
-    dev: Arc<dyn PciDevice>,
+    pub(crate) dev: Arc<dyn PciDevice>,
     cmd_in: DmaBuffer,
     cmd_out: DmaBuffer,
     token: u16,
@@ -156,7 +156,7 @@ impl NicDriver {
         Err(DriverError::Timeout(opcode))
     }
 
-    fn create<T: IntoBytes + Immutable>(
+    pub(crate) fn create<T: IntoBytes + Immutable>(
         &mut self,
         opcode: u16,
         input: &T,
@@ -164,12 +164,12 @@ impl NicDriver {
         self.create_raw(opcode, input.as_bytes())
     }
 
-    fn create_raw(&mut self, opcode: u16, input: &[u8]) -> Result<u32, DriverError> {
+    pub(crate) fn create_raw(&mut self, opcode: u16, input: &[u8]) -> Result<u32, DriverError> {
         let out = self.command(opcode, input, core::mem::size_of::<CreateOut>())?;
         Ok(u32::from_le_bytes([out[0], out[1], out[2], out[3]]))
     }
 
-    fn object_command(
+    pub(crate) fn object_command(
         &mut self,
         opcode: u16,
         id: u32,
@@ -178,7 +178,7 @@ impl NicDriver {
         self.command(opcode, ObjectIn::new(id).as_bytes(), out_len)
     }
 
-    fn check_log(&self, log_size: u8, max: u8) -> Result<(), DriverError> {
+    pub(crate) fn check_log(&self, log_size: u8, max: u8) -> Result<(), DriverError> {
         if log_size > max {
             return Err(DriverError::InvalidArgument(
                 "ring size beyond the device limit",
@@ -595,7 +595,7 @@ impl NicDriver {
 }
 
 /// Fills a ring with entries the device has not written yet (owner bit 1, invalid opcode).
-fn init_owner_ring(ring: &DmaBuffer, entry: usize, log_size: u8) {
+pub(crate) fn init_owner_ring(ring: &DmaBuffer, entry: usize, log_size: u8) {
     for i in 0..(1usize << log_size) {
         ring.write(i * entry + OWNER_BYTE, &[INVALID_OWNER_BYTE]);
     }
@@ -690,13 +690,13 @@ impl FlowRule {
 /// back to DMA memory only when the device acknowledged the destroy ([`retire_ring`]); dropped
 /// any other way (the queue object dropped, a device reset, a refused destroy) it stays
 /// reserved, so no later buffer can receive the device's stray writes.
-struct DeviceRing {
+pub(crate) struct DeviceRing {
     ring: DmaBuffer,
     released: bool,
 }
 
 impl DeviceRing {
-    fn new(ring: DmaBuffer) -> Self {
+    pub(crate) fn new(ring: DmaBuffer) -> Self {
         DeviceRing {
             ring,
             released: false,
@@ -720,7 +720,7 @@ impl Drop for DeviceRing {
 }
 
 /// Frees a destroyed queue's ring; when the destroy failed the ring stays reserved.
-fn retire_ring(
+pub(crate) fn retire_ring(
     mut ring: DeviceRing,
     destroyed: Result<(), DriverError>,
 ) -> Result<(), DriverError> {
@@ -731,7 +731,7 @@ fn retire_ring(
     destroyed
 }
 
-fn doorbell(dev: &Arc<dyn PciDevice>, offset: u64, value: u32) {
+pub(crate) fn doorbell(dev: &Arc<dyn PciDevice>, offset: u64, value: u32) {
     // Descriptor writes must be visible before the device sees the doorbell.
     fence(Ordering::Release);
     dev.write32(BAR_DOORBELL, offset, value);

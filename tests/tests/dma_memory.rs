@@ -13,7 +13,12 @@ use fld_driver::PciDevice;
 const AREA: usize = 256 << 10;
 
 /// A NIC function probed over an in-process card with [`AREA`] bytes of DMA memory, with an EQ.
-fn small_host() -> (Arc<InProcessHost>, Arc<InProcessDevice>, NicDriver, EventQueue) {
+fn small_host() -> (
+    Arc<InProcessHost>,
+    Arc<InProcessDevice>,
+    NicDriver,
+    EventQueue,
+) {
     let card = Card::new(CardConfig::default());
     let host = InProcessHost::new(card.clone(), AREA).unwrap();
     let dev = host.device(card.nic.function_id(0).unwrap());

@@ -97,8 +97,10 @@ pub(crate) fn check(
     if local && key == RESERVED_LKEY {
         return Ok(Target::Bus);
     }
-    let mr = mrs
-        .get(mkey_index(key))
+    // Region `i` has a key of index `i + 1` (index 0 is no region).
+    let mr = mkey_index(key)
+        .checked_sub(1)
+        .and_then(|i| mrs.get(i))
         .filter(|m| m.key == key && m.owner == owner)
         .ok_or(AccessError::BadKey)?;
     if mr.pd != pd {

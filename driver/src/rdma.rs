@@ -1,0 +1,472 @@
+//! The RDMA part of the NIC driver: protection domains, memory regions (the driver writes each
+//! region's translation table — the bus address of every page — into DMA memory for the NIC to
+//! read), GID table entries, RC queue pairs with their send and receive rings, shared receive
+//! queues. Formats come from `fld_abi::nic`; the verbs library in `fld-host` builds on this.
+
+use std::sync::Arc;
+
+use fld_abi::nic::*;
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::FromBytes;
+
+use crate::nic::{doorbell, retire_ring, CompletionQueue, DeviceRing, NicDriver};
+use crate::{DmaBuffer, DriverError, PciDevice};
+
+/// Bytes of the pages memory regions are registered with.
+pub const MR_PAGE_SIZE: u64 = 4096;
+
+/// A registered memory region: its key and the translation table the NIC reads.
+#[derive(Debug)]
+pub struct MemoryRegion {
+    pub key: u32,
+    /// The virtual address the region starts at (the address the consumer and its peers use).
+    pub addr: u64,
+    pub length: u64,
+    pub access: u32,
+    /// The MTT: one little-endian bus address per page. Kept until the region is deregistered.
+    mtt: DmaBuffer,
+}
+
+/// Sizes of a queue pair's rings.
+#[derive(Clone, Copy, Debug)]
+pub struct QpCaps {
+    /// log2 of the send ring in 64-byte basic blocks.
+    pub log_sq_size: u8,
+    /// log2 of the receive ring in WQEs (ignored with an SRQ).
+    pub log_rq_size: u8,
+    /// Scatter entries per receive WQE (rounded up to a power of two, at most 32).
+    pub max_recv_sge: u32,
+    /// A CQE for every send WQE.
+    pub signal_all: bool,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        QpCaps {
+            log_sq_size: 8,
+            log_rq_size: 8,
+            max_recv_sge: 1,
+            signal_all: false,
+        }
+    }
+}
+
+/// log2 bytes of a receive WQE holding `sges` scatter entries (and room for the end marker
+/// when the stride is not filled).
+fn recv_stride(sges: u32) -> u8 {
+    let bytes = (sges.max(1) as usize * DS_SIZE).next_power_of_two();
+    bytes.trailing_zeros() as u8
+}
+
+/// An RC queue pair's rings as the driver posts to them.
+pub struct RcQueuePair {
+    pub qpn: u32,
+    sq: DeviceRing,
+    log_sq_size: u8,
+    /// Basic blocks posted.
+    sq_pi: u32,
+    rq: Option<DeviceRing>,
+    log_rq_size: u8,
+    log_rq_stride: u8,
+    /// Receive WQEs posted.
+    rq_pi: u32,
+    dev: Arc<dyn PciDevice>,
+    scratch: Vec<u8>,
+}
+
+/// A shared receive queue.
+pub struct SharedReceiveQueue {
+    pub srqn: u32,
+    ring: DeviceRing,
+    log_size: u8,
+    log_stride: u8,
+    pi: u32,
+    dev: Arc<dyn PciDevice>,
+}
+
+impl NicDriver {
+    pub fn create_pd(&mut self) -> Result<u32, DriverError> {
+        self.create_raw(op::CREATE_PD, &[])
+    }
+
+    pub fn destroy_pd(&mut self, pd: u32) -> Result<(), DriverError> {
+        self.object_command(op::DESTROY_PD, pd, 0).map(drop)
+    }
+
+    /// Registers `buffer` (virtual address: its address in this process) in `pd` with
+    /// `access` rights, writing the region's MTT into DMA memory.
+    pub fn register_mr(
+        &mut self,
+        pd: u32,
+        buffer: &DmaBuffer,
+        access: u32,
+    ) -> Result<MemoryRegion, DriverError> {
+        let addr = buffer.as_ptr() as u64;
+        self.register_mr_at(pd, buffer, addr, access)
+    }
+
+    /// As [`NicDriver::register_mr`] with the region's virtual address chosen by the caller
+    /// (its offset within a page must equal the buffer's bus address's).
+    pub fn register_mr_at(
+        &mut self,
+        pd: u32,
+        buffer: &DmaBuffer,
+        addr: u64,
+        access: u32,
+    ) -> Result<MemoryRegion, DriverError> {
+        let page = MR_PAGE_SIZE;
+        if addr % page != buffer.iova() % page || buffer.is_empty() {
+            return Err(DriverError::InvalidArgument(
+                "a region's address must share its buffer's offset in the page",
+            ));
+        }
+        let length = buffer.len() as u64;
+        let pages = mtt_pages(addr, length, MR_PAGE_SIZE.trailing_zeros() as u8);
+        let mtt = self.dev.dma_alloc(pages as usize * MTT_ENTRY_SIZE)?;
+        let first = buffer.iova() & !(page - 1);
+        for i in 0..pages {
+            mtt.write(
+                i as usize * MTT_ENTRY_SIZE,
+                &(first + i * page).to_le_bytes(),
+            );
+        }
+        let key = self.create(
+            op::CREATE_MR,
+            &CreateMrIn {
+                pd: U32::new(pd),
+                access: U32::new(access),
+                start: U64::new(addr),
+                length: U64::new(length),
+                mtt_addr: U64::new(mtt.iova()),
+                log_page_size: MR_PAGE_SIZE.trailing_zeros() as u8,
+                rsvd: [0; 7],
+            },
+        )?;
+        Ok(MemoryRegion {
+            key,
+            addr,
+            length,
+            access,
+            mtt,
+        })
+    }
+
+    pub fn deregister_mr(&mut self, mr: MemoryRegion) -> Result<(), DriverError> {
+        // The MTT may be freed once the NIC no longer knows the region; on failure it stays
+        // reserved (the NIC may still read it).
+        let r = self.object_command(op::DESTROY_MR, mr.key, 0).map(drop);
+        if r.is_err() {
+            mr.mtt.keep_reserved();
+        }
+        r
+    }
+
+    pub fn query_mr(&mut self, key: u32) -> Result<QueryMrOut, DriverError> {
+        let out = self.object_command(op::QUERY_MR, key, core::mem::size_of::<QueryMrOut>())?;
+        Ok(QueryMrOut::read_from_bytes(&out).unwrap_or_default())
+    }
+
+    /// Sets GID table entry `index` to `gid` with source MAC `mac` (`None` clears it).
+    pub fn set_roce_address(
+        &mut self,
+        index: u16,
+        entry: Option<([u8; 16], [u8; 6])>,
+    ) -> Result<(), DriverError> {
+        let (gid, mac) = entry.unwrap_or_default();
+        let input = RoceAddressIn {
+            index: U16::new(index),
+            flags: if entry.is_some() {
+                ROCE_ADDRESS_VALID
+            } else {
+                0
+            },
+            rsvd: [0; 5],
+            gid,
+            mac,
+            rsvd2: [0; 2],
+        };
+        self.command(
+            op::SET_ROCE_ADDRESS,
+            zerocopy::IntoBytes::as_bytes(&input),
+            0,
+        )
+        .map(drop)
+    }
+
+    pub fn query_roce_address(&mut self, index: u16) -> Result<RoceAddressIn, DriverError> {
+        let out = self.object_command(
+            op::QUERY_ROCE_ADDRESS,
+            u32::from(index),
+            core::mem::size_of::<RoceAddressIn>(),
+        )?;
+        Ok(RoceAddressIn::read_from_bytes(&out).unwrap_or_default())
+    }
+
+    /// A reliable-connection QP in RESET, sending on `send_cq` and receiving on `recv_cq`,
+    /// from `srq` or its own receive ring.
+    pub fn create_qp(
+        &mut self,
+        pd: u32,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        srq: Option<&SharedReceiveQueue>,
+        caps: QpCaps,
+    ) -> Result<RcQueuePair, DriverError> {
+        self.check_log(caps.log_sq_size, self.caps().max_log_sq_size)?;
+        if caps.max_recv_sge > 32 {
+            return Err(DriverError::InvalidArgument("more than 32 receive entries"));
+        }
+        let sq = self.dev.dma_alloc(WQEBB << caps.log_sq_size)?;
+        let log_rq_stride = recv_stride(caps.max_recv_sge);
+        let rq = match srq {
+            Some(_) => None,
+            None => {
+                self.check_log(caps.log_rq_size, self.caps().max_log_rq_size)?;
+                Some(
+                    self.dev
+                        .dma_alloc(1 << (log_rq_stride + caps.log_rq_size))?,
+                )
+            }
+        };
+        let qpn = self.create(
+            op::CREATE_QP,
+            &CreateQpIn {
+                pd: U32::new(pd),
+                send_cqn: U32::new(send_cq.cqn),
+                recv_cqn: U32::new(recv_cq.cqn),
+                srqn: U32::new(srq.map_or(NO_SRQ, |s| s.srqn)),
+                sq_addr: U64::new(sq.iova()),
+                rq_addr: U64::new(rq.as_ref().map_or(0, |r| r.iova())),
+                log_sq_size: caps.log_sq_size,
+                log_rq_size: caps.log_rq_size,
+                log_rq_stride,
+                flags: if caps.signal_all {
+                    QP_FLAG_SIGNAL_ALL
+                } else {
+                    0
+                },
+                rsvd: [0; 4],
+            },
+        )?;
+        Ok(RcQueuePair {
+            qpn,
+            sq: DeviceRing::new(sq),
+            log_sq_size: caps.log_sq_size,
+            sq_pi: 0,
+            rq: rq.map(DeviceRing::new),
+            log_rq_size: caps.log_rq_size,
+            log_rq_stride,
+            rq_pi: 0,
+            dev: self.dev.clone(),
+            scratch: vec![0; MAX_WQE_BYTES],
+        })
+    }
+
+    /// Changes the attributes in `mask` (a state change included) of QP `qpn`.
+    pub fn modify_qp(&mut self, qpn: u32, mask: u32, attr: &QpAttr) -> Result<(), DriverError> {
+        let input = ModifyQpIn {
+            qpn: U32::new(qpn),
+            attr_mask: U32::new(mask),
+            attr: *attr,
+        };
+        self.command(op::MODIFY_QP, zerocopy::IntoBytes::as_bytes(&input), 0)
+            .map(drop)
+    }
+
+    pub fn query_qp(&mut self, qpn: u32) -> Result<QueryQpOut, DriverError> {
+        let out = self.object_command(op::QUERY_QP, qpn, core::mem::size_of::<QueryQpOut>())?;
+        Ok(QueryQpOut::read_from_bytes(&out).unwrap_or_default())
+    }
+
+    /// Destroys a QP and gives its rings back (kept reserved if the NIC refuses).
+    pub fn destroy_qp(&mut self, qp: RcQueuePair) -> Result<(), DriverError> {
+        let r = self.object_command(op::DESTROY_QP, qp.qpn, 0).map(drop);
+        if let Some(rq) = qp.rq {
+            let rq_result = match &r {
+                Ok(()) => Ok(()),
+                Err(_) => Err(DriverError::InvalidArgument("the QP was not destroyed")),
+            };
+            let _ = retire_ring(rq, rq_result);
+        }
+        retire_ring(qp.sq, r)
+    }
+
+    /// A shared receive queue of `2^log_size` WQEs of up to `max_sge` entries.
+    pub fn create_srq(
+        &mut self,
+        pd: u32,
+        log_size: u8,
+        max_sge: u32,
+    ) -> Result<SharedReceiveQueue, DriverError> {
+        self.check_log(log_size, self.caps().max_log_rq_size)?;
+        let log_stride = recv_stride(max_sge);
+        let ring = self.dev.dma_alloc(1 << (log_stride + log_size))?;
+        let srqn = self.create(
+            op::CREATE_SRQ,
+            &CreateSrqIn {
+                pd: U32::new(pd),
+                rsvd: U32::new(0),
+                addr: U64::new(ring.iova()),
+                log_size,
+                log_stride,
+                rsvd2: [0; 6],
+            },
+        )?;
+        Ok(SharedReceiveQueue {
+            srqn,
+            ring: DeviceRing::new(ring),
+            log_size,
+            log_stride,
+            pi: 0,
+            dev: self.dev.clone(),
+        })
+    }
+
+    pub fn destroy_srq(&mut self, srq: SharedReceiveQueue) -> Result<(), DriverError> {
+        let r = self.object_command(op::DESTROY_SRQ, srq.srqn, 0).map(drop);
+        retire_ring(srq.ring, r)
+    }
+
+    /// Arms the SRQ limit event on EQ `eqn` (`limit` 0 disarms).
+    pub fn arm_srq(&mut self, srqn: u32, limit: u32, eqn: u32) -> Result<(), DriverError> {
+        let input = ArmSrqIn {
+            srqn: U32::new(srqn),
+            limit: U32::new(limit),
+            eqn: U32::new(eqn),
+            rsvd: U32::new(0),
+        };
+        self.command(op::ARM_SRQ, zerocopy::IntoBytes::as_bytes(&input), 0)
+            .map(drop)
+    }
+
+    pub fn query_srq(&mut self, srqn: u32) -> Result<QuerySrqOut, DriverError> {
+        let out = self.object_command(op::QUERY_SRQ, srqn, core::mem::size_of::<QuerySrqOut>())?;
+        Ok(QuerySrqOut::read_from_bytes(&out).unwrap_or_default())
+    }
+
+    pub fn query_rdma_counters(&mut self) -> Result<RdmaCountersOut, DriverError> {
+        let out = self.command(
+            op::QUERY_RDMA_COUNTERS,
+            &[],
+            core::mem::size_of::<RdmaCountersOut>(),
+        )?;
+        Ok(RdmaCountersOut::read_from_bytes(&out).unwrap_or_default())
+    }
+}
+
+impl RcQueuePair {
+    /// Basic blocks of the send ring.
+    pub fn send_ring_size(&self) -> u32 {
+        1 << self.log_sq_size
+    }
+    /// Receive WQEs the QP's own ring holds (0 with an SRQ).
+    pub fn recv_ring_size(&self) -> u32 {
+        self.rq.as_ref().map_or(0, |_| 1 << self.log_rq_size)
+    }
+    pub fn send_producer(&self) -> u32 {
+        self.sq_pi
+    }
+
+    /// Writes `wqe` at the send producer counter (does not ring); returns its index, which its
+    /// CQE reports. The caller keeps the ring from overflowing (it counts completions).
+    pub fn post_send(&mut self, wqe: &RdmaWqe<'_>) -> Result<u16, DriverError> {
+        let index = self.sq_pi as u16;
+        let n = wqe
+            .encode(self.qpn, index, &mut self.scratch)
+            .map_err(|e| match e {
+                RdmaWqeError::TooManySges => DriverError::InvalidArgument("too many SGEs"),
+                RdmaWqeError::InlineTooLong => DriverError::InvalidArgument("inline data too long"),
+                RdmaWqeError::MissingSegment => {
+                    DriverError::InvalidArgument("remote address or atomic operands missing")
+                }
+                RdmaWqeError::BufferTooSmall => DriverError::InvalidArgument("WQE too large"),
+            })?;
+        let nbb = wqebbs(n / DS_SIZE);
+        self.write_raw_blocks(nbb);
+        Ok(index)
+    }
+
+    /// Copies raw WQE bytes (tests use it for malformed WQEs) at the producer counter.
+    pub fn post_send_raw(&mut self, wqe: &[u8]) {
+        let nbb = wqe.len().div_ceil(WQEBB).max(1) as u32;
+        self.scratch[..wqe.len()].copy_from_slice(wqe);
+        self.scratch[wqe.len()..nbb as usize * WQEBB].fill(0);
+        self.write_raw_blocks(nbb);
+    }
+
+    fn write_raw_blocks(&mut self, nbb: u32) {
+        let mask = (1u32 << self.log_sq_size) - 1;
+        for n in 0..nbb {
+            let slot = (self.sq_pi.wrapping_add(n) & mask) as usize * WQEBB;
+            let at = n as usize * WQEBB;
+            self.sq.write(slot, &self.scratch[at..at + WQEBB]);
+        }
+        self.sq_pi = self.sq_pi.wrapping_add(nbb);
+    }
+
+    /// Tells the NIC about every send WQE posted so far.
+    pub fn ring_send_doorbell(&self) {
+        doorbell(
+            &self.dev,
+            db::slot(db::QP_SQ_BASE, self.qpn - QPN_BASE),
+            self.sq_pi & db::PI_MASK,
+        );
+    }
+
+    /// Writes a receive WQE with `sges` (does not ring); returns its counter, which its CQE
+    /// reports. False-free: an error when the entries do not fit the QP's stride or the QP has
+    /// an SRQ.
+    pub fn post_recv(&mut self, sges: &[Sge]) -> Result<u16, DriverError> {
+        let rq = self
+            .rq
+            .as_ref()
+            .ok_or(DriverError::InvalidArgument("the QP receives from an SRQ"))?;
+        let stride = 1usize << self.log_rq_stride;
+        let mut wqe = [0u8; 512];
+        if !encode_recv_wqe(sges, &mut wqe[..stride]) {
+            return Err(DriverError::InvalidArgument(
+                "more SGEs than the QP's receive WQE",
+            ));
+        }
+        let counter = self.rq_pi;
+        let slot = (counter & ((1 << self.log_rq_size) - 1)) as usize * stride;
+        rq.write(slot, &wqe[..stride]);
+        self.rq_pi = counter.wrapping_add(1);
+        Ok(counter as u16)
+    }
+
+    pub fn ring_recv_doorbell(&self) {
+        doorbell(
+            &self.dev,
+            db::slot(db::QP_RQ_BASE, self.qpn - QPN_BASE),
+            self.rq_pi & db::PI_MASK,
+        );
+    }
+}
+
+impl SharedReceiveQueue {
+    pub fn size(&self) -> u32 {
+        1 << self.log_size
+    }
+
+    pub fn post_recv(&mut self, sges: &[Sge]) -> Result<u16, DriverError> {
+        let stride = 1usize << self.log_stride;
+        let mut wqe = [0u8; 512];
+        if !encode_recv_wqe(sges, &mut wqe[..stride]) {
+            return Err(DriverError::InvalidArgument("more SGEs than the SRQ's WQE"));
+        }
+        let counter = self.pi;
+        let slot = (counter & ((1 << self.log_size) - 1)) as usize * stride;
+        self.ring.write(slot, &wqe[..stride]);
+        self.pi = counter.wrapping_add(1);
+        Ok(counter as u16)
+    }
+
+    pub fn ring_doorbell(&self) {
+        doorbell(
+            &self.dev,
+            db::slot(db::SRQ_BASE, self.srqn),
+            self.pi & db::PI_MASK,
+        );
+    }
+}
