@@ -53,6 +53,12 @@ pub enum DmaError {
     Unmapped { addr: u64, len: usize },
     #[error("bus mastering is disabled for the requester")]
     BusMasterDisabled,
+    /// A request for a BAR behind the requester's own switch port: a switch never routes a
+    /// request back out of the port it came in on (PCIe Base §6.12, no hairpin), so a function
+    /// cannot reach its own BARs or its sibling functions' through the switch — an Unsupported
+    /// Request.
+    #[error("{addr:#x} is behind the requester's own switch port")]
+    SamePort { addr: u64 },
 }
 
 /// Why a host mapping was refused.
@@ -113,6 +119,8 @@ struct Routes {
     bar_span: (u64, u64),
     host: Vec<Vec<HostRegion>>,
     bus_master: Vec<bool>,
+    /// Downstream port of each function.
+    ports: Vec<u16>,
 }
 
 impl Routes {
@@ -183,6 +191,9 @@ pub struct Fabric {
     mps_shift: u32,
     mrrs_shift: u32,
     functions: RwLock<Vec<Arc<dyn PciFunction>>>,
+    /// The downstream port of each function (the functions of one multi-function device share
+    /// one).
+    ports: RwLock<Vec<u16>>,
     routes: RwLock<Arc<Routes>>,
     /// The authoritative host-memory map of every requester, keyed by IOVA. Edits are O(log n)
     /// (a vIOMMU maps every 4 KiB page on its own: tens of thousands of maps); the routing
@@ -210,6 +221,7 @@ impl Fabric {
             mrrs_shift: config.mrrs.trailing_zeros(),
             config,
             functions: RwLock::new(Vec::new()),
+            ports: RwLock::new(Vec::new()),
             routes: RwLock::new(Arc::new(Routes::default())),
             host_maps: Mutex::new(Vec::new()),
             host_dirty: AtomicBool::new(false),
@@ -229,8 +241,26 @@ impl Fabric {
         &self,
         make: impl FnOnce(FunctionId) -> Arc<F>,
     ) -> Arc<F> {
+        self.attach_at(None, make)
+    }
+
+    /// As [`Fabric::attach`], behind the port of function `sibling` (another function of the
+    /// same device) when given.
+    pub fn attach_at<F: PciFunction + 'static>(
+        &self,
+        sibling: Option<FunctionId>,
+        make: impl FnOnce(FunctionId) -> Arc<F>,
+    ) -> Arc<F> {
         let mut fns = self.functions.write().unwrap_or_else(|e| e.into_inner());
         let id = fns.len() as FunctionId;
+        {
+            let mut ports = self.ports.write().unwrap_or_else(|e| e.into_inner());
+            let next = ports.iter().max().map_or(0, |p| p + 1);
+            let port = sibling
+                .and_then(|s| ports.get(s as usize).copied())
+                .unwrap_or(next);
+            ports.push(port);
+        }
         let f = make(id);
         assert_eq!(f.pci().id, id, "function must use the ID it was given");
         fns.push(f.clone());
@@ -288,6 +318,7 @@ impl Fabric {
         self.host_dirty.store(false, Ordering::Relaxed);
         let mut next = Routes {
             host: maps.iter().map(|m| m.values().cloned().collect()).collect(),
+            ports: self.ports.read().unwrap_or_else(|e| e.into_inner()).clone(),
             ..Routes::default()
         };
         drop(maps);
@@ -623,6 +654,10 @@ impl DmaPort<'_> {
             .checked_add(len as u64)
             .ok_or(DmaError::Unmapped { addr, len })?;
         if let Some(w) = self.routes.bar_at(addr, len as u64) {
+            let port = |f: FunctionId| self.routes.ports.get(f as usize).copied();
+            if port(w.function) == port(self.requester) {
+                return Err(DmaError::SamePort { addr });
+            }
             return Ok(Target::Peer(w.clone()));
         }
         let fits = |r: &HostRegion| addr >= r.iova && end <= r.iova + r.len;

@@ -607,4 +607,28 @@ mod tests {
         assert_eq!(binding.sqns.len(), 1);
         assert!(h.guard_intact());
     }
+
+    /// FLD rings the NIC doorbells at the address software gives it: pointed at FLD's own BAR,
+    /// the ring is an Unsupported Request the switch answers, not a re-entry into FLD (found by
+    /// the fld_bar fuzz target as a hang: FLD's lock taken twice).
+    #[test]
+    fn a_doorbell_address_inside_fld_itself_does_not_hang() {
+        use crate::mock::MockHost;
+        let h = MockHost::card(crate::card::CardConfig::default(), 8 << 20);
+        let fld = h.fld.clone().expect("FLD");
+        fld.set_accelerator(Box::new(crate::accel::Echo::new(0, 16)));
+        h.bind_fld(1);
+        let own = h.bar(fld.id(), BAR_CONTROL);
+        h.set_fld_reg(reg::NIC_DOORBELL_LO, own as u32);
+        h.set_fld_reg(reg::NIC_DOORBELL_HI, (own >> 32) as u32);
+        let mut client = h.open_port(1);
+        let mut f = vec![0u8; 100];
+        f[..6].copy_from_slice(&h.nic_mac(0));
+        f[6..12].copy_from_slice(&h.nic_mac(1));
+        client.send(&h, &f, 0);
+        h.run(1000);
+        assert_eq!(fld.stat(Stat::RxPackets), 1, "the frame reached FLD");
+        assert!(client.receive(&h).is_none(), "its echo never rang the NIC");
+        assert!(h.guard_intact());
+    }
 }

@@ -110,7 +110,10 @@ impl Nic {
         let mut ports = Vec::new();
         let mut functions = Vec::new();
         for index in 0..n {
-            let f = fabric.attach(|fid| {
+            // Every function of the NIC sits behind one switch port, as a multi-function
+            // device does: they cannot reach each other's BARs through the switch.
+            let sibling: Option<FunctionId> = ports.first().map(|p: &Port| p.fid);
+            let f = fabric.attach_at(sibling, |fid| {
                 let pci = Arc::new(PciState::new(fid, nic_config_space(index)));
                 let doorbells = Arc::new(DoorbellArea::default());
                 ports.push(Port {
