@@ -162,10 +162,17 @@ fuzz_target!(|data: &[u8]| {
         let size = (ctl & 0x10 != 0).then(|| input.u32() % (MAX_XFER + 64));
         message(&mut out, id, command, size, &body);
     }
-    let _ = client.write_all(&out);
-    let _ = client.shutdown(std::net::Shutdown::Write);
+    // Requests go out from their own thread while replies are read here: a client that wrote
+    // everything before reading would block against a server blocked on a full socket (a
+    // 1 MiB region read fills it), a hang of the harness, not of the server.
+    let mut writer = client.try_clone().expect("clone the socket");
+    let sending = std::thread::spawn(move || {
+        let _ = writer.write_all(&out);
+        let _ = writer.shutdown(std::net::Shutdown::Write);
+    });
     let mut replies = Vec::new();
     let read = client.read_to_end(&mut replies);
+    let _ = sending.join();
     assert!(
         !matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "the server hung"
