@@ -2,205 +2,10 @@
 //! operation byte-exact at sizes from 0 B to 1 MiB, completions as the verbs define them, and
 //! the answers the spec gives to bad input.
 
-use std::sync::Arc;
+mod common;
 
+use common::rdma::*;
 use fld_abi::nic::*;
-use fld_abi::wire::roce::ipv4_gid;
-use fld_device::card::{Card, CardConfig};
-use fld_driver::inprocess::{InProcessDevice, InProcessHost};
-use fld_driver::nic::{CompletionQueue, EventQueue, NicDriver};
-use fld_driver::rdma::{MemoryRegion, QpCaps, RcQueuePair};
-use fld_driver::{DmaBuffer, PciDevice};
-
-/// Bytes of each side's registered buffer.
-const BUF: usize = 4 << 20;
-
-struct End {
-    dev: Arc<InProcessDevice>,
-    nic: NicDriver,
-    _eq: EventQueue,
-    cq: CompletionQueue,
-    pd: u32,
-    qp: RcQueuePair,
-    buf: DmaBuffer,
-    mr: MemoryRegion,
-    ip: [u8; 4],
-}
-
-impl End {
-    fn va(&self, off: usize) -> u64 {
-        self.mr.addr + off as u64
-    }
-    fn sge(&self, off: usize, len: usize) -> Sge {
-        Sge {
-            addr: self.va(off),
-            length: len as u32,
-            lkey: self.mr.key,
-        }
-    }
-    fn fill(&self, off: usize, data: &[u8]) {
-        self.buf.write(off, data);
-    }
-    fn read(&self, off: usize, len: usize) -> Vec<u8> {
-        let mut v = vec![0; len];
-        self.buf.read(off, &mut v);
-        v
-    }
-}
-
-struct Pair {
-    card: Arc<Card>,
-    _host: Arc<InProcessHost>,
-    a: End,
-    b: End,
-}
-
-fn open_end(host: &Arc<InProcessHost>, card: &Arc<Card>, i: u16, access_flags: u32) -> End {
-    let dev = host.device(card.nic.function_id(i).unwrap());
-    let mut nic = NicDriver::probe(dev.clone()).unwrap();
-    dev.enable_msix(2).unwrap();
-    let eq = nic.create_eq(6, 0).unwrap();
-    let cq = nic.create_cq(&eq, 12).unwrap();
-    let pd = nic.create_pd().unwrap();
-    let buf = dev.dma_alloc(BUF).unwrap();
-    let mr = nic.register_mr(pd, &buf, access_flags).unwrap();
-    let ip = [10, 0, 0, 1 + i as u8];
-    let mac = nic.mac();
-    nic.set_roce_address(0, Some((ipv4_gid(ip), mac))).unwrap();
-    let qp = nic
-        .create_qp(
-            pd,
-            &cq,
-            &cq,
-            None,
-            QpCaps {
-                log_sq_size: 10,
-                log_rq_size: 10,
-                max_recv_sge: 4,
-                signal_all: false,
-            },
-        )
-        .unwrap();
-    End {
-        dev,
-        nic,
-        _eq: eq,
-        cq,
-        pd,
-        qp,
-        buf,
-        mr,
-        ip,
-    }
-}
-
-/// Attributes that take a QP from RESET to RTS towards `peer`.
-fn connect(
-    me: &mut End,
-    peer_qpn: u32,
-    peer_ip: [u8; 4],
-    peer_mac: [u8; 6],
-    my_psn: u32,
-    peer_psn: u32,
-) {
-    use qp_attr::*;
-    let mut a = QpAttr {
-        qp_state: QpState::Init as u8,
-        port: 1,
-        ..Default::default()
-    };
-    a.access_flags
-        .set(access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC);
-    me.nic
-        .modify_qp(me.qp.qpn, STATE | PKEY_INDEX | PORT | ACCESS_FLAGS, &a)
-        .unwrap();
-    a.qp_state = QpState::Rtr as u8;
-    a.path_mtu = DEFAULT_PATH_MTU;
-    a.dest_qpn.set(peer_qpn);
-    a.rq_psn.set(peer_psn);
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 1;
-    a.dgid = ipv4_gid(peer_ip);
-    a.dmac = peer_mac;
-    a.hop_limit = 64;
-    me.nic
-        .modify_qp(
-            me.qp.qpn,
-            STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER,
-            &a,
-        )
-        .unwrap();
-    a.qp_state = QpState::Rts as u8;
-    a.sq_psn.set(my_psn);
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    me.nic
-        .modify_qp(
-            me.qp.qpn,
-            STATE | SQ_PSN | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC,
-            &a,
-        )
-        .unwrap();
-}
-
-fn pair() -> Pair {
-    pair_with(access::ALL)
-}
-
-fn pair_with(b_access: u32) -> Pair {
-    let card = Card::new(CardConfig::default());
-    let host = InProcessHost::new(card.clone(), 64 << 20).unwrap();
-    let mut a = open_end(&host, &card, 0, access::ALL);
-    let mut b = open_end(&host, &card, 1, b_access);
-    let (aq, bq, am, bm, aip, bip) = (a.qp.qpn, b.qp.qpn, a.nic.mac(), b.nic.mac(), a.ip, b.ip);
-    // PSNs near the 24-bit wrap, so the sequences cross it.
-    connect(&mut a, bq, bip, bm, 0xff_fff0, 0x00_0100);
-    connect(&mut b, aq, aip, am, 0x00_0100, 0xff_fff0);
-    Pair {
-        card,
-        _host: host,
-        a,
-        b,
-    }
-}
-
-impl Pair {
-    fn run(&self) {
-        self.card.run_until_idle();
-    }
-}
-
-/// Every CQE now in `cq`.
-fn drain(cq: &mut CompletionQueue) -> Vec<Cqe> {
-    let mut v = Vec::new();
-    while let Some(c) = cq.poll() {
-        v.push(c);
-    }
-    cq.update_ci();
-    v
-}
-
-fn send_wqe<'a>(op: u8, sges: &'a [Sge], remote: Option<(u64, u32)>, imm: u32) -> RdmaWqe<'a> {
-    RdmaWqe {
-        opcode: op,
-        signal: true,
-        solicited: false,
-        fence: false,
-        imm,
-        remote,
-        atomic: None,
-        data: WqeData::Gather(sges),
-    }
-}
-
-/// A pattern that differs per size and offset.
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2654435761).rotate_left(7) as u8 ^ seed)
-        .collect()
-}
 
 const SIZES: [usize; 12] = [
     0,
@@ -219,7 +24,7 @@ const SIZES: [usize; 12] = [
 
 #[test]
 fn send_of_every_size_arrives_byte_exact_with_its_completions() {
-    let mut p = pair();
+    let mut p = one_card(access::ALL, Transport::default());
     for (n, &len) in SIZES.iter().enumerate() {
         let data = pattern(len, n as u8);
         p.a.fill(0, &data);
@@ -234,11 +39,11 @@ fn send_of_every_size_arrives_byte_exact_with_its_completions() {
         let op = if imm { WQE_OP_SEND_IMM } else { WQE_OP_SEND };
         let idx =
             p.a.qp
-                .post_send(&send_wqe(op, &s, None, 0x1234_5600 + n as u32))
+                .post_send(&wr(op, &s, None, 0x1234_5600 + n as u32))
                 .unwrap();
         p.a.qp.ring_send_doorbell();
         p.run();
-        let tx = drain(&mut p.a.cq);
+        let tx = p.a.completions();
         assert_eq!(tx.len(), 1, "{len} B: one send completion");
         assert_eq!(
             (
@@ -251,7 +56,7 @@ fn send_of_every_size_arrives_byte_exact_with_its_completions() {
         );
         assert_eq!((tx[0].byte_count.get(), tx[0].wqe_opcode), (len as u32, op));
         assert_ne!(tx[0].flags & cqe_flags::QP, 0);
-        let rx = drain(&mut p.b.cq);
+        let rx = p.b.completions();
         assert_eq!(rx.len(), 1, "{len} B: one receive completion");
         let want_op = if imm {
             CQE_RESP_SEND_IMM
@@ -284,14 +89,14 @@ fn send_of_every_size_arrives_byte_exact_with_its_completions() {
 
 #[test]
 fn write_read_and_atomics_of_every_size_are_byte_exact() {
-    let mut p = pair();
+    let mut p = one_card(access::ALL, Transport::default());
     for (n, &len) in SIZES.iter().enumerate() {
         let data = pattern(len, 0x40 + n as u8);
         p.a.fill(0, &data);
         p.b.fill(BUF / 2, &vec![0; len]);
         let s = [p.a.sge(0, len)];
         p.a.qp
-            .post_send(&send_wqe(
+            .post_send(&wr(
                 WQE_OP_RDMA_WRITE,
                 &s,
                 Some((p.b.va(BUF / 2), p.b.mr.key)),
@@ -302,7 +107,7 @@ fn write_read_and_atomics_of_every_size_are_byte_exact() {
         let r = [p.a.sge(BUF / 2, len)];
         p.a.fill(BUF / 2, &vec![0x55; len]);
         p.a.qp
-            .post_send(&send_wqe(
+            .post_send(&wr(
                 WQE_OP_RDMA_READ,
                 &r,
                 Some((p.b.va(BUF / 2), p.b.mr.key)),
@@ -311,7 +116,7 @@ fn write_read_and_atomics_of_every_size_are_byte_exact() {
             .unwrap();
         p.a.qp.ring_send_doorbell();
         p.run();
-        let tx = drain(&mut p.a.cq);
+        let tx = p.a.completions();
         assert_eq!(tx.len(), 2, "{len} B");
         assert!(tx.iter().all(|c| c.opcode() == CQE_REQ && c.syndrome == 0));
         assert_eq!(tx[1].wqe_opcode, WQE_OP_RDMA_READ);
@@ -319,7 +124,7 @@ fn write_read_and_atomics_of_every_size_are_byte_exact() {
         assert!(p.b.read(BUF / 2, len) == data, "{len} B written");
         assert!(p.a.read(BUF / 2, len) == data, "{len} B read back");
         assert!(
-            drain(&mut p.b.cq).is_empty(),
+            p.b.completions().is_empty(),
             "a WRITE consumes no receive WQE"
         );
     }
@@ -328,7 +133,7 @@ fn write_read_and_atomics_of_every_size_are_byte_exact() {
     p.b.qp.ring_recv_doorbell();
     let s = [p.a.sge(0, 5000)];
     p.a.qp
-        .post_send(&send_wqe(
+        .post_send(&wr(
             WQE_OP_RDMA_WRITE_IMM,
             &s,
             Some((p.b.va(64), p.b.mr.key)),
@@ -337,7 +142,7 @@ fn write_read_and_atomics_of_every_size_are_byte_exact() {
         .unwrap();
     p.a.qp.ring_send_doorbell();
     p.run();
-    let rx = drain(&mut p.b.cq);
+    let rx = p.b.completions();
     assert_eq!(rx.len(), 1);
     assert_eq!(
         (
@@ -348,7 +153,7 @@ fn write_read_and_atomics_of_every_size_are_byte_exact() {
         ),
         (CQE_RESP_WRITE_IMM, 0xabcd, 5000, rc)
     );
-    drain(&mut p.a.cq);
+    p.a.completions();
 
     // Atomics: fetch-and-add twice, then compare-and-swap that hits and one that misses.
     p.b.fill(4096, &100u64.to_le_bytes());
@@ -376,7 +181,7 @@ fn write_read_and_atomics_of_every_size_are_byte_exact() {
     }
     p.a.qp.ring_send_doorbell();
     p.run();
-    let tx = drain(&mut p.a.cq);
+    let tx = p.a.completions();
     assert_eq!(tx.len(), 4);
     assert!(tx
         .iter()
@@ -393,7 +198,7 @@ fn write_read_and_atomics_of_every_size_are_byte_exact() {
 
 #[test]
 fn selective_signalling_and_inline_data() {
-    let mut p = pair();
+    let mut p = one_card(access::ALL, Transport::default());
     for i in 0..10u32 {
         p.b.qp.post_recv(&[p.b.sge(i as usize * 64, 64)]).unwrap();
     }
@@ -415,10 +220,10 @@ fn selective_signalling_and_inline_data() {
     }
     p.a.qp.ring_send_doorbell();
     p.run();
-    let tx = drain(&mut p.a.cq);
+    let tx = p.a.completions();
     assert_eq!(tx.len(), 1, "only the signalled WQE completes with a CQE");
     assert_eq!(tx[0].wqe_counter.get(), 9);
-    let rx = drain(&mut p.b.cq);
+    let rx = p.b.completions();
     assert_eq!(rx.len(), 10);
     for (i, c) in rx.iter().enumerate() {
         let msg = format!("inline message {i}");

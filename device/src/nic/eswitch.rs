@@ -243,13 +243,13 @@ pub struct Eswitch {
 }
 
 impl Eswitch {
-    pub fn new(host_vports: u16) -> Self {
-        let mac = |n: u16| [0x02, 0xfd, 0x00, 0x00, (n >> 8) as u8, n as u8];
+    /// The eSwitch of card `card` with `host_vports` host vPorts.
+    pub fn new(card: u16, host_vports: u16) -> Self {
         Eswitch {
             vports: (0..host_vports)
                 .map(|n| Vport {
                     number: n,
-                    mac: mac(n),
+                    mac: abi::vport_mac(card, n),
                     rx_root: None,
                     counters: Default::default(),
                 })

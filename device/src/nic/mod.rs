@@ -53,6 +53,8 @@ pub struct NicConfig {
     pub max_rss_groups: u32,
     /// Queue pairs the RDMA transport holds at most.
     pub max_qps: u32,
+    /// Which card this is among cards joined by links: part of every vPort's MAC address.
+    pub card_id: u16,
 }
 
 impl Default for NicConfig {
@@ -69,6 +71,7 @@ impl Default for NicConfig {
             max_flow_entries: 65536,
             max_rss_groups: 256,
             max_qps: db::QP_SLOTS,
+            card_id: 0,
         }
     }
 }
@@ -440,7 +443,10 @@ impl NicCore {
             sqs: Slab::new(config.max_sqs.min(db::SLOTS)),
             rqs: Slab::new(config.max_rqs.min(db::SLOTS)),
             active_sqs: Vec::new(),
-            eswitch: Eswitch::new(config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16)),
+            eswitch: Eswitch::new(
+                config.card_id,
+                config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16),
+            ),
             rdma: rdma::Rdma::new(
                 config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16) as usize,
                 config.max_qps.min(db::QP_SLOTS),

@@ -1,14 +1,20 @@
 //! Wires: what a NIC port is connected to. The eSwitch itself is the internal loopback between
-//! vPorts; the uplink vPort connects to a [`Wire`] (nothing, a loopback cable, later a UDP link
-//! to another instance or a TAP device), and a [`FrameTap`] can observe every port, e.g. into a
-//! pcap file that Wireshark and tshark read.
+//! vPorts; the uplink vPort connects to a [`Wire`] — nothing, a loopback plug, a cable to another
+//! card of the same process ([`link`]), any of them behind seeded faults ([`FaultyWire`]); the
+//! wires that need the operating system (a UDP link to another process, a TAP device) live with
+//! the `fldemu` binary — and a [`FrameTap`] can observe every port, e.g. into a pcap file that
+//! Wireshark and tshark read.
 
+pub mod faults;
+pub mod link;
 pub mod pcap;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+pub use faults::{FaultCounters, Faults, FaultyWire};
+pub use link::{link, LinkCounters, LinkEnd};
 pub use pcap::PcapTap;
 
 /// A full-duplex link on the uplink port.

@@ -2,6 +2,8 @@
 //! raw queue set per function so tests see every WQE and CQE.
 #![allow(dead_code)]
 
+pub mod rdma;
+
 use std::sync::Arc;
 
 use fld_abi::nic::*;

@@ -93,9 +93,17 @@ pub const fn mac_from_registers(lo: u32, hi: u32) -> [u8; 6] {
     [l[0], l[1], l[2], l[3], h[0], h[1]]
 }
 
-/// The MAC address the NIC gives vPort `n`: locally administered `02:fd:00:00:n_hi:n_lo`.
-pub const fn vport_mac(n: u16) -> [u8; 6] {
-    [0x02, 0xfd, 0x00, 0x00, (n >> 8) as u8, n as u8]
+/// The MAC address the NIC of card `card` gives vPort `n`: locally administered
+/// `02:fd:card_hi:card_lo:n_hi:n_lo`, so cards joined by links have distinct addresses.
+pub const fn vport_mac(card: u16, n: u16) -> [u8; 6] {
+    [
+        0x02,
+        0xfd,
+        (card >> 8) as u8,
+        card as u8,
+        (n >> 8) as u8,
+        n as u8,
+    ]
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -102,6 +102,10 @@ pub(crate) struct Requester {
     pub rnr_wait_until: Option<u64>,
     /// Packets sent since the last one asking for an ACK.
     pub since_ack_request: u32,
+    /// A gap in READ responses sent the READ again from this PSN: later responses of the old
+    /// stream that arrive beyond it are the same loss, not new ones (no retry is spent on them)
+    /// until the response at it arrives.
+    pub rewound_to: Option<u32>,
 }
 
 /// What one READ or atomic request the responder executed needs for its responses and for

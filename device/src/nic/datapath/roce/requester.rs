@@ -99,6 +99,7 @@ fn timers(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) {
     }
     if let Some(qp) = core.rdma.qps.get_mut(qpi) {
         let una = qp.req.unacked_psn;
+        qp.req.rewound_to = None;
         seek(qp, una);
         qp.req.deadline = roce::ack_timeout_ns(timeout).map(|t| now + t);
     }
@@ -116,6 +117,26 @@ fn spend_retry(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, status: u8) -> b
     }
     qp.req.retry_left -= 1;
     true
+}
+
+/// A loss the requester infers (a gap in READ responses, an ACK beyond a READ or atomic whose
+/// response is missing): send again from `psn`. One loss shows itself many times — every later
+/// response and ACK in flight — so only the first sighting costs a retry, until progress or a
+/// timeout.
+fn implied_nak(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    if qp.req.rewound_to == Some(psn) {
+        qp.counters.dropped += 1;
+        return;
+    }
+    if spend_retry(core, ctx, qpi, rdma_status::RETRY_EXCEEDED) {
+        if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+            qp.req.rewound_to = Some(psn);
+            seek(qp, psn);
+        }
+    }
 }
 
 /// Completes the oldest outstanding WQE with `status` and moves the QP to ERR.
@@ -622,17 +643,26 @@ fn read_response(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket
         qp.counters.duplicates += 1;
         return;
     }
+    // Responses come in PSN order: an earlier READ or atomic still without its response means
+    // that response was lost.
+    if let Some(earlier) = qp
+        .req
+        .ops
+        .iter()
+        .take(at)
+        .find(|o| o.is_read_or_atomic() && !o.done)
+    {
+        let missing = psn_add(earlier.first_psn, earlier.responses);
+        implied_nak(core, ctx, qpi, missing);
+        return;
+    }
     // The AETH of FIRST/LAST/ONLY acknowledges everything before the READ.
     if pkt.headers.aeth.is_some() && at > 0 {
         acknowledge(core, ctx, qpi, psn_add(op.first_psn, roce::PSN_MASK), now);
     }
     if d > 0 {
         // Responses were lost: ask again from the first missing one.
-        if spend_retry(core, ctx, qpi, rdma_status::RETRY_EXCEEDED) {
-            if let Some(qp) = core.rdma.qps.get_mut(qpi) {
-                seek(qp, expected);
-            }
-        }
+        implied_nak(core, ctx, qpi, expected);
         return;
     }
     let Some(qp) = core.rdma.qps.get(qpi) else {
@@ -643,14 +673,17 @@ fn read_response(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket
     };
     let k = op.responses;
     let last = k + 1 == op.packets;
-    let want_position = match (k == 0, last) {
-        (true, true) => Position::Only,
-        (true, false) => Position::First,
-        (false, true) => Position::Last,
-        (false, false) => Position::Middle,
+    // A READ sent again from response `k` is a new request: its responses start with FIRST
+    // (or ONLY) there. So FIRST may stand at any index, LAST/ONLY only at the last, MIDDLE
+    // never at the first.
+    let position_ok = match pkt.info.position {
+        Position::Only => last,
+        Position::First => !last,
+        Position::Middle => k > 0 && !last,
+        Position::Last => k > 0 && last,
     };
     let want_len = (op.length - k * mtu).min(mtu) as usize;
-    if pkt.info.position != want_position || pkt.payload.len() != want_len {
+    if !position_ok || pkt.payload.len() != want_len {
         fail_front(core, ctx, qpi, rdma_status::BAD_RESPONSE);
         return;
     }
@@ -670,15 +703,25 @@ fn read_response(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket
     progress(core, ctx, qpi, psn, now);
 }
 
-/// A response at `psn` arrived in order: retries are restored and the timer restarted.
+/// A response at `psn` arrived in order: the oldest unacknowledged PSN moves past it.
 fn progress(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32, now: u64) {
     let Some(qp) = core.rdma.qps.get_mut(qpi) else {
         return;
     };
     if psn_delta(psn, qp.req.unacked_psn) >= 0 {
         qp.req.unacked_psn = psn_add(psn, 1);
+        forward(qp, now);
     }
     complete_done(core, ctx, qpi, now);
+}
+
+/// Forward progress (IBA 9.7.6.1.4): the retry counters are whole again and the ACK timer
+/// restarts.
+fn forward(qp: &mut crate::nic::rdma::qp::QueuePair, now: u64) {
+    qp.req.rewound_to = None;
+    qp.req.retry_left = qp.attr.retry_cnt;
+    qp.req.rnr_retry_left = qp.attr.rnr_retry;
+    qp.req.deadline = roce::ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
 }
 
 /// An ACK (or an implied one) for every PSN up to `psn`.
@@ -702,14 +745,11 @@ fn acknowledge(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32, now: u
             qp.req.unacked_psn = missing;
         }
         complete_done(core, ctx, qpi, now);
-        if spend_retry(core, ctx, qpi, rdma_status::RETRY_EXCEEDED) {
-            if let Some(qp) = core.rdma.qps.get_mut(qpi) {
-                seek(qp, missing);
-            }
-        }
+        implied_nak(core, ctx, qpi, missing);
         return;
     }
     qp.req.unacked_psn = psn_add(psn, 1);
+    forward(qp, now);
     complete_done(core, ctx, qpi, now);
 }
 
@@ -767,19 +807,14 @@ fn complete_done(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) {
         return;
     };
     if progressed {
-        qp.req.retry_left = qp.attr.retry_cnt;
-        qp.req.rnr_retry_left = qp.attr.rnr_retry;
+        forward(qp, now);
     }
     let outstanding = !qp.req.ops.is_empty() && psn_delta(qp.req.sent_high, qp.req.unacked_psn) > 0;
-    qp.req.deadline = if outstanding {
-        if progressed || qp.req.deadline.is_none() {
-            roce::ack_timeout_ns(qp.attr.timeout).map(|t| now + t)
-        } else {
-            qp.req.deadline
-        }
-    } else {
-        None
-    };
+    if !outstanding {
+        qp.req.deadline = None;
+    } else if qp.req.deadline.is_none() {
+        qp.req.deadline = roce::ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
+    }
 }
 
 /// An RNR NAK at `psn`: wait the timer it names, then send again from `psn`.
