@@ -8,15 +8,15 @@ use common::rdma::*;
 use fld_abi::nic::*;
 use fld_device::wire::Faults;
 
-/// A mixed workload: SENDs, WRITEs, READs and fetch-and-adds of sizes from 0 B to 256 KiB,
-/// all posted at once. Returns the number of send WQEs and receive WQEs it posted.
+/// A mixed workload: SENDs, WRITEs, READs and fetch-and-adds, each kind at every size from 0 B
+/// to 256 KiB, posted six at a time. Returns the number of send WQEs and receive WQEs it posted.
 fn workload(p: &mut Pair, rounds: usize) -> (usize, usize) {
     const SLOT: usize = 300 << 10;
     let sizes = [0usize, 1, 777, 1024, 3000, 9000, 65536, 256 << 10];
     let (mut sends, mut recvs) = (0, 0);
     p.b.fill(BUF - 8, &0u64.to_le_bytes());
     for r in 0..rounds {
-        let len = sizes[r % sizes.len()];
+        let len = sizes[(r / 4) % sizes.len()];
         let slot = (r % 6) * SLOT;
         let data = pattern(len, r as u8);
         match r % 4 {
@@ -78,7 +78,7 @@ fn check_batch(p: &mut Pair, got: &[Cqe], first: usize, slot_bytes: usize, sizes
     for (k, c) in got.iter().enumerate() {
         let r = first + k;
         assert_eq!(c.syndrome, rdma_status::SUCCESS, "op {r}");
-        let len = sizes[r % sizes.len()];
+        let len = sizes[(r / 4) % sizes.len()];
         let slot = (r % 6) * slot_bytes;
         let data = pattern(len, r as u8);
         match r % 4 {
@@ -141,7 +141,14 @@ fn every_operation_crosses_a_clean_cable_byte_exact() {
 
 #[test]
 fn go_back_n_recovers_from_loss_duplication_and_reordering() {
-    for (seed, loss) in [(1u64, 0.01), (2, 0.03), (3, 0.05)] {
+    for (seed, loss) in [
+        (1u64, 0.01),
+        (2, 0.02),
+        (3, 0.03),
+        (4, 0.04),
+        (5, 0.05),
+        (6, 0.05),
+    ] {
         let faults = Faults {
             loss,
             duplicate: 0.02,
@@ -156,7 +163,7 @@ fn go_back_n_recovers_from_loss_duplication_and_reordering() {
             ..Transport::default()
         };
         let mut p = two_cards(faults, t);
-        let (rounds, recvs) = workload(&mut p, 48);
+        let (rounds, recvs) = workload(&mut p, 96);
         check_atomics(&mut p, rounds);
         receive_completions_exact(&mut p, recvs);
         let qa = p.a.nic.query_qp(p.a.qp.qpn).unwrap();
@@ -171,5 +178,39 @@ fn go_back_n_recovers_from_loss_duplication_and_reordering() {
         );
         assert_eq!(p.a.state(), QpState::Rts);
         assert_eq!(p.b.state(), QpState::Rts);
+    }
+}
+
+#[test]
+#[ignore]
+fn soak_many_seeds() {
+    let n: u64 = std::env::var("SOAK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let first: u64 = std::env::var("SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    for seed in first..first + n {
+        let faults = Faults {
+            loss: 0.01 * (1 + seed % 5) as f64,
+            duplicate: 0.02,
+            reorder: 0.03,
+            reorder_depth: 1 + (seed % 6) as usize,
+            seed,
+            ..Default::default()
+        };
+        let t = Transport {
+            timeout: 8,
+            ..Transport::default()
+        };
+        let mut p = two_cards(faults, t);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let (rounds, recvs) = workload(&mut p, 96);
+            check_atomics(&mut p, rounds);
+            receive_completions_exact(&mut p, recvs);
+        }));
+        assert!(r.is_ok(), "seed {seed}");
     }
 }

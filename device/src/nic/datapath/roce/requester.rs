@@ -527,14 +527,21 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
                 AckKind::RnrNak { timer } => {
                     qp.counters.rnr_naks_received += 1;
                     acknowledge(core, ctx, qpi, psn_add(psn, roce::PSN_MASK), now);
-                    rnr(core, ctx, qpi, psn, timer, now);
+                    rnr(core, ctx, qpi, timer, now);
                 }
                 AckKind::Nak { code } => {
                     acknowledge(core, ctx, qpi, psn_add(psn, roce::PSN_MASK), now);
                     let status = match code {
                         nak::PSN_SEQUENCE_ERROR => {
-                            if let Some(qp) = core.rdma.qps.get_mut(qpi) {
-                                qp.counters.seq_naks_received += 1;
+                            let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+                                return;
+                            };
+                            qp.counters.seq_naks_received += 1;
+                            // The responder has everything before `psn`; but when a READ or
+                            // atomic response before it is missing here, the implied NAK above
+                            // already went back further, and that is the one recovery.
+                            if psn_delta(qp.req.unacked_psn, psn) < 0 {
+                                return;
                             }
                             if spend_retry(core, ctx, qpi, rdma_status::RETRY_EXCEEDED) {
                                 if let Some(qp) = core.rdma.qps.get_mut(qpi) {
@@ -556,20 +563,21 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
             let (Some(ack), Some(_)) = (pkt.headers.atomic_ack_eth, pkt.headers.aeth) else {
                 return;
             };
-            acknowledge(core, ctx, qpi, psn_add(psn, roce::PSN_MASK), now);
-            let Some(qp) = core.rdma.qps.get(qpi) else {
+            let Some(at) = response_target(core, ctx, qpi, now, |o| {
+                matches!(o.opcode, WQE_OP_ATOMIC_CS | WQE_OP_ATOMIC_FA) && o.first_psn == psn
+            }) else {
                 return;
             };
-            let Some(op) = qp.req.ops.front().copied() else {
+            let Some(op) = core
+                .rdma
+                .qps
+                .get(qpi)
+                .and_then(|q| q.req.ops.get(at))
+                .copied()
+            else {
                 return;
             };
-            if op.first_psn != psn
-                || !matches!(op.opcode, WQE_OP_ATOMIC_CS | WQE_OP_ATOMIC_FA)
-                || op.done
-            {
-                if let Some(qp) = core.rdma.qps.get_mut(qpi) {
-                    qp.counters.dropped += 1;
-                }
+            if op.done {
                 return;
             }
             // The original value lands in the local buffer in the host's byte order.
@@ -582,7 +590,7 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
                 .rdma
                 .qps
                 .get_mut(qpi)
-                .and_then(|q| q.req.ops.front_mut())
+                .and_then(|q| q.req.ops.get_mut(at))
             {
                 o.done = true;
             }
@@ -619,32 +627,23 @@ fn place_response(
     })
 }
 
-/// An RDMA READ response: in order it lands in the READ's buffers; a gap goes back to the
-/// first missing response.
-fn read_response(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>, now: u64) {
-    let psn = pkt.headers.bth.psn;
-    let mtu = mtu(core, qpi);
-    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
-        return;
-    };
-    let found = qp
-        .req
-        .ops
-        .iter()
-        .position(|o| psn_delta(psn, o.first_psn) >= 0 && psn_delta(psn, o.last_psn()) <= 0);
-    let Some(at) = found.filter(|i| qp.req.ops[*i].opcode == WQE_OP_RDMA_READ) else {
+/// The outstanding op a READ response or atomic ACK answers (`is_it`), with everything before
+/// it settled: responses come in PSN order, so an earlier READ or atomic still without its
+/// response means that response was lost (go back for it); earlier SENDs and WRITEs are
+/// acknowledged by the response (its AETH, or the order itself). `None`: nothing to do with
+/// the packet.
+fn response_target(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    qpi: u32,
+    now: u64,
+    is_it: impl Fn(&SendOp) -> bool,
+) -> Option<usize> {
+    let qp = core.rdma.qps.get_mut(qpi)?;
+    let Some(at) = qp.req.ops.iter().position(is_it) else {
         qp.counters.dropped += 1;
-        return;
+        return None;
     };
-    let op = qp.req.ops[at];
-    let expected = psn_add(op.first_psn, op.responses);
-    let d = psn_delta(psn, expected);
-    if op.done || d < 0 {
-        qp.counters.duplicates += 1;
-        return;
-    }
-    // Responses come in PSN order: an earlier READ or atomic still without its response means
-    // that response was lost.
     if let Some(earlier) = qp
         .req
         .ops
@@ -654,23 +653,49 @@ fn read_response(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket
     {
         let missing = psn_add(earlier.first_psn, earlier.responses);
         implied_nak(core, ctx, qpi, missing);
-        return;
+        return None;
     }
-    // The AETH of FIRST/LAST/ONLY acknowledges everything before the READ.
-    if pkt.headers.aeth.is_some() && at > 0 {
-        acknowledge(core, ctx, qpi, psn_add(op.first_psn, roce::PSN_MASK), now);
+    let first = qp.req.ops[at].first_psn;
+    acknowledge(core, ctx, qpi, psn_add(first, roce::PSN_MASK), now);
+    // Completions may have retired the ops ahead of it.
+    let qp = core.rdma.qps.get(qpi)?;
+    qp.req.ops.iter().position(|o| o.first_psn == first)
+}
+
+/// An RDMA READ response: in order it lands in the READ's buffers; a gap goes back to the
+/// first missing response.
+fn read_response(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>, now: u64) {
+    let psn = pkt.headers.bth.psn;
+    let mtu = mtu(core, qpi);
+    let Some(at) = response_target(core, ctx, qpi, now, |o| {
+        o.opcode == WQE_OP_RDMA_READ
+            && psn_delta(psn, o.first_psn) >= 0
+            && psn_delta(psn, o.last_psn()) <= 0
+    }) else {
+        return;
+    };
+    let Some(op) = core
+        .rdma
+        .qps
+        .get(qpi)
+        .and_then(|q| q.req.ops.get(at))
+        .copied()
+    else {
+        return;
+    };
+    let expected = psn_add(op.first_psn, op.responses);
+    let d = psn_delta(psn, expected);
+    if op.done || d < 0 {
+        if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+            qp.counters.duplicates += 1;
+        }
+        return;
     }
     if d > 0 {
         // Responses were lost: ask again from the first missing one.
         implied_nak(core, ctx, qpi, expected);
         return;
     }
-    let Some(qp) = core.rdma.qps.get(qpi) else {
-        return;
-    };
-    let Some(at) = qp.req.ops.iter().position(|o| o.first_psn == op.first_psn) else {
-        return;
-    };
     let k = op.responses;
     let last = k + 1 == op.packets;
     // A READ sent again from response `k` is a new request: its responses start with FIRST
@@ -730,6 +755,8 @@ fn acknowledge(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32, now: u
         return;
     };
     if psn_delta(psn, qp.req.unacked_psn) < 0 {
+        // Nothing new acknowledged; ops whose responses arrived may still retire.
+        complete_done(core, ctx, qpi, now);
         return;
     }
     // An ACK beyond a READ or atomic whose response is missing: the response was lost.
@@ -757,6 +784,19 @@ fn acknowledge(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32, now: u
 /// response arrived (READ, atomic); restores the retry counts and re-arms the timer on
 /// progress.
 fn complete_done(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) {
+    // What is acknowledged needs no sending again: a cursor a rewind left behind the oldest
+    // unacknowledged PSN moves up to it.
+    if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+        let r = &qp.req;
+        let at = match r.ops.get(r.cursor_op) {
+            Some(op) => psn_add(op.first_psn, r.cursor_packet),
+            None => r.next_psn,
+        };
+        let una = r.unacked_psn;
+        if psn_delta(at, una) < 0 {
+            seek(qp, una);
+        }
+    }
     let mut progressed = false;
     loop {
         let Some(qp) = core.rdma.qps.get_mut(qpi) else {
@@ -771,13 +811,18 @@ fn complete_done(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) {
         } else {
             acked
         };
-        // Everything of the op must also have been sent (a rewind may point inside it).
-        let sent = qp.req.cursor_op > 0;
+        // A SEND or WRITE must also have been sent whole (a rewind may point inside it); a READ
+        // or atomic whose response arrived was sent.
+        let sent = qp.req.cursor_op > 0 || op.is_read_or_atomic();
         if !finished || !sent {
             break;
         }
         qp.req.ops.pop_front();
-        qp.req.cursor_op -= 1;
+        if qp.req.cursor_op > 0 {
+            qp.req.cursor_op -= 1;
+        } else {
+            qp.req.cursor_packet = 0;
+        }
         if psn_delta(op.last_psn(), qp.req.unacked_psn) >= 0 {
             qp.req.unacked_psn = psn_add(op.last_psn(), 1);
         }
@@ -817,8 +862,9 @@ fn complete_done(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) {
     }
 }
 
-/// An RNR NAK at `psn`: wait the timer it names, then send again from `psn`.
-fn rnr(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32, timer: u8, now: u64) {
+/// An RNR NAK (everything before its PSN acknowledged): wait the timer it names, then send
+/// again from the oldest PSN still owed a response.
+fn rnr(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, timer: u8, now: u64) {
     let Some(qp) = core.rdma.qps.get_mut(qpi) else {
         return;
     };
@@ -831,7 +877,10 @@ fn rnr(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32, timer: u8, now
     }
     qp.req.rnr_wait_until = Some(now + RNR_TIMER_NS[usize::from(timer & 0x1f)]);
     qp.req.deadline = None;
-    seek(qp, psn);
+    // From the oldest PSN still owed a response (an earlier READ's, say), which is `psn` itself
+    // when everything before it was acknowledged.
+    let from = qp.req.unacked_psn;
+    seek(qp, from);
 }
 
 use zerocopy::FromBytes;

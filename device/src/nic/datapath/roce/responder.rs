@@ -400,19 +400,15 @@ fn write(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     }
 }
 
-/// Room for one more READ/atomic: the oldest entry whose responses are all out may go.
-fn make_room(qp: &mut QueuePair) -> bool {
+/// Room for one more READ/atomic: the oldest entry goes. A requester keeps at most
+/// `max_rd_atomic` (no more than our `max_dest_rd_atomic`) outstanding, so a new one means it
+/// is done with the oldest — even if a late duplicate of it is being answered again (as Linux
+/// soft-RoCE reuses its oldest resource).
+fn make_room(qp: &mut QueuePair) {
     let max = usize::from(qp.attr.max_dest_rd_atomic.max(1));
-    let reads = &mut qp.resp.reads;
-    while reads.len() >= max {
-        match reads.front() {
-            Some(e) if e.sent >= e.packets => {
-                reads.pop_front();
-            }
-            _ => return false,
-        }
+    while qp.resp.reads.len() >= max {
+        qp.resp.reads.pop_front();
     }
-    true
 }
 
 fn read_request(core: &mut NicCore, qpi: u32, pkt: &IbPacket<'_>) {
@@ -440,9 +436,10 @@ fn read_request(core: &mut NicCore, qpi: u32, pkt: &IbPacket<'_>) {
     if checked.is_err() {
         return fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
     }
-    if len > 1 << 31 || !make_room(qp) {
+    if len > 1 << 31 {
         return fatal(qp, psn, nak::INVALID_REQUEST);
     }
+    make_room(qp);
     let packets = len.div_ceil(mtu).max(1);
     qp.resp.reads.push_back(ReadAtomic {
         first_psn: psn,
@@ -487,10 +484,7 @@ fn atomic(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
             return fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
         }
     };
-    if !make_room(core.rdma.qps.get_mut(qpi).expect("present")) {
-        let qp = core.rdma.qps.get_mut(qpi).expect("present");
-        return fatal(qp, psn, nak::INVALID_REQUEST);
-    }
+    make_room(core.rdma.qps.get_mut(qpi).expect("present"));
     // The 8 bytes are read, changed and written back as one operation of the NIC (no other
     // access to host memory can come between them in this single-threaded engine).
     let mut cur = [0u8; 8];
