@@ -1,0 +1,647 @@
+//! Bad input on the RoCE receive path and in RDMA work requests gets the answer the spec gives:
+//! a hand-played remote peer sends frames built with the formats crate straight into a card's
+//! uplink and reads what comes back (ACKs, NAKs, read responses) byte by byte.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::rdma::*;
+use fld_abi::nic::*;
+use fld_abi::wire::roce::{
+    self, ipv4_gid, nak, AckKind, Aeth, AtomicEth, BthRepr, IbHeaders, IbPacket, Reth, RoceAddress,
+};
+use fld_abi::wire::udp_offsets;
+use fld_device::card::{Card, CardConfig};
+use fld_device::wire::{link, LinkEnd, Wire};
+use fld_driver::inprocess::InProcessHost;
+
+const PEER_IP: [u8; 4] = [10, 0, 0, 9];
+const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
+const PEER_QPN: u32 = 0x999;
+/// The first PSN the peer sends (our QP's expected PSN).
+const PEER_PSN: u32 = 0x10;
+
+/// A card with one end whose QP is connected to a peer that is only this test's hands.
+struct Lone {
+    card: Arc<Card>,
+    _host: Arc<InProcessHost>,
+    end: End,
+    wire: LinkEnd,
+    ident: u16,
+}
+
+fn lone(access_flags: u32, t: Transport) -> Lone {
+    let card = Card::new(CardConfig::default());
+    let (a, b) = link(1024);
+    card.nic.set_uplink(Box::new(a));
+    let host = InProcessHost::new(card.clone(), 64 << 20).unwrap();
+    let mut end = open_end(&host, 0, [10, 0, 0, 1], access_flags, CAPS);
+    connect(
+        &mut end,
+        (PEER_QPN, PEER_IP, PEER_MAC),
+        (0x500, PEER_PSN),
+        t,
+    );
+    Lone {
+        card,
+        _host: host,
+        end,
+        wire: b,
+        ident: 0,
+    }
+}
+
+impl Lone {
+    /// A request from the peer to our QP.
+    fn send(&mut self, headers: IbHeaders, payload: &[u8]) -> Vec<u8> {
+        let addr = RoceAddress {
+            src_mac: PEER_MAC,
+            dst_mac: self.end.nic.mac(),
+            src_gid: ipv4_gid(PEER_IP),
+            dst_gid: ipv4_gid(self.end.ip),
+            src_port: 0xc000,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+        };
+        let mut h = headers;
+        h.bth.dest_qp = self.end.qp.qpn;
+        h.bth.pkey = roce::DEFAULT_PKEY;
+        let mut frame = vec![0u8; 9000];
+        self.ident += 1;
+        let n = addr.emit(&h, payload, self.ident, &mut frame).unwrap();
+        frame.truncate(n);
+        self.inject(&frame);
+        frame
+    }
+
+    fn inject(&mut self, frame: &[u8]) {
+        self.wire.transmit(frame);
+        self.card.run_until_idle();
+    }
+
+    /// Transport packets the card sent towards the peer since the last call.
+    fn replies(&mut self) -> Vec<(IbHeaders, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 9216];
+        while let Some(n) = self.wire.receive(&mut buf) {
+            let f = &buf[..n];
+            let o = udp_offsets(f).expect("a UDP frame");
+            let p = IbPacket::parse(&f[o.payload()..o.ip_end]).expect("a RoCE packet");
+            assert_eq!(
+                roce::icrc(f, o.ip, o.ip_end, o.ipv6),
+                Some(p.icrc),
+                "valid ICRC"
+            );
+            assert_eq!(p.headers.bth.dest_qp, PEER_QPN);
+            out.push((p.headers, p.payload.to_vec()));
+        }
+        out
+    }
+
+    fn counters(&mut self) -> RdmaCountersOut {
+        self.end.nic.query_rdma_counters().unwrap()
+    }
+}
+
+fn bth(opcode: u8, psn: u32, ack_request: bool) -> BthRepr {
+    BthRepr {
+        opcode,
+        psn,
+        ack_request,
+        ..Default::default()
+    }
+}
+
+fn write_only(psn: u32, va: u64, rkey: u32, len: u32) -> IbHeaders {
+    IbHeaders {
+        bth: bth(roce::opcode::WRITE_ONLY, psn, true),
+        reth: Some(Reth {
+            virtual_address: va,
+            rkey,
+            dma_length: len,
+        }),
+        ..Default::default()
+    }
+}
+
+fn aeth_of(h: &IbHeaders) -> AckKind {
+    h.aeth.expect("an AETH").kind
+}
+
+#[test]
+fn a_bad_icrc_or_an_unknown_qp_is_a_silent_counted_drop() {
+    let mut l = lone(access::ALL, Transport::default());
+    let va = l.end.va(0);
+    let key = l.end.mr.key;
+    let mut frame = l.send(write_only(PEER_PSN, va, key, 4), b"good");
+    assert_eq!(l.end.read(0, 4), b"good");
+    assert_eq!(l.replies().len(), 1, "the ACK");
+    // The same frame with one payload byte changed: the ICRC no longer matches.
+    let at = frame.len() - 6;
+    frame[at] ^= 1;
+    l.inject(&frame);
+    assert!(l.replies().is_empty(), "no answer");
+    assert_eq!(l.counters().rx_icrc_errors.get(), 1);
+    // A frame for a QP number nobody has.
+    let mut h = write_only(PEER_PSN + 1, va, key, 4);
+    h.bth.dest_qp = 0x7777;
+    let addr = RoceAddress {
+        src_mac: PEER_MAC,
+        dst_mac: l.end.nic.mac(),
+        src_gid: ipv4_gid(PEER_IP),
+        dst_gid: ipv4_gid(l.end.ip),
+        src_port: 0xc000,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+    };
+    let mut f = vec![0u8; 256];
+    let n = addr.emit(&h, b"lost", 1, &mut f).unwrap();
+    l.inject(&f[..n]);
+    assert!(l.replies().is_empty());
+    assert_eq!(l.counters().rx_unknown_qp.get(), 1);
+    assert_eq!(l.end.read(0, 4), b"good", "nothing written");
+    // Truncated transport headers: malformed, counted.
+    let mut short = f[..n].to_vec();
+    short.truncate(42 + 8);
+    let ip_len = (short.len() - 14) as u16;
+    short[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    short[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+    short[24..26].fill(0);
+    let c = fld_abi::wire::internet_checksum(&short[14..34], 0);
+    short[24..26].copy_from_slice(&c.to_be_bytes());
+    l.inject(&short);
+    assert_eq!(l.counters().rx_malformed.get(), 1);
+    assert_eq!(l.end.state(), QpState::Rts, "none of it touched the QP");
+}
+
+#[test]
+fn psns_outside_the_window_get_one_nak_or_a_repeated_ack() {
+    let mut l = lone(access::ALL, Transport::default());
+    let (va, key) = (l.end.va(0), l.end.mr.key);
+    // Ahead of the expected PSN: one sequence NAK naming the expected PSN, then silence.
+    l.send(write_only(PEER_PSN + 3, va, key, 4), b"late");
+    l.send(write_only(PEER_PSN + 4, va, key, 4), b"late");
+    let r = l.replies();
+    assert_eq!(r.len(), 1, "one NAK per sequence error");
+    assert_eq!(r[0].0.bth.psn, PEER_PSN);
+    assert_eq!(
+        aeth_of(&r[0].0),
+        AckKind::Nak {
+            code: nak::PSN_SEQUENCE_ERROR
+        }
+    );
+    assert_ne!(l.end.read(0, 4), b"late", "nothing executed");
+    // The expected PSN executes and is acknowledged.
+    l.send(write_only(PEER_PSN, va, key, 4), b"one!");
+    assert_eq!(l.end.read(0, 4), b"one!");
+    let r = l.replies();
+    assert_eq!((r.len(), r[0].0.bth.psn), (1, PEER_PSN));
+    assert!(matches!(aeth_of(&r[0].0), AckKind::Ack { .. }));
+    // A duplicate of it is acknowledged again, not executed again.
+    l.end.fill(0, b"own!");
+    l.send(write_only(PEER_PSN, va, key, 4), b"one!");
+    assert_eq!(
+        l.end.read(0, 4),
+        b"own!",
+        "a duplicate WRITE is not executed"
+    );
+    let r = l.replies();
+    assert_eq!((r.len(), r[0].0.bth.psn), (1, PEER_PSN));
+    assert_eq!(aeth_of(&r[0].0), AckKind::Ack { credits: 31 });
+    let q = l.end.nic.query_qp(l.end.qp.qpn).unwrap();
+    assert_eq!(q.counters.duplicates.get(), 1);
+    assert_eq!(q.expected_psn.get(), PEER_PSN + 1);
+}
+
+#[test]
+fn an_atomic_duplicate_is_answered_from_the_saved_result() {
+    let mut l = lone(access::ALL, Transport::default());
+    l.end.fill(64, &10u64.to_le_bytes());
+    let h = IbHeaders {
+        bth: bth(roce::opcode::FETCH_ADD, PEER_PSN, false),
+        atomic_eth: Some(AtomicEth {
+            virtual_address: l.end.va(64),
+            rkey: l.end.mr.key,
+            swap_add: 5,
+            compare: 0,
+        }),
+        ..Default::default()
+    };
+    l.send(h, &[]);
+    l.send(h, &[]);
+    assert_eq!(l.end.read(64, 8), 15u64.to_le_bytes(), "added once");
+    let r = l.replies();
+    assert_eq!(r.len(), 2);
+    for (hdr, _) in &r {
+        assert_eq!(hdr.bth.opcode, roce::opcode::ATOMIC_ACKNOWLEDGE);
+        assert_eq!(
+            hdr.atomic_ack_eth.unwrap().original,
+            10,
+            "the saved original both times"
+        );
+    }
+    // And a duplicate READ is executed again: the data as it is now.
+    let read = IbHeaders {
+        bth: bth(roce::opcode::READ_REQUEST, PEER_PSN + 1, false),
+        reth: Some(Reth {
+            virtual_address: l.end.va(64),
+            rkey: l.end.mr.key,
+            dma_length: 8,
+        }),
+        ..Default::default()
+    };
+    l.send(read, &[]);
+    l.end.fill(64, &99u64.to_le_bytes());
+    l.send(read, &[]);
+    let r = l.replies();
+    assert_eq!(r.len(), 2);
+    assert_eq!(r[0].1, 15u64.to_le_bytes());
+    assert_eq!(r[1].1, 99u64.to_le_bytes(), "executed again");
+    assert_eq!(r[1].0.bth.opcode, roce::opcode::READ_RESPONSE_ONLY);
+}
+
+/// Every way an rkey can be wrong: NAK remote access error, nothing written, and the
+/// responder's QP in ERR.
+#[test]
+fn every_bad_rkey_is_a_remote_access_nak_with_nothing_written() {
+    let cases: Vec<(&str, Box<dyn Fn(&mut Lone) -> (u64, u32)>)> = vec![
+        (
+            "no such key",
+            Box::new(|l| (l.end.va(0), l.end.mr.key ^ 0x100)),
+        ),
+        (
+            "stale variant",
+            Box::new(|l| (l.end.va(0), l.end.mr.key ^ 1)),
+        ),
+        (
+            "past the region",
+            Box::new(|l| (l.end.va(BUF - 2), l.end.mr.key)),
+        ),
+        (
+            "before the region",
+            Box::new(|l| (l.end.va(0) - 8, l.end.mr.key)),
+        ),
+        (
+            "another PD",
+            Box::new(|l| {
+                let pd = l.end.nic.create_pd().unwrap();
+                let mr = l.end.nic.register_mr(pd, &l.end.buf, access::ALL).unwrap();
+                let key = mr.key;
+                std::mem::forget(mr);
+                (l.end.va(0), key)
+            }),
+        ),
+        (
+            "no remote write right",
+            Box::new(|l| {
+                let pd = l.end.pd;
+                let mr = l
+                    .end
+                    .nic
+                    .register_mr(pd, &l.end.buf, access::LOCAL_WRITE | access::REMOTE_READ)
+                    .unwrap();
+                let key = mr.key;
+                std::mem::forget(mr);
+                (l.end.va(0), key)
+            }),
+        ),
+    ];
+    for (what, target) in cases {
+        let mut l = lone(access::ALL, Transport::default());
+        l.end.fill(0, &[0x11; 16]);
+        let (va, key) = target(&mut l);
+        l.send(write_only(PEER_PSN, va, key, 4), b"evil");
+        let r = l.replies();
+        assert_eq!(r.len(), 1, "{what}");
+        assert_eq!(
+            aeth_of(&r[0].0),
+            AckKind::Nak {
+                code: nak::REMOTE_ACCESS_ERROR
+            },
+            "{what}"
+        );
+        assert_eq!(r[0].0.bth.psn, PEER_PSN, "{what}");
+        assert_eq!(l.end.read(0, 16), vec![0x11; 16], "{what}: nothing written");
+        assert_eq!(
+            l.end.read(BUF - 16, 16),
+            vec![0; 16],
+            "{what}: nothing written"
+        );
+        assert_eq!(
+            l.end.state(),
+            QpState::Err,
+            "{what}: the responder's QP ends"
+        );
+    }
+}
+
+#[test]
+fn opcodes_out_of_sequence_are_invalid_requests_and_a_stray_response_is_dropped() {
+    // MIDDLE without FIRST.
+    let mut l = lone(access::ALL, Transport::default());
+    l.send(
+        IbHeaders {
+            bth: bth(roce::opcode::SEND_MIDDLE, PEER_PSN, false),
+            ..Default::default()
+        },
+        &[0u8; 1024],
+    );
+    let r = l.replies();
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        aeth_of(&r[0].0),
+        AckKind::Nak {
+            code: nak::INVALID_REQUEST
+        }
+    );
+    assert_eq!(l.end.state(), QpState::Err);
+
+    // A FIRST whose payload is not a whole MTU.
+    let mut l = lone(access::ALL, Transport::default());
+    l.end.qp.post_recv(&[l.end.sge(0, 4096)]).unwrap();
+    l.end.qp.ring_recv_doorbell();
+    l.send(
+        IbHeaders {
+            bth: bth(roce::opcode::SEND_FIRST, PEER_PSN, false),
+            ..Default::default()
+        },
+        &[0u8; 100],
+    );
+    assert_eq!(
+        aeth_of(&l.replies()[0].0),
+        AckKind::Nak {
+            code: nak::INVALID_REQUEST
+        }
+    );
+
+    // A READ response to nothing: dropped, counted, the QP untouched.
+    let mut l = lone(access::ALL, Transport::default());
+    l.send(
+        IbHeaders {
+            bth: bth(roce::opcode::READ_RESPONSE_ONLY, 0x500, false),
+            aeth: Some(Aeth {
+                kind: AckKind::Ack { credits: 31 },
+                msn: 1,
+            }),
+            ..Default::default()
+        },
+        b"unasked",
+    );
+    assert!(l.replies().is_empty());
+    let q = l.end.nic.query_qp(l.end.qp.qpn).unwrap();
+    assert_eq!(q.counters.dropped.get(), 1);
+    assert_eq!(l.end.state(), QpState::Rts);
+}
+
+#[test]
+fn a_receive_buffer_too_small_is_a_local_length_error() {
+    let mut l = lone(access::ALL, Transport::default());
+    let rc = l.end.qp.post_recv(&[l.end.sge(0, 10)]).unwrap();
+    l.end.qp.ring_recv_doorbell();
+    l.end.fill(0, &[0xaa; 32]);
+    l.send(
+        IbHeaders {
+            bth: bth(roce::opcode::SEND_ONLY, PEER_PSN, true),
+            ..Default::default()
+        },
+        &[7u8; 20],
+    );
+    let c = l.end.completions();
+    assert_eq!(c.len(), 1);
+    assert_eq!(
+        (c[0].opcode(), c[0].syndrome, c[0].wqe_counter.get()),
+        (CQE_RESP_ERR, rdma_status::LOCAL_LENGTH, rc)
+    );
+    assert_eq!(
+        aeth_of(&l.replies()[0].0),
+        AckKind::Nak {
+            code: nak::INVALID_REQUEST
+        }
+    );
+    assert_eq!(
+        l.end.read(10, 22),
+        vec![0xaa; 22],
+        "nothing beyond the buffer"
+    );
+    assert_eq!(l.end.state(), QpState::Err);
+}
+
+#[test]
+fn no_receive_wqe_is_an_rnr_nak_and_the_psn_is_not_consumed() {
+    let t = Transport {
+        min_rnr_timer: 14,
+        ..Transport::default()
+    };
+    let mut l = lone(access::ALL, t);
+    let send = IbHeaders {
+        bth: bth(roce::opcode::SEND_ONLY, PEER_PSN, true),
+        ..Default::default()
+    };
+    l.send(send, b"too early");
+    let r = l.replies();
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        (r[0].0.bth.psn, aeth_of(&r[0].0)),
+        (PEER_PSN, AckKind::RnrNak { timer: 14 })
+    );
+    l.end.qp.post_recv(&[l.end.sge(0, 64)]).unwrap();
+    l.end.qp.ring_recv_doorbell();
+    l.send(send, b"now it fits");
+    assert_eq!(l.end.read(0, 11), b"now it fits");
+    assert!(matches!(aeth_of(&l.replies()[0].0), AckKind::Ack { .. }));
+    let c = l.end.completions();
+    assert_eq!(
+        (c.len(), c[0].opcode(), c[0].byte_count.get()),
+        (1, CQE_RESP_SEND, 11)
+    );
+}
+
+#[test]
+fn a_wqe_with_a_foreign_lkey_is_a_local_protection_error_and_the_qp_flushes() {
+    let mut p = one_card(access::ALL, Transport::default());
+    let other_pd = p.a.nic.create_pd().unwrap();
+    let foreign =
+        p.a.nic
+            .register_mr(other_pd, &p.a.buf, access::ALL)
+            .unwrap();
+    let bad = [Sge {
+        addr: p.a.va(0),
+        length: 64,
+        lkey: foreign.key,
+    }];
+    let good = [p.a.sge(0, 64)];
+    p.b.qp.post_recv(&[p.b.sge(0, 64)]).unwrap();
+    p.b.qp.ring_recv_doorbell();
+    let mut unsignalled = wr(WQE_OP_SEND, &good, None, 0);
+    unsignalled.signal = false;
+    p.a.qp.post_send(&wr(WQE_OP_SEND, &bad, None, 0)).unwrap();
+    p.a.qp.post_send(&unsignalled).unwrap();
+    p.a.qp.post_send(&wr(WQE_OP_SEND, &good, None, 0)).unwrap();
+    p.a.qp.post_recv(&[p.a.sge(4096, 64)]).unwrap();
+    p.a.qp.ring_recv_doorbell();
+    p.a.qp.ring_send_doorbell();
+    p.run();
+    let c = p.a.completions();
+    // The bad WQE with its status, then every WQE behind it and the posted receive, flushed —
+    // unsignalled ones included.
+    let got: Vec<(u8, u8, u16)> = c
+        .iter()
+        .map(|c| (c.opcode(), c.syndrome, c.wqe_counter.get()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (CQE_REQ_ERR, rdma_status::LOCAL_PROTECTION, 0),
+            (CQE_REQ_ERR, rdma_status::WR_FLUSH, 1),
+            (CQE_REQ_ERR, rdma_status::WR_FLUSH, 2),
+            (CQE_RESP_ERR, rdma_status::WR_FLUSH, 0),
+        ]
+    );
+    assert_eq!(p.a.state(), QpState::Err);
+    let e = p.a.eq.poll().expect("the QP's fatal event");
+    assert_eq!(
+        (e.event_type, e.subtype, e.data.get()),
+        (EQE_QP_EVENT, qp_event::FATAL, p.a.qp.qpn)
+    );
+    assert!(p.b.completions().is_empty(), "nothing reached the peer");
+    // Work posted in ERR is flushed too.
+    p.a.qp.post_send(&wr(WQE_OP_SEND, &good, None, 0)).unwrap();
+    p.a.qp.ring_send_doorbell();
+    p.run();
+    let c = p.a.completions();
+    assert_eq!(
+        (c.len(), c[0].syndrome, c[0].wqe_counter.get()),
+        (1, rdma_status::WR_FLUSH, 3)
+    );
+}
+
+#[test]
+fn retries_and_rnr_retries_run_out_into_the_error_state() {
+    // A peer that never answers: the requester times out retry_cnt + 1 times.
+    let t = Transport {
+        timeout: 4,
+        retry_cnt: 3,
+        ..Transport::default()
+    };
+    let mut l = lone(access::ALL, t);
+    let s = [l.end.sge(0, 100)];
+    l.end.qp.post_send(&wr(WQE_OP_SEND, &s, None, 0)).unwrap();
+    l.end
+        .qp
+        .post_send(&wr(WQE_OP_RDMA_WRITE, &s, Some((0x1000, 7)), 0))
+        .unwrap();
+    l.end.qp.ring_send_doorbell();
+    let mut now = 0;
+    let mut sent = 0;
+    for _ in 0..100 {
+        now += 100_000;
+        l.card.nic.set_clock(Some(now));
+        l.card.run_until_idle();
+        sent += l.replies().len();
+    }
+    assert_eq!(
+        sent,
+        2 * 4,
+        "both packets, sent once and retried three times"
+    );
+    let c = l.end.completions();
+    let got: Vec<(u8, u16)> = c
+        .iter()
+        .map(|c| (c.syndrome, c.wqe_counter.get()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(rdma_status::RETRY_EXCEEDED, 0), (rdma_status::WR_FLUSH, 1)]
+    );
+    assert_eq!(l.end.state(), QpState::Err);
+    let q = l.end.nic.query_qp(l.end.qp.qpn).unwrap();
+    assert_eq!(q.counters.timeouts.get(), 4);
+
+    // RNR NAKs: with rnr_retry 2 the third RNR NAK ends it; with 7 it waits for ever.
+    for (rnr_retry, naks, ends) in [(2u8, 3usize, true), (7, 20, false)] {
+        let t = Transport {
+            rnr_retry,
+            ..Transport::default()
+        };
+        let mut l = lone(access::ALL, t);
+        let mut now = 0;
+        l.card.nic.set_clock(Some(now));
+        let s = [l.end.sge(0, 8)];
+        l.end.qp.post_send(&wr(WQE_OP_SEND, &s, None, 0)).unwrap();
+        l.end.qp.ring_send_doorbell();
+        let mut rnrs = 0;
+        for _ in 0..naks * 4 {
+            l.card.run_until_idle();
+            for (h, _) in l.replies() {
+                if rnrs < naks {
+                    rnrs += 1;
+                    let nak = IbHeaders {
+                        bth: bth(roce::opcode::ACKNOWLEDGE, h.bth.psn, false),
+                        aeth: Some(Aeth {
+                            kind: AckKind::RnrNak { timer: 1 },
+                            msn: 0,
+                        }),
+                        ..Default::default()
+                    };
+                    l.send(nak, &[]);
+                }
+            }
+            now += 20_000;
+            l.card.nic.set_clock(Some(now));
+        }
+        let c = l.end.completions();
+        let q = l.end.nic.query_qp(l.end.qp.qpn).unwrap();
+        assert_eq!(
+            q.counters.rnr_naks_received.get(),
+            naks as u64,
+            "rnr_retry {rnr_retry}"
+        );
+        if ends {
+            assert_eq!(c.len(), 1);
+            assert_eq!(c[0].syndrome, rdma_status::RNR_RETRY_EXCEEDED);
+            assert_eq!(l.end.state(), QpState::Err);
+        } else {
+            assert!(c.is_empty(), "still trying");
+            assert_eq!(l.end.state(), QpState::Rts);
+        }
+    }
+}
+
+#[test]
+fn a_refused_modify_leaves_the_qp_as_it_was() {
+    use qp_attr::*;
+    let mut l = lone(access::ALL, Transport::default());
+    let before = l.end.nic.query_qp(l.end.qp.qpn).unwrap();
+    // RTS -> RTR does not exist; RTS -> RTS with SQ_PSN is not allowed; a GID index not set.
+    let mut a = before.attr;
+    a.qp_state = QpState::Rtr as u8;
+    let e = l.end.nic.modify_qp(l.end.qp.qpn, STATE, &a).unwrap_err();
+    assert_eq!(e.status(), Some(CmdStatus::BadState));
+    a.qp_state = QpState::Rts as u8;
+    a.sq_psn.set(0x42);
+    let e = l
+        .end
+        .nic
+        .modify_qp(l.end.qp.qpn, STATE | SQ_PSN, &a)
+        .unwrap_err();
+    assert_eq!(e.status(), Some(CmdStatus::BadParam));
+    let after = l.end.nic.query_qp(l.end.qp.qpn).unwrap();
+    assert_eq!(after.attr, before.attr);
+    assert_eq!(after.next_psn.get(), before.next_psn.get());
+    // A QP number of another function, or none at all.
+    let e = l.end.nic.modify_qp(0x7777, STATE, &a).unwrap_err();
+    assert_eq!(e.status(), Some(CmdStatus::BadResource));
+    // Destroying what a QP holds is refused while it lives.
+    let pd = l.end.pd;
+    assert_eq!(
+        l.end.nic.destroy_pd(pd).unwrap_err().status(),
+        Some(CmdStatus::ResourceBusy)
+    );
+    assert_eq!(
+        l.end.nic.destroy_cq(l.end.cq.cqn).unwrap_err().status(),
+        Some(CmdStatus::ResourceBusy)
+    );
+}
