@@ -6,8 +6,9 @@
 //! accelerators, the host library's generators, tests and fuzz targets — goes through here.
 //!
 //! Left out: IPv4 options and IPv6 extension headers are carried (IHL is honoured) but not
-//! interpreted; TCP options likewise; no ARP, ICMP or IGMP.
+//! interpreted; TCP options likewise; ARP only for IPv4 over Ethernet; no ICMP or IGMP.
 
+pub mod arp;
 pub mod checksum;
 pub mod coap;
 pub mod ethernet;

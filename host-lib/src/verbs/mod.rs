@@ -1,0 +1,834 @@
+//! A verbs API in the shape of rdma-core's libibverbs, over the soft NIC's RoCEv2 transport:
+//! open a device, query its port and GID table (RoCEv2 GIDs from the port's IP addresses),
+//! protection domains, memory regions, completion queues with completion channels, RC queue
+//! pairs (create, modify through the IBA state machine, query), shared receive queues, and the
+//! data path — `post_send`, `post_recv`, `post_srq_recv`, `poll_cq`, `req_notify_cq`.
+//!
+//! Control calls go through [`Context`] (`&mut`: one command mailbox per function); the data
+//! path works on the objects themselves and never takes a lock. It runs over every transport
+//! the driver has (in-process, vfio-user, vfio-pci in a guest).
+//!
+//! The device's IPv4 addresses are answered for ARP by [`neighbor`], which also resolves a
+//! peer's MAC address — what a host stack does for a RoCE NIC.
+//!
+//! Left out: UD and XRC QPs, memory windows, the extended verbs (ibv_wr_*, CQ ex), address
+//! handles beyond the QP's address vector, multicast.
+
+pub mod neighbor;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fld_abi::nic::*;
+use fld_abi::wire::roce::{gid_is_ipv4, ipv4_gid};
+use fld_driver::nic::{CompletionQueue, EventQueue, NicDriver};
+use fld_driver::rdma::{MemoryRegion, QpCaps, RcQueuePair, SharedReceiveQueue};
+use fld_driver::{DmaBuffer, DriverError, PciDevice};
+
+pub use fld_abi::nic::{access, qp_attr, QpAttr, QpState, Sge};
+
+/// A 16-byte GID. RoCEv2 GIDs are IPv6 addresses, IPv4 ones mapped (`::ffff:a.b.c.d`).
+pub type Gid = [u8; 16];
+
+/// The MSI-X vector completion events arrive on.
+const EVENT_VECTOR: u16 = 0;
+
+/// ibv_port_attr, as much of it as RoCE uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortAttr {
+    /// Always active: the uplink is up.
+    pub active: bool,
+    /// Path-MTU codes (1 = 256 … 5 = 4096).
+    pub max_mtu: u8,
+    pub active_mtu: u8,
+    pub gid_tbl_len: u16,
+    /// RoCE has no LIDs.
+    pub lid: u16,
+    pub link_layer_ethernet: bool,
+}
+
+/// ibv_wc_status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WcStatus {
+    Success = 0,
+    LocLenErr = 1,
+    LocQpOpErr = 2,
+    LocProtErr = 4,
+    WrFlushErr = 5,
+    BadRespErr = 7,
+    LocAccessErr = 8,
+    RemInvReqErr = 9,
+    RemAccessErr = 10,
+    RemOpErr = 11,
+    RetryExcErr = 12,
+    RnrRetryExcErr = 13,
+    GeneralErr = 21,
+}
+
+impl WcStatus {
+    fn from_nic(s: u8) -> Self {
+        match s {
+            rdma_status::SUCCESS => WcStatus::Success,
+            rdma_status::LOCAL_LENGTH => WcStatus::LocLenErr,
+            rdma_status::LOCAL_QP_OPERATION => WcStatus::LocQpOpErr,
+            rdma_status::LOCAL_PROTECTION => WcStatus::LocProtErr,
+            rdma_status::WR_FLUSH => WcStatus::WrFlushErr,
+            rdma_status::BAD_RESPONSE => WcStatus::BadRespErr,
+            rdma_status::LOCAL_ACCESS => WcStatus::LocAccessErr,
+            rdma_status::REMOTE_INVALID_REQUEST => WcStatus::RemInvReqErr,
+            rdma_status::REMOTE_ACCESS => WcStatus::RemAccessErr,
+            rdma_status::REMOTE_OPERATION => WcStatus::RemOpErr,
+            rdma_status::RETRY_EXCEEDED => WcStatus::RetryExcErr,
+            rdma_status::RNR_RETRY_EXCEEDED => WcStatus::RnrRetryExcErr,
+            _ => WcStatus::GeneralErr,
+        }
+    }
+}
+
+/// ibv_wc_opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcOpcode {
+    Send,
+    RdmaWrite,
+    RdmaRead,
+    CompSwap,
+    FetchAdd,
+    Recv,
+    RecvRdmaWithImm,
+}
+
+/// A work completion (ibv_wc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wc {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    pub byte_len: u32,
+    /// Immediate data of a SEND/WRITE with immediate (`wc_flags & IBV_WC_WITH_IMM`).
+    pub imm_data: Option<u32>,
+    pub qp_num: u32,
+    pub solicited: bool,
+}
+
+/// ibv_wr_opcode and its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WrOpcode {
+    Send,
+    SendWithImm(u32),
+    RdmaWrite {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    RdmaWriteWithImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    },
+    RdmaRead {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    AtomicCmpAndSwp {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
+    AtomicFetchAndAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
+}
+
+/// A send work request (ibv_send_wr).
+#[derive(Clone, Copy, Debug)]
+pub struct SendWr<'a> {
+    pub wr_id: u64,
+    pub opcode: WrOpcode,
+    pub sg_list: &'a [Sge],
+    /// IBV_SEND_SIGNALED, IBV_SEND_SOLICITED, IBV_SEND_FENCE, IBV_SEND_INLINE.
+    pub signaled: bool,
+    pub solicited: bool,
+    pub fence: bool,
+    pub inline: bool,
+}
+
+impl<'a> SendWr<'a> {
+    pub fn new(wr_id: u64, opcode: WrOpcode, sg_list: &'a [Sge]) -> Self {
+        SendWr {
+            wr_id,
+            opcode,
+            sg_list,
+            signaled: true,
+            solicited: false,
+            fence: false,
+            inline: false,
+        }
+    }
+}
+
+/// Errors of the verbs, in errno's spirit.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbsError {
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// The send or receive queue is full (ENOMEM of ibv_post_*).
+    #[error("work queue full")]
+    QueueFull,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("timed out")]
+    Timeout,
+}
+
+type Result<T> = std::result::Result<T, VerbsError>;
+
+/// A protection domain.
+#[derive(Debug)]
+pub struct Pd {
+    pub handle: u32,
+}
+
+/// A registered memory region with its memory (ibv_reg_mr over a buffer the library
+/// allocated in DMA-able memory, as `ibv_alloc_buf` would).
+pub struct Mr {
+    region: MemoryRegion,
+    buf: DmaBuffer,
+}
+
+impl Mr {
+    pub fn lkey(&self) -> u32 {
+        self.region.key
+    }
+    pub fn rkey(&self) -> u32 {
+        self.region.key
+    }
+    /// The region's virtual address (what peers use in RDMA operations).
+    pub fn addr(&self) -> u64 {
+        self.region.addr
+    }
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+    /// An SGE of `len` bytes at `offset` into the region.
+    pub fn sge(&self, offset: usize, len: usize) -> Sge {
+        Sge {
+            addr: self.addr() + offset as u64,
+            length: len as u32,
+            lkey: self.lkey(),
+        }
+    }
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        self.buf.write(offset, data)
+    }
+    pub fn read(&self, offset: usize, out: &mut [u8]) {
+        self.buf.read(offset, out)
+    }
+}
+
+/// The wr_ids of a QP's posted work and how far its send ring has completed.
+struct WrIds {
+    send: Box<[AtomicU64]>,
+    /// Basic blocks of the send WQE at each slot (unsignalled WQEs complete with the next
+    /// signalled one).
+    send_blocks: Box<[AtomicU32]>,
+    /// Send basic blocks the CQ has seen complete.
+    send_done: AtomicU32,
+    recv: Box<[AtomicU64]>,
+}
+
+impl WrIds {
+    fn new(send_slots: usize, recv_slots: usize) -> Arc<Self> {
+        Arc::new(WrIds {
+            send: (0..send_slots).map(|_| AtomicU64::new(0)).collect(),
+            send_blocks: (0..send_slots).map(|_| AtomicU32::new(1)).collect(),
+            send_done: AtomicU32::new(0),
+            recv: (0..recv_slots.max(1)).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+}
+
+/// What a CQ knows of a QP completing into it.
+struct Attached {
+    qpn: u32,
+    ids: Arc<WrIds>,
+    srq: Option<Arc<WrIds>>,
+}
+
+/// A completion channel: where a CQ's events are waited for (ibv_comp_channel).
+pub struct CompChannel {
+    _private: (),
+}
+
+/// A completion queue.
+pub struct Cq {
+    cq: CompletionQueue,
+    attached: Mutex<Vec<Attached>>,
+    dev: Arc<dyn PciDevice>,
+    channel: bool,
+    /// Entries consumed since the consumer counter was last reported.
+    unreported: u32,
+}
+
+impl Cq {
+    pub fn cqn(&self) -> u32 {
+        self.cq.cqn
+    }
+
+    /// Polls up to `wc.len()` completions (ibv_poll_cq); returns how many were written.
+    pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
+        let mut n = 0;
+        while n < wc.len() {
+            let Some(c) = self.cq.poll() else {
+                if n == 0 {
+                    // An in-process card runs when its application waits on it.
+                    self.dev.run_device();
+                    match self.cq.poll() {
+                        Some(c) => {
+                            if let Some(w) = self.translate(&c) {
+                                wc[n] = w;
+                                n += 1;
+                            }
+                            self.unreported += 1;
+                            continue;
+                        }
+                        None => break,
+                    }
+                }
+                break;
+            };
+            self.unreported += 1;
+            if let Some(w) = self.translate(&c) {
+                wc[n] = w;
+                n += 1;
+            }
+        }
+        if self.unreported > 0 && (n == 0 || self.unreported >= self.cq.size() / 4) {
+            self.cq.update_ci();
+            self.unreported = 0;
+        }
+        n
+    }
+
+    fn translate(&mut self, c: &Cqe) -> Option<Wc> {
+        if c.flags & cqe_flags::QP == 0 {
+            return None;
+        }
+        let qpn = c.qn.get();
+        let attached = self.attached.get_mut().unwrap_or_else(|e| e.into_inner());
+        let a = attached.iter().find(|a| a.qpn == qpn)?;
+        let status = WcStatus::from_nic(c.syndrome);
+        let counter = c.wqe_counter.get() as usize;
+        let imm = match c.opcode() {
+            CQE_RESP_SEND_IMM | CQE_RESP_WRITE_IMM => Some(c.imm.get()),
+            _ => None,
+        };
+        let is_send = c.is_send();
+        let (wr_id, opcode) = if is_send {
+            let slot = counter % a.ids.send.len();
+            let blocks = a.ids.send_blocks[slot].load(Ordering::Relaxed);
+            a.ids
+                .send_done
+                .store((counter as u32).wrapping_add(blocks), Ordering::Release);
+            let op = match c.wqe_opcode {
+                WQE_OP_RDMA_WRITE | WQE_OP_RDMA_WRITE_IMM => WcOpcode::RdmaWrite,
+                WQE_OP_RDMA_READ => WcOpcode::RdmaRead,
+                WQE_OP_ATOMIC_CS => WcOpcode::CompSwap,
+                WQE_OP_ATOMIC_FA => WcOpcode::FetchAdd,
+                _ => WcOpcode::Send,
+            };
+            (a.ids.send[slot].load(Ordering::Relaxed), op)
+        } else {
+            let ids = match (c.flags & cqe_flags::SRQ != 0, &a.srq) {
+                (true, Some(s)) => s,
+                _ => &a.ids,
+            };
+            let op = if c.opcode() == CQE_RESP_WRITE_IMM {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            };
+            (
+                ids.recv[counter % ids.recv.len()].load(Ordering::Relaxed),
+                op,
+            )
+        };
+        Some(Wc {
+            wr_id,
+            status,
+            opcode,
+            byte_len: c.byte_count.get(),
+            imm_data: imm,
+            qp_num: qpn,
+            solicited: c.flags & cqe_flags::SOLICITED != 0,
+        })
+    }
+
+    /// Asks for one event on the CQ's channel at the next completion (ibv_req_notify_cq).
+    pub fn req_notify(&mut self) -> Result<()> {
+        if !self.channel {
+            return Err(VerbsError::Invalid("the CQ has no completion channel"));
+        }
+        self.cq.arm();
+        Ok(())
+    }
+}
+
+/// A shared receive queue.
+pub struct Srq {
+    srq: SharedReceiveQueue,
+    ids: Arc<WrIds>,
+    /// WQEs posted and WQEs the CQs reported consumed are the device's business; the library
+    /// bounds posting by the ring only.
+    max_sge: u32,
+}
+
+impl Srq {
+    pub fn srqn(&self) -> u32 {
+        self.srq.srqn
+    }
+
+    /// Posts receive work requests (ibv_post_srq_recv).
+    pub fn post_recv(&mut self, wrs: &[(u64, &[Sge])]) -> Result<()> {
+        for (wr_id, sges) in wrs {
+            if sges.len() > self.max_sge as usize {
+                return Err(VerbsError::Invalid("more SGEs than the SRQ takes"));
+            }
+            let c = self.srq.post_recv(sges)?;
+            self.ids.recv[c as usize % self.ids.recv.len()].store(*wr_id, Ordering::Relaxed);
+        }
+        self.srq.ring_doorbell();
+        Ok(())
+    }
+}
+
+/// ibv_qp_cap.
+#[derive(Clone, Copy, Debug)]
+pub struct QpCap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCap {
+    fn default() -> Self {
+        QpCap {
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
+    }
+}
+
+/// A reliable-connection queue pair.
+pub struct Qp {
+    qp: RcQueuePair,
+    ids: Arc<WrIds>,
+    cap: QpCap,
+    sq_sig_all: bool,
+    has_srq: bool,
+}
+
+impl Qp {
+    pub fn qp_num(&self) -> u32 {
+        self.qp.qpn
+    }
+
+    /// Posts send work requests (ibv_post_send), ringing the doorbell once for all of them.
+    /// On error nothing of the failing request is posted (the earlier ones are).
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        let mut posted = 0;
+        let mut result = Ok(());
+        for wr in wrs {
+            if let Err(e) = self.post_one(wr) {
+                result = Err(e);
+                break;
+            }
+            posted += 1;
+        }
+        if posted > 0 {
+            self.qp.ring_send_doorbell();
+        }
+        result
+    }
+
+    fn post_one(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        if wr.sg_list.len() > self.cap.max_send_sge as usize && !wr.inline {
+            return Err(VerbsError::Invalid("more SGEs than the QP takes"));
+        }
+        let mut inline = [0u8; MAX_INLINE_DATA];
+        let data = if wr.inline {
+            let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
+            if total > self.cap.max_inline_data as usize || total > MAX_INLINE_DATA {
+                return Err(VerbsError::Invalid("inline data beyond max_inline_data"));
+            }
+            // Inline data is what the SGEs point at, copied now (the buffers may be reused at
+            // once, as IBV_SEND_INLINE allows).
+            return self.post_inline(wr, total, &mut inline);
+        } else {
+            WqeData::Gather(wr.sg_list)
+        };
+        self.post_wqe(wr, data)
+    }
+
+    fn post_inline(&mut self, wr: &SendWr<'_>, total: usize, buf: &mut [u8]) -> Result<()> {
+        // SGE addresses are this process's addresses of registered memory.
+        let mut at = 0;
+        for s in wr.sg_list {
+            let n = s.length as usize;
+            // SAFETY: an SGE of a registered region names memory of this process that the
+            // region's buffer keeps mapped; the copy reads exactly its bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.addr as *const u8, buf[at..].as_mut_ptr(), n);
+            }
+            at += n;
+        }
+        let data = WqeData::Inline(&buf[..total]);
+        self.post_wqe(wr, data)
+    }
+
+    fn post_wqe(&mut self, wr: &SendWr<'_>, data: WqeData<'_>) -> Result<()> {
+        let (opcode, imm, remote, atomic) = match wr.opcode {
+            WrOpcode::Send => (WQE_OP_SEND, 0, None, None),
+            WrOpcode::SendWithImm(i) => (WQE_OP_SEND_IMM, i, None, None),
+            WrOpcode::RdmaWrite { remote_addr, rkey } => {
+                (WQE_OP_RDMA_WRITE, 0, Some((remote_addr, rkey)), None)
+            }
+            WrOpcode::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => (WQE_OP_RDMA_WRITE_IMM, imm, Some((remote_addr, rkey)), None),
+            WrOpcode::RdmaRead { remote_addr, rkey } => {
+                (WQE_OP_RDMA_READ, 0, Some((remote_addr, rkey)), None)
+            }
+            WrOpcode::AtomicCmpAndSwp {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => (
+                WQE_OP_ATOMIC_CS,
+                0,
+                Some((remote_addr, rkey)),
+                Some((swap, compare)),
+            ),
+            WrOpcode::AtomicFetchAndAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => (
+                WQE_OP_ATOMIC_FA,
+                0,
+                Some((remote_addr, rkey)),
+                Some((add, 0)),
+            ),
+        };
+        let wqe = RdmaWqe {
+            opcode,
+            signal: wr.signaled || self.sq_sig_all,
+            solicited: wr.solicited,
+            fence: wr.fence,
+            imm,
+            remote,
+            atomic,
+            data,
+        };
+        let blocks = wqebbs(wqe.ds_count());
+        let ring = self.qp.send_ring_size();
+        let used = self
+            .qp
+            .send_producer()
+            .wrapping_sub(self.ids.send_done.load(Ordering::Acquire))
+            & 0xffff;
+        if used + blocks > ring {
+            return Err(VerbsError::QueueFull);
+        }
+        let index = self.qp.post_send(&wqe)?;
+        let slot = index as usize % self.ids.send.len();
+        self.ids.send[slot].store(wr.wr_id, Ordering::Relaxed);
+        self.ids.send_blocks[slot].store(blocks, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Posts receive work requests (ibv_post_recv).
+    pub fn post_recv(&mut self, wrs: &[(u64, &[Sge])]) -> Result<()> {
+        if self.has_srq {
+            return Err(VerbsError::Invalid("the QP receives from its SRQ"));
+        }
+        for (wr_id, sges) in wrs {
+            if sges.len() > self.cap.max_recv_sge as usize {
+                return Err(VerbsError::Invalid("more SGEs than the QP takes"));
+            }
+            let c = self.qp.post_recv(sges)?;
+            self.ids.recv[c as usize % self.ids.recv.len()].store(*wr_id, Ordering::Relaxed);
+        }
+        self.qp.ring_recv_doorbell();
+        Ok(())
+    }
+}
+
+/// ibv_qp_init_attr.
+pub struct QpInitAttr<'a> {
+    pub send_cq: &'a Cq,
+    pub recv_cq: &'a Cq,
+    pub srq: Option<&'a Srq>,
+    pub cap: QpCap,
+    pub sq_sig_all: bool,
+}
+
+/// An open device (ibv_context): one NIC function.
+pub struct Context {
+    nic: NicDriver,
+    eq: EventQueue,
+    gids: [Option<Gid>; ROCE_ADDRESS_ENTRIES as usize],
+    neighbors: neighbor::Neighbors,
+}
+
+impl Context {
+    /// Opens NIC function `dev` (ibv_open_device): probes it and creates the event queue its
+    /// completion channels use.
+    pub fn open(dev: Arc<dyn PciDevice>) -> Result<Self> {
+        let mut nic = NicDriver::probe(dev.clone())?;
+        dev.enable_msix(1)?;
+        let eq = nic.create_eq(10, EVENT_VECTOR)?;
+        Ok(Context {
+            nic,
+            eq,
+            gids: [None; ROCE_ADDRESS_ENTRIES as usize],
+            neighbors: neighbor::Neighbors::default(),
+        })
+    }
+
+    pub fn driver(&mut self) -> &mut NicDriver {
+        &mut self.nic
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        self.nic.mac()
+    }
+
+    /// ibv_query_port (port 1, the only one).
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        if port != 1 {
+            return Err(VerbsError::Invalid("the device has port 1"));
+        }
+        Ok(PortAttr {
+            active: true,
+            max_mtu: 5,
+            active_mtu: 5,
+            gid_tbl_len: ROCE_ADDRESS_ENTRIES,
+            lid: 0,
+            link_layer_ethernet: true,
+        })
+    }
+
+    /// ibv_query_gid.
+    pub fn query_gid(&self, port: u8, index: usize) -> Result<Gid> {
+        self.query_port(port)?;
+        self.gids
+            .get(index)
+            .copied()
+            .flatten()
+            .ok_or(VerbsError::Invalid("no GID at this index"))
+    }
+
+    /// Gives the port an IP address: its RoCEv2 GID takes the first free index (returned),
+    /// and ARP requests for an IPv4 address are answered from now on.
+    pub fn add_ip(&mut self, ip: std::net::IpAddr) -> Result<usize> {
+        let gid = match ip {
+            std::net::IpAddr::V4(v4) => ipv4_gid(v4.octets()),
+            std::net::IpAddr::V6(v6) => v6.octets(),
+        };
+        let index = self
+            .gids
+            .iter()
+            .position(Option::is_none)
+            .ok_or(VerbsError::Invalid("the GID table is full"))?;
+        let mac = self.nic.mac();
+        self.nic.set_roce_address(index as u16, Some((gid, mac)))?;
+        self.gids[index] = Some(gid);
+        if let std::net::IpAddr::V4(v4) = ip {
+            self.neighbors.add_own(v4.octets());
+        }
+        Ok(index)
+    }
+
+    pub fn alloc_pd(&mut self) -> Result<Pd> {
+        Ok(Pd {
+            handle: self.nic.create_pd()?,
+        })
+    }
+
+    pub fn dealloc_pd(&mut self, pd: Pd) -> Result<()> {
+        Ok(self.nic.destroy_pd(pd.handle)?)
+    }
+
+    /// Allocates `len` bytes of DMA-able memory and registers them with `access`.
+    pub fn reg_mr(&mut self, pd: &Pd, len: usize, access: u32) -> Result<Mr> {
+        let buf = self.nic.device().dma_alloc(len.max(1))?;
+        let region = self.nic.register_mr(pd.handle, &buf, access)?;
+        Ok(Mr { region, buf })
+    }
+
+    pub fn dereg_mr(&mut self, mr: Mr) -> Result<()> {
+        Ok(self.nic.deregister_mr(mr.region)?)
+    }
+
+    pub fn create_comp_channel(&mut self) -> CompChannel {
+        CompChannel { _private: () }
+    }
+
+    /// A CQ of at least `cqe` entries, raising events on `channel` when armed.
+    pub fn create_cq(&mut self, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq> {
+        let log = cqe.max(2).next_power_of_two().trailing_zeros() as u8;
+        let cq = self.nic.create_cq(&self.eq, log)?;
+        Ok(Cq {
+            cq,
+            attached: Mutex::new(Vec::new()),
+            dev: self.nic.device().clone(),
+            channel: channel.is_some(),
+            unreported: 0,
+        })
+    }
+
+    pub fn destroy_cq(&mut self, cq: Cq) -> Result<()> {
+        Ok(self.nic.destroy_completion_queue(cq.cq)?)
+    }
+
+    /// Waits for the next event on `channel` (ibv_get_cq_event): the number of the CQ it is
+    /// for, within `timeout`.
+    pub fn get_cq_event(
+        &mut self,
+        _channel: &CompChannel,
+        timeout: std::time::Duration,
+    ) -> Result<u32> {
+        let start = std::time::Instant::now();
+        loop {
+            while let Some(e) = self.eq.poll() {
+                if e.event_type == EQE_COMPLETION {
+                    self.eq.arm();
+                    return Ok(e.data.get());
+                }
+            }
+            self.eq.arm();
+            let dev = self.nic.device();
+            dev.run_device();
+            if dev.take_interrupts(EVENT_VECTOR) == 0 {
+                if start.elapsed() > timeout {
+                    return Err(VerbsError::Timeout);
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    pub fn create_srq(&mut self, pd: &Pd, max_wr: u32, max_sge: u32) -> Result<Srq> {
+        let log = max_wr.max(2).next_power_of_two().trailing_zeros() as u8;
+        let srq = self.nic.create_srq(pd.handle, log, max_sge)?;
+        let ids = WrIds::new(1, srq.size() as usize);
+        Ok(Srq { srq, ids, max_sge })
+    }
+
+    pub fn destroy_srq(&mut self, srq: Srq) -> Result<()> {
+        Ok(self.nic.destroy_srq(srq.srq)?)
+    }
+
+    /// An RC QP in RESET (ibv_create_qp).
+    pub fn create_qp(&mut self, pd: &Pd, init: &QpInitAttr<'_>) -> Result<Qp> {
+        let cap = init.cap;
+        if cap.max_send_sge as usize > MAX_SEND_SGE
+            || cap.max_inline_data as usize > MAX_INLINE_DATA
+        {
+            return Err(VerbsError::Invalid("beyond the device's send limits"));
+        }
+        // Each send WR takes up to one block per 4 segments: control, remote, atomic and the
+        // gather entries (or the inline data).
+        let per_wr = wqebbs(
+            3 + (cap.max_send_sge as usize).max((cap.max_inline_data as usize + 4).div_ceil(16)),
+        );
+        let blocks = (cap.max_send_wr.max(1) * per_wr).next_power_of_two();
+        let caps = QpCaps {
+            log_sq_size: blocks.trailing_zeros() as u8,
+            log_rq_size: cap.max_recv_wr.max(1).next_power_of_two().trailing_zeros() as u8,
+            max_recv_sge: cap.max_recv_sge.max(1),
+            signal_all: init.sq_sig_all,
+        };
+        let qp = self.nic.create_qp(
+            pd.handle,
+            &init.send_cq.cq,
+            &init.recv_cq.cq,
+            init.srq.map(|s| &s.srq),
+            caps,
+        )?;
+        let ids = WrIds::new(blocks as usize, qp.recv_ring_size() as usize);
+        for cq in [init.send_cq, init.recv_cq] {
+            let mut a = cq.attached.lock().unwrap_or_else(|e| e.into_inner());
+            if !a.iter().any(|x| x.qpn == qp.qpn) {
+                a.push(Attached {
+                    qpn: qp.qpn,
+                    ids: ids.clone(),
+                    srq: init.srq.map(|s| s.ids.clone()),
+                });
+            }
+        }
+        Ok(Qp {
+            qp,
+            ids,
+            cap,
+            sq_sig_all: init.sq_sig_all,
+            has_srq: init.srq.is_some(),
+        })
+    }
+
+    /// ibv_modify_qp: `attr` fields named by `mask` ([`qp_attr`] bits). The address vector's
+    /// destination MAC is found here when `mask` has AV and `attr.dmac` is zero: the peer's
+    /// GID is resolved by ARP (IPv4) through this function's port.
+    pub fn modify_qp(&mut self, qp: &Qp, attr: &QpAttr, mask: u32) -> Result<()> {
+        let mut a = *attr;
+        if mask & qp_attr::AV != 0 && a.dmac == [0; 6] {
+            if !gid_is_ipv4(&a.dgid) {
+                return Err(VerbsError::Invalid("IPv6 neighbours need a MAC address"));
+            }
+            let ip = [a.dgid[12], a.dgid[13], a.dgid[14], a.dgid[15]];
+            a.dmac = self.resolve(ip, std::time::Duration::from_secs(3))?;
+        }
+        Ok(self.nic.modify_qp(qp.qp.qpn, mask, &a)?)
+    }
+
+    /// ibv_query_qp: the attributes and the state.
+    pub fn query_qp(&mut self, qp: &Qp) -> Result<QpAttr> {
+        Ok(self.nic.query_qp(qp.qp.qpn)?.attr)
+    }
+
+    pub fn destroy_qp(&mut self, qp: Qp) -> Result<()> {
+        Ok(self.nic.destroy_qp(qp.qp)?)
+    }
+
+    /// The MAC address of `ip`, by ARP through this port (cached).
+    pub fn resolve(&mut self, ip: [u8; 4], timeout: std::time::Duration) -> Result<[u8; 6]> {
+        self.neighbors
+            .resolve(&mut self.nic, ip, timeout)
+            .ok_or(VerbsError::Timeout)
+    }
+
+    /// Answers ARP requests for this port's addresses that arrived since the last call (a host
+    /// stack does this all the time; a verbs application calls it while it waits).
+    pub fn serve_neighbors(&mut self) -> Result<()> {
+        Ok(self.neighbors.serve(&mut self.nic)?)
+    }
+
+    /// A neighbour's MAC address the application knows (a static neighbour entry).
+    pub fn add_neighbor(&mut self, ip: [u8; 4], mac: [u8; 6]) {
+        self.neighbors.learn(ip, mac);
+    }
+}
