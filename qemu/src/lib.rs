@@ -3,6 +3,8 @@
 //! card reached through vfio-user or vfio ([`selftest`], [`transport_bench`]). The vfio-user
 //! server itself is the `fld-vfio-user-server` crate beside this one.
 
+pub mod pingpong;
 pub mod selftest;
 pub mod testbed;
 pub mod transport_bench;
+pub mod wires;

@@ -63,6 +63,10 @@ enum Cmd {
     /// (memory-backend-memfd,share=on). Runs until killed; stale sockets are replaced at start.
     /// RUST_LOG=info logs connections, resets and unreachable maps; debug logs every map.
     Serve(cmd::serve::ServeArgs),
+    /// rdma-core's ibv_rc_pingpong on the card, wire-compatible with the real tool (the TCP
+    /// exchange of LID:QPN:PSN:GID on port 18515, the same options): an RC QP bouncing SENDs
+    /// with a peer — another fldemu, or Linux soft-RoCE — over a UDP link or a TAP interface.
+    RcPingpong(cmd::rc_pingpong::RcPingpongArgs),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         Cmd::Selftest(a) => cmd::selftest::run(a),
         Cmd::BenchTransport(a) => cmd::bench_transport::run(a),
         Cmd::Serve(a) => cmd::serve::run(a),
+        Cmd::RcPingpong(a) => cmd::rc_pingpong::run(a),
     };
     match result {
         Ok(code) => code,

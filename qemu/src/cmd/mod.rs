@@ -7,6 +7,7 @@ pub mod bench_transport;
 pub mod demo;
 pub mod memory;
 pub mod model;
+pub mod rc_pingpong;
 pub mod replay;
 pub mod selftest;
 pub mod serve;
@@ -80,11 +81,14 @@ pub enum TransportArg {
 }
 
 /// DMA memory for the driver when the card is reached through vfio-user or vfio.
-const REMOTE_DMA_BYTES: usize = 128 << 20;
+pub(crate) const REMOTE_DMA_BYTES: usize = 128 << 20;
 
 impl TransportArg {
     /// The self-test's view of a transport that reaches a card running elsewhere.
-    fn remote(self, socket_dir: &std::path::Path) -> Option<fld_qemu::selftest::Transport> {
+    pub(crate) fn remote(
+        self,
+        socket_dir: &std::path::Path,
+    ) -> Option<fld_qemu::selftest::Transport> {
         match self {
             TransportArg::InProcess => None,
             TransportArg::VfioUser => {

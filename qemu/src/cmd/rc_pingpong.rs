@@ -1,0 +1,164 @@
+//! `fldemu rc-pingpong`: rdma-core's `ibv_rc_pingpong` on the emulated card (see
+//! `fld_qemu::pingpong`), with the real tool's options; either end may be the real tool.
+//!
+//! The card runs in this process with its uplink on `--link` (a UDP link — QEMU's
+//! `-netdev dgram` — or a TAP interface), or is reached through `--transport vfio-user|vfio`
+//! (a card `fldemu serve --link …` runs, or the one a guest's QEMU attaches).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use fld_device::card::{Card, CardConfig};
+use fld_device::nic::NicConfig;
+use fld_driver::PciDevice;
+use fld_host::verbs::Context;
+use fld_qemu::pingpong::{self, PingpongConfig};
+use serde_json::json;
+
+use super::{CmdResult, TransportArg, REMOTE_DMA_BYTES};
+
+#[derive(clap::Args)]
+pub struct RcPingpongArgs {
+    /// Connect to the server on this host; without it, wait for a client.
+    pub server: Option<String>,
+    /// TCP port of the address exchange.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    pub port: u16,
+    /// Device name (the card has one RDMA device per NIC function; accepted for
+    /// compatibility).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Port of the device (1, the only one).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// Bytes of each message.
+    #[arg(short = 's', long, default_value_t = 4096)]
+    pub size: usize,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long, default_value_t = 1024)]
+    pub mtu: u32,
+    /// Receives posted at a time.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    pub rx_depth: u32,
+    /// Exchanges.
+    #[arg(short = 'n', long, default_value_t = 1000)]
+    pub iters: u64,
+    /// Service level (no meaning on RoCE; accepted for compatibility).
+    #[arg(short = 'l', long)]
+    pub sl: Option<u8>,
+    /// Sleep on completion events instead of polling.
+    #[arg(short = 'e', long)]
+    pub events: bool,
+    /// GID index of the local port.
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 0)]
+    pub gid_idx: usize,
+    /// The card's IP address (its RoCEv2 GID at index 0 and the address it answers ARP for).
+    #[arg(long, default_value = "192.168.77.1")]
+    pub ip: std::net::IpAddr,
+    /// The in-process card's uplink: `udp:LOCAL_PORT:HOST:PORT` or `tap:NAME`.
+    #[arg(long)]
+    pub link: Option<String>,
+    /// A static neighbour `IP=MAC` instead of ARP (repeatable).
+    #[arg(long)]
+    pub neigh: Vec<String>,
+    /// How the driver reaches the card.
+    #[arg(long, value_enum, default_value_t = TransportArg::InProcess)]
+    pub transport: TransportArg,
+    /// With `--transport vfio-user`: the directory of the server's sockets.
+    #[arg(long, default_value = "fldemu-sockets")]
+    pub socket_dir: std::path::PathBuf,
+    /// Seconds any wait (the peer, a completion) may take.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+    /// Print one JSON object after the tool's lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `IP=MAC` as a neighbour entry.
+fn neighbour(s: &str) -> Result<([u8; 4], [u8; 6]), String> {
+    let (ip, mac) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s}: expected IP=MAC"))?;
+    let ip: std::net::Ipv4Addr = ip
+        .parse()
+        .map_err(|_| format!("{ip}: not an IPv4 address"))?;
+    let bytes: Vec<u8> = mac
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16))
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("{mac}: not a MAC address"))?;
+    let mac: [u8; 6] = bytes
+        .try_into()
+        .map_err(|_| format!("{mac}: not a MAC address"))?;
+    Ok((ip.octets(), mac))
+}
+
+pub fn run(a: RcPingpongArgs) -> CmdResult {
+    if a.ib_port != 1 {
+        return Err("the device has port 1 only".into());
+    }
+    // The card (in-process, its uplink on the link) or the remote card's NIC function 0.
+    let (dev, _keep): (Arc<dyn PciDevice>, Box<dyn std::any::Any>) =
+        match a.transport.remote(&a.socket_dir) {
+            None => {
+                let link = a.link.as_deref().ok_or(
+                    "an in-process card needs --link udp:LOCAL_PORT:HOST:PORT or tap:NAME",
+                )?;
+                // Cards on one link need distinct MAC addresses: the address's last two bytes pick
+                // the card number that is part of them.
+                let card_id = match a.ip {
+                    std::net::IpAddr::V4(v) => u16::from_be_bytes([v.octets()[2], v.octets()[3]]),
+                    std::net::IpAddr::V6(v) => u16::from_be_bytes([v.octets()[14], v.octets()[15]]),
+                };
+                let card = Card::new(CardConfig {
+                    nic: NicConfig {
+                        card_id,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                });
+                card.nic.set_uplink(fld_qemu::wires::open_link(link)?);
+                let host = fld_driver::inprocess::InProcessHost::new(card.clone(), 256 << 20)?;
+                let fid = card.nic.function_id(0).ok_or("no NIC function")?;
+                (host.device(fid), Box::new((card, host)))
+            }
+            Some(t) => {
+                let card = t.open(REMOTE_DMA_BYTES)?;
+                let [nic0, _] = card.nic;
+                (nic0, card.transport)
+            }
+        };
+    let mut ctx = Context::open(dev)?;
+    ctx.add_ip(a.ip)?;
+    for n in &a.neigh {
+        let (ip, mac) = neighbour(n)?;
+        ctx.add_neighbor(ip, mac);
+    }
+    let cfg = PingpongConfig {
+        server: a.server.clone(),
+        port: a.port,
+        size: a.size,
+        iters: a.iters,
+        mtu: a.mtu,
+        rx_depth: a.rx_depth,
+        gid_index: a.gid_idx,
+        events: a.events,
+        timeout: std::time::Duration::from_secs(a.timeout),
+    };
+    let report = pingpong::run(&mut ctx, &cfg, &mut std::io::stdout())?;
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "local_qpn": report.local.qpn, "remote_qpn": report.remote.qpn,
+                "local_psn": report.local.psn, "remote_psn": report.remote.psn,
+                "size": a.size, "iters": report.iters, "bytes": report.bytes,
+                "seconds": report.seconds, "mbit_per_s": report.mbit_per_s(),
+                "usec_per_iter": report.usec_per_iter(),
+                "completion_events": report.completion_events,
+            })
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

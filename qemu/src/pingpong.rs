@@ -1,0 +1,481 @@
+//! `fldemu rc-pingpong`: rdma-core's `ibv_rc_pingpong`, over the verbs API, wire-compatible with
+//! the real tool so either end may be either program. The two ends exchange
+//! `LID:QPN:PSN:GID` over TCP (port 18515 by default) as that tool does — a 52-byte message
+//! `"%04x:%06x:%06x:%32s"` with a NUL, the client writing first, the server connecting its QP
+//! before it answers, the client closing with `"done"` — connect their RC QPs (path MTU `-m`,
+//! timeout 14, retry 7, RNR retry 7, minimum RNR timer 12, one outstanding READ: the tool's
+//! values) and bounce `iters` SENDs of `size` bytes: the client sends first, each side sends
+//! again once its last send completed and the peer's message arrived.
+//!
+//! While it waits on the TCP exchange the card keeps running and answers ARP, since the peer's
+//! kernel resolves our GID when it connects its QP.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv6Addr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use fld_abi::nic::QpState;
+use fld_host::verbs::*;
+
+/// The tool's message: `"0000:000000:000000:" + 32 hex digits + NUL`.
+pub const MESSAGE_LEN: usize = 52;
+const DONE: &[u8; 5] = b"done\0";
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+
+/// What the ends exchange.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dest {
+    pub lid: u16,
+    pub qpn: u32,
+    pub psn: u32,
+    pub gid: Gid,
+}
+
+impl Dest {
+    /// The message the tool writes (`gid_to_wire_gid`: the 16 bytes as 32 hex digits in
+    /// order).
+    pub fn message(&self) -> [u8; MESSAGE_LEN] {
+        let mut gid = String::new();
+        for b in self.gid {
+            gid.push_str(&format!("{b:02x}"));
+        }
+        let text = format!(
+            "{:04x}:{:06x}:{:06x}:{gid}",
+            self.lid,
+            self.qpn & 0xff_ffff,
+            self.psn & 0xff_ffff
+        );
+        let mut m = [0u8; MESSAGE_LEN];
+        m[..text.len()].copy_from_slice(text.as_bytes());
+        m
+    }
+
+    /// Reads a message as the tool's `sscanf("%x:%x:%x:%s")` does.
+    pub fn parse(m: &[u8]) -> Option<Dest> {
+        let text = std::str::from_utf8(m.split(|b| *b == 0).next()?).ok()?;
+        let mut f = text.splitn(4, ':');
+        let lid = u16::from_str_radix(f.next()?, 16).ok()?;
+        let qpn = u32::from_str_radix(f.next()?, 16).ok()?;
+        let psn = u32::from_str_radix(f.next()?, 16).ok()?;
+        let g = f.next()?;
+        if g.len() != 32 {
+            return None;
+        }
+        let mut gid = [0u8; 16];
+        for (i, b) in gid.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&g[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Dest { lid, qpn, psn, gid })
+    }
+
+    /// As the tool prints it.
+    pub fn describe(&self) -> String {
+        format!(
+            "LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+            self.lid,
+            self.qpn,
+            self.psn,
+            Ipv6Addr::from(self.gid)
+        )
+    }
+}
+
+/// The tool's options.
+#[derive(Clone, Debug)]
+pub struct PingpongConfig {
+    /// Connect to this server; `None`: be the server.
+    pub server: Option<String>,
+    pub port: u16,
+    pub size: usize,
+    pub iters: u64,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    pub rx_depth: u32,
+    pub gid_index: usize,
+    pub events: bool,
+    /// How long any wait (the peer, a completion) may take.
+    pub timeout: Duration,
+}
+
+impl Default for PingpongConfig {
+    fn default() -> Self {
+        PingpongConfig {
+            server: None,
+            port: 18515,
+            size: 4096,
+            iters: 1000,
+            mtu: 1024,
+            rx_depth: 500,
+            gid_index: 0,
+            events: false,
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What a run measured.
+#[derive(Clone, Debug)]
+pub struct PingpongReport {
+    pub local: Dest,
+    pub remote: Dest,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub iters: u64,
+    pub completion_events: u64,
+}
+
+impl PingpongReport {
+    pub fn mbit_per_s(&self) -> f64 {
+        self.bytes as f64 * 8.0 / (self.seconds * 1e6)
+    }
+    pub fn usec_per_iter(&self) -> f64 {
+        self.seconds * 1e6 / self.iters as f64
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PingpongError {
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+    #[error("TCP exchange: {0}")]
+    Exchange(String),
+    #[error("{0}")]
+    Completion(String),
+}
+
+impl From<std::io::Error> for PingpongError {
+    fn from(e: std::io::Error) -> Self {
+        PingpongError::Exchange(e.to_string())
+    }
+}
+
+type Result<T> = std::result::Result<T, PingpongError>;
+
+/// Runs `op` on a non-blocking socket until it is done, the card answering ARP meanwhile.
+fn waiting<T>(
+    ctx: &mut Context,
+    deadline: Instant,
+    mut op: impl FnMut() -> std::io::Result<Option<T>>,
+) -> Result<T> {
+    loop {
+        match op() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
+        }
+        ctx.serve_neighbors()?;
+        if Instant::now() > deadline {
+            return Err(PingpongError::Exchange("the peer did not answer".into()));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Reads exactly `buf.len()` bytes (the tool reads its fixed-size messages whole).
+fn read_exact(
+    ctx: &mut Context,
+    s: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> Result<()> {
+    let mut got = 0;
+    waiting(ctx, deadline, || {
+        let n = s.read(&mut buf[got..])?;
+        if n == 0 {
+            return Err(std::io::Error::new(ErrorKind::UnexpectedEof, "peer closed"));
+        }
+        got += n;
+        Ok((got == buf.len()).then_some(()))
+    })
+}
+
+fn write_all(ctx: &mut Context, s: &mut TcpStream, data: &[u8], deadline: Instant) -> Result<()> {
+    let mut put = 0;
+    waiting(ctx, deadline, || {
+        put += s.write(&data[put..])?;
+        Ok((put == data.len()).then_some(()))
+    })
+}
+
+/// The tool's connection: INIT with no remote access, RTR and RTS with its fixed values.
+fn connect(
+    ctx: &mut Context,
+    qp: &Qp,
+    cfg: &PingpongConfig,
+    my_psn: u32,
+    dest: &Dest,
+) -> Result<()> {
+    let mtu = match cfg.mtu {
+        256 => 1,
+        512 => 2,
+        1024 => 3,
+        2048 => 4,
+        4096 => 5,
+        _ => return Err(PingpongError::Exchange("MTU must be 256..4096".into())),
+    };
+    let mut a = QpAttr {
+        qp_state: QpState::Rtr as u8,
+        path_mtu: mtu,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        hop_limit: 1,
+        sgid_index: cfg.gid_index as u8,
+        dgid: dest.gid,
+        ..Default::default()
+    };
+    a.dest_qpn.set(dest.qpn);
+    a.rq_psn.set(dest.psn);
+    ctx.modify_qp(
+        qp,
+        &a,
+        qp_attr::STATE
+            | qp_attr::AV
+            | qp_attr::PATH_MTU
+            | qp_attr::DEST_QPN
+            | qp_attr::RQ_PSN
+            | qp_attr::MAX_DEST_RD_ATOMIC
+            | qp_attr::MIN_RNR_TIMER,
+    )?;
+    a.qp_state = QpState::Rts as u8;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.sq_psn.set(my_psn);
+    a.max_rd_atomic = 1;
+    ctx.modify_qp(
+        qp,
+        &a,
+        qp_attr::STATE
+            | qp_attr::TIMEOUT
+            | qp_attr::RETRY_CNT
+            | qp_attr::RNR_RETRY
+            | qp_attr::SQ_PSN
+            | qp_attr::MAX_QP_RD_ATOMIC,
+    )?;
+    Ok(())
+}
+
+/// One end of the ping-pong on `ctx`'s device. `out` gets the tool's lines.
+pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> Result<PingpongReport> {
+    let deadline = || Instant::now() + cfg.timeout;
+    let pd = ctx.alloc_pd()?;
+    let mr = ctx.reg_mr(&pd, cfg.size.max(1), access::LOCAL_WRITE)?;
+    mr.write(0, &vec![0x7b; cfg.size]);
+    let channel = ctx.create_comp_channel();
+    let mut cq = ctx.create_cq(cfg.rx_depth + 1, cfg.events.then_some(&channel))?;
+    let inline = if cfg.size <= 64 { cfg.size as u32 } else { 0 };
+    let mut qp = ctx.create_qp(
+        &pd,
+        &QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 1,
+                max_recv_wr: cfg.rx_depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: inline,
+            },
+            sq_sig_all: false,
+        },
+    )?;
+    let init = QpAttr {
+        qp_state: QpState::Init as u8,
+        port: 1,
+        ..Default::default()
+    };
+    ctx.modify_qp(
+        &qp,
+        &init,
+        qp_attr::STATE | qp_attr::PKEY_INDEX | qp_attr::PORT | qp_attr::ACCESS_FLAGS,
+    )?;
+    let sge = [mr.sge(0, cfg.size)];
+    let recv: Vec<(u64, &[Sge])> = (0..cfg.rx_depth).map(|_| (RECV_WRID, &sge[..])).collect();
+    qp.post_recv(&recv)?;
+    let mut routs = cfg.rx_depth as i64;
+    if cfg.events {
+        cq.req_notify()?;
+    }
+    let local = Dest {
+        lid: 0,
+        qpn: qp.qp_num(),
+        psn: psn_seed() & 0xff_ffff,
+        gid: ctx.query_gid(1, cfg.gid_index)?,
+    };
+    writeln!(out, "  local address:  {}", local.describe()).ok();
+
+    let mut msg = [0u8; MESSAGE_LEN];
+    let remote = match &cfg.server {
+        Some(host) => {
+            let mut s = TcpStream::connect((host.as_str(), cfg.port))?;
+            s.set_nonblocking(true)?;
+            write_all(ctx, &mut s, &local.message(), deadline())?;
+            read_exact(ctx, &mut s, &mut msg, deadline())?;
+            write_all(ctx, &mut s, DONE, deadline())?;
+            let remote = Dest::parse(&msg).ok_or(PingpongError::Exchange("bad message".into()))?;
+            writeln!(out, "  remote address: {}", remote.describe()).ok();
+            connect(ctx, &qp, cfg, local.psn, &remote)?;
+            remote
+        }
+        None => {
+            let l = TcpListener::bind(("0.0.0.0", cfg.port))?;
+            l.set_nonblocking(true)?;
+            let mut s = waiting(ctx, deadline(), || match l.accept() {
+                Ok((s, _)) => Ok(Some(s)),
+                Err(e) => Err(e),
+            })?;
+            s.set_nonblocking(true)?;
+            read_exact(ctx, &mut s, &mut msg, deadline())?;
+            let remote = Dest::parse(&msg).ok_or(PingpongError::Exchange("bad message".into()))?;
+            connect(ctx, &qp, cfg, local.psn, &remote)?;
+            write_all(ctx, &mut s, &local.message(), deadline())?;
+            let mut done = [0u8; DONE.len()];
+            read_exact(ctx, &mut s, &mut done, deadline())?;
+            writeln!(out, "  remote address: {}", remote.describe()).ok();
+            remote
+        }
+    };
+
+    let mut send = SendWr::new(SEND_WRID, WrOpcode::Send, &sge);
+    send.inline = inline > 0;
+    let mut pending = RECV_WRID;
+    if cfg.server.is_some() {
+        qp.post_send(&[send])?;
+        pending |= SEND_WRID;
+    }
+    let start = Instant::now();
+    let (mut scnt, mut rcnt, mut events) = (0u64, 0u64, 0u64);
+    let mut wc = [Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: 0,
+        solicited: false,
+    }; 2];
+    let mut last_progress = Instant::now();
+    while rcnt < cfg.iters || scnt < cfg.iters {
+        if cfg.events {
+            ctx.get_cq_event(&channel, cfg.timeout)?;
+            events += 1;
+            cq.req_notify()?;
+        }
+        let n = cq.poll(&mut wc);
+        if n == 0 {
+            if last_progress.elapsed() > cfg.timeout {
+                return Err(PingpongError::Completion(format!(
+                    "no completion for {:?} ({scnt} sent, {rcnt} received)",
+                    cfg.timeout
+                )));
+            }
+            continue;
+        }
+        last_progress = Instant::now();
+        for w in &wc[..n] {
+            if w.status != WcStatus::Success {
+                return Err(PingpongError::Completion(format!(
+                    "Failed status {:?} ({}) for wr_id {}",
+                    w.status, w.status as u8, w.wr_id
+                )));
+            }
+            match w.wr_id {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    routs -= 1;
+                    if routs <= 1 {
+                        let more = cfg.rx_depth as i64 - routs;
+                        let recv: Vec<(u64, &[Sge])> =
+                            (0..more).map(|_| (RECV_WRID, &sge[..])).collect();
+                        qp.post_recv(&recv)?;
+                        routs += more;
+                    }
+                    rcnt += 1;
+                }
+                other => {
+                    return Err(PingpongError::Completion(format!(
+                        "Completion for unknown wr_id {other}"
+                    )))
+                }
+            }
+            pending &= !w.wr_id;
+            if scnt < cfg.iters && pending == 0 {
+                qp.post_send(&[send])?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let report = PingpongReport {
+        local,
+        remote,
+        bytes: cfg.size as u64 * cfg.iters * 2,
+        seconds,
+        iters: cfg.iters,
+        completion_events: events,
+    };
+    writeln!(
+        out,
+        "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        report.bytes,
+        report.seconds,
+        report.mbit_per_s()
+    )
+    .ok();
+    writeln!(
+        out,
+        "{} iters in {:.2} seconds = {:.2} usec/iter",
+        report.iters,
+        report.seconds,
+        report.usec_per_iter()
+    )
+    .ok();
+    // Let the last ACKs leave before the QP goes away.
+    let settle = Instant::now();
+    while settle.elapsed() < Duration::from_millis(50) {
+        ctx.serve_neighbors()?;
+    }
+    ctx.destroy_qp(qp)?;
+    ctx.destroy_cq(cq)?;
+    ctx.dereg_mr(mr)?;
+    ctx.dealloc_pd(pd)?;
+    Ok(report)
+}
+
+/// The tool draws its PSN from lrand48; any value in 24 bits will do.
+fn psn_seed() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    t.wrapping_mul(2654435761) ^ std::process::id()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_is_the_tools_byte_for_byte() {
+        let d = Dest {
+            lid: 0,
+            qpn: 0x11,
+            psn: 0xabcdef,
+            gid: fld_abi::wire::roce::ipv4_gid([192, 168, 77, 2]),
+        };
+        let m = d.message();
+        assert_eq!(
+            &m[..],
+            &b"0000:000011:abcdef:00000000000000000000ffffc0a84d02\0"[..]
+        );
+        assert_eq!(Dest::parse(&m), Some(d));
+        assert_eq!(
+            d.describe(),
+            "LID 0x0000, QPN 0x000011, PSN 0xabcdef, GID ::ffff:192.168.77.2"
+        );
+        assert_eq!(Dest::parse(b"0000:zz:0:00"), None);
+    }
+}
