@@ -310,10 +310,29 @@ pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> Resu
     let mut msg = [0u8; MESSAGE_LEN];
     let remote = match &cfg.server {
         Some(host) => {
-            let mut s = TcpStream::connect((host.as_str(), cfg.port))?;
-            s.set_nonblocking(true)?;
-            write_all(ctx, &mut s, &local.message(), deadline())?;
-            read_exact(ctx, &mut s, &mut msg, deadline())?;
+            // The server may not listen yet (or a port forwarder accepts for it and gives up):
+            // try again until the timeout, as a user would start the client again.
+            let end = deadline();
+            let mut s = loop {
+                let attempt = TcpStream::connect((host.as_str(), cfg.port)).and_then(|mut s| {
+                    s.set_nonblocking(true)?;
+                    write_all(ctx, &mut s, &local.message(), end)
+                        .and_then(|_| read_exact(ctx, &mut s, &mut msg, end))
+                        .map_err(|e| std::io::Error::other(e.to_string()))?;
+                    Ok(s)
+                });
+                match attempt {
+                    Ok(s) => break s,
+                    Err(e) if Instant::now() > end => return Err(e.into()),
+                    Err(_) => {
+                        let wait = Instant::now() + Duration::from_millis(500);
+                        while Instant::now() < wait {
+                            ctx.serve_neighbors()?;
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                }
+            };
             write_all(ctx, &mut s, DONE, deadline())?;
             let remote = Dest::parse(&msg).ok_or(PingpongError::Exchange("bad message".into()))?;
             writeln!(out, "  remote address: {}", remote.describe()).ok();

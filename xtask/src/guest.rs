@@ -240,6 +240,57 @@ pub fn setup(paths: &GuestPaths) -> Result<Qemu> {
     report_qemu(paths)
 }
 
+/// What the soft-RoCE interop needs in the guest root: rdma-core's tools and providers
+/// (ibv_rc_pingpong, the rxe provider), perftest and iproute2's `rdma`.
+const RDMA_PACKAGES: [&str; 5] = [
+    "rdma-core",
+    "ibverbs-utils",
+    "ibverbs-providers",
+    "perftest",
+    "iproute2",
+];
+
+/// Adds the RDMA packages to the provisioned root, once (cached with it).
+pub fn setup_rdma(paths: &GuestPaths) -> Result<()> {
+    let marker = paths.cache.join("rdma-ready");
+    let recipe = RDMA_PACKAGES.join(",");
+    if std::fs::read_to_string(&marker).is_ok_and(|m| m == recipe) {
+        return Ok(());
+    }
+    if !paths.ready() {
+        return Err("the guest is not provisioned: run `cargo xtask guest-setup`".into());
+    }
+    let log = paths.cache.join("setup-rdma.log");
+    let in_root = |args: &[&str]| {
+        let mut c = Command::new("chroot");
+        c.arg(&paths.root)
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        c
+    };
+    let started = Instant::now();
+    say(format!(
+        "installing {} into the guest root",
+        RDMA_PACKAGES.join(" ")
+    ));
+    run_logged(
+        &mut in_root(&["apt-get", "update", "-q"]),
+        "apt-get update",
+        &log,
+    )?;
+    let mut args = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];
+    args.extend(RDMA_PACKAGES);
+    run_logged(&mut in_root(&args), "install the RDMA packages", &log)?;
+    run_logged(&mut in_root(&["apt-get", "clean"]), "apt-get clean", &log)?;
+    std::fs::write(&marker, recipe).map_err(|e| e.to_string())?;
+    say(format!(
+        "RDMA packages installed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
 fn report_qemu(paths: &GuestPaths) -> Result<Qemu> {
     let q = Qemu::find(paths)?;
     say(format!("QEMU: {}", q.describe()));
@@ -572,13 +623,49 @@ impl ServedCard {
     pub fn boot(&mut self, opts: &RunOptions) -> Result<GuestOutcome> {
         self.boots += 1;
         let run = self.dir.join(format!("boot{}", self.boots));
-        let share = run.join("share");
-        std::fs::create_dir_all(&share).map_err(|e| e.to_string())?;
-        let console_log = run.join("console.log");
-        let qemu_log = run.join("qemu.log");
-        let guest_init = match &opts.command {
-            Some(cmd) => format!(
-                "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
+        let devices: Vec<String> = SOCKETS
+            .iter()
+            .flat_map(|n| {
+                [
+                    "-device".to_string(),
+                    format!(
+                        "{{\"driver\":\"vfio-user-pci\",\"socket\":{{\"path\":\"{}\",\"type\":\"unix\"}}}}",
+                        self.sockets.join(n).display()
+                    ),
+                ]
+            })
+            .collect();
+        boot_vm(
+            &self.paths,
+            &self.qemu,
+            &self.release,
+            &run,
+            &devices,
+            &self.serve_log,
+            opts,
+        )
+    }
+}
+
+/// Boots the guest with `devices` (QEMU arguments), runs the command (or a shell), and waits
+/// until the guest powers off, the timeout passes, or `kill_after` ends it. `run` is the boot's
+/// directory; `side_log` the log of whatever the host runs beside the guest.
+pub fn boot_vm(
+    paths: &GuestPaths,
+    qemu: &Qemu,
+    release: &Path,
+    run: &Path,
+    devices: &[String],
+    side_log: &Path,
+    opts: &RunOptions,
+) -> Result<GuestOutcome> {
+    let share = run.join("share");
+    std::fs::create_dir_all(&share).map_err(|e| e.to_string())?;
+    let console_log = run.join("console.log");
+    let qemu_log = run.join("qemu.log");
+    let guest_init = match &opts.command {
+        Some(cmd) => format!(
+            "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
                  export PATH=/opt:/usr/sbin:/usr/bin:/sbin:/bin RUST_LOG=${{RUST_LOG:-warn}}\n\
                  {reset}\
                  echo fldemu-guest: running\n\
@@ -586,127 +673,121 @@ impl ServedCard {
                  ( {cmd} ) > /mnt/output.log 2>&1\n\
                  echo $? > /mnt/exit-code\n\
                  busybox poweroff -f\n",
-                reset = opts
-                    .reset_during
-                    .as_ref()
-                    .map_or(String::new(), |bg| format!(
-                        "if [ ! -e /mnt/reset-done ]; then\n\
+            reset = opts
+                .reset_during
+                .as_ref()
+                .map_or(String::new(), |bg| format!(
+                    "if [ ! -e /mnt/reset-done ]; then\n\
                      : > /mnt/reset-done\n\
                      ( {bg} ) > /mnt/before-reset.log 2>&1 &\n\
                      sleep 3\n\
                      echo fldemu-guest: resetting the machine\n\
                      busybox reboot -f\n\
                      fi\n"
-                    )),
-            ),
-            None => "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
+                )),
+        ),
+        None => "mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp\n\
                      export PATH=/opt:/usr/sbin:/usr/bin:/sbin:/bin\n\
                      echo 'fldemu guest: the card is at' $(lspci -n -d fff0: | cut -d' ' -f1)\n\
                      echo 'try: fldemu demo --transport vfio --accel echo; exit powers off'\n\
                      busybox setsid -c /bin/sh -l\n\
                      busybox poweroff -f\n"
-                .to_string(),
-        };
-        std::fs::write(share.join("guest-init"), guest_init).map_err(|e| e.to_string())?;
+            .to_string(),
+    };
+    std::fs::write(share.join("guest-init"), guest_init).map_err(|e| e.to_string())?;
 
-        let kernel = self.paths.kernel()?;
-        let mut q = self.qemu.command();
-        q.args([
-            "-accel",
-            "tcg",
-            "-machine",
-            "q35,memory-backend=mem",
-            "-m",
-            GUEST_MEMORY,
-        ])
-        .args([
-            "-object",
-            &format!("memory-backend-memfd,id=mem,size={GUEST_MEMORY},share=on"),
-        ])
-        .args(["-smp", "1", "-nodefaults", "-display", "none"])
-        // A reboot ends the run, unless the run is about a reset.
-        .args(opts.reset_during.is_none().then_some("-no-reboot"))
-        .args(["-device", "intel-iommu,intremap=on,caching-mode=on"])
-        .arg("-kernel")
-        .arg(&kernel)
-        .arg("-initrd")
-        .arg(&self.paths.initrd)
-        .args([
-            "-append",
-            "console=ttyS0 intel_iommu=on quiet panic=-1 hugepages=64",
-        ]);
-        for (tag, path, ro) in [
-            ("rootfs", &self.paths.root, true),
-            ("run", &share, false),
-            ("work", &self.release, true),
-        ] {
-            q.arg("-virtfs").arg(format!(
-                "local,path={},mount_tag={tag},security_model=none{}",
-                path.display(),
-                if ro { ",readonly=on" } else { "" }
+    let kernel = paths.kernel()?;
+    let mut q = qemu.command();
+    q.args([
+        "-accel",
+        "tcg",
+        "-machine",
+        "q35,memory-backend=mem",
+        "-m",
+        GUEST_MEMORY,
+    ])
+    .args([
+        "-object",
+        &format!("memory-backend-memfd,id=mem,size={GUEST_MEMORY},share=on"),
+    ])
+    .args(["-smp", "1", "-nodefaults", "-display", "none"])
+    // A reboot ends the run, unless the run is about a reset.
+    .args(opts.reset_during.is_none().then_some("-no-reboot"))
+    .args(["-device", "intel-iommu,intremap=on,caching-mode=on"])
+    .arg("-kernel")
+    .arg(&kernel)
+    .arg("-initrd")
+    .arg(&paths.initrd)
+    .args([
+        "-append",
+        "console=ttyS0 intel_iommu=on quiet panic=-1 hugepages=64",
+    ]);
+    for (tag, path, ro) in [
+        ("rootfs", &paths.root, true),
+        ("run", &share, false),
+        ("work", &release.to_path_buf(), true),
+    ] {
+        q.arg("-virtfs").arg(format!(
+            "local,path={},mount_tag={tag},security_model=none{}",
+            path.display(),
+            if ro { ",readonly=on" } else { "" }
+        ));
+    }
+    q.args(devices);
+    q.stderr(std::fs::File::create(&qemu_log).map_err(|e| e.to_string())?);
+    if opts.command.is_none() {
+        // The guest's console is this terminal (Ctrl-A X leaves QEMU).
+        q.args(["-serial", "mon:stdio"]);
+    } else {
+        q.arg("-serial")
+            .arg(format!("file:{}", console_log.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+    }
+    let started = Instant::now();
+    let mut guest = Reaped(Some(q.spawn().map_err(|e| format!("QEMU: {e}"))?));
+    let child = guest.0.as_mut().expect("spawned");
+    let mut command_started: Option<Instant> = None;
+    let mut killed = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(s);
+        }
+        if started.elapsed() > opts.timeout {
+            say(format!(
+                "guest timed out after {} s",
+                opts.timeout.as_secs()
             ));
+            break None;
         }
-        for n in SOCKETS {
-            q.arg("-device").arg(format!(
-                "{{\"driver\":\"vfio-user-pci\",\"socket\":{{\"path\":\"{}\",\"type\":\"unix\"}}}}",
-                self.sockets.join(n).display()
-            ));
+        if command_started.is_none() && share.join("started").exists() {
+            command_started = Some(Instant::now());
         }
-        q.stderr(std::fs::File::create(&qemu_log).map_err(|e| e.to_string())?);
-        if opts.command.is_none() {
-            // The guest's console is this terminal (Ctrl-A X leaves QEMU).
-            q.args(["-serial", "mon:stdio"]);
-        } else {
-            q.arg("-serial")
-                .arg(format!("file:{}", console_log.display()))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null());
-        }
-        let started = Instant::now();
-        let mut guest = Reaped(Some(q.spawn().map_err(|e| format!("QEMU: {e}"))?));
-        let child = guest.0.as_mut().expect("spawned");
-        let mut command_started: Option<Instant> = None;
-        let mut killed = false;
-        let status = loop {
-            if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-                break Some(s);
-            }
-            if started.elapsed() > opts.timeout {
-                say(format!(
-                    "guest timed out after {} s",
-                    opts.timeout.as_secs()
-                ));
+        if let (Some(t), Some(after)) = (command_started, opts.kill_after) {
+            if t.elapsed() >= after {
+                say("killing QEMU in the middle of the guest's work");
+                killed = true;
                 break None;
             }
-            if command_started.is_none() && share.join("started").exists() {
-                command_started = Some(Instant::now());
-            }
-            if let (Some(t), Some(after)) = (command_started, opts.kill_after) {
-                if t.elapsed() >= after {
-                    say("killing QEMU in the middle of the guest's work");
-                    killed = true;
-                    break None;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        drop(guest);
-        if let Some(s) = status.filter(|s| !s.success()) {
-            say(format!(
-                "QEMU exited with {s} (log: {})",
-                qemu_log.display()
-            ));
         }
-        Ok(GuestOutcome {
-            exit_code: std::fs::read_to_string(share.join("exit-code"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok()),
-            output: std::fs::read_to_string(share.join("output.log")).unwrap_or_default(),
-            console_log,
-            serve_log: self.serve_log.clone(),
-            killed,
-        })
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(guest);
+    if let Some(s) = status.filter(|s| !s.success()) {
+        say(format!(
+            "QEMU exited with {s} (log: {})",
+            qemu_log.display()
+        ));
     }
+    Ok(GuestOutcome {
+        exit_code: std::fs::read_to_string(share.join("exit-code"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok()),
+        output: std::fs::read_to_string(share.join("output.log")).unwrap_or_default(),
+        console_log,
+        serve_log: side_log.to_path_buf(),
+        killed,
+    })
 }
 
 impl Drop for ServedCard {

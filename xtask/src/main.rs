@@ -8,8 +8,11 @@
 //! * `test-guest`  — the self-test and the demo inside the guest, pass/fail per test.
 //! * `bench-guest` — transport latencies and echo rates in the guest, over vfio-user on the
 //!   host, and in-process, in one run.
+//! * `test-rxe`    — rdma-core's ibv_rc_pingpong on Linux soft-RoCE in the guest against
+//!   `fldemu rc-pingpong` over a `-netdev dgram` link (see [`rxe`]).
 
 mod guest;
+mod rxe;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -75,6 +78,13 @@ enum Cmd {
         /// Packets per echo measurement.
         #[arg(long, default_value_t = 50_000)]
         packets: u64,
+    },
+    /// Linux soft-RoCE in the guest against `fldemu rc-pingpong` on the host over a dgram link:
+    /// rdma-core's ibv_rc_pingpong both ways, 1 B to 64 KiB, with and without -e, once with
+    /// loss; a capture dissected by tshark. Pass/fail per run.
+    TestRxe {
+        #[arg(long, default_value_t = 900)]
+        timeout: u64,
     },
 }
 
@@ -492,6 +502,9 @@ fn main() -> ExitCode {
         })(),
         Cmd::TestGuest { timeout } => test_guest(timeout),
         Cmd::BenchGuest { json, packets } => bench_guest(json, packets),
+        Cmd::TestRxe { timeout } => {
+            build_fldemu().and_then(|_| rxe::test_rxe(&workspace(), timeout))
+        }
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

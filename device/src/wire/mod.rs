@@ -25,6 +25,16 @@ pub trait Wire: Send {
     fn receive(&mut self, buf: &mut [u8]) -> Option<usize>;
 }
 
+/// A boxed wire is a wire (so wrappers such as [`FaultyWire`] take any).
+impl<W: Wire + ?Sized> Wire for Box<W> {
+    fn transmit(&mut self, frame: &[u8]) {
+        (**self).transmit(frame)
+    }
+    fn receive(&mut self, buf: &mut [u8]) -> Option<usize> {
+        (**self).receive(buf)
+    }
+}
+
 /// An unplugged port: transmitted frames vanish, nothing arrives.
 #[derive(Default)]
 pub struct NullWire {

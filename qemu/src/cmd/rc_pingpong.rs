@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use fld_device::card::{Card, CardConfig};
 use fld_device::nic::NicConfig;
+use fld_device::wire::pcap::CaptureFilter;
+use fld_device::wire::{Faults, FaultyWire, PcapTap};
 use fld_driver::PciDevice;
 use fld_host::verbs::Context;
 use fld_qemu::pingpong::{self, PingpongConfig};
@@ -58,6 +60,21 @@ pub struct RcPingpongArgs {
     /// The in-process card's uplink: `udp:LOCAL_PORT:HOST:PORT` or `tap:NAME`.
     #[arg(long)]
     pub link: Option<String>,
+    /// Write every frame of the uplink (both directions) to this pcap file.
+    #[arg(long)]
+    pub pcap: Option<std::path::PathBuf>,
+    /// Seeded faults on what the card sends on its uplink: probability of loss.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// … of duplication.
+    #[arg(long, default_value_t = 0.0)]
+    pub duplicate: f64,
+    /// … of reordering (a frame overtaken by up to 4 later ones).
+    #[arg(long, default_value_t = 0.0)]
+    pub reorder: f64,
+    /// Seed of the faults.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
     /// A static neighbour `IP=MAC` instead of ARP (repeatable).
     #[arg(long)]
     pub neigh: Vec<String>,
@@ -118,7 +135,27 @@ pub fn run(a: RcPingpongArgs) -> CmdResult {
                     },
                     ..Default::default()
                 });
-                card.nic.set_uplink(fld_qemu::wires::open_link(link)?);
+                let wire = fld_qemu::wires::open_link(link)?;
+                let faults = Faults {
+                    loss: a.loss,
+                    duplicate: a.duplicate,
+                    reorder: a.reorder,
+                    reorder_depth: 4,
+                    seed: a.seed,
+                    ..Default::default()
+                };
+                if faults == Faults::default() {
+                    card.nic.set_uplink(wire);
+                } else {
+                    card.nic.set_uplink(Box::new(FaultyWire::new(wire, faults)));
+                }
+                if let Some(path) = &a.pcap {
+                    let tap = PcapTap::new(
+                        std::io::BufWriter::new(std::fs::File::create(path)?),
+                        CaptureFilter::Vport(fld_abi::nic::VPORT_UPLINK),
+                    )?;
+                    card.nic.set_tap(Some(Box::new(tap)));
+                }
                 let host = fld_driver::inprocess::InProcessHost::new(card.clone(), 256 << 20)?;
                 let fid = card.nic.function_id(0).ok_or("no NIC function")?;
                 (host.device(fid), Box::new((card, host)))
@@ -146,7 +183,15 @@ pub fn run(a: RcPingpongArgs) -> CmdResult {
         events: a.events,
         timeout: std::time::Duration::from_secs(a.timeout),
     };
-    let report = pingpong::run(&mut ctx, &cfg, &mut std::io::stdout())?;
+    let report = pingpong::run(&mut ctx, &cfg, &mut std::io::stdout());
+    drop(ctx);
+    // The capture is complete once the tap is dropped (its writer flushed).
+    if let Some((card, _)) =
+        _keep.downcast_ref::<(Arc<Card>, Arc<fld_driver::inprocess::InProcessHost>)>()
+    {
+        card.nic.set_tap(None);
+    }
+    let report = report?;
     if a.json {
         println!(
             "{}",
