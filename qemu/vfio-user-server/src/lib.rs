@@ -140,6 +140,33 @@ fn invalid(msg: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidInput, msg.to_string())
 }
 
+impl FunctionBackend {
+    /// Whether a client's access of `len` bytes at `offset` lies inside the region it names.
+    /// Outside, it is answered as a bus answers an access to nothing — reads all ones, writes
+    /// dropped — and never reaches a BAR handler (the fuzz target found a read at an offset
+    /// near 2^64 overflowing inside FLD's register file).
+    fn inside(&self, region: u32, offset: u64, len: usize) -> bool {
+        let size = if region == CONFIG_REGION {
+            4096
+        } else {
+            self.card
+                .fabric
+                .function(self.fid)
+                .and_then(|f| {
+                    let cfg = f.pci().config();
+                    cfg.bars()
+                        .iter()
+                        .find(|b| u32::from(b.index) == region)
+                        .map(|b| b.size)
+                })
+                .unwrap_or(0)
+        };
+        offset
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= size)
+    }
+}
+
 impl ServerBackend for FunctionBackend {
     fn region_read(
         &mut self,
@@ -147,6 +174,10 @@ impl ServerBackend for FunctionBackend {
         offset: u64,
         data: &mut [u8],
     ) -> Result<(), std::io::Error> {
+        if !self.inside(region, offset, data.len()) {
+            data.fill(0xff);
+            return Ok(());
+        }
         match region {
             CONFIG_REGION => self.card.fabric.config_read(self.fid, offset, data),
             0..=5 => match self.card.fabric.function(self.fid) {
@@ -164,6 +195,9 @@ impl ServerBackend for FunctionBackend {
         offset: u64,
         data: &[u8],
     ) -> Result<(), std::io::Error> {
+        if !self.inside(region, offset, data.len()) {
+            return Ok(());
+        }
         match region {
             CONFIG_REGION => {
                 log::trace!(
@@ -595,6 +629,33 @@ mod tests {
             },
             irqs,
         )
+    }
+
+    /// Region accesses outside the region read all ones and write nothing, and never reach a
+    /// BAR handler (an offset near 2^64 overflowed inside FLD's register file: found by the
+    /// vfio_user_msg fuzz target).
+    #[test]
+    fn accesses_beyond_a_region_read_ones_and_write_nothing() {
+        let (mut b, _) = backend();
+        b.fid = b.card.fld.id();
+        let mut buf = [0u8; 8];
+        for (region, offset) in [
+            (0, u64::MAX - 3),
+            (2, 1 << 40),
+            (1, 0),
+            (CONFIG_REGION, 4092),
+        ] {
+            buf.fill(0);
+            b.region_read(region, offset, &mut buf).unwrap();
+            assert_eq!(buf, [0xff; 8], "region {region} at {offset:#x}");
+            b.region_write(region, offset, &[0x5a; 8]).unwrap();
+        }
+        b.region_read(CONFIG_REGION, 0, &mut buf).unwrap();
+        assert_eq!(
+            u16::from_le_bytes([buf[0], buf[1]]),
+            fld_abi::pci::PCI_VENDOR_ID,
+            "inside the region, the register"
+        );
     }
 
     /// A descriptor for the same eventfd, as a message would carry it.
