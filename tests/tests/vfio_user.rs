@@ -87,6 +87,11 @@ fn garbage_in_every_bar_leaves_the_card_usable() {
 }
 
 #[test]
+fn rdma_through_the_verbs_api_between_functions() {
+    check("rdma_verbs_between_functions");
+}
+
+#[test]
 fn every_check_has_a_test_here() {
     let names: Vec<&str> = selftest::CHECKS.iter().map(|c| c.name).collect();
     assert_eq!(
@@ -96,7 +101,8 @@ fn every_check_has_a_test_here() {
             "flde_echo_byte_exact",
             "msix_eventfd_and_dma_isolation",
             "reset_mid_traffic_then_traffic",
-            "garbage_in_every_bar_then_traffic"
+            "garbage_in_every_bar_then_traffic",
+            "rdma_verbs_between_functions"
         ]
     );
 }
