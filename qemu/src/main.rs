@@ -67,6 +67,11 @@ enum Cmd {
     /// exchange of LID:QPN:PSN:GID on port 18515, the same options): an RC QP bouncing SENDs
     /// with a peer — another fldemu, or Linux soft-RoCE — over a UDP link or a TAP interface.
     RcPingpong(cmd::rc_pingpong::RcPingpongArgs),
+    /// RDMA WRITE, READ and SEND throughput and message rate, 64 B to 64 KiB, between two
+    /// in-process cards joined by a cable, beside the Ethernet echo path in the same run.
+    RcBw(cmd::rc_bw::RcBwArgs),
+    /// RDMA SEND latency (median, p99), 8 B to 4 KiB, between two in-process cards.
+    RcLat(cmd::rc_bw::RcLatArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +88,8 @@ fn main() -> ExitCode {
         Cmd::BenchTransport(a) => cmd::bench_transport::run(a),
         Cmd::Serve(a) => cmd::serve::run(a),
         Cmd::RcPingpong(a) => cmd::rc_pingpong::run(a),
+        Cmd::RcBw(a) => cmd::rc_bw::run_bw(a),
+        Cmd::RcLat(a) => cmd::rc_bw::run_lat(a),
     };
     match result {
         Ok(code) => code,

@@ -7,6 +7,7 @@ pub mod bench_transport;
 pub mod demo;
 pub mod memory;
 pub mod model;
+pub mod rc_bw;
 pub mod rc_pingpong;
 pub mod replay;
 pub mod selftest;

@@ -4,6 +4,7 @@
 //! on it; nothing here is part of what an application links.
 
 pub mod inline_apps;
+pub mod rdma;
 pub mod replay;
 
 use std::sync::Arc;

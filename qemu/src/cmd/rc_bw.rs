@@ -1,0 +1,180 @@
+//! `fldemu rc-bw` and `fldemu rc-lat`: RDMA WRITE, READ and SEND throughput and message rate,
+//! and SEND latency, between two in-process cards joined by a cable (perftest's
+//! `ib_{write,read,send}_bw` and `ib_send_lat` in spirit), beside the Ethernet CPU echo path
+//! measured in the same run.
+
+use fld_host::apps::{EchoConfig, Sizes};
+use fld_qemu::testbed::rdma::{BwOp, RdmaPair};
+use serde_json::json;
+
+use super::*;
+
+#[derive(clap::Args)]
+pub struct RcBwArgs {
+    /// Operations to measure.
+    #[arg(long, value_delimiter = ',', default_value = "write,read,send")]
+    pub ops: Vec<String>,
+    /// Smallest and largest message (every power of two between them).
+    #[arg(long, default_value_t = 64)]
+    pub size_min: usize,
+    #[arg(long, default_value_t = 65536)]
+    pub size_max: usize,
+    /// Bytes moved per measurement (at least 2,000 and at most 200,000 messages).
+    #[arg(long, default_value_t = 64 << 20)]
+    pub bytes: u64,
+    /// Path MTU in bytes.
+    #[arg(short = 'm', long, default_value_t = 1024)]
+    pub mtu: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct RcLatArgs {
+    #[arg(long, default_value_t = 8)]
+    pub size_min: usize,
+    #[arg(long, default_value_t = 4096)]
+    pub size_max: usize,
+    /// Round trips per size.
+    #[arg(short = 'n', long, default_value_t = 2000)]
+    pub iters: u64,
+    #[arg(short = 'm', long, default_value_t = 1024)]
+    pub mtu: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn mtu_code(mtu: u32) -> Result<u8, Box<dyn std::error::Error>> {
+    Ok(match mtu {
+        256 => 1,
+        512 => 2,
+        1024 => 3,
+        2048 => 4,
+        4096 => 5,
+        _ => return Err("the path MTU is 256, 512, 1024, 2048 or 4096".into()),
+    })
+}
+
+fn sizes(min: usize, max: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = min.max(1);
+    while s <= max {
+        v.push(s);
+        s *= 2;
+    }
+    v
+}
+
+/// The Ethernet baseline: CPU echo of 64-byte frames through one card, in Mpps.
+fn ethernet_echo_mpps() -> Result<f64, Box<dyn std::error::Error>> {
+    let mut echo = Echoer::new(AccelArg::None, STRIDING, 64)?;
+    let cfg = EchoConfig {
+        packets: 200_000,
+        sizes: Sizes::Fixed(64),
+        window: 1024,
+        ..Default::default()
+    };
+    let rep = echo.run(&cfg);
+    if rep.packets_received != cfg.packets || rep.mismatches != 0 {
+        return Err("the Ethernet echo baseline lost or changed frames".into());
+    }
+    Ok(rep.mpps())
+}
+
+pub fn run_bw(a: RcBwArgs) -> CmdResult {
+    let sizes = sizes(a.size_min, a.size_max);
+    let mut pair = RdmaPair::new(2 * a.size_max.max(8192), mtu_code(a.mtu)?)?;
+    let mut rows = Vec::new();
+    for op in &a.ops {
+        let op = match op.as_str() {
+            "write" => BwOp::Write,
+            "read" => BwOp::Read,
+            "send" => BwOp::Send,
+            other => return Err(format!("{other}: write, read or send").into()),
+        };
+        for &size in &sizes {
+            let count = (a.bytes / size as u64).clamp(2_000, 200_000);
+            let pattern: Vec<u8> = (0..size).map(|i| (i as u8) ^ (size as u8)).collect();
+            let (src_b, src_off) = if op == BwOp::Read {
+                (true, 0)
+            } else {
+                (false, 0)
+            };
+            pair.fill(src_b, src_off, &pattern);
+            // A short warm-up, then the measurement.
+            pair.bandwidth(op, size, count / 20 + 1)?;
+            let r = pair.bandwidth(op, size, count)?;
+            let (dst_b, dst_off) = match op {
+                BwOp::Read => (false, pair.a.mr.len() / 2),
+                _ => (true, 0),
+            };
+            if pair.bytes(dst_b, dst_off, size) != pattern {
+                return Err(
+                    format!("{} {size} B: the data did not arrive intact", op.name()).into(),
+                );
+            }
+            rows.push((op, size, r));
+        }
+    }
+    let eth = ethernet_echo_mpps()?;
+    if a.json {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|(op, size, r)| {
+                json!({ "op": op.name(), "size": size, "messages": r.messages,
+                        "gbps": r.gbps(), "mmsgs_per_s": r.mmsgs(),
+                        "ratio_to_ethernet_echo_mpps": r.mmsgs() / eth })
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({ "note": "two in-process cards joined by a cable, one thread; RC, path MTU as given, 128 outstanding, every 16th signalled",
+                    "mtu": a.mtu, "ethernet_cpu_echo_64b_mpps": eth, "results": out })
+        );
+    } else {
+        println!(
+            "{:>6} {:>8} {:>10} {:>10} {:>12}",
+            "op", "size", "Gbit/s", "Mmsg/s", "vs Eth echo"
+        );
+        for (op, size, r) in &rows {
+            println!(
+                "{:>6} {:>8} {:>10.3} {:>10.3} {:>12.3}",
+                op.name(),
+                size,
+                r.gbps(),
+                r.mmsgs(),
+                r.mmsgs() / eth
+            );
+        }
+        println!("Ethernet CPU echo, 64 B, same run: {eth:.3} Mpps");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_lat(a: RcLatArgs) -> CmdResult {
+    let sizes = sizes(a.size_min, a.size_max);
+    let mut pair = RdmaPair::new(2 * a.size_max.max(8192), mtu_code(a.mtu)?)?;
+    let mut rows = Vec::new();
+    for &size in &sizes {
+        rows.push((size, pair.latency(size, a.iters)?));
+    }
+    let eth = ethernet_echo_mpps()?;
+    if a.json {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|(size, r)| json!({ "size": size, "median_us": r.median_us, "p99_us": r.p99_us, "iterations": r.iterations }))
+            .collect();
+        println!(
+            "{}",
+            json!({ "note": "SEND ping-pong between two in-process cards, one thread; one-way latency = half the round trip",
+                    "mtu": a.mtu, "ethernet_cpu_echo_64b_mpps": eth, "results": out })
+        );
+    } else {
+        println!("{:>8} {:>12} {:>12}", "size", "median us", "p99 us");
+        for (size, r) in &rows {
+            println!("{:>8} {:>12.2} {:>12.2}", size, r.median_us, r.p99_us);
+        }
+        println!("Ethernet CPU echo, 64 B, same run: {eth:.3} Mpps");
+    }
+    Ok(ExitCode::SUCCESS)
+}
