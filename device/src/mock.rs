@@ -59,6 +59,69 @@ impl InterruptSink for Interrupts {
     }
 }
 
+/// An RC QP the mock made ([`MockHost::create_rdma_qp`]): its number, PD, the key and bus
+/// address of its registered buffer (virtual address = bus address), its CQ and its rings.
+pub struct MockQp {
+    pub function: u16,
+    pub qpn: u32,
+    pub pd: u32,
+    pub key: u32,
+    pub buf: u64,
+    pub buf_len: usize,
+    pub gid: [u8; 16],
+    pub eq: MockRing,
+    pub cq: MockRing,
+    pub sq: MockSq,
+    pub rq_addr: u64,
+    pub log_rq: u8,
+    pub log_stride: u8,
+    pub rq_pi: u32,
+}
+
+impl MockQp {
+    /// Writes an RDMA send WQE and rings the QP's send doorbell.
+    pub fn post_send(&mut self, host: &MockHost, wqe: &RdmaWqe<'_>) {
+        let mut buf = [0u8; MAX_WQE_BYTES];
+        let index = self.sq.pi as u16;
+        let n = wqe.encode(self.qpn, index, &mut buf).expect("a well-formed WQE");
+        self.post_send_raw(host, &buf[..n]);
+    }
+
+    /// Writes raw bytes as send WQE blocks (padded) and rings the send doorbell.
+    pub fn post_send_raw(&mut self, host: &MockHost, wqe: &[u8]) {
+        self.sq.write_raw(host, wqe);
+        host.doorbell(
+            self.function,
+            db::slot(db::QP_SQ_BASE, self.qpn - QPN_BASE),
+            self.sq.pi & db::PI_MASK,
+        );
+    }
+
+    /// Posts a receive WQE of `sges` and rings the receive doorbell.
+    pub fn post_recv(&mut self, host: &MockHost, sges: &[Sge]) {
+        let stride = 1usize << self.log_stride;
+        let mut w = vec![0u8; stride];
+        assert!(encode_recv_wqe(sges, &mut w), "receive WQE fits");
+        let slot = u64::from(self.rq_pi & ((1 << self.log_rq) - 1)) * stride as u64;
+        host.write(self.rq_addr + slot, &w);
+        self.rq_pi = self.rq_pi.wrapping_add(1);
+        host.doorbell(
+            self.function,
+            db::slot(db::QP_RQ_BASE, self.qpn - QPN_BASE),
+            self.rq_pi & db::PI_MASK,
+        );
+    }
+
+    /// An SGE of `len` bytes at `off` into the QP's buffer.
+    pub fn sge(&self, off: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.buf + off,
+            length: len,
+            lkey: self.key,
+        }
+    }
+}
+
 /// What a command returned: the delivery status of CMD_STATUS and, when delivered, the output
 /// header's status and syndrome and the output body.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -672,6 +735,154 @@ impl MockHost {
             rx_buffers,
             rx_buffer_len: BUF,
             tx_buffer: self.alloc(16384),
+        }
+    }
+
+    // --- RDMA -------------------------------------------------------------------------------
+
+    /// An RC QP on NIC function `f` (see [`MockQp`]): a PD, an EQ and a CQ, a registered region
+    /// of `buf_len` bytes whose MTT is in host memory, GID entry 0 = `ip` with the function's
+    /// MAC, and the QP in RESET.
+    pub fn create_rdma_qp(&self, f: u16, ip: [u8; 4], buf_len: usize) -> MockQp {
+        let pd = self.create(f, op::CREATE_PD, &ObjectIn::new(0));
+        let buf = self.alloc(buf_len);
+        let pages = mtt_pages(buf, buf_len as u64, 12);
+        let mtt = self.alloc(pages as usize * MTT_ENTRY_SIZE);
+        for i in 0..pages {
+            self.write(
+                mtt + i * MTT_ENTRY_SIZE as u64,
+                &((buf & !0xfff) + (i << 12)).to_le_bytes(),
+            );
+        }
+        // The region's virtual address is its bus address (an identity-mapped consumer).
+        let key = self.create(
+            f,
+            op::CREATE_MR,
+            &CreateMrIn {
+                pd: U32::new(pd),
+                access: U32::new(access::ALL),
+                start: U64::new(buf),
+                length: U64::new(buf_len as u64),
+                mtt_addr: U64::new(mtt),
+                log_page_size: 12,
+                rsvd: [0; 7],
+            },
+        );
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&ip);
+        let r = self.command(
+            f,
+            op::SET_ROCE_ADDRESS,
+            RoceAddressIn {
+                index: U16::new(0),
+                flags: ROCE_ADDRESS_VALID,
+                rsvd: [0; 5],
+                gid,
+                mac: self.nic_mac(f),
+                rsvd2: [0; 2],
+            }
+            .as_bytes(),
+        );
+        assert!(r.ok(), "GID: {r:?}");
+        let eq = self.create_eq(f, 6, 0);
+        let cq = self.create_cq(f, eq.id, 8);
+        let (log_sq, log_rq, log_stride) = (6u8, 6u8, 5u8);
+        let sq = self.alloc(WQEBB << log_sq);
+        let rq = self.alloc(1 << (log_rq + log_stride));
+        let qpn = self.create(
+            f,
+            op::CREATE_QP,
+            &CreateQpIn {
+                pd: U32::new(pd),
+                send_cqn: U32::new(cq.id),
+                recv_cqn: U32::new(cq.id),
+                srqn: U32::new(NO_SRQ),
+                sq_addr: U64::new(sq),
+                rq_addr: U64::new(rq),
+                log_sq_size: log_sq,
+                log_rq_size: log_rq,
+                log_rq_stride: log_stride,
+                flags: QP_FLAG_SIGNAL_ALL,
+                rsvd: [0; 4],
+            },
+        );
+        MockQp {
+            function: f,
+            qpn,
+            pd,
+            key,
+            buf,
+            buf_len,
+            gid,
+            eq,
+            cq,
+            sq: MockSq {
+                id: qpn,
+                addr: sq,
+                log_size: log_sq,
+                pi: 0,
+            },
+            rq_addr: rq,
+            log_rq,
+            log_stride,
+            rq_pi: 0,
+        }
+    }
+
+    /// Runs MODIFY_QP; returns the reply (refusals are the caller's to judge).
+    pub fn modify_qp(&self, f: u16, qpn: u32, mask: u32, attr: &QpAttr) -> CmdReply {
+        self.command(
+            f,
+            op::MODIFY_QP,
+            ModifyQpIn {
+                qpn: U32::new(qpn),
+                attr_mask: U32::new(mask),
+                attr: *attr,
+            }
+            .as_bytes(),
+        )
+    }
+
+    /// Takes `qp` from RESET to RTS towards the peer QP `peer_qpn` at `peer_gid`/`peer_mac`,
+    /// both sequences starting at `psn`; panics when a step is refused (harness set-up).
+    pub fn connect_qp(&self, qp: &MockQp, peer_qpn: u32, peer_gid: [u8; 16], peer_mac: [u8; 6], psn: u32) {
+        use qp_attr::*;
+        let mut a = QpAttr {
+            qp_state: QpState::Init as u8,
+            port: 1,
+            path_mtu: DEFAULT_PATH_MTU,
+            timeout: 10,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 4,
+            max_dest_rd_atomic: 4,
+            hop_limit: 64,
+            dgid: peer_gid,
+            dmac: peer_mac,
+            ..Default::default()
+        };
+        a.access_flags.set(access::REMOTE);
+        a.dest_qpn.set(peer_qpn);
+        a.rq_psn.set(psn);
+        a.sq_psn.set(psn);
+        let steps = [
+            (QpState::Init, STATE | PKEY_INDEX | PORT | ACCESS_FLAGS),
+            (
+                QpState::Rtr,
+                STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER,
+            ),
+            (
+                QpState::Rts,
+                STATE | SQ_PSN | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC,
+            ),
+        ];
+        for (state, mask) in steps {
+            a.qp_state = state as u8;
+            let r = self.modify_qp(qp.function, qp.qpn, mask, &a);
+            assert!(r.ok(), "modify to {state:?}: {r:?}");
         }
     }
 

@@ -775,3 +775,60 @@ fn a_function_reset_destroys_its_objects_and_the_port_comes_back() {
     h.run(100);
     assert_eq!(b.receive(&h).expect("frame").1, f);
 }
+
+/// The mock's RDMA set-up end to end: two QPs on the two functions, connected, a SEND and an
+/// RDMA WRITE between them (their frames cross the eSwitch), CQEs as documented.
+#[test]
+fn rdma_qps_through_the_driver_mock() {
+    let h = host();
+    let mut a = h.create_rdma_qp(0, [10, 1, 0, 1], 1 << 16);
+    let mut b = h.create_rdma_qp(1, [10, 1, 0, 2], 1 << 16);
+    h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 7);
+    h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 7);
+    let msg: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+    h.write(a.buf, &msg);
+    b.post_recv(&h, &[b.sge(0, 4096)]);
+    let s = [a.sge(0, msg.len() as u32)];
+    a.post_send(
+        &h,
+        &RdmaWqe {
+            opcode: WQE_OP_SEND,
+            signal: true,
+            solicited: false,
+            fence: false,
+            imm: 0,
+            remote: None,
+            atomic: None,
+            data: WqeData::Gather(&s),
+        },
+    );
+    a.post_send(
+        &h,
+        &RdmaWqe {
+            opcode: WQE_OP_RDMA_WRITE,
+            signal: true,
+            solicited: false,
+            fence: false,
+            imm: 0,
+            remote: Some((b.buf + 8192, b.key)),
+            atomic: None,
+            data: WqeData::Gather(&s),
+        },
+    );
+    h.run(1000);
+    let rx = b.cq.poll_cqe(&h).expect("receive CQE");
+    assert_eq!(
+        (rx.opcode(), rx.byte_count.get(), rx.qn.get(), rx.flags & cqe_flags::QP),
+        (CQE_RESP_SEND, 3000, b.qpn, cqe_flags::QP)
+    );
+    let mut got = vec![0u8; 3000];
+    h.read(b.buf, &mut got);
+    assert_eq!(got, msg);
+    h.read(b.buf + 8192, &mut got);
+    assert_eq!(got, msg);
+    for op in [WQE_OP_SEND, WQE_OP_RDMA_WRITE] {
+        let c = a.cq.poll_cqe(&h).expect("send CQE");
+        assert_eq!((c.opcode(), c.syndrome, c.wqe_opcode), (CQE_REQ, 0, op));
+    }
+    assert!(h.guard_intact());
+}
