@@ -1,0 +1,202 @@
+//! The RoCEv2 receive path against live QPs: a remote peer on the uplink sends anything — raw
+//! frames, and RoCE packets with valid ICRC whose opcode, PSN, QPN, RETH/AETH/AtomicETH fields
+//! and payload are the fuzzer's — while the local QP has receives posted and its own requests
+//! (SEND, WRITE, READ, atomics) outstanding, so forged responses and ACKs reach the requester
+//! too; the NIC clock advances as the input says so retransmit and RNR timers fire. Everything
+//! the card sends back must be a RoCE packet to the peer with a valid ICRC; nothing is written
+//! outside mapped memory; a reset and a bring-up move verified RDMA traffic.
+#![no_main]
+
+use fld_abi::nic::{
+    RdmaWqe, WqeData, WQE_OP_ATOMIC_CS, WQE_OP_ATOMIC_FA, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE,
+    WQE_OP_SEND,
+};
+use fld_abi::wire::roce::{
+    self, ipv4_gid, AckKind, Aeth, AtomicAckEth, AtomicEth, BthRepr, IbHeaders, IbPacket, ImmDt,
+    Reth, RoceAddress,
+};
+use fld_abi::wire::udp_offsets;
+use fld_device::wire::{link, Wire};
+use fld_fuzz::{assert_rdma_recovers, small_rdma_nic, Input};
+use libfuzzer_sys::fuzz_target;
+
+const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
+const PEER_IP: [u8; 4] = [10, 0, 0, 9];
+const PEER_QPN: u32 = 0x999;
+const PSN: u32 = 0x10;
+const BUF: usize = 32 << 10;
+
+fuzz_target!(|data: &[u8]| {
+    let mut h = small_rdma_nic();
+    let (uplink, mut peer) = link(256);
+    h.nic.set_uplink(Box::new(uplink));
+    let mut now = 0u64;
+    h.nic.set_clock(Some(now));
+    let mut qp = h.create_rdma_qp(0, [10, 0, 0, 1], BUF);
+    h.connect_qp(&qp, PEER_QPN, ipv4_gid(PEER_IP), PEER_MAC, PSN);
+    let our_mac = h.nic_mac(0);
+    let address = RoceAddress {
+        src_mac: PEER_MAC,
+        dst_mac: our_mac,
+        src_gid: ipv4_gid(PEER_IP),
+        dst_gid: qp.gid,
+        src_port: roce::SOURCE_PORT_BASE,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+    };
+    let mut input = Input::new(data);
+    let mut frame = vec![0u8; 9216];
+    let mut ident = 0u16;
+    for _ in 0..128 {
+        if input.is_empty() {
+            break;
+        }
+        let ctl = input.u8();
+        match ctl & 7 {
+            0 => {
+                let len = input.u16() as usize % 1600;
+                peer.transmit(input.bytes(len));
+            }
+            1 | 2 => {
+                // A transport packet with a valid ICRC: near-expected PSN unless asked, to our
+                // QP unless asked, extended headers as the opcode wants them.
+                let opcode = input.u8();
+                let psn = match input.u8() % 4 {
+                    0 => input.u32() & roce::PSN_MASK,
+                    n => roce::psn_add(PSN, u32::from(input.u8()) * u32::from(n)),
+                };
+                let dest_qp = if ctl & 0x80 != 0 { input.u32() } else { qp.qpn };
+                let va = if ctl & 0x40 != 0 {
+                    input.u64()
+                } else {
+                    qp.buf + u64::from(input.u16()) % BUF as u64
+                };
+                let rkey = if ctl & 0x20 != 0 { input.u32() } else { qp.key };
+                let info = roce::opcode_info(opcode);
+                let wants = |f: fn(&roce::OpcodeInfo) -> bool| info.as_ref().is_some_and(f);
+                let headers = IbHeaders {
+                    bth: BthRepr {
+                        opcode,
+                        solicited: ctl & 0x08 != 0,
+                        pkey: roce::DEFAULT_PKEY,
+                        dest_qp: dest_qp & roce::QPN_MASK,
+                        ack_request: ctl & 0x10 != 0,
+                        psn,
+                        ..Default::default()
+                    },
+                    reth: wants(|i| i.reth).then(|| Reth {
+                        virtual_address: va,
+                        rkey,
+                        dma_length: input.u16() as u32,
+                    }),
+                    aeth: wants(|i| i.aeth).then(|| Aeth {
+                        kind: match input.u8() % 3 {
+                            0 => AckKind::Ack {
+                                credits: input.u8() & 0x1f,
+                            },
+                            1 => AckKind::RnrNak {
+                                timer: input.u8() & 0x1f,
+                            },
+                            _ => AckKind::Nak {
+                                code: input.u8() & 0x1f,
+                            },
+                        },
+                        msn: input.u32() & 0xff_ffff,
+                    }),
+                    imm: wants(|i| i.imm).then(|| ImmDt(input.u32())),
+                    atomic_eth: wants(|i| i.atomic_eth).then(|| AtomicEth {
+                        virtual_address: va & !7,
+                        rkey,
+                        swap_add: input.u64(),
+                        compare: input.u64(),
+                    }),
+                    atomic_ack_eth: wants(|i| i.atomic_ack_eth).then(|| AtomicAckEth {
+                        original: input.u64(),
+                    }),
+                };
+                let len = input.u16() as usize % 4200;
+                let payload: Vec<u8> = (0..len).map(|i| i as u8 ^ ctl).collect();
+                ident = ident.wrapping_add(1);
+                if let Some(n) = address.emit(&headers, &payload, ident, &mut frame) {
+                    if ctl & 7 == 2 {
+                        // Damaged on the way: a flipped byte somewhere after the Ethernet header.
+                        let at = 14 + input.u16() as usize % (n - 14);
+                        frame[at] ^= input.u8() | 1;
+                    }
+                    peer.transmit(&frame[..n]);
+                }
+            }
+            3 => {
+                let n = 1 + input.u8() as usize % 2;
+                let sges: Vec<_> = (0..n)
+                    .map(|_| {
+                        let off = u64::from(input.u16()) % BUF as u64;
+                        qp.sge(off, u32::from(input.u16()) % (BUF as u32 - off as u32 + 1))
+                    })
+                    .collect();
+                qp.post_recv(&h, &sges);
+            }
+            4 => {
+                let opcode = input.pick(&[
+                    WQE_OP_SEND,
+                    WQE_OP_RDMA_WRITE,
+                    WQE_OP_RDMA_READ,
+                    WQE_OP_ATOMIC_CS,
+                    WQE_OP_ATOMIC_FA,
+                ]);
+                let atomic = matches!(opcode, WQE_OP_ATOMIC_CS | WQE_OP_ATOMIC_FA);
+                let off = u64::from(input.u16()) % (BUF as u64 - 8) & !7;
+                let len = if atomic {
+                    8
+                } else {
+                    u32::from(input.u16()) % (BUF as u32 - off as u32 + 1)
+                };
+                let s = [qp.sge(off, len)];
+                let wqe = RdmaWqe {
+                    opcode,
+                    signal: ctl & 0x80 != 0,
+                    solicited: false,
+                    fence: ctl & 0x40 != 0,
+                    imm: 0,
+                    remote: (opcode != WQE_OP_SEND).then(|| (input.u64() & !7, input.u32())),
+                    atomic: atomic.then(|| (input.u64(), input.u64())),
+                    data: WqeData::Gather(&s),
+                };
+                qp.post_send(&h, &wqe);
+            }
+            5 => {
+                while qp.cq.poll_cqe(&h).is_some() {}
+                qp.cq.update_ci(&h, 0, fld_abi::nic::db::CQ_BASE);
+                while qp.eq.poll_eqe(&h).is_some() {}
+                qp.eq.update_ci(&h, 0, fld_abi::nic::db::EQ_BASE);
+            }
+            6 => {
+                // Time passes: microseconds to seconds, so ACK and RNR timers expire.
+                now += 1000u64 << (input.u8() % 24);
+                h.nic.set_clock(Some(now));
+            }
+            _ => {
+                h.run(input.u8() as usize % 32 + 1);
+            }
+        }
+        h.run(64);
+        check_replies(&mut peer, &mut frame, our_mac);
+    }
+    h.run(256);
+    check_replies(&mut peer, &mut frame, our_mac);
+    assert_rdma_recovers(&mut h);
+});
+
+/// Whatever the card sent to the peer is a RoCE packet to the peer's QP, from the card's MAC,
+/// with a valid ICRC.
+fn check_replies(peer: &mut fld_device::wire::LinkEnd, buf: &mut [u8], our_mac: [u8; 6]) {
+    while let Some(n) = peer.receive(buf) {
+        let f = &buf[..n];
+        assert_eq!((&f[..6], &f[6..12]), (&PEER_MAC[..], &our_mac[..]), "addressed");
+        let o = udp_offsets(f).expect("a UDP frame");
+        let p = IbPacket::parse(&f[o.payload()..o.ip_end]).expect("a RoCE packet");
+        assert_eq!(roce::icrc(f, o.ip, o.ip_end, o.ipv6), Some(p.icrc), "ICRC");
+        assert_eq!(p.headers.bth.dest_qp, PEER_QPN, "to the peer's QP");
+    }
+}
