@@ -83,7 +83,9 @@ impl MockQp {
     pub fn post_send(&mut self, host: &MockHost, wqe: &RdmaWqe<'_>) {
         let mut buf = [0u8; MAX_WQE_BYTES];
         let index = self.sq.pi as u16;
-        let n = wqe.encode(self.qpn, index, &mut buf).expect("a well-formed WQE");
+        let n = wqe
+            .encode(self.qpn, index, &mut buf)
+            .expect("a well-formed WQE");
         self.post_send_raw(host, &buf[..n]);
     }
 
@@ -847,7 +849,14 @@ impl MockHost {
 
     /// Takes `qp` from RESET to RTS towards the peer QP `peer_qpn` at `peer_gid`/`peer_mac`,
     /// both sequences starting at `psn`; panics when a step is refused (harness set-up).
-    pub fn connect_qp(&self, qp: &MockQp, peer_qpn: u32, peer_gid: [u8; 16], peer_mac: [u8; 6], psn: u32) {
+    pub fn connect_qp(
+        &self,
+        qp: &MockQp,
+        peer_qpn: u32,
+        peer_gid: [u8; 16],
+        peer_mac: [u8; 6],
+        psn: u32,
+    ) {
         use qp_attr::*;
         let mut a = QpAttr {
             qp_state: QpState::Init as u8,

@@ -8,9 +8,9 @@
 #![no_main]
 
 use fld_abi::nic::{
-    db, op, qp_attr, ArmSrqIn, CreateMrIn, CreateQpIn, CreateSrqIn, ModifyQpIn,
-    ObjectIn, QpAttr, QpState, RdmaWqe, RoceAddressIn, WqeData, MAX_WQE_BYTES, MTT_ENTRY_SIZE,
-    NO_SRQ, QPN_BASE, WQEBB, WQE_OP_SEND,
+    db, op, qp_attr, ArmSrqIn, CreateMrIn, CreateQpIn, CreateSrqIn, ModifyQpIn, ObjectIn, QpAttr,
+    QpState, RdmaWqe, RoceAddressIn, WqeData, MAX_WQE_BYTES, MTT_ENTRY_SIZE, NO_SRQ, QPN_BASE,
+    WQEBB, WQE_OP_SEND,
 };
 use fld_fuzz::{assert_rdma_recovers, small_rdma_nic, Input};
 use libfuzzer_sys::fuzz_target;
@@ -54,7 +54,9 @@ fuzz_target!(|data: &[u8]| {
         match ctl % 13 {
             0 => {
                 if ctl & 0x40 != 0 {
-                    if let Some(pd) = h.command(f, op::CREATE_PD, ObjectIn::new(0).as_bytes()).id()
+                    if let Some(pd) = h
+                        .command(f, op::CREATE_PD, ObjectIn::new(0).as_bytes())
+                        .id()
                     {
                         pds.push(pd);
                     }
@@ -266,7 +268,11 @@ fuzz_target!(|data: &[u8]| {
                     }
                 } else {
                     let opcode = input.u8() % 0x18;
-                    let remote_key = if input.u8() & 1 != 0 { b.key } else { input.u32() };
+                    let remote_key = if input.u8() & 1 != 0 {
+                        b.key
+                    } else {
+                        input.u32()
+                    };
                     let remote_addr = b.buf + u64::from(input.u16()) % (20 << 10);
                     let inline_len = input.u8() as usize * 3;
                     let inline: Vec<u8> = input.bytes(inline_len).to_vec();

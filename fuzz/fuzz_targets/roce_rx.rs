@@ -193,7 +193,11 @@ fuzz_target!(|data: &[u8]| {
 fn check_replies(peer: &mut fld_device::wire::LinkEnd, buf: &mut [u8], our_mac: [u8; 6]) {
     while let Some(n) = peer.receive(buf) {
         let f = &buf[..n];
-        assert_eq!((&f[..6], &f[6..12]), (&PEER_MAC[..], &our_mac[..]), "addressed");
+        assert_eq!(
+            (&f[..6], &f[6..12]),
+            (&PEER_MAC[..], &our_mac[..]),
+            "addressed"
+        );
         let o = udp_offsets(f).expect("a UDP frame");
         let p = IbPacket::parse(&f[o.payload()..o.ip_end]).expect("a RoCE packet");
         assert_eq!(roce::icrc(f, o.ip, o.ip_end, o.ipv6), Some(p.icrc), "ICRC");

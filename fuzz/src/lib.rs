@@ -288,7 +288,9 @@ pub fn small_rdma_nic() -> MockHost {
 /// eSwitch, move a SEND, a WRITE and a READ whose bytes arrive intact, each completing with
 /// success.
 pub fn assert_rdma_recovers(h: &mut MockHost) {
-    use fld_abi::nic::{cqe_flags, RdmaWqe, WqeData, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE, WQE_OP_SEND};
+    use fld_abi::nic::{
+        cqe_flags, RdmaWqe, WqeData, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE, WQE_OP_SEND,
+    };
     assert_nic_recovers(h);
     let mut a = h.create_rdma_qp(0, [10, 9, 0, 1], 16 << 10);
     let mut b = h.create_rdma_qp(1, [10, 9, 0, 2], 16 << 10);
@@ -313,11 +315,19 @@ pub fn assert_rdma_recovers(h: &mut MockHost) {
     a.post_send(h, &wqe(WQE_OP_SEND, None, WqeData::Gather(&s)));
     a.post_send(
         h,
-        &wqe(WQE_OP_RDMA_WRITE, Some((b.buf + 4096, b.key)), WqeData::Gather(&s)),
+        &wqe(
+            WQE_OP_RDMA_WRITE,
+            Some((b.buf + 4096, b.key)),
+            WqeData::Gather(&s),
+        ),
     );
     a.post_send(
         h,
-        &wqe(WQE_OP_RDMA_READ, Some((b.buf + 12288, b.key)), WqeData::Gather(&r)),
+        &wqe(
+            WQE_OP_RDMA_READ,
+            Some((b.buf + 12288, b.key)),
+            WqeData::Gather(&r),
+        ),
     );
     h.run(2000);
     let rx = b.cq.poll_cqe(h).expect("receive completion after recovery");
@@ -328,7 +338,11 @@ pub fn assert_rdma_recovers(h: &mut MockHost) {
     );
     for want in [WQE_OP_SEND, WQE_OP_RDMA_WRITE, WQE_OP_RDMA_READ] {
         let c = a.cq.poll_cqe(h).expect("send completion after recovery");
-        assert_eq!((c.syndrome, c.wqe_opcode), (0, want), "requester completion");
+        assert_eq!(
+            (c.syndrome, c.wqe_opcode),
+            (0, want),
+            "requester completion"
+        );
     }
     let mut got = vec![0u8; msg.len()];
     h.read(b.buf, &mut got);

@@ -55,6 +55,13 @@ fn lone(access_flags: u32, t: Transport) -> Lone {
 impl Lone {
     /// A request from the peer to our QP.
     fn send(&mut self, headers: IbHeaders, payload: &[u8]) -> Vec<u8> {
+        let frame = self.frame(headers, payload);
+        self.inject(&frame);
+        frame
+    }
+
+    /// The frame of a request from the peer to our QP, not sent.
+    fn frame(&mut self, headers: IbHeaders, payload: &[u8]) -> Vec<u8> {
         let addr = RoceAddress {
             src_mac: PEER_MAC,
             dst_mac: self.end.nic.mac(),
@@ -72,7 +79,6 @@ impl Lone {
         self.ident += 1;
         let n = addr.emit(&h, payload, self.ident, &mut frame).unwrap();
         frame.truncate(n);
-        self.inject(&frame);
         frame
     }
 
@@ -267,7 +273,8 @@ fn an_atomic_duplicate_is_answered_from_the_saved_result() {
 /// responder's QP in ERR.
 #[test]
 fn every_bad_rkey_is_a_remote_access_nak_with_nothing_written() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Lone) -> (u64, u32)>)> = vec![
+    type Target = Box<dyn Fn(&mut Lone) -> (u64, u32)>;
+    let cases: Vec<(&str, Target)> = vec![
         (
             "no such key",
             Box::new(|l| (l.end.va(0), l.end.mr.key ^ 0x100)),
@@ -456,6 +463,39 @@ fn no_receive_wqe_is_an_rnr_nak_and_the_psn_is_not_consumed() {
     assert_eq!(
         (c.len(), c[0].opcode(), c[0].byte_count.get()),
         (1, CQE_RESP_SEND, 11)
+    );
+}
+
+/// A burst of SENDs with no receive posted: the first earns an RNR NAK and the rest, out of
+/// sequence only because of it, must not turn it into a sequence NAK — the requester has to see
+/// the RNR NAK and wait out its timer (IBA 9.7.5.2.8), not spend a transport retry.
+#[test]
+fn an_rnr_nak_is_not_replaced_by_the_sequence_nak_of_the_rest_of_its_burst() {
+    let t = Transport {
+        min_rnr_timer: 9,
+        ..Transport::default()
+    };
+    let mut l = lone(access::ALL, t);
+    for k in 0..3 {
+        let send = IbHeaders {
+            bth: bth(roce::opcode::SEND_ONLY, PEER_PSN + k, true),
+            ..Default::default()
+        };
+        let f = l.frame(send, b"burst");
+        l.wire.transmit(&f);
+    }
+    l.card.run_until_idle();
+    let r = l.replies();
+    assert!(!r.is_empty());
+    assert_eq!(
+        (r[0].0.bth.psn, aeth_of(&r[0].0)),
+        (PEER_PSN, AckKind::RnrNak { timer: 9 }),
+        "the first answer is the RNR NAK"
+    );
+    assert!(
+        r.iter()
+            .all(|(h, _)| aeth_of(h) == AckKind::RnrNak { timer: 9 }),
+        "no sequence NAK: {r:?}"
     );
 }
 

@@ -17,7 +17,7 @@ pub struct DoorbellArea {
     /// The words in use: `BAR_DOORBELL_SIZE / 4` of them.
     words: AtomicPtr<AtomicU32>,
     /// Every backing the words ever lived in, kept so a reader that loaded the old pointer
-    /// never touches freed memory (a handful of 16 KiB areas over a process's life).
+    /// never touches freed memory (a handful of 256 KiB areas over a process's life).
     backings: Mutex<Vec<Box<dyn Send + Sync>>>,
 }
 

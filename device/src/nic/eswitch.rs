@@ -556,4 +556,4 @@ pub fn frame_key(
     key_of(&m)
 }
 
-const _: () = assert!(FLOW_MATCH_LEN % 8 == 0 && abi::NO_TABLE == u32::MAX);
+const _: () = assert!(FLOW_MATCH_LEN.is_multiple_of(8) && abi::NO_TABLE == u32::MAX);

@@ -818,7 +818,12 @@ fn rdma_qps_through_the_driver_mock() {
     h.run(1000);
     let rx = b.cq.poll_cqe(&h).expect("receive CQE");
     assert_eq!(
-        (rx.opcode(), rx.byte_count.get(), rx.qn.get(), rx.flags & cqe_flags::QP),
+        (
+            rx.opcode(),
+            rx.byte_count.get(),
+            rx.qn.get(),
+            rx.flags & cqe_flags::QP
+        ),
         (CQE_RESP_SEND, 3000, b.qpn, cqe_flags::QP)
     );
     let mut got = vec![0u8; 3000];
@@ -831,4 +836,81 @@ fn rdma_qps_through_the_driver_mock() {
         assert_eq!((c.opcode(), c.syndrome, c.wqe_opcode), (CQE_REQ, 0, op));
     }
     assert!(h.guard_intact());
+}
+
+/// Memory keys are recycled with a fresh variant byte, which is never 0: over 600 creations
+/// and destructions of the same region slot no key equals the receive WQE's end marker
+/// (`mkey(1, 0)`), which would end a receive WQE at a scatter entry naming that key.
+#[test]
+fn no_memory_key_is_the_receive_end_marker() {
+    let h = host();
+    let pd = h
+        .command(0, op::CREATE_PD, ObjectIn::new(0).as_bytes())
+        .id()
+        .unwrap();
+    let buf = h.alloc(4096);
+    let mtt = h.alloc(8);
+    h.write(mtt, &buf.to_le_bytes());
+    let mut keys = std::collections::HashSet::new();
+    for _ in 0..600 {
+        let mr = CreateMrIn {
+            pd: U32::new(pd),
+            access: U32::new(access::LOCAL_WRITE),
+            start: U64::new(buf),
+            length: U64::new(4096),
+            mtt_addr: U64::new(mtt),
+            log_page_size: 12,
+            rsvd: [0; 7],
+        };
+        let key = h.command(0, op::CREATE_MR, mr.as_bytes()).id().unwrap();
+        assert_eq!(mkey_index(key), 1, "the same slot each time");
+        assert_ne!(key, RECV_SGE_END);
+        keys.insert(key);
+        assert!(h
+            .command(0, op::DESTROY_MR, ObjectIn::new(key).as_bytes())
+            .ok());
+    }
+    assert_eq!(keys.len(), 255, "every non-zero variant in turn");
+}
+
+/// The solicited-event bit a requester sets on the last packet of a SEND or a WRITE with
+/// immediate reaches the responder's receive CQE (IBA 9.2.1: SE), and is absent otherwise.
+#[test]
+fn the_solicited_event_bit_reaches_the_receive_completion() {
+    let h = host();
+    let mut a = h.create_rdma_qp(0, [10, 1, 0, 1], 1 << 14);
+    let mut b = h.create_rdma_qp(1, [10, 1, 0, 2], 1 << 14);
+    h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 3);
+    h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 3);
+    let s = [a.sge(0, 2500)];
+    let cases = [
+        (WQE_OP_SEND, true, CQE_RESP_SEND),
+        (WQE_OP_SEND, false, CQE_RESP_SEND),
+        (WQE_OP_RDMA_WRITE_IMM, true, CQE_RESP_WRITE_IMM),
+        (WQE_OP_RDMA_WRITE_IMM, false, CQE_RESP_WRITE_IMM),
+    ];
+    for (opcode, solicited, _) in cases {
+        b.post_recv(&h, &[b.sge(0, 4096)]);
+        a.post_send(
+            &h,
+            &RdmaWqe {
+                opcode,
+                signal: true,
+                solicited,
+                fence: false,
+                imm: 0x1234,
+                remote: Some((b.buf + 8192, b.key)),
+                atomic: None,
+                data: WqeData::Gather(&s),
+            },
+        );
+    }
+    h.run(1000);
+    for (_, solicited, want) in cases {
+        let c = b.cq.poll_cqe(&h).expect("receive CQE");
+        assert_eq!(
+            (c.opcode(), c.syndrome, c.flags & cqe_flags::SOLICITED != 0),
+            (want, 0, solicited)
+        );
+    }
 }

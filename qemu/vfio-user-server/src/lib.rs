@@ -659,11 +659,17 @@ mod tests {
         let mut big = vec![0u8; MAX_DATA_TRANSFER + 1];
         let e = b.region_read(CONFIG_REGION, 0, &mut big).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
-        assert!(big.iter().all(|&x| x == 0), "refused before any byte was written");
+        assert!(
+            big.iter().all(|&x| x == 0),
+            "refused before any byte was written"
+        );
         assert!(b.region_write(CONFIG_REGION, 0, &big).is_err());
         let mut max = vec![0u8; MAX_DATA_TRANSFER];
         b.region_read(CONFIG_REGION, 0, &mut max).unwrap();
-        assert!(max.iter().all(|&x| x == 0xff), "outside the 4 KiB space: all ones");
+        assert!(
+            max.iter().all(|&x| x == 0xff),
+            "outside the 4 KiB space: all ones"
+        );
     }
 
     /// Region accesses outside the region read all ones and write nothing, and never reach a

@@ -1,5 +1,5 @@
 //! Flow tables and entries of the eSwitch (`docs/nic-interface.md` §9): table kinds and miss
-//! behaviour, the 64-byte match layout, action bits and the entry command.
+//! behaviour, the 80-byte match layout, action bits and the entry command.
 
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};

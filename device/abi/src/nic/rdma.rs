@@ -1,4 +1,4 @@
-//! The RDMA interface of the soft NIC (`docs/nic-interface.md` §13): protection domains, memory
+//! The RDMA interface of the soft NIC (`docs/nic-interface.md` §15): protection domains, memory
 //! regions whose translation table (MTT) lives in host memory, RoCE addresses (the GID table),
 //! reliable-connection queue pairs with the InfiniBand state machine, shared receive queues, the
 //! RDMA send WQE segments and receive scatter lists, and the completion status codes.
@@ -469,7 +469,7 @@ impl RdmaWqe<'_> {
             + is_atomic(self.opcode) as usize
             + match self.data {
                 WqeData::Gather(s) => s.len(),
-                WqeData::Inline(d) if d.is_empty() => 0,
+                WqeData::Inline([]) => 0,
                 WqeData::Inline(d) => (4 + d.len()).div_ceil(DS),
             }
     }

@@ -1,4 +1,4 @@
-//! RDMA objects (`docs/nic-interface.md` §13): protection domains, memory regions, the GID
+//! RDMA objects (`docs/nic-interface.md` §15): protection domains, memory regions, the GID
 //! table, queue pairs and their state machine, shared receive queues, the RoCE counters. A QP
 //! holds references on its PD, CQs and SRQ; a region and an SRQ on their PD — none of them can
 //! be destroyed while referenced (RESOURCE_BUSY).

@@ -1,4 +1,4 @@
-//! The RDMA objects of the soft NIC (`docs/nic-interface.md` §13): protection domains, memory
+//! The RDMA objects of the soft NIC (`docs/nic-interface.md` §15): protection domains, memory
 //! regions ([`memory`]), queue pairs and their state machine ([`qp`]), shared receive queues and
 //! each function's RoCE address (GID) table. The commands that manage them are in
 //! `nic/cmd/rdma.rs`; the transport that moves their data — requester, responder, RoCEv2 on the
@@ -104,9 +104,10 @@ impl Rdma {
         }
     }
 
-    /// The key of region `index`, with a fresh variant byte.
+    /// The key of region `index`, with a fresh variant byte. The variant is never 0, so no key
+    /// equals the receive WQE's end marker ([`fld_abi::nic::RECV_SGE_END`] = `mkey(1, 0)`).
     pub fn next_key(&mut self, index: u32) -> u32 {
-        self.key_variant = self.key_variant.wrapping_add(1);
+        self.key_variant = self.key_variant.checked_add(1).unwrap_or(1);
         mkey(index + 1, self.key_variant)
     }
 

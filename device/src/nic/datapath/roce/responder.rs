@@ -37,9 +37,12 @@ const fn rnr_syndrome(timer: u8) -> u8 {
 }
 
 fn owe(qp: &mut QueuePair, psn: u32, syndrome: u8) {
-    // A NAK or RNR NAK outranks an ACK owed for an earlier PSN.
+    // An owed NAK or RNR NAK is not replaced before it is sent: neither by an ACK nor by the
+    // sequence NAK that later packets of the same burst earn (they are out of sequence only
+    // because of the first NAK; the requester must see the RNR NAK and wait out its timer,
+    // IBA 9.7.5.2.8, not spend a transport retry on a sequence NAK).
     qp.resp.owed = match qp.resp.owed {
-        Some(o) if o.syndrome != ACK && syndrome == ACK => Some(o),
+        Some(o) if o.syndrome != ACK => Some(o),
         _ => Some(Owed { psn, syndrome }),
     };
 }
@@ -144,7 +147,11 @@ fn take_recv_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> Option<(u32
             if srq.limit != 0 && pending - 1 < srq.limit {
                 srq.limit = 0;
                 let eqn = srq.limit_eqn;
-                super::post_event(core, ctx, eqn, owner, EQE_SRQ_LIMIT, 0, s);
+                // ARM_SRQ checked the EQ, but it holds no reference: an EQ destroyed since
+                // (and its number reused by another function) gets nothing.
+                if core.eqs.owned(eqn, owner).is_ok() {
+                    super::post_event(core, ctx, eqn, owner, EQE_SRQ_LIMIT, 0, s);
+                }
             }
             Some((c, true))
         }
@@ -383,7 +390,10 @@ fn write(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     advance(qp, psn, pkt.headers.bth.ack_request);
     if let (Some((wqe_counter, srq)), Some(imm)) = (recv, pkt.headers.imm) {
         let rcq = qp.recv_cqn;
-        let flags = if srq { cqe_flags::SRQ } else { 0 };
+        let mut flags = if srq { cqe_flags::SRQ } else { 0 };
+        if pkt.headers.bth.solicited {
+            flags |= cqe_flags::SOLICITED;
+        }
         complete(
             core,
             ctx,
