@@ -124,6 +124,33 @@ impl MockQp {
     }
 }
 
+/// A shared receive queue the mock made ([`MockHost::create_srq`]).
+pub struct MockSrq {
+    pub function: u16,
+    pub srqn: u32,
+    pub addr: u64,
+    pub log_size: u8,
+    pub log_stride: u8,
+    pub pi: u32,
+}
+
+impl MockSrq {
+    /// Posts a receive WQE of `sges` and rings the SRQ's doorbell.
+    pub fn post(&mut self, host: &MockHost, sges: &[Sge]) {
+        let stride = 1usize << self.log_stride;
+        let mut w = vec![0u8; stride];
+        assert!(encode_recv_wqe(sges, &mut w), "receive WQE fits");
+        let slot = u64::from(self.pi & ((1 << self.log_size) - 1)) * stride as u64;
+        host.write(self.addr + slot, &w);
+        self.pi = self.pi.wrapping_add(1);
+        host.doorbell(
+            self.function,
+            db::slot(db::SRQ_BASE, self.srqn),
+            self.pi & db::PI_MASK,
+        );
+    }
+}
+
 /// What a command returned: the delivery status of CMD_STATUS and, when delivered, the output
 /// header's status and syndrome and the output body.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -857,6 +884,19 @@ impl MockHost {
         peer_mac: [u8; 6],
         psn: u32,
     ) {
+        self.connect_qpn(qp.function, qp.qpn, peer_qpn, peer_gid, peer_mac, psn);
+    }
+
+    /// [`MockHost::connect_qp`] for QP `qpn` of function `f`.
+    pub fn connect_qpn(
+        &self,
+        f: u16,
+        qpn: u32,
+        peer_qpn: u32,
+        peer_gid: [u8; 16],
+        peer_mac: [u8; 6],
+        psn: u32,
+    ) {
         use qp_attr::*;
         let mut a = QpAttr {
             qp_state: QpState::Init as u8,
@@ -890,9 +930,74 @@ impl MockHost {
         ];
         for (state, mask) in steps {
             a.qp_state = state as u8;
-            let r = self.modify_qp(qp.function, qp.qpn, mask, &a);
+            let r = self.modify_qp(f, qpn, mask, &a);
             assert!(r.ok(), "modify to {state:?}: {r:?}");
         }
+    }
+
+    /// A shared receive queue of `2^log_size` WQEs of 32 bytes (two scatter entries) on
+    /// function `f` in PD `pd`.
+    pub fn create_srq(&self, f: u16, pd: u32, log_size: u8) -> MockSrq {
+        let log_stride = 5u8;
+        let addr = self.alloc(1 << (log_size + log_stride));
+        let srqn = self.create(
+            f,
+            op::CREATE_SRQ,
+            &CreateSrqIn {
+                pd: U32::new(pd),
+                rsvd: U32::new(0),
+                addr: U64::new(addr),
+                log_size,
+                log_stride,
+                rsvd2: [0; 6],
+            },
+        );
+        MockSrq {
+            function: f,
+            srqn,
+            addr,
+            log_size,
+            log_stride,
+            pi: 0,
+        }
+    }
+
+    /// Arms `srq`'s limit event on EQ `eqn` (ARM_SRQ).
+    pub fn arm_srq(&self, srq: &MockSrq, limit: u32, eqn: u32) -> CmdReply {
+        self.command(
+            srq.function,
+            op::ARM_SRQ,
+            ArmSrqIn {
+                srqn: U32::new(srq.srqn),
+                limit: U32::new(limit),
+                eqn: U32::new(eqn),
+                rsvd: U32::new(0),
+            }
+            .as_bytes(),
+        )
+    }
+
+    /// A second QP beside `of` — same function, PD and CQ — that takes its receive WQEs from
+    /// `srq`; in RESET. Returns its QPN.
+    pub fn create_srq_qp(&self, of: &MockQp, srq: &MockSrq) -> u32 {
+        let sq = self.alloc(WQEBB << 4);
+        self.create(
+            of.function,
+            op::CREATE_QP,
+            &CreateQpIn {
+                pd: U32::new(of.pd),
+                send_cqn: U32::new(of.cq.id),
+                recv_cqn: U32::new(of.cq.id),
+                srqn: U32::new(srq.srqn),
+                sq_addr: U64::new(sq),
+                rq_addr: U64::new(0),
+                log_sq_size: 4,
+                log_rq_size: 0,
+                log_rq_stride: MIN_LOG_RQ_STRIDE,
+                flags: QP_FLAG_SIGNAL_ALL,
+                rsvd: [0; 4],
+            },
+        )
     }
 
     /// The MAC address NIC function `f` reports.

@@ -6,7 +6,7 @@ use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::NicConfig;
-use crate::mock::{MockHost, MockPort, MOCK_IOVA};
+use crate::mock::{MockHost, MockPort, MockQp, MockRing, MOCK_IOVA};
 use fld_abi::nic::*;
 use fld_abi::wire::{ethertype, EthIpv4UdpRepr, EthernetRepr, Ipv4Repr, UdpRepr};
 
@@ -913,4 +913,100 @@ fn the_solicited_event_bit_reaches_the_receive_completion() {
             (want, 0, solicited)
         );
     }
+}
+
+/// Two QPs' receives from one SRQ: a QP attached to it takes the SRQ's WQEs in order (CQE flag
+/// SRQ, counter = the SRQ's), the armed limit event fires once when fewer WQEs than the limit
+/// remain (IBA 10.2.9.6) and the SRQ disarms; armed on an EQ that is destroyed before it fires
+/// (its number now another function's EQ), the event goes nowhere.
+#[test]
+fn a_shared_receive_queue_feeds_a_qp_and_raises_its_limit_event_once() {
+    let h = host();
+    let mut a = h.create_rdma_qp(0, [10, 1, 0, 1], 1 << 14);
+    let mut b = h.create_rdma_qp(1, [10, 1, 0, 2], 1 << 14);
+    let mut srq = h.create_srq(1, b.pd, 4);
+    let c = h.create_srq_qp(&b, &srq);
+    h.connect_qp(&a, c, b.gid, h.nic_mac(1), 1);
+    h.connect_qpn(1, c, a.qpn, a.gid, h.nic_mac(0), 1);
+    for k in 0..4 {
+        srq.post(&h, &[b.sge(k * 1024, 1024)]);
+    }
+    assert!(h.arm_srq(&srq, 2, b.eq.id).ok());
+    let send = |a: &mut MockQp, k: u64| {
+        h.write(a.buf + k * 100, &[k as u8 + 1; 100]);
+        let s = [a.sge(k * 100, 100)];
+        a.post_send(
+            &h,
+            &RdmaWqe {
+                opcode: WQE_OP_SEND,
+                signal: true,
+                solicited: false,
+                fence: false,
+                imm: 0,
+                remote: None,
+                atomic: None,
+                data: WqeData::Gather(&s),
+            },
+        );
+    };
+    for k in 0..3 {
+        send(&mut a, k);
+    }
+    h.run(1000);
+    for k in 0..3u16 {
+        let rx = b.cq.poll_cqe(&h).expect("receive CQE");
+        assert_eq!(
+            (
+                rx.opcode(),
+                rx.qn.get(),
+                rx.wqe_counter.get(),
+                rx.flags & cqe_flags::SRQ
+            ),
+            (CQE_RESP_SEND, c, k, cqe_flags::SRQ)
+        );
+        let mut got = [0u8; 100];
+        h.read(b.buf + u64::from(k) * 1024, &mut got);
+        assert_eq!(got, [k as u8 + 1; 100], "in the SRQ's WQE {k}");
+    }
+    let limit_events = |eq: &mut MockRing| {
+        std::iter::from_fn(|| eq.poll_eqe(&h))
+            .filter(|e| e.event_type == EQE_SRQ_LIMIT)
+            .map(|e| e.data.get())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        limit_events(&mut b.eq),
+        [srq.srqn],
+        "once, when one of four was left"
+    );
+    let q = h.command_with_output(1, op::QUERY_SRQ, ObjectIn::new(srq.srqn).as_bytes(), 16);
+    assert_eq!(
+        QuerySrqOut::read_from_bytes(&q.out[..16])
+            .unwrap()
+            .limit
+            .get(),
+        0,
+        "disarmed"
+    );
+
+    // Armed on an EQ that goes away; its number is reused by function 0.
+    let gone = h.create_eq(1, 4, 0);
+    assert!(h.arm_srq(&srq, 3, gone.id).ok());
+    assert!(h
+        .command(1, op::DESTROY_EQ, ObjectIn::new(gone.id).as_bytes())
+        .ok());
+    let mut other = h.create_eq(0, 4, 0);
+    assert_eq!(other.id, gone.id, "the number is reused");
+    for k in 4..6 {
+        srq.post(&h, &[b.sge(k * 1024, 1024)]);
+    }
+    send(&mut a, 3);
+    h.run(1000);
+    assert!(b.cq.poll_cqe(&h).is_some(), "the SEND still lands");
+    assert_eq!(
+        limit_events(&mut other),
+        [0u32; 0],
+        "not into another function's EQ"
+    );
+    assert_eq!(limit_events(&mut b.eq), [0u32; 0]);
 }
