@@ -14,7 +14,6 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv6Addr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use fld_abi::nic::QpState;
 use fld_host::verbs::*;
 
 /// The tool's message: `"0000:000000:000000:" + 32 hex digits + NUL`.
@@ -215,45 +214,18 @@ fn connect(
         4096 => 5,
         _ => return Err(PingpongError::Exchange("MTU must be 256..4096".into())),
     };
-    let mut a = QpAttr {
-        qp_state: QpState::Rtr as u8,
-        path_mtu: mtu,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        hop_limit: 1,
+    // The tool's values: one READ/atomic each way, hop limit 1, RNR timer 12, timeout 14.
+    let c = RcConnection {
         sgid_index: cfg.gid_index as u8,
-        dgid: dest.gid,
-        ..Default::default()
+        hop_limit: 1,
+        path_mtu: mtu,
+        rq_psn: dest.psn,
+        sq_psn: my_psn,
+        max_rd_atomic: 1,
+        max_dest_rd_atomic: 1,
+        ..RcConnection::new(dest.qpn, dest.gid)
     };
-    a.dest_qpn.set(dest.qpn);
-    a.rq_psn.set(dest.psn);
-    ctx.modify_qp(
-        qp,
-        &a,
-        qp_attr::STATE
-            | qp_attr::AV
-            | qp_attr::PATH_MTU
-            | qp_attr::DEST_QPN
-            | qp_attr::RQ_PSN
-            | qp_attr::MAX_DEST_RD_ATOMIC
-            | qp_attr::MIN_RNR_TIMER,
-    )?;
-    a.qp_state = QpState::Rts as u8;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn.set(my_psn);
-    a.max_rd_atomic = 1;
-    ctx.modify_qp(
-        qp,
-        &a,
-        qp_attr::STATE
-            | qp_attr::TIMEOUT
-            | qp_attr::RETRY_CNT
-            | qp_attr::RNR_RETRY
-            | qp_attr::SQ_PSN
-            | qp_attr::MAX_QP_RD_ATOMIC,
-    )?;
+    ctx.connect_rc(qp, &c)?;
     Ok(())
 }
 
@@ -282,16 +254,8 @@ pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> Resu
             sq_sig_all: false,
         },
     )?;
-    let init = QpAttr {
-        qp_state: QpState::Init as u8,
-        port: 1,
-        ..Default::default()
-    };
-    ctx.modify_qp(
-        &qp,
-        &init,
-        qp_attr::STATE | qp_attr::PKEY_INDEX | qp_attr::PORT | qp_attr::ACCESS_FLAGS,
-    )?;
+    // INIT with no remote access, as the tool does, before posting the receives.
+    ctx.init_rc(&qp, 0)?;
     let sge = [mr.sge(0, cfg.size)];
     let recv: Vec<(u64, &[Sge])> = (0..cfg.rx_depth).map(|_| (RECV_WRID, &sge[..])).collect();
     qp.post_recv(&recv)?;

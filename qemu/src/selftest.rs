@@ -496,43 +496,15 @@ fn verbs_end(dev: Arc<dyn PciDevice>, ip: [u8; 4]) -> Result<VerbsEnd, String> {
 
 fn verbs_connect(e: &mut VerbsEnd, peer_qpn: u32, peer_ip: [u8; 4]) -> Result<(), String> {
     use fld_host::verbs::*;
-    let mut a = QpAttr {
-        qp_state: QpState::Init as u8,
-        port: 1,
-        ..Default::default()
+    e.ctx.init_rc(&e.qp, access::REMOTE).map_err(err("INIT"))?;
+    let c = RcConnection {
+        rq_psn: 0x42,
+        sq_psn: 0x42,
+        max_rd_atomic: 1,
+        max_dest_rd_atomic: 1,
+        ..RcConnection::new(peer_qpn, fld_abi::wire::roce::ipv4_gid(peer_ip))
     };
-    a.access_flags.set(access::REMOTE);
-    let m = qp_attr::STATE | qp_attr::PKEY_INDEX | qp_attr::PORT | qp_attr::ACCESS_FLAGS;
-    e.ctx.modify_qp(&e.qp, &a, m).map_err(err("INIT"))?;
-    a.qp_state = QpState::Rtr as u8;
-    a.path_mtu = 3;
-    a.dest_qpn.set(peer_qpn);
-    a.rq_psn.set(0x42);
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.dgid = fld_abi::wire::roce::ipv4_gid(peer_ip);
-    a.hop_limit = 64;
-    let m = qp_attr::STATE
-        | qp_attr::AV
-        | qp_attr::PATH_MTU
-        | qp_attr::DEST_QPN
-        | qp_attr::RQ_PSN
-        | qp_attr::MAX_DEST_RD_ATOMIC
-        | qp_attr::MIN_RNR_TIMER;
-    e.ctx.modify_qp(&e.qp, &a, m).map_err(err("RTR"))?;
-    a.qp_state = QpState::Rts as u8;
-    a.sq_psn.set(0x42);
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    let m = qp_attr::STATE
-        | qp_attr::SQ_PSN
-        | qp_attr::TIMEOUT
-        | qp_attr::RETRY_CNT
-        | qp_attr::RNR_RETRY
-        | qp_attr::MAX_QP_RD_ATOMIC;
-    e.ctx.modify_qp(&e.qp, &a, m).map_err(err("RTS"))
+    e.ctx.connect_rc(&e.qp, &c).map_err(err("RTR/RTS"))
 }
 
 /// The next `n` completions of `e`'s CQ.

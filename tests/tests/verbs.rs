@@ -39,58 +39,19 @@ fn machine(card_id: u16) -> (Arc<Card>, Arc<InProcessHost>) {
 }
 
 fn to_rts(ctx: &mut Context, qp: &Qp, gid_index: u8, my_psn: u32, peer: &Dest) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init as u8,
-        port: 1,
-        ..Default::default()
-    };
-    a.access_flags
-        .set(access::REMOTE_WRITE | access::REMOTE_READ);
-    ctx.modify_qp(
-        qp,
-        &a,
-        qp_attr::STATE | qp_attr::PKEY_INDEX | qp_attr::PORT | qp_attr::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr as u8;
-    a.path_mtu = 3;
-    a.dest_qpn.set(peer.qpn);
-    a.rq_psn.set(peer.psn);
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.dgid = peer.gid;
-    a.sgid_index = gid_index;
-    a.hop_limit = 1;
+    ctx.init_rc(qp, access::REMOTE_WRITE | access::REMOTE_READ)
+        .unwrap();
     // No MAC given: the library resolves the GID's address by ARP.
-    ctx.modify_qp(
-        qp,
-        &a,
-        qp_attr::STATE
-            | qp_attr::AV
-            | qp_attr::PATH_MTU
-            | qp_attr::DEST_QPN
-            | qp_attr::RQ_PSN
-            | qp_attr::MAX_DEST_RD_ATOMIC
-            | qp_attr::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts as u8;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn.set(my_psn);
-    a.max_rd_atomic = 1;
-    ctx.modify_qp(
-        qp,
-        &a,
-        qp_attr::STATE
-            | qp_attr::TIMEOUT
-            | qp_attr::RETRY_CNT
-            | qp_attr::RNR_RETRY
-            | qp_attr::SQ_PSN
-            | qp_attr::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    let c = RcConnection {
+        sgid_index: gid_index,
+        hop_limit: 1,
+        rq_psn: peer.psn,
+        sq_psn: my_psn,
+        max_rd_atomic: 1,
+        max_dest_rd_atomic: 1,
+        ..RcConnection::new(peer.qpn, peer.gid)
+    };
+    ctx.connect_rc(qp, &c).unwrap();
     assert_eq!(ctx.query_qp(qp).unwrap().qp_state, QpState::Rts as u8);
 }
 

@@ -577,6 +577,56 @@ impl Qp {
     }
 }
 
+/// What an RC connection needs beyond the local QP: the peer's QPN and address, the PSNs both
+/// ends start at, and the transport's limits and timers — what applications exchange or choose
+/// before [`Context::connect_rc`]. [`RcConnection::new`] takes the peer and fills in common
+/// values (1024-byte path MTU, 16 READs/atomics each way, ACK timeout 14 = 67 ms, 7 retries,
+/// RNR retries without end, 12 = 0.64 ms minimum RNR timer).
+#[derive(Clone, Copy, Debug)]
+pub struct RcConnection {
+    pub dest_qpn: u32,
+    pub dgid: [u8; 16],
+    /// The peer's (or the next hop's) MAC address; zero: resolve by ARP.
+    pub dmac: [u8; 6],
+    /// The local GID table entry to send from.
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    /// An IBA path-MTU code (1 = 256 … 5 = 4096 bytes).
+    pub path_mtu: u8,
+    /// The first PSN the peer sends (RTR) and the first this end sends (RTS).
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    /// READs/atomics this end keeps outstanding, and accepts outstanding from the peer.
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    /// Local ACK timeout exponent: 4.096 µs × 2^timeout.
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+}
+
+impl RcConnection {
+    pub fn new(dest_qpn: u32, dgid: [u8; 16]) -> Self {
+        RcConnection {
+            dest_qpn,
+            dgid,
+            dmac: [0; 6],
+            sgid_index: 0,
+            hop_limit: 64,
+            path_mtu: DEFAULT_PATH_MTU,
+            rq_psn: 0,
+            sq_psn: 0,
+            max_rd_atomic: MAX_RD_ATOMIC,
+            max_dest_rd_atomic: MAX_RD_ATOMIC,
+            min_rnr_timer: 12,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: RNR_RETRY_INFINITE,
+        }
+    }
+}
+
 /// ibv_qp_init_attr.
 pub struct QpInitAttr<'a> {
     pub send_cq: &'a Cq,
@@ -803,6 +853,68 @@ impl Context {
             a.dmac = self.resolve(ip, std::time::Duration::from_secs(3))?;
         }
         Ok(self.nic.modify_qp(qp.qp.qpn, mask, &a)?)
+    }
+
+    /// RESET → INIT: the QP on port 1, P_Key index 0, granting `remote_access` ([`access`]
+    /// REMOTE_* bits) to its peer — the attributes INIT requires (IBA 11.2.5, Table 91).
+    pub fn init_rc(&mut self, qp: &Qp, remote_access: u32) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: QpState::Init as u8,
+            port: 1,
+            ..Default::default()
+        };
+        a.access_flags.set(remote_access);
+        self.modify_qp(
+            qp,
+            &a,
+            qp_attr::STATE | qp_attr::PKEY_INDEX | qp_attr::PORT | qp_attr::ACCESS_FLAGS,
+        )
+    }
+
+    /// INIT → RTR → RTS towards the peer `c` describes, with the attributes each transition
+    /// requires (IBA Table 91): the path and receive side at RTR, the send side at RTS. A zero
+    /// `c.dmac` is resolved by ARP ([`Context::modify_qp`]).
+    pub fn connect_rc(&mut self, qp: &Qp, c: &RcConnection) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: QpState::Rtr as u8,
+            path_mtu: c.path_mtu,
+            max_dest_rd_atomic: c.max_dest_rd_atomic,
+            min_rnr_timer: c.min_rnr_timer,
+            hop_limit: c.hop_limit,
+            sgid_index: c.sgid_index,
+            dgid: c.dgid,
+            dmac: c.dmac,
+            ..Default::default()
+        };
+        a.dest_qpn.set(c.dest_qpn);
+        a.rq_psn.set(c.rq_psn);
+        self.modify_qp(
+            qp,
+            &a,
+            qp_attr::STATE
+                | qp_attr::AV
+                | qp_attr::PATH_MTU
+                | qp_attr::DEST_QPN
+                | qp_attr::RQ_PSN
+                | qp_attr::MAX_DEST_RD_ATOMIC
+                | qp_attr::MIN_RNR_TIMER,
+        )?;
+        a.qp_state = QpState::Rts as u8;
+        a.timeout = c.timeout;
+        a.retry_cnt = c.retry_cnt;
+        a.rnr_retry = c.rnr_retry;
+        a.max_rd_atomic = c.max_rd_atomic;
+        a.sq_psn.set(c.sq_psn);
+        self.modify_qp(
+            qp,
+            &a,
+            qp_attr::STATE
+                | qp_attr::TIMEOUT
+                | qp_attr::RETRY_CNT
+                | qp_attr::RNR_RETRY
+                | qp_attr::SQ_PSN
+                | qp_attr::MAX_QP_RD_ATOMIC,
+        )
     }
 
     /// ibv_query_qp: the attributes and the state.

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fld_abi::nic::QpState;
 use fld_abi::wire::roce::ipv4_gid;
 use fld_device::card::{Card, CardConfig};
 use fld_device::nic::NicConfig;
@@ -137,52 +136,12 @@ fn side(card_id: u16, ip: [u8; 4], buf: usize) -> Result<Side> {
 }
 
 fn connect(s: &mut Side, peer_qpn: u32, peer_ip: [u8; 4], mtu: u8) -> Result<()> {
-    let mut a = QpAttr {
-        qp_state: QpState::Init as u8,
-        port: 1,
-        ..Default::default()
+    s.ctx.init_rc(&s.qp, access::REMOTE)?;
+    let c = RcConnection {
+        path_mtu: mtu,
+        ..RcConnection::new(peer_qpn, ipv4_gid(peer_ip))
     };
-    a.access_flags.set(access::REMOTE);
-    s.ctx.modify_qp(
-        &s.qp,
-        &a,
-        qp_attr::STATE | qp_attr::PKEY_INDEX | qp_attr::PORT | qp_attr::ACCESS_FLAGS,
-    )?;
-    a.qp_state = QpState::Rtr as u8;
-    a.path_mtu = mtu;
-    a.dest_qpn.set(peer_qpn);
-    a.rq_psn.set(0);
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 12;
-    a.dgid = ipv4_gid(peer_ip);
-    a.hop_limit = 64;
-    s.ctx.modify_qp(
-        &s.qp,
-        &a,
-        qp_attr::STATE
-            | qp_attr::AV
-            | qp_attr::PATH_MTU
-            | qp_attr::DEST_QPN
-            | qp_attr::RQ_PSN
-            | qp_attr::MAX_DEST_RD_ATOMIC
-            | qp_attr::MIN_RNR_TIMER,
-    )?;
-    a.qp_state = QpState::Rts as u8;
-    a.sq_psn.set(0);
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 16;
-    s.ctx.modify_qp(
-        &s.qp,
-        &a,
-        qp_attr::STATE
-            | qp_attr::SQ_PSN
-            | qp_attr::TIMEOUT
-            | qp_attr::RETRY_CNT
-            | qp_attr::RNR_RETRY
-            | qp_attr::MAX_QP_RD_ATOMIC,
-    )?;
+    s.ctx.connect_rc(&s.qp, &c)?;
     Ok(())
 }
 
