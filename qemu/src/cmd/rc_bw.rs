@@ -1,10 +1,11 @@
 //! `fldemu rc-bw` and `fldemu rc-lat`: RDMA WRITE, READ and SEND throughput and message rate,
 //! and SEND latency, between two in-process cards joined by a cable (perftest's
 //! `ib_{write,read,send}_bw` and `ib_send_lat` in spirit), beside the Ethernet CPU echo path
-//! measured in the same run.
+//! measured in the same run. With `--link`, `rc-bw` is one of two processes instead — each
+//! with its own card on the link, a server and a client (`fld_qemu::rdma_peer`).
 
 use fld_host::apps::{EchoConfig, Sizes};
-use fld_qemu::testbed::rdma::{BwOp, RdmaPair};
+use fld_qemu::testbed::rdma::{BwOp, BwResult, RdmaPair};
 use serde_json::json;
 
 use super::*;
@@ -27,6 +28,21 @@ pub struct RcBwArgs {
     pub mtu: u32,
     #[arg(long)]
     pub json: bool,
+    /// Two processes: connect to the `rc-bw` server on this host (without it, with `--link`,
+    /// be the server).
+    pub server: Option<String>,
+    /// Two processes: this card's uplink, `udp:LOCAL_PORT:HOST:PORT` or `tap:NAME`.
+    #[arg(long)]
+    pub link: Option<String>,
+    /// Two processes: this card's IP address (its GID, answered by ARP).
+    #[arg(long, default_value = "192.168.78.1")]
+    pub ip: std::net::IpAddr,
+    /// Two processes: TCP port of the control connection.
+    #[arg(short = 'p', long, default_value_t = fld_qemu::rdma_peer::DEFAULT_PORT)]
+    pub port: u16,
+    /// Two processes: seconds any wait may take.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
 }
 
 #[derive(clap::Args)]
@@ -81,17 +97,66 @@ fn ethernet_echo_mpps() -> Result<f64, Box<dyn std::error::Error>> {
     Ok(rep.mpps())
 }
 
+fn bw_op(name: &str) -> Result<BwOp, String> {
+    match name {
+        "write" => Ok(BwOp::Write),
+        "read" => Ok(BwOp::Read),
+        "send" => Ok(BwOp::Send),
+        other => Err(format!("{other}: write, read or send")),
+    }
+}
+
+/// Two processes: serve, or run every operation and size against the server.
+fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
+    use fld_qemu::rdma_peer::Peer;
+    let (dev, _keep) =
+        fld_qemu::testbed::card_on_link(link, a.ip, fld_device::wire::Faults::default(), None)?;
+    let mut ctx = fld_host::verbs::Context::open(dev)?;
+    ctx.add_ip(a.ip)?;
+    let timeout = std::time::Duration::from_secs(a.timeout);
+    let buf = 2 * a.size_max.max(8192);
+    let mut peer = Peer::connect(
+        ctx,
+        a.server.as_deref(),
+        a.port,
+        buf,
+        mtu_code(a.mtu)?,
+        timeout,
+    )?;
+    if a.server.is_none() {
+        peer.serve()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut rows = Vec::new();
+    for op in &a.ops {
+        let op = bw_op(op)?;
+        for &size in &sizes(a.size_min, a.size_max) {
+            let count = (a.bytes / size as u64).clamp(2_000, 200_000);
+            peer.bandwidth(op, size, count / 20 + 1)?;
+            rows.push((op, size, peer.bandwidth(op, size, count)?));
+        }
+    }
+    peer.quit()?;
+    drop(peer);
+    print_bw(
+        a,
+        &rows,
+        "two fldemu processes, each with its own card, their uplinks on a link",
+    )
+}
+
 pub fn run_bw(a: RcBwArgs) -> CmdResult {
+    if let Some(link) = &a.link {
+        return run_bw_remote(&a, link);
+    }
+    if a.server.is_some() {
+        return Err("a server address needs --link (two processes)".into());
+    }
     let sizes = sizes(a.size_min, a.size_max);
     let mut pair = RdmaPair::new(2 * a.size_max.max(8192), mtu_code(a.mtu)?)?;
     let mut rows = Vec::new();
     for op in &a.ops {
-        let op = match op.as_str() {
-            "write" => BwOp::Write,
-            "read" => BwOp::Read,
-            "send" => BwOp::Send,
-            other => return Err(format!("{other}: write, read or send").into()),
-        };
+        let op = bw_op(op)?;
         for &size in &sizes {
             let count = (a.bytes / size as u64).clamp(2_000, 200_000);
             let pattern: Vec<u8> = (0..size).map(|i| (i as u8) ^ (size as u8)).collect();
@@ -116,6 +181,15 @@ pub fn run_bw(a: RcBwArgs) -> CmdResult {
             rows.push((op, size, r));
         }
     }
+    print_bw(
+        &a,
+        &rows,
+        "two in-process cards joined by a cable, one thread",
+    )
+}
+
+/// The table (or JSON) of a bandwidth run, beside the Ethernet CPU echo measured now.
+fn print_bw(a: &RcBwArgs, rows: &[(BwOp, usize, BwResult)], setup: &str) -> CmdResult {
     let eth = ethernet_echo_mpps()?;
     if a.json {
         let out: Vec<_> = rows
@@ -128,7 +202,7 @@ pub fn run_bw(a: RcBwArgs) -> CmdResult {
             .collect();
         println!(
             "{}",
-            json!({ "note": "two in-process cards joined by a cable, one thread; RC, path MTU as given, 128 outstanding, every 16th signalled",
+            json!({ "note": format!("{setup}; RC, path MTU as given, 128 outstanding, every 16th signalled"),
                     "mtu": a.mtu, "ethernet_cpu_echo_64b_mpps": eth, "results": out })
         );
     } else {
@@ -136,7 +210,7 @@ pub fn run_bw(a: RcBwArgs) -> CmdResult {
             "{:>6} {:>8} {:>10} {:>10} {:>12}",
             "op", "size", "Gbit/s", "Mmsg/s", "vs Eth echo"
         );
-        for (op, size, r) in &rows {
+        for (op, size, r) in rows {
             println!(
                 "{:>6} {:>8} {:>10.3} {:>10.3} {:>12.3}",
                 op.name(),

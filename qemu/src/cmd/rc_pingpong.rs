@@ -8,10 +8,8 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use fld_device::card::{Card, CardConfig};
-use fld_device::nic::NicConfig;
-use fld_device::wire::pcap::CaptureFilter;
-use fld_device::wire::{Faults, FaultyWire, PcapTap};
+use fld_device::card::Card;
+use fld_device::wire::Faults;
 use fld_driver::PciDevice;
 use fld_host::verbs::Context;
 use fld_qemu::pingpong::{self, PingpongConfig};
@@ -122,20 +120,6 @@ pub fn run(a: RcPingpongArgs) -> CmdResult {
                 let link = a.link.as_deref().ok_or(
                     "an in-process card needs --link udp:LOCAL_PORT:HOST:PORT or tap:NAME",
                 )?;
-                // Cards on one link need distinct MAC addresses: the address's last two bytes pick
-                // the card number that is part of them.
-                let card_id = match a.ip {
-                    std::net::IpAddr::V4(v) => u16::from_be_bytes([v.octets()[2], v.octets()[3]]),
-                    std::net::IpAddr::V6(v) => u16::from_be_bytes([v.octets()[14], v.octets()[15]]),
-                };
-                let card = Card::new(CardConfig {
-                    nic: NicConfig {
-                        card_id,
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                });
-                let wire = fld_qemu::wires::open_link(link)?;
                 let faults = Faults {
                     loss: a.loss,
                     duplicate: a.duplicate,
@@ -144,21 +128,7 @@ pub fn run(a: RcPingpongArgs) -> CmdResult {
                     seed: a.seed,
                     ..Default::default()
                 };
-                if faults == Faults::default() {
-                    card.nic.set_uplink(wire);
-                } else {
-                    card.nic.set_uplink(Box::new(FaultyWire::new(wire, faults)));
-                }
-                if let Some(path) = &a.pcap {
-                    let tap = PcapTap::new(
-                        std::io::BufWriter::new(std::fs::File::create(path)?),
-                        CaptureFilter::Vport(fld_abi::nic::VPORT_UPLINK),
-                    )?;
-                    card.nic.set_tap(Some(Box::new(tap)));
-                }
-                let host = fld_driver::inprocess::InProcessHost::new(card.clone(), 256 << 20)?;
-                let fid = card.nic.function_id(0).ok_or("no NIC function")?;
-                (host.device(fid), Box::new((card, host)))
+                fld_qemu::testbed::card_on_link(link, a.ip, faults, a.pcap.as_deref())?
             }
             Some(t) => {
                 let card = t.open(REMOTE_DMA_BYTES)?;

@@ -254,3 +254,45 @@ impl VxlanDecap {
         Ok(table)
     }
 }
+
+/// NIC function 0 of a card on a link, and what keeps the card alive.
+pub type LinkedCard = (Arc<dyn fld_driver::PciDevice>, Box<dyn std::any::Any>);
+
+/// A card in this process whose uplink is `link` (with `faults` on what it sends, and every
+/// uplink frame captured to `pcap`): NIC function 0 and what keeps the card alive. Cards on one
+/// link need distinct MAC addresses, so `ip`'s last two bytes pick the card number in them.
+pub fn card_on_link(
+    link: &str,
+    ip: std::net::IpAddr,
+    faults: fld_device::wire::Faults,
+    pcap: Option<&std::path::Path>,
+) -> Result<LinkedCard, Box<dyn std::error::Error>> {
+    let card_id = match ip {
+        std::net::IpAddr::V4(v) => u16::from_be_bytes([v.octets()[2], v.octets()[3]]),
+        std::net::IpAddr::V6(v) => u16::from_be_bytes([v.octets()[14], v.octets()[15]]),
+    };
+    let card = Card::new(CardConfig {
+        nic: fld_device::nic::NicConfig {
+            card_id,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let wire = crate::wires::open_link(link)?;
+    if faults == fld_device::wire::Faults::default() {
+        card.nic.set_uplink(wire);
+    } else {
+        card.nic
+            .set_uplink(Box::new(fld_device::wire::FaultyWire::new(wire, faults)));
+    }
+    if let Some(path) = pcap {
+        let tap = fld_device::wire::PcapTap::new(
+            std::io::BufWriter::new(std::fs::File::create(path)?),
+            fld_device::wire::pcap::CaptureFilter::Vport(fld_abi::nic::VPORT_UPLINK),
+        )?;
+        card.nic.set_tap(Some(Box::new(tap)));
+    }
+    let host = fld_driver::inprocess::InProcessHost::new(card.clone(), 256 << 20)?;
+    let fid = card.nic.function_id(0).ok_or("no NIC function")?;
+    Ok((host.device(fid), Box::new((card, host))))
+}

@@ -1,0 +1,452 @@
+//! `fldemu rc-bw` between two processes: each runs its own card with its uplink on a link (a
+//! UDP link, say), one RC QP through the verbs API, and a TCP connection for the set-up and
+//! the run control — in the spirit of perftest's `ib_{write,read,send}_bw` with its server
+//! and client, though not perftest's own exchange (see the README).
+//!
+//! The control connection carries text lines. The ends first trade
+//! `HELLO <qpn> <psn> <gid as 32 hex digits> <rkey> <vaddr>` (the client first; the server
+//! connects its QP before it answers), then the client drives:
+//!
+//! * `RUN <op> <size> <count>`: the server fills its buffer with the size's pattern (READ's
+//!   source) or posts receives (SEND), and answers `READY`;
+//! * the client moves `count` messages, 128 outstanding, every 16th signalled;
+//! * for SEND the server answers `DONE <crc>` once every message arrived; for WRITE and READ the
+//!   client says `END` first. `<crc>` is the CRC-32 of the first `size` bytes of the server's
+//!   buffer, which the client compares with its own pattern's;
+//! * `QUIT` ends the server.
+//!
+//! While an end waits on the control connection its card keeps running and answers ARP.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use fld_host::verbs::*;
+
+use crate::testbed::rdma::{BwOp, BwResult, RX_DEPTH, TX_DEPTH};
+
+/// perftest's default port is 18515 too; this one stays clear of `rc-pingpong`'s.
+pub const DEFAULT_PORT: u16 = 18517;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Protocol(String),
+}
+
+type Result<T> = std::result::Result<T, PeerError>;
+
+/// The pattern a run of `size`-byte messages moves (both ends compute it).
+pub fn pattern(size: usize) -> Vec<u8> {
+    (0..size)
+        .map(|i| (i as u8).wrapping_mul(31) ^ (size as u8))
+        .collect()
+}
+
+/// One end: its verbs objects and the control connection.
+pub struct Peer {
+    ctx: Context,
+    _pd: Pd,
+    mr: Mr,
+    cq: Cq,
+    qp: Qp,
+    ctl: TcpStream,
+    line: Vec<u8>,
+    timeout: Duration,
+    remote_addr: u64,
+    rkey: u32,
+}
+
+/// What the ends trade.
+struct Hello {
+    qpn: u32,
+    psn: u32,
+    gid: Gid,
+    rkey: u32,
+    vaddr: u64,
+}
+
+impl Hello {
+    fn line(&self) -> String {
+        let gid: String = self.gid.iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "HELLO {:x} {:x} {gid} {:x} {:x}\n",
+            self.qpn, self.psn, self.rkey, self.vaddr
+        )
+    }
+
+    fn parse(line: &str) -> Option<Hello> {
+        let mut f = line.split_whitespace();
+        (f.next()? == "HELLO").then_some(())?;
+        let qpn = u32::from_str_radix(f.next()?, 16).ok()?;
+        let psn = u32::from_str_radix(f.next()?, 16).ok()?;
+        let g = f.next()?;
+        let mut gid = [0u8; 16];
+        for (i, b) in gid.iter_mut().enumerate() {
+            *b = u8::from_str_radix(g.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        let rkey = u32::from_str_radix(f.next()?, 16).ok()?;
+        let vaddr = u64::from_str_radix(f.next()?, 16).ok()?;
+        Some(Hello {
+            qpn,
+            psn,
+            gid,
+            rkey,
+            vaddr,
+        })
+    }
+}
+
+impl Peer {
+    /// Sets up an end on `ctx`'s device with a registered buffer of `buf` bytes, and connects
+    /// to the server at `server` (a client) or waits for a client on `port` (the server).
+    pub fn connect(
+        mut ctx: Context,
+        server: Option<&str>,
+        port: u16,
+        buf: usize,
+        path_mtu: u8,
+        timeout: Duration,
+    ) -> Result<Peer> {
+        let pd = ctx.alloc_pd()?;
+        let mr = ctx.reg_mr(&pd, buf, access::ALL)?;
+        let cq = ctx.create_cq(TX_DEPTH + RX_DEPTH + 64, None)?;
+        let qp = ctx.create_qp(
+            &pd,
+            &QpInitAttr {
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: TX_DEPTH,
+                    max_recv_wr: RX_DEPTH,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            },
+        )?;
+        ctx.init_rc(&qp, access::REMOTE)?;
+        let deadline = Instant::now() + timeout;
+        let ctl = match server {
+            Some(host) => {
+                // The server may not listen yet: try again until the deadline.
+                loop {
+                    match TcpStream::connect((host, port)) {
+                        Ok(s) => break s,
+                        Err(_) if Instant::now() < deadline => {
+                            ctx.serve_neighbors()?;
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            None => {
+                let l = TcpListener::bind(("0.0.0.0", port))?;
+                l.set_nonblocking(true)?;
+                loop {
+                    match l.accept() {
+                        Ok((s, _)) => break s,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                            ctx.serve_neighbors()?;
+                            if Instant::now() > deadline {
+                                return Err(PeerError::Protocol("no client came".into()));
+                            }
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        };
+        ctl.set_nonblocking(true)?;
+        ctl.set_nodelay(true)?;
+        let gid = ctx.query_gid(1, 0)?;
+        let local = Hello {
+            qpn: qp.qp_num(),
+            psn: fastrand::u32(..) & 0xff_ffff,
+            gid,
+            rkey: mr.rkey(),
+            vaddr: mr.addr(),
+        };
+        let mut peer = Peer {
+            ctx,
+            _pd: pd,
+            mr,
+            cq,
+            qp,
+            ctl,
+            line: Vec::new(),
+            timeout,
+            remote_addr: 0,
+            rkey: 0,
+        };
+        if server.is_some() {
+            peer.send_line(&local.line())?;
+        }
+        let remote = peer.read_line()?;
+        let remote =
+            Hello::parse(&remote).ok_or_else(|| PeerError::Protocol(format!("bad {remote:?}")))?;
+        let c = RcConnection {
+            path_mtu,
+            rq_psn: remote.psn,
+            sq_psn: local.psn,
+            ..RcConnection::new(remote.qpn, remote.gid)
+        };
+        peer.ctx.connect_rc(&peer.qp, &c)?;
+        if server.is_none() {
+            peer.send_line(&local.line())?;
+        }
+        peer.remote_addr = remote.vaddr;
+        peer.rkey = remote.rkey;
+        Ok(peer)
+    }
+
+    fn send_line(&mut self, line: &str) -> Result<()> {
+        let mut put = 0;
+        let deadline = Instant::now() + self.timeout;
+        while put < line.len() {
+            match self.ctl.write(&line.as_bytes()[put..]) {
+                Ok(n) => put += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.idle(deadline)?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The next line, if a whole one has arrived (the card is not stepped).
+    fn try_line(&mut self) -> Result<Option<String>> {
+        let mut buf = [0u8; 256];
+        loop {
+            if let Some(i) = self.line.iter().position(|b| *b == b'\n') {
+                let rest = self.line.split_off(i + 1);
+                let line = std::mem::replace(&mut self.line, rest);
+                return Ok(Some(String::from_utf8_lossy(&line).trim().to_string()));
+            }
+            match self.ctl.read(&mut buf) {
+                Ok(0) => return Err(PeerError::Protocol("the peer closed the connection".into())),
+                Ok(n) => self.line.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The next line, the card running (and answering ARP) while it comes.
+    fn read_line(&mut self) -> Result<String> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(l) = self.try_line()? {
+                return Ok(l);
+            }
+            self.idle(deadline)?;
+        }
+    }
+
+    fn idle(&mut self, deadline: Instant) -> Result<()> {
+        self.ctx.serve_neighbors()?;
+        if Instant::now() > deadline {
+            return Err(PeerError::Protocol("the peer did not answer".into()));
+        }
+        Ok(())
+    }
+
+    /// Completions of this end; an error status fails the run.
+    fn reap(&mut self, wc: &mut [Wc]) -> Result<usize> {
+        let n = self.cq.poll(wc);
+        if let Some(w) = wc[..n].iter().find(|w| w.status != WcStatus::Success) {
+            return Err(PeerError::Protocol(format!("completion {w:?}")));
+        }
+        Ok(n)
+    }
+
+    /// The client's side of one run: `count` messages of `size` bytes with `op`, checked.
+    pub fn bandwidth(&mut self, op: BwOp, size: usize, count: u64) -> Result<BwResult> {
+        let want = pattern(size);
+        let half = self.mr.len() / 2;
+        if op == BwOp::Read {
+            self.mr.write(half, &vec![0; size]);
+        } else {
+            self.mr.write(0, &want);
+        }
+        self.send_line(&format!("RUN {} {size} {count}\n", op.name()))?;
+        let ready = self.read_line()?;
+        if ready != "READY" {
+            return Err(PeerError::Protocol(format!(
+                "expected READY, got {ready:?}"
+            )));
+        }
+        let sge = [self.mr.sge(0, size)];
+        let sge_read = [self.mr.sge(half, size)];
+        let (remote_addr, rkey) = (self.remote_addr, self.rkey);
+        let wr = match op {
+            BwOp::Write => SendWr::new(1, WrOpcode::RdmaWrite { remote_addr, rkey }, &sge),
+            BwOp::Read => SendWr::new(1, WrOpcode::RdmaRead { remote_addr, rkey }, &sge_read),
+            BwOp::Send => SendWr::new(1, WrOpcode::Send, &sge),
+        };
+        const MODERATION: u64 = 16;
+        let mut wc = [EMPTY; 64];
+        let (mut posted, mut done) = (0u64, 0u64);
+        let start = Instant::now();
+        let mut last_progress = Instant::now();
+        while done < count {
+            while posted < count && posted - done < u64::from(TX_DEPTH) {
+                let mut w = wr;
+                w.signaled = (posted + 1) % MODERATION == 0 || posted + 1 == count;
+                w.wr_id = posted + 1;
+                match self.qp.post_send(&[w]) {
+                    Ok(()) => posted += 1,
+                    Err(VerbsError::QueueFull) => break,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let n = self.reap(&mut wc)?;
+            for w in &wc[..n] {
+                done = done.max(w.wr_id);
+            }
+            if n > 0 {
+                last_progress = Instant::now();
+            } else if last_progress.elapsed() > self.timeout {
+                return Err(PeerError::Protocol(format!(
+                    "{} {size} B: stalled at {done} of {count}",
+                    op.name()
+                )));
+            }
+        }
+        if op != BwOp::Send {
+            self.send_line("END\n")?;
+        }
+        // For SEND the run ends when the server has every message.
+        let reply = self.read_line()?;
+        let seconds = start.elapsed().as_secs_f64();
+        let crc = reply
+            .strip_prefix("DONE ")
+            .and_then(|c| u32::from_str_radix(c, 16).ok())
+            .ok_or_else(|| PeerError::Protocol(format!("expected DONE, got {reply:?}")))?;
+        let intact = match op {
+            BwOp::Read => {
+                let mut got = vec![0; size];
+                self.mr.read(half, &mut got);
+                got == want
+            }
+            _ => crc == crc32fast::hash(&want),
+        };
+        if !intact {
+            return Err(PeerError::Protocol(format!(
+                "{} {size} B: the data did not arrive intact",
+                op.name()
+            )));
+        }
+        Ok(BwResult {
+            messages: count,
+            bytes: count * size as u64,
+            seconds,
+        })
+    }
+
+    /// Tells the server to stop.
+    pub fn quit(&mut self) -> Result<()> {
+        self.send_line("QUIT\n")
+    }
+
+    /// The server: answers the client's runs until it says `QUIT`.
+    pub fn serve(&mut self) -> Result<()> {
+        let mut wc = [EMPTY; 64];
+        loop {
+            let cmd = self.read_line()?;
+            let mut f = cmd.split_whitespace();
+            match f.next() {
+                Some("QUIT") => return Ok(()),
+                Some("RUN") => {}
+                _ => return Err(PeerError::Protocol(format!("unexpected {cmd:?}"))),
+            }
+            let (op, size, count) = match (f.next(), f.next(), f.next()) {
+                (Some(op), Some(size), Some(count)) => (
+                    op.to_string(),
+                    size.parse::<usize>()
+                        .map_err(|_| PeerError::Protocol(cmd.clone()))?,
+                    count
+                        .parse::<u64>()
+                        .map_err(|_| PeerError::Protocol(cmd.clone()))?,
+                ),
+                _ => return Err(PeerError::Protocol(format!("bad {cmd:?}"))),
+            };
+            if size > self.mr.len() {
+                return Err(PeerError::Protocol(format!(
+                    "{size} B: larger than the buffer"
+                )));
+            }
+            let rsge = [self.mr.sge(0, size)];
+            match op.as_str() {
+                "send" => {
+                    let mut posted = u64::from(RX_DEPTH).min(count);
+                    let wrs: Vec<(u64, &[fld_abi::nic::Sge])> =
+                        (0..posted).map(|_| (0, &rsge[..])).collect();
+                    self.qp.post_recv(&wrs)?;
+                    self.send_line("READY\n")?;
+                    let mut received = 0u64;
+                    let mut last_progress = Instant::now();
+                    while received < count {
+                        let n = self.reap(&mut wc)?;
+                        received += n as u64;
+                        let more = (count - posted).min(n as u64);
+                        if more > 0 {
+                            let wrs: Vec<(u64, &[fld_abi::nic::Sge])> =
+                                (0..more).map(|_| (0, &rsge[..])).collect();
+                            self.qp.post_recv(&wrs)?;
+                            posted += more;
+                        }
+                        if n > 0 {
+                            last_progress = Instant::now();
+                        } else if last_progress.elapsed() > self.timeout {
+                            return Err(PeerError::Protocol(format!(
+                                "send {size} B: {received} of {count} arrived"
+                            )));
+                        }
+                    }
+                }
+                "write" | "read" => {
+                    if op == "read" {
+                        self.mr.write(0, &pattern(size));
+                    }
+                    self.send_line("READY\n")?;
+                    // The card serves the client's requests until it says END (or goes away).
+                    let mut polls = 0u32;
+                    loop {
+                        self.reap(&mut wc)?;
+                        polls = polls.wrapping_add(1);
+                        if polls.is_multiple_of(64) {
+                            if let Some(l) = self.try_line()? {
+                                if l != "END" {
+                                    return Err(PeerError::Protocol(format!("unexpected {l:?}")));
+                                }
+                                break;
+                            }
+                        }
+                    }
+                }
+                other => return Err(PeerError::Protocol(format!("{other}: unknown operation"))),
+            }
+            let mut got = vec![0; size];
+            self.mr.read(0, &mut got);
+            self.send_line(&format!("DONE {:x}\n", crc32fast::hash(&got)))?;
+        }
+    }
+}
+
+const EMPTY: Wc = Wc {
+    wr_id: 0,
+    status: WcStatus::Success,
+    opcode: WcOpcode::Send,
+    byte_len: 0,
+    imm_data: None,
+    qp_num: 0,
+    solicited: false,
+};

@@ -1,0 +1,43 @@
+//! `fldemu rc-bw` between two processes, here two threads: each has its own card whose uplink
+//! is a UDP link on the loopback interface (one Ethernet frame per datagram, as two processes
+//! or QEMU's `-netdev dgram` use it), one QP through the verbs API, and the control connection
+//! on TCP. The peers resolve each other by ARP over the link, and every run's data is checked
+//! (WRITE and SEND by the CRC the server reports, READ in the client's buffer).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use fld_device::wire::Faults;
+use fld_host::verbs::Context;
+use fld_qemu::rdma_peer::Peer;
+use fld_qemu::testbed::card_on_link;
+use fld_qemu::testbed::rdma::BwOp;
+
+fn end(link: &str, ip: [u8; 4]) -> (Context, Box<dyn std::any::Any>) {
+    let ip = IpAddr::V4(Ipv4Addr::from(ip));
+    let (dev, keep) = card_on_link(link, ip, Faults::default(), None).unwrap();
+    let mut ctx = Context::open(dev).unwrap();
+    ctx.add_ip(ip).unwrap();
+    (ctx, keep)
+}
+
+#[test]
+fn two_cards_on_a_udp_link_move_checked_writes_reads_and_sends() {
+    const TCP: u16 = 18617;
+    let timeout = Duration::from_secs(30);
+    let server = std::thread::spawn(move || {
+        let (ctx, _keep) = end("udp:47311:127.0.0.1:47312", [10, 31, 0, 1]);
+        let mut peer = Peer::connect(ctx, None, TCP, 1 << 16, 3, timeout).unwrap();
+        peer.serve().unwrap();
+    });
+    let (ctx, _keep) = end("udp:47312:127.0.0.1:47311", [10, 31, 0, 2]);
+    let mut peer = Peer::connect(ctx, Some("127.0.0.1"), TCP, 1 << 16, 3, timeout).unwrap();
+    for op in [BwOp::Write, BwOp::Read, BwOp::Send] {
+        for (size, count) in [(1usize, 300u64), (1000, 300), (20_000, 40)] {
+            let r = peer.bandwidth(op, size, count).unwrap();
+            assert_eq!((r.messages, r.bytes), (count, count * size as u64));
+        }
+    }
+    peer.quit().unwrap();
+    server.join().unwrap();
+}
