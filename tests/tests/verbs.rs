@@ -24,6 +24,8 @@ struct Dest {
     gid: Gid,
     rkey: u32,
     addr: u64,
+    /// Not exchanged by the tool: what the test expects ARP to find.
+    mac: [u8; 6],
 }
 
 fn machine(card_id: u16) -> (Arc<Card>, Arc<InProcessHost>) {
@@ -38,10 +40,25 @@ fn machine(card_id: u16) -> (Arc<Card>, Arc<InProcessHost>) {
     (card, host)
 }
 
-fn to_rts(ctx: &mut Context, qp: &Qp, gid_index: u8, my_psn: u32, peer: &Dest) {
+/// One side names no MAC and lets `modify_qp` resolve the GID by ARP; the other resolves it
+/// into an address handle first and connects through that.
+fn to_rts(ctx: &mut Context, qp: &Qp, gid_index: u8, my_psn: u32, peer: &Dest, via_ah: bool) {
     ctx.init_rc(qp, access::REMOTE_WRITE | access::REMOTE_READ)
         .unwrap();
-    // No MAC given: the library resolves the GID's address by ARP.
+    let path = if via_ah {
+        let ah = ctx
+            .create_ah(&AhAttr {
+                dgid: peer.gid,
+                sgid_index: gid_index,
+                hop_limit: 1,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(ah.dmac, peer.mac, "the AH's MAC is the peer's");
+        RcConnection::via(peer.qpn, &ah)
+    } else {
+        RcConnection::new(peer.qpn, peer.gid)
+    };
     let c = RcConnection {
         sgid_index: gid_index,
         hop_limit: 1,
@@ -49,10 +66,15 @@ fn to_rts(ctx: &mut Context, qp: &Qp, gid_index: u8, my_psn: u32, peer: &Dest) {
         sq_psn: my_psn,
         max_rd_atomic: 1,
         max_dest_rd_atomic: 1,
-        ..RcConnection::new(peer.qpn, peer.gid)
+        ..path
     };
     ctx.connect_rc(qp, &c).unwrap();
-    assert_eq!(ctx.query_qp(qp).unwrap().qp_state, QpState::Rts as u8);
+    let attr = ctx.query_qp(qp).unwrap();
+    assert_eq!(
+        (attr.qp_state, attr.dmac),
+        (QpState::Rts as u8, peer.mac),
+        "connected to the peer's MAC"
+    );
 }
 
 const SIZE: usize = 4096;
@@ -115,6 +137,7 @@ fn side(
         gid: ctx.query_gid(1, gid_index).unwrap(),
         rkey: mr.rkey(),
         addr: mr.addr() + SIZE as u64,
+        mac: ctx.mac(),
     };
     to_peer.send(me).unwrap();
     // Until the peer's address arrives, answer its ARP requests.
@@ -125,7 +148,7 @@ fn side(
         }
         thread::yield_now();
     };
-    to_rts(&mut ctx, &qp, gid_index as u8, psn, &peer);
+    to_rts(&mut ctx, &qp, gid_index as u8, psn, &peer, card_id == 1);
     to_peer.send(me).unwrap(); // "connected"
     loop {
         ctx.serve_neighbors().unwrap();

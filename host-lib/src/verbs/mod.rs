@@ -591,6 +591,9 @@ pub struct RcConnection {
     /// The local GID table entry to send from.
     pub sgid_index: u8,
     pub hop_limit: u8,
+    pub traffic_class: u8,
+    /// IPv6 flow label (20 bits); 0 lets the NIC derive the UDP source port from the QPNs.
+    pub flow_label: u32,
     /// An IBA path-MTU code (1 = 256 … 5 = 4096 bytes).
     pub path_mtu: u8,
     /// The first PSN the peer sends (RTR) and the first this end sends (RTS).
@@ -614,6 +617,8 @@ impl RcConnection {
             dmac: [0; 6],
             sgid_index: 0,
             hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
             path_mtu: DEFAULT_PATH_MTU,
             rq_psn: 0,
             sq_psn: 0,
@@ -625,6 +630,41 @@ impl RcConnection {
             rnr_retry: RNR_RETRY_INFINITE,
         }
     }
+
+    /// A connection to QP `dest_qpn` along the path `ah` resolved.
+    pub fn via(dest_qpn: u32, ah: &Ah) -> Self {
+        RcConnection {
+            dmac: ah.dmac,
+            sgid_index: ah.sgid_index,
+            hop_limit: ah.hop_limit,
+            traffic_class: ah.traffic_class,
+            flow_label: ah.flow_label,
+            ..RcConnection::new(dest_qpn, ah.dgid)
+        }
+    }
+}
+
+/// ibv_ah_attr for RoCE: where a peer is (its GID) and how to get there from this port.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AhAttr {
+    pub dgid: Gid,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub flow_label: u32,
+}
+
+/// ibv_ah: an address vector with the peer's (or next hop's) MAC address resolved, as a RoCE
+/// provider resolves it when the AH is created. An RC QP takes it through
+/// [`RcConnection::via`]; there is no UD transport to send on it by itself.
+#[derive(Clone, Copy, Debug)]
+pub struct Ah {
+    pub dgid: Gid,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub flow_label: u32,
+    pub dmac: [u8; 6],
 }
 
 /// ibv_qp_init_attr.
@@ -882,10 +922,12 @@ impl Context {
             min_rnr_timer: c.min_rnr_timer,
             hop_limit: c.hop_limit,
             sgid_index: c.sgid_index,
+            traffic_class: c.traffic_class,
             dgid: c.dgid,
             dmac: c.dmac,
             ..Default::default()
         };
+        a.flow_label.set(c.flow_label);
         a.dest_qpn.set(c.dest_qpn);
         a.rq_psn.set(c.rq_psn);
         self.modify_qp(
@@ -915,6 +957,32 @@ impl Context {
                 | qp_attr::SQ_PSN
                 | qp_attr::MAX_QP_RD_ATOMIC,
         )
+    }
+
+    /// ibv_create_ah: `attr` with the MAC address of its GID's IPv4 address found by ARP (or
+    /// taken from the neighbour entries); an IPv6 GID needs a static neighbour the caller put
+    /// in the resulting `dmac` itself.
+    pub fn create_ah(&mut self, attr: &AhAttr) -> Result<Ah> {
+        if self.query_gid(1, usize::from(attr.sgid_index)).is_err() {
+            return Err(VerbsError::Invalid("no such source GID"));
+        }
+        let dmac = if gid_is_ipv4(&attr.dgid) {
+            let g = &attr.dgid;
+            self.resolve(
+                [g[12], g[13], g[14], g[15]],
+                std::time::Duration::from_secs(3),
+            )?
+        } else {
+            return Err(VerbsError::Invalid("IPv6 neighbours need a MAC address"));
+        };
+        Ok(Ah {
+            dgid: attr.dgid,
+            sgid_index: attr.sgid_index,
+            hop_limit: attr.hop_limit,
+            traffic_class: attr.traffic_class,
+            flow_label: attr.flow_label,
+            dmac,
+        })
     }
 
     /// ibv_query_qp: the attributes and the state.
