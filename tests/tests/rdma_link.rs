@@ -8,11 +8,11 @@ use common::rdma::*;
 use fld_abi::nic::*;
 use fld_device::wire::Faults;
 
-/// A mixed workload: SENDs, WRITEs, READs and fetch-and-adds, each kind at every size from 0 B
-/// to 256 KiB, posted six at a time. Returns the number of send WQEs and receive WQEs it posted.
+/// A mixed workload: SENDs (every other one with immediate data), WRITEs, READs and
+/// fetch-and-adds, each kind at every size from 0 B to 1 MiB, posted six at a time. Returns the number of send WQEs and receive WQEs it posted.
 fn workload(p: &mut Pair, rounds: usize) -> (usize, usize) {
-    const SLOT: usize = 300 << 10;
-    let sizes = [0usize, 1, 777, 1024, 3000, 9000, 65536, 256 << 10];
+    const SLOT: usize = (1 << 20) + 4096;
+    let sizes = [0usize, 1, 777, 1024, 3000, 9000, 65536, 1 << 20];
     let (mut sends, mut recvs) = (0, 0);
     p.b.fill(BUF - 8, &0u64.to_le_bytes());
     for r in 0..rounds {
@@ -25,7 +25,12 @@ fn workload(p: &mut Pair, rounds: usize) -> (usize, usize) {
                 p.b.qp.post_recv(&[p.b.sge(slot, len + 1)]).unwrap();
                 p.b.qp.ring_recv_doorbell();
                 let s = [p.a.sge(slot, len)];
-                p.a.qp.post_send(&wr(WQE_OP_SEND, &s, None, 0)).unwrap();
+                let op = if recvs % 2 == 1 {
+                    WQE_OP_SEND_IMM
+                } else {
+                    WQE_OP_SEND
+                };
+                p.a.qp.post_send(&wr(op, &s, None, r as u32)).unwrap();
                 recvs += 1;
             }
             1 => {
@@ -119,7 +124,16 @@ fn receive_completions_exact(p: &mut Pair, recvs: usize) {
         "one receive completion per SEND, none twice"
     );
     for (i, c) in rx.iter().enumerate() {
-        assert_eq!(c.opcode(), CQE_RESP_SEND);
+        // Receive i is round 4i's SEND; every other one carried the round as immediate data.
+        if i % 2 == 1 {
+            assert_eq!(
+                (c.opcode(), c.imm.get()),
+                (CQE_RESP_SEND_IMM, 4 * i as u32),
+                "SEND with immediate {i}"
+            );
+        } else {
+            assert_eq!(c.opcode(), CQE_RESP_SEND);
+        }
         assert_eq!(
             c.wqe_counter.get() as usize,
             i,

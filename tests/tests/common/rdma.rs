@@ -16,7 +16,7 @@ use fld_driver::rdma::{MemoryRegion, QpCaps, RcQueuePair};
 use fld_driver::{DmaBuffer, PciDevice};
 
 /// Bytes of each end's registered buffer.
-pub const BUF: usize = 4 << 20;
+pub const BUF: usize = 8 << 20;
 
 pub struct End {
     pub nic: NicDriver,
