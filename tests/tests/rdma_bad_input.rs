@@ -558,6 +558,54 @@ fn a_wqe_with_a_foreign_lkey_is_a_local_protection_error_and_the_qp_flushes() {
     );
 }
 
+/// A bad WQE behind one already sent and not yet acknowledged: the error status goes to the bad
+/// WQE, and the one before it — which the error state overtakes — completes first, flushed, so
+/// send completions stay in posting order.
+#[test]
+fn a_local_error_behind_an_unacknowledged_wqe_is_reported_on_the_bad_wqe() {
+    let mut l = lone(access::ALL, Transport::default());
+    let other_pd = l.end.nic.create_pd().unwrap();
+    let foreign = l
+        .end
+        .nic
+        .register_mr(other_pd, &l.end.buf, access::ALL)
+        .unwrap();
+    let bad = [Sge {
+        addr: l.end.va(0),
+        length: 64,
+        lkey: foreign.key,
+    }];
+    let good = [l.end.sge(0, 64)];
+    l.end
+        .qp
+        .post_send(&wr(WQE_OP_RDMA_WRITE, &good, Some((0x1000, 0x77)), 0))
+        .unwrap();
+    l.end.qp.post_send(&wr(WQE_OP_SEND, &bad, None, 0)).unwrap();
+    l.end.qp.ring_send_doorbell();
+    l.card.run_until_idle();
+    let sent = l.replies();
+    assert_eq!(
+        sent.len(),
+        1,
+        "the WRITE went out (and the peer has not answered)"
+    );
+    assert_eq!(sent[0].0.bth.opcode, roce::opcode::WRITE_ONLY);
+    let got: Vec<(u8, u8, u16)> = l
+        .end
+        .completions()
+        .iter()
+        .map(|c| (c.opcode(), c.syndrome, c.wqe_counter.get()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (CQE_REQ_ERR, rdma_status::WR_FLUSH, 0),
+            (CQE_REQ_ERR, rdma_status::LOCAL_PROTECTION, 1),
+        ]
+    );
+    assert_eq!(l.end.state(), QpState::Err);
+}
+
 #[test]
 fn retries_and_rnr_retries_run_out_into_the_error_state() {
     // A peer that never answers: the requester times out retry_cnt + 1 times.

@@ -141,6 +141,15 @@ fn implied_nak(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32) {
 
 /// Completes the oldest outstanding WQE with `status` and moves the QP to ERR.
 fn fail_front(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, status: u8) {
+    fail_op(core, ctx, qpi, 0, status);
+}
+
+/// Completes outstanding WQE `at` — the one in error — with `status` and moves the QP to ERR.
+/// Send completions stay in posting order: the WQEs before it, sent but not acknowledged,
+/// complete first with WR_FLUSH, as the error state completes everything still outstanding
+/// (IBA 10.3.1.2.5, 11.4.2.2); those behind it are flushed by the error state.
+fn fail_op(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, at: usize, status: u8) {
+    flush_oldest(core, ctx, qpi, at);
     let Some(qp) = core.rdma.qps.get_mut(qpi) else {
         return;
     };
@@ -162,6 +171,34 @@ fn fail_front(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, status: u8) {
         );
     }
     enter_error(core, ctx, qpi);
+}
+
+/// Completes the `n` oldest outstanding WQEs with WR_FLUSH: they were sent and not yet
+/// acknowledged when a later WQE failed, and the error state overtakes them.
+fn flush_oldest(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, n: usize) {
+    for _ in 0..n {
+        let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+            return;
+        };
+        let cqn = qp.send_cqn;
+        let Some(op) = qp.req.ops.pop_front() else {
+            break;
+        };
+        qp.req.cursor_op = qp.req.cursor_op.saturating_sub(1);
+        complete(
+            core,
+            ctx,
+            qpi,
+            cqn,
+            CQE_REQ_ERR,
+            rdma_status::WR_FLUSH,
+            op.wqe_index,
+            0,
+            op.opcode,
+            0,
+            0,
+        );
+    }
 }
 
 /// Puts the send cursor at `psn`: the packet of the outstanding op that carries it (a READ
@@ -198,7 +235,9 @@ fn step(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) -> Step {
         Ok(true) => Step::Sent,
         Ok(false) => Step::Idle,
         Err(status) => {
-            fail_front(core, ctx, qpi, status);
+            // The WQE at the cursor failed (its gather, say), not the oldest outstanding one.
+            let at = core.rdma.qps.get(qpi).map_or(0, |q| q.req.cursor_op);
+            fail_op(core, ctx, qpi, at, status);
             Step::Idle
         }
     }
@@ -359,6 +398,9 @@ fn fail_wqe(
     ctrl: Option<CtrlSeg>,
     status: u8,
 ) -> bool {
+    // The WQEs started before it complete first (flushed), keeping posting order.
+    let started = core.rdma.qps.get(qpi).map_or(0, |q| q.req.ops.len());
+    flush_oldest(core, ctx, qpi, started);
     let Some(qp) = core.rdma.qps.get_mut(qpi) else {
         return false;
     };
@@ -583,7 +625,7 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
             // The original value lands in the local buffer in the host's byte order.
             if let Err(status) = place_response(core, ctx, qpi, &op, 0, &ack.original.to_le_bytes())
             {
-                fail_front(core, ctx, qpi, status);
+                fail_op(core, ctx, qpi, at, status);
                 return;
             }
             if let Some(o) = core
@@ -709,11 +751,11 @@ fn read_response(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket
     };
     let want_len = (op.length - k * mtu).min(mtu) as usize;
     if !position_ok || pkt.payload.len() != want_len {
-        fail_front(core, ctx, qpi, rdma_status::BAD_RESPONSE);
+        fail_op(core, ctx, qpi, at, rdma_status::BAD_RESPONSE);
         return;
     }
     if let Err(status) = place_response(core, ctx, qpi, &op, (k * mtu) as usize, pkt.payload) {
-        fail_front(core, ctx, qpi, status);
+        fail_op(core, ctx, qpi, at, status);
         return;
     }
     if let Some(o) = core
