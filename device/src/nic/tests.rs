@@ -1009,4 +1009,21 @@ fn a_shared_receive_queue_feeds_a_qp_and_raises_its_limit_event_once() {
         "not into another function's EQ"
     );
     assert_eq!(limit_events(&mut b.eq), [0u32; 0]);
+
+    // In ERR, once its work is flushed, the QP on the SRQ reports its last WQE, once.
+    let to_err = QpAttr {
+        qp_state: QpState::Err as u8,
+        ..Default::default()
+    };
+    assert!(h.modify_qp(1, c, qp_attr::STATE, &to_err).ok());
+    h.run(100);
+    h.run(100);
+    let events: Vec<(u8, u8, u32)> = std::iter::from_fn(|| b.eq.poll_eqe(&h))
+        .map(|e| (e.event_type, e.subtype, e.data.get()))
+        .collect();
+    assert_eq!(
+        events,
+        [(EQE_QP_EVENT, qp_event::LAST_WQE_REACHED, c)],
+        "one last-WQE event"
+    );
 }

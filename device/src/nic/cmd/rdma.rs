@@ -222,6 +222,7 @@ fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         resp: Default::default(),
         counters: Default::default(),
         drained_reported: false,
+        last_wqe_reported: false,
         src_port: 0,
     };
     let Some(index) = c.core.rdma.qps.insert(qp) else {
@@ -285,6 +286,7 @@ fn modify_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
             qp.resp = Default::default();
             qp.rq_counter = 0;
             qp.drained_reported = false;
+            qp.last_wqe_reported = false;
             c.doorbells.store(db::slot(db::QP_SQ_BASE, index), 0);
             c.doorbells.store(db::slot(db::QP_RQ_BASE, index), 0);
         }

@@ -189,6 +189,8 @@ pub(crate) struct QueuePair {
     pub counters: Counters,
     /// SQD: the drained event was raised.
     pub drained_reported: bool,
+    /// ERR with an SRQ: the last-WQE-reached event was raised.
+    pub last_wqe_reported: bool,
     /// The QP's numbers in the UDP source port (A17.3.2 entropy), fixed at RTR.
     pub src_port: u16,
 }

@@ -366,6 +366,14 @@ fn flush(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> usize {
                 continue;
             }
         }
+        // Everything is flushed. A QP on an SRQ takes no more of its WQEs: say so once, so
+        // software knows when it may destroy the QP without losing receives (IBA 11.6.3.1,
+        // Last WQE Reached).
+        if qp.srq.is_some() && !qp.last_wqe_reported {
+            qp.last_wqe_reported = true;
+            qp_event(core, ctx, scq, owner, qp_event::LAST_WQE_REACHED, qpi);
+            work += 1;
+        }
         return work;
     }
 }
