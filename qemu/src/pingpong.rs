@@ -416,10 +416,22 @@ pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> Resu
         report.usec_per_iter()
     )
     .ok();
-    // Let the last ACKs leave before the QP goes away.
-    let settle = Instant::now();
-    while settle.elapsed() < Duration::from_millis(50) {
+    // Linger until the peer has been quiet for a while before the QP goes away: if our last
+    // ACK was lost, the peer sends again after its ACK timeout (the tool's: 4.096 us x 2^14 =
+    // 67 ms) and must find us here to be ACKed — Linux soft-RoCE retries for ever at retry
+    // count 7, so a peer gone too early leaves it hanging.
+    const QUIET: Duration = Duration::from_millis(500);
+    let linger = Instant::now();
+    let mut quiet_since = Instant::now();
+    let mut seen = ctx.query_qp_counters(&qp)?.packets_received.get();
+    while quiet_since.elapsed() < QUIET && linger.elapsed() < Duration::from_secs(10) {
         ctx.serve_neighbors()?;
+        let now_seen = ctx.query_qp_counters(&qp)?.packets_received.get();
+        if now_seen != seen {
+            seen = now_seen;
+            quiet_since = Instant::now();
+        }
+        std::thread::sleep(Duration::from_micros(500));
     }
     ctx.destroy_qp(qp)?;
     ctx.destroy_cq(cq)?;

@@ -122,12 +122,14 @@ fn guest_script(cases: &[Case]) -> String {
             c.iters,
             if c.events { " -e" } else { "" }
         );
+        // A run that cannot finish (a peer gone while rxe, which retries for ever at retry
+        // count 7, still waits for an ACK) fails after 3 minutes instead of holding the guest.
         let run = if c.guest_server {
-            format!("ibv_rc_pingpong {opts} 2>&1; rc=$?")
+            format!("timeout 180 ibv_rc_pingpong {opts} 2>&1; rc=$?")
         } else {
             // The host's server may not listen yet: connect again, as a user would.
             format!(
-                "for try in $(seq 1 120); do out=$(ibv_rc_pingpong {opts} 10.0.2.2 2>&1); rc=$?; \
+                "for try in $(seq 1 120); do out=$(timeout 180 ibv_rc_pingpong {opts} 10.0.2.2 2>&1); rc=$?; \
                  case \"$out\" in *\"Couldn't connect\"*) sleep 0.5;; *) break;; esac; done; echo \"$out\""
             )
         };

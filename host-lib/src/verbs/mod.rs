@@ -990,6 +990,12 @@ impl Context {
         Ok(self.nic.query_qp(qp.qp.qpn)?.attr)
     }
 
+    /// The QP's transport counters (packets, retransmissions, NAKs, duplicates...), as the
+    /// RDMA statistics a provider exports.
+    pub fn query_qp_counters(&mut self, qp: &Qp) -> Result<QpCounters> {
+        Ok(self.nic.query_qp(qp.qp.qpn)?.counters)
+    }
+
     pub fn destroy_qp(&mut self, qp: Qp) -> Result<()> {
         Ok(self.nic.destroy_qp(qp.qp)?)
     }
