@@ -331,15 +331,7 @@ pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> Resu
     }
     let start = Instant::now();
     let (mut scnt, mut rcnt, mut events) = (0u64, 0u64, 0u64);
-    let mut wc = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        solicited: false,
-    }; 2];
+    let mut wc = [Wc::EMPTY; 2];
     let mut last_progress = Instant::now();
     while rcnt < cfg.iters || scnt < cfg.iters {
         if cfg.events {

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use fld_host::verbs::*;
 
-use crate::testbed::rdma::{BwOp, BwResult, RX_DEPTH, TX_DEPTH};
+use crate::testbed::rdma::{bw_endpoint, BwOp, BwResult, RX_DEPTH, TX_DEPTH};
 
 /// perftest's default port is 18515 too; this one stays clear of `rc-pingpong`'s.
 pub const DEFAULT_PORT: u16 = 18517;
@@ -112,25 +112,7 @@ impl Peer {
         path_mtu: u8,
         timeout: Duration,
     ) -> Result<Peer> {
-        let pd = ctx.alloc_pd()?;
-        let mr = ctx.reg_mr(&pd, buf, access::ALL)?;
-        let cq = ctx.create_cq(TX_DEPTH + RX_DEPTH + 64, None)?;
-        let qp = ctx.create_qp(
-            &pd,
-            &QpInitAttr {
-                send_cq: &cq,
-                recv_cq: &cq,
-                srq: None,
-                cap: QpCap {
-                    max_send_wr: TX_DEPTH,
-                    max_recv_wr: RX_DEPTH,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: false,
-            },
-        )?;
+        let (pd, mr, cq, qp) = bw_endpoint(&mut ctx, buf)?;
         ctx.init_rc(&qp, access::REMOTE)?;
         let deadline = Instant::now() + timeout;
         let ctl = match server {
@@ -292,7 +274,7 @@ impl Peer {
             BwOp::Send => SendWr::new(1, WrOpcode::Send, &sge),
         };
         const MODERATION: u64 = 16;
-        let mut wc = [EMPTY; 64];
+        let mut wc = [Wc::EMPTY; 64];
         let (mut posted, mut done) = (0u64, 0u64);
         let start = Instant::now();
         let mut last_progress = Instant::now();
@@ -358,7 +340,7 @@ impl Peer {
 
     /// The server: answers the client's runs until it says `QUIT`.
     pub fn serve(&mut self) -> Result<()> {
-        let mut wc = [EMPTY; 64];
+        let mut wc = [Wc::EMPTY; 64];
         loop {
             let cmd = self.read_line()?;
             let mut f = cmd.split_whitespace();
@@ -440,13 +422,3 @@ impl Peer {
         }
     }
 }
-
-const EMPTY: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    byte_len: 0,
-    imm_data: None,
-    qp_num: 0,
-    solicited: false,
-};

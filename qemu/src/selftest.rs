@@ -510,15 +510,7 @@ fn verbs_connect(e: &mut VerbsEnd, peer_qpn: u32, peer_ip: [u8; 4]) -> Result<()
 /// The next `n` completions of `e`'s CQ.
 fn verbs_wait(e: &mut VerbsEnd, n: usize) -> Result<Vec<fld_host::verbs::Wc>, String> {
     let mut out = Vec::new();
-    let mut wc = [fld_host::verbs::Wc {
-        wr_id: 0,
-        status: fld_host::verbs::WcStatus::Success,
-        opcode: fld_host::verbs::WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        solicited: false,
-    }; 8];
+    let mut wc = [fld_host::verbs::Wc::EMPTY; 8];
     let ok = wait_until(|| {
         let k = e.cq.poll(&mut wc);
         out.extend_from_slice(&wc[..k]);

@@ -172,15 +172,7 @@ fn side(
     if events {
         cq.req_notify().unwrap();
     }
-    let mut wc = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        solicited: false,
-    }; 4];
+    let mut wc = [Wc::EMPTY; 4];
     let mut got = vec![0u8; SIZE];
     while sent < ITERS || received < ITERS {
         if events {

@@ -111,6 +111,19 @@ pub struct Wc {
     pub solicited: bool,
 }
 
+impl Wc {
+    /// A blank entry, to fill arrays that `Cq::poll` writes into.
+    pub const EMPTY: Wc = Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: 0,
+        solicited: false,
+    };
+}
+
 /// ibv_wr_opcode and its operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WrOpcode {

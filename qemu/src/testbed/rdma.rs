@@ -90,21 +90,13 @@ pub const TX_DEPTH: u32 = 128;
 /// Receives posted ahead (perftest's default rx depth).
 pub const RX_DEPTH: u32 = 512;
 
-fn side(card_id: u16, ip: [u8; 4], buf: usize) -> Result<Side> {
-    let card = Card::new(CardConfig {
-        nic: NicConfig {
-            card_id,
-            ..Default::default()
-        },
-        ..Default::default()
-    });
-    let host = InProcessHost::new(card.clone(), 2 * buf + (64 << 20))?;
-    let fid = card
-        .nic
-        .function_id(0)
-        .ok_or(RdmaBenchError::Failed("no NIC function".into()))?;
-    let mut ctx = Context::open(host.device(fid))?;
-    ctx.add_ip(std::net::Ipv4Addr::from(ip).into())?;
+/// What one end of a bandwidth run needs on `ctx`'s device: a PD, a region of `buf` bytes open
+/// to every access, one CQ and an RC QP with [`TX_DEPTH`] sends and [`RX_DEPTH`] receives of
+/// one SGE, signalling only what is asked.
+pub fn bw_endpoint(
+    ctx: &mut Context,
+    buf: usize,
+) -> std::result::Result<(Pd, Mr, Cq, Qp), VerbsError> {
     let pd = ctx.alloc_pd()?;
     let mr = ctx.reg_mr(&pd, buf, access::ALL)?;
     let cq = ctx.create_cq(TX_DEPTH + RX_DEPTH + 64, None)?;
@@ -124,6 +116,25 @@ fn side(card_id: u16, ip: [u8; 4], buf: usize) -> Result<Side> {
             sq_sig_all: false,
         },
     )?;
+    Ok((pd, mr, cq, qp))
+}
+
+fn side(card_id: u16, ip: [u8; 4], buf: usize) -> Result<Side> {
+    let card = Card::new(CardConfig {
+        nic: NicConfig {
+            card_id,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let host = InProcessHost::new(card.clone(), 2 * buf + (64 << 20))?;
+    let fid = card
+        .nic
+        .function_id(0)
+        .ok_or(RdmaBenchError::Failed("no NIC function".into()))?;
+    let mut ctx = Context::open(host.device(fid))?;
+    ctx.add_ip(std::net::Ipv4Addr::from(ip).into())?;
+    let (pd, mr, cq, qp) = bw_endpoint(&mut ctx, buf)?;
     Ok(Side {
         card,
         _host: host,
@@ -144,16 +155,6 @@ fn connect(s: &mut Side, peer_qpn: u32, peer_ip: [u8; 4], mtu: u8) -> Result<()>
     s.ctx.connect_rc(&s.qp, &c)?;
     Ok(())
 }
-
-const EMPTY: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    byte_len: 0,
-    imm_data: None,
-    qp_num: 0,
-    solicited: false,
-};
 
 impl RdmaPair {
     /// Two machines with registered buffers of `buf` bytes, connected at path MTU code `mtu`.
@@ -211,7 +212,7 @@ impl RdmaPair {
         };
         // Every 16th WR is signalled, as perftest's CQ moderation does; the last always is.
         const MODERATION: u64 = 16;
-        let mut wc = [EMPTY; 64];
+        let mut wc = [Wc::EMPTY; 64];
         let (mut posted, mut done, mut received) = (0u64, 0u64, 0u64);
         let start = Instant::now();
         let mut last_progress = Instant::now();
@@ -266,7 +267,7 @@ impl RdmaPair {
         let sa = [self.a.mr.sge(0, size)];
         let sb = [self.b.mr.sge(0, size)];
         let (ra, rb) = ([self.a.mr.sge(4096, size)], [self.b.mr.sge(4096, size)]);
-        let mut wc = [EMPTY; 8];
+        let mut wc = [Wc::EMPTY; 8];
         let mut samples = Vec::with_capacity(iterations as usize);
         for i in 0..iterations + iterations / 10 {
             self.a.qp.post_recv(&[(0, &ra[..])])?;
