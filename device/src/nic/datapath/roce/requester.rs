@@ -605,18 +605,9 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
             let (Some(ack), Some(_)) = (pkt.headers.atomic_ack_eth, pkt.headers.aeth) else {
                 return;
             };
-            let Some(at) = response_target(core, ctx, qpi, now, |o| {
+            let Some((at, op)) = response_target(core, ctx, qpi, now, |o| {
                 matches!(o.opcode, WQE_OP_ATOMIC_CS | WQE_OP_ATOMIC_FA) && o.first_psn == psn
             }) else {
-                return;
-            };
-            let Some(op) = core
-                .rdma
-                .qps
-                .get(qpi)
-                .and_then(|q| q.req.ops.get(at))
-                .copied()
-            else {
                 return;
             };
             if op.done {
@@ -672,15 +663,15 @@ fn place_response(
 /// The outstanding op a READ response or atomic ACK answers (`is_it`), with everything before
 /// it settled: responses come in PSN order, so an earlier READ or atomic still without its
 /// response means that response was lost (go back for it); earlier SENDs and WRITEs are
-/// acknowledged by the response (its AETH, or the order itself). `None`: nothing to do with
-/// the packet.
+/// acknowledged by the response (its AETH, or the order itself). Returns the op's index now
+/// and a copy of it; `None`: nothing to do with the packet.
 fn response_target(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
     qpi: u32,
     now: u64,
     is_it: impl Fn(&SendOp) -> bool,
-) -> Option<usize> {
+) -> Option<(usize, SendOp)> {
     let qp = core.rdma.qps.get_mut(qpi)?;
     let Some(at) = qp.req.ops.iter().position(is_it) else {
         qp.counters.dropped += 1;
@@ -701,7 +692,8 @@ fn response_target(
     acknowledge(core, ctx, qpi, psn_add(first, roce::PSN_MASK), now);
     // Completions may have retired the ops ahead of it.
     let qp = core.rdma.qps.get(qpi)?;
-    qp.req.ops.iter().position(|o| o.first_psn == first)
+    let at = qp.req.ops.iter().position(|o| o.first_psn == first)?;
+    Some((at, qp.req.ops[at]))
 }
 
 /// An RDMA READ response: in order it lands in the READ's buffers; a gap goes back to the
@@ -709,20 +701,11 @@ fn response_target(
 fn read_response(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>, now: u64) {
     let psn = pkt.headers.bth.psn;
     let mtu = mtu(core, qpi);
-    let Some(at) = response_target(core, ctx, qpi, now, |o| {
+    let Some((at, op)) = response_target(core, ctx, qpi, now, |o| {
         o.opcode == WQE_OP_RDMA_READ
             && psn_delta(psn, o.first_psn) >= 0
             && psn_delta(psn, o.last_psn()) <= 0
     }) else {
-        return;
-    };
-    let Some(op) = core
-        .rdma
-        .qps
-        .get(qpi)
-        .and_then(|q| q.req.ops.get(at))
-        .copied()
-    else {
         return;
     };
     let expected = psn_add(op.first_psn, op.responses);
