@@ -1088,6 +1088,70 @@ impl MockHost {
     }
 }
 
+impl MockHost {
+    /// An FLD-R queue pair (§5.3) on NIC function 0, bound to FLD Tx queue `queue` of
+    /// `binding`: its send ring is the queue's Tx-ring window, its CQs are FLD's, it receives
+    /// through FLD's shared multi-packet RQ, and its GID entry 0 is `ip`. Connected to
+    /// `peer_qpn` at `peer_gid`/`peer_mac` and bound in FLD (`TXQ_RDMA`). Returns the QPN.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_fldr_qp(
+        &self,
+        binding: &MockFldBinding,
+        queue: u16,
+        ip: [u8; 4],
+        peer_qpn: u32,
+        peer_gid: [u8; 16],
+        peer_mac: [u8; 6],
+        psn: u32,
+    ) -> u32 {
+        let fld = self.fld.as_ref().expect("a card with FLD");
+        let g = fabi::FldGeometry::from_registers(|o| self.fld_reg(o));
+        let bar2 = self.bar(fld.id(), fabi::BAR_NIC);
+        let pd = self.create(0, op::CREATE_PD, &ObjectIn::new(0));
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&ip);
+        let r = self.command(
+            0,
+            op::SET_ROCE_ADDRESS,
+            RoceAddressIn {
+                index: U16::new(0),
+                flags: ROCE_ADDRESS_VALID,
+                rsvd: [0; 5],
+                gid,
+                mac: self.nic_mac(0),
+                rsvd2: [0; 2],
+            }
+            .as_bytes(),
+        );
+        assert!(r.ok(), "GID: {r:?}");
+        let qpn = self.create(
+            0,
+            op::CREATE_QP,
+            &CreateQpIn {
+                pd: U32::new(pd),
+                send_cqn: U32::new(binding.tx_cqn),
+                recv_cqn: U32::new(binding.rx_cqn),
+                srqn: U32::new(binding.rq.id),
+                sq_addr: U64::new(bar2 + g.tx_ring_base() + u64::from(queue) * g.tx_ring_bytes()),
+                rq_addr: U64::new(0),
+                log_sq_size: g.log_tx_ring,
+                log_rq_size: 0,
+                log_rq_stride: MIN_LOG_RQ_STRIDE,
+                flags: QP_FLAG_MULTI_PACKET_RQ,
+                rsvd: [0; 4],
+            },
+        );
+        self.connect_qpn(0, qpn, peer_qpn, peer_gid, peer_mac, psn);
+        self.set_fld_reg(
+            fabi::reg::TXQ_BASE + 16 * u64::from(queue),
+            qpn | fabi::TXQ_ENABLE | fabi::TXQ_RDMA,
+        );
+        qpn
+    }
+}
+
 impl MockRing {
     fn entry(&self, host: &MockHost, size: usize) -> Option<u64> {
         let slot = self.addr + (self.ci & ((1 << self.log_size) - 1)) as u64 * size as u64;

@@ -56,6 +56,7 @@ fuzz_target!(|data: &[u8]| {
                     queue: u16::from(input.u8() % 6),
                     cs_flags: input.u8() & 3,
                     resume_table: (ctl & 0x80 != 0).then(|| input.u8()),
+                    rdma: None,
                 };
                 let len = input.u16() as usize % 20000;
                 let payload = input.bytes(len).to_vec();

@@ -99,6 +99,7 @@ pub fn drive(accel: &mut dyn Accelerator, dport: u16, mut data: &[u8]) {
             csum: 0,
             rss_hash: 0,
             len: frame.len() as u32,
+            rdma: None,
         };
         sink.credits = u32::from(control >> 5);
         accel.receive(&meta, &frame, &mut sink);

@@ -124,6 +124,7 @@ fn generated_wqe_equals_the_cpu_drivers_wqe() {
                 queue: 0,
                 cs_flags: CS_L3 | CS_L4,
                 resume_table: None,
+                rdma: None,
             },
             &frame,
         )
@@ -244,6 +245,7 @@ fn bad_accelerator_packets_are_refused_and_counted() {
                     queue: 9,
                     cs_flags: 0,
                     resume_table: None,
+                    rdma: None,
                 },
                 &[0; 64],
             ),
@@ -252,6 +254,7 @@ fn bad_accelerator_packets_are_refused_and_counted() {
                     queue: 0,
                     cs_flags: 0,
                     resume_table: None,
+                    rdma: None,
                 },
                 &vec![0; max + 1],
             ),
@@ -260,6 +263,7 @@ fn bad_accelerator_packets_are_refused_and_counted() {
                     queue: 0,
                     cs_flags: 0,
                     resume_table: None,
+                    rdma: None,
                 },
                 &[],
             ),
@@ -286,6 +290,7 @@ fn bad_accelerator_packets_are_refused_and_counted() {
                     queue: 0,
                     cs_flags: 0,
                     resume_table: None,
+                    rdma: None,
                 },
                 &[7u8; 1514],
             )
@@ -366,6 +371,7 @@ fn an_error_completion_releases_the_queue_and_disables_it() {
                     queue: 0,
                     cs_flags: 0,
                     resume_table: None,
+                    rdma: None,
                 },
                 &[1u8; 700],
             )
@@ -403,12 +409,15 @@ fn an_error_completion_releases_the_queue_and_disables_it() {
                     queue: 0,
                     cs_flags: 0,
                     resume_table: None,
+                    rdma: None,
                 },
                 &[1u8; 60],
             ),
         )
     });
-    assert_eq!(r, (Default::default(), Err(TxRefused::UnknownQueue)));
+    // Refused as a queue in error (the control plane's to recover), and counted.
+    assert_eq!(r, (Default::default(), Err(TxRefused::QueueError)));
+    assert_eq!(fld.stat(Stat::TxQueueInError), 1);
     assert_eq!(
         fld.with_tx_stream(|t| t.credits(1)),
         shared_before,

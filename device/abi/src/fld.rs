@@ -49,8 +49,10 @@ pub mod reg {
     pub const RX_ENABLE: u64 = 0x060;
     /// Every Nth WQE of a queue requests a completion (selective signalling).
     pub const TX_SIGNAL_EVERY: u64 = 0x064;
-    /// Per Tx queue q, 16 bytes at `TXQ_BASE + 16 q`: +0 NIC SQ number | [`super::TXQ_ENABLE`]
-    /// (RW); +4 packet credits, +8 byte credits, +12 packets posted and not yet completed (RO).
+    /// Per Tx queue q, 16 bytes at `TXQ_BASE + 16 q`: +0 NIC SQ number (or, with
+    /// [`super::TXQ_RDMA`], the QPN of an FLD-R queue pair) | [`super::TXQ_ENABLE`] (RW;
+    /// [`super::TXQ_ERROR`] RO); +4 packet credits, +8 byte credits, +12 packets posted and not
+    /// yet completed (RO).
     pub const TXQ_BASE: u64 = 0x1000;
     /// Statistics, 64-bit counters (see [`super::Stat`]).
     pub const STATS_BASE: u64 = 0x400;
@@ -62,6 +64,15 @@ pub const FLD_VERSION: u32 = 0x0001_0000;
 pub const STATUS_READY: u32 = 1;
 pub const RESET_MAGIC: u32 = 1;
 pub const TXQ_ENABLE: u32 = 1 << 31;
+/// The queue is an FLD-R queue pair (§5.3): its number is a NIC QPN, FLD generates RDMA WQEs
+/// for it and rings the QP's send doorbell; the QP's receives arrive through the shared
+/// multi-packet RQ.
+pub const TXQ_RDMA: u32 = 1 << 30;
+/// Read-only: the NIC completed one of the queue's WQEs with an error, so FLD released every
+/// posted packet and disabled the queue; binding it again (a write) clears it.
+pub const TXQ_ERROR: u32 = 1 << 29;
+/// The queue-number bits of a queue register.
+pub const TXQ_NUMBER: u32 = (1 << 24) - 1;
 
 /// Statistics counters at `reg::STATS_BASE + 8 * index`.
 #[repr(u32)]
@@ -89,8 +100,13 @@ pub enum Stat {
     /// CQEs for a queue FLD does not know.
     UnknownCqes,
     RxRecycledWqes,
+    /// Accelerator packets for a queue in the error state (refused; the accelerator keeps
+    /// them).
+    TxQueueInError,
+    /// FLD-R receive completions of a QP no queue is bound to.
+    RxUnknownQp,
 }
-pub const STAT_COUNT: usize = 15;
+pub const STAT_COUNT: usize = 17;
 
 /// Memory report entries at `reg::MEMORY_BASE + 8 * index` (bytes of on-chip memory).
 #[repr(u32)]
@@ -269,12 +285,87 @@ impl FldGeometry {
 /// |---|---|
 /// | 0..24 | offset of the packet in the queue's Tx-data window |
 /// | 24..38 | length − 1 (1..16 KiB) |
-/// | 38..40 | checksum flags (CS_L3, CS_L4) |
+/// | 38..40 | Ethernet queue: checksum flags (CS_L3, CS_L4); FLD-R queue: [`RdmaOpcode`] |
 /// | 40 | completion requested |
 /// | 41..57 | WQE index (the queue's counter, low 16 bits) |
 /// | 57..64 | resume table + 1 (0: none), the flow table the NIC resumes steering at |
+///
+/// An FLD-R descriptor whose opcode needs more than the descriptor holds (an immediate, a
+/// remote address) keeps those fields as a [`RdmaExtension`] of [`RDMA_EXTENSION_LEN`] bytes in
+/// the Tx buffer just before the message: the window offset points at the extension and the
+/// length counts it. The descriptor stays 8 bytes and the pool stays Table 3's size; the
+/// extension costs Tx-buffer bytes only for the messages that carry one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct CompressedDesc(pub u64);
+
+/// The RDMA operation of an FLD-R descriptor (bits 38..40).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RdmaOpcode {
+    Send = 0,
+    SendImm = 1,
+    Write = 2,
+    WriteImm = 3,
+}
+
+impl RdmaOpcode {
+    pub const fn from_bits(v: u8) -> Self {
+        match v & 3 {
+            0 => RdmaOpcode::Send,
+            1 => RdmaOpcode::SendImm,
+            2 => RdmaOpcode::Write,
+            _ => RdmaOpcode::WriteImm,
+        }
+    }
+    /// The NIC send WQE opcode.
+    pub const fn wqe_opcode(self) -> u8 {
+        match self {
+            RdmaOpcode::Send => nic::WQE_OP_SEND,
+            RdmaOpcode::SendImm => nic::WQE_OP_SEND_IMM,
+            RdmaOpcode::Write => nic::WQE_OP_RDMA_WRITE,
+            RdmaOpcode::WriteImm => nic::WQE_OP_RDMA_WRITE_IMM,
+        }
+    }
+    /// Whether the descriptor's message is preceded by an [`RdmaExtension`].
+    pub const fn has_extension(self) -> bool {
+        !matches!(self, RdmaOpcode::Send)
+    }
+}
+
+/// Bytes of an [`RdmaExtension`] in the Tx buffer.
+pub const RDMA_EXTENSION_LEN: usize = 16;
+
+/// The per-message fields of an FLD-R send that do not fit the 8-byte descriptor, stored in
+/// front of the message in the Tx buffer: bytes 0..4 immediate (little-endian, host order
+/// value), 4..8 rkey, 8..16 remote address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RdmaExtension {
+    pub imm: u32,
+    pub rkey: u32,
+    pub remote_addr: u64,
+}
+
+impl RdmaExtension {
+    pub fn to_bytes(self) -> [u8; RDMA_EXTENSION_LEN] {
+        let mut b = [0u8; RDMA_EXTENSION_LEN];
+        b[..4].copy_from_slice(&self.imm.to_le_bytes());
+        b[4..8].copy_from_slice(&self.rkey.to_le_bytes());
+        b[8..].copy_from_slice(&self.remote_addr.to_le_bytes());
+        b
+    }
+    pub fn from_bytes(b: &[u8; RDMA_EXTENSION_LEN]) -> Self {
+        let w = |r: core::ops::Range<usize>| {
+            let mut a = [0u8; 8];
+            a[..r.len()].copy_from_slice(&b[r]);
+            u64::from_le_bytes(a)
+        };
+        RdmaExtension {
+            imm: w(0..4) as u32,
+            rkey: w(4..8) as u32,
+            remote_addr: w(8..16),
+        }
+    }
+}
 
 impl CompressedDesc {
     pub fn new(window_offset: u32, len: u32, cs_flags: u8, signal: bool, wqe_index: u16) -> Self {
@@ -307,6 +398,10 @@ impl CompressedDesc {
     pub fn cs_flags(self) -> u8 {
         ((self.0 >> 38) & 3) as u8
     }
+    /// FLD-R: the operation (the same bits as [`CompressedDesc::cs_flags`]).
+    pub fn rdma_opcode(self) -> RdmaOpcode {
+        RdmaOpcode::from_bits(self.cs_flags())
+    }
     pub fn signal(self) -> bool {
         (self.0 >> 40) & 1 != 0
     }
@@ -332,6 +427,45 @@ impl CompressedDesc {
         let _ = wqe.encode(sqn, self.wqe_index(), &mut w);
         w
     }
+
+    /// The 64-byte RDMA send WQE a verbs consumer would have posted for this FLD-R descriptor
+    /// on QP `qpn`: control segment (opcode, immediate), a remote-address segment for WRITE,
+    /// one data segment with the reserved lkey (bus addresses) pointing at the message in the
+    /// queue's Tx-data window at `window_addr`. `ext` is the descriptor's extension when its
+    /// opcode has one.
+    pub fn expand_rdma(
+        self,
+        signal: bool,
+        qpn: u32,
+        window_addr: u64,
+        ext: RdmaExtension,
+    ) -> [u8; nic::WQEBB] {
+        let mut w = [0u8; nic::WQEBB];
+        let op = self.rdma_opcode();
+        let skip = if op.has_extension() {
+            RDMA_EXTENSION_LEN as u32
+        } else {
+            0
+        };
+        let sge = [nic::Sge {
+            addr: window_addr + (self.window_offset() + skip) as u64,
+            length: self.len().saturating_sub(skip),
+            lkey: nic::RESERVED_LKEY,
+        }];
+        let wqe = nic::RdmaWqe {
+            opcode: op.wqe_opcode(),
+            signal,
+            solicited: false,
+            fence: false,
+            imm: ext.imm,
+            remote: Some((ext.remote_addr, ext.rkey)),
+            atomic: None,
+            data: nic::WqeData::Gather(&sge),
+        };
+        // Control, remote address and one data segment: one basic block.
+        let _ = wqe.encode(qpn, self.wqe_index(), &mut w);
+        w
+    }
 }
 
 /// The 15-byte compressed CQE FLD stores when the NIC writes a 64-byte CQE into a CQ window
@@ -339,20 +473,23 @@ impl CompressedDesc {
 ///
 /// | byte | field |
 /// |---|---|
-/// | 0 | opcode (bits 4..8), flags: TRUNCATED, FILLER, WQE_DONE (bits 0..3) |
+/// | 0 | opcode (bits 4..8), flags: TRUNCATED, FILLER, WQE_DONE, QP (bits 0..4) |
 /// | 1..3 | queue number (SQ or RQ, low 16 bits) |
 /// | 3..5 | send: WQE counter; receive: byte count |
 /// | 5..7 | receive: stride index; send errors: syndrome |
-/// | 7 | checksum/parse flags |
+/// | 7 | checksum/parse flags; QP receive: message position and solicited bits |
 /// | 8..11 | flow tag (context ID, 24 bits) |
-/// | 11..15 | RSS hash |
+/// | 11..15 | RSS hash; QP receive: immediate data |
+///
+/// A QP's CQE (FLD-R) has no checksum results, flow tag or hash; its byte 7 keeps the CQE's
+/// `MSG_FIRST`, `MSG_LAST` and `SOLICITED` flags and bytes 11..15 its immediate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct CompressedCqe(pub [u8; 15]);
 
 impl CompressedCqe {
     pub fn compress(c: &nic::Cqe) -> Self {
         let mut b = [0u8; 15];
-        b[0] = (c.opcode() << 4) | (c.flags & 0x7);
+        b[0] = (c.opcode() << 4) | (c.flags & 0xf);
         b[1..3].copy_from_slice(&(c.qn.get() as u16).to_le_bytes());
         let is_send = c.is_send();
         let w = if is_send {
@@ -367,16 +504,34 @@ impl CompressedCqe {
             c.stride_index.get()
         };
         b[5..7].copy_from_slice(&x.to_le_bytes());
-        b[7] = c.csum;
-        b[8..11].copy_from_slice(&c.flow_tag.get().to_le_bytes()[..3]);
-        b[11..15].copy_from_slice(&c.rss_hash.get().to_le_bytes());
+        if c.flags & nic::cqe_flags::QP != 0 {
+            use nic::cqe_flags::{MSG_FIRST, MSG_LAST, SOLICITED};
+            b[7] = c.flags & (MSG_FIRST | MSG_LAST | SOLICITED);
+            b[11..15].copy_from_slice(&c.imm.get().to_le_bytes());
+        } else {
+            b[7] = c.csum;
+            b[8..11].copy_from_slice(&c.flow_tag.get().to_le_bytes()[..3]);
+            b[11..15].copy_from_slice(&c.rss_hash.get().to_le_bytes());
+        }
         CompressedCqe(b)
+    }
+    /// A queue pair's CQE: [`CompressedCqe::queue`] is a QPN.
+    pub fn is_qp(&self) -> bool {
+        self.0[0] & nic::cqe_flags::QP != 0
+    }
+    /// A QP receive CQE's `MSG_FIRST`, `MSG_LAST` and `SOLICITED` flags.
+    pub fn qp_flags(&self) -> u8 {
+        self.0[7]
+    }
+    /// A QP receive CQE's immediate data.
+    pub fn imm(&self) -> u32 {
+        self.rss_hash()
     }
     pub fn opcode(&self) -> u8 {
         self.0[0] >> 4
     }
     pub fn flags(&self) -> u8 {
-        self.0[0] & 0x7
+        self.0[0] & 0xf
     }
     pub fn queue(&self) -> u16 {
         u16::from_le_bytes([self.0[1], self.0[2]])

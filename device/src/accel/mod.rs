@@ -7,6 +7,7 @@ pub mod defrag;
 pub mod defrag_accel;
 pub mod iot;
 pub mod iot_accel;
+pub mod rdma;
 pub mod zuc;
 pub mod zuc_accel;
 
@@ -23,6 +24,37 @@ pub struct RxMeta {
     pub csum: u8,
     pub rss_hash: u32,
     pub len: u32,
+    /// FLD-R: the packet is part of an RDMA message on queue pair `queue` (§6: the shared
+    /// multi-packet RQ completes every packet as it arrives, so the packets of different
+    /// queues' messages interleave and the accelerator reassembles them).
+    pub rdma: Option<RdmaRx>,
+}
+
+/// Where an FLD-R packet sits in its message, and the message's immediate data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdmaRx {
+    pub first: bool,
+    pub last: bool,
+    /// SEND with immediate: on the last packet.
+    pub imm: Option<u32>,
+}
+
+/// The RDMA operation an accelerator asks an FLD-R queue for (§5.3: SEND and WRITE, with or
+/// without immediate; READ and atomics need a response path into the accelerator that FLD-R
+/// does not have).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RdmaOp {
+    Send,
+    SendImm(u32),
+    Write {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    WriteImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    },
 }
 
 /// Metadata an accelerator attaches to a packet on the tx stream.
@@ -35,6 +67,8 @@ pub struct TxMeta {
     /// Resume the NIC's steering at this flow table (the next-table ID of the `accelerate`
     /// action); `None` sends the packet through the eSwitch as usual.
     pub resume_table: Option<u8>,
+    /// FLD-R queues: the operation (`None` is a SEND); Ethernet queues refuse it.
+    pub rdma: Option<RdmaOp>,
 }
 
 /// Per-queue transmit credits: what the queue can take right now.
@@ -55,6 +89,11 @@ pub enum TxRefused {
     UnknownQueue,
     /// Empty or larger than the maximum packet size (counted).
     BadLength,
+    /// The queue is in the error state (the NIC failed one of its WQEs); the control plane
+    /// recovers it (counted).
+    QueueError,
+    /// An RDMA operation for an Ethernet queue (counted as an unknown queue).
+    NotRdma,
 }
 
 /// The tx stream as an accelerator sees it.
@@ -129,8 +168,8 @@ impl TxHold {
         while let Some((f, resume_table)) = self.frames.front() {
             let meta = TxMeta {
                 queue: queue(sent),
-                cs_flags: 0,
                 resume_table: *resume_table,
+                ..Default::default()
             };
             match tx.send(&meta, f) {
                 Ok(()) => sent += 1,

@@ -46,7 +46,12 @@ pub(super) fn read(core: &FldCore, offset: u64) -> u32 {
             let qi = ((o - reg::TXQ_BASE) / 16) as usize;
             let q = &core.tx.queues[qi];
             match o % 16 {
-                0 => q.sqn | if q.enabled { TXQ_ENABLE } else { 0 },
+                0 => {
+                    q.sqn
+                        | if q.enabled { TXQ_ENABLE } else { 0 }
+                        | if q.rdma { TXQ_RDMA } else { 0 }
+                        | if q.error { TXQ_ERROR } else { 0 }
+                }
                 4 => core.tx.credits(g, qi as u16).packets,
                 8 => core.tx.credits(g, qi as u16).bytes,
                 _ => q.pi.wrapping_sub(q.ci),
@@ -81,11 +86,20 @@ pub(super) fn write(core: &mut FldCore, offset: u64, v: u32) {
             && ((o - reg::TXQ_BASE) / 16) < core.geo.tx_queues as u64
             && o % 16 == 0 =>
         {
-            let q = &mut core.tx.queues[((o - reg::TXQ_BASE) / 16) as usize];
+            let qi = ((o - reg::TXQ_BASE) / 16) as usize;
+            let q = &mut core.tx.queues[qi];
             // A queue with packets in flight keeps its binding.
             if q.pi == q.ci {
-                q.sqn = v & !TXQ_ENABLE;
+                if q.rdma {
+                    core.tx.qp_queues.remove(&(q.sqn as u16));
+                }
+                q.sqn = v & TXQ_NUMBER;
                 q.enabled = v & TXQ_ENABLE != 0;
+                q.rdma = v & TXQ_RDMA != 0;
+                q.error = false;
+                if q.rdma && q.enabled {
+                    core.tx.qp_queues.insert(q.sqn as u16, qi as u16);
+                }
             }
         }
         _ => {}

@@ -4,13 +4,16 @@
 //! compressed to 15 bytes on arrival; each packet goes to the accelerator on the rx stream with
 //! its metadata, straight from the Rx buffer and without backpressure (a packet the accelerator
 //! refuses is a counted drop).
-//! Left out: per-queue Rx (one shared RQ serves all FLD-E traffic).
+//! FLD-R (§6): the NIC's queue pairs receive through the same shared multi-packet RQ, one CQE
+//! per packet before the message is whole; FLD maps the CQE's QPN to its queue and hands each
+//! packet on with its message position, leaving reassembly to the accelerator.
+//! Left out: per-queue Rx (one shared RQ serves all FLD-E and FLD-R traffic).
 
 use std::collections::VecDeque;
 
 use super::tx::{TxEngine, TxView};
 use super::Stats;
-use crate::accel::{Accelerator, RxMeta};
+use crate::accel::{Accelerator, RdmaRx, RxMeta};
 use fld_abi::fld::*;
 use fld_abi::nic;
 
@@ -81,7 +84,8 @@ pub(super) fn deliver_receives(
     while let Some(c) = rx.cqes.pop_front() {
         n += 1;
         rx.cq_ci = rx.cq_ci.wrapping_add(1);
-        if !rx.enabled || c.queue() as u32 != rx.rqn & 0xffff {
+        // Every CQE of the RQ names the RQ, except a QP's (FLD-R), which names the QP.
+        if !rx.enabled || !c.is_qp() && c.queue() as u32 != rx.rqn & 0xffff {
             stats.bump(Stat::UnknownCqes);
             continue;
         }
@@ -95,19 +99,42 @@ pub(super) fn deliver_receives(
                 + ((c.stride_or_syndrome() as usize) << rx.log_stride);
             stats.bump(Stat::RxPackets);
             stats.add(Stat::RxBytes, len as u64);
-            let (context, resume_table) = split_accelerate_tag(c.flow_tag());
-            let meta = RxMeta {
-                queue: 0,
-                context,
-                resume_table,
-                csum: c.csum(),
-                rss_hash: c.rss_hash(),
-                len: len as u32,
+            let meta = if c.is_qp() {
+                let qf = c.qp_flags();
+                let last = qf & nic::cqe_flags::MSG_LAST != 0;
+                RxMeta {
+                    queue: tx.qp_queues.get(&c.queue()).copied().unwrap_or(u16::MAX),
+                    len: len as u32,
+                    rdma: Some(RdmaRx {
+                        first: qf & nic::cqe_flags::MSG_FIRST != 0,
+                        last,
+                        imm: (last && c.opcode() == nic::CQE_RESP_SEND_IMM).then(|| c.imm()),
+                    }),
+                    ..Default::default()
+                }
+            } else {
+                let (context, resume_table) = split_accelerate_tag(c.flow_tag());
+                RxMeta {
+                    queue: 0,
+                    context,
+                    resume_table,
+                    csum: c.csum(),
+                    rss_hash: c.rss_hash(),
+                    len: len as u32,
+                    rdma: None,
+                }
             };
             let packet = at.checked_add(len).and_then(|end| rx.buffer.get(at..end));
-            let accepted = match (accel.as_deref_mut(), packet) {
-                (Some(a), Some(packet)) => a.receive(&meta, packet, &mut TxView { tx, stats, geo }),
-                _ => false,
+            let accepted = if meta.queue == u16::MAX {
+                stats.bump(Stat::RxUnknownQp);
+                false
+            } else {
+                match (accel.as_deref_mut(), packet) {
+                    (Some(a), Some(packet)) => {
+                        a.receive(&meta, packet, &mut TxView { tx, stats, geo })
+                    }
+                    _ => false,
+                }
             };
             if !accepted {
                 stats.bump(Stat::RxAcceleratorDrops);

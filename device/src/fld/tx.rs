@@ -5,20 +5,30 @@
 //! descriptor into the 64-byte WQE; when it reads the Tx-data window, the translation table
 //! serves the bytes. Completions the NIC writes into the Tx CQ window free descriptors and chunks
 //! and return per-queue credits (§5.5).
+//!
+//! FLD-R queues (§5.3) are NIC queue pairs: the same ring and buffer, but the generated WQE is
+//! an RDMA one (SEND, WRITE, with or without immediate) whose data segment names the message
+//! in the Tx-data window with the reserved lkey; the NIC's transport segments it at the path
+//! MTU and completes it only when the peer acknowledged it, so the buffer lives until the ACK.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use super::cuckoo::{self, CuckooTable, RingKey};
 use super::Stats;
-use crate::accel::{Credits, TxMeta, TxRefused, TxStream};
+use crate::accel::{Credits, RdmaOp, TxMeta, TxRefused, TxStream};
 use fld_abi::fld::*;
 use fld_abi::nic;
 
 /// Per Tx queue state: the ring manager of Figure 3.
 #[derive(Clone, Debug, Default)]
 pub(super) struct TxQueue {
+    /// NIC SQ number, or the QPN of an FLD-R queue.
     pub sqn: u32,
     pub enabled: bool,
+    /// An FLD-R queue pair.
+    pub rdma: bool,
+    /// An error completion disabled the queue (until the control plane binds it again).
+    pub error: bool,
     /// WQE basic blocks posted (each FLD WQE is one).
     pub pi: u32,
     /// Posted WQEs whose completion has arrived.
@@ -47,6 +57,8 @@ pub(super) struct TxEngine {
     pub cqes: VecDeque<CompressedCqe>,
     /// CQEs consumed, reported to the NIC as the CQ consumer counter.
     pub cq_ci: u32,
+    /// FLD-R: the queue bound to each QPN (low 16 bits, as CQEs carry it).
+    pub qp_queues: HashMap<u16, u16>,
 }
 
 impl TxEngine {
@@ -64,6 +76,7 @@ impl TxEngine {
             signal_every: 32,
             cqes: VecDeque::with_capacity(1 << geo.log_tx_cq),
             cq_ci: 0,
+            qp_queues: HashMap::new(),
         }
     }
 
@@ -149,11 +162,22 @@ impl TxEngine {
         })?;
         let d = *self.pool.get(s as usize)?;
         let last_posted = d.wqe_index() == tq.pi.wrapping_sub(1) as u16;
-        Some(d.expand(
-            d.signal() || last_posted,
-            tq.sqn,
-            bar2 + geo.tx_data_base() + q as u64 * geo.tx_window_bytes(),
-        ))
+        let window = bar2 + geo.tx_data_base() + q as u64 * geo.tx_window_bytes();
+        let signal = d.signal() || last_posted;
+        if !tq.rdma {
+            return Some(d.expand(signal, tq.sqn, window));
+        }
+        let mut ext = [0u8; RDMA_EXTENSION_LEN];
+        if d.rdma_opcode().has_extension() {
+            let chunk = self.data_xlt.lookup(RingKey {
+                queue: q as u16,
+                index: ((d.window_offset() / geo.tx_chunk) % window_chunks(geo)) as u16,
+            })?;
+            // Chunks are at least 64 bytes and the extension starts a chunk.
+            let at = chunk as usize * geo.tx_chunk as usize;
+            ext.copy_from_slice(self.buffer.get(at..at + RDMA_EXTENSION_LEN)?);
+        }
+        Some(d.expand_rdma(signal, tq.sqn, window, RdmaExtension::from_bytes(&ext)))
     }
 
     /// The NIC reads the Tx-data window at `offset` (from the window's start): the
@@ -198,15 +222,18 @@ impl TxEngine {
             n += 1;
             self.cq_ci = self.cq_ci.wrapping_add(1);
             let sqn = c.queue() as u32;
-            let Some(qi) = self
-                .queues
-                .iter()
-                .position(|q| q.enabled && q.sqn & 0xffff == sqn)
-            else {
+            // A queue in error still owns the flush completions of its WQEs.
+            let Some(qi) = self.queues.iter().position(|q| {
+                (q.enabled || q.error) && q.rdma == c.is_qp() && q.sqn & 0xffff == sqn
+            }) else {
                 stats.bump(Stat::UnknownCqes);
                 continue;
             };
             stats.bump(Stat::TxCompletions);
+            if self.queues[qi].error {
+                stats.bump(Stat::TxErrorCompletions);
+                continue;
+            }
             if c.opcode() == nic::CQE_REQ_ERR {
                 // The NIC's SQ is in error and will send nothing more: release every posted
                 // packet and disable the queue until the control plane binds it again.
@@ -218,6 +245,7 @@ impl TxEngine {
                 let last = self.queues[qi].pi.wrapping_sub(1) as u16;
                 self.release_through(geo, qi, last);
                 self.queues[qi].enabled = false;
+                self.queues[qi].error = true;
                 continue;
             }
             self.release_through(geo, qi, c.counter_or_len());
@@ -273,6 +301,19 @@ impl TxEngine {
     }
 }
 
+/// Fills `dst` with bytes `from..` of the message as stored: `ext` then `data`.
+fn copy_message(dst: &mut [u8], ext: &[u8], data: &[u8], from: usize) {
+    let mut done = 0;
+    if from < ext.len() {
+        let n = (ext.len() - from).min(dst.len());
+        dst[..n].copy_from_slice(&ext[from..from + n]);
+        done = n;
+    }
+    let at = from + done - ext.len();
+    let n = dst.len() - done;
+    dst[done..].copy_from_slice(&data[at..at + n]);
+}
+
 /// Chunks of one queue's virtual Tx-data window.
 pub(super) fn window_chunks(geo: &FldGeometry) -> u32 {
     (geo.tx_window_bytes() / geo.tx_chunk as u64) as u32
@@ -293,18 +334,66 @@ impl TxStream for TxView<'_> {
     fn send(&mut self, meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused> {
         let (geo, stats) = (self.geo, &mut *self.stats);
         let qi = meta.queue as usize;
-        if self.tx.queues.get(qi).is_none_or(|q| !q.enabled) {
+        let Some(q) = self.tx.queues.get(qi) else {
+            stats.bump(Stat::TxUnknownQueue);
+            return Err(TxRefused::UnknownQueue);
+        };
+        if q.error {
+            stats.bump(Stat::TxQueueInError);
+            return Err(TxRefused::QueueError);
+        }
+        if !q.enabled {
             stats.bump(Stat::TxUnknownQueue);
             return Err(TxRefused::UnknownQueue);
         }
-        if data.is_empty() || data.len() > geo.max_packet as usize {
+        if meta.rdma.is_some() && !q.rdma {
+            stats.bump(Stat::TxUnknownQueue);
+            return Err(TxRefused::NotRdma);
+        }
+        // FLD-R: the operation, and the extension that goes before the message.
+        let (rdma_op, ext) = match meta.rdma.filter(|_| q.rdma) {
+            None => (RdmaOpcode::Send, None),
+            Some(RdmaOp::Send) => (RdmaOpcode::Send, None),
+            Some(RdmaOp::SendImm(imm)) => (
+                RdmaOpcode::SendImm,
+                Some(RdmaExtension {
+                    imm,
+                    ..Default::default()
+                }),
+            ),
+            Some(RdmaOp::Write { remote_addr, rkey }) => (
+                RdmaOpcode::Write,
+                Some(RdmaExtension {
+                    imm: 0,
+                    rkey,
+                    remote_addr,
+                }),
+            ),
+            Some(RdmaOp::WriteImm {
+                remote_addr,
+                rkey,
+                imm,
+            }) => (
+                RdmaOpcode::WriteImm,
+                Some(RdmaExtension {
+                    imm,
+                    rkey,
+                    remote_addr,
+                }),
+            ),
+        };
+        let is_rdma = q.rdma;
+        let ext = ext.map(RdmaExtension::to_bytes);
+        let ext: &[u8] = ext.as_ref().map_or(&[], |e| &e[..]);
+        let total = ext.len() + data.len();
+        if data.is_empty() || total > geo.max_packet as usize {
             stats.bump(Stat::TxBadLength);
             return Err(TxRefused::BadLength);
         }
         let credits = self.tx.credits(&geo, meta.queue);
         let tx = &mut *self.tx;
         let g = geo.tx_chunk as usize;
-        let need = data.len().div_ceil(g) as u32;
+        let need = total.div_ceil(g) as u32;
         if credits.packets == 0 || need * g as u32 > credits.bytes {
             stats.bump(Stat::TxNoCredit);
             return Err(TxRefused::NoCredit);
@@ -333,8 +422,13 @@ impl TxStream for TxView<'_> {
                 break;
             }
             let at = p as usize * g;
-            let part = &data[k as usize * g..((k as usize + 1) * g).min(data.len())];
-            tx.buffer[at..at + part.len()].copy_from_slice(part);
+            let from = k as usize * g;
+            copy_message(
+                &mut tx.buffer[at..at + g.min(total - from)],
+                ext,
+                data,
+                from,
+            );
             mapped += 1;
         }
         let slot = if mapped == need {
@@ -374,14 +468,15 @@ impl TxStream for TxView<'_> {
             q.since_signal = 0;
         }
         let offset = (vstart % w) * g as u32;
-        tx.pool[slot as usize] = CompressedDesc::new(
-            offset,
-            data.len() as u32,
-            meta.cs_flags,
-            signal,
-            q.pi as u16,
-        )
-        .with_resume(meta.resume_table);
+        let flags = if is_rdma {
+            rdma_op as u8
+        } else {
+            meta.cs_flags
+        };
+        let resume = if is_rdma { None } else { meta.resume_table };
+        tx.pool[slot as usize] =
+            CompressedDesc::new(offset, total as u32, flags, signal, q.pi as u16)
+                .with_resume(resume);
         q.vhead = vstart + need;
         q.pi = q.pi.wrapping_add(1);
         q.doorbell_due = true;

@@ -58,6 +58,10 @@ pub mod cqe_flags {
     pub const SRQ: u8 = 1 << 4;
     /// A QP's receive CQE of a message sent with the solicited-event bit.
     pub const SOLICITED: u8 = 1 << 5;
+    /// Multi-packet RQ CQE of a QP: the packet starts its message.
+    pub const MSG_FIRST: u8 = 1 << 6;
+    /// Multi-packet RQ CQE of a QP: the packet ends its message (with MSG_FIRST: the only one).
+    pub const MSG_LAST: u8 = 1 << 7;
 }
 
 /// Checksum/parse results ([`Cqe::csum`]).

@@ -130,6 +130,14 @@ pub struct CreateQpIn {
 pub const NO_SRQ: u32 = u32::MAX;
 /// Every send WQE completes with a CQE, whatever its own request.
 pub const QP_FLAG_SIGNAL_ALL: u8 = 1 << 0;
+/// The QP receives through a shared multi-packet (striding) RQ of the function, named by
+/// `srqn` (FlexDriver §6, ConnectX-5's shared multi-packet RQ for RDMA): the payload of every
+/// SEND packet is placed in the RQ's strides as it arrives and completed on the RQ's CQ with
+/// one CQE per packet, flagged with its message position ([`super::cqe_flags::MSG_FIRST`],
+/// [`super::cqe_flags::MSG_LAST`]) — before the whole message is in. The QP has no receive
+/// ring of its own; no room in the RQ is an RNR NAK. Incoming WRITE, READ and atomics need
+/// access rights as usual.
+pub const QP_FLAG_MULTI_PACKET_RQ: u8 = 1 << 1;
 pub const MIN_LOG_RQ_STRIDE: u8 = 4;
 pub const MAX_LOG_RQ_STRIDE: u8 = 9;
 /// QP numbers start here (0 and 1 are InfiniBand's management QPs); number `QPN_BASE + i` uses

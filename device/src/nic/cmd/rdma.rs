@@ -7,6 +7,7 @@ use zerocopy::little_endian::{U32, U64};
 
 use super::queues::{check_log_size, check_ring};
 use super::{created, fail, input, object, output, Cmd, CmdResult, Handler};
+use crate::nic::queues::RqKind;
 use crate::nic::rdma::memory::{MemoryRegion, ProtectionDomain};
 use crate::nic::rdma::qp::{self, QpRing, QueuePair};
 use crate::nic::rdma::{GidEntry, Rdma, SharedRq};
@@ -175,19 +176,30 @@ fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
     let (send_cqn, recv_cqn) = (i.send_cqn.get(), i.recv_cqn.get());
     c.core.cqs.owned(send_cqn, f)?;
     c.core.cqs.owned(recv_cqn, f)?;
-    let srq = match i.srqn.get() {
-        NO_SRQ => None,
-        n => {
-            c.core.rdma.srqs.owned(n, f)?;
-            Some(n)
-        }
-    };
-    if i.flags & !QP_FLAG_SIGNAL_ALL != 0 {
+    if i.flags & !(QP_FLAG_SIGNAL_ALL | QP_FLAG_MULTI_PACKET_RQ) != 0 {
         return fail(CmdStatus::BadParam, bad_param::QP_FLAGS);
     }
+    let (srq, packet_rq) = match i.srqn.get() {
+        NO_SRQ if i.flags & QP_FLAG_MULTI_PACKET_RQ != 0 => {
+            return fail(CmdStatus::BadResource, NO_SRQ);
+        }
+        NO_SRQ => (None, None),
+        n if i.flags & QP_FLAG_MULTI_PACKET_RQ != 0 => {
+            // The shared multi-packet RQ: a striding RQ of the same function.
+            let rq = c.core.rqs.owned(n, f)?;
+            if !matches!(rq.kind, RqKind::Striding { .. }) {
+                return fail(CmdStatus::BadParam, bad_param::QP_FLAGS);
+            }
+            (None, Some(n))
+        }
+        n => {
+            c.core.rdma.srqs.owned(n, f)?;
+            (Some(n), None)
+        }
+    };
     check_log_size(i.log_sq_size, MAX_LOG_SQ)?;
     check_ring(c, i.sq_addr.get(), (WQEBB as u64) << i.log_sq_size)?;
-    if srq.is_none() {
+    if srq.is_none() && packet_rq.is_none() {
         check_log_size(i.log_rq_size, MAX_LOG_RQ)?;
         if !(MIN_LOG_RQ_STRIDE..=MAX_LOG_RQ_STRIDE).contains(&i.log_rq_stride) {
             return fail(CmdStatus::BadParam, bad_param::RQ_STRIDE);
@@ -205,6 +217,7 @@ fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         send_cqn,
         recv_cqn,
         srq,
+        packet_rq,
         sq: QpRing {
             addr: i.sq_addr.get(),
             log_size: i.log_sq_size,
@@ -233,6 +246,9 @@ fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
     c.core.cqs.add_ref(recv_cqn);
     if let Some(s) = srq {
         c.core.rdma.srqs.add_ref(s);
+    }
+    if let Some(r) = packet_rq {
+        c.core.rqs.add_ref(r);
     }
     c.doorbells.store(db::slot(db::QP_SQ_BASE, index), 0);
     c.doorbells.store(db::slot(db::QP_RQ_BASE, index), 0);
@@ -338,6 +354,9 @@ fn destroy_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
     c.core.cqs.drop_ref(qp.recv_cqn);
     if let Some(s) = qp.srq {
         c.core.rdma.srqs.drop_ref(s);
+    }
+    if let Some(r) = qp.packet_rq {
+        c.core.rqs.drop_ref(r);
     }
     Ok(0)
 }

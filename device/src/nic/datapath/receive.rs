@@ -12,13 +12,14 @@ use super::{Ctx, NicCore};
 use crate::nic::queues::{OpenWqe, RqKind};
 use fld_abi::nic::*;
 
-/// Places a frame into RQ `rqn` and writes its CQE. False when it was dropped.
+/// Places a frame into RQ `rqn` and writes its CQE with `opcode`. False when it was dropped.
 pub(super) fn receive(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
     rqn: u32,
     frame: &[u8],
     mut cqe: Cqe,
+    opcode: u8,
 ) -> bool {
     let Some(rq) = core.rqs.get(rqn) else {
         return false;
@@ -57,7 +58,7 @@ pub(super) fn receive(
             rq.ci = rq.ci.wrapping_add(1);
             rq.packets += 1;
             rq.bytes += len as u64;
-            post_cqe(core, ctx, cqn, cqe, CQE_RESP_SEND)
+            post_cqe(core, ctx, cqn, cqe, opcode)
         }
         RqKind::Striding {
             log_stride_size,
@@ -141,7 +142,7 @@ pub(super) fn receive(
             }
             rq.packets += 1;
             rq.bytes += len as u64;
-            post_cqe(core, ctx, cqn, cqe, CQE_RESP_SEND)
+            post_cqe(core, ctx, cqn, cqe, opcode)
         }
     }
 }

@@ -226,7 +226,7 @@ fn steer_into_vport(
         vport: U16::new(vport),
         ..Default::default()
     };
-    let delivered = receive(core, ctx, rqn, frame.bytes, cqe);
+    let delivered = receive(core, ctx, rqn, frame.bytes, cqe, CQE_RESP_SEND);
     if let Some(v) = core.eswitch.vport_mut(vport) {
         if delivered {
             v.counters.rx_packets += 1;

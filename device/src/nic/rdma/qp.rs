@@ -178,6 +178,8 @@ pub(crate) struct QueuePair {
     pub send_cqn: u32,
     pub recv_cqn: u32,
     pub srq: Option<u32>,
+    /// Receives land packet by packet in this striding RQ (`QP_FLAG_MULTI_PACKET_RQ`).
+    pub packet_rq: Option<u32>,
     pub sq: QpRing,
     pub rq: QpRing,
     /// Receive WQEs consumed.

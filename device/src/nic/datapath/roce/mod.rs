@@ -343,7 +343,7 @@ fn flush(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> usize {
             continue;
         }
         let qp = core.rdma.qps.get_mut(qpi).expect("present");
-        if qp.srq.is_none() {
+        if qp.srq.is_none() && qp.packet_rq.is_none() {
             let pi = ctx.doorbell(owner, db::slot(db::QP_RQ_BASE, qpi)) & db::PI_MASK;
             let counter = qp.rq_counter;
             let pending = pi.wrapping_sub(counter) & db::PI_MASK;

@@ -7,7 +7,9 @@
 //!   the saved result (IBA 9.7.5.1.5).
 //! * SEND consumes a receive WQE (the QP's own ring or its SRQ) at its first packet; none posted
 //!   is an RNR NAK with the QP's minimum RNR timer, the PSN not consumed. WRITE with immediate
-//!   consumes one at its last packet.
+//!   consumes one at its last packet. A QP on a shared multi-packet RQ (FlexDriver §6) instead
+//!   places every SEND packet in the RQ's strides as it arrives, with a CQE per packet; no room
+//!   is an RNR NAK at that packet's PSN, which the requester resends after the RNR timer.
 //! * Errors are NAKed and end the connection (IBA 9.9.3, responder class C): an opcode out of
 //!   sequence, a length that breaks the MTU rules, a QP without the right → NAK invalid request;
 //!   an rkey that is unknown, of another PD, without the right, or a range past its region →
@@ -173,6 +175,9 @@ fn send(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     if !length_ok(position, pkt.payload.len(), mtu) {
         return fatal(qp, psn, nak::INVALID_REQUEST);
     }
+    if let Some(rqn) = qp.packet_rq {
+        return send_to_packet_rq(core, ctx, qpi, rqn, pkt);
+    }
     if starts {
         let Some((wqe_counter, srq)) = take_recv_wqe(core, ctx, qpi) else {
             let qp = core.rdma.qps.get_mut(qpi).expect("present");
@@ -286,6 +291,77 @@ fn send(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     }
 }
 
+/// A SEND packet of a QP on the shared multi-packet RQ `rqn`: its payload goes into the RQ's
+/// next strides at once, completed with a CQE that names the QP and the packet's place in its
+/// message (the immediate and the solicited bit on the last packet).
+fn send_to_packet_rq(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    qpi: u32,
+    rqn: u32,
+    pkt: &IbPacket<'_>,
+) {
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return;
+    };
+    let psn = pkt.headers.bth.psn;
+    let (first, last) = match pkt.info.position {
+        Position::First => (true, false),
+        Position::Middle => (false, false),
+        Position::Last => (false, true),
+        Position::Only => (true, true),
+    };
+    let imm = pkt.headers.imm.filter(|_| last).map(|i| i.0);
+    let opcode = if imm.is_some() {
+        CQE_RESP_SEND_IMM
+    } else {
+        CQE_RESP_SEND
+    };
+    let mut flags = cqe_flags::QP;
+    if first {
+        flags |= cqe_flags::MSG_FIRST;
+    }
+    if last {
+        flags |= cqe_flags::MSG_LAST;
+        if pkt.headers.bth.solicited {
+            flags |= cqe_flags::SOLICITED;
+        }
+    }
+    let cqe = Cqe {
+        qn: zerocopy::little_endian::U32::new(crate::nic::rdma::Rdma::qpn(qpi)),
+        vport: zerocopy::little_endian::U16::new(qp.owner),
+        imm: zerocopy::little_endian::U32::new(imm.unwrap_or(0)),
+        flags,
+        ..Default::default()
+    };
+    if !super::super::receive::receive(core, ctx, rqn, pkt.payload, cqe, opcode) {
+        let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+            return;
+        };
+        qp.counters.rnr_naks_sent += 1;
+        let t = qp.attr.min_rnr_timer;
+        return owe(qp, psn, rnr_syndrome(t));
+    }
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    if last {
+        qp.resp.inbound = None;
+        qp.resp.msn = psn_add(qp.resp.msn, 1);
+    } else {
+        let received = match qp.resp.inbound {
+            Some(Inbound::Send { received, .. }) => received,
+            _ => 0,
+        };
+        qp.resp.inbound = Some(Inbound::Send {
+            wqe_counter: 0,
+            srq: false,
+            received: received + pkt.payload.len() as u32,
+        });
+    }
+    advance(qp, psn, pkt.headers.bth.ack_request);
+}
+
 /// Checks `rkey` for `len` bytes at `va` with `right` for a request of QP `qpi`.
 fn remote_target(
     core: &NicCore,
@@ -355,7 +431,13 @@ fn write(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
             return fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
         }
     };
-    // WRITE with immediate needs a receive WQE; without one, nothing of this packet happens.
+    // WRITE with immediate needs a receive WQE; without one, nothing of this packet happens. A
+    // QP on a multi-packet RQ has none to give: an invalid request.
+    let qp = core.rdma.qps.get_mut(qpi).expect("present");
+    if ends && pkt.headers.imm.is_some() && qp.packet_rq.is_some() {
+        qp.resp.inbound = None;
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    }
     let recv = if ends && pkt.headers.imm.is_some() {
         match take_recv_wqe(core, ctx, qpi) {
             Some(w) => Some(w),
