@@ -48,6 +48,29 @@ impl FldDriver {
         self.dev.write32(fabi::BAR_CONTROL, offset, v)
     }
 
+    /// Binds Tx queue `q` to NIC queue pair `qpn` as an FLD-R queue (§5.3), or, with `None`,
+    /// unbinds it. FLD keeps a queue with packets in flight as it is; the result says whether
+    /// the binding took.
+    pub fn bind_rdma_queue(&self, q: u32, qpn: Option<u32>) -> bool {
+        let v = qpn.map_or(0, |n| n | fabi::TXQ_ENABLE | fabi::TXQ_RDMA);
+        let at = fabi::reg::TXQ_BASE + 16 * q as u64;
+        self.write(at, v);
+        self.dev.read32(fabi::BAR_CONTROL, at) & !fabi::TXQ_ERROR == v
+    }
+
+    /// The control word of Tx queue `q`: its NIC number and the `TXQ_*` flags.
+    pub fn queue_word(&self, q: u32) -> u32 {
+        self.dev
+            .read32(fabi::BAR_CONTROL, fabi::reg::TXQ_BASE + 16 * q as u64)
+    }
+
+    /// The address of FLD's Tx-ring window for queue `q` on the bus.
+    pub fn tx_ring_address(&self, q: u32) -> u64 {
+        self.dev.bar_bus_address(fabi::BAR_NIC)
+            + self.geo.tx_ring_base()
+            + q as u64 * self.geo.tx_ring_bytes()
+    }
+
     /// Credits of Tx queue `q` as FLD reports them in BAR0: (packets, bytes, in flight).
     pub fn credits(&self, q: u32) -> (u32, u32, u32) {
         let base = fabi::reg::TXQ_BASE + 16 * q as u64;

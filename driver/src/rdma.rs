@@ -278,6 +278,42 @@ impl NicDriver {
         Ok(QueryQpOut::read_from_bytes(&out).unwrap_or_default())
     }
 
+    /// A reliable-connection QP in RESET whose rings are not host memory (an FLD-R queue pair,
+    /// FlexDriver §5.3): its send ring of `2^log_sq_size` blocks is at bus address `sq_addr`
+    /// (FLD's Tx-ring window) and it receives packet by packet into the striding RQ `rqn`
+    /// (`QP_FLAG_MULTI_PACKET_RQ`). Returns the QPN; [`NicDriver::destroy_qp_number`] ends it.
+    pub fn create_multi_packet_qp(
+        &mut self,
+        pd: u32,
+        send_cqn: u32,
+        recv_cqn: u32,
+        rqn: u32,
+        sq_addr: u64,
+        log_sq_size: u8,
+    ) -> Result<u32, DriverError> {
+        self.create(
+            op::CREATE_QP,
+            &CreateQpIn {
+                pd: U32::new(pd),
+                send_cqn: U32::new(send_cqn),
+                recv_cqn: U32::new(recv_cqn),
+                srqn: U32::new(rqn),
+                sq_addr: U64::new(sq_addr),
+                rq_addr: U64::new(0),
+                log_sq_size,
+                log_rq_size: 0,
+                log_rq_stride: MIN_LOG_RQ_STRIDE,
+                flags: QP_FLAG_MULTI_PACKET_RQ,
+                rsvd: [0; 4],
+            },
+        )
+    }
+
+    /// Destroys a QP the driver holds no rings of.
+    pub fn destroy_qp_number(&mut self, qpn: u32) -> Result<(), DriverError> {
+        self.object_command(op::DESTROY_QP, qpn, 0).map(drop)
+    }
+
     /// Destroys a QP and gives its rings back (kept reserved if the NIC refuses).
     pub fn destroy_qp(&mut self, qp: RcQueuePair) -> Result<(), DriverError> {
         let r = self.object_command(op::DESTROY_QP, qp.qpn, 0).map(drop);

@@ -3,7 +3,10 @@
 //! followed by the data; eight ZUC units behind a front-end load balancer do the work, and
 //! responses leave in request order. Over FLD-E a request is the payload of a UDP datagram to the
 //! accelerator's port; the response goes back to the sender with the addresses swapped and the
-//! NIC filling in the IPv4 and UDP checksums.
+//! NIC filling in the IPv4 and UDP checksums. Over FLD-R (the paper's disaggregated service) a
+//! request is an RDMA SEND message — header and data, reassembled from the packets the shared
+//! multi-packet RQ delivers — and the response a SEND on the same queue pair, so each client (one
+//! tenant per queue, §5.4) only ever hears answers to its own requests.
 //!
 //! Timing model: every [`Accelerator::poll`] is one step in which each unit may process
 //! `unit_bits_per_step` bits (unbounded by default). A request finishes in its unit when its bits
@@ -13,8 +16,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::rdma::{Assembled, MessageAssembler};
 use super::zuc;
-use super::{Accelerator, RxMeta, TxMeta, TxRefused, TxStream};
+use super::{Accelerator, RdmaOp, RxMeta, TxMeta, TxRefused, TxStream};
 use fld_abi::nic::{CS_L3, CS_L4};
 use fld_abi::wire::zuc::{
     ZucHeader, ZucRequest, HEADER_LEN, OP_EEA3, OP_EIA3, STATUS_BAD_LENGTH, STATUS_BAD_OP,
@@ -36,13 +40,19 @@ pub struct ZucStats {
     pub errors: u64,
     /// Requests refused because the units' queues were full.
     pub overload: u64,
+    /// FLD-R messages discarded before they became requests: larger than the service's
+    /// maximum, or broken by a lost or aborted packet sequence.
+    pub bad_messages: u64,
     pub bits_processed: u64,
 }
 
 struct Job {
     seq: u64,
-    /// Where the request's headers are.
-    at: UdpOffsets,
+    /// Where the request's headers are (FLD-E), or `None` for an FLD-R message, which starts
+    /// with the request header.
+    at: Option<UdpOffsets>,
+    /// The queue the response leaves on.
+    queue: u16,
     /// The request frame, turned into the response in place when done.
     frame: Vec<u8>,
     bits_left: u64,
@@ -63,7 +73,12 @@ pub struct ZucAccel {
     pub stats: ZucStats,
     /// Requests each unit processed (the load balancer's work).
     pub per_unit: [u64; UNITS],
+    /// FLD-R: message reassembly per queue pair.
+    messages: MessageAssembler,
 }
+
+/// The largest FLD-R request the service takes: the header and 16 KiB of data.
+pub const MAX_RDMA_REQUEST: usize = HEADER_LEN + 16 * 1024;
 
 impl ZucAccel {
     pub fn new(port: u16, tx_queue: u16) -> Self {
@@ -79,7 +94,58 @@ impl ZucAccel {
             done: BTreeMap::new(),
             stats: ZucStats::default(),
             per_unit: [0; UNITS],
+            messages: MessageAssembler::new(MAX_RDMA_REQUEST),
         }
+    }
+
+    /// Queues a request for the least-loaded unit; `header_at` is where its header starts.
+    fn admit(&mut self, at: Option<UdpOffsets>, queue: u16, frame: Vec<u8>, header_at: usize) {
+        let bits = ZucHeader::new_checked(&frame[header_at..])
+            .map(|h| {
+                let req = ZucRequest::parse(&h);
+                if req.op != OP_EEA3 && req.op != OP_EIA3 || h.data().is_none() {
+                    self.stats.errors += 1;
+                }
+                req.length_bits as u64
+            })
+            .unwrap_or(0);
+        self.stats.requests += 1;
+        let unit = self.pick_unit();
+        let job = Job {
+            seq: self.next_seq,
+            at,
+            queue,
+            frame,
+            bits_left: bits.max(1),
+        };
+        self.next_seq += 1;
+        self.pending += 1;
+        self.units[unit].push_back(job);
+    }
+
+    /// An FLD-R packet: reassembled with its message; a whole message of at least a header is a
+    /// request.
+    fn receive_rdma(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
+        if meta.rdma.is_some_and(|r| r.first) && self.pending >= self.max_pending {
+            self.stats.overload += 1;
+            return false;
+        }
+        let assembled = self.messages.push(meta, data);
+        let m = self.messages.stats;
+        self.stats.bad_messages = m.oversize + m.orphans + m.aborted;
+        let msg = match assembled {
+            Assembled::Partial => return true,
+            Assembled::Message { data, .. } => data,
+            Assembled::Dropped => return false,
+        };
+        if msg.len() < HEADER_LEN {
+            self.stats.not_requests += 1;
+            self.messages.recycle(msg);
+            return true;
+        }
+        self.admit(None, meta.queue, msg, 0);
+        self.step(tx);
+        true
     }
 
     /// The load balancer: the unit with the least work queued.
@@ -113,17 +179,28 @@ impl ZucAccel {
             }
         }
         while let Some(job) = self.done.get(&self.emit_seq) {
-            let meta = TxMeta {
-                queue: self.tx_queue,
-                cs_flags: CS_L3 | CS_L4,
-                resume_table: None,
-                rdma: None,
+            let meta = match job.at {
+                Some(_) => TxMeta {
+                    queue: self.tx_queue,
+                    cs_flags: CS_L3 | CS_L4,
+                    resume_table: None,
+                    rdma: None,
+                },
+                None => TxMeta {
+                    queue: job.queue,
+                    rdma: Some(RdmaOp::Send),
+                    ..Default::default()
+                },
             };
             // A response the queue will never take is dropped (FLD counts it).
             if tx.send(&meta, &job.frame) == Err(TxRefused::NoCredit) {
                 break;
             }
-            self.done.remove(&self.emit_seq);
+            if let Some(job) = self.done.remove(&self.emit_seq) {
+                if job.at.is_none() {
+                    self.messages.recycle(job.frame);
+                }
+            }
             self.emit_seq += 1;
             self.pending -= 1;
             self.stats.responses += 1;
@@ -141,12 +218,12 @@ fn request_at(frame: &[u8], port: u16) -> Option<UdpOffsets> {
     (udp.dst_port() == port && frame.len() >= o.payload() + HEADER_LEN).then_some(o)
 }
 
-/// Turns a request frame into its response in place: computes, writes status/MAC, swaps
-/// addresses, fixes lengths and zeroes the checksums for the NIC to fill. Returns the bits
-/// processed.
-fn finish(frame: &mut Vec<u8>, o: UdpOffsets) -> u64 {
-    let at = o.payload();
-    let Ok(mut h) = ZucHeader::new_checked(&mut frame[at..o.ip_end]) else {
+/// Turns a request into its response in place: computes and writes status/MAC; for a UDP
+/// frame (`o`) also swaps addresses, fixes lengths and zeroes the checksums for the NIC to
+/// fill. Returns the bits processed.
+fn finish(frame: &mut Vec<u8>, o: Option<UdpOffsets>) -> u64 {
+    let (at, end) = o.map_or((0, frame.len()), |o| (o.payload(), o.ip_end));
+    let Ok(mut h) = ZucHeader::new_checked(&mut frame[at..end]) else {
         return 0;
     };
     let req = ZucRequest::parse(&h);
@@ -184,6 +261,9 @@ fn finish(frame: &mut Vec<u8>, o: UdpOffsets) -> u64 {
     h.set_status(status);
     // The response carries the header and, for encryption, the processed data.
     frame.truncate(at + HEADER_LEN + keep);
+    let Some(o) = o else {
+        return bits;
+    };
     let len = frame.len();
     EthernetFrame::new_unchecked(&mut frame[..]).swap_addrs();
     let mut ip = Ipv4Packet::new_unchecked(&mut frame[o.ip..]);
@@ -198,7 +278,10 @@ fn finish(frame: &mut Vec<u8>, o: UdpOffsets) -> u64 {
 }
 
 impl Accelerator for ZucAccel {
-    fn receive(&mut self, _meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
+    fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
+        if meta.rdma.is_some() {
+            return self.receive_rdma(meta, data, tx);
+        }
         let Some(o) = request_at(data, self.port) else {
             self.stats.not_requests += 1;
             // Not for this service: taken and discarded (a policy drop, not an FLD drop).
@@ -208,25 +291,11 @@ impl Accelerator for ZucAccel {
             self.stats.overload += 1;
             return false;
         }
-        let Ok(h) = ZucHeader::new_checked(&data[o.payload()..o.ip_end]) else {
+        if ZucHeader::new_checked(&data[o.payload()..o.ip_end]).is_err() {
             self.stats.not_requests += 1;
             return true;
-        };
-        let req = ZucRequest::parse(&h);
-        if req.op != OP_EEA3 && req.op != OP_EIA3 || h.data().is_none() {
-            self.stats.errors += 1;
         }
-        self.stats.requests += 1;
-        let unit = self.pick_unit();
-        let job = Job {
-            seq: self.next_seq,
-            at: o,
-            frame: data.to_vec(),
-            bits_left: (req.length_bits as u64).max(1),
-        };
-        self.next_seq += 1;
-        self.pending += 1;
-        self.units[unit].push_back(job);
+        self.admit(Some(o), 0, data[..o.ip_end].to_vec(), o.payload());
         self.step(tx);
         true
     }
@@ -247,6 +316,7 @@ impl Accelerator for ZucAccel {
             ("not_requests", s.not_requests),
             ("errors", s.errors),
             ("overload", s.overload),
+            ("bad_messages", s.bad_messages),
             ("bits_processed", s.bits_processed),
         ]
     }
@@ -297,6 +367,77 @@ mod tests {
             request_id: id,
             key: [0x17; 16],
         }
+    }
+
+    /// FLD-R: two clients' requests arrive as interleaved packets of two queue pairs; each is
+    /// reassembled, computed and answered as a SEND on its own queue, in request order; a
+    /// request whose length lies gets an error status, a too-short message is no request.
+    #[test]
+    fn rdma_requests_reassemble_per_queue_and_answer_on_it() {
+        use crate::accel::RdmaRx;
+        struct MetaSink(Vec<(TxMeta, Vec<u8>)>);
+        impl TxStream for MetaSink {
+            fn credits(&self, _queue: u16) -> Credits {
+                Credits {
+                    packets: 1000,
+                    bytes: 1 << 20,
+                }
+            }
+            fn send(&mut self, meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused> {
+                self.0.push((*meta, data.to_vec()));
+                Ok(())
+            }
+        }
+        let pkt = |queue: u16, first: bool, last: bool| RxMeta {
+            queue,
+            rdma: Some(RdmaRx {
+                first,
+                last,
+                imm: None,
+            }),
+            ..Default::default()
+        };
+        let message = |r: &ZucRequest, data: &[u8]| {
+            let mut m = vec![0u8; HEADER_LEN];
+            r.emit(&mut ZucHeader::new_unchecked(&mut m[..]));
+            m.extend_from_slice(data);
+            m
+        };
+        let data: Vec<u8> = (0..2000u32).map(|i| (i * 7) as u8).collect();
+        let a = message(&req(OP_EEA3, 1, 16000), &data);
+        let b = message(&req(OP_EEA3, 2, 8000), &data[..1000]);
+        let mut acc = ZucAccel::new(ZUC_UDP_PORT, 0);
+        let mut tx = MetaSink(vec![]);
+        assert!(acc.receive(&pkt(3, true, false), &a[..1024], &mut tx));
+        assert!(acc.receive(&pkt(7, true, false), &b[..1024], &mut tx));
+        assert!(acc.receive(&pkt(3, false, true), &a[1024..], &mut tx));
+        assert!(acc.receive(&pkt(7, false, true), &b[1024..], &mut tx));
+        // A request claiming more bits than it carries, and a message shorter than a header.
+        let liar = message(&req(OP_EEA3, 3, 80_000), &data[..100]);
+        assert!(acc.receive(&pkt(7, true, true), &liar, &mut tx));
+        assert!(acc.receive(&pkt(3, true, true), &[1, 2, 3], &mut tx));
+        assert_eq!(tx.0.len(), 3);
+        for ((meta, resp), (queue, id, len)) in tx.0.iter().zip([(3, 1, 2000), (7, 2, 1000)]) {
+            assert_eq!((meta.queue, meta.rdma), (queue, Some(RdmaOp::Send)));
+            let h = ZucHeader::new_checked(&resp[..]).unwrap();
+            assert_eq!((h.request_id(), h.status()), (id, STATUS_OK));
+            let mut want = data[..len].to_vec();
+            let r = req(OP_EEA3, id, len as u32 * 8);
+            zuc::eea3(
+                &r.key,
+                r.count,
+                r.bearer,
+                r.direction,
+                &mut want,
+                r.length_bits,
+            );
+            assert_eq!(&resp[HEADER_LEN..], &want[..], "request {id}");
+        }
+        let h = ZucHeader::new_checked(&tx.0[2].1[..]).unwrap();
+        assert_eq!((tx.0[2].0.queue, h.status()), (7, STATUS_BAD_LENGTH));
+        assert_eq!(tx.0[2].1.len(), HEADER_LEN);
+        assert_eq!(acc.stats.not_requests, 1);
+        assert_eq!(acc.stats.errors, 1);
     }
 
     #[test]

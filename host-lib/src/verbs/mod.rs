@@ -14,6 +14,7 @@
 //! Left out: UD and XRC QPs, memory windows, the extended verbs (ibv_wr_*, CQ ex), address
 //! handles beyond the QP's address vector, multicast.
 
+pub mod exchange;
 pub mod neighbor;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -897,6 +898,12 @@ impl Context {
     /// destination MAC is found here when `mask` has AV and `attr.dmac` is zero: the peer's
     /// GID is resolved by ARP (IPv4) through this function's port.
     pub fn modify_qp(&mut self, qp: &Qp, attr: &QpAttr, mask: u32) -> Result<()> {
+        self.modify_qpn(qp.qp.qpn, attr, mask)
+    }
+
+    /// [`Context::modify_qp`] for a QP of this function that software does not post to (an
+    /// FLD-R queue pair: its rings are the accelerator's).
+    pub fn modify_qpn(&mut self, qpn: u32, attr: &QpAttr, mask: u32) -> Result<()> {
         let mut a = *attr;
         if mask & qp_attr::AV != 0 && a.dmac == [0; 6] {
             if !gid_is_ipv4(&a.dgid) {
@@ -905,20 +912,25 @@ impl Context {
             let ip = [a.dgid[12], a.dgid[13], a.dgid[14], a.dgid[15]];
             a.dmac = self.resolve(ip, std::time::Duration::from_secs(3))?;
         }
-        Ok(self.nic.modify_qp(qp.qp.qpn, mask, &a)?)
+        Ok(self.nic.modify_qp(qpn, mask, &a)?)
     }
 
     /// RESET → INIT: the QP on port 1, P_Key index 0, granting `remote_access` ([`access`]
     /// REMOTE_* bits) to its peer — the attributes INIT requires (IBA 11.2.5, Table 91).
     pub fn init_rc(&mut self, qp: &Qp, remote_access: u32) -> Result<()> {
+        self.init_rc_qpn(qp.qp.qpn, remote_access)
+    }
+
+    /// [`Context::init_rc`] by QP number.
+    pub fn init_rc_qpn(&mut self, qpn: u32, remote_access: u32) -> Result<()> {
         let mut a = QpAttr {
             qp_state: QpState::Init as u8,
             port: 1,
             ..Default::default()
         };
         a.access_flags.set(remote_access);
-        self.modify_qp(
-            qp,
+        self.modify_qpn(
+            qpn,
             &a,
             qp_attr::STATE | qp_attr::PKEY_INDEX | qp_attr::PORT | qp_attr::ACCESS_FLAGS,
         )
@@ -928,6 +940,11 @@ impl Context {
     /// requires (IBA Table 91): the path and receive side at RTR, the send side at RTS. A zero
     /// `c.dmac` is resolved by ARP ([`Context::modify_qp`]).
     pub fn connect_rc(&mut self, qp: &Qp, c: &RcConnection) -> Result<()> {
+        self.connect_rc_qpn(qp.qp.qpn, c)
+    }
+
+    /// [`Context::connect_rc`] by QP number.
+    pub fn connect_rc_qpn(&mut self, qpn: u32, c: &RcConnection) -> Result<()> {
         let mut a = QpAttr {
             qp_state: QpState::Rtr as u8,
             path_mtu: c.path_mtu,
@@ -943,8 +960,8 @@ impl Context {
         a.flow_label.set(c.flow_label);
         a.dest_qpn.set(c.dest_qpn);
         a.rq_psn.set(c.rq_psn);
-        self.modify_qp(
-            qp,
+        self.modify_qpn(
+            qpn,
             &a,
             qp_attr::STATE
                 | qp_attr::AV
@@ -960,8 +977,8 @@ impl Context {
         a.rnr_retry = c.rnr_retry;
         a.max_rd_atomic = c.max_rd_atomic;
         a.sq_psn.set(c.sq_psn);
-        self.modify_qp(
-            qp,
+        self.modify_qpn(
+            qpn,
             &a,
             qp_attr::STATE
                 | qp_attr::TIMEOUT
