@@ -1,8 +1,9 @@
 //! A cryptodev in the shape of DPDK's: applications enqueue bursts of ZUC operations and dequeue
-//! them completed. Two devices implement it — [`SoftZuc`] on the host CPU and [`ZucOffload`],
+//! them completed. Three devices implement it — [`SoftZuc`] on the host CPU, [`ZucOffload`],
 //! which ships each operation to the ZUC accelerator behind FLD-E in a UDP datagram with the
-//! accelerator's 64-byte header — so a client switches between them without changing its code
-//! (paper §7). The software device uses the `zuc` crate: an implementation of 128-EEA3/EIA3
+//! accelerator's 64-byte header, and [`ZucRdma`], which sends it to the disaggregated
+//! accelerator behind FLD-R as an RDMA SEND of the header and the data — so a client switches
+//! between them without changing its code (paper §7). The software device uses the `zuc` crate: an implementation of 128-EEA3/EIA3
 //! independent of the accelerator model's, so a comparison of the two checks both.
 
 use std::collections::HashMap;
@@ -251,26 +252,7 @@ impl<P: BurstPort> CryptoDev for ZucOffload<P> {
                 self.stray += 1;
                 continue;
             };
-            if h.status() != STATUS_OK {
-                op.status = OpStatus::Error(h.status());
-            } else {
-                match op.algorithm {
-                    Algorithm::Eea3 => {
-                        let bytes = (op.length_bits as usize).div_ceil(8);
-                        match h.payload().get(..bytes) {
-                            Some(c) => {
-                                op.data[..bytes].copy_from_slice(c);
-                                op.status = OpStatus::Success;
-                            }
-                            None => op.status = OpStatus::Error(u8::MAX),
-                        }
-                    }
-                    Algorithm::Eia3 => {
-                        op.mac = h.mac();
-                        op.status = OpStatus::Success;
-                    }
-                }
-            }
+            complete_from(&mut op, &h);
             out.push(op);
             got += 1;
         }
@@ -284,6 +266,132 @@ impl<P: BurstPort> ZucOffload<P> {
     /// The port, for callers that serve other traffic on it.
     pub fn port(&mut self) -> &mut P {
         &mut self.port
+    }
+}
+
+/// The request message of `op` with request ID `id`: the 64-byte header, then the data.
+fn request_message(op: &CryptoOp, id: u64, out: &mut Vec<u8>) {
+    let bytes = (op.length_bits as usize).div_ceil(8).min(op.data.len());
+    out.clear();
+    out.resize(HEADER_LEN + bytes, 0);
+    let req = ZucRequest {
+        op: match op.algorithm {
+            Algorithm::Eea3 => OP_EEA3,
+            Algorithm::Eia3 => OP_EIA3,
+        },
+        bearer: op.bearer,
+        direction: op.direction,
+        count: op.count,
+        length_bits: op.length_bits,
+        request_id: id,
+        key: op.key,
+    };
+    let mut h = ZucHeader::new_unchecked(&mut out[..]);
+    req.emit(&mut h);
+    h.payload_mut().copy_from_slice(&op.data[..bytes]);
+}
+
+/// Completes `op` from the response header `h`.
+fn complete_from(op: &mut CryptoOp, h: &ZucHeader<&[u8]>) {
+    if h.status() != STATUS_OK {
+        op.status = OpStatus::Error(h.status());
+        return;
+    }
+    match op.algorithm {
+        Algorithm::Eea3 => {
+            let bytes = (op.length_bits as usize).div_ceil(8);
+            match h.payload().get(..bytes) {
+                Some(c) => {
+                    op.data[..bytes].copy_from_slice(c);
+                    op.status = OpStatus::Success;
+                }
+                None => op.status = OpStatus::Error(u8::MAX),
+            }
+        }
+        Algorithm::Eia3 => {
+            op.mac = h.mac();
+            op.status = OpStatus::Success;
+        }
+    }
+}
+
+/// ZUC on the disaggregated accelerator behind FLD-R (paper §7): each operation is an RDMA SEND
+/// of the 64-byte header and the data on the client's queue pair, each response a SEND back.
+/// The queue pair's depth bounds the operations in flight, and the accelerator answers in
+/// order.
+pub struct ZucRdma {
+    client: crate::fldr::FldrClient,
+    next_id: u64,
+    inflight: HashMap<u64, CryptoOp>,
+    message: Vec<u8>,
+    /// Responses that did not parse or matched no request.
+    pub stray: u64,
+}
+
+impl ZucRdma {
+    pub fn new(client: crate::fldr::FldrClient) -> Self {
+        ZucRdma {
+            client,
+            next_id: 1,
+            inflight: HashMap::new(),
+            message: Vec::new(),
+            stray: 0,
+        }
+    }
+
+    pub fn client(&mut self) -> &mut crate::fldr::FldrClient {
+        &mut self.client
+    }
+
+    pub fn inflight(&self) -> usize {
+        self.inflight.len()
+    }
+}
+
+impl CryptoDev for ZucRdma {
+    fn enqueue_burst(&mut self, ops: &mut Vec<CryptoOp>) -> usize {
+        let _ = self.client.progress();
+        let max = self.client.config().max_message;
+        let mut sent = 0;
+        while sent < ops.len() {
+            request_message(&ops[sent], self.next_id, &mut self.message);
+            if self.message.len() > max {
+                break;
+            }
+            match self.client.send(&self.message, None) {
+                Ok(true) => {}
+                _ => break,
+            }
+            sent += 1;
+            self.next_id += 1;
+        }
+        let first = self.next_id - sent as u64;
+        for (i, op) in ops.drain(..sent).enumerate() {
+            self.inflight.insert(first + i as u64, op);
+        }
+        sent
+    }
+
+    fn dequeue_burst(&mut self, out: &mut Vec<CryptoOp>, max: usize) -> usize {
+        let mut got = 0;
+        while got < max {
+            let inflight = &mut self.inflight;
+            let r = self.client.recv(|m, _imm| {
+                let h = ZucHeader::new_checked(m).ok()?;
+                let mut op = inflight.remove(&h.request_id())?;
+                complete_from(&mut op, &h);
+                Some(op)
+            });
+            match r {
+                Ok(Some(Some(op))) => {
+                    out.push(op);
+                    got += 1;
+                }
+                Ok(Some(None)) => self.stray += 1,
+                _ => break,
+            }
+        }
+        got
     }
 }
 

@@ -10,6 +10,7 @@ pub mod apps;
 pub mod cryptodev;
 pub mod ethdev;
 pub mod flde;
+pub mod fldr;
 pub mod flow;
 pub mod mempool;
 pub mod port;

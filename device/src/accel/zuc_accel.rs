@@ -77,8 +77,9 @@ pub struct ZucAccel {
     messages: MessageAssembler,
 }
 
-/// The largest FLD-R request the service takes: the header and 16 KiB of data.
-pub const MAX_RDMA_REQUEST: usize = HEADER_LEN + 16 * 1024;
+/// The largest FLD-R request (and response) the service takes, header included: FLD's largest
+/// message (16 KiB), since an encryption's response is as long as its request.
+pub const MAX_RDMA_REQUEST: usize = 16 * 1024;
 
 impl ZucAccel {
     pub fn new(port: u16, tx_queue: u16) -> Self {

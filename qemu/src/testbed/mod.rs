@@ -3,6 +3,7 @@
 //! host library's applications. The demos, benchmarks, `replay` and the integration suites build
 //! on it; nothing here is part of what an application links.
 
+pub mod fldr;
 pub mod inline_apps;
 pub mod rdma;
 pub mod replay;
