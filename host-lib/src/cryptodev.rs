@@ -317,7 +317,7 @@ fn complete_from(op: &mut CryptoOp, h: &ZucHeader<&[u8]>) {
 
 /// ZUC on the disaggregated accelerator behind FLD-R (paper §7): each operation is an RDMA SEND
 /// of the 64-byte header and the data on the client's queue pair, each response a SEND back.
-/// The queue pair's depth bounds the operations in flight, and the accelerator answers in
+/// The client's receive depth bounds the operations in flight, and the accelerator answers in
 /// order.
 pub struct ZucRdma {
     client: crate::fldr::FldrClient,
@@ -351,9 +351,14 @@ impl ZucRdma {
 impl CryptoDev for ZucRdma {
     fn enqueue_burst(&mut self, ops: &mut Vec<CryptoOp>) -> usize {
         let _ = self.client.progress();
-        let max = self.client.config().max_message;
+        let cfg = self.client.config();
+        // Application-level flow control (§5.5): no more requests outstanding than the client
+        // has receives posted for their responses, or the service's answers meet RNR NAKs and
+        // back up into the accelerator.
+        let room = (cfg.depth as usize).saturating_sub(self.inflight.len());
+        let max = cfg.max_message;
         let mut sent = 0;
-        while sent < ops.len() {
+        while sent < ops.len().min(room) {
             request_message(&ops[sent], self.next_id, &mut self.message);
             if self.message.len() > max {
                 break;

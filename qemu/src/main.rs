@@ -72,6 +72,15 @@ enum Cmd {
     RcBw(cmd::rc_bw::RcBwArgs),
     /// RDMA SEND latency (median, p99), 8 B to 4 KiB, between two in-process cards.
     RcLat(cmd::rc_bw::RcLatArgs),
+    /// The FLD-R service machine (paper §5.3, §7) on a UDP link: the control plane as an RDMA
+    /// server handing each client a queue pair of the accelerator (ZUC or echo) behind FLD.
+    /// Clients: `fldemu demo --accel zuc --rdma --link ...`.
+    FldrServer(cmd::fldr::FldrServerArgs),
+    /// FLD-R figures from the running model: echo throughput over message sizes beside FLD-E
+    /// (Figure 7b, right column), 1 KiB latency against offered load (Figure 7c), and
+    /// disaggregated ZUC throughput over request sizes against software ZUC and the model's
+    /// bound (Figure 8a).
+    BenchFldr(cmd::fldr::BenchFldrArgs),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +99,8 @@ fn main() -> ExitCode {
         Cmd::RcPingpong(a) => cmd::rc_pingpong::run(a),
         Cmd::RcBw(a) => cmd::rc_bw::run_bw(a),
         Cmd::RcLat(a) => cmd::rc_bw::run_lat(a),
+        Cmd::FldrServer(a) => cmd::fldr::run_server(a),
+        Cmd::BenchFldr(a) => cmd::fldr::run_bench(a),
     };
     match result {
         Ok(code) => code,

@@ -153,3 +153,20 @@ fn a_client_beyond_the_queues_is_turned_away() {
     drop(clients);
     service.stop().unwrap();
 }
+
+/// The paper's local set-up: the client is the same card's second NIC function, so its queue
+/// pair and the FLD-R one meet in the NIC's eSwitch.
+#[test]
+fn a_client_on_the_same_card_reaches_fldr_through_the_eswitch() {
+    let (service, mut machine) =
+        fld_qemu::testbed::fldr::one_machine(ServiceAccel::Echo, 2).unwrap();
+    let c = machine
+        .connect(service.addr, ClientConfig::default())
+        .unwrap();
+    let mut clients = vec![(9u8, c)];
+    echo_rounds(&mut clients, 64, 500, 32);
+    echo_rounds(&mut clients, 5000, 20, 4);
+    drop(clients);
+    let report = service.stop().unwrap();
+    assert_eq!(report.fld_tx_messages, 520);
+}

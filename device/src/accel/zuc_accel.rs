@@ -68,7 +68,8 @@ pub struct ZucAccel {
     max_pending: usize,
     pending: usize,
     next_seq: u64,
-    emit_seq: u64,
+    /// Requests of each response queue in arrival order (indexed by queue).
+    order: Vec<VecDeque<u64>>,
     done: BTreeMap<u64, Job>,
     pub stats: ZucStats,
     /// Requests each unit processed (the load balancer's work).
@@ -76,6 +77,9 @@ pub struct ZucAccel {
     /// FLD-R: message reassembly per queue pair.
     messages: MessageAssembler,
 }
+
+/// FLD-R requests one queue may have in the accelerator at once.
+pub const MAX_PENDING_PER_QUEUE: usize = 256;
 
 /// The largest FLD-R request (and response) the service takes, header included: FLD's largest
 /// message (16 KiB), since an encryption's response is as long as its request.
@@ -91,7 +95,7 @@ impl ZucAccel {
             max_pending: 1024,
             pending: 0,
             next_seq: 0,
-            emit_seq: 0,
+            order: Vec::new(),
             done: BTreeMap::new(),
             stats: ZucStats::default(),
             per_unit: [0; UNITS],
@@ -112,6 +116,11 @@ impl ZucAccel {
             .unwrap_or(0);
         self.stats.requests += 1;
         let unit = self.pick_unit();
+        let q = if at.is_some() { self.tx_queue } else { queue } as usize;
+        if self.order.len() <= q {
+            self.order.resize_with(q + 1, VecDeque::new);
+        }
+        self.order[q].push_back(self.next_seq);
         let job = Job {
             seq: self.next_seq,
             at,
@@ -127,7 +136,10 @@ impl ZucAccel {
     /// An FLD-R packet: reassembled with its message; a whole message of at least a header is a
     /// request.
     fn receive_rdma(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
-        if meta.rdma.is_some_and(|r| r.first) && self.pending >= self.max_pending {
+        // Each tenant's queue has its own share of the request buffer: a client that ignores
+        // flow control is refused (and counted) without refusing the others.
+        let queued = self.order.get(meta.queue as usize).map_or(0, VecDeque::len);
+        if meta.rdma.is_some_and(|r| r.first) && queued >= MAX_PENDING_PER_QUEUE {
             self.stats.overload += 1;
             return false;
         }
@@ -179,33 +191,40 @@ impl ZucAccel {
                 }
             }
         }
-        while let Some(job) = self.done.get(&self.emit_seq) {
-            let meta = match job.at {
-                Some(_) => TxMeta {
-                    queue: self.tx_queue,
-                    cs_flags: CS_L3 | CS_L4,
-                    resume_table: None,
-                    rdma: None,
-                },
-                None => TxMeta {
-                    queue: job.queue,
-                    rdma: Some(RdmaOp::Send),
-                    ..Default::default()
-                },
-            };
-            // A response the queue will never take is dropped (FLD counts it).
-            if tx.send(&meta, &job.frame) == Err(TxRefused::NoCredit) {
-                break;
-            }
-            if let Some(job) = self.done.remove(&self.emit_seq) {
-                if job.at.is_none() {
-                    self.messages.recycle(job.frame);
+        // Responses leave in request order per queue: a queue short of credits (its client
+        // not taking answers) holds back only its own.
+        for q in 0..self.order.len() {
+            while let Some(&seq) = self.order[q].front() {
+                let Some(job) = self.done.get(&seq) else {
+                    break;
+                };
+                let meta = match job.at {
+                    Some(_) => TxMeta {
+                        queue: self.tx_queue,
+                        cs_flags: CS_L3 | CS_L4,
+                        resume_table: None,
+                        rdma: None,
+                    },
+                    None => TxMeta {
+                        queue: job.queue,
+                        rdma: Some(RdmaOp::Send),
+                        ..Default::default()
+                    },
+                };
+                // A response the queue will never take is dropped (FLD counts it).
+                if tx.send(&meta, &job.frame) == Err(TxRefused::NoCredit) {
+                    break;
                 }
+                self.order[q].pop_front();
+                if let Some(job) = self.done.remove(&seq) {
+                    if job.at.is_none() {
+                        self.messages.recycle(job.frame);
+                    }
+                }
+                self.pending -= 1;
+                self.stats.responses += 1;
+                work += 1;
             }
-            self.emit_seq += 1;
-            self.pending -= 1;
-            self.stats.responses += 1;
-            work += 1;
         }
         work
     }

@@ -141,6 +141,31 @@ pub fn bound(size: u32, link: &LinkConfig, fabric: &FabricConfig, b: &Batching) 
     }
 }
 
+/// Wire bytes of a RoCEv2 packet beyond its payload: Ethernet (14), IPv4 (20), UDP (8), BTH
+/// (12), ICRC (4), FCS (4), and 20 bytes of preamble and inter-frame gap.
+pub const ROCE_PACKET_OVERHEAD: f64 = 82.0;
+/// Wire bytes of a RoCEv2 ACK: the overhead above plus its 4-byte AETH.
+pub const ROCE_ACK_BYTES: f64 = ROCE_PACKET_OVERHEAD + 4.0;
+
+/// Figure 8a's upper bound for the disaggregated ZUC service: operations per second an
+/// Ethernet link of `link_gbps` carries for requests of `data` bytes, each a SEND of the 64-byte
+/// application header and the data segmented at `mtu`, answered by a SEND of the header and
+/// (`response_data`) the processed data, one ACK per message each way. The busier direction
+/// sets the bound. (PCIe does not bind at 25 GbE: see Figure 7a.)
+pub fn zuc_rdma_ops_bound(data: u32, response_data: bool, link_gbps: f64, mtu: u32) -> f64 {
+    let message = |bytes: f64| {
+        let packets = (bytes / mtu as f64).ceil().max(1.0);
+        bytes + packets * ROCE_PACKET_OVERHEAD
+    };
+    let header = fld_abi::wire::zuc::HEADER_LEN as f64;
+    let request = message(header + data as f64) + ROCE_ACK_BYTES;
+    let response = message(header + if response_data { data as f64 } else { 0.0 }) + ROCE_ACK_BYTES;
+    link_gbps * 1e9 / 8.0 / request.max(response)
+}
+
+/// The request data sizes of Figure 8a.
+pub const FIGURE8A_SIZES: [u32; 7] = [64, 256, 512, 1024, 2048, 4096, 8192];
+
 /// The frame sizes of Figure 7a.
 pub const FIGURE7A_SIZES: [u32; 7] = [64, 128, 256, 512, 1024, 1500, 4096];
 
@@ -157,6 +182,27 @@ mod tests {
         // Out: WQE completion (88) + data completions (560) + 3 doorbells/32 + 1 doorbell per
         // 32 packets (2 strides each, 64 per WQE).
         assert!((c.from_fld - (88.0 + 560.0 + 3.0 * 28.0 / 32.0 + 28.0 / 32.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_zuc_bound_counts_roce_and_application_headers() {
+        // 1024 data bytes: the request is 1088 bytes in two packets at a 1 KiB MTU, so 1088 +
+        // 2 x 82 + an 86-byte ACK = 1338 bytes per operation on 25 Gbit/s.
+        let ops = zuc_rdma_ops_bound(1024, true, 25.0, 1024);
+        assert!((ops - 25e9 / 8.0 / 1338.0).abs() < 1.0, "{ops}");
+        // MACs answer with the header alone: the request direction binds.
+        assert_eq!(
+            zuc_rdma_ops_bound(1024, false, 25.0, 1024),
+            zuc_rdma_ops_bound(1024, true, 25.0, 1024)
+        );
+        // Data share of the wire grows with the request: 64 B requests move under 30% data.
+        let data = |d: u32| zuc_rdma_ops_bound(d, true, 25.0, 1024) * d as f64 * 8.0 / 25e9;
+        assert!(
+            data(64) < 0.3 && data(8192) > 0.9,
+            "{} {}",
+            data(64),
+            data(8192)
+        );
     }
 
     #[test]

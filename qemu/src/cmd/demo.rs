@@ -47,6 +47,25 @@ pub struct DemoArgs {
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     pub json: bool,
+    /// With `--accel zuc` or `--accel echo`: the disaggregated service over FLD-R on a second
+    /// machine (RDMA SENDs) instead of FLD-E; `--size` is then the request's data bytes
+    /// (default 1024).
+    #[arg(long)]
+    pub rdma: bool,
+    /// With `--rdma`: the client on the same card's second NIC function (the paper's local
+    /// experiment) instead of a second machine.
+    #[arg(long, requires = "rdma", conflicts_with = "link")]
+    pub local: bool,
+    /// With `--rdma`: two processes — this card's uplink (`udp:LOCAL_PORT:HOST:PORT`), the
+    /// other process being `fldemu fldr-server` on the other end of the link.
+    #[arg(long, requires = "rdma")]
+    pub link: Option<String>,
+    /// With `--link`: the FLD-R server's TCP address.
+    #[arg(long, default_value = "127.0.0.1:18600")]
+    pub server: std::net::SocketAddr,
+    /// With `--link`: this card's IP address.
+    #[arg(long, default_value = "10.9.0.2")]
+    pub ip: std::net::Ipv4Addr,
 }
 
 /// Opens the echo set-up over the transport `a` names.
@@ -62,6 +81,9 @@ fn open_echoer(a: &DemoArgs, max_frame: usize) -> Result<Echoer, Box<dyn std::er
 }
 
 pub fn run(a: DemoArgs) -> CmdResult {
+    if a.rdma {
+        return super::fldr::rdma_demo(&a);
+    }
     if a.accel == AccelArg::Zuc {
         return zuc_demo(&a);
     }

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_accel;
 pub mod bench_transport;
 pub mod demo;
+pub mod fldr;
 pub mod memory;
 pub mod model;
 pub mod rc_bw;

@@ -81,9 +81,12 @@ impl Drop for Service {
 
 /// Runs the FLD-R server on `card` (its uplink already connected) until `stop`: the control
 /// plane on NIC function 0 with address `ip` and `queues` FLD-R queues, `accel` behind FLD,
-/// clients accepted on `listener`. `ready` gets the listening address once it serves.
+/// clients accepted on `listener`. `ready` gets the listening address once it serves. `host`
+/// is the card's in-process host when another user of the card made it already.
+#[allow(clippy::too_many_arguments)]
 pub fn serve_on(
     card: Arc<Card>,
+    host: Option<Arc<InProcessHost>>,
     ip: Ipv4Addr,
     accel: ServiceAccel,
     queues: u16,
@@ -93,7 +96,10 @@ pub fn serve_on(
 ) -> Result<ServiceReport, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     card.fld.set_accelerator(accel.build());
-    let host = InProcessHost::new(card.clone(), 64 << 20).map_err(|e| err(&e))?;
+    let host = match host {
+        Some(h) => h,
+        None => InProcessHost::new(card.clone(), 64 << 20).map_err(|e| err(&e))?,
+    };
     let nic = card.nic.function_id(0).ok_or("no NIC function")?;
     let cp = FldR::open(host.device(nic), host.device(card.fld.id()), ip, 0, queues)
         .map_err(|e| err(&e))?;
@@ -126,12 +132,49 @@ pub fn serve_on(
     Ok(report)
 }
 
-/// One client machine: its card, and the verbs context on its NIC function 0.
+/// One client machine: its card, the verbs context on its NIC function, and the runner that
+/// keeps the card going while the application does other things — a NIC acknowledges and
+/// retransmits whether or not its application is calling it, and a peer whose ACKs wait for
+/// the application's next call times out (retry count exceeded).
 pub struct ClientMachine {
     pub card: Arc<Card>,
     _host: Arc<InProcessHost>,
     pub ctx: Context,
     pub ip: Ipv4Addr,
+    _runner: CardRunner,
+}
+
+/// Steps a card on a thread of its own until dropped, napping when the card is idle.
+pub struct CardRunner {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CardRunner {
+    pub fn spawn(card: Arc<Card>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("card-runner".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    if card.poll() == 0 {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                }
+            })
+            .ok();
+        CardRunner { stop, thread }
+    }
+}
+
+impl Drop for CardRunner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl ClientMachine {
@@ -158,10 +201,24 @@ fn machine(card_id: u16) -> Arc<Card> {
 /// A client machine with address `ip` whose uplink is already connected by the caller.
 pub fn client_machine(card: Arc<Card>, ip: Ipv4Addr) -> Result<ClientMachine, String> {
     let host = InProcessHost::new(card.clone(), 128 << 20).map_err(|e| e.to_string())?;
-    let nic = card.nic.function_id(0).ok_or("no NIC function")?;
+    client_on(card, host, 0, ip)
+}
+
+/// The client on NIC function `function` of `card`, reached through `host`.
+fn client_on(
+    card: Arc<Card>,
+    host: Arc<InProcessHost>,
+    function: u16,
+    ip: Ipv4Addr,
+) -> Result<ClientMachine, String> {
+    let nic = card
+        .nic
+        .function_id(function)
+        .ok_or("no such NIC function")?;
     let mut ctx = Context::open(host.device(nic)).map_err(|e| e.to_string())?;
     ctx.add_ip(ip.into()).map_err(|e| e.to_string())?;
     Ok(ClientMachine {
+        _runner: CardRunner::spawn(card.clone()),
         card,
         _host: host,
         ctx,
@@ -179,14 +236,35 @@ pub fn two_machines(accel: ServiceAccel, queues: u16) -> Result<(Service, Client
     server_card.nic.set_uplink(Box::new(a));
     client_card.nic.set_uplink(Box::new(b));
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    let service = spawn_service(server_card, server_ip, accel, queues, listener)?;
+    let service = spawn_service(server_card, None, server_ip, accel, queues, listener)?;
     let client = client_machine(client_card, client_ip)?;
+    Ok((service, client))
+}
+
+/// The paper's local set-up (§8, "local experiments"): the client is the same card's second
+/// NIC function, so its queue pair and the FLD-R one meet in the NIC's eSwitch, and the
+/// traffic crosses PCIe to the host and to FLD but no wire.
+pub fn one_machine(accel: ServiceAccel, queues: u16) -> Result<(Service, ClientMachine), String> {
+    let (server_ip, client_ip) = (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 3));
+    let card = machine(1);
+    let host = InProcessHost::new(card.clone(), 192 << 20).map_err(|e| e.to_string())?;
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let service = spawn_service(
+        card.clone(),
+        Some(host.clone()),
+        server_ip,
+        accel,
+        queues,
+        listener,
+    )?;
+    let client = client_on(card, host, 1, client_ip)?;
     Ok((service, client))
 }
 
 /// Starts [`serve_on`] on a thread of its own; returns once it listens.
 pub fn spawn_service(
     card: Arc<Card>,
+    host: Option<Arc<InProcessHost>>,
     ip: Ipv4Addr,
     accel: ServiceAccel,
     queues: u16,
@@ -198,7 +276,7 @@ pub fn spawn_service(
     let thread = std::thread::Builder::new()
         .name("fldr-server".into())
         .spawn(move || {
-            serve_on(card, ip, accel, queues, listener, &flag, |a| {
+            serve_on(card, host, ip, accel, queues, listener, &flag, |a| {
                 let _ = tx.send(a);
             })
         })
