@@ -558,11 +558,7 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
         let hard_s = t.elapsed().as_secs_f64();
         let bits = a.operations as f64 * data as f64 * 8.0;
         // Two thirds of the operations are EEA3 (responses carry the data), a third EIA3.
-        let bound_ops = 1.0
-            / (2.0 / 3.0 / fld_device::fld::perf_model::zuc_rdma_ops_bound(data, true, 25.0, 1024)
-                + 1.0
-                    / 3.0
-                    / fld_device::fld::perf_model::zuc_rdma_ops_bound(data, false, 25.0, 1024));
+        let bound_ops = super::model::zuc_mix_bound(data, 25.0);
         zuc_rows.push(ZucRow {
             data_bytes: data,
             fldr_gbps: bits / hard_s / 1e9,

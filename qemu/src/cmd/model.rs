@@ -78,7 +78,7 @@ pub fn run(a: ModelArgs) -> CmdResult {
             .collect();
         println!(
             "{}",
-            json!({ "links": links, "design_batching": batching, "fabric": { "mps": fabric.mps, "mrrs": fabric.mrrs, "tlp_overhead": fabric.tlp_overhead }, "results": out })
+            json!({ "links": links, "design_batching": batching, "fabric": { "mps": fabric.mps, "mrrs": fabric.mrrs, "tlp_overhead": fabric.tlp_overhead }, "results": out, "figure_8a_zuc_bound": zuc_bound_rows() })
         );
     } else {
         println!("FLD link bytes per echoed packet (into FLD / out of FLD), model vs emulator:");
@@ -110,6 +110,43 @@ pub fn run(a: ModelArgs) -> CmdResult {
             }
             println!();
         }
+        println!();
+        println!(
+            "Disaggregated ZUC over FLD-R, Figure 8a's bound: data Gbit/s a 25 GbE link carries"
+        );
+        println!(
+            "(each request a SEND of the 64-byte header and the data at a 1 KiB path MTU, each"
+        );
+        println!("response the header and, for EEA3, the data; RoCE headers, ICRC, FCS, preamble and gap");
+        println!("and one ACK per message counted; 2/3 EEA3, 1/3 EIA3 as the demo's operations):");
+        println!("{:>7} {:>10} {:>12}", "bytes", "Mops/s", "data Gbit/s");
+        for r in zuc_bound_rows() {
+            println!(
+                "{:>7} {:>10.3} {:>12.2}",
+                r["data_bytes"].as_u64().unwrap_or(0),
+                r["mops"].as_f64().unwrap_or(0.0),
+                r["data_gbps"].as_f64().unwrap_or(0.0)
+            );
+        }
     }
     Ok(exit_code(!failed))
+}
+
+/// Figure 8a's bound per request size at 25 GbE for the demo's operation mix.
+pub fn zuc_bound_rows() -> Vec<serde_json::Value> {
+    perf_model::FIGURE8A_SIZES
+        .iter()
+        .map(|&d| {
+            let ops = zuc_mix_bound(d, 25.0);
+            json!({ "data_bytes": d, "mops": ops / 1e6, "data_gbps": ops * d as f64 * 8.0 / 1e9 })
+        })
+        .collect()
+}
+
+/// Operations per second of the 2/3 EEA3, 1/3 EIA3 mix on a `link_gbps` link (the time per
+/// operation averages over the mix).
+pub fn zuc_mix_bound(data: u32, link_gbps: f64) -> f64 {
+    let eea3 = perf_model::zuc_rdma_ops_bound(data, true, link_gbps, 1024);
+    let eia3 = perf_model::zuc_rdma_ops_bound(data, false, link_gbps, 1024);
+    1.0 / (2.0 / 3.0 / eea3 + 1.0 / 3.0 / eia3)
 }
