@@ -58,6 +58,12 @@ impl FldDriver {
         self.dev.read32(fabi::BAR_CONTROL, at) & !fabi::TXQ_ERROR == v
     }
 
+    /// Tells FLD that Tx queue `q`'s queue pair failed (the NIC's event): FLD refuses the
+    /// accelerator's sends on it until it is bound again.
+    pub fn mark_failed(&self, q: u32) {
+        self.write(fabi::reg::TXQ_BASE + 16 * q as u64, fabi::TXQ_ERROR);
+    }
+
     /// The control word of Tx queue `q`: its NIC number and the `TXQ_*` flags.
     pub fn queue_word(&self, q: u32) -> u32 {
         self.dev

@@ -11,7 +11,7 @@
 //! * [`FldrServer`] is the control plane as a standard RDMA server: clients connect over TCP
 //!   and exchange `LID:QPN:PSN:GID` as rdma-core's example programs do
 //!   ([`crate::verbs::exchange`]); each client gets a queue of its own (one tenant per queue,
-//!   §5.4).
+//!   §5.4) for as long as it keeps that TCP connection open.
 //! * [`FldrClient`] is the client library: a verbs QP connected to a server's queue, with a
 //!   ring of message slots for sends and receives.
 //!
@@ -67,6 +67,11 @@ pub enum FldrEvent {
     /// The queue pair entered the error state (retries exhausted, a remote error, a NAK it
     /// could not take): FLD refuses the accelerator's sends on it until it is released.
     Failed { queue: u16, qpn: u32 },
+    /// The server released a failed queue: it is free for the next client.
+    Released { queue: u16 },
+    /// The client closed its TCP connection (it ended, or its process did): the server
+    /// released its queue, as rdma_cm's disconnect would.
+    Disconnected { queue: u16 },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -247,6 +252,7 @@ impl FldR {
                     if let Some(b) = self.queues[i].as_mut() {
                         b.failed = true;
                     }
+                    self.fld.mark_failed(u32::from(queue));
                     log::warn!("FLD-R queue {queue} (QP {qpn:#x}) failed");
                     out.push(FldrEvent::Failed { queue, qpn });
                 }
@@ -280,6 +286,8 @@ pub struct FldrServer {
     cp: FldR,
     listener: TcpListener,
     pending: Vec<Pending>,
+    /// Each connected client's TCP connection, by queue: its end is the client's.
+    sessions: Vec<(u16, TcpStream)>,
     next_psn: u32,
     /// The path MTU code the server's queue pairs use.
     pub path_mtu: u8,
@@ -296,6 +304,7 @@ impl FldrServer {
             cp,
             listener,
             pending: Vec::new(),
+            sessions: Vec::new(),
             next_psn: 0x1000,
             path_mtu: fld_abi::nic::DEFAULT_PATH_MTU,
         })
@@ -348,20 +357,59 @@ impl FldrServer {
                     let p = self.pending.swap_remove(i);
                     if let Some(d) = dest {
                         match self.accept_client(p.stream, &d) {
-                            Ok(ev) => events.push(ev),
+                            Ok((ev, stream)) => {
+                                if let FldrEvent::Connected { queue, .. } = ev {
+                                    self.sessions.push((queue, stream));
+                                }
+                                events.push(ev);
+                            }
                             Err(e) => log::info!("FLD-R client {}: {e}", d.describe()),
                         }
                     }
                 }
             }
         }
+        // A client whose TCP connection ended is gone: its queue is released.
+        let mut i = 0;
+        while i < self.sessions.len() {
+            let mut b = [0u8; 64];
+            let ended = match self.sessions[i].1.read(&mut b) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => e.kind() != ErrorKind::WouldBlock,
+            };
+            if !ended {
+                i += 1;
+                continue;
+            }
+            let (queue, _) = self.sessions.swap_remove(i);
+            if self.cp.queue_qpn(queue).is_some() {
+                match self.cp.release_queue(queue) {
+                    Ok(()) => events.push(FldrEvent::Disconnected { queue }),
+                    Err(e) => log::warn!("FLD-R queue {queue}: not released: {e}"),
+                }
+            }
+        }
         self.cp.ctx.serve_neighbors()?;
+        let seen = events.len();
         self.cp.poll_events(events);
+        // The server's recovery policy: a failed queue pair is torn down and its FLD queue
+        // offered to the next client (its own client must connect again).
+        for i in seen..events.len() {
+            if let FldrEvent::Failed { queue, .. } = events[i] {
+                // Closing the client's TCP connection tells it too.
+                self.sessions.retain(|s| s.0 != queue);
+                match self.cp.release_queue(queue) {
+                    Ok(()) => events.push(FldrEvent::Released { queue }),
+                    Err(e) => log::warn!("FLD-R queue {queue}: not released: {e}"),
+                }
+            }
+        }
         Ok(())
     }
 
     /// Binds a queue to the client `d` and answers with the queue pair's address.
-    fn accept_client(&mut self, mut stream: TcpStream, d: &Dest) -> Result<FldrEvent> {
+    fn accept_client(&mut self, mut stream: TcpStream, d: &Dest) -> Result<(FldrEvent, TcpStream)> {
         let queue = self.cp.free_queue().ok_or(FldrError::Full)?;
         let psn = self.next_psn & 0xff_ffff;
         self.next_psn = self
@@ -391,7 +439,8 @@ impl FldrServer {
             "FLD-R queue {queue}: QP {qpn:#x} for client {}",
             d.describe()
         );
-        Ok(FldrEvent::Connected { queue, qpn })
+        stream.set_nonblocking(true)?;
+        Ok((FldrEvent::Connected { queue, qpn }, stream))
     }
 }
 
@@ -436,6 +485,8 @@ pub struct FldrClient {
     /// The server's queue pair.
     pub server_qpn: u32,
     scratch: Vec<u8>,
+    /// The exchange's TCP connection, open for as long as the client is connected.
+    _session: TcpStream,
 }
 
 /// Work request IDs: receive slots count up from 0, send slots from this base.
@@ -529,6 +580,7 @@ impl FldrClient {
             send_errors: 0,
             server_qpn: server_dest.qpn,
             scratch: Vec::new(),
+            _session: stream,
         };
         for slot in 0..cfg.depth {
             c.post_recv(slot)?;
@@ -618,6 +670,16 @@ impl FldrClient {
         self.scratch = scratch;
         self.post_recv(slot)?;
         Ok(Some(r))
+    }
+
+    /// Ends the connection from this side: the queue pair is destroyed (the server learns of
+    /// it when its own queue pair's retries run out) and the client's resources are freed.
+    pub fn close(self, ctx: &mut Context) -> Result<()> {
+        ctx.destroy_qp(self.qp)?;
+        ctx.destroy_cq(self.cq)?;
+        ctx.dereg_mr(self.mr)?;
+        ctx.dealloc_pd(self._pd)?;
+        Ok(())
     }
 
     /// Messages in flight (sent and not yet completed).

@@ -183,6 +183,38 @@ fn a_bad_icrc_or_an_unknown_qp_is_a_silent_counted_drop() {
     assert_eq!(l.end.state(), QpState::Rts, "none of it touched the QP");
 }
 
+/// A packet naming the QP from another address than its peer's — another tenant forging its
+/// way onto a connection — is dropped and counted before it touches the QP: no write, no NAK,
+/// and the peer's own next request (same PSN) is executed as if nothing happened.
+#[test]
+fn a_packet_from_another_address_than_the_peer_is_dropped_and_counted() {
+    let mut l = lone(access::ALL, Transport::default());
+    let (va, key) = (l.end.va(0), l.end.mr.key);
+    let mut h = write_only(PEER_PSN, va, key, 4);
+    h.bth.dest_qp = l.end.qp.qpn;
+    h.bth.pkey = roce::DEFAULT_PKEY;
+    let forger = RoceAddress {
+        src_mac: [2, 0, 0, 0, 0, 0x66],
+        dst_mac: l.end.nic.mac(),
+        src_gid: ipv4_gid([10, 0, 0, 66]),
+        dst_gid: ipv4_gid(l.end.ip),
+        src_port: 0xc000,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+    };
+    let mut f = vec![0u8; 256];
+    let n = forger.emit(&h, b"evil", 1, &mut f).unwrap();
+    l.inject(&f[..n]);
+    assert!(l.replies().is_empty(), "no answer to a forger");
+    assert_eq!(l.counters().rx_wrong_source.get(), 1);
+    assert_eq!(l.end.read(0, 4), [0u8; 4], "nothing written");
+    l.send(write_only(PEER_PSN, va, key, 4), b"mine");
+    assert_eq!(l.end.read(0, 4), b"mine");
+    assert_eq!(aeth_of(&l.replies()[0].0), AckKind::Ack { credits: 31 });
+    assert_eq!(l.end.state(), QpState::Rts);
+}
+
 #[test]
 fn psns_outside_the_window_get_one_nak_or_a_repeated_ack() {
     let mut l = lone(access::ALL, Transport::default());

@@ -68,8 +68,10 @@ pub const TXQ_ENABLE: u32 = 1 << 31;
 /// for it and rings the QP's send doorbell; the QP's receives arrive through the shared
 /// multi-packet RQ.
 pub const TXQ_RDMA: u32 = 1 << 30;
-/// Read-only: the NIC completed one of the queue's WQEs with an error, so FLD released every
-/// posted packet and disabled the queue; binding it again (a write) clears it.
+/// The queue is in the error state: the NIC completed one of its WQEs with an error (FLD then
+/// released every posted packet), or the control plane wrote this bit because the NIC reported
+/// the queue pair's failure as an event. FLD refuses the accelerator's sends on it; binding the
+/// queue again (a write without this bit) clears it.
 pub const TXQ_ERROR: u32 = 1 << 29;
 /// The queue-number bits of a queue register.
 pub const TXQ_NUMBER: u32 = (1 << 24) - 1;

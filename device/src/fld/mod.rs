@@ -721,6 +721,122 @@ mod tests {
         assert!(h.guard_intact());
     }
 
+    /// Bad use of an FLD-R queue by the accelerator is refused and counted, and nothing is
+    /// lost: sends beyond the queue's credits are refused (the accelerator keeps them) while the
+    /// accepted ones all arrive; an RDMA operation on an Ethernet queue is refused; a queue the
+    /// control plane marked failed refuses sends; and a queue pair the NIC fails (its peer
+    /// gone: retries exhausted) returns every credit and refuses sends until rebound.
+    #[test]
+    fn fldr_refuses_sends_beyond_credits_or_to_a_failed_queue() {
+        use crate::accel::{RdmaOp, TxMeta, TxRefused};
+        use crate::card::CardConfig;
+        use crate::mock::MockHost;
+        use fld_abi::nic::{qp_attr, QpAttr, QpState, CQE_RESP_SEND};
+        let h = MockHost::card(
+            CardConfig {
+                fld: MemoryParams {
+                    tx_queues: 4,
+                    ..MemoryParams::table_2a()
+                },
+                ..Default::default()
+            },
+            16 << 20,
+        );
+        h.nic.set_clock(Some(0));
+        let fld = h.fld.clone().expect("FLD");
+        let binding = h.bind_fld(1);
+        let mut client = h.create_rdma_qp(1, [10, 0, 0, 2], 1 << 20);
+        let fld_ip = [10, 0, 0, 1];
+        let fldr = h.create_fldr_qp(
+            &binding,
+            1,
+            fld_ip,
+            client.qpn,
+            client.gid,
+            h.nic_mac(1),
+            0x100,
+        );
+        let mut fld_gid = client.gid;
+        fld_gid[12..].copy_from_slice(&fld_ip);
+        h.connect_qp(&client, fldr, fld_gid, h.nic_mac(0), 0x100);
+        let full = h.fld_reg(reg::TXQ_BASE + 16 + 8);
+        let meta = TxMeta {
+            queue: 1,
+            rdma: Some(RdmaOp::Send),
+            ..Default::default()
+        };
+        // 16000-byte messages: the shared Tx buffer runs out before the client's 64 receives.
+        let msg = |n: usize| vec![n as u8; 16000];
+        // Beyond credits: refused, counted, and the accelerator still has the message.
+        let mut accepted = 0;
+        loop {
+            match fld.with_tx_stream(|t| t.send(&meta, &msg(accepted))) {
+                Ok(()) => accepted += 1,
+                Err(e) => {
+                    assert_eq!(e, TxRefused::NoCredit);
+                    break;
+                }
+            }
+        }
+        assert!(accepted > 4, "{accepted} messages fit");
+        assert_eq!(fld.stat(Stat::TxNoCredit), 1);
+        assert!(
+            accepted < 64,
+            "{accepted} messages fit the client's receives"
+        );
+        for k in 0..accepted {
+            let s = client.sge(k as u64 * 16384, 16384);
+            client.post_recv(&h, &[s]);
+        }
+        h.run(100_000);
+        let mut got = 0;
+        while let Some(c) = client.cq.poll_cqe(&h) {
+            assert_eq!((c.opcode(), c.byte_count.get()), (CQE_RESP_SEND, 16000));
+            let mut b = vec![0u8; 16000];
+            h.read(client.buf + got as u64 * 16384, &mut b);
+            assert_eq!(b, msg(got), "message {got}");
+            got += 1;
+        }
+        client.cq.update_ci(&h, 1, fld_abi::nic::db::CQ_BASE);
+        assert_eq!(got, accepted, "every accepted message arrived");
+        assert_eq!(h.fld_reg(reg::TXQ_BASE + 16 + 8), full, "credits back");
+        // An RDMA operation for the Ethernet queue 0.
+        let eth = TxMeta { queue: 0, ..meta };
+        assert_eq!(
+            fld.with_tx_stream(|t| t.send(&eth, b"x")),
+            Err(TxRefused::NotRdma)
+        );
+        // The NIC fails the queue pair: the peer went away (its QP reset), so the message is
+        // never acknowledged and the retries run out on the NIC's clock.
+        let reset = QpAttr {
+            qp_state: QpState::Reset as u8,
+            ..Default::default()
+        };
+        assert!(h.modify_qp(1, client.qpn, qp_attr::STATE, &reset).ok());
+        fld.with_tx_stream(|t| t.send(&meta, &msg(0))).unwrap();
+        for step in 1..=20u64 {
+            h.nic.set_clock(Some(step * 10_000_000));
+            h.run(10_000);
+        }
+        assert_eq!(fld.stat(Stat::TxErrorCompletions), 1);
+        assert_ne!(h.fld_reg(reg::TXQ_BASE + 16) & TXQ_ERROR, 0);
+        assert_eq!(h.fld_reg(reg::TXQ_BASE + 16 + 12), 0, "nothing held");
+        assert_eq!(
+            fld.with_tx_stream(|t| t.send(&meta, b"after")),
+            Err(TxRefused::QueueError)
+        );
+        assert_eq!(fld.stat(Stat::TxQueueInError), 1);
+        // Rebinding clears the error; the control plane's own failure report sets it again.
+        h.set_fld_reg(reg::TXQ_BASE + 16, fldr | TXQ_ENABLE | TXQ_RDMA);
+        assert_eq!(h.fld_reg(reg::TXQ_BASE + 16) & TXQ_ERROR, 0);
+        h.set_fld_reg(reg::TXQ_BASE + 16, TXQ_ERROR);
+        assert_eq!(
+            fld.with_tx_stream(|t| t.send(&meta, b"again")),
+            Err(TxRefused::QueueError)
+        );
+        assert!(h.guard_intact());
+    }
+
     /// FLD rings the NIC doorbells at the address software gives it: pointed at FLD's own BAR,
     /// the ring is an Unsupported Request the switch answers, not a re-entry into FLD (found by
     /// the fld_bar fuzz target as a hang: FLD's lock taken twice).

@@ -3,6 +3,7 @@
 //! memory report. Reads of unlisted offsets return 0; writes to read-only registers, and
 //! rebinding a queue with packets in flight, are ignored.
 
+use super::tx::TxQueue;
 use super::FldCore;
 use fld_abi::fld::*;
 
@@ -88,15 +89,22 @@ pub(super) fn write(core: &mut FldCore, offset: u64, v: u32) {
         {
             let qi = ((o - reg::TXQ_BASE) / 16) as usize;
             let q = &mut core.tx.queues[qi];
+            // The control plane reports an error FLD did not see itself (the NIC's event for a
+            // queue pair with nothing outstanding): the queue refuses sends from now on.
+            if v & TXQ_ERROR != 0 {
+                if q.enabled || q.error {
+                    q.enabled = false;
+                    q.error = true;
+                }
+                return;
+            }
             // A queue with packets in flight keeps its binding.
             if q.pi == q.ci {
                 if q.rdma {
                     core.tx.qp_queues.remove(&(q.sqn as u16));
                 }
-                q.sqn = v & TXQ_NUMBER;
-                q.enabled = v & TXQ_ENABLE != 0;
-                q.rdma = v & TXQ_RDMA != 0;
-                q.error = false;
+                // A new binding is a new NIC queue whose ring starts at 0.
+                *q = TxQueue::bound(v & TXQ_NUMBER, v & TXQ_ENABLE != 0, v & TXQ_RDMA != 0);
                 if q.rdma && q.enabled {
                     core.tx.qp_queues.insert(q.sqn as u16, qi as u16);
                 }

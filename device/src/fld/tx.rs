@@ -61,6 +61,18 @@ pub(super) struct TxEngine {
     pub qp_queues: HashMap<u16, u16>,
 }
 
+impl TxQueue {
+    /// A queue freshly bound to NIC queue `sqn`: a new NIC ring starts at 0.
+    pub fn bound(sqn: u32, enabled: bool, rdma: bool) -> Self {
+        TxQueue {
+            sqn,
+            enabled,
+            rdma,
+            ..Default::default()
+        }
+    }
+}
+
 impl TxEngine {
     pub fn new(geo: &FldGeometry) -> Self {
         TxEngine {
@@ -231,7 +243,12 @@ impl TxEngine {
             };
             stats.bump(Stat::TxCompletions);
             if self.queues[qi].error {
+                // Flush completions of a queue in error: whatever it still held is freed.
                 stats.bump(Stat::TxErrorCompletions);
+                if self.queues[qi].pi != self.queues[qi].ci {
+                    let last = self.queues[qi].pi.wrapping_sub(1) as u16;
+                    self.release_through(geo, qi, last);
+                }
                 continue;
             }
             if c.opcode() == nic::CQE_REQ_ERR {

@@ -365,6 +365,9 @@ pub struct RdmaCountersOut {
     /// Dropped: the QP is not in a state that receives (RESET, INIT, ERR).
     pub rx_qp_not_ready: U64,
     pub tx_packets: U64,
+    /// Dropped: the packet names a connected QP but does not come from that QP's peer address
+    /// (another tenant's, or a forger's).
+    pub rx_wrong_source: U64,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -447,6 +447,7 @@ fn query_counters(c: &mut Cmd<'_, '_>, _body: &[u8], out: &mut [u8]) -> CmdResul
             rx_malformed: u(k.rx_malformed),
             rx_qp_not_ready: u(k.rx_qp_not_ready),
             tx_packets: u(k.tx_packets),
+            rx_wrong_source: u(k.rx_wrong_source),
         },
     )
 }

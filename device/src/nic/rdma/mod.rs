@@ -59,6 +59,7 @@ pub(crate) struct RoceCounters {
     pub rx_malformed: u64,
     pub rx_qp_not_ready: u64,
     pub tx_packets: u64,
+    pub rx_wrong_source: u64,
 }
 
 /// Every RDMA object of the NIC, and the transport's reusable buffers.

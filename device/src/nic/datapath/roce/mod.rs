@@ -85,6 +85,18 @@ pub(super) fn receive(
         counters.rx_qp_not_ready += 1;
         return;
     }
+    // A connected QP takes packets from its peer only (the address it was connected to, as
+    // Linux soft-RoCE's address check does): a packet naming another tenant's QP is dropped
+    // before it can touch that QP's sequence.
+    let from_peer = if ipv6 {
+        p.src_ip == qp.attr.dgid
+    } else {
+        roce::gid_is_ipv4(&qp.attr.dgid) && p.src_ip[..4] == qp.attr.dgid[12..]
+    };
+    if !from_peer {
+        counters.rx_wrong_source += 1;
+        return;
+    }
     qp.counters.packets_received += 1;
     qp.counters.bytes_received += pkt.payload.len() as u64;
     if pkt.info.kind.is_request() {
