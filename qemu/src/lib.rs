@@ -4,6 +4,7 @@
 //! server itself is the `fld-vfio-user-server` crate beside this one.
 
 pub mod pingpong;
+pub mod plot;
 pub mod rdma_peer;
 pub mod selftest;
 pub mod testbed;

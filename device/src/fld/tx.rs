@@ -255,10 +255,13 @@ impl TxEngine {
                 // The NIC's SQ is in error and will send nothing more: release every posted
                 // packet and disable the queue until the control plane binds it again.
                 stats.bump(Stat::TxErrorCompletions);
-                log::warn!(
-                    "FLD Tx queue {qi}: NIC error completion, syndrome {:#x}",
-                    c.stride_or_syndrome()
-                );
+                let syndrome = c.stride_or_syndrome();
+                // A flush is the control plane ending the queue pair, not a fault.
+                if self.queues[qi].rdma && syndrome == u16::from(nic::rdma_status::WR_FLUSH) {
+                    log::debug!("FLD Tx queue {qi}: flushed");
+                } else {
+                    log::warn!("FLD Tx queue {qi}: NIC error completion, syndrome {syndrome:#x}");
+                }
                 let last = self.queues[qi].pi.wrapping_sub(1) as u16;
                 self.release_through(geo, qi, last);
                 self.queues[qi].enabled = false;

@@ -336,6 +336,9 @@ pub struct BenchFldrArgs {
     pub latency_messages: u64,
     #[arg(long)]
     pub json: bool,
+    /// Also draw the three figures as SVG files in this directory.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// Message sizes of the throughput figure (FLD-E at those that are Ethernet frames).
@@ -482,6 +485,119 @@ fn latency_at(
     })
 }
 
+/// The three figures as SVG, the paper's quoted values as points beside ours.
+fn plot_figures(
+    dir: &std::path::Path,
+    echo: &[EchoRow],
+    curve: &[LatencyPoint],
+    zuc: &[ZucRow],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use fld_qemu::plot::{Chart, Series};
+    std::fs::create_dir_all(dir)?;
+    let line = |name, points| Series {
+        name,
+        points,
+        points_only: false,
+    };
+    Chart {
+        title: "Figure 7b (right): FLD-R echo throughput",
+        x_label: "message bytes",
+        y_label: "Gbit/s each way",
+        log2_x: true,
+        series: vec![
+            line(
+                "FLD-R remote (emulator)",
+                echo.iter()
+                    .map(|r| (r.size as f64, r.fldr_remote_gbps))
+                    .collect(),
+            ),
+            line(
+                "FLD-R local (emulator)",
+                echo.iter()
+                    .map(|r| (r.size as f64, r.fldr_local_gbps))
+                    .collect(),
+            ),
+            line(
+                "FLD-E (emulator)",
+                echo.iter()
+                    .filter_map(|r| r.flde_gbps.map(|g| (r.size as f64, g)))
+                    .collect(),
+            ),
+            Series {
+                name: "paper: FLD-R remote at 25 GbE line rate (> 512 B)",
+                points: echo
+                    .iter()
+                    .filter(|r| r.size > 512)
+                    .map(|r| (r.size as f64, 25.0))
+                    .collect(),
+                points_only: true,
+            },
+        ],
+    }
+    .write(&dir.join("fig7b-fldr.svg"))?;
+    Chart {
+        title: "Figure 7c: 1 KiB FLD-R echo round trip against load",
+        x_label: "achieved k messages/s",
+        y_label: "median round trip (us)",
+        log2_x: false,
+        series: vec![
+            line(
+                "FLD-R remote (emulator)",
+                curve
+                    .iter()
+                    .map(|p| (p.achieved_kmsgs, p.median_us))
+                    .collect(),
+            ),
+            Series {
+                name: "paper: remote median at low load (10.6 us)",
+                points: curve
+                    .first()
+                    .map(|p| vec![(p.achieved_kmsgs, 10.6)])
+                    .unwrap_or_default(),
+                points_only: true,
+            },
+        ],
+    }
+    .write(&dir.join("fig7c-fldr-latency.svg"))?;
+    Chart {
+        title: "Figure 8a: disaggregated ZUC over FLD-R",
+        x_label: "request data bytes",
+        y_label: "data Gbit/s",
+        log2_x: true,
+        series: vec![
+            line(
+                "FLD-R ZUC (emulator)",
+                zuc.iter()
+                    .map(|r| (r.data_bytes as f64, r.fldr_gbps))
+                    .collect(),
+            ),
+            line(
+                "software ZUC (same run)",
+                zuc.iter()
+                    .map(|r| (r.data_bytes as f64, r.software_gbps))
+                    .collect(),
+            ),
+            line(
+                "model bound, 25 GbE",
+                zuc.iter()
+                    .map(|r| (r.data_bytes as f64, r.model_bound_25g_gbps))
+                    .collect(),
+            ),
+            Series {
+                name: "paper: FLD-R 17.6 Gbit/s (>= 512 B)",
+                points: zuc
+                    .iter()
+                    .filter(|r| r.data_bytes >= 512)
+                    .map(|r| (r.data_bytes as f64, 17.6))
+                    .collect(),
+                points_only: true,
+            },
+        ],
+    }
+    .write(&dir.join("fig8a-zuc.svg"))?;
+    Ok(())
+}
+
 /// `fldemu bench-fldr`.
 pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
     // Figure 7b, right column: FLD-R echo, local (client on the same NIC) and remote (client on
@@ -571,6 +687,9 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
     drop(dev);
     zuc.0.stop()?;
     let ok = zuc_rows.iter().all(|r| r.mismatches == 0);
+    if let Some(dir) = &a.plot {
+        plot_figures(dir, &echo_rows, &curve, &zuc_rows)?;
+    }
     if a.json {
         println!(
             "{}",
