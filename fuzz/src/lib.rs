@@ -77,7 +77,8 @@ pub fn udp_frame(dport: u16, src_last: u8, payload: &[u8]) -> Vec<u8> {
 
 /// Feeds `data` to `accel` as a sequence of records `[control, len_hi, len_lo, bytes...]`:
 /// control bit 0 wraps the bytes in a UDP frame to `dport`, bits 1-3 pick the context, bit 4
-/// sets a resume table, bits 5-7 the transmit credits before the next poll.
+/// sets a resume table (or, for raw bytes, makes them an FLD-R packet), bits 5-7 the transmit
+/// credits before the next poll.
 pub fn drive(accel: &mut dyn Accelerator, dport: u16, mut data: &[u8]) {
     let mut sink = CheckedSink {
         credits: 4,
@@ -92,14 +93,25 @@ pub fn drive(accel: &mut dyn Accelerator, dport: u16, mut data: &[u8]) {
         } else {
             bytes.to_vec()
         };
+        // Raw bytes with bit 4 set arrive as an FLD-R packet instead (queue from the context
+        // bits, first/last from bits 1-2), so the accelerators' message reassembly is reached.
+        let rdma = (control & 0x11 == 0x10).then_some(fld_device::accel::RdmaRx {
+            first: control & 2 != 0,
+            last: control & 4 != 0,
+            imm: (control & 8 != 0).then_some(u32::from(*lo)),
+        });
         let meta = RxMeta {
-            queue: 0,
+            queue: if rdma.is_some() {
+                u16::from(control >> 1 & 3)
+            } else {
+                0
+            },
             context: u16::from(control >> 1 & 7),
             resume_table: (control & 0x10 != 0).then_some(3),
             csum: 0,
             rss_hash: 0,
             len: frame.len() as u32,
-            rdma: None,
+            rdma,
         };
         sink.credits = u32::from(control >> 5);
         accel.receive(&meta, &frame, &mut sink);

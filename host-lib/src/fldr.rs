@@ -530,7 +530,16 @@ impl FldrClient {
             gid: ctx.query_gid(1, 0)?,
         };
         let deadline = Instant::now() + cfg.timeout;
-        let mut stream = TcpStream::connect_timeout(&server, cfg.timeout)?;
+        // A server that is still starting refuses the connection: try again until the deadline.
+        let mut stream = loop {
+            match TcpStream::connect_timeout(&server, cfg.timeout) {
+                Ok(s) => break s,
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         stream.set_nonblocking(true)?;
         let msg = me.message();
         let mut put = 0;

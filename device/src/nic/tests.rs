@@ -1027,3 +1027,52 @@ fn a_shared_receive_queue_feeds_a_qp_and_raises_its_limit_event_once() {
         "one last-WQE event"
     );
 }
+
+/// CREATE_QP with QP_FLAG_MULTI_PACKET_RQ names a striding RQ of the same function: a regular
+/// RQ is a bad parameter, no RQ or another function's a bad resource; the RQ it names cannot be
+/// destroyed while the QP exists, and can once the QP is gone.
+#[test]
+fn a_multi_packet_qp_needs_a_striding_rq_of_its_own_function_and_holds_it() {
+    let h = host();
+    let qp = h.create_rdma_qp(0, [10, 0, 0, 1], 4096);
+    let striding = h.create_rq(0, qp.cq.id, 3, Some((8, 4)));
+    let regular = h.create_rq(0, qp.cq.id, 3, None);
+    let eq1 = h.create_eq(1, 4, 0);
+    let cq1 = h.create_cq(1, eq1.id, 4);
+    let foreign = h.create_rq(1, cq1.id, 3, Some((8, 4)));
+    let sq = h.alloc(WQEBB << 4);
+    let create = |rqn: u32| {
+        h.command(
+            0,
+            op::CREATE_QP,
+            CreateQpIn {
+                pd: U32::new(qp.pd),
+                send_cqn: U32::new(qp.cq.id),
+                recv_cqn: U32::new(qp.cq.id),
+                srqn: U32::new(rqn),
+                sq_addr: U64::new(sq),
+                rq_addr: U64::new(0),
+                log_sq_size: 4,
+                log_rq_size: 0,
+                log_rq_stride: MIN_LOG_RQ_STRIDE,
+                flags: QP_FLAG_MULTI_PACKET_RQ,
+                rsvd: [0; 4],
+            }
+            .as_bytes(),
+        )
+    };
+    assert!(create(regular.id).failed_with(CmdStatus::BadParam, bad_param::QP_FLAGS));
+    assert!(create(NO_SRQ).failed_with(CmdStatus::BadResource, NO_SRQ));
+    assert!(create(foreign.id).failed_with(CmdStatus::BadResource, foreign.id));
+    let r = create(striding.id);
+    let mpqp = r.id().expect("a QP on the striding RQ");
+    let destroy_rq = || h.command(0, op::DESTROY_RQ, ObjectIn::new(striding.id).as_bytes());
+    assert!(
+        destroy_rq().failed_with(CmdStatus::ResourceBusy, 1),
+        "one reference"
+    );
+    assert!(h
+        .command(0, op::DESTROY_QP, ObjectIn::new(mpqp).as_bytes())
+        .ok());
+    assert!(destroy_rq().ok());
+}
