@@ -19,8 +19,9 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 100_000)]
     pub packets: u64,
     /// Frame size in bytes without FCS (60..=9000). Defaults: 64 (echo), 1500 (zuc, defrag: the
-    /// datagram before fragmentation at a 1450-byte MTU), 256 (iot).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(MIN_FRAME as u64..=MAX_FRAME as u64))]
+    /// datagram before fragmentation at a 1450-byte MTU), 256 (iot). With `--rdma`: the message
+    /// (echo) or request data (zuc) bytes, 1..=16384, default 1024.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16384))]
     pub size: Option<u64>,
     /// With --size: sweep every size from --size to this one.
     #[arg(long, value_parser = clap::value_parser!(u64).range(MIN_FRAME as u64..=MAX_FRAME as u64))]
@@ -83,6 +84,12 @@ fn open_echoer(a: &DemoArgs, max_frame: usize) -> Result<Echoer, Box<dyn std::er
 pub fn run(a: DemoArgs) -> CmdResult {
     if a.rdma {
         return super::fldr::rdma_demo(&a);
+    }
+    if let Some(size) = a
+        .size
+        .filter(|s| !(MIN_FRAME as u64..=MAX_FRAME as u64).contains(s))
+    {
+        return Err(format!("--size {size}: frames are {MIN_FRAME}..={MAX_FRAME} bytes").into());
     }
     if a.accel == AccelArg::Zuc {
         return zuc_demo(&a);
