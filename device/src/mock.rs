@@ -797,24 +797,7 @@ impl MockHost {
                 rsvd: [0; 7],
             },
         );
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..].copy_from_slice(&ip);
-        let r = self.command(
-            f,
-            op::SET_ROCE_ADDRESS,
-            RoceAddressIn {
-                index: U16::new(0),
-                flags: ROCE_ADDRESS_VALID,
-                rsvd: [0; 5],
-                gid,
-                mac: self.nic_mac(f),
-                rsvd2: [0; 2],
-            }
-            .as_bytes(),
-        );
-        assert!(r.ok(), "GID: {r:?}");
+        let gid = self.set_gid(f, ip);
         let eq = self.create_eq(f, 6, 0);
         let cq = self.create_cq(f, eq.id, 8);
         let (log_sq, log_rq, log_stride) = (6u8, 6u8, 5u8);
@@ -858,6 +841,55 @@ impl MockHost {
             log_stride,
             rq_pi: 0,
         }
+    }
+
+    /// GID table entry 0 of function `f`: the IPv4-mapped GID of `ip` with the function's MAC.
+    pub fn set_gid(&self, f: u16, ip: [u8; 4]) -> [u8; 16] {
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&ip);
+        let r = self.command(
+            f,
+            op::SET_ROCE_ADDRESS,
+            RoceAddressIn {
+                index: U16::new(0),
+                flags: ROCE_ADDRESS_VALID,
+                rsvd: [0; 5],
+                gid,
+                mac: self.nic_mac(f),
+                rsvd2: [0; 2],
+            }
+            .as_bytes(),
+        );
+        assert!(r.ok(), "GID: {r:?}");
+        gid
+    }
+
+    /// An FLD-R queue pair on FLD queue `queue` (function 0, address 10.0.0.1) connected to a
+    /// fresh client QP on function 1 (10.0.0.2, a region of `buf_len` bytes), both sequences
+    /// from PSN 0x100. Returns the client and the FLD-R QPN.
+    pub fn fldr_with_client(
+        &self,
+        binding: &MockFldBinding,
+        queue: u16,
+        buf_len: usize,
+    ) -> (MockQp, u32) {
+        let client = self.create_rdma_qp(1, [10, 0, 0, 2], buf_len);
+        let fld_ip = [10, 0, 0, 1];
+        let qpn = self.create_fldr_qp(
+            binding,
+            queue,
+            fld_ip,
+            client.qpn,
+            client.gid,
+            self.nic_mac(1),
+            0x100,
+        );
+        let mut fld_gid = client.gid;
+        fld_gid[12..].copy_from_slice(&fld_ip);
+        self.connect_qp(&client, qpn, fld_gid, self.nic_mac(0), 0x100);
+        (client, qpn)
     }
 
     /// Runs MODIFY_QP; returns the reply (refusals are the caller's to judge).
@@ -1108,24 +1140,7 @@ impl MockHost {
         let g = fabi::FldGeometry::from_registers(|o| self.fld_reg(o));
         let bar2 = self.bar(fld.id(), fabi::BAR_NIC);
         let pd = self.create(0, op::CREATE_PD, &ObjectIn::new(0));
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..].copy_from_slice(&ip);
-        let r = self.command(
-            0,
-            op::SET_ROCE_ADDRESS,
-            RoceAddressIn {
-                index: U16::new(0),
-                flags: ROCE_ADDRESS_VALID,
-                rsvd: [0; 5],
-                gid,
-                mac: self.nic_mac(0),
-                rsvd2: [0; 2],
-            }
-            .as_bytes(),
-        );
-        assert!(r.ok(), "GID: {r:?}");
+        self.set_gid(0, ip);
         let qpn = self.create(
             0,
             op::CREATE_QP,

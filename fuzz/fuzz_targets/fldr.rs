@@ -22,20 +22,7 @@ fuzz_target!(|data: &[u8]| {
     let fld = h.fld.clone().expect("FLD");
     fld.set_accelerator(Box::new(RdmaEcho::new(8192, 8)));
     let binding = h.bind_fld(1);
-    let mut client = h.create_rdma_qp(1, [10, 0, 0, 2], 256 << 10);
-    let fld_ip = [10, 0, 0, 1];
-    let qpn = h.create_fldr_qp(
-        &binding,
-        1,
-        fld_ip,
-        client.qpn,
-        client.gid,
-        h.nic_mac(1),
-        0x100,
-    );
-    let mut fld_gid = client.gid;
-    fld_gid[12..].copy_from_slice(&fld_ip);
-    h.connect_qp(&client, qpn, fld_gid, h.nic_mac(0), 0x100);
+    let (mut client, qpn) = h.fldr_with_client(&binding, 1, 256 << 10);
     let bar2 = h.bar(fld.id(), BAR_NIC);
     let geo = fld.geometry();
     let mut input = Input::new(data);

@@ -192,21 +192,7 @@ impl<P: BurstPort> ZucOffload<P> {
         };
         // Checksums are the NIC's (requested below).
         headers.emit(f, false);
-        let req = ZucRequest {
-            op: match op.algorithm {
-                Algorithm::Eea3 => OP_EEA3,
-                Algorithm::Eia3 => OP_EIA3,
-            },
-            bearer: op.bearer,
-            direction: op.direction,
-            count: op.count,
-            length_bits: op.length_bits,
-            request_id: id,
-            key: op.key,
-        };
-        let mut h = ZucHeader::new_unchecked(&mut f[EthIpv4UdpRepr::HEADER_LEN..]);
-        req.emit(&mut h);
-        h.payload_mut().copy_from_slice(&op.data[..bytes]);
+        write_request(op, id, &mut f[EthIpv4UdpRepr::HEADER_LEN..]);
         m.ol_flags = ol::TX_IP_CKSUM | ol::TX_L4_CKSUM;
         true
     }
@@ -274,6 +260,12 @@ fn request_message(op: &CryptoOp, id: u64, out: &mut Vec<u8>) {
     let bytes = (op.length_bits as usize).div_ceil(8).min(op.data.len());
     out.clear();
     out.resize(HEADER_LEN + bytes, 0);
+    write_request(op, id, out);
+}
+
+/// Writes `op`'s request header (request ID `id`) and data into `buf`, which is exactly the
+/// header and the data's whole bytes long.
+fn write_request(op: &CryptoOp, id: u64, buf: &mut [u8]) {
     let req = ZucRequest {
         op: match op.algorithm {
             Algorithm::Eea3 => OP_EEA3,
@@ -286,8 +278,9 @@ fn request_message(op: &CryptoOp, id: u64, out: &mut Vec<u8>) {
         request_id: id,
         key: op.key,
     };
-    let mut h = ZucHeader::new_unchecked(&mut out[..]);
+    let mut h = ZucHeader::new_unchecked(buf);
     req.emit(&mut h);
+    let bytes = h.payload_mut().len();
     h.payload_mut().copy_from_slice(&op.data[..bytes]);
 }
 

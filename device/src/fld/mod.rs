@@ -640,20 +640,7 @@ mod tests {
         let fld = h.fld.clone().expect("FLD");
         fld.set_accelerator(Box::new(crate::accel::rdma::RdmaEcho::new(16384, 64)));
         let binding = h.bind_fld(1);
-        let mut client = h.create_rdma_qp(1, [10, 0, 0, 2], 1 << 20);
-        let fld_ip = [10, 0, 0, 1];
-        let fldr = h.create_fldr_qp(
-            &binding,
-            1,
-            fld_ip,
-            client.qpn,
-            client.gid,
-            h.nic_mac(1),
-            0x100,
-        );
-        let mut fld_gid = client.gid;
-        fld_gid[12..].copy_from_slice(&fld_ip);
-        h.connect_qp(&client, fldr, fld_gid, h.nic_mac(0), 0x100);
+        let (mut client, _) = h.fldr_with_client(&binding, 1, 1 << 20);
         let credits = h.fld_reg(reg::TXQ_BASE + 16 + 8);
         for (i, len) in [1usize, 1000, 1024, 1025, 5000, 16000]
             .into_iter()
@@ -745,20 +732,7 @@ mod tests {
         h.nic.set_clock(Some(0));
         let fld = h.fld.clone().expect("FLD");
         let binding = h.bind_fld(1);
-        let mut client = h.create_rdma_qp(1, [10, 0, 0, 2], 1 << 20);
-        let fld_ip = [10, 0, 0, 1];
-        let fldr = h.create_fldr_qp(
-            &binding,
-            1,
-            fld_ip,
-            client.qpn,
-            client.gid,
-            h.nic_mac(1),
-            0x100,
-        );
-        let mut fld_gid = client.gid;
-        fld_gid[12..].copy_from_slice(&fld_ip);
-        h.connect_qp(&client, fldr, fld_gid, h.nic_mac(0), 0x100);
+        let (mut client, fldr) = h.fldr_with_client(&binding, 1, 1 << 20);
         let full = h.fld_reg(reg::TXQ_BASE + 16 + 8);
         let meta = TxMeta {
             queue: 1,
