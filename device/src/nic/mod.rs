@@ -55,6 +55,11 @@ pub struct NicConfig {
     pub max_qps: u32,
     /// Which card this is among cards joined by links: part of every vPort's MAC address.
     pub card_id: u16,
+    /// Queue-pair contexts the on-chip cache holds (LRU); 0: none.
+    pub qp_cache_entries: usize,
+    /// Memory translations (MTT entries) the on-chip cache holds (LRU); 0: none, every
+    /// translation reads host memory.
+    pub mtt_cache_entries: usize,
 }
 
 impl Default for NicConfig {
@@ -72,9 +77,18 @@ impl Default for NicConfig {
             max_rss_groups: 256,
             max_qps: db::QP_SLOTS,
             card_id: 0,
+            qp_cache_entries: DEFAULT_QP_CACHE_ENTRIES,
+            mtt_cache_entries: DEFAULT_MTT_CACHE_ENTRIES,
         }
     }
 }
+
+/// On-chip cache sizes of the default NIC: a few hundred connection contexts and a few thousand
+/// translations, the order of magnitude the StaR and uRDMA papers describe for ConnectX-class
+/// RNICs (where the figures turn). Scenario files set their own; no figure was fitted with
+/// these.
+pub const DEFAULT_QP_CACHE_ENTRIES: usize = 512;
+pub const DEFAULT_MTT_CACHE_ENTRIES: usize = 4096;
 
 /// Host functions (vPorts) one NIC exposes at most.
 pub const MAX_HOST_FUNCTIONS: usize = 8;
@@ -451,6 +465,7 @@ impl NicCore {
                 config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16) as usize,
                 config.max_qps.min(db::QP_SLOTS),
                 max_frame,
+                (config.qp_cache_entries, config.mtt_cache_entries),
             ),
             flow_entry_count: 0,
             wire: Box::new(NullWire::default()),

@@ -368,6 +368,13 @@ pub struct RdmaCountersOut {
     /// Dropped: the packet names a connected QP but does not come from that QP's peer address
     /// (another tenant's, or a forger's).
     pub rx_wrong_source: U64,
+    /// The NIC's on-chip caches (NIC-wide, not per function): lookups of queue-pair contexts
+    /// and of memory translations that found the entry, and that did not (a translation miss
+    /// reads the MTT entry from host memory).
+    pub qp_cache_hits: U64,
+    pub qp_cache_misses: U64,
+    pub mtt_cache_hits: U64,
+    pub mtt_cache_misses: U64,
 }
 
 // ---------------------------------------------------------------------------------------------

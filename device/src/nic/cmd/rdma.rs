@@ -115,6 +115,12 @@ fn destroy_mr(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
     let index = region(&c.core.rdma, object(body)?, c.function)?;
     let mr = c.core.rdma.mrs.take_unreferenced(index, c.function)?;
     c.core.rdma.pds.drop_ref(mr.pd);
+    let pages = mtt_pages(mr.start, mr.length, mr.log_page_size);
+    crate::nic::rdma::memory::invalidate(
+        c.core.rdma.mtt_cache.get_mut(),
+        c.function,
+        Some((mr.mtt_addr, pages)),
+    );
     Ok(0)
 }
 
@@ -349,6 +355,7 @@ fn destroy_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
         return fail(CmdStatus::BadResource, index);
     };
     c.core.rdma.set_active(index, false);
+    c.core.rdma.qp_cache.invalidate(|&i| i == index);
     c.core.rdma.pds.drop_ref(qp.pd);
     c.core.cqs.drop_ref(qp.send_cqn);
     c.core.cqs.drop_ref(qp.recv_cqn);
@@ -437,6 +444,10 @@ fn query_counters(c: &mut Cmd<'_, '_>, _body: &[u8], out: &mut [u8]) -> CmdResul
         .get(c.function as usize)
         .copied()
         .unwrap_or_default();
+    let (qc, mc) = (
+        c.core.rdma.qp_cache.counters,
+        c.core.rdma.mtt_cache.borrow().counters,
+    );
     let u = U64::new;
     output(
         out,
@@ -448,6 +459,10 @@ fn query_counters(c: &mut Cmd<'_, '_>, _body: &[u8], out: &mut [u8]) -> CmdResul
             rx_qp_not_ready: u(k.rx_qp_not_ready),
             tx_packets: u(k.tx_packets),
             rx_wrong_source: u(k.rx_wrong_source),
+            qp_cache_hits: u(qc.hits),
+            qp_cache_misses: u(qc.misses),
+            mtt_cache_hits: u(mc.hits),
+            mtt_cache_misses: u(mc.misses),
         },
     )
 }

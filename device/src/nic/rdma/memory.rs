@@ -1,14 +1,22 @@
 //! Protection domains and memory regions (IBA §10.6): a key names a region of one function and
 //! one PD; an access checks the key, the PD, the rights and the range, then translates the
-//! region's virtual addresses page by page through its MTT, which lives in host memory and is
-//! read by DMA at each translation (no on-chip translation cache yet: every miss costs a PCIe
-//! read, which the fabric counts).
+//! region's virtual addresses page by page through its MTT, which lives in host memory: a
+//! translation the on-chip cache ([`super::cache`]) holds costs nothing, a miss reads the entry
+//! by DMA (a PCIe read the fabric counts). As on an RNIC, software changes a registered
+//! region's MTT only through the NIC (deregistering invalidates its cached entries).
 //!
 //! Left out: memory windows, fast-register and invalidate, on-demand paging, zero-based regions.
 
 use fld_abi::nic::{access, mkey_index, MTT_ENTRY_SIZE, RESERVED_LKEY};
 
+use super::cache::LruCache;
 use crate::fabric::DmaPort;
+
+/// The translation cache: (function, bus address of the MTT entry) → the page's bus address.
+pub(crate) type MttCache = LruCache<(u16, u64), u64>;
+/// The cache as the transport holds it: translations happen while other parts of the RDMA
+/// state are borrowed (the frame being filled), and the engine is single-threaded.
+pub(crate) type SharedMttCache = std::cell::RefCell<MttCache>;
 use crate::nic::queues::{Owned, Referenced, Slab};
 
 pub(crate) struct ProtectionDomain {
@@ -73,6 +81,7 @@ pub(crate) enum AccessError {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Target {
     Region {
+        owner: u16,
         start: u64,
         mtt_addr: u64,
         log_page_size: u8,
@@ -118,10 +127,22 @@ pub(crate) fn check(
         }
     }
     Ok(Target::Region {
+        owner,
         start: mr.start,
         mtt_addr: mr.mtt_addr,
         log_page_size: mr.log_page_size,
     })
+}
+
+/// Drops the cached translations of `function`'s MTT entries in `[mtt_addr, mtt_addr + pages)`
+/// (a region deregistered), or of all its entries with `None` (a function reset).
+pub(crate) fn invalidate(cache: &mut MttCache, function: u16, mtt: Option<(u64, u64)>) {
+    cache.invalidate(|&(f, entry)| {
+        f == function
+            && mtt.is_none_or(|(addr, pages)| {
+                (addr..addr.saturating_add(pages * MTT_ENTRY_SIZE as u64)).contains(&entry)
+            })
+    });
 }
 
 /// The right a local buffer needs: LOCAL_WRITE when the NIC writes it.
@@ -135,10 +156,12 @@ pub(crate) const fn local_right(nic_writes: bool) -> u32 {
 
 impl Target {
     /// Calls `f(bus_address, offset_in_access, chunk_len)` for each page-contiguous piece of
-    /// `[va, va + len)`, reading each page's MTT entry by DMA.
+    /// `[va, va + len)`, translating each page through the cache or, on a miss, its MTT entry
+    /// read by DMA.
     fn for_each_chunk(
         &self,
         dma: &mut DmaPort<'_>,
+        cache: &SharedMttCache,
         va: u64,
         len: usize,
         mut f: impl FnMut(&mut DmaPort<'_>, u64, usize, usize) -> Result<(), AccessError>,
@@ -146,6 +169,7 @@ impl Target {
         match *self {
             Target::Bus => f(dma, va, 0, len),
             Target::Region {
+                owner,
                 start,
                 mtt_addr,
                 log_page_size,
@@ -156,11 +180,21 @@ impl Target {
                 while done < len {
                     let at = va + done as u64;
                     let index = (at >> log_page_size) - first_page;
-                    let mut entry = [0u8; MTT_ENTRY_SIZE];
-                    dma.read(mtt_addr + index * MTT_ENTRY_SIZE as u64, &mut entry)
-                        .map_err(|_| AccessError::Dma)?;
-                    // Entries are page aligned; low bits are ignored as a page table's are.
-                    let base = u64::from_le_bytes(entry) & !(page - 1);
+                    let entry_addr = mtt_addr + index * MTT_ENTRY_SIZE as u64;
+                    let cached = cache.borrow_mut().lookup(&(owner, entry_addr));
+                    let base = match cached {
+                        Some(b) => b,
+                        None => {
+                            let mut entry = [0u8; MTT_ENTRY_SIZE];
+                            dma.read(entry_addr, &mut entry)
+                                .map_err(|_| AccessError::Dma)?;
+                            // Entries are page aligned; low bits are ignored as a page table's
+                            // are.
+                            let b = u64::from_le_bytes(entry) & !(page - 1);
+                            cache.borrow_mut().insert((owner, entry_addr), b);
+                            b
+                        }
+                    };
                     let in_page = at & (page - 1);
                     let n = ((page - in_page) as usize).min(len - done);
                     f(dma, base + in_page, done, n)?;
@@ -172,17 +206,29 @@ impl Target {
     }
 
     /// Reads `out.len()` bytes at `va`.
-    pub fn read(&self, dma: &mut DmaPort<'_>, va: u64, out: &mut [u8]) -> Result<(), AccessError> {
+    pub fn read(
+        &self,
+        dma: &mut DmaPort<'_>,
+        cache: &SharedMttCache,
+        va: u64,
+        out: &mut [u8],
+    ) -> Result<(), AccessError> {
         let len = out.len();
-        self.for_each_chunk(dma, va, len, |dma, bus, off, n| {
+        self.for_each_chunk(dma, cache, va, len, |dma, bus, off, n| {
             dma.read(bus, &mut out[off..off + n])
                 .map_err(|_| AccessError::Dma)
         })
     }
 
     /// Writes `data` at `va`.
-    pub fn write(&self, dma: &mut DmaPort<'_>, va: u64, data: &[u8]) -> Result<(), AccessError> {
-        self.for_each_chunk(dma, va, data.len(), |dma, bus, off, n| {
+    pub fn write(
+        &self,
+        dma: &mut DmaPort<'_>,
+        cache: &SharedMttCache,
+        va: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        self.for_each_chunk(dma, cache, va, data.len(), |dma, bus, off, n| {
             dma.write(bus, &data[off..off + n])
                 .map_err(|_| AccessError::Dma)
         })

@@ -8,6 +8,7 @@
 //! migration, partitions other than the default P_Key, congestion control (DCQCN; ECN bits are
 //! carried, not acted on).
 
+pub mod cache;
 pub(crate) mod memory;
 pub(crate) mod qp;
 
@@ -81,6 +82,11 @@ pub(crate) struct Rdma {
     /// Frame assembly and WQE fetch buffers (no allocation per packet).
     pub frame: Vec<u8>,
     pub wqe: Vec<u8>,
+    /// On-chip queue-pair contexts, by slab index.
+    pub qp_cache: cache::LruCache<u32, ()>,
+    /// On-chip memory translations: the page base address an MTT entry holds, keyed by the
+    /// function and the entry's bus address.
+    pub mtt_cache: memory::SharedMttCache,
 }
 
 /// Limits of the RDMA objects.
@@ -89,7 +95,12 @@ pub(crate) const MAX_MRS: u32 = 65536;
 pub(crate) const MAX_SRQS: u32 = 1024;
 
 impl Rdma {
-    pub fn new(functions: usize, max_qps: u32, max_frame: usize) -> Self {
+    pub fn new(
+        functions: usize,
+        max_qps: u32,
+        max_frame: usize,
+        (qp_cache, mtt_cache): (usize, usize),
+    ) -> Self {
         Rdma {
             pds: Slab::new(MAX_PDS),
             mrs: Slab::new(MAX_MRS),
@@ -102,6 +113,8 @@ impl Rdma {
             ip_ident: 0,
             frame: vec![0; max_frame],
             wqe: vec![0; fld_abi::nic::MAX_WQE_BYTES],
+            qp_cache: cache::LruCache::new(qp_cache),
+            mtt_cache: std::cell::RefCell::new(cache::LruCache::new(mtt_cache)),
         }
     }
 
@@ -159,8 +172,10 @@ impl Rdma {
         self.qps.remove_owned_by(function);
         let qps = &self.qps;
         self.active.retain(|i| qps.get(*i).is_some());
+        self.qp_cache.invalidate(|i| qps.get(*i).is_none());
         self.srqs.remove_owned_by(function);
         self.mrs.remove_owned_by(function);
+        memory::invalidate(self.mtt_cache.get_mut(), function, None);
         self.pds.remove_owned_by(function);
         if let Some(t) = self.gids.get_mut(function as usize) {
             *t = [None; ROCE_ADDRESS_ENTRIES as usize];

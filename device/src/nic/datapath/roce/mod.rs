@@ -80,6 +80,8 @@ pub(super) fn receive(
         counters.rx_unknown_qp += 1;
         return;
     };
+    // The packet needs the QP's context on chip.
+    core.rdma.qp_cache.touch(qpi, ());
     let qp = core.rdma.qps.get_mut(qpi).expect("checked above");
     if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
         counters.rx_qp_not_ready += 1;
@@ -116,15 +118,20 @@ pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
         let Some(state) = core.rdma.qps.get(qpi).map(|q| q.state) else {
             continue;
         };
-        match state {
-            QpState::Rtr => work += responder::respond(core, ctx, qpi, QP_BUDGET),
+        let done = match state {
+            QpState::Rtr => responder::respond(core, ctx, qpi, QP_BUDGET),
             QpState::Rts | QpState::Sqd | QpState::Sqe => {
-                work += responder::respond(core, ctx, qpi, QP_BUDGET);
-                work += requester::run(core, ctx, qpi, QP_BUDGET);
+                responder::respond(core, ctx, qpi, QP_BUDGET)
+                    + requester::run(core, ctx, qpi, QP_BUDGET)
             }
-            QpState::Err => work += flush(core, ctx, qpi),
-            QpState::Reset | QpState::Init => {}
+            QpState::Err => flush(core, ctx, qpi),
+            QpState::Reset | QpState::Init => 0,
+        };
+        // Work on a QP (packets sent, completions written) needs its context on chip.
+        if done > 0 {
+            core.rdma.qp_cache.touch(qpi, ());
         }
+        work += done;
     }
     work
 }
@@ -423,7 +430,7 @@ fn gather(
         let n = (len - skip).min(out.len() - done);
         let va = s.addr.wrapping_add(skip as u64);
         let t = memory::check(&rdma.mrs, qp_owner, pd, s.lkey, va, n as u64, 0, true)?;
-        t.read(dma, va, &mut out[done..done + n])?;
+        t.read(dma, &rdma.mtt_cache, va, &mut out[done..done + n])?;
         done += n;
         skip = 0;
     }
@@ -444,7 +451,7 @@ enum ScatterError {
 /// Writes `data` into the scatter list `sges`, `offset` bytes into it; every entry must allow
 /// local writes.
 fn scatter(
-    mrs: &crate::nic::queues::Slab<crate::nic::rdma::memory::MemoryRegion>,
+    rdma: &Rdma,
     ctx: &mut Ctx<'_>,
     qp_owner: u16,
     pd: u32,
@@ -467,7 +474,7 @@ fn scatter(
         let n = (len - skip).min(data.len() - done);
         let va = s.addr.wrapping_add(skip as u64);
         let t = memory::check(
-            mrs,
+            &rdma.mrs,
             qp_owner,
             pd,
             s.lkey,
@@ -477,7 +484,7 @@ fn scatter(
             true,
         )
         .map_err(ScatterError::Access)?;
-        t.write(dma, va, &data[done..done + n])
+        t.write(dma, &rdma.mtt_cache, va, &data[done..done + n])
             .map_err(ScatterError::Access)?;
         done += n;
         skip = 0;

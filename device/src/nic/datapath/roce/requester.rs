@@ -654,7 +654,7 @@ fn place_response(
     let (owner, pd) = (qp.owner, qp.pd);
     let view = RdmaWqeView::new_checked(&core.rdma.wqe[..op.wqebbs as usize * WQEBB])
         .map_err(|_| rdma_status::LOCAL_QP_OPERATION)?;
-    scatter(&core.rdma.mrs, ctx, owner, pd, view.sges(), offset, data).map_err(|e| match e {
+    scatter(&core.rdma, ctx, owner, pd, view.sges(), offset, data).map_err(|e| match e {
         super::ScatterError::Length => rdma_status::LOCAL_LENGTH,
         super::ScatterError::Access(_) => rdma_status::LOCAL_PROTECTION,
     })

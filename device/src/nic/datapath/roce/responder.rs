@@ -215,7 +215,7 @@ fn send(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
             };
         let sges = recv_sges(&wqe[..stride]);
         scatter(
-            &core.rdma.mrs,
+            &core.rdma,
             ctx,
             qp.owner,
             qp.pd,
@@ -452,7 +452,11 @@ fn write(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
         None
     };
     let owner = core.rdma.qps.get(qpi).map_or(0, |q| q.owner);
-    if !pkt.payload.is_empty() && target.write(ctx.dma(owner), va, pkt.payload).is_err() {
+    if !pkt.payload.is_empty()
+        && target
+            .write(ctx.dma(owner), &core.rdma.mtt_cache, va, pkt.payload)
+            .is_err()
+    {
         let qp = core.rdma.qps.get_mut(qpi).expect("present");
         qp.resp.inbound = None;
         return fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
@@ -581,21 +585,24 @@ fn atomic(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     // access to host memory can come between them in this single-threaded engine).
     let mut cur = [0u8; 8];
     let dma = ctx.dma(owner);
-    let done = target.read(dma, a.virtual_address, &mut cur).and_then(|_| {
-        let original = u64::from_le_bytes(cur);
-        let new = if pkt.headers.bth.opcode == roce::opcode::COMPARE_SWAP {
-            if original == a.compare {
-                a.swap_add
+    let cache = &core.rdma.mtt_cache;
+    let done = target
+        .read(dma, cache, a.virtual_address, &mut cur)
+        .and_then(|_| {
+            let original = u64::from_le_bytes(cur);
+            let new = if pkt.headers.bth.opcode == roce::opcode::COMPARE_SWAP {
+                if original == a.compare {
+                    a.swap_add
+                } else {
+                    original
+                }
             } else {
-                original
-            }
-        } else {
-            original.wrapping_add(a.swap_add)
-        };
-        target
-            .write(dma, a.virtual_address, &new.to_le_bytes())
-            .map(|_| original)
-    });
+                original.wrapping_add(a.swap_add)
+            };
+            target
+                .write(dma, cache, a.virtual_address, &new.to_le_bytes())
+                .map(|_| original)
+        });
     let qp = core.rdma.qps.get_mut(qpi).expect("present");
     let Ok(original) = done else {
         return fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
@@ -833,10 +840,19 @@ fn send_read_response(
             .flatten(),
         ..Default::default()
     };
-    transmit(core, ctx, qpi, headers, len, |_, ctx, out| match target {
-        Some(t) => t.read(ctx.dma(owner), va, out).map_err(|_| ()),
-        None => Ok(()),
-    })?;
+    transmit(
+        core,
+        ctx,
+        qpi,
+        headers,
+        len,
+        |rdma, ctx, out| match target {
+            Some(t) => t
+                .read(ctx.dma(owner), &rdma.mtt_cache, va, out)
+                .map_err(|_| ()),
+            None => Ok(()),
+        },
+    )?;
     Ok(())
 }
 

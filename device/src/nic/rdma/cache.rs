@@ -1,0 +1,256 @@
+//! The RNIC's on-chip caches: a fixed number of entries, least recently used out first. The
+//! NIC keeps two — queue-pair contexts (which connections' state is on chip) and memory
+//! translations (which MTT entries are) — because what the StaR, uRDMA and LEFT papers measure
+//! depends on what fits: 300 connections that fit against 3,000 that do not, a translation that
+//! must cross PCIe on a miss. A miss of the translation cache really reads the MTT entry from
+//! host memory (the fabric counts that read); a hit does not. The QP-context cache only counts:
+//! the context's state lives in the model either way, and what a miss costs in time is the
+//! virtual-time runner's to charge.
+//!
+//! Left out: set associativity and replacement other than LRU, prefetching, the WQE cache.
+
+use std::hash::Hash;
+
+use rustc_hash::FxHashMap;
+
+const NIL: u32 = u32::MAX;
+
+/// Hit, miss and eviction counts of one cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheCounters {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+}
+
+struct Slot<K, V> {
+    key: K,
+    value: V,
+    /// Towards the most recently used end.
+    newer: u32,
+    older: u32,
+}
+
+/// A least-recently-used cache of at most `capacity` entries, every operation O(1): a hash map
+/// from key to slot and a doubly linked recency list threaded through the slots.
+pub struct LruCache<K, V> {
+    capacity: usize,
+    map: FxHashMap<K, u32>,
+    slots: Vec<Slot<K, V>>,
+    free: Vec<u32>,
+    newest: u32,
+    oldest: u32,
+    pub counters: CacheCounters,
+}
+
+impl<K: Hash + Eq + Copy, V: Copy> LruCache<K, V> {
+    /// A cache of `capacity` entries (0: nothing is ever cached, every lookup misses).
+    pub fn new(capacity: usize) -> Self {
+        LruCache {
+            capacity,
+            map: FxHashMap::with_capacity_and_hasher(capacity.min(1 << 16), Default::default()),
+            slots: Vec::new(),
+            free: Vec::new(),
+            newest: NIL,
+            oldest: NIL,
+            counters: CacheCounters::default(),
+        }
+    }
+
+    /// Entries held.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let (newer, older) = {
+            let s = &self.slots[i as usize];
+            (s.newer, s.older)
+        };
+        match newer {
+            NIL => self.newest = older,
+            n => self.slots[n as usize].older = older,
+        }
+        match older {
+            NIL => self.oldest = newer,
+            o => self.slots[o as usize].newer = newer,
+        }
+    }
+
+    fn push_newest(&mut self, i: u32) {
+        let old_newest = self.newest;
+        {
+            let s = &mut self.slots[i as usize];
+            s.newer = NIL;
+            s.older = old_newest;
+        }
+        match old_newest {
+            NIL => self.oldest = i,
+            n => self.slots[n as usize].newer = i,
+        }
+        self.newest = i;
+    }
+
+    /// The value cached for `key`, counted as a hit (and made the most recent) or a miss.
+    pub fn lookup(&mut self, key: &K) -> Option<V> {
+        match self.map.get(key).copied() {
+            Some(i) => {
+                self.counters.hits += 1;
+                self.unlink(i);
+                self.push_newest(i);
+                Some(self.slots[i as usize].value)
+            }
+            None => {
+                self.counters.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Caches `value` for `key` as the most recent entry, evicting the least recent when full.
+    pub fn insert(&mut self, key: K, value: V) {
+        if self.capacity == 0 {
+            return;
+        }
+        if let Some(&i) = self.map.get(&key) {
+            self.slots[i as usize].value = value;
+            self.unlink(i);
+            self.push_newest(i);
+            return;
+        }
+        if self.map.len() >= self.capacity {
+            let victim = self.oldest;
+            self.unlink(victim);
+            let k = self.slots[victim as usize].key;
+            self.map.remove(&k);
+            self.free.push(victim);
+            self.counters.evictions += 1;
+        }
+        let slot = Slot {
+            key,
+            value,
+            newer: NIL,
+            older: NIL,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.map.insert(key, i);
+        self.push_newest(i);
+    }
+
+    /// Looks `key` up and, on a miss, caches it with `value`: whether it was a hit.
+    pub fn touch(&mut self, key: K, value: V) -> bool {
+        if self.lookup(&key).is_some() {
+            return true;
+        }
+        self.insert(key, value);
+        false
+    }
+
+    /// Drops every entry whose key `stale` names (a deregistered region, a reset function).
+    pub fn invalidate(&mut self, mut stale: impl FnMut(&K) -> bool) {
+        let gone: Vec<u32> = self
+            .map
+            .iter()
+            .filter(|(k, _)| stale(k))
+            .map(|(_, &i)| i)
+            .collect();
+        for i in gone {
+            self.unlink(i);
+            let k = self.slots[i as usize].key;
+            self.map.remove(&k);
+            self.free.push(i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The obvious LRU: a list, most recent at the front.
+    struct Reference {
+        capacity: usize,
+        keys: Vec<u16>,
+        counters: CacheCounters,
+    }
+
+    impl Reference {
+        fn touch(&mut self, k: u16) -> bool {
+            if let Some(p) = self.keys.iter().position(|&x| x == k) {
+                self.keys.remove(p);
+                self.keys.insert(0, k);
+                self.counters.hits += 1;
+                return true;
+            }
+            self.counters.misses += 1;
+            if self.capacity == 0 {
+                return false;
+            }
+            if self.keys.len() == self.capacity {
+                self.keys.pop();
+                self.counters.evictions += 1;
+            }
+            self.keys.insert(0, k);
+            false
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// On random access sequences (with occasional invalidations of a key range) the hit,
+        /// miss and eviction counts and every answer equal the reference model's.
+        #[test]
+        fn counts_equal_an_lru_reference(
+            capacity in 0usize..24,
+            ops in proptest::collection::vec((0u16..40, 0u8..20), 1..600),
+        ) {
+            let mut c = LruCache::new(capacity);
+            let mut r = Reference { capacity, keys: Vec::new(), counters: CacheCounters::default() };
+            for (k, kind) in ops {
+                if kind == 0 {
+                    // Invalidate keys below k.
+                    c.invalidate(|&x| x < k);
+                    r.keys.retain(|&x| x >= k);
+                } else {
+                    prop_assert_eq!(c.touch(k, u32::from(k) * 3), r.touch(k));
+                }
+                prop_assert_eq!(c.len(), r.keys.len());
+                prop_assert_eq!(c.counters, r.counters);
+            }
+            for &k in &r.keys {
+                prop_assert_eq!(c.lookup(&k), Some(u32::from(k) * 3));
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_cache_evicts_the_least_recently_used() {
+        let mut c = LruCache::new(2);
+        c.insert(1, 'a');
+        c.insert(2, 'b');
+        assert_eq!(c.lookup(&1), Some('a'));
+        c.insert(3, 'c');
+        assert_eq!(c.lookup(&2), None, "2 was the least recent");
+        assert_eq!((c.lookup(&1), c.lookup(&3)), (Some('a'), Some('c')));
+        assert_eq!(
+            c.counters,
+            CacheCounters {
+                hits: 3,
+                misses: 1,
+                evictions: 1
+            }
+        );
+    }
+}
