@@ -7,8 +7,8 @@
 #![no_main]
 
 use fld_abi::fld::{reg, BAR_CONTROL_SIZE, BAR_NIC, RESET_MAGIC};
-use fld_device::accel::{RdmaOp, TxMeta};
-use fld_fuzz::{assert_fld_recovers, frame_between, small_card, Input};
+use fld_device::accel::TxMeta;
+use fld_fuzz::{assert_fld_recovers, frame_between, rdma_op, small_card, Input};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -56,20 +56,7 @@ fuzz_target!(|data: &[u8]| {
                     queue: u16::from(input.u8() % 6),
                     cs_flags: input.u8() & 3,
                     resume_table: (ctl & 0x80 != 0).then(|| input.u8()),
-                    rdma: match input.u8() % 5 {
-                        0 => None,
-                        1 => Some(RdmaOp::Send),
-                        2 => Some(RdmaOp::SendImm(input.u32())),
-                        3 => Some(RdmaOp::Write {
-                            remote_addr: input.u64(),
-                            rkey: input.u32(),
-                        }),
-                        _ => Some(RdmaOp::WriteImm {
-                            remote_addr: input.u64(),
-                            rkey: input.u32(),
-                            imm: input.u32(),
-                        }),
-                    },
+                    rdma: rdma_op(&mut input),
                 };
                 let len = input.u16() as usize % 20000;
                 let payload = input.bytes(len).to_vec();

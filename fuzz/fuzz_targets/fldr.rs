@@ -13,7 +13,7 @@ use fld_abi::fld::{reg, BAR_NIC, TXQ_ENABLE, TXQ_ERROR, TXQ_RDMA};
 use fld_abi::nic::{RdmaWqe, WqeData, WQE_OP_SEND, WQE_OP_SEND_IMM};
 use fld_device::accel::rdma::RdmaEcho;
 use fld_device::accel::{RdmaOp, TxMeta};
-use fld_fuzz::{assert_fld_recovers, small_card, Input};
+use fld_fuzz::{assert_fld_recovers, rdma_op, small_card, Input};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -59,23 +59,17 @@ fuzz_target!(|data: &[u8]| {
                 );
             }
             2 => {
-                let op = match input.u8() % 5 {
-                    0 => None,
-                    1 => Some(RdmaOp::Send),
-                    2 => Some(RdmaOp::SendImm(input.u32())),
-                    3 => Some(RdmaOp::Write {
-                        remote_addr: input.u64(),
-                        rkey: input.u32(),
+                // A WRITE with immediate may also aim at the client's own region with its
+                // real key (valid remote access, so the transport goes further).
+                let op = match rdma_op(&mut input) {
+                    Some(RdmaOp::WriteImm {
+                        remote_addr, imm, ..
+                    }) if ctl & 0x40 != 0 => Some(RdmaOp::WriteImm {
+                        remote_addr: client.buf + remote_addr % 0x1_0000,
+                        rkey: client.key,
+                        imm,
                     }),
-                    _ => Some(RdmaOp::WriteImm {
-                        remote_addr: client.buf + u64::from(input.u16()),
-                        rkey: if ctl & 0x40 != 0 {
-                            client.key
-                        } else {
-                            input.u32()
-                        },
-                        imm: input.u32(),
-                    }),
+                    other => other,
                 };
                 let meta = TxMeta {
                     queue: u16::from(input.u8() % 3),

@@ -123,6 +123,25 @@ pub fn drive(accel: &mut dyn Accelerator, dport: u16, mut data: &[u8]) {
     }
 }
 
+/// Any RDMA operation (or none) an accelerator may ask FLD for, read from `input`.
+pub fn rdma_op(input: &mut Input<'_>) -> Option<fld_device::accel::RdmaOp> {
+    use fld_device::accel::RdmaOp;
+    match input.u8() % 5 {
+        0 => None,
+        1 => Some(RdmaOp::Send),
+        2 => Some(RdmaOp::SendImm(input.u32())),
+        3 => Some(RdmaOp::Write {
+            remote_addr: input.u64(),
+            rkey: input.u32(),
+        }),
+        _ => Some(RdmaOp::WriteImm {
+            remote_addr: input.u64(),
+            rkey: input.u32(),
+            imm: input.u32(),
+        }),
+    }
+}
+
 /// The fuzzer's bytes read as a sequence of values; past the end every read is 0 or empty, so a
 /// target never needs to check lengths.
 pub struct Input<'a> {

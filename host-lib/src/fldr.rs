@@ -31,7 +31,7 @@ use fld_driver::fld::{bind, FldBinding, FldDriver, FldRxLayout};
 use fld_driver::nic::EventQueue;
 use fld_driver::{DriverError, PciDevice};
 
-use crate::verbs::exchange::{Dest, MESSAGE_LEN};
+use crate::verbs::exchange::{read_exact, write_all, Dest, WaitError, MESSAGE_LEN};
 use crate::verbs::*;
 
 /// Why an FLD-R call failed.
@@ -541,31 +541,17 @@ impl FldrClient {
             }
         };
         stream.set_nonblocking(true)?;
-        let msg = me.message();
-        let mut put = 0;
-        let mut got = Vec::with_capacity(MESSAGE_LEN);
-        while got.len() < MESSAGE_LEN {
-            if put < msg.len() {
-                match stream.write(&msg[put..]) {
-                    Ok(n) => put += n,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            let mut buf = [0u8; MESSAGE_LEN];
-            match stream.read(&mut buf[..MESSAGE_LEN - got.len()]) {
-                Ok(0) => return Err(FldrError::Full),
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e.into()),
-            }
-            // The server resolves our address while we wait.
-            ctx.serve_neighbors()?;
-            if Instant::now() > deadline {
-                return Err(FldrError::Exchange("the server did not answer".into()));
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        let mut got = [0u8; MESSAGE_LEN];
+        // The server resolves our address while we wait; a server with no queue left closes
+        // the connection unanswered.
+        write_all(ctx, &mut stream, &me.message(), deadline)
+            .and_then(|()| read_exact(ctx, &mut stream, &mut got, deadline))
+            .map_err(|e| match e {
+                WaitError::Io(e) if e.kind() == ErrorKind::UnexpectedEof => FldrError::Full,
+                WaitError::Io(e) => e.into(),
+                WaitError::Verbs(v) => v.into(),
+                WaitError::Timeout => FldrError::Exchange("the server did not answer".into()),
+            })?;
         let server_dest =
             Dest::parse(&got).ok_or_else(|| FldrError::Exchange("unreadable answer".into()))?;
         ctx.connect_rc(

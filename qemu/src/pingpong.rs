@@ -10,11 +10,11 @@
 //! While it waits on the TCP exchange the card keeps running and answers ARP, since the peer's
 //! kernel resolves our GID when it connects its QP.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use fld_host::verbs::exchange::{Dest, MESSAGE_LEN};
+use fld_host::verbs::exchange::{read_exact, waiting, write_all, Dest, WaitError, MESSAGE_LEN};
 use fld_host::verbs::*;
 
 const DONE: &[u8; 5] = b"done\0";
@@ -90,54 +90,16 @@ impl From<std::io::Error> for PingpongError {
     }
 }
 
-type Result<T> = std::result::Result<T, PingpongError>;
-
-/// Runs `op` on a non-blocking socket until it is done, the card answering ARP meanwhile.
-fn waiting<T>(
-    ctx: &mut Context,
-    deadline: Instant,
-    mut op: impl FnMut() -> std::io::Result<Option<T>>,
-) -> Result<T> {
-    loop {
-        match op() {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e.into()),
+impl From<WaitError> for PingpongError {
+    fn from(e: WaitError) -> Self {
+        match e {
+            WaitError::Verbs(v) => PingpongError::Verbs(v),
+            other => PingpongError::Exchange(other.to_string()),
         }
-        ctx.serve_neighbors()?;
-        if Instant::now() > deadline {
-            return Err(PingpongError::Exchange("the peer did not answer".into()));
-        }
-        std::thread::sleep(Duration::from_micros(200));
     }
 }
 
-/// Reads exactly `buf.len()` bytes (the tool reads its fixed-size messages whole).
-fn read_exact(
-    ctx: &mut Context,
-    s: &mut TcpStream,
-    buf: &mut [u8],
-    deadline: Instant,
-) -> Result<()> {
-    let mut got = 0;
-    waiting(ctx, deadline, || {
-        let n = s.read(&mut buf[got..])?;
-        if n == 0 {
-            return Err(std::io::Error::new(ErrorKind::UnexpectedEof, "peer closed"));
-        }
-        got += n;
-        Ok((got == buf.len()).then_some(()))
-    })
-}
-
-fn write_all(ctx: &mut Context, s: &mut TcpStream, data: &[u8], deadline: Instant) -> Result<()> {
-    let mut put = 0;
-    waiting(ctx, deadline, || {
-        put += s.write(&data[put..])?;
-        Ok((put == data.len()).then_some(()))
-    })
-}
+type Result<T> = std::result::Result<T, PingpongError>;
 
 /// The tool's connection: INIT with no remote access, RTR and RTS with its fixed values.
 fn connect(

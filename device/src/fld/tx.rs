@@ -11,7 +11,9 @@
 //! in the Tx-data window with the reserved lkey; the NIC's transport segments it at the path
 //! MTU and completes it only when the peer acknowledged it, so the buffer lives until the ACK.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 use super::cuckoo::{self, CuckooTable, RingKey};
 use super::Stats;
@@ -58,7 +60,7 @@ pub(super) struct TxEngine {
     /// CQEs consumed, reported to the NIC as the CQ consumer counter.
     pub cq_ci: u32,
     /// FLD-R: the queue bound to each QPN (low 16 bits, as CQEs carry it).
-    pub qp_queues: HashMap<u16, u16>,
+    pub qp_queues: FxHashMap<u16, u16>,
 }
 
 impl TxQueue {
@@ -88,7 +90,7 @@ impl TxEngine {
             signal_every: 32,
             cqes: VecDeque::with_capacity(1 << geo.log_tx_cq),
             cq_ci: 0,
-            qp_queues: HashMap::new(),
+            qp_queues: FxHashMap::default(),
         }
     }
 

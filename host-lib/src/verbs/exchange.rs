@@ -4,9 +4,77 @@
 //! rc-pingpong` speaks it to the real tool, and the FLD-R control plane and client library use
 //! it to set up their connections.
 
-use std::net::Ipv6Addr;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv6Addr, TcpStream};
+use std::time::{Duration, Instant};
 
-use super::Gid;
+use super::{Context, Gid, VerbsError};
+
+/// Why a wait on the exchange's socket ended without its result.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+    #[error("the peer did not answer")]
+    Timeout,
+}
+
+/// Runs `op` on a non-blocking socket until it is done or `deadline` passes, `ctx`'s card
+/// answering ARP meanwhile (the peer resolves our GID while it connects its QP).
+pub fn waiting<T>(
+    ctx: &mut Context,
+    deadline: Instant,
+    mut op: impl FnMut() -> std::io::Result<Option<T>>,
+) -> Result<T, WaitError> {
+    loop {
+        match op() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
+        }
+        ctx.serve_neighbors()?;
+        if Instant::now() > deadline {
+            return Err(WaitError::Timeout);
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Reads exactly `buf.len()` bytes from a non-blocking socket (the tools read their
+/// fixed-size messages whole); the peer closing first is `UnexpectedEof`.
+pub fn read_exact(
+    ctx: &mut Context,
+    s: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> Result<(), WaitError> {
+    let mut got = 0;
+    waiting(ctx, deadline, || {
+        let n = s.read(&mut buf[got..])?;
+        if n == 0 {
+            return Err(std::io::Error::new(ErrorKind::UnexpectedEof, "peer closed"));
+        }
+        got += n;
+        Ok((got == buf.len()).then_some(()))
+    })
+}
+
+/// Writes all of `data` to a non-blocking socket.
+pub fn write_all(
+    ctx: &mut Context,
+    s: &mut TcpStream,
+    data: &[u8],
+    deadline: Instant,
+) -> Result<(), WaitError> {
+    let mut put = 0;
+    waiting(ctx, deadline, || {
+        put += s.write(&data[put..])?;
+        Ok((put == data.len()).then_some(()))
+    })
+}
 
 /// The tool's message: `"0000:000000:000000:" + 32 hex digits + NUL`.
 pub const MESSAGE_LEN: usize = 52;

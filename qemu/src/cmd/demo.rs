@@ -230,7 +230,7 @@ pub fn zuc_measure(
     bytes: usize,
     burst: usize,
 ) -> Result<ZucMeasured, Box<dyn std::error::Error>> {
-    use fld_host::cryptodev::{run_ops, sample_ops, OpStatus, SoftZuc, ZucOffload};
+    use fld_host::cryptodev::{run_ops, sample_ops, SoftZuc, ZucOffload};
     let mut s = FldEchoSetup::new(9000)?;
     let addr = s.attach_zuc();
     let ops = sample_ops(ops, bytes, true, 0x5eed);
@@ -244,18 +244,43 @@ pub fn zuc_measure(
     let t = std::time::Instant::now();
     let hard = run_ops(&mut dev, ops, burst.clamp(1, 64));
     let accel_secs = t.elapsed().as_secs_f64();
-    let mismatches = soft
-        .iter()
-        .zip(&hard)
-        .filter(|(x, y)| x.data != y.data || x.mac != y.mac || y.status != OpStatus::Success)
-        .count() as u64
-        + (soft.len().abs_diff(hard.len())) as u64;
+    let mismatches = zuc_mismatches(&soft, &hard);
     Ok(ZucMeasured {
         software_secs,
         accel_secs,
         mismatches,
         done: hard.len(),
     })
+}
+
+/// Operations whose result differs from software ZUC's (`soft`), that failed, or are missing.
+pub fn zuc_mismatches(
+    soft: &[fld_host::cryptodev::CryptoOp],
+    hard: &[fld_host::cryptodev::CryptoOp],
+) -> u64 {
+    use fld_host::cryptodev::OpStatus;
+    soft.iter()
+        .zip(hard)
+        .filter(|(x, y)| x.data != y.data || x.mac != y.mac || y.status != OpStatus::Success)
+        .count() as u64
+        + soft.len().abs_diff(hard.len()) as u64
+}
+
+/// The demo's two rate lines: `ops` operations of `bytes` data bytes through the accelerator
+/// and through software ZUC.
+pub fn print_zuc_rates(ops: usize, bytes: usize, accel_secs: f64, software_secs: f64) {
+    let n = ops as f64;
+    for (name, secs) in [
+        ("accelerator ", accel_secs),
+        ("software ZUC", software_secs),
+    ] {
+        let secs = secs.max(1e-9);
+        println!(
+            "  {name}    {:.3} Mops/s, {:.3} Gbit/s",
+            n / secs / 1e6,
+            n * bytes as f64 * 8.0 / secs / 1e9
+        );
+    }
 }
 
 /// Cipher operations through the ZUC accelerator behind FLD-E and through software ZUC, with
@@ -280,16 +305,7 @@ fn zuc_demo(a: &DemoArgs) -> CmdResult {
             "  operations      {} of {} data bytes (2/3 EEA3, 1/3 EIA3)",
             done, bytes
         );
-        println!(
-            "  accelerator     {:.3} Mops/s, {:.3} Gbit/s",
-            n / hard_s.max(1e-9) / 1e6,
-            gbps(hard_s)
-        );
-        println!(
-            "  software ZUC    {:.3} Mops/s, {:.3} Gbit/s",
-            n / soft_s.max(1e-9) / 1e6,
-            gbps(soft_s)
-        );
+        print_zuc_rates(done, bytes, hard_s, soft_s);
         println!(
             "  result          {} ({} mismatches)",
             verdict(ok),

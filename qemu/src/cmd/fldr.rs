@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use fld_host::cryptodev::{run_ops, sample_ops, CryptoOp, OpStatus, SoftZuc, ZucRdma};
+use fld_host::cryptodev::{run_ops, sample_ops, SoftZuc, ZucRdma};
 use fld_host::fldr::{ClientConfig, FldrClient};
 use fld_qemu::testbed::fldr::{
     client_machine, serve_on, two_machines, ClientMachine, Service, ServiceAccel, ServiceReport,
@@ -195,7 +195,7 @@ fn zuc_rdma_demo(a: &DemoArgs) -> CmdResult {
     drop(dev);
     let setup_name = setup.describe();
     let report = setup.finish()?;
-    let mismatches = compare(&soft, &hard);
+    let mismatches = super::demo::zuc_mismatches(&soft, &hard);
     let done = hard.len();
     let ok = mismatches == 0 && done as u64 == a.packets && stray == 0;
     let n = done as f64;
@@ -215,16 +215,7 @@ fn zuc_rdma_demo(a: &DemoArgs) -> CmdResult {
         bytes,
         (64 + bytes).div_ceil(1024)
     );
-    println!(
-        "  accelerator     {:.3} Mops/s, {:.3} Gbit/s",
-        n / hard_s.max(1e-9) / 1e6,
-        gbps(hard_s)
-    );
-    println!(
-        "  software ZUC    {:.3} Mops/s, {:.3} Gbit/s",
-        n / soft_s.max(1e-9) / 1e6,
-        gbps(soft_s)
-    );
+    super::demo::print_zuc_rates(done, bytes, hard_s, soft_s);
     if let Some(r) = &report {
         print_service_report(r);
     }
@@ -235,15 +226,6 @@ fn zuc_rdma_demo(a: &DemoArgs) -> CmdResult {
         stray
     );
     Ok(exit_code(ok))
-}
-
-/// Results that differ from software ZUC's, failed ones and missing ones.
-fn compare(soft: &[CryptoOp], hard: &[CryptoOp]) -> u64 {
-    soft.iter()
-        .zip(hard)
-        .filter(|(x, y)| x.data != y.data || x.mac != y.mac || y.status != OpStatus::Success)
-        .count() as u64
-        + soft.len().abs_diff(hard.len()) as u64
 }
 
 /// A message of `len` bytes that names its number.
@@ -681,7 +663,7 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
             software_gbps: bits / soft_s / 1e9,
             fldr_over_software: soft_s / hard_s,
             model_bound_25g_gbps: bound_ops * data as f64 * 8.0 / 1e9,
-            mismatches: compare(&soft, &hard),
+            mismatches: super::demo::zuc_mismatches(&soft, &hard),
         });
     }
     drop(dev);
