@@ -48,6 +48,9 @@ pub struct InProcessHost {
     /// Host memory, mapped for DMA by every function.
     memory: Arc<DmaArea>,
     irqs: Arc<InterruptCounters>,
+    /// Set when a runner outside the driver decides when the card runs (the virtual-time
+    /// runner): waiting applications then leave the card alone.
+    stepped_by_runner: std::sync::atomic::AtomicBool,
     bars: HashMap<(FunctionId, u8), u64>,
 }
 
@@ -97,8 +100,16 @@ impl InProcessHost {
             card,
             memory,
             irqs,
+            stepped_by_runner: Default::default(),
             bars,
         }))
+    }
+
+    /// Hands the stepping of the card to a runner: [`PciDevice::run_device`] does nothing from
+    /// now on, so the card advances only when the runner polls it.
+    pub fn step_by_runner(&self) {
+        self.stepped_by_runner
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn card(&self) -> &Arc<Card> {
@@ -193,7 +204,13 @@ impl PciDevice for InProcessDevice {
             .unwrap_or(0)
     }
     fn run_device(&self) {
-        self.host.card.poll();
+        if !self
+            .host
+            .stepped_by_runner
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.host.card.poll();
+        }
     }
 }
 

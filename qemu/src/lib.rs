@@ -7,6 +7,7 @@ pub mod pingpong;
 pub mod plot;
 pub mod rdma_peer;
 pub mod selftest;
+pub mod sim;
 pub mod testbed;
 pub mod transport_bench;
 pub mod wires;

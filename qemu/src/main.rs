@@ -67,6 +67,10 @@ enum Cmd {
     /// exchange of LID:QPN:PSN:GID on port 18515, the same options): an RC QP bouncing SENDs
     /// with a peer — another fldemu, or Linux soft-RoCE — over a UDP link or a TAP interface.
     RcPingpong(cmd::rc_pingpong::RcPingpongArgs),
+    /// The virtual-time runner: the card model in a deterministic discrete-event simulation
+    /// with modeled links, switches, PCIe and on-chip caches, driven by a scenario file
+    /// (docs/simulation.md). Prints each workload's table beside the paper's values.
+    Sim(cmd::sim::SimArgs),
     /// RDMA WRITE, READ and SEND throughput and message rate, 64 B to 64 KiB, between two
     /// in-process cards joined by a cable, beside the Ethernet echo path in the same run.
     RcBw(cmd::rc_bw::RcBwArgs),
@@ -97,6 +101,7 @@ fn main() -> ExitCode {
         Cmd::BenchTransport(a) => cmd::bench_transport::run(a),
         Cmd::Serve(a) => cmd::serve::run(a),
         Cmd::RcPingpong(a) => cmd::rc_pingpong::run(a),
+        Cmd::Sim(a) => cmd::sim::run(a),
         Cmd::RcBw(a) => cmd::rc_bw::run_bw(a),
         Cmd::RcLat(a) => cmd::rc_bw::run_lat(a),
         Cmd::FldrServer(a) => cmd::fldr::run_server(a),

@@ -34,6 +34,25 @@ const COLORS: [RGBColor; 6] = [
 impl Chart<'_> {
     /// Writes the chart to `path` as SVG.
     pub fn write(&self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+        Self::write_panels(std::slice::from_ref(self), path)
+    }
+
+    /// Writes `charts` to `path` as one SVG, one panel above the other.
+    pub fn write_panels(charts: &[Chart], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (800, 500 * charts.len().max(1) as u32)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let panels = root.split_evenly((charts.len().max(1), 1));
+        for (chart, area) in charts.iter().zip(panels.iter()) {
+            chart.draw(area)?;
+        }
+        root.present()?;
+        Ok(())
+    }
+
+    fn draw(
+        &self,
+        root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    ) -> Result<(), Box<dyn std::error::Error>> {
         let tx = |x: f64| if self.log2_x { x.max(1e-9).log2() } else { x };
         let all = self.series.iter().flat_map(|s| s.points.iter());
         let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0.0f64);
@@ -45,9 +64,7 @@ impl Chart<'_> {
         if x0 >= x1 {
             x1 = x0 + 1.0;
         }
-        let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
+        let mut chart = ChartBuilder::on(root)
             .caption(self.title, ("sans-serif", 20))
             .margin(15)
             .x_label_area_size(40)
@@ -93,7 +110,6 @@ impl Chart<'_> {
             .border_style(BLACK)
             .position(SeriesLabelPosition::UpperLeft)
             .draw()?;
-        root.present()?;
         Ok(())
     }
 }

@@ -52,6 +52,9 @@ impl TlpStats {
 #[derive(Default, Debug)]
 pub struct TlpCounters {
     c: [AtomicU64; 6],
+    /// Read operations the function issued (one per DMA read, however many request TLPs it
+    /// took): the dependent round trips a timing model charges latency for.
+    read_operations: AtomicU64,
 }
 
 impl TlpCounters {
@@ -72,6 +75,14 @@ impl TlpCounters {
         self.add_up(s.up_tlps, s.up_header_bytes, s.up_payload_bytes);
         self.add_down(s.down_tlps, s.down_header_bytes, s.down_payload_bytes);
     }
+    pub fn add_read_operations(&self, n: u64) {
+        if n > 0 {
+            self.read_operations.fetch_add(n, Relaxed);
+        }
+    }
+    pub fn read_operations(&self) -> u64 {
+        self.read_operations.load(Relaxed)
+    }
     pub fn snapshot(&self) -> TlpStats {
         let v: Vec<u64> = self.c.iter().map(|a| a.load(Relaxed)).collect();
         TlpStats {
@@ -87,5 +98,6 @@ impl TlpCounters {
         for a in &self.c {
             a.store(0, Relaxed);
         }
+        self.read_operations.store(0, Relaxed);
     }
 }

@@ -466,6 +466,11 @@ impl Fabric {
         self.counters_of(id).snapshot()
     }
 
+    /// Read operations function `id` issued (each DMA read once, however many TLPs it took).
+    pub fn read_operations(&self, id: FunctionId) -> u64 {
+        self.counters_of(id).read_operations()
+    }
+
     /// Resets all counters to zero.
     pub fn clear_stats(&self) {
         self.host_counters.clear();
@@ -616,6 +621,8 @@ fn tlp_count_shift(addr: u64, len: u64, shift: u32) -> u64 {
 struct Tally {
     /// Requester side.
     req: TlpStats,
+    /// Read operations the requester issued.
+    read_operations: u64,
     /// Host side (root port) for requests that went to host memory.
     host: TlpStats,
 }
@@ -723,6 +730,7 @@ impl DmaPort<'_> {
     }
 
     fn count_read(&mut self, addr: u64, len: u64, peer: Option<FunctionId>) {
+        self.tally.read_operations += 1;
         let f = self.fabric;
         let oh = f.config.tlp_overhead as u64;
         let reqs = tlp_count_shift(addr, len, f.mrrs_shift);
@@ -817,6 +825,15 @@ impl DmaPort<'_> {
         Ok(())
     }
 
+    /// Counts a read of `len` bytes from the device's private context memory in the host (the
+    /// interconnect context memory of a ConnectX-class NIC, which this model keeps on the
+    /// device): the TLPs and the round trip a fetch of an evicted context costs, with no data
+    /// moved. Aligned to `len` as a context slot is.
+    pub fn account_context_read(&mut self, len: u64) {
+        let at = len.next_power_of_two();
+        self.count_read(at, len, None);
+    }
+
     /// Whether `[addr, addr + len)` is reachable, without accessing it.
     pub fn probe(&mut self, addr: u64, len: usize) -> bool {
         self.route(addr, len).is_ok()
@@ -830,7 +847,9 @@ impl DmaPort<'_> {
 
 impl Drop for DmaPort<'_> {
     fn drop(&mut self) {
-        self.fabric.counters_of(self.requester).add(&self.tally.req);
+        let c = self.fabric.counters_of(self.requester);
+        c.add(&self.tally.req);
+        c.add_read_operations(self.tally.read_operations);
         self.fabric.host_counters.add(&self.tally.host);
     }
 }

@@ -24,6 +24,7 @@ pub mod rss;
 mod tests;
 
 pub use doorbell::{DoorbellArea, DoorbellMemoryTooSmall};
+pub use rdma::cache::CacheCounters;
 use queues::{CompletionQueue, EventQueue, ReceiveQueue, SendQueue, Slab};
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -60,6 +61,8 @@ pub struct NicConfig {
     /// Memory translations (MTT entries) the on-chip cache holds (LRU); 0: none, every
     /// translation reads host memory.
     pub mtt_cache_entries: usize,
+    /// Bytes of one QP context: what a QP-cache miss reads from the context memory.
+    pub qp_context_bytes: u32,
 }
 
 impl Default for NicConfig {
@@ -79,6 +82,7 @@ impl Default for NicConfig {
             card_id: 0,
             qp_cache_entries: DEFAULT_QP_CACHE_ENTRIES,
             mtt_cache_entries: DEFAULT_MTT_CACHE_ENTRIES,
+            qp_context_bytes: DEFAULT_QP_CONTEXT_BYTES,
         }
     }
 }
@@ -89,6 +93,8 @@ impl Default for NicConfig {
 /// these.
 pub const DEFAULT_QP_CACHE_ENTRIES: usize = 512;
 pub const DEFAULT_MTT_CACHE_ENTRIES: usize = 4096;
+/// A QP context of a ConnectX-class RNIC is a few hundred bytes (the QPC of the PRM).
+pub const DEFAULT_QP_CONTEXT_BYTES: u32 = 256;
 
 /// Host functions (vPorts) one NIC exposes at most.
 pub const MAX_HOST_FUNCTIONS: usize = 8;
@@ -186,6 +192,27 @@ impl Nic {
             Some(fabric) => datapath::poll(&mut core, &fabric, ports),
             None => 0,
         }
+    }
+
+    /// Hit/miss counts of the QP-context and memory-translation caches.
+    pub fn cache_counters(&self) -> (CacheCounters, CacheCounters) {
+        let core = self.shared.lock();
+        let mtt = core.rdma.mtt_cache.borrow().counters;
+        (core.rdma.qp_cache.counters, mtt)
+    }
+
+    /// The earliest time (NIC clock, ns) a transport timer of any QP fires — the local ACK
+    /// timer or the end of an RNR wait — so a runner that sleeps an idle card knows when to
+    /// wake it. `None`: no timer armed.
+    pub fn next_timer_ns(&self) -> Option<u64> {
+        let core = self.shared.lock();
+        core.rdma
+            .active
+            .iter()
+            .filter_map(|&i| core.rdma.qps.get(i))
+            .flat_map(|q| [q.req.deadline, q.req.rnr_wait_until])
+            .flatten()
+            .min()
     }
 
     /// Counters of the uplink wire side and other device-global statistics.
@@ -465,7 +492,11 @@ impl NicCore {
                 config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16) as usize,
                 config.max_qps.min(db::QP_SLOTS),
                 max_frame,
-                (config.qp_cache_entries, config.mtt_cache_entries),
+                (
+                    config.qp_cache_entries,
+                    config.mtt_cache_entries,
+                    config.qp_context_bytes,
+                ),
             ),
             flow_entry_count: 0,
             wire: Box::new(NullWire::default()),

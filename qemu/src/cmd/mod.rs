@@ -13,6 +13,7 @@ pub mod rc_pingpong;
 pub mod replay;
 pub mod selftest;
 pub mod serve;
+pub mod sim;
 
 use std::process::ExitCode;
 

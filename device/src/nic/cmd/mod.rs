@@ -69,6 +69,8 @@ pub(super) fn deliver(
     {
         return CmdDelivery::BadLength;
     }
+    // Any command may change a QP or its ring: the WQE held on chip is fetched afresh after it.
+    core.rdma.wqe_held = None;
     let mut input = [0u8; CMD_MAX_LEN as usize];
     let input = &mut input[..in_len as usize];
     if dma.read(in_addr, input).is_err() || !dma.probe(out_addr, out_len as usize) {

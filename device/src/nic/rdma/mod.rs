@@ -82,11 +82,17 @@ pub(crate) struct Rdma {
     /// Frame assembly and WQE fetch buffers (no allocation per packet).
     pub frame: Vec<u8>,
     pub wqe: Vec<u8>,
+    /// `(QP index, WQE counter, basic blocks)` of the send WQE `wqe` holds: the WQE a QP is
+    /// executing stays on chip while its packets go out, as an RNIC keeps it in the QP's send
+    /// context, instead of being fetched again for every packet.
+    pub wqe_held: Option<(u32, u32, u32)>,
     /// On-chip queue-pair contexts, by slab index.
     pub qp_cache: cache::LruCache<u32, ()>,
     /// On-chip memory translations: the page base address an MTT entry holds, keyed by the
     /// function and the entry's bus address.
     pub mtt_cache: memory::SharedMttCache,
+    /// Bytes of one QP context, read from the context memory on a QP-cache miss.
+    pub qp_context_bytes: u64,
 }
 
 /// Limits of the RDMA objects.
@@ -99,7 +105,7 @@ impl Rdma {
         functions: usize,
         max_qps: u32,
         max_frame: usize,
-        (qp_cache, mtt_cache): (usize, usize),
+        (qp_cache, mtt_cache, qp_context_bytes): (usize, usize, u32),
     ) -> Self {
         Rdma {
             pds: Slab::new(MAX_PDS),
@@ -113,8 +119,10 @@ impl Rdma {
             ip_ident: 0,
             frame: vec![0; max_frame],
             wqe: vec![0; fld_abi::nic::MAX_WQE_BYTES],
+            wqe_held: None,
             qp_cache: cache::LruCache::new(qp_cache),
             mtt_cache: std::cell::RefCell::new(cache::LruCache::new(mtt_cache)),
+            qp_context_bytes: u64::from(qp_context_bytes),
         }
     }
 
@@ -169,6 +177,7 @@ impl Rdma {
 
     /// Everything `function` created goes (function-level reset).
     pub fn destroy_function_objects(&mut self, function: u16) {
+        self.wqe_held = None;
         self.qps.remove_owned_by(function);
         let qps = &self.qps;
         self.active.retain(|i| qps.get(*i).is_some());

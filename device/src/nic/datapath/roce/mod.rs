@@ -80,8 +80,11 @@ pub(super) fn receive(
         counters.rx_unknown_qp += 1;
         return;
     };
-    // The packet needs the QP's context on chip.
-    core.rdma.qp_cache.touch(qpi, ());
+    // The packet needs the QP's context on chip; a miss fetches it from context memory.
+    if !core.rdma.qp_cache.touch(qpi, ()) {
+        ctx.dma(vport)
+            .account_context_read(core.rdma.qp_context_bytes);
+    }
     let qp = core.rdma.qps.get_mut(qpi).expect("checked above");
     if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
         counters.rx_qp_not_ready += 1;
@@ -128,8 +131,11 @@ pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
             QpState::Reset | QpState::Init => 0,
         };
         // Work on a QP (packets sent, completions written) needs its context on chip.
-        if done > 0 {
-            core.rdma.qp_cache.touch(qpi, ());
+        if done > 0 && !core.rdma.qp_cache.touch(qpi, ()) {
+            if let Some(owner) = core.rdma.qps.get(qpi).map(|q| q.owner) {
+                ctx.dma(owner)
+                    .account_context_read(core.rdma.qp_context_bytes);
+            }
         }
         work += done;
     }
@@ -504,6 +510,12 @@ fn fetch_send_wqe(
     counter: u32,
     max_bbs: u32,
 ) -> Option<u32> {
+    if let Some((q, c, nbb)) = core.rdma.wqe_held {
+        if (q, c) == (qpi, counter) && nbb <= max_bbs {
+            return Some(nbb);
+        }
+    }
+    core.rdma.wqe_held = None;
     let qp = core.rdma.qps.get(qpi)?;
     let (owner, ring) = (qp.owner, qp.sq);
     let mask = (1u32 << ring.log_size) - 1;
@@ -518,10 +530,17 @@ fn fetch_send_wqe(
         .min(max_bbs)
         .min((MAX_WQE_BYTES / WQEBB) as u32)
         .max(1);
-    for n in 1..nbb {
+    // The rest of the WQE in one read (two where it wraps around the ring's end): after the
+    // first block they depend on nothing but the control segment.
+    let mut n = 1;
+    while n < nbb {
+        let run = (nbb - n).min(mask + 1 - (counter.wrapping_add(n) & mask));
         let at = n as usize * WQEBB;
-        dma.read(bb(n), &mut wqe[at..at + WQEBB]).ok()?;
+        dma.read(bb(n), &mut wqe[at..at + run as usize * WQEBB])
+            .ok()?;
+        n += run;
     }
+    core.rdma.wqe_held = Some((qpi, counter, nbb));
     Some(nbb)
 }
 

@@ -1,0 +1,205 @@
+//! `fldemu sim SCENARIO.toml`: the virtual-time runner (`fld_qemu::sim`). Prints each
+//! workload's sweep as a table with the paper's values beside ours, optionally one JSON object
+//! and an SVG chart per workload.
+
+use std::path::PathBuf;
+
+use fld_qemu::plot::{Chart, Series};
+use fld_qemu::sim::{self, Point, Report, Scenario, Speed, WorkloadResult};
+
+use super::*;
+
+#[derive(clap::Args)]
+pub struct SimArgs {
+    /// The scenario file (`docs/simulation.md`).
+    pub scenario: PathBuf,
+    /// Print one JSON object (results and runner speed) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the charts to this SVG file (one panel per workload).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Override the scenario's seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+pub fn run(a: SimArgs) -> CmdResult {
+    let text = std::fs::read_to_string(&a.scenario)
+        .map_err(|e| format!("{}: {e}", a.scenario.display()))?;
+    let mut s = Scenario::parse(&text)?;
+    if let Some(seed) = a.seed {
+        s.seed = seed;
+    }
+    let json = a.json;
+    let (report, speed) = sim::run(&s, |title, p| {
+        if !json {
+            eprintln!(
+                "  {title}: {} B x {} connections done ({} events, {:.1} us virtual)",
+                p.size,
+                p.connections,
+                p.events,
+                p.virtual_ns as f64 / 1e3
+            );
+        }
+    })?;
+    if let Some(path) = &a.plot {
+        plot(&report, path)?;
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "results": report,
+                "speed": {
+                    "events": speed.events,
+                    "virtual_us": speed.virtual_us,
+                    "wall_seconds": speed.wall_seconds,
+                    "events_per_second": speed.events_per_second(),
+                    "virtual_us_per_wall_second": speed.virtual_us_per_wall_second(),
+                },
+            }))?
+        );
+    } else {
+        print_report(&report, &speed);
+        if let Some(path) = &a.plot {
+            println!("chart: {}", path.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn x_of(w: &WorkloadResult, p: &Point) -> f64 {
+    if w.x == "connections" {
+        p.connections as f64
+    } else {
+        p.size as f64
+    }
+}
+
+/// The reference value at `x`, if the paper gives one.
+fn reference_at(w: &WorkloadResult, x: f64) -> Option<(String, f64)> {
+    w.reference.iter().find_map(|r| {
+        r.points
+            .iter()
+            .find(|p| p[0] == x)
+            .map(|p| (r.label.clone(), p[1]))
+    })
+}
+
+fn print_report(r: &Report, speed: &Speed) {
+    println!("scenario {} (seed {})", r.scenario, r.seed);
+    println!("parameters:");
+    for (name, nic, pcie, cpu) in &r.parameters.hosts {
+        println!(
+            "  host {name}: NIC {} ns/packet, QP cache {} x {} B, MTT cache {}; PCIe read {} ns, write {} ns, {} Gbit/s; CPU post {} ns, poll {} ns",
+            nic.packet_ns, nic.qp_cache_entries, nic.qp_context_bytes, nic.mtt_cache_entries,
+            pcie.read_latency_ns, pcie.write_latency_ns, pcie.gbps, cpu.post_ns, cpu.poll_ns
+        );
+    }
+    for (ends, l) in &r.parameters.links {
+        println!(
+            "  link {} - {}: {} Gbit/s, {} ns propagation, {} B/frame overhead, loss {}",
+            ends[0], ends[1], l.gbps, l.propagation_ns, l.overhead_bytes, l.loss
+        );
+    }
+    for (name, s) in &r.parameters.switches {
+        println!(
+            "  switch {name}: {} B/port buffer, ECN at {} B, {} ns forwarding, {:?} paths",
+            s.buffer_bytes, s.ecn_threshold_bytes, s.forwarding_ns, s.path
+        );
+    }
+    for w in &r.workloads {
+        println!();
+        println!("{}", w.title);
+        match w.kind.as_str() {
+            "write_latency" => println!(
+                "{:>8} {:>12} {:>12} {:>12} {:>12}  reference",
+                "bytes", "one-way us", "p99 us", "RTT us", "QPC miss"
+            ),
+            _ => println!(
+                "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
+                "bytes", "conns", "Mmsg/s", "Gbit/s", "QPC miss", "MTT miss"
+            ),
+        }
+        for p in &w.points {
+            let m = |k: &str| p.metrics.get(k).copied().unwrap_or(f64::NAN);
+            let misses = |f: fn(&sim::card::CardTiming) -> u64| -> u64 { p.cards.values().map(f).sum() };
+            let qpc = misses(|c| c.qp_cache_misses);
+            let mtt = misses(|c| c.mtt_cache_misses);
+            let reference = reference_at(w, x_of(w, p))
+                .map(|(l, v)| format!("{v:.3} ({l})"))
+                .unwrap_or_default();
+            match w.kind.as_str() {
+                "write_latency" => println!(
+                    "{:>8} {:>12.3} {:>12.3} {:>12.3} {:>12}  {reference}",
+                    p.size,
+                    m("latency_us"),
+                    m("latency_p99_us"),
+                    m("rtt_us"),
+                    qpc
+                ),
+                _ => println!(
+                    "{:>8} {:>6} {:>10.3} {:>10.2} {:>10} {:>10}  {reference}",
+                    p.size,
+                    p.connections,
+                    m("mops"),
+                    m("gbps"),
+                    qpc,
+                    mtt
+                ),
+            }
+        }
+    }
+    println!();
+    println!(
+        "runner: {} events in {:.2} s wall = {:.0} events/s; {:.0} virtual us in total = {:.1} virtual us per wall second",
+        speed.events,
+        speed.wall_seconds,
+        speed.events_per_second(),
+        speed.virtual_us,
+        speed.virtual_us_per_wall_second()
+    );
+}
+
+fn plot(r: &Report, path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let charts: Vec<Chart> = r
+        .workloads
+        .iter()
+        .map(|w| {
+            let ours: Vec<(f64, f64)> = w
+                .points
+                .iter()
+                .filter_map(|p| p.metrics.get(&w.metric).map(|&y| (x_of(w, p), y)))
+                .collect();
+            let mut series = vec![Series {
+                name: "fldemu sim",
+                points: ours,
+                points_only: false,
+            }];
+            for reference in &w.reference {
+                series.push(Series {
+                    name: &reference.label,
+                    points: reference.points.iter().map(|p| (p[0], p[1])).collect(),
+                    points_only: true,
+                });
+            }
+            Chart {
+                title: &w.title,
+                x_label: if w.x == "connections" {
+                    "connections"
+                } else {
+                    "message size (bytes)"
+                },
+                y_label: if w.metric == "latency_us" {
+                    "one-way latency (us)"
+                } else {
+                    "messages per second (millions)"
+                },
+                log2_x: true,
+                series,
+            }
+        })
+        .collect();
+    Chart::write_panels(&charts, path)
+}

@@ -1,0 +1,307 @@
+//! A simulated machine: the emulated card (the same model as every other runner) in host memory
+//! of its own, its uplink plugged into the simulated network, and the timing model the runner
+//! charges for each engine run.
+//!
+//! The card's engine runs in batches ([`fld_device::card::Card::poll`]). After each batch the
+//! runner reads what the batch did from the model's own counters — TLPs and bytes on the card's
+//! PCIe link to the host (the fabric's root-port counters), DMA read operations, frames sent and
+//! received, QP-context and translation-cache misses — and turns them into time:
+//!
+//! * the batch occupies the engine for `max(PCIe transfer time, packets x packet_ns)` plus one
+//!   read latency per cache miss (a miss stalls the pipeline while the context or translation
+//!   crosses PCIe);
+//! * its frames leave after the stalls and the batch's dependent DMA reads (reads per packet,
+//!   each one read latency: a WQE fetch, then the payload), spaced evenly over the batch;
+//! * its writes to host memory (payloads, CQEs) land one write latency after the batch ends,
+//!   when the host's application is woken to look.
+//!
+//! Left out: overlap between consecutive batches (a batch starts when the previous one ended),
+//! WQE-by-MMIO (BlueFlame: every WQE is fetched by DMA), interrupts (applications poll), the
+//! FLD function's own timing (its traffic counts on the PCIe link like the NIC's).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use fld_device::card::{Card, CardConfig};
+use fld_device::fabric::{TlpStats, HOST};
+use fld_device::nic::NicConfig;
+use fld_device::wire::Wire;
+use fld_driver::inprocess::InProcessHost;
+use fld_host::verbs::{Context, VerbsError};
+use serde::Serialize;
+
+use super::events::{Ps, PS_PER_NS};
+use super::params::{serialization_ps, HostParams, NicParams, PcieParams};
+
+/// The card's end of its uplink cable: frames the network delivered wait in `inbox` until the
+/// engine takes them; frames the engine sends collect in `outbox` until the runner puts them on
+/// the line.
+#[derive(Default)]
+pub struct Port {
+    pub inbox: VecDeque<Vec<u8>>,
+    pub outbox: Vec<Vec<u8>>,
+    /// Frames the engine took from `inbox` since the runner last looked.
+    pub received: u64,
+    spare: Vec<Vec<u8>>,
+}
+
+struct PortWire(Arc<Mutex<Port>>);
+
+impl Wire for PortWire {
+    fn transmit(&mut self, frame: &[u8]) {
+        let mut p = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut b = p.spare.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(frame);
+        p.outbox.push(b);
+    }
+    fn receive(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let mut p = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let f = p.inbox.pop_front()?;
+        p.received += 1;
+        let n = f.len().min(buf.len());
+        buf[..n].copy_from_slice(&f[..n]);
+        p.spare.push(f);
+        Some(n)
+    }
+}
+
+/// What the timing model charged a host's card over a run.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct CardTiming {
+    /// Engine batches that did work.
+    pub batches: u64,
+    pub frames_sent: u64,
+    pub frames_received: u64,
+    /// TLP bytes (headers included) card to host and host to card.
+    pub pcie_bytes_to_host: u64,
+    pub pcie_bytes_from_host: u64,
+    pub dma_reads: u64,
+    pub qp_cache_hits: u64,
+    pub qp_cache_misses: u64,
+    pub mtt_cache_hits: u64,
+    pub mtt_cache_misses: u64,
+    /// Time the engine was busy, and the part of it spent stalled on cache misses, ns.
+    pub busy_ns: u64,
+    pub stall_ns: u64,
+}
+
+/// The counters a batch is measured against.
+#[derive(Clone, Copy, Default)]
+struct Snapshot {
+    host_link: TlpStats,
+    reads: u64,
+    qp: (u64, u64),
+    mtt: (u64, u64),
+}
+
+/// What one engine batch did and when its effects appear.
+pub struct Batch {
+    /// Whether the engine did anything.
+    pub work: bool,
+    /// When the engine can start its next batch.
+    pub engine_free: Ps,
+    /// When each frame the batch sent is ready for the line.
+    pub frames: Vec<(Ps, Vec<u8>)>,
+    /// When the batch's writes land in host memory (None: it wrote nothing there).
+    pub host_sees: Option<Ps>,
+    /// The earliest transport timer of the card, if one is armed.
+    pub next_timer: Option<Ps>,
+}
+
+/// One machine of the simulation.
+pub struct SimHost {
+    pub name: String,
+    pub card: Arc<Card>,
+    _host: Arc<InProcessHost>,
+    pub ctx: Context,
+    port: Arc<Mutex<Port>>,
+    pub mac: [u8; 6],
+    pub ip: [u8; 4],
+    pub nic: NicParams,
+    pub pcie: PcieParams,
+    pub cpu: HostParams,
+    functions: Vec<u16>,
+    last: Snapshot,
+    pub timing: CardTiming,
+    /// When the engine may run again.
+    pub engine_free: Ps,
+    /// The pending engine wake-up and application wake-up already scheduled.
+    pub nic_wake: Option<Ps>,
+    pub app_wake: Option<Ps>,
+    /// When the host CPU is done with what the application did so far.
+    pub cpu_free: Ps,
+    /// When the last doorbell of the application's current step was rung.
+    pub doorbell: Option<Ps>,
+}
+
+impl SimHost {
+    /// A machine with card number `index` (its MAC addresses derive from it), `memory_bytes` of
+    /// host memory, and IPv4 address `ip` on its first NIC function.
+    pub fn new(
+        name: &str,
+        index: u16,
+        ip: [u8; 4],
+        memory_bytes: usize,
+        nic: NicParams,
+        pcie: PcieParams,
+        cpu: HostParams,
+    ) -> Result<Self, VerbsError> {
+        let card = Card::new(CardConfig {
+            nic: NicConfig {
+                card_id: index,
+                qp_cache_entries: nic.qp_cache_entries,
+                mtt_cache_entries: nic.mtt_cache_entries,
+                qp_context_bytes: nic.qp_context_bytes,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        card.nic.set_clock(Some(0));
+        let host = InProcessHost::new(card.clone(), memory_bytes)?;
+        host.step_by_runner();
+        let fid = card
+            .nic
+            .function_id(0)
+            .ok_or(VerbsError::Invalid("the card has no NIC function"))?;
+        let mut ctx = Context::open(host.device(fid))?;
+        ctx.add_ip(std::net::Ipv4Addr::from(ip).into())?;
+        let port = Arc::new(Mutex::new(Port::default()));
+        card.nic.set_uplink(Box::new(PortWire(port.clone())));
+        let functions = (0..card.fabric.function_count() as u16).collect();
+        let mac = ctx.mac();
+        let mut h = SimHost {
+            name: name.to_string(),
+            card,
+            _host: host,
+            ctx,
+            port,
+            mac,
+            ip,
+            nic,
+            pcie,
+            cpu,
+            functions,
+            last: Snapshot::default(),
+            timing: CardTiming::default(),
+            engine_free: 0,
+            nic_wake: None,
+            app_wake: None,
+            cpu_free: 0,
+            doorbell: None,
+        };
+        h.last = h.snapshot();
+        Ok(h)
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let f = &self.card.fabric;
+        let (qp, mtt) = self.card.nic.cache_counters();
+        Snapshot {
+            host_link: f.stats(HOST),
+            reads: self.functions.iter().map(|&id| f.read_operations(id)).sum(),
+            qp: (qp.hits, qp.misses),
+            mtt: (mtt.hits, mtt.misses),
+        }
+    }
+
+    /// Forgets what set-up cost: the counters a run is measured from start here.
+    pub fn settle(&mut self) {
+        self.last = self.snapshot();
+        self.timing = CardTiming::default();
+    }
+
+    /// A frame arrived from the network.
+    pub fn deliver(&mut self, frame: Vec<u8>) {
+        self.port
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .inbox
+            .push_back(frame);
+    }
+
+    /// Runs one engine batch at `now` and charges it (see the module comment).
+    pub fn run_engine(&mut self, now: Ps) -> Batch {
+        self.card.nic.set_clock(Some(now / PS_PER_NS));
+        let work = self.card.poll() > 0;
+        let (mut sent, received) = {
+            let mut p = self.port.lock().unwrap_or_else(|e| e.into_inner());
+            (std::mem::take(&mut p.outbox), std::mem::take(&mut p.received))
+        };
+        let s = self.snapshot();
+        let link = s.host_link.since(&self.last.host_link);
+        let reads = s.reads - self.last.reads;
+        let qp_misses = s.qp.1 - self.last.qp.1;
+        let mtt_misses = s.mtt.1 - self.last.mtt.1;
+        let t = &mut self.timing;
+        t.qp_cache_hits += s.qp.0 - self.last.qp.0;
+        t.qp_cache_misses += qp_misses;
+        t.mtt_cache_hits += s.mtt.0 - self.last.mtt.0;
+        t.mtt_cache_misses += mtt_misses;
+        self.last = s;
+
+        let read_latency = self.pcie.read_latency_ns * PS_PER_NS;
+        // Root-port view: "down" is what the card sends to the host (writes, read requests),
+        // "up" what the host sends to the card (read completions, doorbells).
+        let to_host = link.down_header_bytes + link.down_payload_bytes;
+        let from_host = link.up_header_bytes + link.up_payload_bytes;
+        let pcie = serialization_ps(to_host.max(from_host), self.pcie.gbps);
+        let packets = sent.len() as u64 + received;
+        let pipeline = packets * self.nic.packet_ns * PS_PER_NS;
+        let misses = qp_misses + mtt_misses;
+        let stall = misses * read_latency;
+        // Dependent reads per packet (WQE, then payload), each a round trip; misses' reads are
+        // the stall above.
+        let plain_reads = reads.saturating_sub(misses);
+        log::trace!("batch: {reads} reads, {misses} misses, {packets} packets, to host {to_host} B, from host {from_host} B");
+        let rounds = plain_reads.div_ceil(packets.max(1));
+        let flow = pcie.max(pipeline);
+        let busy = if work { (flow + stall).max(PS_PER_NS) } else { 0 };
+        let front = now + stall + rounds * read_latency;
+        let n = sent.len() as u64;
+        let frames = sent
+            .drain(..)
+            .enumerate()
+            .map(|(k, f)| (front + flow * (k as u64 + 1) / n, f))
+            .collect();
+        let wrote_host = link.down_payload_bytes > 0;
+        if work {
+            t.batches += 1;
+            t.frames_sent += n;
+            t.frames_received += received;
+            t.pcie_bytes_to_host += to_host;
+            t.pcie_bytes_from_host += from_host;
+            t.dma_reads += reads;
+            t.busy_ns += busy / PS_PER_NS;
+            t.stall_ns += stall / PS_PER_NS;
+        }
+        self.engine_free = now + busy;
+        let next_timer = if work {
+            None
+        } else {
+            self.card.nic.next_timer_ns().map(|ns| ns * PS_PER_NS)
+        };
+        Batch {
+            work,
+            engine_free: self.engine_free,
+            frames,
+            host_sees: wrote_host
+                .then(|| front + flow + self.pcie.write_latency_ns * PS_PER_NS),
+            next_timer,
+        }
+    }
+
+    /// The application starts a step at `now`: its CPU begins when free and first looks at
+    /// memory. Returns the CPU time after the look.
+    pub fn cpu_begin(&mut self, now: Ps) -> Ps {
+        self.cpu_free = self.cpu_free.max(now) + self.cpu.poll_ns * PS_PER_NS;
+        self.cpu_free
+    }
+
+    /// The application posted `wrs` work requests and rang the doorbell once.
+    pub fn cpu_post(&mut self, wrs: u64) {
+        self.cpu_free += wrs * self.cpu.post_ns * PS_PER_NS;
+        let at = self.cpu_free;
+        self.doorbell = Some(self.doorbell.map_or(at, |d| d.max(at)));
+    }
+}

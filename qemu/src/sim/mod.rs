@@ -1,0 +1,577 @@
+//! The virtual-time runner (`fldemu sim`): the same card model as every other runner, advanced
+//! by a discrete-event loop with one virtual clock in one thread. The runner decides when each
+//! card's engine and each application runs and what each step costs ([`card`], [`network`]);
+//! the model decides what happens. A run is a pure function of its scenario file and seed: the
+//! same scenario gives byte-identical results.
+//!
+//! A scenario (TOML, `docs/simulation.md`) names hosts, switches and links with their cost
+//! parameters ([`params`]) and workloads ([`workload`]) swept over message sizes and connection
+//! counts; every point of a sweep is a fresh network of fresh cards.
+//!
+//! Left out: FLD and accelerators in virtual time (the cards carry FLD, but no scenario drives
+//! it yet), host interrupts (applications poll), clock drift between cards.
+
+pub mod card;
+pub mod events;
+pub mod network;
+pub mod params;
+pub mod workload;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use card::{CardTiming, SimHost};
+use events::{Event, EventQueue, Ps, PS_PER_NS};
+use network::{Network, NetworkReport};
+use params::*;
+use workload::{WriteLatency, WriteRate, Workload};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("scenario: {0}")]
+    Scenario(String),
+    #[error(transparent)]
+    Topology(#[from] network::TopologyError),
+    #[error(transparent)]
+    Verbs(#[from] fld_host::verbs::VerbsError),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Parameter tables that apply to every element unless it sets its own keys.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    #[serde(default)]
+    pub link: toml::Table,
+    #[serde(default)]
+    pub pcie: toml::Table,
+    #[serde(default)]
+    pub nic: toml::Table,
+    #[serde(default)]
+    pub host: toml::Table,
+    #[serde(default)]
+    pub switch: toml::Table,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    pub name: String,
+    #[serde(default)]
+    pub nic: toml::Table,
+    #[serde(default)]
+    pub pcie: toml::Table,
+    #[serde(default)]
+    pub host: toml::Table,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct SwitchSpec {
+    pub name: String,
+    #[serde(flatten)]
+    pub params: toml::Table,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct LinkSpec {
+    pub ends: [String; 2],
+    /// How many parallel links join the two ends (each a path of its own).
+    #[serde(default = "one")]
+    pub count: u32,
+    #[serde(flatten)]
+    pub params: toml::Table,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Values quoted from a paper, drawn beside ours.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    pub label: String,
+    /// `[x, y]` pairs in the workload's plotted metric.
+    pub points: Vec<[f64; 2]>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum WorkloadSpec {
+    WriteLatency {
+        #[serde(default)]
+        title: Option<String>,
+        client: String,
+        server: String,
+        sizes: Vec<usize>,
+        #[serde(default = "default_iterations")]
+        iterations: u64,
+        /// WRITEs of up to 220 bytes carry their data in the WQE (perftest's default).
+        #[serde(default = "yes")]
+        inline: bool,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
+    WriteRate {
+        #[serde(default)]
+        title: Option<String>,
+        clients: Vec<String>,
+        server: String,
+        sizes: Vec<usize>,
+        #[serde(default = "default_qps")]
+        qps_per_client: Vec<u32>,
+        #[serde(default = "default_outstanding")]
+        outstanding: u32,
+        #[serde(default = "default_messages")]
+        messages: u64,
+        /// The plotted x axis: "size" (message bytes) or "connections".
+        #[serde(default = "default_axis")]
+        x: String,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
+}
+
+fn default_iterations() -> u64 {
+    1000
+}
+fn yes() -> bool {
+    true
+}
+fn default_qps() -> Vec<u32> {
+    vec![1]
+}
+fn default_outstanding() -> u32 {
+    128
+}
+fn default_messages() -> u64 {
+    20_000
+}
+fn default_axis() -> String {
+    "size".into()
+}
+
+/// A scenario file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// A point that has not finished after this much virtual time fails.
+    #[serde(default = "default_limit_ms")]
+    pub limit_ms: u64,
+    #[serde(default)]
+    pub defaults: Defaults,
+    pub host: Vec<HostSpec>,
+    #[serde(default)]
+    pub switch: Vec<SwitchSpec>,
+    pub link: Vec<LinkSpec>,
+    pub workload: Vec<WorkloadSpec>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+fn default_limit_ms() -> u64 {
+    1000
+}
+
+/// Parameters of type `T`: its defaults, overridden key by key by each of `layers` in turn.
+fn layered<T: Serialize + DeserializeOwned + Default>(
+    what: &str,
+    layers: &[&toml::Table],
+) -> Result<T, SimError> {
+    let mut t = toml::Table::try_from(T::default())
+        .map_err(|e| SimError::Scenario(format!("{what}: {e}")))?;
+    for l in layers {
+        for (k, v) in l.iter() {
+            t.insert(k.clone(), v.clone());
+        }
+    }
+    T::deserialize(toml::Value::Table(t)).map_err(|e| SimError::Scenario(format!("{what}: {e}")))
+}
+
+/// Every element's resolved parameters.
+#[derive(Clone, Debug, Serialize)]
+pub struct Resolved {
+    pub hosts: Vec<(String, NicParams, PcieParams, HostParams)>,
+    pub switches: Vec<(String, SwitchParams)>,
+    pub links: Vec<([String; 2], LinkParams)>,
+}
+
+impl Scenario {
+    pub fn parse(text: &str) -> Result<Self, SimError> {
+        let s: Scenario = toml::from_str(text).map_err(|e| SimError::Scenario(e.to_string()))?;
+        s.resolve()?;
+        Ok(s)
+    }
+
+    pub fn resolve(&self) -> Result<Resolved, SimError> {
+        let d = &self.defaults;
+        let mut hosts = Vec::new();
+        for h in &self.host {
+            let what = format!("host {}", h.name);
+            hosts.push((
+                h.name.clone(),
+                layered(&what, &[&d.nic, &h.nic])?,
+                layered(&what, &[&d.pcie, &h.pcie])?,
+                layered(&what, &[&d.host, &h.host])?,
+            ));
+        }
+        let mut switches = Vec::new();
+        for s in &self.switch {
+            switches.push((s.name.clone(), layered(&format!("switch {}", s.name), &[&d.switch, &s.params])?));
+        }
+        let mut links = Vec::new();
+        for l in &self.link {
+            let p: LinkParams = layered(&format!("link {:?}", l.ends), &[&d.link, &l.params])?;
+            for _ in 0..l.count.max(1) {
+                links.push((l.ends.clone(), p.clone()));
+            }
+        }
+        let names: Vec<&str> = hosts.iter().map(|h| h.0.as_str()).collect();
+        let host_index = |n: &str| {
+            names
+                .iter()
+                .position(|x| *x == n)
+                .ok_or_else(|| SimError::Scenario(format!("workload names unknown host {n:?}")))
+        };
+        for w in &self.workload {
+            match w {
+                WorkloadSpec::WriteLatency { client, server, .. } => {
+                    host_index(client)?;
+                    host_index(server)?;
+                }
+                WorkloadSpec::WriteRate { clients, server, x, .. } => {
+                    for c in clients {
+                        host_index(c)?;
+                    }
+                    host_index(server)?;
+                    if x != "size" && x != "connections" {
+                        return Err(SimError::Scenario(format!(
+                            "x = {x:?}: \"size\" or \"connections\""
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(Resolved {
+            hosts,
+            switches,
+            links,
+        })
+    }
+}
+
+/// One simulation: a network of fresh cards and its event loop.
+pub struct Sim {
+    queue: EventQueue,
+    net: Network,
+    pub hosts: Vec<SimHost>,
+    now: Ps,
+    limit: Ps,
+}
+
+/// Host memory of a simulated machine: room for the rings of `qps` queue pairs and buffers.
+fn memory_for(qps: usize, buffers: usize) -> usize {
+    (64 << 20) + qps * (48 << 10) + 2 * buffers
+}
+
+impl Sim {
+    pub fn new(r: &Resolved, seed: u64, limit_ms: u64, qps: usize, buffers: usize) -> Result<Self, SimError> {
+        let names: Vec<String> = r.hosts.iter().map(|h| h.0.clone()).collect();
+        let mut net = Network::new(&names, &r.switches, &r.links, seed)?;
+        let mut hosts = Vec::new();
+        for (i, (name, nic, pcie, cpu)) in r.hosts.iter().enumerate() {
+            let ip = [10, 0, (i / 250) as u8, (i % 250) as u8 + 1];
+            let h = SimHost::new(
+                name,
+                i as u16 + 1,
+                ip,
+                memory_for(qps, buffers),
+                nic.clone(),
+                pcie.clone(),
+                cpu.clone(),
+            )?;
+            net.set_host_mac(i, h.mac);
+            hosts.push(h);
+        }
+        Ok(Sim {
+            queue: EventQueue::default(),
+            net,
+            hosts,
+            now: 0,
+            limit: limit_ms * 1_000_000 * PS_PER_NS,
+        })
+    }
+
+    fn wake_engine(&mut self, host: usize, at: Ps) {
+        let h = &mut self.hosts[host];
+        if h.nic_wake.is_some_and(|w| w <= at) {
+            return;
+        }
+        h.nic_wake = Some(at);
+        self.queue.schedule(at, Event::NicRuns { host });
+    }
+
+    fn wake_app(&mut self, host: usize, at: Ps) {
+        let h = &mut self.hosts[host];
+        if h.app_wake.is_some_and(|w| w <= at) {
+            return;
+        }
+        h.app_wake = Some(at);
+        self.queue.schedule(at, Event::AppWakes { host });
+    }
+
+    /// Runs `w` until it finishes; returns the virtual time it took.
+    pub fn run(&mut self, w: &mut dyn Workload) -> Result<Ps, SimError> {
+        for h in &mut self.hosts {
+            h.settle();
+        }
+        for h in w.starters() {
+            self.wake_app(h, 0);
+        }
+        while !w.finished() {
+            let Some((t, ev)) = self.queue.next() else {
+                return Err(SimError::Failed(format!(
+                    "nothing left to happen at {} ns and the workload is not done",
+                    self.now / PS_PER_NS
+                )));
+            };
+            if t > self.limit {
+                return Err(SimError::Failed(format!(
+                    "not done after {} ms of virtual time",
+                    self.limit / PS_PER_NS / 1_000_000
+                )));
+            }
+            self.now = t;
+            self.step(t, ev, w)?;
+        }
+        Ok(self.now)
+    }
+
+    fn step(&mut self, t: Ps, ev: Event, w: &mut dyn Workload) -> Result<(), SimError> {
+        match ev {
+            Event::FrameArrives { node, port, frame } => {
+                log::trace!("{} ns: {} B arrive at node {node}", t / PS_PER_NS, frame.len());
+                if let Some(d) = self.net.arrive(&mut self.queue, t, node, port, frame) {
+                    self.hosts[d.host].deliver(d.frame);
+                    self.wake_engine(d.host, t);
+                }
+            }
+            Event::QueueDrained { node, port, bytes } => self.net.drained(node, port, bytes),
+            Event::NicRuns { host } => {
+                if self.hosts[host].nic_wake != Some(t) {
+                    return Ok(());
+                }
+                self.hosts[host].nic_wake = None;
+                let free = self.hosts[host].engine_free;
+                if t < free {
+                    self.wake_engine(host, free);
+                    return Ok(());
+                }
+                let batch = self.hosts[host].run_engine(t);
+                log::trace!(
+                    "{} ns: card {host} batch: work {} frames {:?} free at {} ns, host sees {:?}",
+                    t / PS_PER_NS,
+                    batch.work,
+                    batch.frames.iter().map(|f| (f.0 / PS_PER_NS, f.1.len())).collect::<Vec<_>>(),
+                    batch.engine_free / PS_PER_NS,
+                    batch.host_sees.map(|x| x / PS_PER_NS)
+                );
+                for (ready, f) in batch.frames {
+                    self.net.transmit(&mut self.queue, host, 0, f, ready);
+                }
+                if batch.work {
+                    self.wake_engine(host, batch.engine_free);
+                } else if let Some(timer) = batch.next_timer.filter(|&x| x > t) {
+                    self.wake_engine(host, timer);
+                }
+                if let Some(at) = batch.host_sees {
+                    self.wake_app(host, at);
+                }
+            }
+            Event::AppWakes { host } => {
+                if self.hosts[host].app_wake != Some(t) {
+                    return Ok(());
+                }
+                self.hosts[host].app_wake = None;
+                let again = w.wake(host, t, &mut self.hosts)?;
+                log::trace!(
+                    "{} ns: app {host} ran until {} ns, doorbell {:?}",
+                    t / PS_PER_NS,
+                    self.hosts[host].cpu_free / PS_PER_NS,
+                    self.hosts[host].doorbell.map(|x| x / PS_PER_NS)
+                );
+                let h = &mut self.hosts[host];
+                if let Some(db) = h.doorbell.take() {
+                    let at = db + h.pcie.write_latency_ns * PS_PER_NS;
+                    self.wake_engine(host, at);
+                }
+                if let Some(at) = again {
+                    self.wake_app(host, at);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn events(&self) -> u64 {
+        self.queue.processed
+    }
+
+    pub fn network(&self) -> NetworkReport {
+        self.net.report()
+    }
+}
+
+/// One point of a sweep.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    pub size: usize,
+    pub connections: u64,
+    pub metrics: BTreeMap<String, f64>,
+    pub virtual_ns: u64,
+    pub events: u64,
+    pub cards: BTreeMap<String, CardTiming>,
+    pub network: NetworkReport,
+}
+
+/// A workload's sweep.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkloadResult {
+    pub title: String,
+    pub kind: String,
+    /// The metric a plot draws and the x axis it draws it over.
+    pub metric: String,
+    pub x: String,
+    pub points: Vec<Point>,
+    pub reference: Vec<Reference>,
+}
+
+/// A whole run's results: a pure function of the scenario (no wall-clock figure in it).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    pub seed: u64,
+    pub parameters: Resolved,
+    pub workloads: Vec<WorkloadResult>,
+}
+
+/// How fast the runner ran (wall clock; not part of the results).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Speed {
+    pub events: u64,
+    pub virtual_us: f64,
+    pub wall_seconds: f64,
+}
+
+impl Speed {
+    pub fn events_per_second(&self) -> f64 {
+        self.events as f64 / self.wall_seconds.max(1e-9)
+    }
+    pub fn virtual_us_per_wall_second(&self) -> f64 {
+        self.virtual_us / self.wall_seconds.max(1e-9)
+    }
+}
+
+/// A seed of its own for each point, derived from the scenario's.
+fn point_seed(seed: u64, workload: usize, point: usize) -> u64 {
+    seed ^ ((workload as u64) << 32 | point as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// Runs every workload of `s`, calling `progress` after each point.
+pub fn run(s: &Scenario, mut progress: impl FnMut(&str, &Point)) -> Result<(Report, Speed), SimError> {
+    let r = s.resolve()?;
+    let index = |n: &str| r.hosts.iter().position(|h| h.0 == n).expect("checked by resolve");
+    let mut speed = Speed::default();
+    let wall = Instant::now();
+    let mut workloads = Vec::new();
+    for (wi, spec) in s.workload.iter().enumerate() {
+        let mut points = Vec::new();
+        let (title, kind, metric, x, reference) = match spec {
+            WorkloadSpec::WriteLatency { title, reference, .. } => (
+                title.clone().unwrap_or_else(|| "RDMA WRITE latency".into()),
+                "write_latency",
+                "latency_us",
+                "size",
+                reference.clone(),
+            ),
+            WorkloadSpec::WriteRate { title, reference, x, .. } => (
+                title.clone().unwrap_or_else(|| "RDMA WRITE message rate".into()),
+                "write_rate",
+                "mops",
+                if x == "connections" { "connections" } else { "size" },
+                reference.clone(),
+            ),
+        };
+        let mut cases: Vec<(usize, u32)> = Vec::new();
+        match spec {
+            WorkloadSpec::WriteLatency { sizes, .. } => cases.extend(sizes.iter().map(|&s| (s, 1))),
+            WorkloadSpec::WriteRate { sizes, qps_per_client, .. } => {
+                for &q in qps_per_client {
+                    cases.extend(sizes.iter().map(|&s| (s, q)));
+                }
+            }
+        }
+        for (pi, &(size, q)) in cases.iter().enumerate() {
+            let seed = point_seed(s.seed, wi, pi);
+            let (mut sim, mut w): (Sim, Box<dyn Workload>) = match spec {
+                WorkloadSpec::WriteLatency { client, server, iterations, inline, .. } => {
+                    let mut sim = Sim::new(&r, seed, s.limit_ms, 4, 2 * size)?;
+                    let w = WriteLatency::new(&mut sim.hosts, index(client), index(server), size, *iterations, *inline)?;
+                    (sim, Box::new(w))
+                }
+                WorkloadSpec::WriteRate { clients, server, outstanding, messages, .. } => {
+                    let conns = clients.len() * q as usize;
+                    let mut sim = Sim::new(&r, seed, s.limit_ms, conns, conns * size.next_multiple_of(64))?;
+                    let cs: Vec<usize> = clients.iter().map(|c| index(c)).collect();
+                    let w = WriteRate::new(&mut sim.hosts, &cs, index(server), size, q, *outstanding, *messages)?;
+                    (sim, Box::new(w))
+                }
+            };
+            let virtual_ps = sim.run(w.as_mut())?;
+            let metrics: BTreeMap<String, f64> =
+                w.metrics().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let p = Point {
+                size,
+                connections: metrics.get("connections").map_or(1, |&c| c as u64),
+                metrics,
+                virtual_ns: virtual_ps / PS_PER_NS,
+                events: sim.events(),
+                cards: sim.hosts.iter().map(|h| (h.name.clone(), h.timing)).collect(),
+                network: sim.network(),
+            };
+            speed.events += p.events;
+            speed.virtual_us += p.virtual_ns as f64 / 1000.0;
+            progress(&title, &p);
+            points.push(p);
+        }
+        workloads.push(WorkloadResult {
+            title,
+            kind: kind.into(),
+            metric: metric.into(),
+            x: x.into(),
+            points,
+            reference,
+        });
+    }
+    speed.wall_seconds = wall.elapsed().as_secs_f64();
+    Ok((
+        Report {
+            scenario: s.name.clone(),
+            seed: s.seed,
+            parameters: r,
+            workloads,
+        },
+        speed,
+    ))
+}

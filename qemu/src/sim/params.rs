@@ -1,0 +1,160 @@
+//! The cost parameters of a simulated run, each with its default and where the default comes
+//! from (`docs/simulation.md` has the same table). A scenario's `[defaults.*]` tables and each
+//! host's, link's and switch's own keys override them key by key.
+
+use serde::{Deserialize, Serialize};
+
+/// A cable between two ports, both directions alike.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LinkParams {
+    /// Line rate, Gbit/s. Default 100: the ConnectX-4 testbed and simulation of StaR (§4,
+    /// Fig. 1).
+    pub gbps: f64,
+    /// One-way propagation delay, ns. Default 1000: LEFT's simulation ("link latency is set to
+    /// 1 us", §4.1). A few metres of direct cable are ~10 ns.
+    pub propagation_ns: u64,
+    /// Bytes each frame occupies on the line beyond the frame the NIC builds (which has no FCS):
+    /// preamble and start delimiter 8, FCS 4, minimum inter-frame gap 12 (IEEE 802.3 §4.4.2).
+    pub overhead_bytes: u32,
+    /// Probability that a frame is lost (seeded, independent per frame).
+    pub loss: f64,
+}
+
+impl Default for LinkParams {
+    fn default() -> Self {
+        LinkParams {
+            gbps: 100.0,
+            propagation_ns: 1000,
+            overhead_bytes: 24,
+            loss: 0.0,
+        }
+    }
+}
+
+/// The PCIe link between a card and its host.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PcieParams {
+    /// From a DMA read request to its data, ns. Default 1000: StaR's simulation ("PCIe latency
+    /// is set to be 1 us for RNIC to access states stored in host memory", §4).
+    pub read_latency_ns: u64,
+    /// A posted write (the CPU's doorbell to the card, the card's DMA write to host memory)
+    /// until it lands, ns. Default 500: one direction of the read round trip (assumed; no seed
+    /// paper states it).
+    pub write_latency_ns: u64,
+    /// Usable rate per direction, Gbit/s, charged on the fabric's TLP bytes (headers
+    /// included). Default 126: Gen3 x16 (8 GT/s x 16 lanes x 128/130), the slot of a 100G
+    /// ConnectX-4/5.
+    pub gbps: f64,
+}
+
+impl Default for PcieParams {
+    fn default() -> Self {
+        PcieParams {
+            read_latency_ns: 1000,
+            write_latency_ns: 500,
+            gbps: 126.0,
+        }
+    }
+}
+
+/// The NIC pipeline.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NicParams {
+    /// Processing time per packet sent or received, ns. Default 40: LEFT's per-packet budget of
+    /// a 200 Gbit/s RNIC ("all operations should converge within 40 ns", §2.2).
+    pub packet_ns: u64,
+    /// QP contexts the on-chip cache holds. Default 300: StaR ("RNIC on-chip memory can store
+    /// up to 300 connections' states", §4, from its Fig. 1).
+    pub qp_cache_entries: usize,
+    /// Memory translations the on-chip cache holds. Default 4096 (assumed; no seed paper states
+    /// the size — uRDMA's hint policy keeps the top 4096 regions, §4).
+    pub mtt_cache_entries: usize,
+    /// Bytes a QP-context miss reads from host memory. Default 256 (a ConnectX QPC is a few
+    /// hundred bytes; StaR §3.1 sizes the parts of a connection's state in tens of bytes).
+    pub qp_context_bytes: u32,
+}
+
+impl Default for NicParams {
+    fn default() -> Self {
+        NicParams {
+            packet_ns: 40,
+            qp_cache_entries: 300,
+            mtt_cache_entries: 4096,
+            qp_context_bytes: 256,
+        }
+    }
+}
+
+/// The host CPU running the application.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostParams {
+    /// CPU time to build and post one work request (WQE write, doorbell store), ns. Default
+    /// 100 (assumed: a few hundred instructions of a verbs post).
+    pub post_ns: u64,
+    /// CPU time of one look at memory or a CQ that finds something, ns. Default 50 (assumed:
+    /// a cache miss on the line the NIC wrote plus the CQE parse).
+    pub poll_ns: u64,
+}
+
+impl Default for HostParams {
+    fn default() -> Self {
+        HostParams {
+            post_ns: 100,
+            poll_ns: 50,
+        }
+    }
+}
+
+/// How a switch picks among several egress ports that lead to a destination equally short.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PathChoice {
+    /// A hash of the flow's 5-tuple: one path per flow.
+    Ecmp,
+    /// A new random path when a flow pauses longer than the flowlet gap.
+    Flowlet,
+    /// Round robin per packet (packet spraying).
+    Spray,
+}
+
+/// An output-queued switch.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SwitchParams {
+    /// Bytes each egress queue holds; a frame that does not fit is dropped. Default 4 MiB
+    /// (assumed; StaR §4 only asks for "large enough" queues).
+    pub buffer_bytes: u64,
+    /// A frame enqueued while the queue already holds at least this many bytes is marked
+    /// Congestion Experienced if its sender set ECT (RFC 3168 §5). Default 100 KiB (assumed,
+    /// a DCTCP-style K for 100 Gbit/s; no seed paper gives one).
+    pub ecn_threshold_bytes: u64,
+    /// From the frame's last bit in to its first bit out when the queue is empty, ns.
+    /// Default 300 (assumed, a datacenter switch ASIC's port-to-port latency).
+    pub forwarding_ns: u64,
+    pub path: PathChoice,
+    /// Idle time after which a flow may move to another path (flowlet switching), ns.
+    /// Default 20,000: above the 2–20 us path-RTT differences LEFT cites (§2.2), so a flowlet
+    /// switch does not reorder.
+    pub flowlet_gap_ns: u64,
+}
+
+impl Default for SwitchParams {
+    fn default() -> Self {
+        SwitchParams {
+            buffer_bytes: 4 << 20,
+            ecn_threshold_bytes: 100 << 10,
+            forwarding_ns: 300,
+            path: PathChoice::Ecmp,
+            flowlet_gap_ns: 20_000,
+        }
+    }
+}
+
+/// Serialization time of `bytes` on a line of `gbps`, in picoseconds (rounded up).
+pub fn serialization_ps(bytes: u64, gbps: f64) -> u64 {
+    ((bytes * 8) as f64 * 1000.0 / gbps).ceil() as u64
+}

@@ -1,0 +1,357 @@
+use fld_abi::wire::ipv4::Ipv4Packet;
+
+use super::events::{Event, EventQueue, Ps};
+use super::network::{mark_ce, Network};
+use super::params::{LinkParams, PathChoice, SwitchParams};
+use super::*;
+
+const MAC: [[u8; 6]; 3] = [
+    [2, 0, 0, 0, 0, 1],
+    [2, 0, 0, 0, 0, 2],
+    [2, 0, 0, 0, 0, 3],
+];
+
+/// An Ethernet/IPv4/UDP frame of `len` bytes to `dst` with the given ECN bits and UDP source
+/// port, its IPv4 checksum valid.
+fn frame(len: usize, dst: [u8; 6], ecn: u8, sport: u16) -> Vec<u8> {
+    let mut f = vec![0u8; len];
+    f[..6].copy_from_slice(&dst);
+    f[6..12].copy_from_slice(&MAC[0]);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut f[14..34]);
+        ip.set_version_and_header_len(20);
+        ip.set_dscp_ecn(ecn);
+        ip.set_total_len((len - 14) as u16);
+        ip.set_hop_limit(64);
+        ip.set_next_header(17);
+        ip.set_src_addr([10, 0, 0, 1]);
+        ip.set_dst_addr([10, 0, 0, 2]);
+        ip.fill_checksum();
+    }
+    f[34..36].copy_from_slice(&sport.to_be_bytes());
+    f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+    f
+}
+
+/// Runs the network's events; returns what reached hosts, with arrival times.
+fn drain(net: &mut Network, q: &mut EventQueue) -> Vec<(Ps, usize, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let Some((t, ev)) = q.next() {
+        match ev {
+            Event::FrameArrives { node, port, frame } => {
+                if let Some(d) = net.arrive(q, t, node, port, frame) {
+                    out.push((t, d.host, d.frame));
+                }
+            }
+            Event::QueueDrained { node, port, bytes } => net.drained(node, port, bytes),
+            _ => unreachable!("no cards here"),
+        }
+    }
+    out
+}
+
+fn link(gbps: f64, propagation_ns: u64) -> LinkParams {
+    LinkParams {
+        gbps,
+        propagation_ns,
+        overhead_bytes: 24,
+        loss: 0.0,
+    }
+}
+
+fn names(n: &[&str]) -> Vec<String> {
+    n.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn link_serialization_and_propagation_are_exact() {
+    let hosts = names(&["a", "b"]);
+    let mut net = Network::new(&hosts, &[], &[([hosts[0].clone(), hosts[1].clone()], link(10.0, 1234))], 1).unwrap();
+    let mut q = EventQueue::default();
+    // One 1000-byte frame (1024 bytes on the line) at 10 Gbit/s: 819.2 ns, then 1234 ns.
+    let end = net.transmit(&mut q, 0, 0, vec![0; 1000], 5_000);
+    assert_eq!(end, 5_000 + 819_200);
+    let got = drain(&mut net, &mut q);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].0, 5_000 + 819_200 + 1_234_000);
+    assert_eq!(got[0].1, 1);
+
+    // Back to back: ten frames ready at once leave one serialization time apart.
+    let t0 = 10_000_000;
+    for _ in 0..10 {
+        net.transmit(&mut q, 0, 0, vec![0; 1000], t0);
+    }
+    let got = drain(&mut net, &mut q);
+    let times: Vec<Ps> = got.iter().map(|g| g.0).collect();
+    let want: Vec<Ps> = (1..=10).map(|i| t0 + i * 819_200 + 1_234_000).collect();
+    assert_eq!(times, want);
+
+    // A frame ready after the line went idle starts when it is ready; one ready while the line
+    // is busy waits for it. Both directions are independent lines.
+    let t1 = 20_000_000;
+    net.transmit(&mut q, 0, 0, vec![0; 100], t1);
+    net.transmit(&mut q, 0, 0, vec![0; 100], t1 + 10);
+    net.transmit(&mut q, 1, 0, vec![0; 100], t1);
+    let got = drain(&mut net, &mut q);
+    let ser = 124 * 8 * 100; // 124 bytes on the line at 10 ps per bit
+    let mut to_b: Vec<Ps> = got.iter().filter(|g| g.1 == 1).map(|g| g.0).collect();
+    to_b.sort();
+    assert_eq!(to_b, vec![t1 + ser + 1_234_000, t1 + 2 * ser + 1_234_000]);
+    let to_a: Vec<Ps> = got.iter().filter(|g| g.1 == 0).map(|g| g.0).collect();
+    assert_eq!(to_a, vec![t1 + ser + 1_234_000]);
+    let r = net.report();
+    assert_eq!(r.lines[0].counters.frames, 13);
+    assert_eq!(r.lines[0].counters.bytes, 11 * 1000 + 2 * 100);
+}
+
+#[test]
+fn switch_queue_drops_and_marks_exactly_at_its_thresholds() {
+    let hosts = names(&["a", "b"]);
+    let len = 1000u64;
+    let sw = SwitchParams {
+        buffer_bytes: 5 * len + len / 2,
+        ecn_threshold_bytes: 2 * len,
+        forwarding_ns: 0,
+        ..Default::default()
+    };
+    let links = [
+        (["a".to_string(), "s".to_string()], link(100.0, 0)),
+        (["s".to_string(), "b".to_string()], link(100.0, 0)),
+    ];
+    let mut net = Network::new(&hosts, &[("s".into(), sw)], &links, 1).unwrap();
+    net.set_host_mac(0, MAC[0]);
+    net.set_host_mac(1, MAC[1]);
+    let mut q = EventQueue::default();
+    // Eight frames reach the switch at the same instant: the queue holds 0, 1000, ... bytes as
+    // each arrives. ECN-capable except the seventh.
+    for k in 0..8u16 {
+        let ecn = if k == 6 { 0 } else { 0b10 };
+        let f = frame(len as usize, MAC[1], ecn, k);
+        q.schedule(1_000, Event::FrameArrives { node: 2, port: 0, frame: f });
+    }
+    let got = drain(&mut net, &mut q);
+    // 0..=4 fit (the fifth makes 5000 <= 5500), the sixth onwards would exceed the buffer.
+    assert_eq!(got.len(), 5);
+    let ce: Vec<bool> = got
+        .iter()
+        .map(|g| {
+            let ip = Ipv4Packet::new_unchecked(&g.2[14..34]);
+            assert!(ip.verify_checksum(), "checksum fixed after marking");
+            ip.dscp_ecn() & 3 == 3
+        })
+        .collect();
+    // Marked when the queue already held >= 2000 bytes: the third frame on.
+    assert_eq!(ce, vec![false, false, true, true, true]);
+    let r = net.report();
+    let egress = r.queues.iter().find(|x| x.port == 1).unwrap().counters;
+    assert_eq!(egress.enqueued, 5);
+    assert_eq!(egress.dropped, 3);
+    assert_eq!(egress.ecn_marked, 3);
+    assert_eq!(egress.max_bytes, 5 * len);
+    assert_eq!(net.queued(2, 1), 0, "drained once sent");
+
+    // The frame that was not ECN-capable over the threshold is counted, not marked.
+    let mut q = EventQueue::default();
+    for k in 0..4u16 {
+        let ecn = if k == 3 { 0 } else { 0b10 };
+        q.schedule(9_000_000, Event::FrameArrives { node: 2, port: 0, frame: frame(len as usize, MAC[1], ecn, k) });
+    }
+    let got = drain(&mut net, &mut q);
+    assert_eq!(got.len(), 4);
+    let egress = net.report().queues.iter().find(|x| x.port == 1).unwrap().counters;
+    assert_eq!(egress.not_ect_over_threshold, 1);
+    assert_eq!(egress.ecn_marked, 4);
+    let last = Ipv4Packet::new_unchecked(&got[3].2[14..34]);
+    assert_eq!(last.dscp_ecn() & 3, 0);
+}
+
+#[test]
+fn mark_ce_leaves_non_ip_frames_alone() {
+    let mut arp = vec![0u8; 60];
+    arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    let before = arp.clone();
+    assert!(!mark_ce(&mut arp));
+    assert_eq!(arp, before);
+}
+
+/// Two switches joined by four parallel links; frames of `flows` flows from a to b.
+fn parallel_paths(path: PathChoice, flows: u16, frames: u16, gap_ns: u64) -> Vec<u64> {
+    let hosts = names(&["a", "b"]);
+    let sw = SwitchParams {
+        path,
+        flowlet_gap_ns: 1_000,
+        forwarding_ns: 0,
+        ..Default::default()
+    };
+    let mut links = vec![(["a".to_string(), "s1".to_string()], link(100.0, 0))];
+    for _ in 0..4 {
+        links.push((["s1".to_string(), "s2".to_string()], link(100.0, 0)));
+    }
+    links.push((["s2".to_string(), "b".to_string()], link(100.0, 0)));
+    let mut net = Network::new(&hosts, &[("s1".into(), sw.clone()), ("s2".into(), sw)], &links, 7).unwrap();
+    net.set_host_mac(0, MAC[0]);
+    net.set_host_mac(1, MAC[1]);
+    let mut q = EventQueue::default();
+    for i in 0..frames {
+        let f = frame(100, MAC[1], 0, 1000 + i % flows);
+        q.schedule(u64::from(i) * gap_ns * 1000, Event::FrameArrives { node: 2, port: 0, frame: f });
+    }
+    let got = drain(&mut net, &mut q);
+    assert_eq!(got.len(), frames as usize);
+    // Frames per parallel link (direction s1 -> s2).
+    net.report()
+        .lines
+        .iter()
+        .filter(|l| l.from == "s1" && l.to == "s2")
+        .map(|l| l.counters.frames)
+        .collect()
+}
+
+#[test]
+fn path_choice_per_flow_flowlet_and_packet() {
+    // Spraying: round robin, every link the same share.
+    assert_eq!(parallel_paths(PathChoice::Spray, 1, 400, 10), vec![100; 4]);
+    // ECMP: one flow stays on one link.
+    let one = parallel_paths(PathChoice::Ecmp, 1, 400, 10);
+    assert_eq!(one.iter().filter(|&&n| n > 0).count(), 1);
+    // Many flows spread over all links.
+    let many = parallel_paths(PathChoice::Ecmp, 64, 640, 10);
+    assert!(many.iter().all(|&n| n > 0), "{many:?}");
+    // Flowlets: a flow with gaps below the flowlet gap stays put ...
+    let tight = parallel_paths(PathChoice::Flowlet, 1, 400, 500);
+    assert_eq!(tight.iter().filter(|&&n| n > 0).count(), 1, "{tight:?}");
+    // ... and with gaps above it moves between links.
+    let loose = parallel_paths(PathChoice::Flowlet, 1, 400, 2_000);
+    assert!(loose.iter().filter(|&&n| n > 0).count() > 1, "{loose:?}");
+}
+
+const SMALL: &str = r#"
+name = "small"
+seed = 5
+[defaults.link]
+propagation_ns = 500
+[[host]]
+name = "a"
+[[host]]
+name = "b"
+[[host]]
+name = "c"
+[[switch]]
+name = "s"
+[[link]]
+ends = ["a", "s"]
+loss = 0.01
+[[link]]
+ends = ["c", "s"]
+[[link]]
+ends = ["s", "b"]
+[[workload]]
+kind = "write_latency"
+client = "a"
+server = "b"
+sizes = [8, 2048]
+iterations = 20
+[[workload]]
+kind = "write_rate"
+clients = ["a", "c"]
+server = "b"
+sizes = [64]
+qps_per_client = [4]
+outstanding = 16
+messages = 2000
+"#;
+
+fn results(text: &str) -> (Report, String) {
+    let s = Scenario::parse(text).unwrap();
+    let (r, _) = run(&s, |_, _| {}).unwrap();
+    let json = serde_json::to_string(&r).unwrap();
+    (r, json)
+}
+
+#[test]
+fn the_same_scenario_gives_byte_identical_results() {
+    let (r, first) = results(SMALL);
+    let (_, second) = results(SMALL);
+    assert_eq!(first, second);
+    // The run did real work: latencies, a rate, lost frames recovered by the transport.
+    let lat = &r.workloads[0].points[0];
+    assert!(lat.metrics["latency_us"] > 1.0, "{:?}", lat.metrics);
+    let rate = &r.workloads[1].points[0];
+    assert!(rate.metrics["mops"] > 0.1, "{:?}", rate.metrics);
+    assert_eq!(rate.connections, 8);
+    let lost: u64 = r.workloads.iter().flat_map(|w| &w.points).flat_map(|p| &p.network.lines).map(|l| l.counters.lost).sum();
+    assert!(lost > 0, "1 % loss on a-s lost nothing");
+    // Another seed loses other frames: the results differ.
+    let (_, other) = results(&SMALL.replace("seed = 5", "seed = 6"));
+    assert_ne!(first, other);
+}
+
+fn cache_scenario(qp_entries: u64, mtt_entries: u64) -> String {
+    format!(
+        r#"
+name = "caches"
+[defaults.nic]
+qp_cache_entries = {qp_entries}
+mtt_cache_entries = {mtt_entries}
+[[host]]
+name = "a"
+[[host]]
+name = "b"
+[[link]]
+ends = ["a", "b"]
+[[workload]]
+kind = "write_rate"
+clients = ["a"]
+server = "b"
+sizes = [64, 8192]
+qps_per_client = [16]
+outstanding = 16
+messages = 3000
+"#
+    )
+}
+
+/// Everything a run measured, without the cache sizes it was given.
+fn measured(r: &Report) -> String {
+    serde_json::to_string(&r.workloads).unwrap()
+}
+
+#[test]
+fn caches_large_enough_equal_infinite_caches() {
+    // 16 + 16 QPs and a few pages each side: 64 QP contexts and 64 translations hold them all.
+    let (fits, _) = results(&cache_scenario(64, 64));
+    let (infinite, _) = results(&cache_scenario(1 << 40, 1 << 40));
+    assert_eq!(measured(&fits), measured(&infinite));
+    // Only the first touch of each context misses.
+    let p = &fits.workloads[0].points[0];
+    assert_eq!(p.cards["a"].qp_cache_misses, 16);
+    // Too small a QP cache misses all the time, and costs time.
+    let (small, _) = results(&cache_scenario(4, 64));
+    let q = &small.workloads[0].points[0];
+    assert!(q.cards["a"].qp_cache_misses > 10 * 16, "{:?}", q.cards["a"]);
+    assert!(q.metrics["mops"] < p.metrics["mops"] * 0.8, "{} vs {}", q.metrics["mops"], p.metrics["mops"]);
+}
+
+#[test]
+fn bad_scenarios_are_refused_with_a_reason() {
+    let bad = [
+        (SMALL.replace("loss = 0.01", "los = 0.01"), "los"),
+        (SMALL.replace("server = \"b\"\nsizes = [8", "server = \"z\"\nsizes = [8"), "z"),
+        (SMALL.replace("ends = [\"c\", \"s\"]", "ends = [\"c\", \"q\"]"), "q"),
+    ];
+    for (text, word) in bad {
+        let e = match Scenario::parse(&text) {
+            Ok(s) => run(&s, |_, _| {}).err().expect("refused").to_string(),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(word), "{e}");
+    }
+}
+
+#[test]
+fn the_calibration_scenario_parses() {
+    let text = include_str!("../../scenarios/calibration.toml");
+    let s = Scenario::parse(text).unwrap();
+    assert_eq!(s.workload.len(), 2);
+}

@@ -1,0 +1,439 @@
+//! The host software of a simulated run: event-driven applications on the verbs API. Each runs
+//! when the runner wakes it (its card wrote to host memory, or it asked to continue), does what a
+//! polling application does at that moment — look at memory, poll its CQ, post work requests —
+//! and charges the host CPU for it ([`SimHost::cpu_begin`], [`SimHost::cpu_post`]).
+//!
+//! * [`WriteLatency`]: `ib_write_lat`'s ping-pong: A writes `size` bytes into B's buffer, B sees
+//!   the last byte change and writes back; the one-way latency is half the round trip.
+//! * [`WriteRate`]: `ib_write_bw`'s stream over many connections: each client keeps
+//!   `outstanding` WRITEs in flight on each of its QPs to the server, signalling every 16th
+//!   (perftest's CQ moderation), until every QP sent its share.
+
+use fld_abi::wire::roce::ipv4_gid;
+use fld_host::verbs::*;
+
+use super::card::SimHost;
+use super::events::Ps;
+use super::SimError;
+
+/// Work requests one application step posts at most before it lets the card see them.
+const POST_BATCH: u64 = 32;
+/// perftest's default completion moderation.
+const MODERATION: u64 = 16;
+/// Inline data a QP takes (perftest's default for WRITE latency).
+const MAX_INLINE: u32 = 220;
+
+/// An application spread over the hosts of a run.
+pub trait Workload {
+    /// Hosts whose application starts at time 0.
+    fn starters(&self) -> Vec<usize>;
+    /// Host `host`'s application runs at `now`; it may ask to run again at a later time.
+    fn wake(&mut self, host: usize, now: Ps, hosts: &mut [SimHost]) -> Result<Option<Ps>, SimError>;
+    fn finished(&self) -> bool;
+    /// The figures of the run, by name.
+    fn metrics(&self) -> Vec<(&'static str, f64)>;
+}
+
+/// One end's verbs objects.
+struct End {
+    _pd: Pd,
+    mr: Mr,
+    cq: Cq,
+}
+
+fn end(ctx: &mut Context, buf: usize, cq_entries: u32) -> Result<End, VerbsError> {
+    let pd = ctx.alloc_pd()?;
+    let mr = ctx.reg_mr(&pd, buf, access::ALL)?;
+    let cq = ctx.create_cq(cq_entries, None)?;
+    Ok(End { _pd: pd, mr, cq })
+}
+
+fn rc_qp(ctx: &mut Context, e: &End, send_wr: u32) -> Result<Qp, VerbsError> {
+    ctx.create_qp(
+        &e._pd,
+        &QpInitAttr {
+            send_cq: &e.cq,
+            recv_cq: &e.cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: send_wr,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: MAX_INLINE,
+            },
+            sq_sig_all: false,
+        },
+    )
+}
+
+/// Connects QP `qa` of host `a` and `qb` of host `b` to each other (no ARP: each side is told
+/// the other's MAC). Packets carry ECT(0) so switches can mark them.
+fn connect(hosts: &mut [SimHost], (a, qa): (usize, &Qp), (b, qb): (usize, &Qp)) -> Result<(), VerbsError> {
+    for (me, q, peer, pq) in [(a, qa, b, qb), (b, qb, a, qa)] {
+        let (mac, ip) = (hosts[peer].mac, hosts[peer].ip);
+        let ctx = &mut hosts[me].ctx;
+        ctx.init_rc(q, access::REMOTE)?;
+        let c = RcConnection {
+            dmac: mac,
+            traffic_class: 0b10,
+            ..RcConnection::new(pq.qp_num(), ipv4_gid(ip))
+        };
+        ctx.connect_rc(q, &c)?;
+    }
+    Ok(())
+}
+
+fn reap(cq: &mut Cq, wc: &mut [Wc]) -> Result<usize, SimError> {
+    let n = cq.poll(wc);
+    if let Some(w) = wc[..n].iter().find(|w| w.status != WcStatus::Success) {
+        return Err(SimError::Failed(format!("completion in error: {w:?}")));
+    }
+    Ok(n)
+}
+
+/// `ib_write_lat` between hosts `a` and `b`.
+pub struct WriteLatency {
+    a: usize,
+    size: usize,
+    inline: bool,
+    ends: [End; 2],
+    qps: [Qp; 2],
+    iterations: u64,
+    /// The current round trip (from 1), whose number the last byte carries.
+    round: u64,
+    /// The round B last echoed.
+    echoed: u64,
+    started_at: Ps,
+    samples: Vec<Ps>,
+}
+
+impl WriteLatency {
+    pub fn new(
+        hosts: &mut [SimHost],
+        a: usize,
+        b: usize,
+        size: usize,
+        iterations: u64,
+        inline: bool,
+    ) -> Result<Self, SimError> {
+        // The first half receives, the second half is the source of this side's WRITEs.
+        let buf = 2 * size.max(64).next_multiple_of(4096);
+        let ea = end(&mut hosts[a].ctx, buf, 256)?;
+        let eb = end(&mut hosts[b].ctx, buf, 256)?;
+        let qa = rc_qp(&mut hosts[a].ctx, &ea, 64)?;
+        let qb = rc_qp(&mut hosts[b].ctx, &eb, 64)?;
+        connect(hosts, (a, &qa), (b, &qb))?;
+        Ok(WriteLatency {
+            a,
+            size: size.max(1),
+            inline: inline && size <= MAX_INLINE as usize,
+            ends: [ea, eb],
+            qps: [qa, qb],
+            iterations,
+            round: 0,
+            echoed: 0,
+            started_at: 0,
+            samples: Vec::with_capacity(iterations as usize),
+        })
+    }
+
+    fn mark(&self) -> u8 {
+        (self.round % 255 + 1) as u8
+    }
+
+    /// Side `s` writes the current round's buffer to the other side.
+    fn send(&mut self, s: usize, host: &mut SimHost) -> Result<(), SimError> {
+        let e = &self.ends[s];
+        let peer = &self.ends[1 - s];
+        let source = e.mr.len() / 2;
+        e.mr.write(source + self.size - 1, &[self.mark()]);
+        let sge = [e.mr.sge(source, self.size)];
+        let mut wr = SendWr::new(
+            self.round,
+            WrOpcode::RdmaWrite {
+                remote_addr: peer.mr.addr(),
+                rkey: peer.mr.rkey(),
+            },
+            &sge,
+        );
+        wr.inline = self.inline;
+        self.qps[s].post_send(&[wr])?;
+        host.cpu_post(1);
+        Ok(())
+    }
+
+    fn arrived(&self, s: usize) -> bool {
+        let mut last = [0u8];
+        self.ends[s].mr.read(self.size - 1, &mut last);
+        last[0] == self.mark()
+    }
+}
+
+impl Workload for WriteLatency {
+    fn starters(&self) -> Vec<usize> {
+        vec![self.a]
+    }
+
+    fn wake(&mut self, host: usize, now: Ps, hosts: &mut [SimHost]) -> Result<Option<Ps>, SimError> {
+        let s = if host == self.a { 0 } else { 1 };
+        let h = &mut hosts[host];
+        let t = h.cpu_begin(now);
+        let mut wc = [Wc::EMPTY; 16];
+        while reap(&mut self.ends[s].cq, &mut wc)? > 0 {}
+        if self.round == 0 {
+            if s == 0 {
+                // The first round starts here.
+                self.round = 1;
+                self.started_at = t;
+                self.send(0, h)?;
+            }
+            return Ok(None);
+        }
+        if self.finished() || !self.arrived(s) {
+            return Ok(None);
+        }
+        if s == 1 {
+            // B echoes each round once.
+            if self.echoed < self.round {
+                self.echoed = self.round;
+                self.send(1, h)?;
+            }
+            return Ok(None);
+        }
+        if self.samples.len() as u64 >= self.round {
+            return Ok(None);
+        }
+        self.samples.push(t - self.started_at);
+        if self.round >= self.iterations {
+            return Ok(None);
+        }
+        self.round += 1;
+        self.started_at = t;
+        self.send(0, h)?;
+        Ok(None)
+    }
+
+    fn finished(&self) -> bool {
+        self.samples.len() as u64 >= self.iterations
+    }
+
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        let mut one_way: Vec<f64> = self.samples.iter().map(|&p| p as f64 / 2e6).collect();
+        one_way.sort_by(f64::total_cmp);
+        if one_way.is_empty() {
+            return Vec::new();
+        }
+        let at = |q: f64| one_way[((one_way.len() - 1) as f64 * q).round() as usize];
+        let mean = one_way.iter().sum::<f64>() / one_way.len() as f64;
+        vec![
+            ("latency_us", at(0.5)),
+            ("latency_p99_us", at(0.99)),
+            ("latency_mean_us", mean),
+            ("rtt_us", at(0.5) * 2.0),
+        ]
+    }
+}
+
+/// One connection of a [`WriteRate`] run.
+struct Conn {
+    client: usize,
+    qp: Qp,
+    /// Where in the server's buffer this connection writes.
+    remote_offset: u64,
+    posted: u64,
+    done: u64,
+}
+
+/// `ib_write_bw` from many clients' QPs to one server.
+pub struct WriteRate {
+    size: usize,
+    outstanding: u64,
+    moderation: u64,
+    per_conn: u64,
+    conns: Vec<Conn>,
+    /// Per host: its end (clients and server) and its connections (clients).
+    ends: Vec<Option<End>>,
+    by_client: Vec<Vec<usize>>,
+    server_addr: u64,
+    server_rkey: u32,
+    clients: Vec<usize>,
+    completed: u64,
+    total: u64,
+    first_post: Option<Ps>,
+    warm_at: Option<Ps>,
+    end_at: Option<Ps>,
+    warm: u64,
+}
+
+impl WriteRate {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        hosts: &mut [SimHost],
+        clients: &[usize],
+        server: usize,
+        size: usize,
+        qps_per_client: u32,
+        outstanding: u32,
+        messages: u64,
+    ) -> Result<Self, SimError> {
+        let size = size.max(1);
+        let outstanding = u64::from(outstanding.max(1));
+        let moderation = if outstanding % MODERATION == 0 {
+            MODERATION
+        } else {
+            1
+        };
+        let n_conns = clients.len() as u64 * u64::from(qps_per_client.max(1));
+        let per_conn = messages.div_ceil(n_conns).max(1);
+        let slot = size.next_multiple_of(64) as u64;
+        let cq_entries = |conns: u64| {
+            (conns * outstanding.div_ceil(moderation) + 64).min((1 << 16) - 1) as u32
+        };
+        let mut ends: Vec<Option<End>> = (0..hosts.len()).map(|_| None).collect();
+        let server_buf = (slot * n_conns).next_multiple_of(4096) as usize;
+        ends[server] = Some(end(&mut hosts[server].ctx, server_buf, 64)?);
+        let mut conns = Vec::new();
+        let mut by_client = vec![Vec::new(); hosts.len()];
+        for &c in clients {
+            let e = end(
+                &mut hosts[c].ctx,
+                slot.next_multiple_of(4096) as usize,
+                cq_entries(u64::from(qps_per_client)),
+            )?;
+            for _ in 0..qps_per_client.max(1) {
+                let qp = rc_qp(&mut hosts[c].ctx, &e, outstanding as u32)?;
+                let sq = rc_qp(
+                    &mut hosts[server].ctx,
+                    ends[server].as_ref().expect("made above"),
+                    1,
+                )?;
+                connect(hosts, (c, &qp), (server, &sq))?;
+                // The server's QP only answers; its handle is not needed again (the QP
+                // lives until the card goes).
+                std::mem::forget(sq);
+                by_client[c].push(conns.len());
+                conns.push(Conn {
+                    client: c,
+                    qp,
+                    remote_offset: slot * conns.len() as u64,
+                    posted: 0,
+                    done: 0,
+                });
+            }
+            ends[c] = Some(e);
+        }
+        let se = ends[server].as_ref().expect("made above");
+        let total = per_conn * n_conns;
+        Ok(WriteRate {
+            size,
+            outstanding,
+            moderation,
+            per_conn,
+            server_addr: se.mr.addr(),
+            server_rkey: se.mr.rkey(),
+            conns,
+            ends,
+            by_client,
+            clients: clients.to_vec(),
+            completed: 0,
+            total,
+            first_post: None,
+            warm_at: None,
+            end_at: None,
+            warm: total / 10,
+        })
+    }
+
+    /// Posts up to [`POST_BATCH`] WRITEs on host `c`'s connections; whether more could go.
+    fn post(&mut self, c: usize, h: &mut SimHost) -> Result<bool, SimError> {
+        let e = self.ends[c].as_ref().expect("client end");
+        let sge = [e.mr.sge(0, self.size)];
+        let mut budget = POST_BATCH;
+        for &i in &self.by_client[c] {
+            let conn = &mut self.conns[i];
+            while budget > 0 && conn.posted < self.per_conn && conn.posted - conn.done < self.outstanding {
+                let seq = conn.posted + 1;
+                let mut wr = SendWr::new(
+                    (i as u64) << 32 | seq,
+                    WrOpcode::RdmaWrite {
+                        remote_addr: self.server_addr + conn.remote_offset,
+                        rkey: self.server_rkey,
+                    },
+                    &sge,
+                );
+                wr.signaled = seq % self.moderation == 0 || seq == self.per_conn;
+                conn.qp.post_send(&[wr])?;
+                conn.posted = seq;
+                budget -= 1;
+                h.cpu_post(1);
+                self.first_post.get_or_insert(h.cpu_free);
+            }
+            if budget == 0 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+impl Workload for WriteRate {
+    fn starters(&self) -> Vec<usize> {
+        self.clients.clone()
+    }
+
+    fn wake(&mut self, host: usize, now: Ps, hosts: &mut [SimHost]) -> Result<Option<Ps>, SimError> {
+        if !self.clients.contains(&host) {
+            return Ok(None);
+        }
+        let h = &mut hosts[host];
+        let t = h.cpu_begin(now);
+        let mut wc = [Wc::EMPTY; 64];
+        loop {
+            let cq = &mut self.ends[host].as_mut().expect("client end").cq;
+            let n = reap(cq, &mut wc)?;
+            if n == 0 {
+                break;
+            }
+            for w in &wc[..n] {
+                let conn = &mut self.conns[(w.wr_id >> 32) as usize];
+                let seq = w.wr_id & 0xffff_ffff;
+                if seq > conn.done && conn.client == host {
+                    self.completed += seq - conn.done;
+                    conn.done = seq;
+                }
+            }
+        }
+        if self.warm_at.is_none() && self.completed >= self.warm {
+            self.warm_at = Some(t);
+        }
+        if self.end_at.is_none() && self.completed >= self.total {
+            self.end_at = Some(t);
+        }
+        let more = self.post(host, h)?;
+        Ok(more.then_some(h.cpu_free))
+    }
+
+    fn finished(&self) -> bool {
+        self.end_at.is_some()
+    }
+
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        let (Some(w), Some(e)) = (self.warm_at, self.end_at) else {
+            return Vec::new();
+        };
+        let secs = (e - w) as f64 / 1e12;
+        let msgs = (self.total - self.warm) as f64;
+        let mops = if secs > 0.0 { msgs / secs / 1e6 } else { 0.0 };
+        vec![
+            ("mops", mops),
+            ("gbps", mops * 1e6 * self.size as f64 * 8.0 / 1e9),
+            ("messages", self.total as f64),
+            ("connections", self.conns.len() as f64),
+            (
+                "run_us",
+                (e - self.first_post.unwrap_or(0)) as f64 / 1e6,
+            ),
+        ]
+    }
+}
