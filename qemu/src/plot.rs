@@ -39,7 +39,8 @@ impl Chart<'_> {
 
     /// Writes `charts` to `path` as one SVG, one panel above the other.
     pub fn write_panels(charts: &[Chart], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
-        let root = SVGBackend::new(path, (800, 500 * charts.len().max(1) as u32)).into_drawing_area();
+        let root =
+            SVGBackend::new(path, (800, 500 * charts.len().max(1) as u32)).into_drawing_area();
         root.fill(&WHITE)?;
         let panels = root.split_evenly((charts.len().max(1), 1));
         for (chart, area) in charts.iter().zip(panels.iter()) {

@@ -1187,3 +1187,62 @@ fn the_translation_cache_hits_misses_and_forgets_a_deregistered_region() {
     assert_eq!(got, msg, "the new pages got the data");
     assert!(h.guard_intact());
 }
+
+/// What a QP-context miss and a multi-packet WRITE cost on the PCIe link: a QP whose context is
+/// not on chip reads `qp_context_bytes` from context memory (one read operation, its TLPs
+/// counted), and the WQE a QP executes is fetched once, not once per packet — an 8 KiB WRITE
+/// (8 packets at the 1 KiB MTU) with a one-block WQE and one gather entry reads that block once
+/// and its 8 KiB of data per packet.
+#[test]
+fn a_context_miss_reads_context_memory_and_a_wqe_is_fetched_once() {
+    let run = |qp_context_bytes: u32| {
+        let h = MockHost::nic(
+            NicConfig {
+                qp_context_bytes,
+                ..Default::default()
+            },
+            4 << 20,
+        );
+        let mut a = h.create_rdma_qp(0, [10, 1, 0, 1], 1 << 14);
+        let b = h.create_rdma_qp(1, [10, 1, 0, 2], 1 << 14);
+        h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 7);
+        h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 7);
+        let s = [a.sge(0, 8192)];
+        a.post_send(
+            &h,
+            &RdmaWqe {
+                opcode: WQE_OP_RDMA_WRITE,
+                signal: true,
+                solicited: false,
+                fence: false,
+                imm: 0,
+                remote: Some((b.buf, b.key)),
+                atomic: None,
+                data: WqeData::Gather(&s),
+            },
+        );
+        let (fa, fb) = (h.nic_fid(0), h.nic_fid(1));
+        let before = (h.fabric.read_operations(fa), h.fabric.stats(fa));
+        h.run(1000);
+        let c = a.cq.poll_cqe(&h).expect("the WRITE completed");
+        assert_eq!((c.opcode(), c.syndrome), (CQE_REQ, 0));
+        let reads_a = h.fabric.read_operations(fa) - before.0;
+        let bytes_a = h.fabric.stats(fa).since(&before.1).down_payload_bytes;
+        (reads_a, bytes_a, h.fabric.read_operations(fb))
+    };
+    let (reads, bytes, _) = run(256);
+    // A: its QP context (missed once), the WQE's block, 8 data reads of 1 KiB, and 2 MTT
+    // entries (the buffer spans two pages).
+    assert_eq!(reads, 1 + 1 + 8 + 2, "read operations of the requester");
+    assert_eq!(
+        bytes,
+        256 + 64 + 8192 + 2 * 8,
+        "bytes read by the requester"
+    );
+    let (_, bytes_512, _) = run(512);
+    assert_eq!(
+        bytes_512 - bytes,
+        256,
+        "the context read follows qp_context_bytes"
+    );
+}

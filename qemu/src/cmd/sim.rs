@@ -124,7 +124,8 @@ fn print_report(r: &Report, speed: &Speed) {
         }
         for p in &w.points {
             let m = |k: &str| p.metrics.get(k).copied().unwrap_or(f64::NAN);
-            let misses = |f: fn(&sim::card::CardTiming) -> u64| -> u64 { p.cards.values().map(f).sum() };
+            let misses =
+                |f: fn(&sim::card::CardTiming) -> u64| -> u64 { p.cards.values().map(f).sum() };
             let qpc = misses(|c| c.qp_cache_misses);
             let mtt = misses(|c| c.mtt_cache_misses);
             let reference = reference_at(w, x_of(w, p))

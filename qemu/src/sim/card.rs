@@ -31,18 +31,18 @@ use fld_host::verbs::{Context, VerbsError};
 use serde::Serialize;
 
 use super::events::{Ps, PS_PER_NS};
+use super::network::FramePool;
 use super::params::{serialization_ps, HostParams, NicParams, PcieParams};
 
 /// The card's end of its uplink cable: frames the network delivered wait in `inbox` until the
 /// engine takes them; frames the engine sends collect in `outbox` until the runner puts them on
 /// the line.
-#[derive(Default)]
 pub struct Port {
     pub inbox: VecDeque<Vec<u8>>,
     pub outbox: Vec<Vec<u8>>,
     /// Frames the engine took from `inbox` since the runner last looked.
     pub received: u64,
-    spare: Vec<Vec<u8>>,
+    pool: FramePool,
 }
 
 struct PortWire(Arc<Mutex<Port>>);
@@ -50,9 +50,7 @@ struct PortWire(Arc<Mutex<Port>>);
 impl Wire for PortWire {
     fn transmit(&mut self, frame: &[u8]) {
         let mut p = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let mut b = p.spare.pop().unwrap_or_default();
-        b.clear();
-        b.extend_from_slice(frame);
+        let b = p.pool.take(frame);
         p.outbox.push(b);
     }
     fn receive(&mut self, buf: &mut [u8]) -> Option<usize> {
@@ -61,7 +59,7 @@ impl Wire for PortWire {
         p.received += 1;
         let n = f.len().min(buf.len());
         buf[..n].copy_from_slice(&f[..n]);
-        p.spare.push(f);
+        p.pool.give(f);
         Some(n)
     }
 }
@@ -101,12 +99,31 @@ pub struct Batch {
     pub work: bool,
     /// When the engine can start its next batch.
     pub engine_free: Ps,
-    /// When each frame the batch sent is ready for the line.
-    pub frames: Vec<(Ps, Vec<u8>)>,
+    /// The frames the batch sent.
+    pub frames: Frames,
     /// When the batch's writes land in host memory (None: it wrote nothing there).
     pub host_sees: Option<Ps>,
     /// The earliest transport timer of the card, if one is armed.
     pub next_timer: Option<Ps>,
+}
+
+/// The frames of a batch: the k-th of n is ready for the line at `first + spread * (k + 1) / n`.
+pub struct Frames {
+    pub frames: Vec<Vec<u8>>,
+    pub first: Ps,
+    pub spread: Ps,
+}
+
+impl Frames {
+    /// Each frame with the time it is ready.
+    pub fn drain(&mut self) -> impl Iterator<Item = (Ps, Vec<u8>)> + '_ {
+        let n = self.frames.len() as u64;
+        let (first, spread) = (self.first, self.spread);
+        self.frames
+            .drain(..)
+            .enumerate()
+            .map(move |(k, f)| (first + spread * (k as u64 + 1) / n, f))
+    }
 }
 
 /// One machine of the simulation.
@@ -133,6 +150,8 @@ pub struct SimHost {
     pub cpu_free: Ps,
     /// When the last doorbell of the application's current step was rung.
     pub doorbell: Option<Ps>,
+    /// The emptied frame list of the previous batch, reused.
+    outbox_spare: Vec<Vec<u8>>,
 }
 
 impl SimHost {
@@ -143,9 +162,8 @@ impl SimHost {
         index: u16,
         ip: [u8; 4],
         memory_bytes: usize,
-        nic: NicParams,
-        pcie: PcieParams,
-        cpu: HostParams,
+        (nic, pcie, cpu): (NicParams, PcieParams, HostParams),
+        pool: FramePool,
     ) -> Result<Self, VerbsError> {
         let card = Card::new(CardConfig {
             nic: NicConfig {
@@ -166,7 +184,12 @@ impl SimHost {
             .ok_or(VerbsError::Invalid("the card has no NIC function"))?;
         let mut ctx = Context::open(host.device(fid))?;
         ctx.add_ip(std::net::Ipv4Addr::from(ip).into())?;
-        let port = Arc::new(Mutex::new(Port::default()));
+        let port = Arc::new(Mutex::new(Port {
+            inbox: VecDeque::new(),
+            outbox: Vec::new(),
+            received: 0,
+            pool,
+        }));
         card.nic.set_uplink(Box::new(PortWire(port.clone())));
         let functions = (0..card.fabric.function_count() as u16).collect();
         let mac = ctx.mac();
@@ -189,6 +212,7 @@ impl SimHost {
             app_wake: None,
             cpu_free: 0,
             doorbell: None,
+            outbox_spare: Vec::new(),
         };
         h.last = h.snapshot();
         Ok(h)
@@ -224,9 +248,13 @@ impl SimHost {
     pub fn run_engine(&mut self, now: Ps) -> Batch {
         self.card.nic.set_clock(Some(now / PS_PER_NS));
         let work = self.card.poll() > 0;
-        let (mut sent, received) = {
+        let (sent, received) = {
             let mut p = self.port.lock().unwrap_or_else(|e| e.into_inner());
-            (std::mem::take(&mut p.outbox), std::mem::take(&mut p.received))
+            let spare = std::mem::take(&mut self.outbox_spare);
+            (
+                std::mem::replace(&mut p.outbox, spare),
+                std::mem::take(&mut p.received),
+            )
         };
         let s = self.snapshot();
         let link = s.host_link.since(&self.last.host_link);
@@ -256,14 +284,18 @@ impl SimHost {
         log::trace!("batch: {reads} reads, {misses} misses, {packets} packets, to host {to_host} B, from host {from_host} B");
         let rounds = plain_reads.div_ceil(packets.max(1));
         let flow = pcie.max(pipeline);
-        let busy = if work { (flow + stall).max(PS_PER_NS) } else { 0 };
+        let busy = if work {
+            (flow + stall).max(PS_PER_NS)
+        } else {
+            0
+        };
         let front = now + stall + rounds * read_latency;
         let n = sent.len() as u64;
-        let frames = sent
-            .drain(..)
-            .enumerate()
-            .map(|(k, f)| (front + flow * (k as u64 + 1) / n, f))
-            .collect();
+        let frames = Frames {
+            frames: sent,
+            first: front,
+            spread: flow,
+        };
         let wrote_host = link.down_payload_bytes > 0;
         if work {
             t.batches += 1;
@@ -285,10 +317,14 @@ impl SimHost {
             work,
             engine_free: self.engine_free,
             frames,
-            host_sees: wrote_host
-                .then(|| front + flow + self.pcie.write_latency_ns * PS_PER_NS),
+            host_sees: wrote_host.then(|| front + flow + self.pcie.write_latency_ns * PS_PER_NS),
             next_timer,
         }
+    }
+
+    /// Takes back the (drained) frame list of a batch.
+    pub fn recycle(&mut self, frames: Frames) {
+        self.outbox_spare = frames.frames;
     }
 
     /// The application starts a step at `now`: its CPU begins when free and first looks at

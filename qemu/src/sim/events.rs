@@ -75,7 +75,7 @@ impl EventQueue {
     }
 
     /// The earliest event.
-    pub fn next(&mut self) -> Option<(Ps, Event)> {
+    pub fn pop(&mut self) -> Option<(Ps, Event)> {
         let e = self.heap.pop()?;
         self.processed += 1;
         Some((e.at, e.event))

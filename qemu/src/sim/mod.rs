@@ -15,9 +15,9 @@ pub mod card;
 pub mod events;
 pub mod network;
 pub mod params;
-pub mod workload;
 #[cfg(test)]
 mod tests;
+pub mod workload;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -28,7 +28,7 @@ use card::{CardTiming, SimHost};
 use events::{Event, EventQueue, Ps, PS_PER_NS};
 use network::{Network, NetworkReport};
 use params::*;
-use workload::{WriteLatency, WriteRate, Workload};
+use workload::{Workload, WriteLatency, WriteRate};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -228,7 +228,10 @@ impl Scenario {
         }
         let mut switches = Vec::new();
         for s in &self.switch {
-            switches.push((s.name.clone(), layered(&format!("switch {}", s.name), &[&d.switch, &s.params])?));
+            switches.push((
+                s.name.clone(),
+                layered(&format!("switch {}", s.name), &[&d.switch, &s.params])?,
+            ));
         }
         let mut links = Vec::new();
         for l in &self.link {
@@ -250,7 +253,9 @@ impl Scenario {
                     host_index(client)?;
                     host_index(server)?;
                 }
-                WorkloadSpec::WriteRate { clients, server, x, .. } => {
+                WorkloadSpec::WriteRate {
+                    clients, server, x, ..
+                } => {
                     for c in clients {
                         host_index(c)?;
                     }
@@ -286,7 +291,13 @@ fn memory_for(qps: usize, buffers: usize) -> usize {
 }
 
 impl Sim {
-    pub fn new(r: &Resolved, seed: u64, limit_ms: u64, qps: usize, buffers: usize) -> Result<Self, SimError> {
+    pub fn new(
+        r: &Resolved,
+        seed: u64,
+        limit_ms: u64,
+        qps: usize,
+        buffers: usize,
+    ) -> Result<Self, SimError> {
         let names: Vec<String> = r.hosts.iter().map(|h| h.0.clone()).collect();
         let mut net = Network::new(&names, &r.switches, &r.links, seed)?;
         let mut hosts = Vec::new();
@@ -297,9 +308,8 @@ impl Sim {
                 i as u16 + 1,
                 ip,
                 memory_for(qps, buffers),
-                nic.clone(),
-                pcie.clone(),
-                cpu.clone(),
+                (nic.clone(), pcie.clone(), cpu.clone()),
+                net.pool.clone(),
             )?;
             net.set_host_mac(i, h.mac);
             hosts.push(h);
@@ -340,7 +350,7 @@ impl Sim {
             self.wake_app(h, 0);
         }
         while !w.finished() {
-            let Some((t, ev)) = self.queue.next() else {
+            let Some((t, ev)) = self.queue.pop() else {
                 return Err(SimError::Failed(format!(
                     "nothing left to happen at {} ns and the workload is not done",
                     self.now / PS_PER_NS
@@ -361,7 +371,11 @@ impl Sim {
     fn step(&mut self, t: Ps, ev: Event, w: &mut dyn Workload) -> Result<(), SimError> {
         match ev {
             Event::FrameArrives { node, port, frame } => {
-                log::trace!("{} ns: {} B arrive at node {node}", t / PS_PER_NS, frame.len());
+                log::trace!(
+                    "{} ns: {} B arrive at node {node}",
+                    t / PS_PER_NS,
+                    frame.len()
+                );
                 if let Some(d) = self.net.arrive(&mut self.queue, t, node, port, frame) {
                     self.hosts[d.host].deliver(d.frame);
                     self.wake_engine(d.host, t);
@@ -378,18 +392,20 @@ impl Sim {
                     self.wake_engine(host, free);
                     return Ok(());
                 }
-                let batch = self.hosts[host].run_engine(t);
+                let mut batch = self.hosts[host].run_engine(t);
                 log::trace!(
-                    "{} ns: card {host} batch: work {} frames {:?} free at {} ns, host sees {:?}",
+                    "{} ns: card {host} batch: work {} frames {:?} from {} ns, free at {} ns, host sees {:?}",
                     t / PS_PER_NS,
                     batch.work,
-                    batch.frames.iter().map(|f| (f.0 / PS_PER_NS, f.1.len())).collect::<Vec<_>>(),
+                    batch.frames.frames.iter().map(|f| f.len()).collect::<Vec<_>>(),
+                    batch.frames.first / PS_PER_NS,
                     batch.engine_free / PS_PER_NS,
                     batch.host_sees.map(|x| x / PS_PER_NS)
                 );
-                for (ready, f) in batch.frames {
+                for (ready, f) in batch.frames.drain() {
                     self.net.transmit(&mut self.queue, host, 0, f, ready);
                 }
+                self.hosts[host].recycle(batch.frames);
                 if batch.work {
                     self.wake_engine(host, batch.engine_free);
                 } else if let Some(timer) = batch.next_timer.filter(|&x| x > t) {
@@ -489,34 +505,59 @@ fn point_seed(seed: u64, workload: usize, point: usize) -> u64 {
 }
 
 /// Runs every workload of `s`, calling `progress` after each point.
-pub fn run(s: &Scenario, mut progress: impl FnMut(&str, &Point)) -> Result<(Report, Speed), SimError> {
+pub fn run(
+    s: &Scenario,
+    mut progress: impl FnMut(&str, &Point),
+) -> Result<(Report, Speed), SimError> {
     let r = s.resolve()?;
-    let index = |n: &str| r.hosts.iter().position(|h| h.0 == n).expect("checked by resolve");
+    let index = |n: &str| {
+        r.hosts
+            .iter()
+            .position(|h| h.0 == n)
+            .expect("checked by resolve")
+    };
     let mut speed = Speed::default();
     let wall = Instant::now();
     let mut workloads = Vec::new();
     for (wi, spec) in s.workload.iter().enumerate() {
         let mut points = Vec::new();
         let (title, kind, metric, x, reference) = match spec {
-            WorkloadSpec::WriteLatency { title, reference, .. } => (
+            WorkloadSpec::WriteLatency {
+                title, reference, ..
+            } => (
                 title.clone().unwrap_or_else(|| "RDMA WRITE latency".into()),
                 "write_latency",
                 "latency_us",
                 "size",
                 reference.clone(),
             ),
-            WorkloadSpec::WriteRate { title, reference, x, .. } => (
-                title.clone().unwrap_or_else(|| "RDMA WRITE message rate".into()),
+            WorkloadSpec::WriteRate {
+                title,
+                reference,
+                x,
+                ..
+            } => (
+                title
+                    .clone()
+                    .unwrap_or_else(|| "RDMA WRITE message rate".into()),
                 "write_rate",
                 "mops",
-                if x == "connections" { "connections" } else { "size" },
+                if x == "connections" {
+                    "connections"
+                } else {
+                    "size"
+                },
                 reference.clone(),
             ),
         };
         let mut cases: Vec<(usize, u32)> = Vec::new();
         match spec {
             WorkloadSpec::WriteLatency { sizes, .. } => cases.extend(sizes.iter().map(|&s| (s, 1))),
-            WorkloadSpec::WriteRate { sizes, qps_per_client, .. } => {
+            WorkloadSpec::WriteRate {
+                sizes,
+                qps_per_client,
+                ..
+            } => {
                 for &q in qps_per_client {
                     cases.extend(sizes.iter().map(|&s| (s, q)));
                 }
@@ -525,29 +566,69 @@ pub fn run(s: &Scenario, mut progress: impl FnMut(&str, &Point)) -> Result<(Repo
         for (pi, &(size, q)) in cases.iter().enumerate() {
             let seed = point_seed(s.seed, wi, pi);
             let (mut sim, mut w): (Sim, Box<dyn Workload>) = match spec {
-                WorkloadSpec::WriteLatency { client, server, iterations, inline, .. } => {
+                WorkloadSpec::WriteLatency {
+                    client,
+                    server,
+                    iterations,
+                    inline,
+                    ..
+                } => {
                     let mut sim = Sim::new(&r, seed, s.limit_ms, 4, 2 * size)?;
-                    let w = WriteLatency::new(&mut sim.hosts, index(client), index(server), size, *iterations, *inline)?;
+                    let w = WriteLatency::new(
+                        &mut sim.hosts,
+                        index(client),
+                        index(server),
+                        size,
+                        *iterations,
+                        *inline,
+                    )?;
                     (sim, Box::new(w))
                 }
-                WorkloadSpec::WriteRate { clients, server, outstanding, messages, .. } => {
+                WorkloadSpec::WriteRate {
+                    clients,
+                    server,
+                    outstanding,
+                    messages,
+                    ..
+                } => {
                     let conns = clients.len() * q as usize;
-                    let mut sim = Sim::new(&r, seed, s.limit_ms, conns, conns * size.next_multiple_of(64))?;
+                    let mut sim = Sim::new(
+                        &r,
+                        seed,
+                        s.limit_ms,
+                        conns,
+                        conns * size.next_multiple_of(64),
+                    )?;
                     let cs: Vec<usize> = clients.iter().map(|c| index(c)).collect();
-                    let w = WriteRate::new(&mut sim.hosts, &cs, index(server), size, q, *outstanding, *messages)?;
+                    let w = WriteRate::new(
+                        &mut sim.hosts,
+                        &cs,
+                        index(server),
+                        size,
+                        q,
+                        *outstanding,
+                        *messages,
+                    )?;
                     (sim, Box::new(w))
                 }
             };
             let virtual_ps = sim.run(w.as_mut())?;
-            let metrics: BTreeMap<String, f64> =
-                w.metrics().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let metrics: BTreeMap<String, f64> = w
+                .metrics()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
             let p = Point {
                 size,
                 connections: metrics.get("connections").map_or(1, |&c| c as u64),
                 metrics,
                 virtual_ns: virtual_ps / PS_PER_NS,
                 events: sim.events(),
-                cards: sim.hosts.iter().map(|h| (h.name.clone(), h.timing)).collect(),
+                cards: sim
+                    .hosts
+                    .iter()
+                    .map(|h| (h.name.clone(), h.timing))
+                    .collect(),
                 network: sim.network(),
             };
             speed.events += p.events;

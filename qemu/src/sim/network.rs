@@ -83,14 +83,42 @@ pub struct HostDelivery {
     pub frame: Vec<u8>,
 }
 
+/// Frame buffers shared by the network and the cards' ports: a frame's buffer travels from the
+/// sending card through links and switches to the receiving card and back here, so a run
+/// allocates only while traffic grows.
+#[derive(Clone, Default)]
+pub struct FramePool(std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
+
+impl FramePool {
+    /// A buffer holding a copy of `bytes`.
+    pub fn take(&self, bytes: &[u8]) -> Vec<u8> {
+        let mut b = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(bytes);
+        b
+    }
+
+    /// Gives a buffer back.
+    pub fn give(&self, frame: Vec<u8>) {
+        let mut p = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if p.len() < 1 << 16 {
+            p.push(frame);
+        }
+    }
+}
+
 /// The network of a run.
 pub struct Network {
     nodes: Vec<Node>,
     links: Vec<Link>,
     rng: fastrand::Rng,
     hosts: usize,
-    /// Frame buffers given back, reused for the next frames.
-    spare: Vec<Vec<u8>>,
+    pub pool: FramePool,
 }
 
 /// Why a topology is refused.
@@ -175,7 +203,7 @@ impl Network {
             links: out,
             rng: fastrand::Rng::with_seed(seed),
             hosts: hosts.len(),
-            spare: Vec::new(),
+            pool: FramePool::default(),
         })
     }
 
@@ -217,19 +245,8 @@ impl Network {
         }
     }
 
-    /// A buffer holding `bytes`, reused from a delivered frame when one was given back.
-    pub fn buffer(&mut self, bytes: &[u8]) -> Vec<u8> {
-        let mut b = self.spare.pop().unwrap_or_default();
-        b.clear();
-        b.extend_from_slice(bytes);
-        b
-    }
-
-    /// Takes a frame buffer back for reuse.
-    pub fn recycle(&mut self, frame: Vec<u8>) {
-        if self.spare.len() < 4096 {
-            self.spare.push(frame);
-        }
+    fn recycle(&mut self, frame: Vec<u8>) {
+        self.pool.give(frame);
     }
 
     /// Puts `frame` on the line out of `node`'s port `port` as soon as the line is free and not
@@ -246,7 +263,10 @@ impl Network {
         let link = &mut self.links[plug.link];
         let dir = plug.end;
         let bytes = frame.len() as u64;
-        let ser = serialization_ps(bytes + u64::from(link.params.overhead_bytes), link.params.gbps);
+        let ser = serialization_ps(
+            bytes + u64::from(link.params.overhead_bytes),
+            link.params.gbps,
+        );
         let start = ready.max(link.free_at[dir]);
         let end = start + ser;
         link.free_at[dir] = end;
@@ -298,7 +318,10 @@ impl Network {
             self.unroutable(node, frame);
             return;
         };
-        let sw = self.nodes[node].switch.as_mut().expect("forward at a switch");
+        let sw = self.nodes[node]
+            .switch
+            .as_mut()
+            .expect("forward at a switch");
         let len = frame.len() as u64;
         let queued = sw.queue_bytes[out];
         let c = &mut sw.counters[out];

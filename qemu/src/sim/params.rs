@@ -2,6 +2,7 @@
 //! from (`docs/simulation.md` has the same table). A scenario's `[defaults.*]` tables and each
 //! host's, link's and switch's own keys override them key by key.
 
+use fld_device::nic;
 use serde::{Deserialize, Serialize};
 
 /// A cable between two ports, both directions alike.
@@ -78,12 +79,13 @@ pub struct NicParams {
 }
 
 impl Default for NicParams {
+    /// The cache sizes are the card's own defaults (`fld_device::nic`), with their sources.
     fn default() -> Self {
         NicParams {
             packet_ns: 40,
-            qp_cache_entries: 300,
-            mtt_cache_entries: 4096,
-            qp_context_bytes: 256,
+            qp_cache_entries: nic::DEFAULT_QP_CACHE_ENTRIES,
+            mtt_cache_entries: nic::DEFAULT_MTT_CACHE_ENTRIES,
+            qp_context_bytes: nic::DEFAULT_QP_CONTEXT_BYTES,
         }
     }
 }

@@ -5,11 +5,7 @@ use super::network::{mark_ce, Network};
 use super::params::{LinkParams, PathChoice, SwitchParams};
 use super::*;
 
-const MAC: [[u8; 6]; 3] = [
-    [2, 0, 0, 0, 0, 1],
-    [2, 0, 0, 0, 0, 2],
-    [2, 0, 0, 0, 0, 3],
-];
+const MAC: [[u8; 6]; 3] = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 3]];
 
 /// An Ethernet/IPv4/UDP frame of `len` bytes to `dst` with the given ECN bits and UDP source
 /// port, its IPv4 checksum valid.
@@ -37,7 +33,7 @@ fn frame(len: usize, dst: [u8; 6], ecn: u8, sport: u16) -> Vec<u8> {
 /// Runs the network's events; returns what reached hosts, with arrival times.
 fn drain(net: &mut Network, q: &mut EventQueue) -> Vec<(Ps, usize, Vec<u8>)> {
     let mut out = Vec::new();
-    while let Some((t, ev)) = q.next() {
+    while let Some((t, ev)) = q.pop() {
         match ev {
             Event::FrameArrives { node, port, frame } => {
                 if let Some(d) = net.arrive(q, t, node, port, frame) {
@@ -67,7 +63,13 @@ fn names(n: &[&str]) -> Vec<String> {
 #[test]
 fn link_serialization_and_propagation_are_exact() {
     let hosts = names(&["a", "b"]);
-    let mut net = Network::new(&hosts, &[], &[([hosts[0].clone(), hosts[1].clone()], link(10.0, 1234))], 1).unwrap();
+    let mut net = Network::new(
+        &hosts,
+        &[],
+        &[([hosts[0].clone(), hosts[1].clone()], link(10.0, 1234))],
+        1,
+    )
+    .unwrap();
     let mut q = EventQueue::default();
     // One 1000-byte frame (1024 bytes on the line) at 10 Gbit/s: 819.2 ns, then 1234 ns.
     let end = net.transmit(&mut q, 0, 0, vec![0; 1000], 5_000);
@@ -128,7 +130,14 @@ fn switch_queue_drops_and_marks_exactly_at_its_thresholds() {
     for k in 0..8u16 {
         let ecn = if k == 6 { 0 } else { 0b10 };
         let f = frame(len as usize, MAC[1], ecn, k);
-        q.schedule(1_000, Event::FrameArrives { node: 2, port: 0, frame: f });
+        q.schedule(
+            1_000,
+            Event::FrameArrives {
+                node: 2,
+                port: 0,
+                frame: f,
+            },
+        );
     }
     let got = drain(&mut net, &mut q);
     // 0..=4 fit (the fifth makes 5000 <= 5500), the sixth onwards would exceed the buffer.
@@ -155,11 +164,24 @@ fn switch_queue_drops_and_marks_exactly_at_its_thresholds() {
     let mut q = EventQueue::default();
     for k in 0..4u16 {
         let ecn = if k == 3 { 0 } else { 0b10 };
-        q.schedule(9_000_000, Event::FrameArrives { node: 2, port: 0, frame: frame(len as usize, MAC[1], ecn, k) });
+        q.schedule(
+            9_000_000,
+            Event::FrameArrives {
+                node: 2,
+                port: 0,
+                frame: frame(len as usize, MAC[1], ecn, k),
+            },
+        );
     }
     let got = drain(&mut net, &mut q);
     assert_eq!(got.len(), 4);
-    let egress = net.report().queues.iter().find(|x| x.port == 1).unwrap().counters;
+    let egress = net
+        .report()
+        .queues
+        .iter()
+        .find(|x| x.port == 1)
+        .unwrap()
+        .counters;
     assert_eq!(egress.not_ect_over_threshold, 1);
     assert_eq!(egress.ecn_marked, 4);
     let last = Ipv4Packet::new_unchecked(&got[3].2[14..34]);
@@ -189,13 +211,26 @@ fn parallel_paths(path: PathChoice, flows: u16, frames: u16, gap_ns: u64) -> Vec
         links.push((["s1".to_string(), "s2".to_string()], link(100.0, 0)));
     }
     links.push((["s2".to_string(), "b".to_string()], link(100.0, 0)));
-    let mut net = Network::new(&hosts, &[("s1".into(), sw.clone()), ("s2".into(), sw)], &links, 7).unwrap();
+    let mut net = Network::new(
+        &hosts,
+        &[("s1".into(), sw.clone()), ("s2".into(), sw)],
+        &links,
+        7,
+    )
+    .unwrap();
     net.set_host_mac(0, MAC[0]);
     net.set_host_mac(1, MAC[1]);
     let mut q = EventQueue::default();
     for i in 0..frames {
         let f = frame(100, MAC[1], 0, 1000 + i % flows);
-        q.schedule(u64::from(i) * gap_ns * 1000, Event::FrameArrives { node: 2, port: 0, frame: f });
+        q.schedule(
+            u64::from(i) * gap_ns * 1000,
+            Event::FrameArrives {
+                node: 2,
+                port: 0,
+                frame: f,
+            },
+        );
     }
     let got = drain(&mut net, &mut q);
     assert_eq!(got.len(), frames as usize);
@@ -280,7 +315,13 @@ fn the_same_scenario_gives_byte_identical_results() {
     let rate = &r.workloads[1].points[0];
     assert!(rate.metrics["mops"] > 0.1, "{:?}", rate.metrics);
     assert_eq!(rate.connections, 8);
-    let lost: u64 = r.workloads.iter().flat_map(|w| &w.points).flat_map(|p| &p.network.lines).map(|l| l.counters.lost).sum();
+    let lost: u64 = r
+        .workloads
+        .iter()
+        .flat_map(|w| &w.points)
+        .flat_map(|p| &p.network.lines)
+        .map(|l| l.counters.lost)
+        .sum();
     assert!(lost > 0, "1 % loss on a-s lost nothing");
     // Another seed loses other frames: the results differ.
     let (_, other) = results(&SMALL.replace("seed = 5", "seed = 6"));
@@ -330,19 +371,30 @@ fn caches_large_enough_equal_infinite_caches() {
     let (small, _) = results(&cache_scenario(4, 64));
     let q = &small.workloads[0].points[0];
     assert!(q.cards["a"].qp_cache_misses > 10 * 16, "{:?}", q.cards["a"]);
-    assert!(q.metrics["mops"] < p.metrics["mops"] * 0.8, "{} vs {}", q.metrics["mops"], p.metrics["mops"]);
+    assert!(
+        q.metrics["mops"] < p.metrics["mops"] * 0.8,
+        "{} vs {}",
+        q.metrics["mops"],
+        p.metrics["mops"]
+    );
 }
 
 #[test]
 fn bad_scenarios_are_refused_with_a_reason() {
     let bad = [
         (SMALL.replace("loss = 0.01", "los = 0.01"), "los"),
-        (SMALL.replace("server = \"b\"\nsizes = [8", "server = \"z\"\nsizes = [8"), "z"),
-        (SMALL.replace("ends = [\"c\", \"s\"]", "ends = [\"c\", \"q\"]"), "q"),
+        (
+            SMALL.replace("server = \"b\"\nsizes = [8", "server = \"z\"\nsizes = [8"),
+            "z",
+        ),
+        (
+            SMALL.replace("ends = [\"c\", \"s\"]", "ends = [\"c\", \"q\"]"),
+            "q",
+        ),
     ];
     for (text, word) in bad {
         let e = match Scenario::parse(&text) {
-            Ok(s) => run(&s, |_, _| {}).err().expect("refused").to_string(),
+            Ok(s) => run(&s, |_, _| {}).expect_err("refused").to_string(),
             Err(e) => e.to_string(),
         };
         assert!(e.contains(word), "{e}");

@@ -28,7 +28,8 @@ pub trait Workload {
     /// Hosts whose application starts at time 0.
     fn starters(&self) -> Vec<usize>;
     /// Host `host`'s application runs at `now`; it may ask to run again at a later time.
-    fn wake(&mut self, host: usize, now: Ps, hosts: &mut [SimHost]) -> Result<Option<Ps>, SimError>;
+    fn wake(&mut self, host: usize, now: Ps, hosts: &mut [SimHost])
+        -> Result<Option<Ps>, SimError>;
     fn finished(&self) -> bool;
     /// The figures of the run, by name.
     fn metrics(&self) -> Vec<(&'static str, f64)>;
@@ -69,7 +70,11 @@ fn rc_qp(ctx: &mut Context, e: &End, send_wr: u32) -> Result<Qp, VerbsError> {
 
 /// Connects QP `qa` of host `a` and `qb` of host `b` to each other (no ARP: each side is told
 /// the other's MAC). Packets carry ECT(0) so switches can mark them.
-fn connect(hosts: &mut [SimHost], (a, qa): (usize, &Qp), (b, qb): (usize, &Qp)) -> Result<(), VerbsError> {
+fn connect(
+    hosts: &mut [SimHost],
+    (a, qa): (usize, &Qp),
+    (b, qb): (usize, &Qp),
+) -> Result<(), VerbsError> {
     for (me, q, peer, pq) in [(a, qa, b, qb), (b, qb, a, qa)] {
         let (mac, ip) = (hosts[peer].mac, hosts[peer].ip);
         let ctx = &mut hosts[me].ctx;
@@ -175,7 +180,12 @@ impl Workload for WriteLatency {
         vec![self.a]
     }
 
-    fn wake(&mut self, host: usize, now: Ps, hosts: &mut [SimHost]) -> Result<Option<Ps>, SimError> {
+    fn wake(
+        &mut self,
+        host: usize,
+        now: Ps,
+        hosts: &mut [SimHost],
+    ) -> Result<Option<Ps>, SimError> {
         let s = if host == self.a { 0 } else { 1 };
         let h = &mut hosts[host];
         let t = h.cpu_begin(now);
@@ -279,7 +289,7 @@ impl WriteRate {
     ) -> Result<Self, SimError> {
         let size = size.max(1);
         let outstanding = u64::from(outstanding.max(1));
-        let moderation = if outstanding % MODERATION == 0 {
+        let moderation = if outstanding.is_multiple_of(MODERATION) {
             MODERATION
         } else {
             1
@@ -287,9 +297,8 @@ impl WriteRate {
         let n_conns = clients.len() as u64 * u64::from(qps_per_client.max(1));
         let per_conn = messages.div_ceil(n_conns).max(1);
         let slot = size.next_multiple_of(64) as u64;
-        let cq_entries = |conns: u64| {
-            (conns * outstanding.div_ceil(moderation) + 64).min((1 << 16) - 1) as u32
-        };
+        let cq_entries =
+            |conns: u64| (conns * outstanding.div_ceil(moderation) + 64).min((1 << 16) - 1) as u32;
         let mut ends: Vec<Option<End>> = (0..hosts.len()).map(|_| None).collect();
         let server_buf = (slot * n_conns).next_multiple_of(4096) as usize;
         ends[server] = Some(end(&mut hosts[server].ctx, server_buf, 64)?);
@@ -352,7 +361,10 @@ impl WriteRate {
         let mut budget = POST_BATCH;
         for &i in &self.by_client[c] {
             let conn = &mut self.conns[i];
-            while budget > 0 && conn.posted < self.per_conn && conn.posted - conn.done < self.outstanding {
+            while budget > 0
+                && conn.posted < self.per_conn
+                && conn.posted - conn.done < self.outstanding
+            {
                 let seq = conn.posted + 1;
                 let mut wr = SendWr::new(
                     (i as u64) << 32 | seq,
@@ -362,7 +374,7 @@ impl WriteRate {
                     },
                     &sge,
                 );
-                wr.signaled = seq % self.moderation == 0 || seq == self.per_conn;
+                wr.signaled = seq.is_multiple_of(self.moderation) || seq == self.per_conn;
                 conn.qp.post_send(&[wr])?;
                 conn.posted = seq;
                 budget -= 1;
@@ -382,7 +394,12 @@ impl Workload for WriteRate {
         self.clients.clone()
     }
 
-    fn wake(&mut self, host: usize, now: Ps, hosts: &mut [SimHost]) -> Result<Option<Ps>, SimError> {
+    fn wake(
+        &mut self,
+        host: usize,
+        now: Ps,
+        hosts: &mut [SimHost],
+    ) -> Result<Option<Ps>, SimError> {
         if !self.clients.contains(&host) {
             return Ok(None);
         }
@@ -430,10 +447,7 @@ impl Workload for WriteRate {
             ("gbps", mops * 1e6 * self.size as f64 * 8.0 / 1e9),
             ("messages", self.total as f64),
             ("connections", self.conns.len() as f64),
-            (
-                "run_us",
-                (e - self.first_post.unwrap_or(0)) as f64 / 1e6,
-            ),
+            ("run_us", (e - self.first_post.unwrap_or(0)) as f64 / 1e6),
         ]
     }
 }

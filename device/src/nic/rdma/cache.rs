@@ -3,9 +3,10 @@
 //! translations (which MTT entries are) — because what the StaR, uRDMA and LEFT papers measure
 //! depends on what fits: 300 connections that fit against 3,000 that do not, a translation that
 //! must cross PCIe on a miss. A miss of the translation cache really reads the MTT entry from
-//! host memory (the fabric counts that read); a hit does not. The QP-context cache only counts:
-//! the context's state lives in the model either way, and what a miss costs in time is the
-//! virtual-time runner's to charge.
+//! host memory (the fabric counts that read); a hit does not. A QP-context miss is counted as a
+//! read of the context from the NIC's context memory in the host (`qp_context_bytes`), though
+//! the state itself lives in the model either way; what a miss costs in time is the virtual-time
+//! runner's to charge.
 //!
 //! Left out: set associativity and replacement other than LRU, prefetching, the WQE cache.
 
