@@ -117,6 +117,10 @@ fn print_report(r: &Report, speed: &Speed) {
                 "{:>8} {:>12} {:>12} {:>12} {:>12}  reference",
                 "bytes", "one-way us", "p99 us", "RTT us", "QPC miss"
             ),
+            "echo_latency" => println!(
+                "{:>8} {:>12} {:>12} {:>12} {:>12}  reference",
+                "bytes", "RTT us", "p99 us", "mean us", "mismatches"
+            ),
             _ => println!(
                 "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
                 "bytes", "conns", "Mmsg/s", "Gbit/s", "QPC miss", "MTT miss"
@@ -139,6 +143,14 @@ fn print_report(r: &Report, speed: &Speed) {
                     m("latency_p99_us"),
                     m("rtt_us"),
                     qpc
+                ),
+                "echo_latency" => println!(
+                    "{:>8} {:>12.3} {:>12.3} {:>12.3} {:>12}  {reference}",
+                    p.size,
+                    m("rtt_us"),
+                    m("rtt_p99_us"),
+                    m("rtt_mean_us"),
+                    m("mismatches")
                 ),
                 _ => println!(
                     "{:>8} {:>6} {:>10.3} {:>10.2} {:>10} {:>10}  {reference}",
@@ -192,10 +204,10 @@ fn plot(r: &Report, path: &std::path::Path) -> Result<(), Box<dyn std::error::Er
                 } else {
                     "message size (bytes)"
                 },
-                y_label: if w.metric == "latency_us" {
-                    "one-way latency (us)"
-                } else {
-                    "messages per second (millions)"
+                y_label: match w.metric.as_str() {
+                    "latency_us" => "one-way latency (us)",
+                    "rtt_us" => "round trip (us)",
+                    _ => "messages per second (millions)",
                 },
                 log2_x: true,
                 series,

@@ -26,7 +26,7 @@ use fld_device::card::{Card, CardConfig};
 use fld_device::fabric::{TlpStats, HOST};
 use fld_device::nic::NicConfig;
 use fld_device::wire::Wire;
-use fld_driver::inprocess::InProcessHost;
+use fld_driver::inprocess::{InProcessDevice, InProcessHost};
 use fld_host::verbs::{Context, VerbsError};
 use serde::Serialize;
 
@@ -227,6 +227,16 @@ impl SimHost {
             qp: (qp.hits, qp.misses),
             mtt: (mtt.hits, mtt.misses),
         }
+    }
+
+    /// The driver's handle on NIC function `index` (0 carries the verbs context).
+    pub fn device(&self, index: u16) -> Result<Arc<InProcessDevice>, VerbsError> {
+        let fid = self
+            .card
+            .nic
+            .function_id(index)
+            .ok_or(VerbsError::Invalid("the card has no such NIC function"))?;
+        Ok(self._host.device(fid))
     }
 
     /// Forgets what set-up cost: the counters a run is measured from start here.

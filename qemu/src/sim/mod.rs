@@ -28,7 +28,7 @@ use card::{CardTiming, SimHost};
 use events::{Event, EventQueue, Ps, PS_PER_NS};
 use network::{Network, NetworkReport};
 use params::*;
-use workload::{Workload, WriteLatency, WriteRate};
+use workload::{EchoLatency, Workload, WriteLatency, WriteRate};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -114,6 +114,17 @@ pub enum WorkloadSpec {
         /// WRITEs of up to 220 bytes carry their data in the WQE (perftest's default).
         #[serde(default = "yes")]
         inline: bool,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
+    EchoLatency {
+        #[serde(default)]
+        title: Option<String>,
+        client: String,
+        server: String,
+        sizes: Vec<usize>,
+        #[serde(default = "default_iterations")]
+        iterations: u64,
         #[serde(default)]
         reference: Vec<Reference>,
     },
@@ -249,7 +260,8 @@ impl Scenario {
         };
         for w in &self.workload {
             match w {
-                WorkloadSpec::WriteLatency { client, server, .. } => {
+                WorkloadSpec::WriteLatency { client, server, .. }
+                | WorkloadSpec::EchoLatency { client, server, .. } => {
                     host_index(client)?;
                     host_index(server)?;
                 }
@@ -311,7 +323,7 @@ impl Sim {
                 (nic.clone(), pcie.clone(), cpu.clone()),
                 net.pool.clone(),
             )?;
-            net.set_host_mac(i, h.mac);
+            net.add_host_mac(i, h.mac);
             hosts.push(h);
         }
         Ok(Sim {
@@ -531,6 +543,17 @@ pub fn run(
                 "size",
                 reference.clone(),
             ),
+            WorkloadSpec::EchoLatency {
+                title, reference, ..
+            } => (
+                title
+                    .clone()
+                    .unwrap_or_else(|| "Ethernet echo round trip".into()),
+                "echo_latency",
+                "rtt_us",
+                "size",
+                reference.clone(),
+            ),
             WorkloadSpec::WriteRate {
                 title,
                 reference,
@@ -552,7 +575,9 @@ pub fn run(
         };
         let mut cases: Vec<(usize, u32)> = Vec::new();
         match spec {
-            WorkloadSpec::WriteLatency { sizes, .. } => cases.extend(sizes.iter().map(|&s| (s, 1))),
+            WorkloadSpec::WriteLatency { sizes, .. } | WorkloadSpec::EchoLatency { sizes, .. } => {
+                cases.extend(sizes.iter().map(|&s| (s, 1)))
+            }
             WorkloadSpec::WriteRate {
                 sizes,
                 qps_per_client,
@@ -582,6 +607,25 @@ pub fn run(
                         *iterations,
                         *inline,
                     )?;
+                    (sim, Box::new(w))
+                }
+                WorkloadSpec::EchoLatency {
+                    client,
+                    server,
+                    iterations,
+                    ..
+                } => {
+                    let mut sim = Sim::new(&r, seed, s.limit_ms, 4, 0)?;
+                    let w = EchoLatency::new(
+                        &mut sim.hosts,
+                        index(client),
+                        index(server),
+                        size,
+                        *iterations,
+                    )?;
+                    for (h, mac) in w.macs() {
+                        sim.net.add_host_mac(h, mac);
+                    }
                     (sim, Box::new(w))
                 }
                 WorkloadSpec::WriteRate {

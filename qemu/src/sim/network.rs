@@ -73,8 +73,6 @@ struct Node {
     name: String,
     plugs: Vec<Plug>,
     switch: Option<Switch>,
-    /// The MAC address a host's frames are addressed to.
-    mac: Option<[u8; 6]>,
 }
 
 /// Where a frame arriving at a host goes: the runner hands it to the card.
@@ -147,7 +145,6 @@ impl Network {
                 name: h.clone(),
                 plugs: Vec::new(),
                 switch: None,
-                mac: None,
             })
             .collect();
         for (name, p) in switches {
@@ -163,7 +160,6 @@ impl Network {
                     spray_next: 0,
                     unroutable: 0,
                 }),
-                mac: None,
             });
         }
         let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
@@ -207,10 +203,10 @@ impl Network {
         })
     }
 
-    /// Names host `host`'s MAC address and recomputes every switch's routes: for each host, the
-    /// egress ports that start a shortest path to it (breadth-first from the host).
-    pub fn set_host_mac(&mut self, host: usize, mac: [u8; 6]) {
-        self.nodes[host].mac = Some(mac);
+    /// Makes `mac` an address of host `host` (a card has one per NIC function) and routes it in
+    /// every switch: the egress ports that start a shortest path to the host (breadth-first
+    /// from it).
+    pub fn add_host_mac(&mut self, host: usize, mac: [u8; 6]) {
         let n = self.nodes.len();
         let mut dist = vec![usize::MAX; n];
         dist[host] = 0;

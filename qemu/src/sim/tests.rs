@@ -122,8 +122,8 @@ fn switch_queue_drops_and_marks_exactly_at_its_thresholds() {
         (["s".to_string(), "b".to_string()], link(100.0, 0)),
     ];
     let mut net = Network::new(&hosts, &[("s".into(), sw)], &links, 1).unwrap();
-    net.set_host_mac(0, MAC[0]);
-    net.set_host_mac(1, MAC[1]);
+    net.add_host_mac(0, MAC[0]);
+    net.add_host_mac(1, MAC[1]);
     let mut q = EventQueue::default();
     // Eight frames reach the switch at the same instant: the queue holds 0, 1000, ... bytes as
     // each arrives. ECN-capable except the seventh.
@@ -218,8 +218,8 @@ fn parallel_paths(path: PathChoice, flows: u16, frames: u16, gap_ns: u64) -> Vec
         7,
     )
     .unwrap();
-    net.set_host_mac(0, MAC[0]);
-    net.set_host_mac(1, MAC[1]);
+    net.add_host_mac(0, MAC[0]);
+    net.add_host_mac(1, MAC[1]);
     let mut q = EventQueue::default();
     for i in 0..frames {
         let f = frame(100, MAC[1], 0, 1000 + i % flows);
@@ -295,6 +295,12 @@ sizes = [64]
 qps_per_client = [4]
 outstanding = 16
 messages = 2000
+[[workload]]
+kind = "echo_latency"
+client = "c"
+server = "b"
+sizes = [64, 1500]
+iterations = 20
 "#;
 
 fn results(text: &str) -> (Report, String) {
@@ -315,6 +321,13 @@ fn the_same_scenario_gives_byte_identical_results() {
     let rate = &r.workloads[1].points[0];
     assert!(rate.metrics["mops"] > 0.1, "{:?}", rate.metrics);
     assert_eq!(rate.connections, 8);
+    // The echo crossed the switch to the server's second NIC function and back, verified.
+    for p in &r.workloads[2].points {
+        // Four crossings of a 500 ns link at least.
+        assert!(p.metrics["rtt_us"] > 2.0, "{:?}", p.metrics);
+        assert_eq!(p.metrics["mismatches"], 0.0);
+    }
+    assert_eq!(r.workloads[2].points[0].network.unroutable, 0);
     let lost: u64 = r
         .workloads
         .iter()
@@ -405,5 +418,45 @@ fn bad_scenarios_are_refused_with_a_reason() {
 fn the_calibration_scenario_parses() {
     let text = include_str!("../../scenarios/calibration.toml");
     let s = Scenario::parse(text).unwrap();
-    assert_eq!(s.workload.len(), 2);
+    assert_eq!(s.workload.len(), 3);
+}
+
+/// PCIe time is charged from the fabric's TLP bytes: with a PCIe link much slower than the
+/// network, a stream of 4 KiB WRITEs runs at the PCIe rate divided by the TLP bytes each WRITE
+/// moved over it (headers included), as the card's own counters report them.
+#[test]
+fn a_slow_pcie_link_bounds_the_rate_by_its_tlp_bytes() {
+    let text = r#"
+name = "pcie"
+[defaults.pcie]
+gbps = 8
+[[host]]
+name = "a"
+[[host]]
+name = "b"
+[[link]]
+ends = ["a", "b"]
+[[workload]]
+kind = "write_rate"
+clients = ["a"]
+server = "b"
+sizes = [4096]
+outstanding = 64
+messages = 4000
+"#;
+    let (r, _) = results(text);
+    let p = &r.workloads[0].points[0];
+    let a = &p.cards["a"];
+    // The sender's busier direction: data read from host memory.
+    let per_message = a.pcie_bytes_from_host as f64 / p.metrics["messages"];
+    assert!(
+        per_message > 4096.0 && per_message < 4096.0 * 1.2,
+        "{per_message}"
+    );
+    let bound = 8e9 / 8.0 / per_message / 1e6;
+    let mops = p.metrics["mops"];
+    assert!(
+        (mops - bound).abs() < bound * 0.03,
+        "{mops} M/s against a PCIe bound of {bound}"
+    );
 }

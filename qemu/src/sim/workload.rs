@@ -8,9 +8,14 @@
 //! * [`WriteRate`]: `ib_write_bw`'s stream over many connections: each client keeps
 //!   `outstanding` WRITEs in flight on each of its QPs to the server, signalling every 16th
 //!   (perftest's CQ moderation), until every QP sent its share.
+//! * [`EchoLatency`]: Ethernet on the burst API (`rx_burst`/`tx_burst`): FlexDriver's CPU echo
+//!   (Table 6), one frame in flight, round trip per frame.
 
+use fld_abi::wire::ethernet::EthernetFrame;
 use fld_abi::wire::roce::ipv4_gid;
+use fld_host::apps::build_frame;
 use fld_host::verbs::*;
+use fld_host::{EthDev, Mbuf, Mempool, PortConfig};
 
 use super::card::SimHost;
 use super::events::Ps;
@@ -448,6 +453,181 @@ impl Workload for WriteRate {
             ("messages", self.total as f64),
             ("connections", self.conns.len() as f64),
             ("run_us", (e - self.first_post.unwrap_or(0)) as f64 / 1e6),
+        ]
+    }
+}
+
+/// The echo of FlexDriver's Table 6 on the burst API: the client sends one UDP frame of `size`
+/// bytes to the server's second NIC function (vPort 1), whose application receives it
+/// (`rx_burst`), swaps its MAC addresses and sends it back (`tx_burst`), as `echo_step` does;
+/// the client checks the echo byte for byte and records the round trip.
+pub struct EchoLatency {
+    client: usize,
+    server: usize,
+    size: usize,
+    ports: [EthDev; 2],
+    macs: [[u8; 6]; 2],
+    iterations: u64,
+    round: u64,
+    started_at: Ps,
+    samples: Vec<Ps>,
+    rx: Vec<Mbuf>,
+    tx: Vec<Mbuf>,
+    expect: Vec<u8>,
+    mismatches: u64,
+}
+
+impl EchoLatency {
+    pub fn new(
+        hosts: &mut [SimHost],
+        client: usize,
+        server: usize,
+        size: usize,
+        iterations: u64,
+    ) -> Result<Self, SimError> {
+        let size = size.clamp(64, 1514);
+        let open = |h: usize| -> Result<EthDev, SimError> {
+            let dev = hosts[h].device(1)?;
+            let mut port = EthDev::open(dev.clone()).map_err(VerbsError::from)?;
+            let pool = Mempool::new(dev.as_ref(), 2048, 2048 + fld_host::mempool::HEADROOM)
+                .map_err(VerbsError::from)?;
+            port.configure(PortConfig::default(), pool)
+                .map_err(VerbsError::from)?;
+            Ok(port)
+        };
+        let ports = [open(client)?, open(server)?];
+        let macs = [ports[0].mac(), ports[1].mac()];
+        Ok(EchoLatency {
+            client,
+            server,
+            size,
+            ports,
+            macs,
+            iterations,
+            round: 0,
+            started_at: 0,
+            samples: Vec::with_capacity(iterations as usize),
+            rx: Vec::with_capacity(32),
+            tx: Vec::with_capacity(32),
+            expect: vec![0; size],
+            mismatches: 0,
+        })
+    }
+
+    /// The NIC-function MACs the network must route to (the client's and the server's port).
+    pub fn macs(&self) -> [(usize, [u8; 6]); 2] {
+        [(self.client, self.macs[0]), (self.server, self.macs[1])]
+    }
+
+    fn send(&mut self, h: &mut SimHost) -> Result<(), SimError> {
+        let pool = self.ports[0].pool().expect("configured port");
+        if pool.alloc_bulk(&mut self.tx, 1) != 1 {
+            return Err(SimError::Failed("client mempool empty".into()));
+        }
+        let m = &mut self.tx[0];
+        build_frame(
+            m.set_len(self.size),
+            self.round,
+            self.size,
+            self.macs[0],
+            self.macs[1],
+            1,
+            true,
+        );
+        if self.ports[0].tx_burst(0, &mut self.tx) != 1 {
+            return Err(SimError::Failed("client transmit queue full".into()));
+        }
+        h.cpu_post(1);
+        Ok(())
+    }
+}
+
+impl Workload for EchoLatency {
+    fn starters(&self) -> Vec<usize> {
+        vec![self.client]
+    }
+
+    fn wake(
+        &mut self,
+        host: usize,
+        now: Ps,
+        hosts: &mut [SimHost],
+    ) -> Result<Option<Ps>, SimError> {
+        let h = &mut hosts[host];
+        let t = h.cpu_begin(now);
+        if host == self.server {
+            // echo_step: whatever arrived goes back with its MACs swapped.
+            let n = self.ports[1].rx_burst(0, &mut self.rx, 32);
+            for m in self.rx.iter_mut() {
+                if let Ok(mut eth) = EthernetFrame::new_checked(m.data_mut()) {
+                    eth.swap_addrs();
+                }
+                m.ol_flags = 0;
+            }
+            if n > 0 {
+                self.ports[1].tx_burst(0, &mut self.rx);
+                h.cpu_post(n as u64);
+            }
+            return Ok((!self.rx.is_empty()).then_some(h.cpu_free));
+        }
+        if self.round == 0 {
+            self.round = 1;
+            self.started_at = t;
+            self.send(h)?;
+            return Ok(None);
+        }
+        let n = self.ports[0].rx_burst(0, &mut self.rx, 32);
+        if n == 0 {
+            return Ok(None);
+        }
+        let pool = self.ports[0].pool().expect("configured port");
+        let mut done = false;
+        for m in self.rx.drain(..) {
+            build_frame(
+                &mut self.expect,
+                self.round,
+                self.size,
+                self.macs[1],
+                self.macs[0],
+                1,
+                true,
+            );
+            if m.data() == &self.expect[..] {
+                done = true;
+            } else {
+                self.mismatches += 1;
+            }
+            pool.free(m);
+        }
+        if !done {
+            return Ok(None);
+        }
+        self.samples.push(t - self.started_at);
+        if self.finished() {
+            return Ok(None);
+        }
+        self.round += 1;
+        self.started_at = t;
+        self.send(h)?;
+        Ok(None)
+    }
+
+    fn finished(&self) -> bool {
+        self.samples.len() as u64 >= self.iterations
+    }
+
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        let mut rtt: Vec<f64> = self.samples.iter().map(|&p| p as f64 / 1e6).collect();
+        rtt.sort_by(f64::total_cmp);
+        if rtt.is_empty() {
+            return Vec::new();
+        }
+        let at = |q: f64| rtt[((rtt.len() - 1) as f64 * q).round() as usize];
+        vec![
+            ("rtt_us", at(0.5)),
+            ("rtt_p99_us", at(0.99)),
+            ("rtt_mean_us", rtt.iter().sum::<f64>() / rtt.len() as f64),
+            ("mismatches", self.mismatches as f64),
         ]
     }
 }
