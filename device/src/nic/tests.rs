@@ -1077,6 +1077,34 @@ fn a_multi_packet_qp_needs_a_striding_rq_of_its_own_function_and_holds_it() {
     assert!(destroy_rq().ok());
 }
 
+/// Two RC QPs on functions 0 and 1 of `h` (16 KiB buffers), connected to each other with both
+/// sequences starting at `psn`.
+fn connected_rdma_pair(h: &MockHost, psn: u32) -> (MockQp, MockQp) {
+    let a = h.create_rdma_qp(0, [10, 1, 0, 1], 1 << 14);
+    let b = h.create_rdma_qp(1, [10, 1, 0, 2], 1 << 14);
+    h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), psn);
+    h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), psn);
+    (a, b)
+}
+
+/// Posts a signalled 8 KiB RDMA WRITE from the start of `a`'s buffer to `to`.
+fn post_write_8k(h: &MockHost, a: &mut MockQp, to: u64, rkey: u32) {
+    let s = [a.sge(0, 8192)];
+    a.post_send(
+        h,
+        &RdmaWqe {
+            opcode: WQE_OP_RDMA_WRITE,
+            signal: true,
+            solicited: false,
+            fence: false,
+            imm: 0,
+            remote: Some((to, rkey)),
+            atomic: None,
+            data: WqeData::Gather(&s),
+        },
+    );
+}
+
 /// The memory-translation cache: an 8 KiB RDMA WRITE (8 packets at the 1 KiB MTU, both regions
 /// page-aligned) translates one page per packet on each side — 2 pages each side miss and are
 /// read from the MTT, the other 12 lookups hit — and the same WRITE again hits all 16. Without
@@ -1085,20 +1113,7 @@ fn a_multi_packet_qp_needs_a_striding_rq_of_its_own_function_and_holds_it() {
 #[test]
 fn the_translation_cache_hits_misses_and_forgets_a_deregistered_region() {
     let write = |h: &MockHost, a: &mut MockQp, to: u64, rkey: u32| {
-        let s = [a.sge(0, 8192)];
-        a.post_send(
-            h,
-            &RdmaWqe {
-                opcode: WQE_OP_RDMA_WRITE,
-                signal: true,
-                solicited: false,
-                fence: false,
-                imm: 0,
-                remote: Some((to, rkey)),
-                atomic: None,
-                data: WqeData::Gather(&s),
-            },
-        );
+        post_write_8k(h, a, to, rkey);
         h.run(1000);
         let c = a.cq.poll_cqe(h).expect("the WRITE completed");
         assert_eq!((c.opcode(), c.syndrome), (CQE_REQ, 0));
@@ -1123,10 +1138,7 @@ fn the_translation_cache_hits_misses_and_forgets_a_deregistered_region() {
             },
             4 << 20,
         );
-        let mut a = h.create_rdma_qp(0, [10, 1, 0, 1], 1 << 14);
-        let b = h.create_rdma_qp(1, [10, 1, 0, 2], 1 << 14);
-        h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 7);
-        h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 7);
+        let (mut a, b) = connected_rdma_pair(&h, 7);
         let msg: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
         h.write(a.buf, &msg);
         write(&h, &mut a, b.buf, b.key);
@@ -1144,10 +1156,7 @@ fn the_translation_cache_hits_misses_and_forgets_a_deregistered_region() {
     // Deregister B's region, point its MTT at fresh pages, register it again: the cached
     // translations of the old region must not be used.
     let h = host();
-    let mut a = h.create_rdma_qp(0, [10, 1, 0, 1], 1 << 14);
-    let b = h.create_rdma_qp(1, [10, 1, 0, 2], 1 << 14);
-    h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 7);
-    h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 7);
+    let (mut a, b) = connected_rdma_pair(&h, 7);
     write(&h, &mut a, b.buf, b.key);
     let n = size_of::<QueryMrOut>();
     let q = h.command_with_output(1, op::QUERY_MR, ObjectIn::new(b.key).as_bytes(), n);
@@ -1203,24 +1212,8 @@ fn a_context_miss_reads_context_memory_and_a_wqe_is_fetched_once() {
             },
             4 << 20,
         );
-        let mut a = h.create_rdma_qp(0, [10, 1, 0, 1], 1 << 14);
-        let b = h.create_rdma_qp(1, [10, 1, 0, 2], 1 << 14);
-        h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 7);
-        h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 7);
-        let s = [a.sge(0, 8192)];
-        a.post_send(
-            &h,
-            &RdmaWqe {
-                opcode: WQE_OP_RDMA_WRITE,
-                signal: true,
-                solicited: false,
-                fence: false,
-                imm: 0,
-                remote: Some((b.buf, b.key)),
-                atomic: None,
-                data: WqeData::Gather(&s),
-            },
-        );
+        let (mut a, b) = connected_rdma_pair(&h, 7);
+        post_write_8k(&h, &mut a, b.buf, b.key);
         let (fa, fb) = (h.nic_fid(0), h.nic_fid(1));
         let before = (h.fabric.read_operations(fa), h.fabric.stats(fa));
         h.run(1000);

@@ -341,13 +341,13 @@ fn the_same_scenario_gives_byte_identical_results() {
     assert_ne!(first, other);
 }
 
-fn cache_scenario(qp_entries: u64, mtt_entries: u64) -> String {
+/// A scenario of two hosts on one cable: `defaults` (TOML tables) and one `write_rate`
+/// workload's keys.
+fn back_to_back(defaults: &str, workload: &str) -> String {
     format!(
         r#"
-name = "caches"
-[defaults.nic]
-qp_cache_entries = {qp_entries}
-mtt_cache_entries = {mtt_entries}
+name = "back to back"
+{defaults}
 [[host]]
 name = "a"
 [[host]]
@@ -358,11 +358,17 @@ ends = ["a", "b"]
 kind = "write_rate"
 clients = ["a"]
 server = "b"
-sizes = [64, 8192]
-qps_per_client = [16]
-outstanding = 16
-messages = 3000
+{workload}
 "#
+    )
+}
+
+fn cache_scenario(qp_entries: u64, mtt_entries: u64) -> String {
+    back_to_back(
+        &format!(
+            "[defaults.nic]\nqp_cache_entries = {qp_entries}\nmtt_cache_entries = {mtt_entries}"
+        ),
+        "sizes = [64, 8192]\nqps_per_client = [16]\noutstanding = 16\nmessages = 3000",
     )
 }
 
@@ -426,25 +432,11 @@ fn the_calibration_scenario_parses() {
 /// moved over it (headers included), as the card's own counters report them.
 #[test]
 fn a_slow_pcie_link_bounds_the_rate_by_its_tlp_bytes() {
-    let text = r#"
-name = "pcie"
-[defaults.pcie]
-gbps = 8
-[[host]]
-name = "a"
-[[host]]
-name = "b"
-[[link]]
-ends = ["a", "b"]
-[[workload]]
-kind = "write_rate"
-clients = ["a"]
-server = "b"
-sizes = [4096]
-outstanding = 64
-messages = 4000
-"#;
-    let (r, _) = results(text);
+    let text = back_to_back(
+        "[defaults.pcie]\ngbps = 8",
+        "sizes = [4096]\noutstanding = 64\nmessages = 4000",
+    );
+    let (r, _) = results(&text);
     let p = &r.workloads[0].points[0];
     let a = &p.cards["a"];
     // The sender's busier direction: data read from host memory.

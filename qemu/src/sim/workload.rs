@@ -109,13 +109,10 @@ pub struct WriteLatency {
     inline: bool,
     ends: [End; 2],
     qps: [Qp; 2],
-    iterations: u64,
-    /// The current round trip (from 1), whose number the last byte carries.
-    round: u64,
+    /// The round trip whose number the last byte carries.
+    rounds: Rounds,
     /// The round B last echoed.
     echoed: u64,
-    started_at: Ps,
-    samples: Vec<Ps>,
 }
 
 impl WriteLatency {
@@ -140,16 +137,13 @@ impl WriteLatency {
             inline: inline && size <= MAX_INLINE as usize,
             ends: [ea, eb],
             qps: [qa, qb],
-            iterations,
-            round: 0,
+            rounds: Rounds::new(iterations),
             echoed: 0,
-            started_at: 0,
-            samples: Vec::with_capacity(iterations as usize),
         })
     }
 
     fn mark(&self) -> u8 {
-        (self.round % 255 + 1) as u8
+        (self.rounds.round % 255 + 1) as u8
     }
 
     /// Side `s` writes the current round's buffer to the other side.
@@ -160,7 +154,7 @@ impl WriteLatency {
         e.mr.write(source + self.size - 1, &[self.mark()]);
         let sge = [e.mr.sge(source, self.size)];
         let mut wr = SendWr::new(
-            self.round,
+            self.rounds.round,
             WrOpcode::RdmaWrite {
                 remote_addr: peer.mr.addr(),
                 rkey: peer.mr.rkey(),
@@ -196,57 +190,107 @@ impl Workload for WriteLatency {
         let t = h.cpu_begin(now);
         let mut wc = [Wc::EMPTY; 16];
         while reap(&mut self.ends[s].cq, &mut wc)? > 0 {}
-        if self.round == 0 {
+        let r = &mut self.rounds;
+        if r.round == 0 {
             if s == 0 {
                 // The first round starts here.
-                self.round = 1;
-                self.started_at = t;
+                r.start_next(t);
                 self.send(0, h)?;
             }
             return Ok(None);
         }
-        if self.finished() || !self.arrived(s) {
+        if r.finished() || !self.arrived(s) {
             return Ok(None);
         }
+        let r = &mut self.rounds;
         if s == 1 {
             // B echoes each round once.
-            if self.echoed < self.round {
-                self.echoed = self.round;
+            if self.echoed < r.round {
+                self.echoed = r.round;
                 self.send(1, h)?;
             }
             return Ok(None);
         }
-        if self.samples.len() as u64 >= self.round {
+        if r.samples.len() as u64 >= r.round {
             return Ok(None);
         }
-        self.samples.push(t - self.started_at);
-        if self.round >= self.iterations {
-            return Ok(None);
+        if r.end(t) {
+            r.start_next(t);
+            self.send(0, h)?;
         }
+        Ok(None)
+    }
+
+    fn finished(&self) -> bool {
+        self.rounds.finished()
+    }
+
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        let Some(rtt) = Percentiles::of(&self.rounds.samples) else {
+            return Vec::new();
+        };
+        vec![
+            ("latency_us", rtt.median / 2.0),
+            ("latency_p99_us", rtt.p99 / 2.0),
+            ("latency_mean_us", rtt.mean / 2.0),
+            ("rtt_us", rtt.median),
+        ]
+    }
+}
+
+/// The round trips of a ping-pong: the current one (from 1; 0 before the first) and the times
+/// of those done.
+struct Rounds {
+    iterations: u64,
+    round: u64,
+    started_at: Ps,
+    samples: Vec<Ps>,
+}
+
+impl Rounds {
+    fn new(iterations: u64) -> Self {
+        Rounds {
+            iterations,
+            round: 0,
+            started_at: 0,
+            samples: Vec::with_capacity(iterations as usize),
+        }
+    }
+
+    /// Round `round + 1` starts at `t`.
+    fn start_next(&mut self, t: Ps) {
         self.round += 1;
         self.started_at = t;
-        self.send(0, h)?;
-        Ok(None)
+    }
+
+    /// The current round ended at `t`; whether another should start.
+    fn end(&mut self, t: Ps) -> bool {
+        self.samples.push(t - self.started_at);
+        !self.finished()
     }
 
     fn finished(&self) -> bool {
         self.samples.len() as u64 >= self.iterations
     }
+}
 
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
-        let mut one_way: Vec<f64> = self.samples.iter().map(|&p| p as f64 / 2e6).collect();
-        one_way.sort_by(f64::total_cmp);
-        if one_way.is_empty() {
-            return Vec::new();
-        }
-        let at = |q: f64| one_way[((one_way.len() - 1) as f64 * q).round() as usize];
-        let mean = one_way.iter().sum::<f64>() / one_way.len() as f64;
-        vec![
-            ("latency_us", at(0.5)),
-            ("latency_p99_us", at(0.99)),
-            ("latency_mean_us", mean),
-            ("rtt_us", at(0.5) * 2.0),
-        ]
+/// Median, 99th percentile and mean of round trips, in microseconds.
+struct Percentiles {
+    median: f64,
+    p99: f64,
+    mean: f64,
+}
+
+impl Percentiles {
+    fn of(samples: &[Ps]) -> Option<Self> {
+        let mut us: Vec<f64> = samples.iter().map(|&p| p as f64 / 1e6).collect();
+        us.sort_by(f64::total_cmp);
+        let at = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize];
+        (!us.is_empty()).then(|| Percentiles {
+            median: at(0.5),
+            p99: at(0.99),
+            mean: us.iter().sum::<f64>() / us.len() as f64,
+        })
     }
 }
 
@@ -467,10 +511,7 @@ pub struct EchoLatency {
     size: usize,
     ports: [EthDev; 2],
     macs: [[u8; 6]; 2],
-    iterations: u64,
-    round: u64,
-    started_at: Ps,
-    samples: Vec<Ps>,
+    rounds: Rounds,
     rx: Vec<Mbuf>,
     tx: Vec<Mbuf>,
     expect: Vec<u8>,
@@ -503,10 +544,7 @@ impl EchoLatency {
             size,
             ports,
             macs,
-            iterations,
-            round: 0,
-            started_at: 0,
-            samples: Vec::with_capacity(iterations as usize),
+            rounds: Rounds::new(iterations),
             rx: Vec::with_capacity(32),
             tx: Vec::with_capacity(32),
             expect: vec![0; size],
@@ -527,7 +565,7 @@ impl EchoLatency {
         let m = &mut self.tx[0];
         build_frame(
             m.set_len(self.size),
-            self.round,
+            self.rounds.round,
             self.size,
             self.macs[0],
             self.macs[1],
@@ -570,9 +608,8 @@ impl Workload for EchoLatency {
             }
             return Ok((!self.rx.is_empty()).then_some(h.cpu_free));
         }
-        if self.round == 0 {
-            self.round = 1;
-            self.started_at = t;
+        if self.rounds.round == 0 {
+            self.rounds.start_next(t);
             self.send(h)?;
             return Ok(None);
         }
@@ -585,7 +622,7 @@ impl Workload for EchoLatency {
         for m in self.rx.drain(..) {
             build_frame(
                 &mut self.expect,
-                self.round,
+                self.rounds.round,
                 self.size,
                 self.macs[1],
                 self.macs[0],
@@ -602,31 +639,25 @@ impl Workload for EchoLatency {
         if !done {
             return Ok(None);
         }
-        self.samples.push(t - self.started_at);
-        if self.finished() {
-            return Ok(None);
+        if self.rounds.end(t) {
+            self.rounds.start_next(t);
+            self.send(h)?;
         }
-        self.round += 1;
-        self.started_at = t;
-        self.send(h)?;
         Ok(None)
     }
 
     fn finished(&self) -> bool {
-        self.samples.len() as u64 >= self.iterations
+        self.rounds.finished()
     }
 
     fn metrics(&self) -> Vec<(&'static str, f64)> {
-        let mut rtt: Vec<f64> = self.samples.iter().map(|&p| p as f64 / 1e6).collect();
-        rtt.sort_by(f64::total_cmp);
-        if rtt.is_empty() {
+        let Some(rtt) = Percentiles::of(&self.rounds.samples) else {
             return Vec::new();
-        }
-        let at = |q: f64| rtt[((rtt.len() - 1) as f64 * q).round() as usize];
+        };
         vec![
-            ("rtt_us", at(0.5)),
-            ("rtt_p99_us", at(0.99)),
-            ("rtt_mean_us", rtt.iter().sum::<f64>() / rtt.len() as f64),
+            ("rtt_us", rtt.median),
+            ("rtt_p99_us", rtt.p99),
+            ("rtt_mean_us", rtt.mean),
             ("mismatches", self.mismatches as f64),
         ]
     }
