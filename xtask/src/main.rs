@@ -10,8 +10,11 @@
 //!   host, and in-process, in one run.
 //! * `test-rxe`    — rdma-core's ibv_rc_pingpong on Linux soft-RoCE in the guest against
 //!   `fldemu rc-pingpong` over a `-netdev dgram` link (see [`rxe`]).
+//! * `profile`     — instructions per echoed packet per stage of the path, under callgrind (see
+//!   [`profile`]).
 
 mod guest;
+mod profile;
 mod rxe;
 
 use std::path::{Path, PathBuf};
@@ -68,6 +71,20 @@ enum Cmd {
     TestGuest {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+    },
+    /// Instructions per echoed packet, per stage (doorbell and WQE fetch, parse, checksum,
+    /// steer, DMA, receive and completions, FLD, driver and application), from two callgrind
+    /// runs of `fldemu demo` (needs valgrind). Extra arguments go to the demo, e.g.
+    /// `-- --accel none --size 64`.
+    Profile {
+        /// Packets of the larger run (the smaller has a third).
+        #[arg(long, default_value_t = 30_000)]
+        packets: u64,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Trapped MMIO round trip, doorbell-to-completion and MSI-X latency, and echo Mpps: inside
     /// the guest, over vfio-user on the host, and in-process, measured in one run.
@@ -502,6 +519,11 @@ fn main() -> ExitCode {
         })(),
         Cmd::TestGuest { timeout } => test_guest(timeout),
         Cmd::BenchGuest { json, packets } => bench_guest(json, packets),
+        Cmd::Profile {
+            packets,
+            json,
+            args,
+        } => build_fldemu().and_then(|_| profile::profile(&workspace(), &args, packets, json)),
         Cmd::TestRxe { timeout } => {
             build_fldemu().and_then(|_| rxe::test_rxe(&workspace(), timeout))
         }

@@ -107,6 +107,9 @@ struct BarWindow {
     end: u64,
     function: FunctionId,
     bar: u8,
+    /// The function itself, so a peer-to-peer access reaches it without the function table's
+    /// lock.
+    target: Arc<dyn PciFunction>,
 }
 
 /// An immutable routing snapshot: engines take one per batch, so the data path never locks.
@@ -124,13 +127,13 @@ struct Routes {
 }
 
 impl Routes {
-    fn bar_at(&self, addr: u64, len: u64) -> Option<&BarWindow> {
+    fn bar_at(&self, addr: u64, len: u64) -> Option<usize> {
         if addr >= self.bar_span.1 || addr.saturating_add(len) <= self.bar_span.0 {
             return None;
         }
         self.bars
             .iter()
-            .find(|w| addr >= w.start && addr.checked_add(len).is_some_and(|e| e <= w.end))
+            .position(|w| addr >= w.start && addr.checked_add(len).is_some_and(|e| e <= w.end))
     }
 
     fn space(&self, requester: FunctionId) -> &[HostRegion] {
@@ -338,6 +341,7 @@ impl Fabric {
                         end: start.saturating_add(spec.size),
                         function: f.pci().id,
                         bar: spec.index,
+                        target: f.clone(),
                     });
                 }
             }
@@ -528,7 +532,10 @@ impl Fabric {
     /// an unsupported request would be).
     pub fn mmio_write(&self, addr: u64, data: &[u8]) -> bool {
         let routes = self.snapshot();
-        let Some(w) = routes.bar_at(addr, data.len() as u64).cloned() else {
+        let Some(w) = routes
+            .bar_at(addr, data.len() as u64)
+            .map(|i| &routes.bars[i])
+        else {
             return false;
         };
         let tlps = tlp_count(addr, data.len() as u64, self.config.mps as u64);
@@ -542,16 +549,17 @@ impl Fabric {
             tlps * self.config.tlp_overhead as u64,
             data.len() as u64,
         );
-        if let Some(f) = self.function(w.function) {
-            f.bar_write(w.bar, addr - w.start, data);
-        }
+        w.target.bar_write(w.bar, addr - w.start, data);
         true
     }
 
     /// A CPU load from `addr`; all-ones when nothing decodes it (master abort).
     pub fn mmio_read(&self, addr: u64, data: &mut [u8]) -> bool {
         let routes = self.snapshot();
-        let Some(w) = routes.bar_at(addr, data.len() as u64).cloned() else {
+        let Some(w) = routes
+            .bar_at(addr, data.len() as u64)
+            .map(|i| &routes.bars[i])
+        else {
             data.fill(0xff);
             return false;
         };
@@ -563,9 +571,7 @@ impl Fabric {
         let c = self.counters_of(w.function);
         c.add_down(1, oh, 0);
         c.add_up(cpls, cpls * oh, data.len() as u64);
-        if let Some(f) = self.function(w.function) {
-            f.bar_read(w.bar, addr - w.start, data);
-        }
+        w.target.bar_read(w.bar, addr - w.start, data);
         true
     }
 
@@ -582,6 +588,7 @@ impl Fabric {
             hit_start: 0,
             hit_end: 0,
             hit_ptr: std::ptr::null_mut(),
+            peer_hit: (0, 0, 0),
         }
     }
 }
@@ -639,11 +646,15 @@ pub struct DmaPort<'a> {
     hit_start: u64,
     hit_end: u64,
     hit_ptr: *mut u8,
+    /// `[start, end)` of the peer BAR window last reached and its index in `routes.bars`: the
+    /// same window again (NIC to FLD, every packet) skips routing. Valid while `routes` is held.
+    peer_hit: (u64, u64, usize),
 }
 
 enum Target {
     Host(usize),
-    Peer(BarWindow),
+    /// Index of the window in `routes.bars`.
+    Peer(usize),
 }
 
 impl DmaPort<'_> {
@@ -660,12 +671,14 @@ impl DmaPort<'_> {
         let end = addr
             .checked_add(len as u64)
             .ok_or(DmaError::Unmapped { addr, len })?;
-        if let Some(w) = self.routes.bar_at(addr, len as u64) {
+        if let Some(i) = self.routes.bar_at(addr, len as u64) {
+            let w = &self.routes.bars[i];
             let port = |f: FunctionId| self.routes.ports.get(f as usize).copied();
             if port(w.function) == port(self.requester) {
                 return Err(DmaError::SamePort { addr });
             }
-            return Ok(Target::Peer(w.clone()));
+            self.peer_hit = (w.start, w.end, i);
+            return Ok(Target::Peer(i));
         }
         let fits = |r: &HostRegion| addr >= r.iova && end <= r.iova + r.len;
         let space = self.routes.space(self.requester);
@@ -762,6 +775,14 @@ impl DmaPort<'_> {
         }
     }
 
+    /// The window of the peer BAR last reached, if `[addr, addr + len)` lies in it.
+    #[inline]
+    fn fast_peer(&self, addr: u64, len: usize) -> Option<usize> {
+        let (start, end, i) = self.peer_hit;
+        let e = addr.checked_add(len as u64)?;
+        (addr >= start && e <= end && end > start).then_some(i)
+    }
+
     /// Memory read of `buf.len()` bytes at bus address `addr`. On error nothing was read.
     pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
         if let Some(p) = self.fast(addr, buf.len()) {
@@ -771,12 +792,16 @@ impl DmaPort<'_> {
             unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
             return Ok(());
         }
-        match self.route(addr, buf.len())? {
-            Target::Peer(w) => {
-                self.count_read(addr, buf.len() as u64, Some(w.function));
-                if let Some(f) = self.fabric.function(w.function) {
-                    f.bar_read(w.bar, addr - w.start, buf);
-                }
+        let target = match self.fast_peer(addr, buf.len()) {
+            Some(i) => Target::Peer(i),
+            None => self.route(addr, buf.len())?,
+        };
+        match target {
+            Target::Peer(i) => {
+                let function = self.routes.bars[i].function;
+                self.count_read(addr, buf.len() as u64, Some(function));
+                let w = &self.routes.bars[i];
+                w.target.bar_read(w.bar, addr - w.start, buf);
             }
             Target::Host(usize::MAX) => {
                 self.count_read(addr, buf.len() as u64, None);
@@ -802,12 +827,16 @@ impl DmaPort<'_> {
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
             return Ok(());
         }
-        match self.route(addr, data.len())? {
-            Target::Peer(w) => {
-                self.count_write(addr, data.len() as u64, Some(w.function));
-                if let Some(f) = self.fabric.function(w.function) {
-                    f.bar_write(w.bar, addr - w.start, data);
-                }
+        let target = match self.fast_peer(addr, data.len()) {
+            Some(i) => Target::Peer(i),
+            None => self.route(addr, data.len())?,
+        };
+        match target {
+            Target::Peer(i) => {
+                let function = self.routes.bars[i].function;
+                self.count_write(addr, data.len() as u64, Some(function));
+                let w = &self.routes.bars[i];
+                w.target.bar_write(w.bar, addr - w.start, data);
             }
             Target::Host(usize::MAX) => {
                 self.count_write(addr, data.len() as u64, None);
