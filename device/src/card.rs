@@ -42,6 +42,11 @@ impl Card {
         Arc::new(Card { fabric, nic, fld })
     }
 
+    /// The clock the card's timers, meters and timestamps read (see [`crate::clock`]).
+    pub fn set_clock(&self, clock: Arc<dyn crate::clock::Clock>) {
+        self.nic.set_clock_source(clock);
+    }
+
     /// One step of every engine; returns the work done (0 when the card is idle).
     pub fn poll(&self) -> usize {
         self.nic.poll() + self.fld.poll()

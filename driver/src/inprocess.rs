@@ -96,6 +96,8 @@ impl InProcessHost {
         let memory = unsafe { DmaArea::new(HOST_IOVA_BASE, ptr, memory_bytes, region) };
         let irqs = Arc::new(InterruptCounters::default());
         fabric.set_interrupt_sink(irqs.clone());
+        // The host runs in real time, and so does its card, until a runner pins its time.
+        card.set_clock(Arc::new(fld_device::clock::WallClock::default()));
         Ok(Arc::new(InProcessHost {
             card,
             memory,

@@ -297,7 +297,7 @@ struct Recorder(Arc<Mutex<Vec<Seen>>>);
 type Seen = (u16, TapPoint, Vec<u8>);
 
 impl FrameTap for Recorder {
-    fn frame(&mut self, vport: u16, point: TapPoint, frame: &[u8]) {
+    fn frame(&mut self, _now_ns: u64, vport: u16, point: TapPoint, frame: &[u8]) {
         self.0.lock().unwrap().push((vport, point, frame.to_vec()));
     }
 }

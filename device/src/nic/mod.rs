@@ -28,8 +28,8 @@ use queues::{CompletionQueue, EventQueue, ReceiveQueue, SendQueue, Slab};
 pub use rdma::cache::CacheCounters;
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Instant;
 
+use crate::clock::{Clock, ManualClock};
 use crate::fabric::Fabric;
 use crate::pcie::{BarSpec, ConfigSpace, FunctionId, Identity, MsixSpec, PciFunction, PciState};
 use crate::wire::{FrameTap, NullWire, Wire};
@@ -172,10 +172,16 @@ impl Nic {
         self.shared.lock().wire = wire;
     }
 
-    /// Replaces real time by a clock the caller sets (nanoseconds); `None` returns to real time.
-    /// Meters and CQE timestamps read this clock.
+    /// Pins the NIC's time to `now_ns` (nanoseconds), ahead of its clock; `None` returns to the
+    /// clock. Timers, meters and CQE timestamps read this time.
     pub fn set_clock(&self, now_ns: Option<u64>) {
         self.shared.lock().manual_clock = now_ns;
+    }
+
+    /// The clock the NIC reads when its time is not pinned ([`Nic::set_clock`]); a ManualClock
+    /// standing at 0 until a runner gives one.
+    pub fn set_clock_source(&self, clock: Arc<dyn Clock>) {
+        self.shared.lock().clock = clock;
     }
 
     /// Captures every frame entering or leaving the eSwitch at any vPort.
@@ -468,8 +474,9 @@ pub(crate) struct NicCore {
     encap_frame: Vec<u8>,
     /// Send WQE fetch buffer.
     wqe: Vec<u8>,
-    epoch: Instant,
-    /// A clock the runner sets (tests, discrete-event runs) instead of real time.
+    /// Where time comes from (the runner's).
+    clock: Arc<dyn Clock>,
+    /// A time the runner pins (tests, discrete-event runs), ahead of `clock`.
     manual_clock: Option<u64>,
     wire_tx_frames: u64,
     bad_doorbells: u64,
@@ -505,7 +512,7 @@ impl NicCore {
             wire_frame: vec![0; max_frame],
             encap_frame: Vec::with_capacity(max_frame + VXLAN_ENCAP_LEN),
             wqe: vec![0; MAX_WQE_BYTES],
-            epoch: Instant::now(),
+            clock: Arc::new(ManualClock::default()),
             manual_clock: None,
             wire_tx_frames: 0,
             bad_doorbells: 0,

@@ -146,7 +146,8 @@ pub enum TapPoint {
 
 /// Observes frames at the eSwitch ports.
 pub trait FrameTap: Send {
-    fn frame(&mut self, vport: u16, point: TapPoint, frame: &[u8]);
+    /// `frame` passed `point` of `vport` at `now_ns` on the NIC's clock.
+    fn frame(&mut self, now_ns: u64, vport: u16, point: TapPoint, frame: &[u8]);
 }
 
 #[cfg(test)]

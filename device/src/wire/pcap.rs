@@ -2,7 +2,7 @@
 //! crate, so captures open in Wireshark and tshark.
 
 use std::io::Write;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
@@ -51,7 +51,9 @@ impl<W: Write> PcapTap<W> {
 }
 
 impl<W: Write + Send> FrameTap for PcapTap<W> {
-    fn frame(&mut self, vport: u16, point: TapPoint, frame: &[u8]) {
+    /// Stamped with the NIC's clock: real dates under a wall clock, virtual time under the
+    /// discrete-event runner.
+    fn frame(&mut self, now_ns: u64, vport: u16, point: TapPoint, frame: &[u8]) {
         let wanted = match self.filter {
             CaptureFilter::AllIngress => point == TapPoint::FromVport,
             CaptureFilter::Vport(v) => v == vport,
@@ -59,9 +61,7 @@ impl<W: Write + Send> FrameTap for PcapTap<W> {
         if !wanted {
             return;
         }
-        let ts = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        let ts = Duration::from_nanos(now_ns);
         let n = frame.len().min(self.snaplen as usize);
         let pkt = PcapPacket::new(ts, frame.len() as u32, &frame[..n]);
         match self.writer.write_packet(&pkt) {
@@ -81,15 +81,18 @@ mod tests {
         let mut tap = PcapTap::new(Vec::new(), CaptureFilter::Vport(1)).unwrap();
         let a: Vec<u8> = (0..60u8).collect();
         let b: Vec<u8> = (0..=255u8).cycle().take(9000).collect();
-        tap.frame(1, TapPoint::FromVport, &a);
-        tap.frame(0, TapPoint::FromVport, &a);
-        tap.frame(1, TapPoint::ToVport, &b);
+        tap.frame(1_000, 1, TapPoint::FromVport, &a);
+        tap.frame(2_000, 0, TapPoint::FromVport, &a);
+        tap.frame(1_500_000_003_000, 1, TapPoint::ToVport, &b);
         assert_eq!(tap.written, 2);
         let bytes = tap.into_inner();
         let mut r = PcapReader::new(&bytes[..]).unwrap();
         assert_eq!(r.header().datalink, DataLink::ETHERNET);
-        assert_eq!(r.next_packet().unwrap().unwrap().data.as_ref(), &a[..]);
         let p = r.next_packet().unwrap().unwrap();
+        assert_eq!(p.data.as_ref(), &a[..]);
+        assert_eq!(p.timestamp, Duration::from_nanos(1_000));
+        let p = r.next_packet().unwrap().unwrap();
+        assert_eq!(p.timestamp, Duration::from_nanos(1_500_000_003_000));
         assert_eq!(p.data.as_ref(), &b[..]);
         assert_eq!(p.orig_len, 9000);
         assert!(r.next_packet().is_none());

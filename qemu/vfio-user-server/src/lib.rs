@@ -481,6 +481,8 @@ pub fn socket_names(card: &Card) -> Vec<(FunctionId, String)> {
 /// have finished.
 pub fn serve(card: Arc<Card>, dir: &Path, stop: Arc<AtomicBool>) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    // The guest runs in real time: so do the card's timers, meters and timestamps.
+    card.set_clock(Arc::new(fld_device::clock::WallClock::default()));
     let irqs = Arc::new(EventfdSink::default());
     card.fabric.set_interrupt_sink(irqs.clone());
     // Lives until every server thread has ended: the servers hand its descriptors to clients.

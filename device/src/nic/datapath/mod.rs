@@ -21,7 +21,7 @@ struct Ctx<'a> {
     ports: &'a [Port],
     dma: [Option<DmaPort<'a>>; MAX_HOST_FUNCTIONS],
     now_ns: Option<u64>,
-    epoch: std::time::Instant,
+    clock: &'a dyn crate::clock::Clock,
 }
 
 impl<'a> Ctx<'a> {
@@ -40,22 +40,22 @@ impl<'a> Ctx<'a> {
             .map_or(0, |p| p.doorbells.load(offset))
     }
 
+    /// The NIC's time, read once per batch.
     #[inline]
     fn now(&mut self) -> u64 {
-        let epoch = self.epoch;
-        *self
-            .now_ns
-            .get_or_insert_with(|| epoch.elapsed().as_nanos() as u64)
+        let clock = self.clock;
+        *self.now_ns.get_or_insert_with(|| clock.now_ns())
     }
 }
 
 pub(super) fn poll(core: &mut NicCore, fabric: &Fabric, ports: &[Port]) -> usize {
+    let clock = core.clock.clone();
     let mut ctx = Ctx {
         fabric,
         ports,
         dma: [const { None }; MAX_HOST_FUNCTIONS],
         now_ns: core.manual_clock,
-        epoch: core.epoch,
+        clock: clock.as_ref(),
     };
     let mut work = completions::consumer_doorbells(core, &mut ctx);
     work += transmit::transmit(core, &mut ctx);

@@ -49,7 +49,7 @@ pub(super) fn switch_frame(
     resume: Option<(u32, u8)>,
 ) {
     if let Some(tap) = core.tap.as_mut() {
-        tap.frame(src_vport, TapPoint::FromVport, frame.bytes);
+        tap.frame(ctx.now(), src_vport, TapPoint::FromVport, frame.bytes);
     }
     if let Some(v) = core.eswitch.vport_mut(src_vport) {
         v.counters.tx_packets += 1;
@@ -155,7 +155,7 @@ fn deliver_to_vport(
     flow_tag: u32,
 ) {
     if let Some(tap) = core.tap.as_mut() {
-        tap.frame(vport, TapPoint::ToVport, frame.bytes);
+        tap.frame(ctx.now(), vport, TapPoint::ToVport, frame.bytes);
     }
     if vport == VPORT_UPLINK {
         core.wire.transmit(frame.bytes);
