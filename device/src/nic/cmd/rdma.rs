@@ -9,7 +9,7 @@ use super::queues::{check_log_size, check_ring};
 use super::{created, fail, input, object, output, Cmd, CmdResult, Handler};
 use crate::nic::queues::RqKind;
 use crate::nic::rdma::memory::{MemoryRegion, ProtectionDomain};
-use crate::nic::rdma::qp::{self, QpRing, QueuePair};
+use crate::nic::rdma::qp::{self, QpRing, QueuePair, Requester, PREALLOCATED_OPS};
 use crate::nic::rdma::{GidEntry, Rdma, SharedRq};
 use fld_abi::nic::*;
 use fld_abi::wire::roce::{flow_source_port, gid_is_ipv4};
@@ -237,7 +237,7 @@ fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         rq_counter: 0,
         signal_all: i.flags & QP_FLAG_SIGNAL_ALL != 0,
         attr: QpAttr::default(),
-        req: Default::default(),
+        req: Requester::with_capacity(PREALLOCATED_OPS.min(1 << i.log_sq_size)),
         resp: Default::default(),
         counters: Default::default(),
         drained_reported: false,
@@ -304,7 +304,7 @@ fn modify_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
     qp.state = to;
     match (from, to) {
         (_, QpState::Reset) => {
-            qp.req = Default::default();
+            qp.req = Requester::with_capacity(qp.req.ops.capacity());
             qp.resp = Default::default();
             qp.rq_counter = 0;
             qp.drained_reported = false;

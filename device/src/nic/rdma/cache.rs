@@ -50,7 +50,8 @@ impl<K: Hash + Eq + Copy, V: Copy> LruCache<K, V> {
         LruCache {
             capacity,
             map: FxHashMap::with_capacity_and_hasher(capacity.min(1 << 16), Default::default()),
-            slots: Vec::new(),
+            // Sized up front (up to 64 Ki entries), so lookups in steady traffic never allocate.
+            slots: Vec::with_capacity(capacity.min(1 << 16)),
             free: Vec::new(),
             newest: NIL,
             oldest: NIL,

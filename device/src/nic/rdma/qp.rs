@@ -77,6 +77,11 @@ impl SendOp {
     }
 }
 
+/// Started WQEs a requester holds before its operation queue grows: the queue is sized when
+/// the QP is made, so steady traffic allocates nothing (deeper queues grow once, to their
+/// high-water mark).
+pub(crate) const PREALLOCATED_OPS: usize = 64;
+
 /// The requester half of a QP (IBA §9.7.4–9.7.7 from the sender's side).
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
@@ -106,6 +111,16 @@ pub(crate) struct Requester {
     /// stream that arrive beyond it are the same loss, not new ones (no retry is spent on them)
     /// until the response at it arrives.
     pub rewound_to: Option<u32>,
+}
+
+impl Requester {
+    /// A requester whose operation queue holds `ops` started WQEs before it grows.
+    pub fn with_capacity(ops: usize) -> Self {
+        Requester {
+            ops: VecDeque::with_capacity(ops),
+            ..Default::default()
+        }
+    }
 }
 
 /// What one READ or atomic request the responder executed needs for its responses and for
