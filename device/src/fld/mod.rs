@@ -373,7 +373,12 @@ fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId) -> usize
     let base = core.nic_doorbell;
     let mut dma = fabric.dma(fid);
     let mut n = 0;
-    for q in core.tx.queues.iter_mut().filter(|q| q.doorbell_due) {
+    for k in 0..core.tx.doorbells_due.len() {
+        let qi = core.tx.doorbells_due[k] as usize;
+        // A queue rebound since it became due has nothing to ring.
+        let Some(q) = core.tx.queues.get_mut(qi).filter(|q| q.doorbell_due) else {
+            continue;
+        };
         q.doorbell_due = false;
         let slot = if q.rdma {
             nic::db::slot(
@@ -386,6 +391,7 @@ fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId) -> usize
         let _ = dma.write(base + slot, &(q.pi & 0xffff).to_le_bytes());
         n += 1;
     }
+    core.tx.doorbells_due.clear();
     if core.rx.doorbell_due {
         core.rx.doorbell_due = false;
         let _ = dma.write(

@@ -53,6 +53,9 @@ pub(super) struct TxEngine {
     pub buffer: Vec<u8>,
     pub chunks_free: Vec<u32>,
     pub queues: Vec<TxQueue>,
+    /// Queues whose NIC doorbell is due, in the order they became due (each once: its
+    /// `doorbell_due` flag), so ringing them does not scan every queue.
+    pub doorbells_due: Vec<u16>,
     /// Every Nth WQE of a queue requests a completion (selective signalling).
     pub signal_every: u32,
     /// Compressed completions waiting for the engine (15 bytes each).
@@ -87,6 +90,7 @@ impl TxEngine {
             buffer: vec![0; geo.tx_chunks as usize * geo.tx_chunk as usize],
             chunks_free: (0..geo.tx_chunks).rev().collect(),
             queues: vec![TxQueue::default(); geo.tx_queues as usize],
+            doorbells_due: Vec::with_capacity(geo.tx_queues as usize),
             signal_every: 32,
             cqes: VecDeque::with_capacity(1 << geo.log_tx_cq),
             cq_ci: 0,
@@ -501,7 +505,9 @@ impl TxStream for TxView<'_> {
                 .with_resume(resume);
         q.vhead = vstart + need;
         q.pi = q.pi.wrapping_add(1);
-        q.doorbell_due = true;
+        if !std::mem::replace(&mut q.doorbell_due, true) {
+            tx.doorbells_due.push(qi as u16);
+        }
         stats.bump(Stat::TxPackets);
         stats.add(Stat::TxBytes, data.len() as u64);
         Ok(())
