@@ -130,7 +130,7 @@ impl Frames {
 pub struct SimHost {
     pub name: String,
     pub card: Arc<Card>,
-    _host: Arc<InProcessHost>,
+    host: Arc<InProcessHost>,
     pub ctx: Context,
     port: Arc<Mutex<Port>>,
     pub mac: [u8; 6],
@@ -196,7 +196,7 @@ impl SimHost {
         let mut h = SimHost {
             name: name.to_string(),
             card,
-            _host: host,
+            host,
             ctx,
             port,
             mac,
@@ -236,7 +236,7 @@ impl SimHost {
             .nic
             .function_id(index)
             .ok_or(VerbsError::Invalid("the card has no such NIC function"))?;
-        Ok(self._host.device(fid))
+        Ok(self.host.device(fid))
     }
 
     /// Forgets what set-up cost: the counters a run is measured from start here.

@@ -13,12 +13,8 @@ pub const PS_PER_NS: Ps = 1_000;
 /// What happens at an instant.
 #[derive(Debug)]
 pub enum Event {
-    /// The last bit of `frame` reaches port `port` of node `node`.
-    FrameArrives {
-        node: usize,
-        port: usize,
-        frame: Vec<u8>,
-    },
+    /// The last bit of `frame` reaches node `node`.
+    FrameArrives { node: usize, frame: Vec<u8> },
     /// A switch egress port finished sending `bytes`: its queue shrinks by them.
     QueueDrained {
         node: usize,

@@ -382,13 +382,13 @@ impl Sim {
 
     fn step(&mut self, t: Ps, ev: Event, w: &mut dyn Workload) -> Result<(), SimError> {
         match ev {
-            Event::FrameArrives { node, port, frame } => {
+            Event::FrameArrives { node, frame } => {
                 log::trace!(
                     "{} ns: {} B arrive at node {node}",
                     t / PS_PER_NS,
                     frame.len()
                 );
-                if let Some(d) = self.net.arrive(&mut self.queue, t, node, port, frame) {
+                if let Some(d) = self.net.arrive(&mut self.queue, t, node, frame) {
                     self.hosts[d.host].deliver(d.frame);
                     self.wake_engine(d.host, t);
                 }
@@ -590,6 +590,10 @@ pub fn run(
         }
         for (pi, &(size, q)) in cases.iter().enumerate() {
             let seed = point_seed(s.seed, wi, pi);
+            let connections = match spec {
+                WorkloadSpec::WriteRate { clients, .. } => clients.len() as u64 * u64::from(q),
+                _ => 1,
+            };
             let (mut sim, mut w): (Sim, Box<dyn Workload>) = match spec {
                 WorkloadSpec::WriteLatency {
                     client,
@@ -635,7 +639,7 @@ pub fn run(
                     messages,
                     ..
                 } => {
-                    let conns = clients.len() * q as usize;
+                    let conns = connections as usize;
                     let mut sim = Sim::new(
                         &r,
                         seed,
@@ -664,7 +668,7 @@ pub fn run(
                 .collect();
             let p = Point {
                 size,
-                connections: metrics.get("connections").map_or(1, |&c| c as u64),
+                connections,
                 metrics,
                 virtual_ns: virtual_ps / PS_PER_NS,
                 events: sim.events(),

@@ -39,8 +39,8 @@ pub struct LineCounters {
 
 struct Link {
     params: LinkParams,
-    /// `(node, port)` of each end.
-    ends: [(usize, usize); 2],
+    /// The node at each end.
+    ends: [usize; 2],
     /// When each direction (sending from end 0, from end 1) is free again.
     free_at: [Ps; 2],
     counters: [LineCounters; 2],
@@ -171,13 +171,11 @@ impl Network {
             if ia == ib {
                 return Err(TopologyError::SelfLink(li, a.clone()));
             }
-            let pa = nodes[ia].plugs.len();
             nodes[ia].plugs.push(Plug { link: li, end: 0 });
-            let pb = nodes[ib].plugs.len();
             nodes[ib].plugs.push(Plug { link: li, end: 1 });
             out.push(Link {
                 params: p.clone(),
-                ends: [(ia, pa), (ib, pb)],
+                ends: [ia, ib],
                 free_at: [0; 2],
                 counters: Default::default(),
             });
@@ -217,7 +215,7 @@ impl Network {
                 continue;
             }
             for p in &self.nodes[x].plugs {
-                let (y, _) = self.links[p.link].ends[1 - p.end];
+                let y = self.links[p.link].ends[1 - p.end];
                 if dist[y] == usize::MAX {
                     dist[y] = dist[x] + 1;
                     todo.push_back(y);
@@ -231,7 +229,7 @@ impl Network {
             let ports: Vec<usize> = (0..self.nodes[x].plugs.len())
                 .filter(|&i| {
                     let p = self.nodes[x].plugs[i];
-                    let (y, _) = self.links[p.link].ends[1 - p.end];
+                    let y = self.links[p.link].ends[1 - p.end];
                     dist[y] + 1 == dist[x]
                 })
                 .collect();
@@ -275,14 +273,10 @@ impl Network {
             self.recycle(frame);
             return end;
         }
-        let (to, to_port) = link.ends[1 - dir];
+        let to = link.ends[1 - dir];
         q.schedule(
             end + link.params.propagation_ns * PS_PER_NS,
-            Event::FrameArrives {
-                node: to,
-                port: to_port,
-                frame,
-            },
+            Event::FrameArrives { node: to, frame },
         );
         end
     }
@@ -294,13 +288,11 @@ impl Network {
         q: &mut EventQueue,
         now: Ps,
         node: usize,
-        port: usize,
         frame: Vec<u8>,
     ) -> Option<HostDelivery> {
         if node < self.hosts {
             return Some(HostDelivery { host: node, frame });
         }
-        let _ = port;
         self.forward(q, now, node, frame);
         None
     }
@@ -393,8 +385,7 @@ impl Network {
         let mut r = NetworkReport::default();
         for l in &self.links {
             for dir in 0..2 {
-                let (from, _) = l.ends[dir];
-                let (to, _) = l.ends[1 - dir];
+                let (from, to) = (l.ends[dir], l.ends[1 - dir]);
                 r.lines.push(LineReport {
                     from: self.nodes[from].name.clone(),
                     to: self.nodes[to].name.clone(),

@@ -35,8 +35,8 @@ fn drain(net: &mut Network, q: &mut EventQueue) -> Vec<(Ps, usize, Vec<u8>)> {
     let mut out = Vec::new();
     while let Some((t, ev)) = q.pop() {
         match ev {
-            Event::FrameArrives { node, port, frame } => {
-                if let Some(d) = net.arrive(q, t, node, port, frame) {
+            Event::FrameArrives { node, frame } => {
+                if let Some(d) = net.arrive(q, t, node, frame) {
                     out.push((t, d.host, d.frame));
                 }
             }
@@ -130,14 +130,7 @@ fn switch_queue_drops_and_marks_exactly_at_its_thresholds() {
     for k in 0..8u16 {
         let ecn = if k == 6 { 0 } else { 0b10 };
         let f = frame(len as usize, MAC[1], ecn, k);
-        q.schedule(
-            1_000,
-            Event::FrameArrives {
-                node: 2,
-                port: 0,
-                frame: f,
-            },
-        );
+        q.schedule(1_000, Event::FrameArrives { node: 2, frame: f });
     }
     let got = drain(&mut net, &mut q);
     // 0..=4 fit (the fifth makes 5000 <= 5500), the sixth onwards would exceed the buffer.
@@ -168,7 +161,6 @@ fn switch_queue_drops_and_marks_exactly_at_its_thresholds() {
             9_000_000,
             Event::FrameArrives {
                 node: 2,
-                port: 0,
                 frame: frame(len as usize, MAC[1], ecn, k),
             },
         );
@@ -225,11 +217,7 @@ fn parallel_paths(path: PathChoice, flows: u16, frames: u16, gap_ns: u64) -> Vec
         let f = frame(100, MAC[1], 0, 1000 + i % flows);
         q.schedule(
             u64::from(i) * gap_ns * 1000,
-            Event::FrameArrives {
-                node: 2,
-                port: 0,
-                frame: f,
-            },
+            Event::FrameArrives { node: 2, frame: f },
         );
     }
     let got = drain(&mut net, &mut q);

@@ -42,7 +42,7 @@ pub trait Workload {
 
 /// One end's verbs objects.
 struct End {
-    _pd: Pd,
+    pd: Pd,
     mr: Mr,
     cq: Cq,
 }
@@ -51,12 +51,12 @@ fn end(ctx: &mut Context, buf: usize, cq_entries: u32) -> Result<End, VerbsError
     let pd = ctx.alloc_pd()?;
     let mr = ctx.reg_mr(&pd, buf, access::ALL)?;
     let cq = ctx.create_cq(cq_entries, None)?;
-    Ok(End { _pd: pd, mr, cq })
+    Ok(End { pd, mr, cq })
 }
 
 fn rc_qp(ctx: &mut Context, e: &End, send_wr: u32) -> Result<Qp, VerbsError> {
     ctx.create_qp(
-        &e._pd,
+        &e.pd,
         &QpInitAttr {
             send_cq: &e.cq,
             recv_cq: &e.cq,
@@ -495,7 +495,6 @@ impl Workload for WriteRate {
             ("mops", mops),
             ("gbps", mops * 1e6 * self.size as f64 * 8.0 / 1e9),
             ("messages", self.total as f64),
-            ("connections", self.conns.len() as f64),
             ("run_us", (e - self.first_post.unwrap_or(0)) as f64 / 1e6),
         ]
     }
