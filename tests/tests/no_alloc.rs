@@ -13,7 +13,7 @@ use common::rdma::*;
 use fld_abi::nic::*;
 use fld_device::wire::Faults;
 use fld_host::apps::{echo_step, run_echo, EchoConfig, Sizes};
-use fld_host::RxMode;
+use fld_host::{EthDev, RxMode};
 use fld_qemu::testbed::{FldEchoSetup, InProcessPair};
 
 struct Counting;
@@ -61,12 +61,30 @@ fn take_allocs() -> u64 {
     ALLOCS.with(|c| c.replace(0))
 }
 
-fn echo_cfg(packets: u64, sizes: Sizes, window: usize) -> EchoConfig {
-    EchoConfig {
-        packets,
-        sizes,
-        window,
-        ..Default::default()
+/// Echo rounds of 5,000 frames of 64, 1500, 64, 1500 and 200 bytes from `client` to `mac`,
+/// `window` in flight, `serve` stepping the far end and the card (the card's steps counted):
+/// every frame comes back verified, and after the first two rounds — which size the buffers
+/// for small and then large frames — the card allocates nothing.
+fn echo_rounds(
+    what: &str,
+    client: &mut EthDev,
+    mac: [u8; 6],
+    window: usize,
+    mut serve: impl FnMut() -> usize,
+) {
+    for (round, len) in [64, 1500, 64, 1500, 200].into_iter().enumerate() {
+        let cfg = EchoConfig {
+            packets: 5000,
+            sizes: Sizes::Fixed(len),
+            window,
+            ..Default::default()
+        };
+        let rep = run_echo(client, mac, &cfg, &mut serve);
+        assert_eq!((rep.packets_received, rep.mismatches), (5000, 0));
+        let n = take_allocs();
+        if round > 1 {
+            assert_eq!(n, 0, "{what}, {len} B: allocations in the card");
+        }
     }
 }
 
@@ -85,23 +103,14 @@ fn the_ethernet_path_allocates_nothing_per_packet() {
         let card = pair.card.clone();
         let server_mac = pair.server.mac();
         let mut scratch = Vec::with_capacity(32);
-        let sizes = [64, 1500, 64, 1500, 200].map(Sizes::Fixed);
-        for (round, s) in sizes.into_iter().enumerate() {
-            let what = format!("{rx_mode:?} {s:?}");
-            let rep = run_echo(
-                &mut pair.client,
-                server_mac,
-                &echo_cfg(5000, s, 256),
-                || echo_step(&mut pair.server, &mut scratch, 32) + device(|| card.poll()),
-            );
-            assert_eq!((rep.packets_received, rep.mismatches), (5000, 0));
-            let n = take_allocs();
-            // The first rounds size the engine's buffers (small, then large frames); after
-            // them, nothing.
-            if round > 1 {
-                assert_eq!(n, 0, "{what}: allocations in the engine");
-            }
-        }
+        let server = &mut pair.server;
+        echo_rounds(
+            &format!("CPU echo, {rx_mode:?}"),
+            &mut pair.client,
+            server_mac,
+            256,
+            || echo_step(server, &mut scratch, 32) + device(|| card.poll()),
+        );
     }
 }
 
@@ -112,21 +121,9 @@ fn the_flde_echo_allocates_nothing_per_packet() {
     let card = setup.card.clone();
     let mac = setup.flde.mac();
     let window = setup.safe_window(1500);
-    for (round, s) in [64, 1500, 64, 1500, 200]
-        .map(Sizes::Fixed)
-        .into_iter()
-        .enumerate()
-    {
-        let what = format!("{s:?}");
-        let rep = run_echo(&mut setup.client, mac, &echo_cfg(5000, s, window), || {
-            device(|| card.poll())
-        });
-        assert_eq!((rep.packets_received, rep.mismatches), (5000, 0));
-        let n = take_allocs();
-        if round > 1 {
-            assert_eq!(n, 0, "{what}: allocations in NIC, FLD or the accelerator");
-        }
-    }
+    echo_rounds("FLD-E echo", &mut setup.client, mac, window, || {
+        device(|| card.poll())
+    });
 }
 
 #[test]

@@ -60,18 +60,23 @@ impl Lone {
         frame
     }
 
-    /// The frame of a request from the peer to our QP, not sent.
-    fn frame(&mut self, headers: IbHeaders, payload: &[u8]) -> Vec<u8> {
-        let addr = RoceAddress {
-            src_mac: PEER_MAC,
+    /// The addresses of a packet from `mac`/`ip` to our QP's port.
+    fn address_from(&self, mac: [u8; 6], ip: [u8; 4]) -> RoceAddress {
+        RoceAddress {
+            src_mac: mac,
             dst_mac: self.end.nic.mac(),
-            src_gid: ipv4_gid(PEER_IP),
+            src_gid: ipv4_gid(ip),
             dst_gid: ipv4_gid(self.end.ip),
             src_port: 0xc000,
             traffic_class: 0,
             hop_limit: 64,
             flow_label: 0,
-        };
+        }
+    }
+
+    /// The frame of a request from the peer to our QP, not sent.
+    fn frame(&mut self, headers: IbHeaders, payload: &[u8]) -> Vec<u8> {
+        let addr = self.address_from(PEER_MAC, PEER_IP);
         let mut h = headers;
         h.bth.dest_qp = self.end.qp.qpn;
         h.bth.pkey = roce::DEFAULT_PKEY;
@@ -153,16 +158,7 @@ fn a_bad_icrc_or_an_unknown_qp_is_a_silent_counted_drop() {
     // A frame for a QP number nobody has.
     let mut h = write_only(PEER_PSN + 1, va, key, 4);
     h.bth.dest_qp = 0x7777;
-    let addr = RoceAddress {
-        src_mac: PEER_MAC,
-        dst_mac: l.end.nic.mac(),
-        src_gid: ipv4_gid(PEER_IP),
-        dst_gid: ipv4_gid(l.end.ip),
-        src_port: 0xc000,
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-    };
+    let addr = l.address_from(PEER_MAC, PEER_IP);
     let mut f = vec![0u8; 256];
     let n = addr.emit(&h, b"lost", 1, &mut f).unwrap();
     l.inject(&f[..n]);
@@ -193,16 +189,7 @@ fn a_packet_from_another_address_than_the_peer_is_dropped_and_counted() {
     let mut h = write_only(PEER_PSN, va, key, 4);
     h.bth.dest_qp = l.end.qp.qpn;
     h.bth.pkey = roce::DEFAULT_PKEY;
-    let forger = RoceAddress {
-        src_mac: [2, 0, 0, 0, 0, 0x66],
-        dst_mac: l.end.nic.mac(),
-        src_gid: ipv4_gid([10, 0, 0, 66]),
-        dst_gid: ipv4_gid(l.end.ip),
-        src_port: 0xc000,
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-    };
+    let forger = l.address_from([2, 0, 0, 0, 0, 0x66], [10, 0, 0, 66]);
     let mut f = vec![0u8; 256];
     let n = forger.emit(&h, b"evil", 1, &mut f).unwrap();
     l.inject(&f[..n]);

@@ -422,6 +422,21 @@ mod tests {
     use crate::fld::memory_model::MemoryParams;
     use proptest::prelude::*;
 
+    /// A card whose FLD has four Tx queues (Table 2a otherwise), behind the driver mock with
+    /// `mapped` bytes of host memory.
+    fn four_queue_card(mapped: usize) -> crate::mock::MockHost {
+        crate::mock::MockHost::card(
+            crate::card::CardConfig {
+                fld: MemoryParams {
+                    tx_queues: 4,
+                    ..MemoryParams::table_2a()
+                },
+                ..Default::default()
+            },
+            mapped,
+        )
+    }
+
     /// A small FLD: 4 queues, a 16-descriptor pool and 25 chunks of 256 bytes.
     fn small() -> FldCore {
         let p = MemoryParams {
@@ -585,18 +600,7 @@ mod tests {
     /// returns FLD's credits.
     #[test]
     fn flde_echo_through_the_driver_mock() {
-        use crate::card::CardConfig;
-        use crate::mock::MockHost;
-        let h = MockHost::card(
-            CardConfig {
-                fld: MemoryParams {
-                    tx_queues: 4,
-                    ..MemoryParams::table_2a()
-                },
-                ..Default::default()
-            },
-            8 << 20,
-        );
+        let h = four_queue_card(8 << 20);
         let fld = h.fld.clone().expect("FLD");
         fld.set_accelerator(Box::new(crate::accel::Echo::new(0, 16)));
         let binding = h.bind_fld(1);
@@ -630,19 +634,8 @@ mod tests {
     /// client receives every message byte-exact; every Tx credit comes back after the ACKs.
     #[test]
     fn fldr_echo_through_the_driver_mock() {
-        use crate::card::CardConfig;
-        use crate::mock::MockHost;
         use fld_abi::nic::{RdmaWqe, WqeData, CQE_REQ, WQE_OP_SEND, WQE_OP_SEND_IMM};
-        let h = MockHost::card(
-            CardConfig {
-                fld: MemoryParams {
-                    tx_queues: 4,
-                    ..MemoryParams::table_2a()
-                },
-                ..Default::default()
-            },
-            16 << 20,
-        );
+        let h = four_queue_card(16 << 20);
         let fld = h.fld.clone().expect("FLD");
         fld.set_accelerator(Box::new(crate::accel::rdma::RdmaEcho::new(16384, 64)));
         let binding = h.bind_fld(1);
@@ -722,19 +715,8 @@ mod tests {
     #[test]
     fn fldr_refuses_sends_beyond_credits_or_to_a_failed_queue() {
         use crate::accel::{RdmaOp, TxMeta, TxRefused};
-        use crate::card::CardConfig;
-        use crate::mock::MockHost;
         use fld_abi::nic::{qp_attr, QpAttr, QpState, CQE_RESP_SEND};
-        let h = MockHost::card(
-            CardConfig {
-                fld: MemoryParams {
-                    tx_queues: 4,
-                    ..MemoryParams::table_2a()
-                },
-                ..Default::default()
-            },
-            16 << 20,
-        );
+        let h = four_queue_card(16 << 20);
         h.nic.set_clock(Some(0));
         let fld = h.fld.clone().expect("FLD");
         let binding = h.bind_fld(1);
