@@ -118,6 +118,46 @@ impl InProcessHost {
         &self.card
     }
 
+    /// Runs the card's engine on a thread of its own, as the vfio-user server does, until the
+    /// returned guard is dropped: applications then meet the card only through its rings and
+    /// doorbells, as they would a real one, and [`PciDevice::run_device`] does nothing.
+    pub fn spawn_engine_thread(self: &Arc<Self>) -> std::io::Result<EngineThread> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        self.stepped_by_runner.store(true, Ordering::Relaxed);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, card) = (stop.clone(), self.card.clone());
+        let thread = std::thread::Builder::new()
+            .name("card-engine".into())
+            .spawn(move || {
+                let mut idle = 0u32;
+                while !flag.load(Ordering::Relaxed) {
+                    if card.poll() != 0 {
+                        idle = 0;
+                    } else {
+                        // A core of its own: spin, and only after a long quiet spell let
+                        // another thread have it.
+                        idle += 1;
+                        if idle.is_multiple_of(1024) {
+                            std::thread::yield_now();
+                        } else {
+                            std::hint::spin_loop();
+                        }
+                    }
+                }
+            });
+        match thread {
+            Ok(t) => Ok(EngineThread {
+                host: self.clone(),
+                stop,
+                thread: Some(t),
+            }),
+            Err(e) => {
+                self.stepped_by_runner.store(false, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
     /// The driver's handle on function `fid`.
     pub fn device(self: &Arc<Self>, fid: FunctionId) -> Arc<InProcessDevice> {
         Arc::new(InProcessDevice {
@@ -129,6 +169,25 @@ impl InProcessHost {
     /// Bytes of host memory handed out and not given back.
     pub fn allocated(&self) -> usize {
         self.memory.in_use()
+    }
+}
+
+/// The card's engine thread ([`InProcessHost::spawn_engine_thread`]); dropping it stops the
+/// thread and gives the stepping back to the applications.
+pub struct EngineThread {
+    host: Arc<InProcessHost>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for EngineThread {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.host.stepped_by_runner.store(false, Ordering::Relaxed);
     }
 }
 

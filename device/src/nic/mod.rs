@@ -474,6 +474,8 @@ pub(crate) struct NicCore {
     encap_frame: Vec<u8>,
     /// Send WQE fetch buffer.
     wqe: Vec<u8>,
+    /// Send WQE blocks read ahead for the SQ being served.
+    wqe_prefetch: Option<Box<datapath::WqePrefetch>>,
     /// Where time comes from (the runner's).
     clock: Arc<dyn Clock>,
     /// A time the runner pins (tests, discrete-event runs), ahead of `clock`.
@@ -512,6 +514,7 @@ impl NicCore {
             wire_frame: vec![0; max_frame],
             encap_frame: Vec::with_capacity(max_frame + VXLAN_ENCAP_LEN),
             wqe: vec![0; MAX_WQE_BYTES],
+            wqe_prefetch: Default::default(),
             clock: Arc::new(ManualClock::default()),
             manual_clock: None,
             wire_tx_frames: 0,

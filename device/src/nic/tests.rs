@@ -537,6 +537,38 @@ fn frames_cross_byte_exact_with_checksums_inserted_and_validated() {
 }
 
 #[test]
+fn send_wqes_are_fetched_in_bursts_never_past_the_ring_end() {
+    let h = host();
+    let (mut a, _b) = ports(&h);
+    let fa = h.nic_fid(0);
+    let f = frame(&h, 0, 1, 60);
+    // Posts `n` sends with one doorbell run and returns the requester's read operations and
+    // bytes read while the NIC executes them.
+    let mut round = |n: usize| {
+        for _ in 0..n {
+            a.send(&h, &f, 0);
+        }
+        let before = (h.fabric.read_operations(fa), h.fabric.stats(fa));
+        h.run(1000);
+        let bytes = h.fabric.stats(fa).since(&before.1).down_payload_bytes;
+        let reads = h.fabric.read_operations(fa) - before.0;
+        for _ in 0..n {
+            let c = a.tx_cq.poll_cqe(&h).expect("send completion");
+            assert_eq!((c.opcode(), c.syndrome), (CQE_REQ, 0));
+        }
+        a.tx_cq.update_ci(&h, 0, db::CQ_BASE);
+        (reads, bytes)
+    };
+    let data = (60 - 14) as u64;
+    // 60 one-block WQEs on a 64-block ring: 7 fetches of 8 blocks and one of 4, then each
+    // frame's gather.
+    assert_eq!(round(60), (8 + 60, 60 * (64 + data)));
+    // 12 more from block 60: 4 blocks to the ring's end, then 8 from its start.
+    assert_eq!(round(12), (2 + 12, 12 * (64 + data)));
+    assert!(h.guard_intact());
+}
+
+#[test]
 fn completion_rings_wrap_with_owner_bits_and_overflow_is_counted() {
     let h = host();
     let mut a = h.open_port(0);

@@ -16,6 +16,11 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// 2: measure each path a second time with the card's engine on a thread of its own (the
+    /// applications on another, meeting it only through rings and doorbells), beside the
+    /// one-core figures.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub threads: u8,
 }
 
 /// One measured path of one workload.
@@ -27,14 +32,14 @@ struct Measured {
     failures: u64,
 }
 
-fn measure(echo: &mut Echoer, cfg: &EchoConfig) -> Measured {
+fn measure(echo: &mut Echoer, cfg: &EchoConfig, engine_thread: bool) -> Measured {
     let warm = EchoConfig {
         packets: cfg.packets / 20 + 1,
         ..cfg.clone()
     };
-    echo.run(&warm);
+    echo.run_on(&warm, engine_thread);
     echo.card().fabric.clear_stats();
-    let rep = echo.run(cfg);
+    let rep = echo.run_on(cfg, engine_thread);
     let (nic, _) = link_stats(echo.card());
     Measured {
         mpps: rep.mpps(),
@@ -96,24 +101,41 @@ pub fn run(a: BenchArgs) -> CmdResult {
             window: 1024,
             ..Default::default()
         };
-        let cpu = measure(&mut Echoer::new(AccelArg::None, STRIDING, max)?, &cfg);
+        let mut cpu_echo = Echoer::new(AccelArg::None, STRIDING, max)?;
+        let cpu = measure(&mut cpu_echo, &cfg, false);
         let mut fld_echo = Echoer::new(AccelArg::Echo, STRIDING, max)?;
         let fld_cfg = EchoConfig {
             window: fld_echo.window(max),
             ..cfg.clone()
         };
-        let fld = measure(&mut fld_echo, &fld_cfg);
+        let fld = measure(&mut fld_echo, &fld_cfg, false);
+        let threaded = (a.threads == 2).then(|| {
+            (
+                measure(&mut cpu_echo, &cfg, true),
+                measure(&mut fld_echo, &fld_cfg, true),
+            )
+        });
         let base = measure_loopback(&cfg, max)?;
-        rows.push((name, packets, cpu, fld, base));
+        rows.push((name, packets, cpu, fld, base, threaded));
     }
-    let failed = rows
-        .iter()
-        .any(|(_, _, c, f, b)| c.failures + f.failures + b.failures != 0);
+    let failed = rows.iter().any(|(_, _, c, f, b, t)| {
+        let threaded = t.as_ref().map_or(0, |(c2, f2)| c2.failures + f2.failures);
+        c.failures + f.failures + b.failures + threaded != 0
+    });
     if a.json {
         let out: Vec<_> = rows
             .iter()
-            .map(|(name, packets, cpu, fld, base)| {
+            .map(|(name, packets, cpu, fld, base, threaded)| {
                 let (cpu_ns, base_ns) = (1e3 / cpu.mpps, 1e3 / base.mpps);
+                let engine_thread = threaded.as_ref().map(|(c2, f2)| {
+                    json!({
+                        "cpu_echo_mpps": c2.mpps,
+                        "flde_echo_mpps": f2.mpps,
+                        "ratio_cpu_echo_to_one_thread": c2.mpps / cpu.mpps,
+                        "ratio_flde_echo_to_one_thread": f2.mpps / fld.mpps,
+                        "verification_failures": c2.failures + f2.failures,
+                    })
+                });
                 json!({
                     "workload": name,
                     "packets": packets,
@@ -128,21 +150,26 @@ pub fn run(a: BenchArgs) -> CmdResult {
                     "cpu_path_nic_pcie_bytes_per_packet": cpu.nic_pcie_bytes_per_packet,
                     "flde_path_nic_pcie_bytes_per_packet": fld.nic_pcie_bytes_per_packet,
                     "verification_failures": cpu.failures + fld.failures + base.failures,
+                    "two_threads": engine_thread,
                 })
             })
             .collect();
         println!(
             "{}",
-            json!({ "note": "echoed packets per second on one core, in-process; each echoed packet crosses the emulated NIC twice", "results": out })
+            json!({ "note": "echoed packets per second on one core, in-process; each echoed packet crosses the emulated NIC twice; two_threads: the card's engine on a second thread", "results": out })
         );
     } else {
-        println!(
+        print!(
             "{:>15} {:>10} {:>10} {:>8} {:>11} {:>9} {:>12}",
             "workload", "CPU Mpps", "FLD-E Mpps", "FLD/CPU", "loop Mpps", "CPU/loop", "ns/crossing"
         );
-        for (name, _, cpu, fld, base) in &rows {
+        if a.threads == 2 {
+            print!(" {:>13} {:>15}", "CPU 2 thr", "FLD-E 2 thr");
+        }
+        println!();
+        for (name, _, cpu, fld, base, threaded) in &rows {
             let (cpu_ns, base_ns) = (1e3 / cpu.mpps, 1e3 / base.mpps);
-            println!(
+            print!(
                 "{:>15} {:>10.3} {:>10.3} {:>8.3} {:>11.3} {:>9.3} {:>12.1}",
                 name,
                 cpu.mpps,
@@ -152,6 +179,14 @@ pub fn run(a: BenchArgs) -> CmdResult {
                 cpu.mpps / base.mpps,
                 ((cpu_ns - base_ns) / 2.0).max(0.0)
             );
+            if let Some((c2, f2)) = threaded {
+                let (rc, rf) = (c2.mpps / cpu.mpps, f2.mpps / fld.mpps);
+                print!(
+                    " {:>6.3} {:>5.2}x {:>8.3} {:>5.2}x",
+                    c2.mpps, rc, f2.mpps, rf
+                );
+            }
+            println!();
         }
     }
     Ok(exit_code(!failed))

@@ -159,6 +159,8 @@ struct Echoer {
     echo: EchoSide,
     /// The card, when it runs in this process (statistics, capture, polling).
     card: Option<std::sync::Arc<Card>>,
+    /// The in-process host, which can give the card an engine thread of its own.
+    host: Option<std::sync::Arc<fld_driver::inprocess::InProcessHost>>,
     /// Keeps the transport (its connections, DMA memory) alive.
     _transport: Box<dyn std::any::Any>,
 }
@@ -176,6 +178,7 @@ impl Echoer {
                     client: p.client,
                     echo: EchoSide::Cpu(p.server),
                     card: Some(p.card),
+                    host: Some(p.host.clone()),
                     _transport: Box::new(p.host),
                 }
             }
@@ -185,6 +188,7 @@ impl Echoer {
                     client: f.client,
                     echo: EchoSide::Fld(f.flde),
                     card: Some(f.card),
+                    host: Some(f.host.clone()),
                     _transport: Box::new(f.host),
                 }
             }
@@ -222,6 +226,7 @@ impl Echoer {
             client,
             echo,
             card: None,
+            host: None,
             _transport: transport,
         })
     }
@@ -240,7 +245,19 @@ impl Echoer {
     }
 
     fn run(&mut self, cfg: &EchoConfig) -> EchoReport {
-        match &mut self.echo {
+        self.run_on(cfg, false)
+    }
+
+    /// Runs the workload with the card's engine on a thread of its own (`engine_thread`), so the
+    /// applications' thread only generates, echoes and verifies; otherwise the applications step
+    /// the card themselves, on one core.
+    fn run_on(&mut self, cfg: &EchoConfig, engine_thread: bool) -> EchoReport {
+        let engine = match (&self.host, engine_thread) {
+            (Some(host), true) => host.spawn_engine_thread().ok(),
+            _ => None,
+        };
+        let step_card = engine.is_none();
+        let report = match &mut self.echo {
             EchoSide::Cpu(server) => {
                 let mac = server.mac();
                 let mut scratch = Vec::with_capacity(cfg.burst);
@@ -249,12 +266,14 @@ impl Echoer {
                 })
             }
             EchoSide::Fld(flde) => {
-                let card = self.card.clone();
+                let card = self.card.clone().filter(|_| step_card);
                 run_echo(&mut self.client, flde.mac(), cfg, || {
                     card.as_ref().map_or(0, |c| c.poll())
                 })
             }
-        }
+        };
+        drop(engine);
+        report
     }
 
     /// FLD's memory report total, read from the running FLD.

@@ -11,6 +11,8 @@ mod roce;
 mod switching;
 mod transmit;
 
+pub(crate) use transmit::WqePrefetch;
+
 use super::{NicCore, Port, MAX_HOST_FUNCTIONS};
 use crate::fabric::{DmaPort, Fabric};
 

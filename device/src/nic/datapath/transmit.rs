@@ -3,6 +3,8 @@
 //! plus data segments), IPv4/TCP/UDP checksums inserted on request, and the frame handed to the
 //! eSwitch. A malformed WQE, an unreachable address or a doorbell beyond the ring moves the SQ to
 //! the error state with an error CQE and an event; completions follow the WQE's signalling.
+//! Basic blocks are fetched ahead in bursts ([`WqePrefetch`]): one DMA read brings up to
+//! [`FETCH_BLOCKS`] posted blocks, as a ConnectX-class NIC reads descriptors in bursts.
 //! Left out: TSO (`mss` is ignored), VLAN insertion.
 
 use zerocopy::little_endian::{U16, U32};
@@ -16,6 +18,65 @@ use fld_abi::nic::*;
 
 /// Why a send WQE failed: the syndrome of its error CQE.
 struct WqeError(u8);
+
+/// Basic blocks one descriptor fetch reads at most: 512 bytes, one read request at the
+/// default Max_Read_Request_Size.
+pub(crate) const FETCH_BLOCKS: u32 = 8;
+
+/// Send WQE basic blocks read ahead for one SQ: `blocks` blocks from counter `first` on. A
+/// fetch never reads past the ring's end or past what the doorbell posted, so nothing the host
+/// may still be writing is read; blocks fetched and not executed (budget, a full CQ) are read
+/// again next time, as hardware that drops its prefetch would.
+pub(crate) struct WqePrefetch {
+    buf: [u8; FETCH_BLOCKS as usize * WQEBB],
+    first: u32,
+    blocks: u32,
+}
+
+impl Default for WqePrefetch {
+    fn default() -> Self {
+        WqePrefetch {
+            buf: [0; FETCH_BLOCKS as usize * WQEBB],
+            first: 0,
+            blocks: 0,
+        }
+    }
+}
+
+impl WqePrefetch {
+    /// Copies block `counter` of the ring at `addr` (`mask` = ring blocks - 1) into `out`,
+    /// fetching it and up to `posted - 1` blocks after it when it is not already here. A burst
+    /// that fails is retried as the one block, so an unreachable block further on does not fail
+    /// the WQE before it.
+    fn block(
+        &mut self,
+        dma: &mut crate::fabric::DmaPort<'_>,
+        (addr, mask): (u64, u32),
+        counter: u32,
+        posted: u32,
+        out: &mut [u8],
+    ) -> Result<(), crate::fabric::DmaError> {
+        let mut off = counter.wrapping_sub(self.first);
+        if off >= self.blocks {
+            self.blocks = 0;
+            let pos = counter & mask;
+            let n = posted.clamp(1, FETCH_BLOCKS).min(mask + 1 - pos);
+            let at = addr + pos as u64 * WQEBB as u64;
+            let len = n as usize * WQEBB;
+            if n > 1 && dma.read(at, &mut self.buf[..len]).is_ok() {
+                self.blocks = n;
+            } else {
+                dma.read(at, &mut self.buf[..WQEBB])?;
+                self.blocks = 1;
+            }
+            self.first = counter;
+            off = 0;
+        }
+        let at = off as usize * WQEBB;
+        out.copy_from_slice(&self.buf[at..at + WQEBB]);
+        Ok(())
+    }
+}
 
 pub(super) fn transmit(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
     let mut work = 0;
@@ -32,6 +93,9 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]
     let mut done = 0;
     let budget = core.config.sq_budget;
     let mut wqe = std::mem::take(&mut core.wqe);
+    // Taken out and put back (a pointer move, no allocation after the first time).
+    let mut prefetch = core.wqe_prefetch.take().unwrap_or_default();
+    prefetch.blocks = 0;
     while done < budget {
         let Some(sq) = core.sqs.get(sqn) else { break };
         if sq.state != QueueState::Ready {
@@ -57,7 +121,13 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]
             break;
         }
         let (result, nbb) = execute_wqe(
-            core, ctx, owner, addr, log_size, ci, pending, &mut wqe, frame,
+            core,
+            ctx,
+            owner,
+            (addr, log_size),
+            (ci, pending),
+            (&mut wqe, &mut prefetch),
+            frame,
         );
         let ctrl = CtrlSeg::read_from_prefix(&wqe)
             .map(|(c, _)| c)
@@ -91,6 +161,7 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]
         done += 1;
     }
     core.wqe = wqe;
+    core.wqe_prefetch = Some(prefetch);
     done as usize
 }
 
@@ -115,24 +186,23 @@ fn sq_error(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, wqe_index: u16, syn
     );
 }
 
-/// Reads one WQE at counter `ci`, builds and sends its frame. Returns the sent length and the
-/// number of basic blocks the WQE occupies.
-#[allow(clippy::too_many_arguments)]
+/// Reads the WQE at counter `ci` of the ring at `addr` (through the SQ's prefetch), builds and
+/// sends its frame. Returns the sent length and the number of basic blocks the WQE occupies.
 fn execute_wqe(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
     owner: u16,
-    addr: u64,
-    log_size: u8,
-    ci: u32,
-    pending: u32,
-    wqe: &mut [u8],
+    (addr, log_size): (u64, u8),
+    (ci, pending): (u32, u32),
+    (wqe, prefetch): (&mut [u8], &mut WqePrefetch),
     frame: &mut [u8],
 ) -> (Result<usize, WqeError>, u32) {
-    let mask = (1u32 << log_size) - 1;
+    let ring = (addr, (1u32 << log_size) - 1);
     let dma = ctx.dma(owner);
-    let bb_addr = |n: u32| addr + ((ci.wrapping_add(n) & mask) as u64) * WQEBB as u64;
-    if dma.read(bb_addr(0), &mut wqe[..WQEBB]).is_err() {
+    if prefetch
+        .block(dma, ring, ci, pending, &mut wqe[..WQEBB])
+        .is_err()
+    {
         wqe.fill(0);
         return (Err(WqeError(syndrome::DMA_ERROR)), 1);
     }
@@ -147,7 +217,12 @@ fn execute_wqe(
     }
     for n in 1..nbb {
         let at = n as usize * WQEBB;
-        if dma.read(bb_addr(n), &mut wqe[at..at + WQEBB]).is_err() {
+        let counter = ci.wrapping_add(n);
+        let out = &mut wqe[at..at + WQEBB];
+        if prefetch
+            .block(dma, ring, counter, pending - n, out)
+            .is_err()
+        {
             return (Err(WqeError(syndrome::DMA_ERROR)), nbb);
         }
     }
