@@ -207,6 +207,11 @@ impl Nic {
         (core.rdma.qp_cache.counters, mtt)
     }
 
+    /// Hit, miss and eviction counts of the eSwitch's flow cache.
+    pub fn flow_cache_counters(&self) -> CacheCounters {
+        self.shared.lock().eswitch.flow_cache.counters
+    }
+
     /// The earliest time (NIC clock, ns) a transport timer of any QP fires — the local ACK
     /// timer or the end of an RNR wait — so a runner that sleeps an idle card knows when to
     /// wake it. `None`: no timer armed.
@@ -560,6 +565,7 @@ impl NicCore {
     fn destroy_function_objects(&mut self, function: u16) {
         self.rdma.destroy_function_objects(function);
         let es = &mut self.eswitch;
+        es.flow_cache.invalidate();
         // Tables (and their entries), dropping references they held.
         let owned: Vec<u32> = (0..es.tables.len() as u32)
             .filter(|&t| es.table(t).is_some_and(|t| t.owner == function))

@@ -117,6 +117,8 @@ pub(super) fn deliver(
 }
 
 fn execute(cmd: &mut Cmd<'_, '_>, opcode: u16, body: &[u8], out: &mut [u8]) -> CmdResult {
+    // Which entry a key matches changes only by command: the flow cache starts afresh after any.
+    cmd.core.eswitch.flow_cache.invalidate();
     match FAMILIES
         .iter()
         .flat_map(|f| f.iter())
