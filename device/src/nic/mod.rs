@@ -565,7 +565,6 @@ impl NicCore {
     fn destroy_function_objects(&mut self, function: u16) {
         self.rdma.destroy_function_objects(function);
         let es = &mut self.eswitch;
-        es.flow_cache.invalidate();
         // Tables (and their entries), dropping references they held.
         let owned: Vec<u32> = (0..es.tables.len() as u32)
             .filter(|&t| es.table(t).is_some_and(|t| t.owner == function))
@@ -621,6 +620,7 @@ impl NicCore {
         self.rqs.remove_owned_by(function);
         self.cqs.remove_owned_by(function);
         self.eqs.remove_owned_by(function);
+        self.eswitch.rules_changed();
     }
 }
 

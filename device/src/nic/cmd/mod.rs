@@ -117,16 +117,17 @@ pub(super) fn deliver(
 }
 
 fn execute(cmd: &mut Cmd<'_, '_>, opcode: u16, body: &[u8], out: &mut [u8]) -> CmdResult {
-    // Which entry a key matches changes only by command: the flow cache starts afresh after any.
-    cmd.core.eswitch.flow_cache.invalidate();
-    match FAMILIES
+    let result = match FAMILIES
         .iter()
         .flat_map(|f| f.iter())
         .find(|(op, _)| *op == opcode)
     {
         Some((_, handler)) => handler(cmd, body, out),
         None => fail(CmdStatus::BadOpcode, opcode as u32),
-    }
+    };
+    // Which entry a key matches changes only by command: the flow cache starts afresh after any.
+    cmd.core.eswitch.rules_changed();
+    result
 }
 
 /// Parses a command's input layout.
