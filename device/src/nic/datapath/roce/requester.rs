@@ -300,11 +300,18 @@ fn start_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
     let qp = core.rdma.qps.get(qpi).expect("present");
     let op = ctrl.opcode;
     let read_atomic = matches!(op, WQE_OP_RDMA_READ | WQE_OP_ATOMIC_CS | WQE_OP_ATOMIC_FA);
-    let outstanding = qp.req.ops.iter().filter(|o| o.is_read_or_atomic()).count();
-    if read_atomic && outstanding >= usize::from(qp.attr.max_rd_atomic.max(1)) {
+    // Outstanding READs and atomics are counted only for a WQE they can hold back: the queue
+    // of started operations runs to hundreds of unacknowledged WRITEs, so counting them for
+    // every WQE cost ~770 instructions per 64 B WRITE.
+    let reads_outstanding = |limit: usize| {
+        let reads = qp.req.ops.iter().filter(|o| o.is_read_or_atomic());
+        reads.take(limit).count()
+    };
+    let max_reads = usize::from(qp.attr.max_rd_atomic.max(1));
+    if read_atomic && reads_outstanding(max_reads) >= max_reads {
         return false;
     }
-    if ctrl.fm_ce_se & WQE_FENCE != 0 && outstanding > 0 {
+    if ctrl.fm_ce_se & WQE_FENCE != 0 && reads_outstanding(1) > 0 {
         return false;
     }
     // The length, and every local buffer checked now, so a bad WQE fails before a packet of it
