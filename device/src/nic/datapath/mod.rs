@@ -27,11 +27,12 @@ struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    /// The DMA port of host function `owner` (its requester ID and address space).
-    #[inline]
+    /// The DMA port of host function `owner` (its requester ID and address space). Called
+    /// several times per packet: the port already open is the inlined path, opening one is not.
+    #[inline(always)]
     fn dma(&mut self, owner: u16) -> &mut DmaPort<'a> {
-        let (fabric, fid) = (self.fabric, self.ports[owner as usize].fid);
-        self.dma[owner as usize].get_or_insert_with(|| fabric.dma(fid))
+        let (fabric, ports) = (self.fabric, self.ports);
+        self.dma[owner as usize].get_or_insert_with(|| open_dma(fabric, ports, owner))
     }
 
     /// The doorbell word at `offset` of host function `owner`'s page (0 for an unknown owner).
@@ -48,6 +49,12 @@ impl<'a> Ctx<'a> {
         let clock = self.clock;
         *self.now_ns.get_or_insert_with(|| clock.now_ns())
     }
+}
+
+#[cold]
+#[inline(never)]
+fn open_dma<'a>(fabric: &'a Fabric, ports: &[Port], owner: u16) -> DmaPort<'a> {
+    fabric.dma(ports[owner as usize].fid)
 }
 
 pub(super) fn poll(core: &mut NicCore, fabric: &Fabric, ports: &[Port]) -> usize {
