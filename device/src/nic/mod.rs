@@ -27,6 +27,9 @@ pub use doorbell::{DoorbellArea, DoorbellMemoryTooSmall};
 use queues::{CompletionQueue, EventQueue, ReceiveQueue, SendQueue, Slab};
 pub use rdma::cache::CacheCounters;
 
+/// Send WQE basic blocks the NIC reads with one descriptor fetch (§6.5 of the interface).
+pub const SEND_WQE_FETCH_BLOCKS: u32 = datapath::FETCH_BLOCKS;
+
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::clock::{Clock, ManualClock};

@@ -11,7 +11,7 @@ mod roce;
 mod switching;
 mod transmit;
 
-pub(crate) use transmit::WqePrefetch;
+pub(crate) use transmit::{WqePrefetch, FETCH_BLOCKS};
 
 use super::{NicCore, Port, MAX_HOST_FUNCTIONS};
 use crate::fabric::{DmaPort, Fabric};
