@@ -854,6 +854,40 @@ impl DmaPort<'_> {
         Ok(())
     }
 
+    /// `data` as consecutive posted writes of `record` bytes each from `addr` (a run of CQEs):
+    /// counted exactly as that many separate writes, moved with one routing and one copy. A
+    /// record that cannot be delivered fails the rest of the run from it on; the records before
+    /// it were written.
+    pub fn write_records(&mut self, addr: u64, data: &[u8], record: usize) -> Result<(), DmaError> {
+        let record = record.max(1);
+        if self.fast(addr, data.len()).is_none() && self.fast_peer(addr, data.len()).is_none() {
+            // Routing the run once fills the caches below when it lies in one host mapping or
+            // one peer window; otherwise the records go one by one.
+            let _ = self.route(addr, data.len());
+        }
+        if let Some(p) = self.fast(addr, data.len()) {
+            for (k, r) in data.chunks(record).enumerate() {
+                self.count_write(addr + (k * record) as u64, r.len() as u64, None);
+            }
+            // SAFETY: as in `write`.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+            return Ok(());
+        }
+        if let Some(i) = self.fast_peer(addr, data.len()) {
+            let function = self.routes.bars[i].function;
+            for (k, r) in data.chunks(record).enumerate() {
+                self.count_write(addr + (k * record) as u64, r.len() as u64, Some(function));
+            }
+            let w = &self.routes.bars[i];
+            w.target.bar_write(w.bar, addr - w.start, data);
+            return Ok(());
+        }
+        for (k, r) in data.chunks(record).enumerate() {
+            self.write(addr + (k * record) as u64, r)?;
+        }
+        Ok(())
+    }
+
     /// Counts a read of `len` bytes from the device's private context memory in the host (the
     /// interconnect context memory of a ConnectX-class NIC, which this model keeps on the
     /// device): the TLPs and the round trip a fetch of an evicted context costs, with no data

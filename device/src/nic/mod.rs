@@ -482,6 +482,8 @@ pub(crate) struct NicCore {
     encap_frame: Vec<u8>,
     /// Send WQE fetch buffer.
     wqe: Vec<u8>,
+    /// CQEs held for one write (written before the engine pass ends).
+    cqe_run: datapath::CqeRun,
     /// Send WQE blocks read ahead for the SQ being served.
     wqe_prefetch: Option<Box<datapath::WqePrefetch>>,
     /// Where time comes from (the runner's).
@@ -523,6 +525,7 @@ impl NicCore {
             encap_frame: Vec::with_capacity(max_frame + VXLAN_ENCAP_LEN),
             wqe: vec![0; MAX_WQE_BYTES],
             wqe_prefetch: Default::default(),
+            cqe_run: Default::default(),
             clock: Arc::new(ManualClock::default()),
             manual_clock: None,
             wire_tx_frames: 0,

@@ -6,6 +6,7 @@ use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::NicConfig;
+use crate::fabric::FabricConfig;
 use crate::mock::{MockHost, MockPort, MockQp, MockRing, MOCK_IOVA};
 use fld_abi::nic::*;
 use fld_abi::wire::{ethertype, EthIpv4UdpRepr, EthernetRepr, Ipv4Repr, UdpRepr};
@@ -537,7 +538,7 @@ fn frames_cross_byte_exact_with_checksums_inserted_and_validated() {
 }
 
 #[test]
-fn send_wqes_are_fetched_in_bursts_never_past_the_ring_end() {
+fn send_wqes_are_fetched_in_bursts_and_completions_counted_one_write_each() {
     let h = host();
     let (mut a, _b) = ports(&h);
     let fa = h.nic_fid(0);
@@ -550,14 +551,24 @@ fn send_wqes_are_fetched_in_bursts_never_past_the_ring_end() {
         }
         let before = (h.fabric.read_operations(fa), h.fabric.stats(fa));
         h.run(1000);
-        let bytes = h.fabric.stats(fa).since(&before.1).down_payload_bytes;
+        let link = h.fabric.stats(fa).since(&before.1);
         let reads = h.fabric.read_operations(fa) - before.0;
-        for _ in 0..n {
+        // The completions go out as a run, but count as the NIC's separate 64-byte writes
+        // (the other TLPs going up are the read requests, one per read, within MRRS).
+        let oh = FabricConfig::default().tlp_overhead as u64;
+        let tlps = n as u64 + reads;
+        assert_eq!(
+            (link.up_tlps, link.up_payload_bytes, link.up_header_bytes),
+            (tlps, n as u64 * 64, tlps * oh),
+            "one posted write per CQE"
+        );
+        for k in 0..n {
             let c = a.tx_cq.poll_cqe(&h).expect("send completion");
             assert_eq!((c.opcode(), c.syndrome), (CQE_REQ, 0));
+            assert_eq!(c.byte_count.get(), 60, "completion {k}");
         }
         a.tx_cq.update_ci(&h, 0, db::CQ_BASE);
-        (reads, bytes)
+        (reads, link.down_payload_bytes)
     };
     let data = (60 - 14) as u64;
     // 60 one-block WQEs on a 64-block ring: 7 fetches of 8 blocks and one of 4, then each

@@ -1,7 +1,9 @@
 //! Completion and event queues as the device produces into them: consumer and arm doorbells,
 //! CQE and EQE writes with owner bits, events on armed CQs and MSI-X on armed EQs. A CQE that
 //! finds its CQ full is a counted overflow (and the CQ's first overflow an asynchronous event);
-//! an EQE that finds its EQ full is a counted overflow.
+//! an EQE that finds its EQ full is a counted overflow. CQEs for consecutive slots of one CQ are
+//! held as a [`CqeRun`] and cross the fabric as one copy, counted as the separate 64-byte writes
+//! the NIC sends; the run is written before any EQE and at the end of every engine pass.
 
 use zerocopy::little_endian::U64;
 use zerocopy::IntoBytes;
@@ -48,7 +50,70 @@ pub(super) fn consumer_doorbells(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize
     work
 }
 
-/// Writes an EQE and interrupts if the EQ is armed. A full EQ counts an overflow.
+/// CQEs most one run holds (512 bytes).
+const CQE_RUN: usize = 8;
+
+/// CQEs written to consecutive slots of one CQ and not yet moved to it.
+pub(crate) struct CqeRun {
+    owner: u16,
+    cqn: u32,
+    addr: u64,
+    len: usize,
+    buf: [u8; CQE_RUN * CQE_SIZE],
+}
+
+impl Default for CqeRun {
+    fn default() -> Self {
+        CqeRun {
+            owner: 0,
+            cqn: 0,
+            addr: 0,
+            len: 0,
+            buf: [0; CQE_RUN * CQE_SIZE],
+        }
+    }
+}
+
+/// Moves the held CQEs to their CQ. A ring that cannot be reached counts an overflow per CQE
+/// not written.
+pub(super) fn flush_cqes(core: &mut NicCore, ctx: &mut Ctx<'_>) {
+    let run = &mut core.cqe_run;
+    if run.len == 0 {
+        return;
+    }
+    let (cqn, bytes) = (run.cqn, &run.buf[..run.len]);
+    if ctx
+        .dma(run.owner)
+        .write_records(run.addr, bytes, CQE_SIZE)
+        .is_err()
+    {
+        let lost = (run.len / CQE_SIZE) as u32;
+        if let Some(cq) = core.cqs.get_mut(cqn) {
+            cq.ring.overflows = cq.ring.overflows.saturating_add(lost);
+        }
+    }
+    core.cqe_run.len = 0;
+}
+
+/// Holds a CQE for slot `addr` of CQ `cqn`, first writing the run it does not continue.
+fn hold_cqe(core: &mut NicCore, ctx: &mut Ctx<'_>, owner: u16, cqn: u32, addr: u64, cqe: &Cqe) {
+    let run = &core.cqe_run;
+    let continues = run.len > 0
+        && run.cqn == cqn
+        && run.addr + run.len as u64 == addr
+        && run.len < run.buf.len();
+    if !continues {
+        flush_cqes(core, ctx);
+        let run = &mut core.cqe_run;
+        (run.owner, run.cqn, run.addr) = (owner, cqn, addr);
+    }
+    let run = &mut core.cqe_run;
+    run.buf[run.len..run.len + CQE_SIZE].copy_from_slice(cqe.as_bytes());
+    run.len += CQE_SIZE;
+}
+
+/// Writes an EQE and interrupts if the EQ is armed. A full EQ counts an overflow. Held CQEs are
+/// written first: an event never overtakes the completions it announces.
 pub(super) fn post_event(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
@@ -58,6 +123,7 @@ pub(super) fn post_event(
     subtype: u8,
     data: u32,
 ) {
+    flush_cqes(core, ctx);
     let Some(eq) = core.eqs.get_mut(eqn) else {
         return;
     };
@@ -93,8 +159,9 @@ pub(super) fn cq_lacks_room(core: &mut NicCore, ctx: &mut Ctx<'_>, cqn: u32, nee
     true
 }
 
-/// Writes a CQE (owner bit from the producer counter) and posts a completion event if armed.
-/// Returns false when the CQE could not be written (no room or the ring is unreachable).
+/// Writes a CQE (owner bit from the producer counter; held in the run until it is written) and
+/// posts a completion event if armed. Returns false when the CQ had no room for it; a ring found
+/// unreachable when the run is written counts its overflows then.
 pub(super) fn post_cqe(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
@@ -111,12 +178,10 @@ pub(super) fn post_cqe(
     let (slot, owner_bit) = cq.ring.next_slot(CQE_SIZE);
     cqe.set_op_own(opcode, owner_bit);
     cqe.timestamp = U64::new(ctx.now());
-    if ctx.dma(cq.owner).write(slot, cqe.as_bytes()).is_err() {
-        cq.ring.overflows += 1;
-        return false;
-    }
-    if cq.ring.produced() {
-        let (eqn, owner) = (cq.eqn, cq.owner);
+    let fire = cq.ring.produced();
+    let (eqn, owner) = (cq.eqn, cq.owner);
+    hold_cqe(core, ctx, owner, cqn, slot, &cqe);
+    if fire {
         post_event(core, ctx, eqn, owner, EQE_COMPLETION, 0, cqn);
     }
     true

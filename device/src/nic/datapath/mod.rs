@@ -11,6 +11,7 @@ mod roce;
 mod switching;
 mod transmit;
 
+pub(crate) use completions::CqeRun;
 pub(crate) use transmit::{WqePrefetch, FETCH_BLOCKS};
 
 use super::{NicCore, Port, MAX_HOST_FUNCTIONS};
@@ -70,5 +71,6 @@ pub(super) fn poll(core: &mut NicCore, fabric: &Fabric, ports: &[Port]) -> usize
     work += transmit::transmit(core, &mut ctx);
     work += roce::poll(core, &mut ctx);
     work += switching::uplink_receive(core, &mut ctx);
+    completions::flush_cqes(core, &mut ctx);
     work
 }
