@@ -303,7 +303,10 @@ impl CuckooTable {
     }
 
     fn locate(&self, key: u32) -> Option<Location> {
-        for idx in self.candidates(key) {
+        // Hardware probes the four banks at once; software stops hashing at the first hit (a
+        // key is in at most one place, so the answer is the same).
+        for bank in 0..BANKS {
+            let idx = self.bucket_index(bank, key);
             if matches!(self.bucket(idx), Some(e) if e.key == key) {
                 return Some(Location::Bucket(idx));
             }
