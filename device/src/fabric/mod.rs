@@ -124,6 +124,8 @@ struct Routes {
     bus_master: Vec<bool>,
     /// Downstream port of each function.
     ports: Vec<u16>,
+    /// Each function's link counters (so counting a request takes no lock).
+    counters: Vec<Arc<TlpCounters>>,
 }
 
 impl Routes {
@@ -322,6 +324,11 @@ impl Fabric {
         let mut next = Routes {
             host: maps.iter().map(|m| m.values().cloned().collect()).collect(),
             ports: self.ports.read().unwrap_or_else(|e| e.into_inner()).clone(),
+            counters: self
+                .counters
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
             ..Routes::default()
         };
         drop(maps);
@@ -443,6 +450,37 @@ impl Fabric {
         self.generation.load(Ordering::Acquire)
     }
 
+    /// Brings an engine's kept routing snapshot up to date: taken again only when the routes
+    /// changed, so an engine pass takes no lock and touches no shared reference count (each of
+    /// which would move a cache line between the cores when applications run on another).
+    pub fn refresh_routes(&self, kept: &mut Option<RouteSnapshot>) {
+        if self.host_dirty.load(Ordering::Acquire) {
+            self.rebuild_routes();
+        }
+        // The generation first: the routes read after it are at least that new.
+        let generation = self.generation();
+        if kept.as_ref().is_none_or(|k| k.generation != generation) {
+            *kept = Some(RouteSnapshot {
+                generation,
+                routes: self.snapshot(),
+            });
+        }
+    }
+
+    /// A DMA port of `requester` that routes by the kept snapshot `routes`.
+    pub fn dma_in<'a>(&'a self, requester: FunctionId, routes: &'a RouteSnapshot) -> DmaPort<'a> {
+        DmaPort {
+            fabric: self,
+            requester,
+            routes: RoutesRef::Kept(&routes.routes),
+            tally: Tally::default(),
+            hit_start: 0,
+            hit_end: 0,
+            hit_ptr: std::ptr::null_mut(),
+            peer_hit: (0, 0, 0),
+        }
+    }
+
     fn snapshot(&self) -> Arc<Routes> {
         if self.host_dirty.load(Ordering::Acquire) {
             self.rebuild_routes();
@@ -544,11 +582,12 @@ impl Fabric {
             tlps * self.config.tlp_overhead as u64,
             data.len() as u64,
         );
-        self.counters_of(w.function).add_down(
-            tlps,
-            tlps * self.config.tlp_overhead as u64,
-            data.len() as u64,
-        );
+        let oh = self.config.tlp_overhead as u64;
+        let count = |c: &TlpCounters| c.add_down(tlps, tlps * oh, data.len() as u64);
+        match routes.counters.get(w.function as usize) {
+            Some(c) => count(c),
+            None => count(&self.counters_of(w.function)),
+        }
         w.target.bar_write(w.bar, addr - w.start, data);
         true
     }
@@ -568,9 +607,14 @@ impl Fabric {
         self.host_counters.add_up(1, oh, 0);
         self.host_counters
             .add_down(cpls, cpls * oh, data.len() as u64);
-        let c = self.counters_of(w.function);
-        c.add_down(1, oh, 0);
-        c.add_up(cpls, cpls * oh, data.len() as u64);
+        let count = |c: &TlpCounters| {
+            c.add_down(1, oh, 0);
+            c.add_up(cpls, cpls * oh, data.len() as u64);
+        };
+        match routes.counters.get(w.function as usize) {
+            Some(c) => count(c),
+            None => count(&self.counters_of(w.function)),
+        }
         w.target.bar_read(w.bar, addr - w.start, data);
         true
     }
@@ -583,7 +627,7 @@ impl Fabric {
         DmaPort {
             fabric: self,
             requester,
-            routes: self.snapshot(),
+            routes: RoutesRef::Own(self.snapshot()),
             tally: Tally::default(),
             hit_start: 0,
             hit_end: 0,
@@ -634,11 +678,34 @@ struct Tally {
     host: TlpStats,
 }
 
+/// The routes an engine keeps between passes ([`Fabric::refresh_routes`]).
+pub struct RouteSnapshot {
+    generation: u64,
+    routes: Arc<Routes>,
+}
+
+/// The routes a port uses: its own reference, or an engine's kept snapshot.
+enum RoutesRef<'a> {
+    Own(Arc<Routes>),
+    Kept(&'a Routes),
+}
+
+impl std::ops::Deref for RoutesRef<'_> {
+    type Target = Routes;
+    #[inline(always)]
+    fn deref(&self) -> &Routes {
+        match self {
+            RoutesRef::Own(r) => r,
+            RoutesRef::Kept(r) => r,
+        }
+    }
+}
+
 /// Issues memory requests on behalf of one function for the duration of a batch.
 pub struct DmaPort<'a> {
     fabric: &'a Fabric,
     requester: FunctionId,
-    routes: Arc<Routes>,
+    routes: RoutesRef<'a>,
     tally: Tally,
     /// The host mapping last used, when no BAR overlaps it: `[hit_start, hit_end)` starts at
     /// host pointer `hit_ptr`. Requests inside it skip routing (the common case: rings and
@@ -737,7 +804,7 @@ impl DmaPort<'_> {
         let hdr = n * f.config.tlp_overhead as u64;
         self.tally.req.up(n, hdr, len);
         match peer {
-            Some(p) => self.fabric.counters_of(p).add_down(n, hdr, len),
+            Some(p) => self.link_counters(p, |c| c.add_down(n, hdr, len)),
             None => self.tally.host.down(n, hdr, len),
         }
     }
@@ -751,15 +818,23 @@ impl DmaPort<'_> {
         self.tally.req.up(reqs, reqs * oh, 0);
         self.tally.req.down(cpls, cpls * oh, len);
         match peer {
-            Some(p) => {
-                let c = self.fabric.counters_of(p);
+            Some(p) => self.link_counters(p, |c| {
                 c.add_down(reqs, reqs * oh, 0);
                 c.add_up(cpls, cpls * oh, len);
-            }
+            }),
             None => {
                 self.tally.host.down(reqs, reqs * oh, 0);
                 self.tally.host.up(cpls, cpls * oh, len);
             }
+        }
+    }
+
+    /// Counts on function `f`'s link, through the routes (no lock) when they know it.
+    #[inline]
+    fn link_counters(&self, f: FunctionId, count: impl FnOnce(&TlpCounters)) {
+        match self.routes.counters.get(f as usize) {
+            Some(c) => count(c),
+            None => count(&self.fabric.counters_of(f)),
         }
     }
 
@@ -910,9 +985,11 @@ impl DmaPort<'_> {
 
 impl Drop for DmaPort<'_> {
     fn drop(&mut self) {
-        let c = self.fabric.counters_of(self.requester);
-        c.add(&self.tally.req);
-        c.add_read_operations(self.tally.read_operations);
+        let (req, reads) = (self.tally.req, self.tally.read_operations);
+        self.link_counters(self.requester, |c| {
+            c.add(&req);
+            c.add_read_operations(reads);
+        });
         self.fabric.host_counters.add(&self.tally.host);
     }
 }

@@ -122,6 +122,9 @@ pub(crate) struct NicShared {
 pub struct Nic {
     shared: Arc<NicShared>,
     functions: Vec<Arc<NicFunction>>,
+    /// The fabric's routes as of the last engine pass. Kept here, not in the core: the routes
+    /// hold the functions, which hold the core.
+    routes: Mutex<Option<crate::fabric::RouteSnapshot>>,
 }
 
 impl Nic {
@@ -158,7 +161,11 @@ impl Nic {
             functions.push(f);
         }
         let _ = shared.ports.set(ports);
-        Arc::new(Nic { shared, functions })
+        Arc::new(Nic {
+            shared,
+            functions,
+            routes: Mutex::new(None),
+        })
     }
 
     pub fn functions(&self) -> &[Arc<NicFunction>] {
@@ -197,8 +204,9 @@ impl Nic {
     pub fn poll(&self) -> usize {
         let ports = self.shared.ports.get().map(|p| p.as_slice()).unwrap_or(&[]);
         let mut core = self.shared.lock();
+        let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
         match self.shared.fabric.upgrade() {
-            Some(fabric) => datapath::poll(&mut core, &fabric, ports),
+            Some(fabric) => datapath::poll(&mut core, &fabric, ports, &mut routes),
             None => 0,
         }
     }

@@ -15,12 +15,13 @@ pub(crate) use completions::CqeRun;
 pub(crate) use transmit::{WqePrefetch, FETCH_BLOCKS};
 
 use super::{NicCore, Port, MAX_HOST_FUNCTIONS};
-use crate::fabric::{DmaPort, Fabric};
+use crate::fabric::{DmaPort, Fabric, RouteSnapshot};
 
 /// Per-poll context. DMA ports and the timestamp are taken on first use, so an idle poll costs
 /// only the doorbell reads.
 struct Ctx<'a> {
     fabric: &'a Fabric,
+    routes: &'a RouteSnapshot,
     ports: &'a [Port],
     dma: [Option<DmaPort<'a>>; MAX_HOST_FUNCTIONS],
     now_ns: Option<u64>,
@@ -32,8 +33,8 @@ impl<'a> Ctx<'a> {
     /// several times per packet: the port already open is the inlined path, opening one is not.
     #[inline(always)]
     fn dma(&mut self, owner: u16) -> &mut DmaPort<'a> {
-        let (fabric, ports) = (self.fabric, self.ports);
-        self.dma[owner as usize].get_or_insert_with(|| open_dma(fabric, ports, owner))
+        let (fabric, routes, ports) = (self.fabric, self.routes, self.ports);
+        self.dma[owner as usize].get_or_insert_with(|| open_dma(fabric, routes, ports, owner))
     }
 
     /// The doorbell word at `offset` of host function `owner`'s page (0 for an unknown owner).
@@ -54,14 +55,31 @@ impl<'a> Ctx<'a> {
 
 #[cold]
 #[inline(never)]
-fn open_dma<'a>(fabric: &'a Fabric, ports: &[Port], owner: u16) -> DmaPort<'a> {
-    fabric.dma(ports[owner as usize].fid)
+fn open_dma<'a>(
+    fabric: &'a Fabric,
+    routes: &'a RouteSnapshot,
+    ports: &[Port],
+    owner: u16,
+) -> DmaPort<'a> {
+    fabric.dma_in(ports[owner as usize].fid, routes)
 }
 
-pub(super) fn poll(core: &mut NicCore, fabric: &Fabric, ports: &[Port]) -> usize {
+pub(super) fn poll(
+    core: &mut NicCore,
+    fabric: &Fabric,
+    ports: &[Port],
+    kept: &mut Option<RouteSnapshot>,
+) -> usize {
+    // The routing snapshot stays with the engine between passes (taken again only when routes
+    // change): a pass takes no lock and touches no reference count the applications share.
+    fabric.refresh_routes(kept);
+    let Some(routes) = kept.as_ref() else {
+        return 0;
+    };
     let clock = core.clock.clone();
     let mut ctx = Ctx {
         fabric,
+        routes,
         ports,
         dma: [const { None }; MAX_HOST_FUNCTIONS],
         now_ns: core.manual_clock,
