@@ -128,3 +128,41 @@ fn rte_flow_rules_mark_and_count_on_the_echo_port() {
     assert_eq!(rep.packets_received, 0);
     assert_eq!(pair.server.stats().unwrap().rx_steering_drops, 10);
 }
+
+/// The card's engine on a thread of its own (`fldemu bench --threads 2`): the applications meet
+/// it only through rings and doorbells, every byte still comes back, and once the thread stops
+/// the applications step the card again.
+#[test]
+fn the_engine_on_its_own_thread_echoes_every_byte_on_both_paths() {
+    let cfg = EchoConfig {
+        packets: 3000,
+        sizes: Sizes::Sweep { min: 60, max: 1514 },
+        window: 64,
+        ..Default::default()
+    };
+    let check = |rep: &fld_host::apps::EchoReport, what: &str| {
+        assert_eq!(
+            (rep.packets_received, rep.mismatches, rep.checksum_flags_bad),
+            (cfg.packets, 0, 0),
+            "{what}"
+        );
+    };
+    let mut pair = InProcessPair::new(RxMode::Regular, 1514).unwrap();
+    {
+        let _engine = pair.host.spawn_engine_thread().unwrap();
+        check(&pair.run_echo(&cfg), "CPU echo, engine thread");
+    }
+    check(&pair.run_echo(&cfg), "CPU echo, stepped by the applications again");
+
+    let mut flde = fld_qemu::testbed::FldEchoSetup::new(1514).unwrap();
+    let cfg = EchoConfig {
+        window: 8,
+        ..cfg.clone()
+    };
+    let engine = flde.host.spawn_engine_thread().unwrap();
+    let mac = flde.flde.mac();
+    // Nothing steps the card from this thread: the engine thread alone moves every packet.
+    let rep = fld_host::apps::run_echo(&mut flde.client, mac, &cfg, || 0);
+    drop(engine);
+    check(&rep, "FLD-E echo, engine thread");
+}
