@@ -152,7 +152,10 @@ fn the_engine_on_its_own_thread_echoes_every_byte_on_both_paths() {
         let _engine = pair.host.spawn_engine_thread().unwrap();
         check(&pair.run_echo(&cfg), "CPU echo, engine thread");
     }
-    check(&pair.run_echo(&cfg), "CPU echo, stepped by the applications again");
+    check(
+        &pair.run_echo(&cfg),
+        "CPU echo, stepped by the applications again",
+    );
 
     let mut flde = fld_qemu::testbed::FldEchoSetup::new(1514).unwrap();
     let cfg = EchoConfig {

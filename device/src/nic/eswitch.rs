@@ -734,9 +734,10 @@ mod tests {
     }
 
     fn key_for(port: u16) -> Key {
-        let mut m = FlowMatch::default();
-        m.dst_port = port.to_be_bytes();
-        key_of(&m)
+        key_of(&FlowMatch {
+            dst_port: port.to_be_bytes(),
+            ..Default::default()
+        })
     }
 
     /// vPort 0's receive pipeline: table 0 (level 0, misses go to table 1) and table 1 (level
