@@ -7,7 +7,7 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::NicConfig;
 use crate::fabric::FabricConfig;
-use crate::mock::{MockHost, MockPort, MockQp, MockRing, MOCK_IOVA};
+use crate::mock::{CmdReply, MockHost, MockPort, MockQp, MockRing, MOCK_IOVA};
 use fld_abi::nic::*;
 use fld_abi::wire::{ethertype, EthIpv4UdpRepr, EthernetRepr, Ipv4Repr, UdpRepr};
 
@@ -577,6 +577,71 @@ fn send_wqes_are_fetched_in_bursts_and_completions_counted_one_write_each() {
     // 12 more from block 60: 4 blocks to the ring's end, then 8 from its start.
     assert_eq!(round(12), (2 + 12, 12 * (64 + data)));
     assert!(h.guard_intact());
+}
+
+#[test]
+fn the_flow_cache_serves_repeated_frames_and_forgets_a_destroyed_rule() {
+    let h = host();
+    let (mut a, mut b) = ports(&h);
+    let made = |r: CmdReply| r.id().unwrap_or_else(|| panic!("{r:?}"));
+    let table = made(h.command(
+        1,
+        op::CREATE_FLOW_TABLE,
+        &table_in(TABLE_KIND_NIC_RX, 0, MISS_DROP, 0),
+    ));
+    let entry = |priority: u16, dst_port: Option<u16>, actions: u32, flow_tag: u32| {
+        let (mut mask, mut value) = (FlowMatch::default(), FlowMatch::default());
+        if let Some(p) = dst_port {
+            mask.dst_port = [0xff; 2];
+            value.dst_port = p.to_be_bytes();
+        }
+        let e = CreateFlowEntryIn {
+            priority: U16::new(priority),
+            mask,
+            value,
+            dest: U32::new(b.rq.id),
+            flow_tag: U32::new(flow_tag),
+            ..rule(table, actions)
+        };
+        made(h.command(1, op::CREATE_FLOW_ENTRY, e.as_bytes()))
+    };
+    // The frames' port 2000 is tagged 77; seven other ports drop; everything else is untagged.
+    let tagged = entry(0, Some(2000), action::FWD_RQ | action::SET_FLOW_TAG, 77);
+    for p in 0..7 {
+        entry(1, Some(3000 + p), action::DROP, 0);
+    }
+    entry(2, None, action::FWD_RQ, 0);
+    let root = SetRootIn {
+        kind: TABLE_KIND_NIC_RX,
+        rsvd: [0; 3],
+        table: U32::new(table),
+    };
+    assert!(h.command(1, op::SET_FLOW_TABLE_ROOT, root.as_bytes()).ok());
+    let f = frame(&h, 0, 1, 100);
+    let mut deliver = |n: usize| -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                a.send(&h, &f, 0);
+                h.run(100);
+                let (cqe, got) = b.receive(&h).expect("delivered");
+                assert_eq!(got, f);
+                cqe.flow_tag.get()
+            })
+            .collect()
+    };
+    let before = h.nic.flow_cache_counters();
+    assert_eq!(deliver(4), vec![77; 4]);
+    let c = h.nic.flow_cache_counters();
+    assert_eq!((c.misses - before.misses, c.hits - before.hits), (1, 3));
+    // The command that destroys the tagged rule invalidates the cache: the next frame walks the
+    // table again and reaches the catch-all rule.
+    let destroy = ObjectIn::new(tagged);
+    assert!(h
+        .command(1, op::DESTROY_FLOW_ENTRY, destroy.as_bytes())
+        .ok());
+    assert_eq!(deliver(2), vec![0; 2]);
+    let query = h.command(1, op::QUERY_FLOW_ENTRY, ObjectIn::new(tagged).as_bytes());
+    assert!(!query.ok(), "the rule is gone");
 }
 
 #[test]
