@@ -1,9 +1,10 @@
 //! FLD's control BAR and its NIC-facing windows: arbitrary control-register writes and reads
 //! (resets, rebinding queues with packets in flight, receive layouts, signalling intervals),
-//! arbitrary reads and writes anywhere in the NIC-facing BAR (CQEs forged into the CQ windows,
-//! bytes into the Rx buffer, reads of the Tx windows), traffic into FLD and arbitrary sends on
-//! the accelerator's tx stream. Everything is a counted bad access, a dropped packet or a
-//! defined register value; afterwards FLD reset and bound again echoes verified traffic.
+//! arbitrary reads and writes anywhere in the NIC-facing BAR (CQEs and runs of CQEs forged into
+//! the CQ windows, bytes into the Rx buffer, reads of the Tx windows), traffic into FLD and
+//! arbitrary sends on the accelerator's tx stream. Everything is a counted bad access, a dropped
+//! packet or a defined register value; afterwards FLD reset and bound again echoes verified
+//! traffic.
 #![no_main]
 
 use fld_abi::fld::{reg, BAR_CONTROL_SIZE, BAR_NIC, RESET_MAGIC};
@@ -44,7 +45,12 @@ fuzz_target!(|data: &[u8]| {
             }
             3 => {
                 let offset = u64::from(input.u32()) % bar2_size;
-                let len = input.u8() as usize % 64 + 1;
+                // Short writes, or runs of whole CQE-sized pieces (the NIC writes runs of CQEs).
+                let len = if ctl & 0x80 != 0 {
+                    (input.u8() as usize % 8 + 1) * 64
+                } else {
+                    input.u8() as usize % 64 + 1
+                };
                 h.fabric.mmio_write(bar2 + offset, input.bytes(len));
             }
             4 | 5 => {
