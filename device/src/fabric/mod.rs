@@ -799,9 +799,13 @@ impl DmaPort<'_> {
     }
 
     fn count_write(&mut self, addr: u64, len: u64, peer: Option<FunctionId>) {
-        let f = self.fabric;
-        let n = tlp_count_shift(addr, len, f.mps_shift);
-        let hdr = n * f.config.tlp_overhead as u64;
+        let n = tlp_count_shift(addr, len, self.fabric.mps_shift);
+        self.count_write_tlps(n, len, peer);
+    }
+
+    /// Counts `n` posted-write TLPs carrying `len` bytes in all.
+    fn count_write_tlps(&mut self, n: u64, len: u64, peer: Option<FunctionId>) {
+        let hdr = n * self.fabric.config.tlp_overhead as u64;
         self.tally.req.up(n, hdr, len);
         match peer {
             Some(p) => self.link_counters(p, |c| c.add_down(n, hdr, len)),
@@ -935,23 +939,36 @@ impl DmaPort<'_> {
     /// it were written.
     pub fn write_records(&mut self, addr: u64, data: &[u8], record: usize) -> Result<(), DmaError> {
         let record = record.max(1);
+        // Aligned power-of-two records no larger than MPS are one TLP each.
+        let one_tlp_each = record.is_power_of_two()
+            && record as u64 <= 1 << self.fabric.mps_shift
+            && addr.is_multiple_of(record as u64)
+            && data.len().is_multiple_of(record);
         if self.fast(addr, data.len()).is_none() && self.fast_peer(addr, data.len()).is_none() {
             // Routing the run once fills the caches below when it lies in one host mapping or
             // one peer window; otherwise the records go one by one.
             let _ = self.route(addr, data.len());
         }
         if let Some(p) = self.fast(addr, data.len()) {
-            for (k, r) in data.chunks(record).enumerate() {
-                self.count_write(addr + (k * record) as u64, r.len() as u64, None);
+            if one_tlp_each {
+                self.count_write_tlps((data.len() / record) as u64, data.len() as u64, None);
+            } else {
+                for (k, r) in data.chunks(record).enumerate() {
+                    self.count_write(addr + (k * record) as u64, r.len() as u64, None);
+                }
             }
             // SAFETY: as in `write`.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
             return Ok(());
         }
         if let Some(i) = self.fast_peer(addr, data.len()) {
-            let function = self.routes.bars[i].function;
-            for (k, r) in data.chunks(record).enumerate() {
-                self.count_write(addr + (k * record) as u64, r.len() as u64, Some(function));
+            let function = Some(self.routes.bars[i].function);
+            if one_tlp_each {
+                self.count_write_tlps((data.len() / record) as u64, data.len() as u64, function);
+            } else {
+                for (k, r) in data.chunks(record).enumerate() {
+                    self.count_write(addr + (k * record) as u64, r.len() as u64, function);
+                }
             }
             let w = &self.routes.bars[i];
             w.target.bar_write(w.bar, addr - w.start, data);
