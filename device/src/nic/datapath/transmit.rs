@@ -89,35 +89,37 @@ pub(super) fn transmit(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
     work
 }
 
+/// Serves one SQ: its doorbell is read once per pass, then up to `sq_budget` WQEs run in ring
+/// order; the SQ's counter and statistics are written back once.
 fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]) -> usize {
-    let mut done = 0;
+    let Some(sq) = core.sqs.get(sqn) else {
+        return 0;
+    };
+    if sq.state != QueueState::Ready || ctx.ports.get(sq.owner as usize).is_none() {
+        return 0;
+    }
+    let (owner, cqn, log_size, addr, signal_all) =
+        (sq.owner, sq.cqn, sq.log_size, sq.addr, sq.signal_all);
+    let mut ci = sq.ci;
+    let pi = ctx.doorbell(owner, db::slot(db::SQ_BASE, sqn)) & db::PI_MASK;
+    let mut pending = pi.wrapping_sub(ci) & db::PI_MASK;
+    if pending == 0 {
+        return 0;
+    }
+    if pending > 1u32 << log_size {
+        core.bad_doorbells += 1;
+        sq_error(core, ctx, sqn, ci as u16, syndrome::DOORBELL_OVERFLOW);
+        return 0;
+    }
     let budget = core.config.sq_budget;
     let mut wqe = std::mem::take(&mut core.wqe);
     // Taken out and put back (a pointer move, no allocation after the first time).
     let mut prefetch = core.wqe_prefetch.take().unwrap_or_default();
     prefetch.blocks = 0;
-    while done < budget {
-        let Some(sq) = core.sqs.get(sqn) else { break };
-        if sq.state != QueueState::Ready {
-            break;
-        }
-        let (owner, cqn, log_size, addr, ci) = (sq.owner, sq.cqn, sq.log_size, sq.addr, sq.ci);
-        if ctx.ports.get(owner as usize).is_none() {
-            break;
-        }
-        let pi = ctx.doorbell(owner, db::slot(db::SQ_BASE, sqn)) & db::PI_MASK;
-        let pending = pi.wrapping_sub(ci) & db::PI_MASK;
-        if pending == 0 {
-            break;
-        }
+    let (mut done, mut packets, mut bytes) = (0, 0u64, 0u64);
+    while done < budget && pending > 0 {
         // Completions are never dropped: without room for one CQE the queue waits.
         if core.cqs.get(cqn).is_none_or(|c| c.ring.room() == 0) {
-            break;
-        }
-        let ring = 1u32 << log_size;
-        if pending > ring {
-            core.bad_doorbells += 1;
-            sq_error(core, ctx, sqn, ci as u16, syndrome::DOORBELL_OVERFLOW);
             break;
         }
         let (result, nbb) = execute_wqe(
@@ -134,14 +136,11 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]
             .unwrap_or_default();
         match result {
             Ok(len) => {
-                let Some(sq) = core.sqs.get_mut(sqn) else {
-                    break;
-                };
-                sq.ci = sq.ci.wrapping_add(nbb);
-                sq.packets += (len > 0) as u64;
-                sq.bytes += len as u64;
-                let signal = sq.signal_all || ctrl.completion_requested();
-                if signal {
+                ci = ci.wrapping_add(nbb);
+                pending = pending.saturating_sub(nbb);
+                packets += (len > 0) as u64;
+                bytes += len as u64;
+                if signal_all || ctrl.completion_requested() {
                     let cqe = Cqe {
                         byte_count: U32::new(len as u32),
                         wqe_counter: ctrl.wqe_index,
@@ -159,6 +158,11 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]
             }
         }
         done += 1;
+    }
+    if let Some(sq) = core.sqs.get_mut(sqn) {
+        sq.ci = ci;
+        sq.packets += packets;
+        sq.bytes += bytes;
     }
     core.wqe = wqe;
     core.wqe_prefetch = Some(prefetch);
