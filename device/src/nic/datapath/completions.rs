@@ -166,12 +166,24 @@ pub(super) fn post_cqe(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
     cqn: u32,
-    mut cqe: Cqe,
+    cqe: Cqe,
     opcode: u8,
 ) -> bool {
     if cq_lacks_room(core, ctx, cqn, 1) {
         return false;
     }
+    write_cqe(core, ctx, cqn, cqe, opcode)
+}
+
+/// [`post_cqe`] for a caller that has just made sure the CQ has room (the receive path checks
+/// before it takes a buffer, so the CQE is never the thing that is missing).
+pub(super) fn write_cqe(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    cqn: u32,
+    mut cqe: Cqe,
+    opcode: u8,
+) -> bool {
     let Some(cq) = core.cqs.get_mut(cqn) else {
         return false;
     };

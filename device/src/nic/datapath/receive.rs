@@ -7,7 +7,7 @@
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::FromBytes;
 
-use super::completions::{cq_lacks_room, post_cqe, report_queue_error};
+use super::completions::{cq_lacks_room, report_queue_error, write_cqe};
 use super::{Ctx, NicCore};
 use crate::nic::queues::{OpenWqe, RqKind};
 use fld_abi::nic::*;
@@ -58,7 +58,7 @@ pub(super) fn receive(
             rq.ci = rq.ci.wrapping_add(1);
             rq.packets += 1;
             rq.bytes += len as u64;
-            post_cqe(core, ctx, cqn, cqe, opcode)
+            write_cqe(core, ctx, cqn, cqe, opcode)
         }
         RqKind::Striding {
             log_stride_size,
@@ -94,7 +94,7 @@ pub(super) fn receive(
                 rq.ci = rq.ci.wrapping_add(1);
                 rq.open = None;
                 open = None;
-                post_cqe(core, ctx, cqn, filler, CQE_RESP_SEND);
+                write_cqe(core, ctx, cqn, filler, CQE_RESP_SEND);
             }
             if cq_lacks_room(core, ctx, cqn, 1) {
                 return out_of_buffer(core, rqn);
@@ -142,7 +142,7 @@ pub(super) fn receive(
             }
             rq.packets += 1;
             rq.bytes += len as u64;
-            post_cqe(core, ctx, cqn, cqe, opcode)
+            write_cqe(core, ctx, cqn, cqe, opcode)
         }
     }
 }
