@@ -29,6 +29,18 @@ pub fn key_of(m: &FlowMatch) -> Key {
     k
 }
 
+/// Where a walk gets the frame's match key: only when an entry with a non-empty mask, or the
+/// flow cache, needs it (a walk that meets only match-all entries never builds the key).
+pub trait KeySource {
+    fn key(&self) -> &Key;
+}
+
+impl KeySource for Key {
+    fn key(&self) -> &Key {
+        self
+    }
+}
+
 /// Where a table lookup sends a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate {
@@ -171,6 +183,8 @@ pub struct FlowEntry {
     pub priority: u16,
     mask: Key,
     value: Key,
+    /// The mask is empty: every frame matches, without its key.
+    match_all: bool,
     pub actions: u32,
     pub vport: u16,
     pub dest: u32,
@@ -435,6 +449,7 @@ impl Eswitch {
                 meter: e.meter,
                 encap: e.encap,
                 priority: e.priority,
+                match_all: mask.iter().all(|m| *m == 0),
                 mask,
                 value,
                 actions: e.actions,
@@ -465,7 +480,7 @@ impl Eswitch {
     pub fn steer_fdb(
         &mut self,
         start: Option<u32>,
-        key: &Key,
+        key: &(impl KeySource + ?Sized),
         dst_mac: &[u8; 6],
         src_vport: u16,
         len: usize,
@@ -503,7 +518,7 @@ impl Eswitch {
         &mut self,
         vport: u16,
         start: Option<u32>,
-        key: &Key,
+        key: &(impl KeySource + ?Sized),
         len: usize,
         flow_tag: u32,
         now_ns: u64,
@@ -530,10 +545,17 @@ impl Eswitch {
 
     /// Walks the tables from `root`: through the flow cache, or matching and then remembering
     /// the walk.
-    fn walk(&mut self, root: u32, key: &Key, len: usize, now_ns: u64) -> Walked {
+    fn walk(
+        &mut self,
+        root: u32,
+        source: &(impl KeySource + ?Sized),
+        len: usize,
+        now_ns: u64,
+    ) -> Walked {
         if !self.flow_cache.active {
-            return self.walk_tables(root, key, len, now_ns, None, None).0;
+            return self.walk_tables(root, source, len, now_ns, None, None).0;
         }
+        let key = source.key();
         let slot = FlowCache::slot_of(root, key);
         let cached = self.flow_cache.lookup(slot, root, key);
         let mut trace = Trace::default();
@@ -554,7 +576,7 @@ impl Eswitch {
     fn walk_tables(
         &mut self,
         root: u32,
-        key: &Key,
+        key: &(impl KeySource + ?Sized),
         len: usize,
         now_ns: u64,
         replay: Option<&Trace>,
@@ -577,7 +599,12 @@ impl Eswitch {
                     let i = t
                         .entries
                         .iter()
-                        .position(|e| (0..KEY_WORDS).all(|w| key[w] & e.mask[w] == e.value[w]))
+                        .position(|e| {
+                            e.match_all || {
+                                let k = key.key();
+                                (0..KEY_WORDS).all(|w| k[w] & e.mask[w] == e.value[w])
+                            }
+                        })
                         .map_or(MISSED, |i| i as u32);
                     if let Some(r) = record.as_deref_mut() {
                         recorded &= r.push(table, i);

@@ -8,7 +8,7 @@ use zerocopy::little_endian::{U16, U32};
 
 use super::receive::receive;
 use super::{Ctx, NicCore};
-use crate::nic::eswitch::{frame_key, Fate, Key, Steering};
+use crate::nic::eswitch::{frame_key, Fate, Key, KeySource, Steering};
 use crate::nic::packet::{self, L3Kind, L4Kind, ParsedFrame};
 use crate::wire::TapPoint;
 use fld_abi::nic::*;
@@ -16,18 +16,30 @@ use fld_abi::nic::*;
 /// Frames taken from the uplink wire per poll.
 const WIRE_BUDGET: usize = 256;
 
-/// A frame inside the eSwitch: its bytes, the parser's view of them, and its match key (which
-/// names the vPort the frame is steered for).
+/// A frame inside the eSwitch: its bytes, the parser's view of them, the vPort it is steered
+/// for, and its match key once a table has needed it.
 pub(super) struct Frame<'a> {
     pub bytes: &'a [u8],
     pub parsed: ParsedFrame,
-    pub key: Key,
+    vport: u16,
+    key: std::cell::OnceCell<Key>,
+}
+
+impl KeySource for Frame<'_> {
+    fn key(&self) -> &Key {
+        self.key
+            .get_or_init(|| frame_key(self.bytes, &self.parsed, self.vport, 0))
+    }
 }
 
 impl<'a> Frame<'a> {
     pub fn new(bytes: &'a [u8], parsed: ParsedFrame, vport: u16) -> Self {
-        let key = frame_key(bytes, &parsed, vport, 0);
-        Frame { bytes, parsed, key }
+        Frame {
+            bytes,
+            parsed,
+            vport,
+            key: std::cell::OnceCell::new(),
+        }
     }
 
     /// The frame inside a VXLAN encapsulation (RFC 7348 §5), parsed afresh and keyed for
@@ -62,7 +74,7 @@ pub(super) fn switch_frame(
     let now = ctx.now();
     let st = core.eswitch.steer_fdb(
         resume.map(|r| r.0),
-        &frame.key,
+        &frame,
         &frame.parsed.dst_mac,
         src_vport,
         frame.bytes.len(),
@@ -79,7 +91,7 @@ fn forward(core: &mut NicCore, ctx: &mut Ctx<'_>, src_vport: u16, frame: &Frame<
             Some(inner) => {
                 let next = core.eswitch.steer_fdb(
                     Some(t),
-                    &inner.key,
+                    &inner,
                     &inner.parsed.dst_mac,
                     src_vport,
                     inner.bytes.len(),
@@ -180,14 +192,9 @@ fn steer_into_vport(
     if super::roce::claims(core, vport, &frame.parsed) {
         return super::roce::receive(core, ctx, vport, frame.bytes, &frame.parsed);
     }
-    let st = core.eswitch.steer_rx(
-        vport,
-        start,
-        &frame.key,
-        frame.bytes.len(),
-        flow_tag,
-        ctx.now(),
-    );
+    let st = core
+        .eswitch
+        .steer_rx(vport, start, frame, frame.bytes.len(), flow_tag, ctx.now());
     let (rqn, hash) = match st.fate {
         Fate::DecapGoto(t) => {
             return match frame.decapsulate(vport) {
