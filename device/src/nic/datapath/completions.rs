@@ -50,7 +50,7 @@ pub(super) fn consumer_doorbells(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize
     work
 }
 
-/// CQEs most one run holds (512 bytes).
+/// The most CQEs one run holds (512 bytes).
 const CQE_RUN: usize = 8;
 
 /// CQEs written to consecutive slots of one CQ and not yet moved to it.
