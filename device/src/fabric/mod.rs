@@ -469,16 +469,7 @@ impl Fabric {
 
     /// A DMA port of `requester` that routes by the kept snapshot `routes`.
     pub fn dma_in<'a>(&'a self, requester: FunctionId, routes: &'a RouteSnapshot) -> DmaPort<'a> {
-        DmaPort {
-            fabric: self,
-            requester,
-            routes: RoutesRef::Kept(&routes.routes),
-            tally: Tally::default(),
-            hit_start: 0,
-            hit_end: 0,
-            hit_ptr: std::ptr::null_mut(),
-            peer_hit: (0, 0, 0),
-        }
+        self.port(requester, RoutesRef::Kept(&routes.routes))
     }
 
     fn snapshot(&self) -> Arc<Routes> {
@@ -489,6 +480,15 @@ impl Fabric {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Counts on function `f`'s link, through `routes` (no lock) when they know it.
+    #[inline]
+    fn count_on(&self, routes: &Routes, f: FunctionId, count: impl FnOnce(&TlpCounters)) {
+        match routes.counters.get(f as usize) {
+            Some(c) => count(c),
+            None => count(&self.counters_of(f)),
+        }
     }
 
     fn counters_of(&self, id: FunctionId) -> Arc<TlpCounters> {
@@ -583,11 +583,9 @@ impl Fabric {
             data.len() as u64,
         );
         let oh = self.config.tlp_overhead as u64;
-        let count = |c: &TlpCounters| c.add_down(tlps, tlps * oh, data.len() as u64);
-        match routes.counters.get(w.function as usize) {
-            Some(c) => count(c),
-            None => count(&self.counters_of(w.function)),
-        }
+        self.count_on(&routes, w.function, |c| {
+            c.add_down(tlps, tlps * oh, data.len() as u64)
+        });
         w.target.bar_write(w.bar, addr - w.start, data);
         true
     }
@@ -611,10 +609,7 @@ impl Fabric {
             c.add_down(1, oh, 0);
             c.add_up(cpls, cpls * oh, data.len() as u64);
         };
-        match routes.counters.get(w.function as usize) {
-            Some(c) => count(c),
-            None => count(&self.counters_of(w.function)),
-        }
+        self.count_on(&routes, w.function, count);
         w.target.bar_read(w.bar, addr - w.start, data);
         true
     }
@@ -624,10 +619,14 @@ impl Fabric {
     /// A DMA port for `requester`: a routing snapshot plus local counters, flushed on drop.
     /// Engines take one per batch of work.
     pub fn dma(&self, requester: FunctionId) -> DmaPort<'_> {
+        self.port(requester, RoutesRef::Own(self.snapshot()))
+    }
+
+    fn port<'a>(&'a self, requester: FunctionId, routes: RoutesRef<'a>) -> DmaPort<'a> {
         DmaPort {
             fabric: self,
             requester,
-            routes: RoutesRef::Own(self.snapshot()),
+            routes,
             tally: Tally::default(),
             hit_start: 0,
             hit_end: 0,
@@ -833,13 +832,10 @@ impl DmaPort<'_> {
         }
     }
 
-    /// Counts on function `f`'s link, through the routes (no lock) when they know it.
+    /// Counts on function `f`'s link.
     #[inline]
     fn link_counters(&self, f: FunctionId, count: impl FnOnce(&TlpCounters)) {
-        match self.routes.counters.get(f as usize) {
-            Some(c) => count(c),
-            None => count(&self.fabric.counters_of(f)),
-        }
+        self.fabric.count_on(&self.routes, f, count);
     }
 
     /// Host pointer for `[addr, addr + len)` when it lies in the cached mapping.
@@ -939,37 +935,20 @@ impl DmaPort<'_> {
     /// it were written.
     pub fn write_records(&mut self, addr: u64, data: &[u8], record: usize) -> Result<(), DmaError> {
         let record = record.max(1);
-        // Aligned power-of-two records no larger than MPS are one TLP each.
-        let one_tlp_each = record.is_power_of_two()
-            && record as u64 <= 1 << self.fabric.mps_shift
-            && addr.is_multiple_of(record as u64)
-            && data.len().is_multiple_of(record);
         if self.fast(addr, data.len()).is_none() && self.fast_peer(addr, data.len()).is_none() {
             // Routing the run once fills the caches below when it lies in one host mapping or
             // one peer window; otherwise the records go one by one.
             let _ = self.route(addr, data.len());
         }
         if let Some(p) = self.fast(addr, data.len()) {
-            if one_tlp_each {
-                self.count_write_tlps((data.len() / record) as u64, data.len() as u64, None);
-            } else {
-                for (k, r) in data.chunks(record).enumerate() {
-                    self.count_write(addr + (k * record) as u64, r.len() as u64, None);
-                }
-            }
+            self.count_records(addr, data.len(), record, None);
             // SAFETY: as in `write`.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
             return Ok(());
         }
         if let Some(i) = self.fast_peer(addr, data.len()) {
-            let function = Some(self.routes.bars[i].function);
-            if one_tlp_each {
-                self.count_write_tlps((data.len() / record) as u64, data.len() as u64, function);
-            } else {
-                for (k, r) in data.chunks(record).enumerate() {
-                    self.count_write(addr + (k * record) as u64, r.len() as u64, function);
-                }
-            }
+            let function = self.routes.bars[i].function;
+            self.count_records(addr, data.len(), record, Some(function));
             let w = &self.routes.bars[i];
             w.target.bar_write(w.bar, addr - w.start, data);
             return Ok(());
@@ -978,6 +957,25 @@ impl DmaPort<'_> {
             self.write(addr + (k * record) as u64, r)?;
         }
         Ok(())
+    }
+
+    /// Counts `len` bytes from `addr` as posted writes of `record` bytes each: one TLP per
+    /// record when records are aligned powers of two no larger than MPS, else record by record.
+    fn count_records(&mut self, addr: u64, len: usize, record: usize, peer: Option<FunctionId>) {
+        let one_tlp_each = record.is_power_of_two()
+            && record as u64 <= 1 << self.fabric.mps_shift
+            && addr.is_multiple_of(record as u64)
+            && len.is_multiple_of(record);
+        if one_tlp_each {
+            self.count_write_tlps((len / record) as u64, len as u64, peer);
+            return;
+        }
+        let mut at = 0;
+        while at < len {
+            let n = record.min(len - at);
+            self.count_write(addr + at as u64, n as u64, peer);
+            at += n;
+        }
     }
 
     /// Counts a read of `len` bytes from the device's private context memory in the host (the
