@@ -120,10 +120,31 @@ impl InProcessHost {
 
     /// Runs the card's engine on a thread of its own, as the vfio-user server does, until the
     /// returned guard is dropped: applications then meet the card only through its rings and
-    /// doorbells, as they would a real one, and [`PciDevice::run_device`] does nothing.
+    /// doorbells, as they would a real one, and [`PciDevice::run_device`] does nothing. The
+    /// thread has a core to itself: it spins while the card is idle.
     pub fn spawn_engine_thread(self: &Arc<Self>) -> std::io::Result<EngineThread> {
+        self.spawn_stepper(true, None)
+    }
+
+    /// Keeps the card going on a thread of its own, napping `nap` whenever a pass finds nothing
+    /// to do, while applications go on stepping it too: a NIC acknowledges and retransmits
+    /// whether or not its application is calling it.
+    pub fn spawn_background_stepper(
+        self: &Arc<Self>,
+        nap: std::time::Duration,
+    ) -> std::io::Result<EngineThread> {
+        self.spawn_stepper(false, Some(nap))
+    }
+
+    fn spawn_stepper(
+        self: &Arc<Self>,
+        take_over: bool,
+        nap: Option<std::time::Duration>,
+    ) -> std::io::Result<EngineThread> {
         use std::sync::atomic::{AtomicBool, Ordering};
-        self.stepped_by_runner.store(true, Ordering::Relaxed);
+        if take_over {
+            self.stepped_by_runner.store(true, Ordering::Relaxed);
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let (flag, card) = (stop.clone(), self.card.clone());
         let thread = std::thread::Builder::new()
@@ -133,14 +154,18 @@ impl InProcessHost {
                 while !flag.load(Ordering::Relaxed) {
                     if card.poll() != 0 {
                         idle = 0;
-                    } else {
-                        // A core of its own: spin, and only after a long quiet spell let
-                        // another thread have it.
-                        idle += 1;
-                        if idle.is_multiple_of(1024) {
-                            std::thread::yield_now();
-                        } else {
-                            std::hint::spin_loop();
+                        continue;
+                    }
+                    match nap {
+                        Some(d) => std::thread::sleep(d),
+                        None => {
+                            // Spin, and only after a long quiet spell let another thread in.
+                            idle += 1;
+                            if idle.is_multiple_of(1024) {
+                                std::thread::yield_now();
+                            } else {
+                                std::hint::spin_loop();
+                            }
                         }
                     }
                 }
@@ -148,11 +173,14 @@ impl InProcessHost {
         match thread {
             Ok(t) => Ok(EngineThread {
                 host: self.clone(),
+                took_over: take_over,
                 stop,
                 thread: Some(t),
             }),
             Err(e) => {
-                self.stepped_by_runner.store(false, Ordering::Relaxed);
+                if take_over {
+                    self.stepped_by_runner.store(false, Ordering::Relaxed);
+                }
                 Err(e)
             }
         }
@@ -172,10 +200,13 @@ impl InProcessHost {
     }
 }
 
-/// The card's engine thread ([`InProcessHost::spawn_engine_thread`]); dropping it stops the
-/// thread and gives the stepping back to the applications.
+/// A thread stepping the card ([`InProcessHost::spawn_engine_thread`],
+/// [`InProcessHost::spawn_background_stepper`]); dropping it stops the thread and gives the
+/// stepping back to the applications if it had taken it.
 pub struct EngineThread {
     host: Arc<InProcessHost>,
+    /// The applications stopped stepping the card while this thread ran.
+    took_over: bool,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -187,7 +218,9 @@ impl Drop for EngineThread {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.host.stepped_by_runner.store(false, Ordering::Relaxed);
+        if self.took_over {
+            self.host.stepped_by_runner.store(false, Ordering::Relaxed);
+        }
     }
 }
 

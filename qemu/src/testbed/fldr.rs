@@ -19,7 +19,7 @@ use fld_device::accel::Accelerator;
 use fld_device::card::{Card, CardConfig};
 use fld_device::nic::NicConfig;
 use fld_device::wire::link;
-use fld_driver::inprocess::InProcessHost;
+use fld_driver::inprocess::{EngineThread, InProcessHost};
 use fld_host::fldr::{ClientConfig, FldR, FldrClient, FldrEvent, FldrServer};
 use fld_host::verbs::Context;
 
@@ -141,40 +141,7 @@ pub struct ClientMachine {
     _host: Arc<InProcessHost>,
     pub ctx: Context,
     pub ip: Ipv4Addr,
-    _runner: CardRunner,
-}
-
-/// Steps a card on a thread of its own until dropped, napping when the card is idle.
-pub struct CardRunner {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl CardRunner {
-    pub fn spawn(card: Arc<Card>) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("card-runner".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    if card.poll() == 0 {
-                        std::thread::sleep(Duration::from_micros(100));
-                    }
-                }
-            })
-            .ok();
-        CardRunner { stop, thread }
-    }
-}
-
-impl Drop for CardRunner {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    _runner: EngineThread,
 }
 
 impl ClientMachine {
@@ -217,8 +184,11 @@ fn client_on(
         .ok_or("no such NIC function")?;
     let mut ctx = Context::open(host.device(nic)).map_err(|e| e.to_string())?;
     ctx.add_ip(ip.into()).map_err(|e| e.to_string())?;
+    let runner = host
+        .spawn_background_stepper(Duration::from_micros(100))
+        .map_err(|e| e.to_string())?;
     Ok(ClientMachine {
-        _runner: CardRunner::spawn(card.clone()),
+        _runner: runner,
         card,
         _host: host,
         ctx,
