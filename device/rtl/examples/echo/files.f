@@ -1,0 +1,3 @@
+--top-module fld_echo
+fld_echo.v
+../common/fld_pkt_fifo.v

@@ -1,0 +1,40 @@
+// The FLD-E echo accelerator (paper §8.1.1) in RTL: every packet goes back out of Tx queue 0
+// with its Ethernet source and destination swapped, resuming steering where its rule said.
+`include "fld_accel.vh"
+
+module fld_echo (
+    input  wire                             clk,
+    input  wire                             rst,
+    input  wire [`FLD_DATA_W-1:0]           rx_tdata,
+    input  wire [`FLD_KEEP_W-1:0]           rx_tkeep,
+    input  wire                             rx_tvalid,
+    output wire                             rx_tready,
+    input  wire                             rx_tlast,
+    input  wire [`FLD_RX_TUSER_W-1:0]       rx_tuser,
+    output wire [`FLD_DATA_W-1:0]           tx_tdata,
+    output wire [`FLD_KEEP_W-1:0]           tx_tkeep,
+    output wire                             tx_tvalid,
+    input  wire                             tx_tready,
+    output wire                             tx_tlast,
+    output wire [`FLD_TX_TUSER_W-1:0]       tx_tuser,
+    output wire [`FLD_CREDIT_QUEUE_W-1:0]   credit_queue,
+    input  wire [`FLD_CREDIT_PACKETS_W-1:0] credit_packets,
+    input  wire [`FLD_CREDIT_BYTES_W-1:0]   credit_bytes
+);
+    // Never backpressure rx (§5.5): a packet the buffer cannot hold is dropped inside.
+    assign rx_tready = 1'b1;
+
+    // The buffer's counters, for a waveform viewer.
+    /* verilator lint_off UNUSEDSIGNAL */
+    wire [31:0] stored, dropped_full, discarded_bad;
+    /* verilator lint_on UNUSEDSIGNAL */
+    fld_pkt_fifo #(.SWAP_MACS(1), .TX_QUEUE(0)) fifo (
+        .clk(clk), .rst(rst),
+        .rx_tdata(rx_tdata), .rx_tkeep(rx_tkeep), .rx_tvalid(rx_tvalid), .rx_tlast(rx_tlast),
+        .rx_tuser(rx_tuser), .rx_bad(1'b0),
+        .tx_tdata(tx_tdata), .tx_tkeep(tx_tkeep), .tx_tvalid(tx_tvalid), .tx_tready(tx_tready),
+        .tx_tlast(tx_tlast), .tx_tuser(tx_tuser),
+        .credit_queue(credit_queue), .credit_packets(credit_packets), .credit_bytes(credit_bytes),
+        .stored(stored), .dropped_full(dropped_full), .discarded_bad(discarded_bad)
+    );
+endmodule

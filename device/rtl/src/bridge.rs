@@ -1,0 +1,505 @@
+//! The accelerator FLD sees: a Verilator model of a user's top module behind FLD's AXI4-Stream
+//! ports (paper §5.5; the signals in `hdl/fld_accel.vh`, the timing in `docs/fld-interface.md`
+//! §13).
+//!
+//! * **rx** (FLD → module): each packet FLD delivers is queued and streamed as beats of 64
+//!   bytes, back to back, its metadata on TUSER. FLD never waits: a beat offered while the
+//!   module holds `rx_tready` low is lost, and the packet it belonged to is counted
+//!   (`rx_backpressure_packets`), exactly the rule of §5.5 ("the accelerator is not allowed to
+//!   generate backpressure towards FLD").
+//! * **tx** (module → FLD): beats are collected until `tx_tlast` and the packet goes to FLD's Tx
+//!   module with the metadata of its first beat. `tx_tready` is high except on the cycles a
+//!   configured stall pattern lowers it; the flow control is the credit port.
+//! * **credits**: the queue the module names on `credit_queue` in one cycle has its credits
+//!   presented in the next, after every packet completed so far.
+//! * **time**: each FLD step gives the module the cycles its input needs, one per rx beat,
+//!   then keeps clocking until the module has been quiet (no beat in either direction) for
+//!   `idle_cycles`, at most `max_cycles_per_step`. A module that is quiet, has no input waiting
+//!   and whose credits did not change since is not clocked (its clock is gated, except on one
+//!   step in 64 so a module waiting on its own timer still gets there): an RTL accelerator
+//!   costs next to nothing while idle. Cycles count at `clock_hz` for the waveform's
+//!   timescale and the reported simulated time.
+//!
+//! Breaches of the contract are counted and never stall the emulator: beats refused on rx,
+//! a packet sent beyond its queue's credits (FLD refuses it: dropped), a TKEEP that is not a
+//! contiguous run from lane 0 (or not full before the last beat), a packet longer than FLD's
+//! maximum, TUSER changing inside a packet, and TVALID dropped or the beat changed while
+//! `tx_tready` was low (AXI4-Stream's handshake rule).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+
+use fld_device::accel::{Accelerator, RdmaOp, RxMeta, TxMeta, TxRefused, TxStream};
+
+use crate::build::{RtlDesign, RtlError};
+use crate::model::{Inputs, Model, Outputs};
+
+/// Bytes per beat (`FLD_DATA_W` / 8).
+pub const BEAT_BYTES: usize = 64;
+
+/// A module whose clock is gated is still clocked on every this many gated steps.
+const GATED_WAKE_EVERY: u64 = 64;
+
+/// How the bridge clocks and checks the module.
+#[derive(Clone, Debug)]
+pub struct RtlConfig {
+    /// The module's clock (Innova-2 designs, FLD included, run at 250 MHz: paper Table 4).
+    pub clock_hz: f64,
+    /// Cycles without a beat after which a step ends.
+    pub idle_cycles: u32,
+    /// A step never runs more cycles than this (a module streaming forever cannot hang FLD).
+    pub max_cycles_per_step: u32,
+    /// Packets FLD holds for the rx stream before it clocks the module to make room.
+    pub rx_queue_packets: usize,
+    /// Largest packet the tx stream takes (FLD's `max_packet`); longer ones are dropped.
+    pub max_packet: usize,
+    /// Cycles of reset (`rst` high) after power-on.
+    pub reset_cycles: u32,
+    /// Lower `tx_tready` on every `n`-th cycle (0: never), to exercise the module's handshake.
+    pub tx_stall_every: u32,
+    /// Dump every signal to this VCD file (the design must be built with tracing).
+    pub vcd: Option<PathBuf>,
+}
+
+impl Default for RtlConfig {
+    fn default() -> Self {
+        RtlConfig {
+            clock_hz: 250e6,
+            idle_cycles: 32,
+            max_cycles_per_step: 1 << 16,
+            rx_queue_packets: 256,
+            max_packet: 16384,
+            reset_cycles: 8,
+            tx_stall_every: 0,
+            vcd: None,
+        }
+    }
+}
+
+/// What the bridge counts (the accelerator's counters, by these names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RtlCounters {
+    pub cycles: u64,
+    pub rx_packets: u64,
+    pub rx_beats: u64,
+    pub tx_packets: u64,
+    pub tx_beats: u64,
+    /// Packets with a beat offered while `rx_tready` was low.
+    pub rx_backpressure_packets: u64,
+    /// Packets the module sent beyond its queue's credits (FLD refused them).
+    pub tx_without_credit: u64,
+    /// Packets FLD refused for another reason (unknown or failed queue, bad length).
+    pub tx_refused: u64,
+    pub tx_bad_keep: u64,
+    pub tx_oversize: u64,
+    pub tx_tuser_changed: u64,
+    /// Handshake breaches: TVALID dropped or the beat changed while `tx_tready` was low.
+    pub tx_unstable: u64,
+    /// Steps cut short at `max_cycles_per_step` with the module still busy.
+    pub step_budget_exhausted: u64,
+    /// Steps skipped with the module's clock gated.
+    pub gated_steps: u64,
+}
+
+/// A packet on its way into the module.
+struct RxPacket {
+    meta: RxMeta,
+    data: Vec<u8>,
+}
+
+/// The tx packet being collected.
+#[derive(Default)]
+struct TxPacket {
+    open: bool,
+    meta: TxMeta,
+    tuser: [u32; 6],
+    data: Vec<u8>,
+    bad: bool,
+}
+
+/// A Verilog accelerator on FLD's ports.
+pub struct RtlAccelerator {
+    model: Model,
+    cfg: RtlConfig,
+    name: &'static str,
+    inputs: Inputs,
+    outputs: Outputs,
+    rx: VecDeque<RxPacket>,
+    spare: Vec<Vec<u8>>,
+    /// Next beat of the packet at the front of `rx`.
+    rx_beat: usize,
+    /// The front packet lost a beat to backpressure (counted once).
+    rx_hurt: bool,
+    tx: TxPacket,
+    /// The beat offered in the previous cycle while `tx_tready` was low.
+    held: Option<Outputs>,
+    /// Credits presented this cycle, and the queue they belong to.
+    credit_queue: u16,
+    reset_left: u32,
+    quiet: u32,
+    /// Consecutive steps the clock was gated.
+    gated: u64,
+    counters: RtlCounters,
+}
+
+/// Fills `words` (little-endian 32-bit words) from `bytes`, zeroing the rest.
+fn pack(words: &mut [u32], bytes: &[u8]) {
+    for (i, w) in words.iter_mut().enumerate() {
+        let mut b = [0u8; 4];
+        let at = i * 4;
+        if at < bytes.len() {
+            let n = (bytes.len() - at).min(4);
+            b[..n].copy_from_slice(&bytes[at..at + n]);
+        }
+        *w = u32::from_le_bytes(b);
+    }
+}
+
+/// Bits `lo..lo+width` (width <= 64) of a little-endian word array.
+fn field(words: &[u32], lo: usize, width: usize) -> u64 {
+    let mut v = 0u64;
+    for k in 0..width {
+        let bit = lo + k;
+        if words
+            .get(bit / 32)
+            .is_some_and(|w| w >> (bit % 32) & 1 != 0)
+        {
+            v |= 1 << k;
+        }
+    }
+    v
+}
+
+/// Sets bits `lo..lo+width` of a little-endian word array to `v`.
+fn set_field(words: &mut [u32], lo: usize, width: usize, v: u64) {
+    for k in 0..width {
+        let bit = lo + k;
+        if let Some(w) = words.get_mut(bit / 32) {
+            if v >> k & 1 != 0 {
+                *w |= 1 << (bit % 32);
+            } else {
+                *w &= !(1 << (bit % 32));
+            }
+        }
+    }
+}
+
+/// The rx TUSER of a packet (`FLD_RX_*` in `fld_accel.vh`).
+pub fn encode_rx_tuser(meta: &RxMeta) -> [u32; 5] {
+    let mut u = [0u32; 5];
+    set_field(&mut u, 0, 16, meta.queue.into());
+    set_field(&mut u, 16, 16, meta.context.into());
+    set_field(&mut u, 32, 16, meta.len.min(0xffff).into());
+    set_field(&mut u, 48, 8, meta.csum.into());
+    if let Some(t) = meta.resume_table {
+        set_field(&mut u, 56, 8, t.into());
+        set_field(&mut u, 64, 1, 1);
+    }
+    if let Some(r) = meta.rdma {
+        set_field(&mut u, 65, 1, 1);
+        set_field(&mut u, 66, 1, r.first.into());
+        set_field(&mut u, 67, 1, r.last.into());
+        if let Some(imm) = r.imm {
+            set_field(&mut u, 68, 1, 1);
+            set_field(&mut u, 128, 32, imm.into());
+        }
+    }
+    set_field(&mut u, 96, 32, meta.rss_hash.into());
+    u
+}
+
+/// The tx metadata a TUSER carries (`FLD_TX_*`); `None` for an unknown operation code.
+pub fn decode_tx_tuser(u: &[u32; 6]) -> Option<TxMeta> {
+    let imm = field(u, 64, 32) as u32;
+    let rkey = field(u, 96, 32) as u32;
+    let remote_addr = field(u, 128, 64);
+    let rdma = match field(u, 33, 3) {
+        0 => None,
+        1 => Some(RdmaOp::Send),
+        2 => Some(RdmaOp::SendImm(imm)),
+        3 => Some(RdmaOp::Write { remote_addr, rkey }),
+        4 => Some(RdmaOp::WriteImm {
+            remote_addr,
+            rkey,
+            imm,
+        }),
+        _ => return None,
+    };
+    Some(TxMeta {
+        queue: field(u, 0, 16) as u16,
+        cs_flags: field(u, 16, 8) as u8,
+        resume_table: (field(u, 32, 1) != 0).then(|| field(u, 24, 8) as u8),
+        rdma,
+    })
+}
+
+impl RtlAccelerator {
+    /// Instantiates `design` and holds it in reset for `cfg.reset_cycles`.
+    pub fn new(design: &RtlDesign, cfg: RtlConfig) -> Result<Self, RtlError> {
+        let period_ps = (1e12 / cfg.clock_hz.max(1.0)).round() as u64;
+        let model = Model::new(design, period_ps, cfg.vcd.as_deref())?;
+        let name = design
+            .file_list
+            .parent()
+            .and_then(|d| d.file_name())
+            .and_then(|n| n.to_str())
+            .map_or("rtl", |n| Box::leak(format!("rtl:{n}").into_boxed_str()));
+        Ok(RtlAccelerator {
+            model,
+            reset_left: cfg.reset_cycles,
+            cfg,
+            name,
+            inputs: Inputs::default(),
+            outputs: Outputs::default(),
+            rx: VecDeque::new(),
+            spare: Vec::new(),
+            rx_beat: 0,
+            rx_hurt: false,
+            tx: TxPacket::default(),
+            held: None,
+            credit_queue: 0,
+            quiet: 0,
+            gated: 0,
+            counters: RtlCounters::default(),
+        })
+    }
+
+    pub fn counters_now(&self) -> RtlCounters {
+        self.counters
+    }
+
+    /// Seconds of the module's clock simulated so far.
+    pub fn simulated_seconds(&self) -> f64 {
+        self.counters.cycles as f64 / self.cfg.clock_hz
+    }
+
+    /// Sets this cycle's rx inputs from the packet at the front of the queue.
+    fn offer_rx(&mut self) {
+        let i = &mut self.inputs;
+        let Some(p) = self.rx.front() else {
+            i.rx_tvalid = 0;
+            i.rx_tlast = 0;
+            return;
+        };
+        let at = self.rx_beat * BEAT_BYTES;
+        let n = (p.data.len() - at).min(BEAT_BYTES);
+        pack(&mut i.rx_tdata, &p.data[at..at + n]);
+        i.rx_tkeep = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        i.rx_tvalid = 1;
+        i.rx_tlast = (at + n == p.data.len()) as u8;
+        if self.rx_beat == 0 {
+            i.rx_tuser = encode_rx_tuser(&p.meta);
+        }
+    }
+
+    /// Moves past the beat just offered.
+    fn rx_advance(&mut self, accepted: bool) {
+        self.counters.rx_beats += 1;
+        if !accepted && !self.rx_hurt {
+            self.rx_hurt = true;
+            self.counters.rx_backpressure_packets += 1;
+        }
+        if self.inputs.rx_tlast != 0 {
+            if let Some(p) = self.rx.pop_front() {
+                self.spare.push(p.data);
+            }
+            self.rx_beat = 0;
+            self.rx_hurt = false;
+            self.counters.rx_packets += 1;
+        } else {
+            self.rx_beat += 1;
+        }
+    }
+
+    /// Takes the tx beat the module handed over this cycle.
+    fn tx_beat(&mut self, tx: &mut dyn TxStream) {
+        let o = &self.outputs;
+        self.counters.tx_beats += 1;
+        let p = &mut self.tx;
+        if !p.open {
+            p.open = true;
+            p.bad = false;
+            p.data.clear();
+            p.tuser = o.tx_tuser;
+            match decode_tx_tuser(&o.tx_tuser) {
+                Some(m) => p.meta = m,
+                None => p.bad = true,
+            }
+        } else if p.tuser != o.tx_tuser {
+            self.counters.tx_tuser_changed += 1;
+        }
+        let last = o.tx_tlast != 0;
+        let keep = o.tx_tkeep;
+        // Lanes 0..n-1 exactly, and all 64 before the last beat.
+        let n = keep.trailing_ones() as usize;
+        let contiguous = n > 0 && (n == 64 || keep >> n == 0);
+        if !contiguous || (!last && n != 64) {
+            if !p.bad {
+                self.counters.tx_bad_keep += 1;
+            }
+            p.bad = true;
+        } else if p.data.len() + n > self.cfg.max_packet {
+            if !p.bad {
+                self.counters.tx_oversize += 1;
+            }
+            p.bad = true;
+        } else if !p.bad {
+            let mut bytes = [0u8; BEAT_BYTES];
+            for (k, w) in o.tx_tdata.iter().enumerate() {
+                bytes[k * 4..k * 4 + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            p.data.extend_from_slice(&bytes[..n]);
+        }
+        if !last {
+            return;
+        }
+        p.open = false;
+        if p.bad {
+            return;
+        }
+        match tx.send(&p.meta, &p.data) {
+            Ok(()) => self.counters.tx_packets += 1,
+            Err(TxRefused::NoCredit) => self.counters.tx_without_credit += 1,
+            Err(_) => self.counters.tx_refused += 1,
+        }
+    }
+
+    /// Whether `now` breaks the handshake rule after `held` was offered without `tx_tready`.
+    fn unstable(held: &Outputs, now: &Outputs) -> bool {
+        now.tx_tvalid == 0
+            || now.tx_tdata != held.tx_tdata
+            || now.tx_tkeep != held.tx_tkeep
+            || now.tx_tlast != held.tx_tlast
+            || now.tx_tuser != held.tx_tuser
+    }
+
+    /// Clocks the module until its input is in and it has been quiet for `idle_cycles` (or
+    /// the step's budget is spent). Returns the beats moved.
+    fn run(&mut self, tx: &mut dyn TxStream) -> usize {
+        let credits = tx.credits(self.credit_queue);
+        let unchanged = credits.packets == self.inputs.credit_packets
+            && credits.bytes == self.inputs.credit_bytes;
+        if self.rx.is_empty()
+            && self.reset_left == 0
+            && self.quiet >= self.cfg.idle_cycles
+            && unchanged
+        {
+            self.gated += 1;
+            // Every so often a gated module is clocked anyway, so one that waits on a timer of
+            // its own still gets there (slower).
+            if self.gated % GATED_WAKE_EVERY != 0 {
+                self.counters.gated_steps += 1;
+                return 0;
+            }
+        }
+        self.inputs.credit_packets = credits.packets;
+        self.inputs.credit_bytes = credits.bytes;
+        let mut moved = 0;
+        let mut quiet = 0;
+        for cycle in 0..self.cfg.max_cycles_per_step {
+            if self.rx.is_empty() && self.reset_left == 0 && quiet >= self.cfg.idle_cycles {
+                self.quiet = quiet;
+                return moved;
+            }
+            let resetting = self.reset_left > 0;
+            self.inputs.rst = resetting as u8;
+            if resetting {
+                self.reset_left -= 1;
+                self.inputs.rx_tvalid = 0;
+            } else {
+                self.offer_rx();
+            }
+            let stall = self.cfg.tx_stall_every != 0
+                && (self.counters.cycles + 1) % u64::from(self.cfg.tx_stall_every) == 0;
+            self.inputs.tx_tready = (!stall) as u8;
+            self.model.cycle(&self.inputs, &mut self.outputs);
+            self.counters.cycles += 1;
+            let mut active = false;
+            if self.inputs.rx_tvalid != 0 {
+                self.rx_advance(self.outputs.rx_tready != 0);
+                active = true;
+                moved += 1;
+            }
+            if let Some(h) = self.held.take() {
+                if !resetting && Self::unstable(&h, &self.outputs) {
+                    self.counters.tx_unstable += 1;
+                }
+            }
+            if self.outputs.tx_tvalid != 0 && !resetting {
+                active = true;
+                if self.inputs.tx_tready != 0 {
+                    self.tx_beat(tx);
+                    moved += 1;
+                } else {
+                    self.held = Some(self.outputs);
+                }
+            }
+            // The queue named this cycle gets its credits next cycle, after this cycle's packet.
+            self.credit_queue = self.outputs.credit_queue;
+            let c = tx.credits(self.credit_queue);
+            self.inputs.credit_packets = c.packets;
+            self.inputs.credit_bytes = c.bytes;
+            quiet = if active { 0 } else { quiet + 1 };
+            if cycle + 1 == self.cfg.max_cycles_per_step {
+                self.counters.step_budget_exhausted += 1;
+            }
+        }
+        self.quiet = quiet;
+        moved
+    }
+}
+
+impl Accelerator for RtlAccelerator {
+    fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
+        if data.is_empty() {
+            return false;
+        }
+        while self.rx.len() >= self.cfg.rx_queue_packets.max(1) {
+            // The rx stream is full: clock the module so the packets before drain into it.
+            if self.run(tx) == 0 {
+                break;
+            }
+        }
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(data);
+        let mut meta = *meta;
+        meta.len = data.len() as u32;
+        self.rx.push_back(RxPacket { meta, data: b });
+        true
+    }
+
+    fn poll(&mut self, tx: &mut dyn TxStream) -> usize {
+        self.run(tx)
+    }
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.counters;
+        vec![
+            ("cycles", c.cycles),
+            ("rx_packets", c.rx_packets),
+            ("rx_beats", c.rx_beats),
+            ("tx_packets", c.tx_packets),
+            ("tx_beats", c.tx_beats),
+            ("rx_backpressure_packets", c.rx_backpressure_packets),
+            ("tx_without_credit", c.tx_without_credit),
+            ("tx_refused", c.tx_refused),
+            ("tx_bad_keep", c.tx_bad_keep),
+            ("tx_oversize", c.tx_oversize),
+            ("tx_tuser_changed", c.tx_tuser_changed),
+            ("tx_unstable", c.tx_unstable),
+            ("step_budget_exhausted", c.step_budget_exhausted),
+            ("gated_steps", c.gated_steps),
+        ]
+    }
+}
+
+impl Drop for RtlAccelerator {
+    fn drop(&mut self) {
+        self.model.flush();
+    }
+}

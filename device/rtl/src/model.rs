@@ -1,0 +1,129 @@
+//! A loaded design: one Verilator model behind the shim's C ABI (`hdl/fld_rtl_shim.cpp`).
+//! [`Model::cycle`] applies the inputs with the clock low, returns what the module drives during
+//! the cycle, then raises the clock.
+
+use std::ffi::{c_char, c_int, CString};
+use std::path::Path;
+
+use crate::build::{RtlDesign, RtlError};
+
+/// The shim ABI this crate speaks (`fld_rtl_abi_version`).
+pub const ABI_VERSION: u32 = 1;
+
+/// What FLD drives into the module for one cycle. Multi-word buses are little-endian 32-bit
+/// words: word 0 holds bits 31..0, so byte lane `i` is byte `i % 4` of word `i / 4`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Inputs {
+    pub rx_tdata: [u32; 16],
+    pub rx_tkeep: u64,
+    pub rx_tuser: [u32; 5],
+    pub credit_packets: u32,
+    pub credit_bytes: u32,
+    pub rst: u8,
+    pub rx_tvalid: u8,
+    pub rx_tlast: u8,
+    pub tx_tready: u8,
+}
+
+/// What the module drives during a cycle.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outputs {
+    pub tx_tdata: [u32; 16],
+    pub tx_tkeep: u64,
+    pub tx_tuser: [u32; 6],
+    pub credit_queue: u16,
+    pub tx_tvalid: u8,
+    pub tx_tlast: u8,
+    pub rx_tready: u8,
+}
+
+#[repr(C)]
+struct Handle {
+    _private: [u8; 0],
+}
+
+type NewFn = unsafe extern "C" fn(*const c_char, u64) -> *mut Handle;
+type CycleFn = unsafe extern "C" fn(*mut Handle, *const Inputs, *mut Outputs);
+type HandleFn = unsafe extern "C" fn(*mut Handle);
+
+/// One instance of a design.
+pub struct Model {
+    handle: *mut Handle,
+    cycle: CycleFn,
+    flush: HandleFn,
+    free: HandleFn,
+    // Last: the code above lives in it.
+    _library: libloading::Library,
+}
+
+// The model is a plain C++ object without threads of its own (single-threaded Verilator
+// model); it is used by one thread at a time (FLD's lock), which may change between calls.
+unsafe impl Send for Model {}
+
+impl Model {
+    /// Instantiates `design` with a clock period of `period_ps`; with `vcd`, every signal is
+    /// dumped there (the design must have been built with tracing).
+    pub fn new(design: &RtlDesign, period_ps: u64, vcd: Option<&Path>) -> Result<Self, RtlError> {
+        if vcd.is_some() && !design.trace {
+            return Err(RtlError::NoTrace(design.library.clone()));
+        }
+        let path = &design.library;
+        let load = |e| RtlError::Load(path.clone(), e);
+        // SAFETY: the library is one this crate built from the shim; loading runs Verilator's
+        // static constructors, which have no preconditions.
+        let library = unsafe { libloading::Library::new(path) }.map_err(load)?;
+        // SAFETY: the symbols have the shim's signatures, checked by its ABI version.
+        unsafe {
+            let abi: libloading::Symbol<unsafe extern "C" fn() -> u32> =
+                library.get(b"fld_rtl_abi_version").map_err(load)?;
+            let abi = abi();
+            if abi != ABI_VERSION {
+                return Err(RtlError::Abi(path.clone(), abi, ABI_VERSION));
+            }
+            let has_trace: libloading::Symbol<unsafe extern "C" fn() -> c_int> =
+                library.get(b"fld_rtl_has_trace").map_err(load)?;
+            if vcd.is_some() && has_trace() == 0 {
+                return Err(RtlError::NoTrace(path.clone()));
+            }
+            let new: NewFn = *library.get::<NewFn>(b"fld_rtl_new").map_err(load)?;
+            let cycle: CycleFn = *library.get::<CycleFn>(b"fld_rtl_cycle").map_err(load)?;
+            let flush: HandleFn = *library.get::<HandleFn>(b"fld_rtl_flush").map_err(load)?;
+            let free: HandleFn = *library.get::<HandleFn>(b"fld_rtl_free").map_err(load)?;
+            let vcd =
+                vcd.map(|p| CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default());
+            let handle = new(
+                vcd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+                period_ps,
+            );
+            Ok(Model {
+                handle,
+                cycle,
+                flush,
+                free,
+                _library: library,
+            })
+        }
+    }
+
+    /// One clock cycle.
+    #[inline]
+    pub fn cycle(&mut self, inputs: &Inputs, outputs: &mut Outputs) {
+        // SAFETY: `handle` is live until drop; the structs match the shim's layout.
+        unsafe { (self.cycle)(self.handle, inputs, outputs) }
+    }
+
+    /// Writes buffered waveform data out.
+    pub fn flush(&mut self) {
+        // SAFETY: as in `cycle`.
+        unsafe { (self.flush)(self.handle) }
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        // SAFETY: `handle` came from `fld_rtl_new` and is freed once.
+        unsafe { (self.free)(self.handle) }
+    }
+}

@@ -1,0 +1,3 @@
+--top-module fld_bad
+-GMODE=2
+../fld_bad.v

@@ -1,0 +1,3 @@
+--top-module fld_bad
+-GMODE=4
+../fld_bad.v

@@ -1,0 +1,3 @@
+--top-module fld_bad
+-GMODE=5
+../fld_bad.v

@@ -1,0 +1,3 @@
+--top-module fld_bad
+-GMODE=6
+../fld_bad.v
