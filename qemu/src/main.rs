@@ -41,6 +41,10 @@ enum Cmd {
     /// sizes (ZUC 64-4096 B requests, defrag 1500 B datagrams at a 1450 B MTU, IoT 256 B
     /// messages), beside the host-software baseline measured in the same run.
     BenchAccel(cmd::bench_accel::BenchAccelArgs),
+    /// A Verilog accelerator (`--design`, default the shipped echo) simulated by Verilator
+    /// behind FLD, against the Rust echo model in the same run: echoed frames per second and
+    /// simulated cycles per second at 64 and 1500 bytes.
+    BenchRtl(cmd::bench_rtl::BenchRtlArgs),
     /// Play a capture through the card (NIC rules + accelerator) and capture what reaches the
     /// host's queues, with a summary of the accelerator's counters.
     Replay(cmd::replay::ReplayArgs),
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
         Cmd::Demo(a) => cmd::demo::run(a),
         Cmd::Bench(a) => cmd::bench::run(a),
         Cmd::BenchAccel(a) => cmd::bench_accel::run(a),
+        Cmd::BenchRtl(a) => cmd::bench_rtl::run(a),
         Cmd::Replay(a) => cmd::replay::run(a),
         Cmd::Memory(a) => cmd::memory::run(a),
         Cmd::Model(a) => cmd::model::run(a),

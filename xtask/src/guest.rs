@@ -406,6 +406,7 @@ fn walk(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// How QEMU is started: a system QEMU with vfio-user-pci, or the root's through its loader.
+#[derive(Clone)]
 pub struct Qemu {
     program: PathBuf,
     prefix: Vec<String>,
@@ -591,7 +592,8 @@ impl ServedCard {
                 .spawn()
                 .map_err(|e| format!("fldemu serve: {e}"))?,
         ));
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // An RTL accelerator is built with Verilator before the sockets appear (cached after).
+        let deadline = Instant::now() + Duration::from_secs(180);
         while !SOCKETS.iter().all(|n| sockets.join(n).exists()) {
             if Instant::now() > deadline {
                 return Err("fldemu serve did not create its sockets".into());

@@ -184,12 +184,13 @@ fn demo_verdict(name: &str, output: &str, prefix: &str) -> Verdict {
 
 /// Three boots of the guest against one `fldemu serve`: the self-test and both demos; a guest
 /// whose QEMU is killed in the middle of traffic; a new guest that resets the machine in the
-/// middle of traffic and must then find the card working.
+/// middle of traffic and must then find the card working. A fourth boot drives a card whose
+/// accelerator is the Verilog echo.
 fn test_guest(timeout: u64) -> Result<bool, String> {
     let paths = guest::GuestPaths::new();
     let qemu = guest::setup(&paths)?;
     build_fldemu()?;
-    let mut served = guest::ServedCard::start(paths, qemu, &workspace(), "echo")?;
+    let mut served = guest::ServedCard::start(paths, qemu.clone(), &workspace(), "echo")?;
     let timeout = Duration::from_secs(timeout);
     let mut results: Vec<Verdict> = Vec::new();
     let mut outputs = Vec::new();
@@ -281,6 +282,29 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
     outputs.push(third);
     drop(served);
 
+    eprintln!("xtask: boot 4: a card whose accelerator is RTL (the Verilog echo, Verilator)");
+    let rtl = format!(
+        "rtl:{}",
+        workspace().join("device/rtl/examples/echo").display()
+    );
+    let mut served = guest::ServedCard::start(guest::GuestPaths::new(), qemu, &workspace(), &rtl)?;
+    let fourth = served.boot(&guest::RunOptions {
+        command: Some(
+            "echo \"demo rtl: $(fldemu demo --transport vfio --accel echo --packets 20000 --json)\""
+                .into(),
+        ),
+        timeout,
+        kill_after: None,
+        reset_during: None,
+    })?;
+    results.push(demo_verdict(
+        "flde_echo_with_rtl_accelerator",
+        &fourth.output,
+        "demo rtl: ",
+    ));
+    outputs.push(fourth);
+    drop(served);
+
     for (name, ok, detail) in &results {
         println!(
             "guest test {name} ... {} {detail}",
@@ -288,7 +312,7 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
         );
     }
     // The self-test's own summary says how many checks it has; two demos, the killed guest, the
-    // reset guest and its two demos come on top.
+    // reset guest and its two demos, and the RTL accelerator's demo come on top.
     let checks = outputs[0]
         .output
         .lines()
@@ -296,7 +320,7 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse::<usize>().ok())
         .unwrap_or(usize::MAX / 2);
-    let expected = checks + 6;
+    let expected = checks + 7;
     let passed = results.iter().filter(|r| r.1).count();
     let all_ok = passed == results.len() && results.len() == expected;
     println!(

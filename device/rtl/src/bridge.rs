@@ -3,7 +3,8 @@
 //! §13).
 //!
 //! * **rx** (FLD → module): each packet FLD delivers is queued and streamed as beats of 64
-//!   bytes, back to back, its metadata on TUSER. FLD never waits: a beat offered while the
+//!   bytes, its metadata on TUSER: a packet's beats back to back, packets no faster than FLD's
+//!   PCIe link delivers them (`rx_gbps`, 50 Gbit/s). FLD never waits: a beat offered while the
 //!   module holds `rx_tready` low is lost, and the packet it belonged to is counted
 //!   (`rx_backpressure_packets`), exactly the rule of §5.5 ("the accelerator is not allowed to
 //!   generate backpressure towards FLD").
@@ -12,8 +13,8 @@
 //!   configured stall pattern lowers it; the flow control is the credit port.
 //! * **credits**: the queue the module names on `credit_queue` in one cycle has its credits
 //!   presented in the next, after every packet completed so far.
-//! * **time**: each FLD step gives the module the cycles its input needs, one per rx beat,
-//!   then keeps clocking until the module has been quiet (no beat in either direction) for
+//! * **time**: each FLD step gives the module the cycles its input needs (a beat a cycle, the
+//!   packets paced at `rx_gbps`), then keeps clocking until the module has been quiet (no beat in either direction) for
 //!   `idle_cycles`, at most `max_cycles_per_step`. A module that is quiet, has no input waiting
 //!   and whose credits did not change since is not clocked (its clock is gated, except on one
 //!   step in 64 so a module waiting on its own timer still gets there): an RTL accelerator
@@ -51,6 +52,10 @@ pub struct RtlConfig {
     pub max_cycles_per_step: u32,
     /// Packets FLD holds for the rx stream before it clocks the module to make room.
     pub rx_queue_packets: usize,
+    /// The rate packets arrive at on the rx stream, in Gbit/s (0: back to back). FLD receives
+    /// from the NIC over its PCIe link, so packets cannot reach the accelerator faster than
+    /// that link carries them: 50 Gbit/s on the paper's Innova-2 (§8, "limited by the PCIe").
+    pub rx_gbps: f64,
     /// Largest packet the tx stream takes (FLD's `max_packet`); longer ones are dropped.
     pub max_packet: usize,
     /// Cycles of reset (`rst` high) after power-on.
@@ -68,6 +73,7 @@ impl Default for RtlConfig {
             idle_cycles: 32,
             max_cycles_per_step: 1 << 16,
             rx_queue_packets: 256,
+            rx_gbps: 50.0,
             max_packet: 16384,
             reset_cycles: 8,
             tx_stall_every: 0,
@@ -75,6 +81,17 @@ impl Default for RtlConfig {
         }
     }
 }
+
+/// The counters (by name, in [`Accelerator::counters`]) that count breaches of the contract.
+pub const BREACH_COUNTERS: [&str; 7] = [
+    "rx_backpressure_packets",
+    "tx_without_credit",
+    "tx_refused",
+    "tx_bad_keep",
+    "tx_oversize",
+    "tx_tuser_changed",
+    "tx_unstable",
+];
 
 /// What the bridge counts (the accelerator's counters, by these names).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -139,6 +156,9 @@ pub struct RtlAccelerator {
     quiet: u32,
     /// Consecutive steps the clock was gated.
     gated: u64,
+    /// Rx pacing: bits the stream may still carry (a token bucket filled every cycle).
+    rx_tokens: f64,
+    rx_bits_per_cycle: f64,
     counters: RtlCounters,
 }
 
@@ -157,20 +177,15 @@ fn pack(words: &mut [u32], bytes: &[u8]) {
 
 /// Bits `lo..lo+width` (width <= 64) of a little-endian word array.
 fn field(words: &[u32], lo: usize, width: usize) -> u64 {
-    let mut v = 0u64;
-    for k in 0..width {
-        let bit = lo + k;
-        if words
-            .get(bit / 32)
-            .is_some_and(|w| w >> (bit % 32) & 1 != 0)
-        {
-            v |= 1 << k;
-        }
+    let (w, shift) = (lo / 32, lo % 32);
+    let mut v: u128 = 0;
+    for k in 0..3 {
+        v |= u128::from(words.get(w + k).copied().unwrap_or(0)) << (32 * k);
     }
-    v
+    ((v >> shift) & ((1u128 << width) - 1)) as u64
 }
 
-/// Sets bits `lo..lo+width` of a little-endian word array to `v`.
+/// Sets bits `lo..lo+width` (width <= 64) of a little-endian word array to `v`.
 fn set_field(words: &mut [u32], lo: usize, width: usize, v: u64) {
     for k in 0..width {
         let bit = lo + k;
@@ -238,6 +253,11 @@ impl RtlAccelerator {
     pub fn new(design: &RtlDesign, cfg: RtlConfig) -> Result<Self, RtlError> {
         let period_ps = (1e12 / cfg.clock_hz.max(1.0)).round() as u64;
         let model = Model::new(design, period_ps, cfg.vcd.as_deref())?;
+        let rx_bits_per_cycle = if cfg.rx_gbps > 0.0 {
+            cfg.rx_gbps * 1e9 / cfg.clock_hz.max(1.0)
+        } else {
+            f64::INFINITY
+        };
         let name = design
             .file_list
             .parent()
@@ -260,6 +280,8 @@ impl RtlAccelerator {
             credit_queue: 0,
             quiet: 0,
             gated: 0,
+            rx_tokens: 0.0,
+            rx_bits_per_cycle,
             counters: RtlCounters::default(),
         })
     }
@@ -276,11 +298,17 @@ impl RtlAccelerator {
     /// Sets this cycle's rx inputs from the packet at the front of the queue.
     fn offer_rx(&mut self) {
         let i = &mut self.inputs;
-        let Some(p) = self.rx.front() else {
+        // A new packet starts only once the link has carried the ones before it.
+        self.rx_tokens = (self.rx_tokens + self.rx_bits_per_cycle).min(BEAT_BYTES as f64 * 8.0);
+        let waiting = self.rx_beat == 0 && self.rx_tokens < 0.0;
+        let Some(p) = self.rx.front().filter(|_| !waiting) else {
             i.rx_tvalid = 0;
             i.rx_tlast = 0;
             return;
         };
+        if self.rx_beat == 0 {
+            self.rx_tokens -= p.data.len() as f64 * 8.0;
+        }
         let at = self.rx_beat * BEAT_BYTES;
         let n = (p.data.len() - at).min(BEAT_BYTES);
         pack(&mut i.rx_tdata, &p.data[at..at + n]);
@@ -387,7 +415,7 @@ impl RtlAccelerator {
             self.gated += 1;
             // Every so often a gated module is clocked anyway, so one that waits on a timer of
             // its own still gets there (slower).
-            if self.gated % GATED_WAKE_EVERY != 0 {
+            if !self.gated.is_multiple_of(GATED_WAKE_EVERY) {
                 self.counters.gated_steps += 1;
                 return 0;
             }
@@ -410,7 +438,7 @@ impl RtlAccelerator {
                 self.offer_rx();
             }
             let stall = self.cfg.tx_stall_every != 0
-                && (self.counters.cycles + 1) % u64::from(self.cfg.tx_stall_every) == 0;
+                && (self.counters.cycles + 1).is_multiple_of(u64::from(self.cfg.tx_stall_every));
             self.inputs.tx_tready = (!stall) as u8;
             self.model.cycle(&self.inputs, &mut self.outputs);
             self.counters.cycles += 1;
@@ -425,9 +453,11 @@ impl RtlAccelerator {
                     self.counters.tx_unstable += 1;
                 }
             }
+            let mut sent = false;
             if self.outputs.tx_tvalid != 0 && !resetting {
                 active = true;
                 if self.inputs.tx_tready != 0 {
+                    sent = self.outputs.tx_tlast != 0;
                     self.tx_beat(tx);
                     moved += 1;
                 } else {
@@ -435,10 +465,13 @@ impl RtlAccelerator {
                 }
             }
             // The queue named this cycle gets its credits next cycle, after this cycle's packet.
-            self.credit_queue = self.outputs.credit_queue;
-            let c = tx.credits(self.credit_queue);
-            self.inputs.credit_packets = c.packets;
-            self.inputs.credit_bytes = c.bytes;
+            // FLD's lock is held for the whole step, so only this module's packets change them.
+            if sent || self.outputs.credit_queue != self.credit_queue {
+                self.credit_queue = self.outputs.credit_queue;
+                let c = tx.credits(self.credit_queue);
+                self.inputs.credit_packets = c.packets;
+                self.inputs.credit_bytes = c.bytes;
+            }
             quiet = if active { 0 } else { quiet + 1 };
             if cycle + 1 == self.cfg.max_cycles_per_step {
                 self.counters.step_budget_exhausted += 1;

@@ -187,6 +187,13 @@ fn verilog_echo_equals_rust_echo() {
     assert_eq!((c.rx_packets, c.tx_packets), (40, 40));
     let beats: u64 = frames.iter().map(|f| f.len().div_ceil(64) as u64).sum();
     assert_eq!((c.rx_beats, c.tx_beats), (beats, beats));
+    // Packets reach the module no faster than FLD's 50 Gbit/s link: 200 bits a cycle.
+    let bits: u64 = frames.iter().map(|f| f.len() as u64 * 8).sum();
+    assert!(
+        c.cycles >= bits / 200,
+        "{} cycles for {bits} bits",
+        c.cycles
+    );
     assert_eq!(
         c.rx_backpressure_packets + c.tx_without_credit + c.tx_bad_keep,
         0
@@ -381,6 +388,48 @@ fn contract_breaches_are_counted_not_hung() {
     assert_eq!((c.tx_tuser_changed, sent), (10, 5), "{c:?}");
 }
 
+/// The (cycle, value) changes of the top-level signal `name` in a VCD whose cycles are 4,000 ps,
+/// sampled while the clock is low (the values the module saw in that cycle).
+fn vcd_changes(text: &str, name: &str) -> Vec<(u64, u64)> {
+    let (head, body) = text.split_once("$enddefinitions").unwrap();
+    let id = head
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.len() >= 5 && w[0] == "$var" && w[4] == name)
+        .map(|w| w[3].to_owned())
+        .unwrap();
+    // Every change with its time, then the value each cycle's low phase saw.
+    let mut t = 0u64;
+    let mut changes: Vec<(u64, u64)> = Vec::new();
+    for l in body.lines().map(str::trim) {
+        if let Some(n) = l.strip_prefix('#') {
+            t = n.parse().unwrap();
+            continue;
+        }
+        let value = if let Some(b) = l.strip_prefix('b') {
+            let (v, i) = b.split_once(' ').unwrap();
+            (i == id).then(|| u64::from_str_radix(v, 2).unwrap_or(u64::MAX))
+        } else if l.len() > 1 && l[1..] == id {
+            Some(u64::from(l.starts_with('1')))
+        } else {
+            None
+        };
+        if let Some(v) = value {
+            changes.push((t, v));
+        }
+    }
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for cycle in 0..=t / 4000 {
+        let Some(&(_, v)) = changes.iter().rev().find(|(at, _)| *at <= cycle * 4000) else {
+            continue;
+        };
+        if out.last().is_none_or(|&(_, last)| last != v) {
+            out.push((cycle, v));
+        }
+    }
+    out
+}
+
 /// `--vcd`: a waveform with the ports in it, and its timescale from the clock.
 #[test]
 fn a_waveform_records_the_ports() {
@@ -394,7 +443,7 @@ fn a_waveform_records_the_ports() {
     };
     let mut a = accel(&example("echo"), cfg);
     let mut tx = Sink::with(10);
-    drive(&mut a, &mut tx, &[udp_frame(64, 0)], 1, 1);
+    drive(&mut a, &mut tx, &[udp_frame(100, 0)], 1, 1);
     assert_eq!(tx.sent.len(), 1);
     drop(a);
     let text = std::fs::read_to_string(&vcd).unwrap();
@@ -403,5 +452,13 @@ fn a_waveform_records_the_ports() {
     }
     // 250 MHz: the rising edge of the first cycle at 2,000 ps, the second cycle at 4,000 ps.
     assert!(text.contains("#2000") && text.contains("#4000"));
+    // The timing of docs/fld-interface.md §13.2: after 8 cycles of reset the two beats come in
+    // cycles 8-9, the echo sends in cycles 11-12, and the credit drops from cycle 13.
+    let changes = |name: &str| vcd_changes(&text, name);
+    assert_eq!(changes("rx_tvalid"), [(0, 0), (8, 1), (10, 0)]);
+    assert_eq!(changes("rx_tlast"), [(0, 0), (9, 1), (10, 0)]);
+    assert_eq!(changes("tx_tvalid"), [(0, 0), (11, 1), (13, 0)]);
+    assert_eq!(changes("tx_tlast"), [(0, 0), (12, 1), (13, 0)]);
+    assert_eq!(changes("credit_packets"), [(0, 10), (13, 9)]);
     std::fs::remove_file(&vcd).unwrap();
 }

@@ -32,9 +32,15 @@ pub struct DemoArgs {
     /// Packets per burst.
     #[arg(long, default_value_t = 32)]
     pub burst: usize,
-    /// Who echoes: a CPU application, or the echo accelerator behind FLD (FLD-E).
-    #[arg(long, value_enum, default_value_t = AccelArg::None)]
-    pub accel: AccelArg,
+    /// Who echoes: `none` (a CPU application), `echo` (the echo accelerator behind FLD, FLD-E),
+    /// `zuc`, `defrag`, `iot` (the paper's accelerators), or `rtl:PATH`: a Verilog module on
+    /// FLD's AXI4-Stream ports, built with Verilator (PATH: a directory with a `files.f`, or the
+    /// file list itself; e.g. `rtl:device/rtl/examples/echo`), verified as the echo is.
+    #[arg(long, value_parser = parse_accel, default_value = "none")]
+    pub accel: AccelChoice,
+    /// With `--accel rtl:PATH`: write the module's signals to this VCD file (GTKWave opens it).
+    #[arg(long)]
+    pub vcd: Option<std::path::PathBuf>,
     /// Write every frame entering the eSwitch to this pcap file.
     #[arg(long)]
     pub pcap: Option<String>,
@@ -73,16 +79,45 @@ pub struct DemoArgs {
 fn open_echoer(a: &DemoArgs, max_frame: usize) -> Result<Echoer, Box<dyn std::error::Error>> {
     let rx = a.rx_mode.mode();
     match a.transport.remote(&a.socket_dir) {
-        None => Echoer::new(a.accel, rx, max_frame),
+        None => {
+            let echo = Echoer::new(a.accel.kind, rx, max_frame)?;
+            if let Some(spec) = &a.accel.rtl {
+                echo.card()
+                    .fld
+                    .set_accelerator(rtl_accelerator(spec, a.vcd.as_deref())?);
+            }
+            Ok(echo)
+        }
         Some(t) => {
+            if a.accel.rtl.is_some() {
+                return Err("over vfio-user and vfio the accelerator is the server's: `fldemu serve --accel rtl:PATH`".into());
+            }
             let card = t.open(REMOTE_DMA_BYTES)?;
-            Echoer::open_remote(a.accel, rx, max_frame, card.nic, card.fld, card.transport)
+            Echoer::open_remote(
+                a.accel.kind,
+                rx,
+                max_frame,
+                card.nic,
+                card.fld,
+                card.transport,
+            )
         }
     }
 }
 
 pub fn run(a: DemoArgs) -> CmdResult {
+    if a.vcd.is_some() && a.accel.rtl.is_none() {
+        return Err(
+            "--vcd records an RTL accelerator's signals: use it with --accel rtl:PATH".into(),
+        );
+    }
     if a.rdma {
+        if a.accel.rtl.is_some() {
+            return Err(
+                "--rdma runs the Rust FLD-R accelerators; an RTL module runs the FLD-E echo path"
+                    .into(),
+            );
+        }
         return super::fldr::rdma_demo(&a);
     }
     if let Some(size) = a
@@ -94,7 +129,7 @@ pub fn run(a: DemoArgs) -> CmdResult {
     if a.accel == AccelArg::Zuc {
         return zuc_demo(&a);
     }
-    if matches!(a.accel, AccelArg::Defrag | AccelArg::Iot) {
+    if matches!(a.accel.kind, AccelArg::Defrag | AccelArg::Iot) {
         return inline_demo(&a);
     }
     let size = a.size.unwrap_or(64);
@@ -105,7 +140,8 @@ pub fn run(a: DemoArgs) -> CmdResult {
         },
         _ => Sizes::Fixed(size as usize),
     };
-    if a.transport != TransportArg::InProcess && !matches!(a.accel, AccelArg::None | AccelArg::Echo)
+    if a.transport != TransportArg::InProcess
+        && !matches!(a.accel.kind, AccelArg::None | AccelArg::Echo)
     {
         return Err("over vfio-user and vfio the demo runs the CPU and FLD-E echo paths".into());
     }
@@ -141,9 +177,32 @@ pub fn run(a: DemoArgs) -> CmdResult {
     let tlps_per_pkt = links.map(|(nic, _)| nic.total_tlps() as f64 / crossings as f64);
     let fld_per_pkt =
         links.map(|(_, fld)| fld.total_bytes() as f64 / rep.packets_received.max(1) as f64);
-    let ok =
-        rep.mismatches == 0 && rep.packets_received == a.packets && rep.checksum_flags_bad == 0;
     let fld_memory = echo.fld_memory();
+    // An RTL accelerator's counters (cycles, beats, contract breaches), and its simulation rate.
+    let rtl_counters = a
+        .accel
+        .rtl
+        .as_ref()
+        .and(echo.card.as_ref())
+        .and_then(|card| card.fld.accelerator_counters())
+        .map(|(_, c)| c);
+    let rtl_cycles_per_s = rtl_counters.as_ref().map(|c| {
+        let cycles = c
+            .iter()
+            .find(|(n, _)| *n == "cycles")
+            .map_or(0, |(_, v)| *v);
+        cycles as f64 / rep.elapsed.as_secs_f64().max(1e-9)
+    });
+    let breaches: u64 = rtl_counters.as_ref().map_or(0, |c| {
+        c.iter()
+            .filter(|(n, _)| fld_rtl::bridge::BREACH_COUNTERS.contains(n))
+            .map(|(_, v)| *v)
+            .sum()
+    });
+    let ok = rep.mismatches == 0
+        && rep.packets_received == a.packets
+        && rep.checksum_flags_bad == 0
+        && breaches == 0;
     let software_memory = memory_model::software_requirement(&MemoryParams::table_2a()).total;
     if a.json {
         let v = json!({
@@ -163,7 +222,9 @@ pub fn run(a: DemoArgs) -> CmdResult {
                 TransportArg::VfioUser => "vfio-user",
                 TransportArg::Vfio => "vfio",
             },
-            "accel": match a.accel { AccelArg::None => "none", _ => "echo" },
+            "accel": a.accel.name(),
+            "accelerator_counters": rtl_counters.as_ref().map(|c| counters_json(c)),
+            "rtl_cycles_per_s": rtl_cycles_per_s,
             "rx_mode": match a.rx_mode { RxModeArg::Regular => "regular", RxModeArg::Striding => "striding" },
             "size_min": size,
             "size_max": sizes.max(),
@@ -177,8 +238,9 @@ pub fn run(a: DemoArgs) -> CmdResult {
             Sizes::Sweep { min, max } => format!("{min}..{max} B"),
             _ => format!("{} B", sizes.max()),
         };
-        match a.accel {
-            AccelArg::None => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> CPU echo (vPort 0) -> back"),
+        match (a.accel.kind, &a.accel.rtl) {
+            (AccelArg::None, _) => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> CPU echo (vPort 0) -> back"),
+            (_, Some(p)) => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> vPort 0 -> FLD -> RTL accelerator {} (Verilator) -> FLD -> NIC -> back", p.display()),
             _ => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> vPort 0 -> FLD -> echo accelerator -> FLD -> NIC -> back"),
         }
         println!("  frames          {size}");
@@ -206,6 +268,20 @@ pub fn run(a: DemoArgs) -> CmdResult {
             if let Some(fld_memory) = fld_memory {
                 println!("  memory          FLD {:.1} KiB on chip vs {:.1} MiB for a software driver (Table 2a parameters)", fld_memory as f64 / 1024.0, software_memory as f64 / 1048576.0);
             }
+        }
+        if let (Some(c), Some(rate)) = (&rtl_counters, rtl_cycles_per_s) {
+            let get = |k: &str| c.iter().find(|(n, _)| *n == k).map_or(0, |(_, v)| *v);
+            println!(
+                "  RTL             {} cycles ({:.2} M simulated cycles/s), {} beats in, {} out; contract breaches: {}",
+                get("cycles"),
+                rate / 1e6,
+                get("rx_beats"),
+                get("tx_beats"),
+                breaches
+            );
+        }
+        if let Some(v) = &a.vcd {
+            println!("  waveform        {}", v.display());
         }
         if let Some(p) = &a.pcap {
             println!("  capture         {p}");
@@ -319,7 +395,7 @@ fn zuc_demo(a: &DemoArgs) -> CmdResult {
 fn inline_demo(a: &DemoArgs) -> CmdResult {
     use fld_qemu::testbed::inline_apps::{defrag_workload, iot_workload};
     let n = a.packets as usize;
-    let (name, r, path) = match a.accel {
+    let (name, r, path) = match a.accel.kind {
         AccelArg::Defrag => (
             "defrag",
             defrag_workload(n, a.size.unwrap_or(1500) as usize, 1450)?,

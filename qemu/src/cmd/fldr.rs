@@ -166,7 +166,7 @@ impl Setup {
 
 /// `fldemu demo --accel zuc|echo --rdma`.
 pub fn rdma_demo(a: &DemoArgs) -> CmdResult {
-    match a.accel {
+    match a.accel.kind {
         AccelArg::Zuc => zuc_rdma_demo(a),
         AccelArg::Echo => echo_rdma_demo(a),
         _ => Err("--rdma runs --accel zuc or --accel echo".into()),

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod bench_accel;
+pub mod bench_rtl;
 pub mod bench_transport;
 pub mod demo;
 pub mod fldr;
@@ -47,6 +48,70 @@ pub enum AccelArg {
     /// The IoT token authentication accelerator: `--packets` CoAP messages of `--size` bytes from
     /// 16 tenants (a quarter with bad tokens), against host-side JWT verification.
     Iot,
+}
+
+/// What `--accel` names: one of the built-in accelerators, or `rtl:PATH`, a Verilog module
+/// (a Verilator file list, or a directory holding `files.f`) on FLD's ports, verified as the
+/// echo is.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AccelChoice {
+    pub kind: AccelArg,
+    pub rtl: Option<std::path::PathBuf>,
+}
+
+impl PartialEq<AccelArg> for AccelChoice {
+    fn eq(&self, other: &AccelArg) -> bool {
+        self.kind == *other
+    }
+}
+
+impl AccelChoice {
+    /// The name reports use.
+    pub fn name(&self) -> String {
+        match &self.rtl {
+            Some(p) => format!("rtl:{}", p.display()),
+            None => self
+                .kind
+                .to_possible_value()
+                .map_or_else(String::new, |v| v.get_name().to_owned()),
+        }
+    }
+}
+
+/// `--accel`'s parser: a built-in name, or `rtl:PATH`.
+pub fn parse_accel(s: &str) -> Result<AccelChoice, String> {
+    if let Some(path) = s.strip_prefix("rtl:") {
+        return Ok(AccelChoice {
+            kind: AccelArg::Echo,
+            rtl: Some(path.into()),
+        });
+    }
+    AccelArg::from_str(s, true)
+        .map(|kind| AccelChoice { kind, rtl: None })
+        .map_err(|_| format!("{s}: expected none, echo, zuc, defrag, iot or rtl:PATH"))
+}
+
+/// Builds (or finds in the cache) the Verilog accelerator `spec` and instantiates it; with
+/// `vcd`, every signal is written there.
+pub fn rtl_accelerator(
+    spec: &std::path::Path,
+    vcd: Option<&std::path::Path>,
+) -> Result<Box<fld_rtl::RtlAccelerator>, Box<dyn std::error::Error>> {
+    let t = std::time::Instant::now();
+    let design = fld_rtl::build::build(spec, vcd.is_some())?;
+    if design.built {
+        eprintln!(
+            "fldemu: built {} with Verilator in {:.1} s ({})",
+            spec.display(),
+            t.elapsed().as_secs_f64(),
+            design.library.display()
+        );
+    }
+    let cfg = fld_rtl::RtlConfig {
+        vcd: vcd.map(Into::into),
+        ..Default::default()
+    };
+    Ok(Box::new(fld_rtl::RtlAccelerator::new(&design, cfg)?))
 }
 
 /// Multi-packet receive layout of the demo and benchmark: 256-byte strides, 64 per WQE (16 KiB

@@ -17,29 +17,58 @@ pub struct ServeArgs {
     /// Directory for the sockets: nic0.sock, nic1.sock (NIC host functions) and fld.sock.
     #[arg(long, default_value = "fldemu-sockets")]
     pub socket_dir: std::path::PathBuf,
-    /// The accelerator behind FLD.
-    #[arg(long, value_enum, default_value_t = ServeAccelArg::Echo)]
-    pub accel: ServeAccelArg,
+    /// The accelerator behind FLD: `none` (frames FLD receives are counted and dropped),
+    /// `echo` (the FLD-E demo's), `zuc` (the ZUC look-aside accelerator on its UDP port), or
+    /// `rtl:PATH`, a Verilog module on FLD's ports built with Verilator (see `fldemu demo`).
+    #[arg(long, value_parser = parse_serve_accel, default_value = "echo")]
+    pub accel: ServeAccel,
+    /// With `--accel rtl:PATH`: write the module's signals to this VCD file.
+    #[arg(long)]
+    pub vcd: Option<std::path::PathBuf>,
+}
+
+#[derive(Clone)]
+pub enum ServeAccel {
+    Builtin(ServeAccelArg),
+    Rtl(std::path::PathBuf),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ServeAccelArg {
-    /// None: frames FLD receives are counted and dropped.
     None,
-    /// The echo accelerator (the FLD-E demo's).
     Echo,
-    /// The ZUC look-aside accelerator on its UDP port.
     Zuc,
+}
+
+fn parse_serve_accel(s: &str) -> Result<ServeAccel, String> {
+    if let Some(p) = s.strip_prefix("rtl:") {
+        return Ok(ServeAccel::Rtl(p.into()));
+    }
+    ServeAccelArg::from_str(s, true)
+        .map(ServeAccel::Builtin)
+        .map_err(|_| format!("{s}: expected none, echo, zuc or rtl:PATH"))
 }
 
 pub fn run(a: ServeArgs) -> CmdResult {
     let card = Card::new(Default::default());
-    match a.accel {
-        ServeAccelArg::None => {}
-        ServeAccelArg::Echo => card.fld.set_accelerator(Box::new(Echo::new(0, 256))),
-        ServeAccelArg::Zuc => card
+    if a.vcd.is_some() && !matches!(a.accel, ServeAccel::Rtl(_)) {
+        return Err(
+            "--vcd records an RTL accelerator's signals: use it with --accel rtl:PATH".into(),
+        );
+    }
+    match &a.accel {
+        ServeAccel::Builtin(ServeAccelArg::None) => {}
+        ServeAccel::Builtin(ServeAccelArg::Echo) => {
+            card.fld.set_accelerator(Box::new(Echo::new(0, 256)))
+        }
+        ServeAccel::Builtin(ServeAccelArg::Zuc) => card
             .fld
             .set_accelerator(Box::new(ZucAccel::new(ZUC_UDP_PORT, 0))),
+        ServeAccel::Rtl(spec) => {
+            let accel = super::rtl_accelerator(spec, a.vcd.as_deref())?;
+            eprintln!("fldemu: accelerator {} behind FLD", spec.display());
+            card.fld.set_accelerator(accel);
+        }
     }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for (_, name) in server::socket_names(&card) {

@@ -28,7 +28,8 @@ module fld_echo (
     /* verilator lint_off UNUSEDSIGNAL */
     wire [31:0] stored, dropped_full, discarded_bad;
     /* verilator lint_on UNUSEDSIGNAL */
-    fld_pkt_fifo #(.SWAP_MACS(1), .TX_QUEUE(0)) fifo (
+    // 256 packets or 128 KiB, as the Rust echo model holds 256 frames.
+    fld_pkt_fifo #(.LOG_BEATS(11), .LOG_PACKETS(8), .SWAP_MACS(1), .TX_QUEUE(0)) fifo (
         .clk(clk), .rst(rst),
         .rx_tdata(rx_tdata), .rx_tkeep(rx_tkeep), .rx_tvalid(rx_tvalid), .rx_tlast(rx_tlast),
         .rx_tuser(rx_tuser), .rx_bad(1'b0),
