@@ -137,6 +137,29 @@ fn design_inputs(list: &Path) -> Result<Vec<PathBuf>, RtlError> {
     Ok(files)
 }
 
+/// Whether Verilator can be run here.
+pub fn verilator_available() -> bool {
+    Command::new("verilator")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// For test suites that need Verilator: true when it is installed; otherwise says the test is
+/// skipped and returns false, unless `FLDEMU_REQUIRE_VERILATOR` is set (CI sets it), which makes
+/// a missing Verilator a failure.
+pub fn verilator_for_tests() -> bool {
+    if verilator_available() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("FLDEMU_REQUIRE_VERILATOR").is_none(),
+        "Verilator is required (FLDEMU_REQUIRE_VERILATOR) but not installed"
+    );
+    eprintln!("skipped: Verilator is not installed (Debian: apt-get install verilator)");
+    false
+}
+
 fn verilator_version() -> Result<String, RtlError> {
     let out = Command::new("verilator")
         .arg("--version")

@@ -51,18 +51,7 @@ impl TxStream for Sink {
 }
 
 fn verilator() -> bool {
-    let ok = std::process::Command::new("verilator")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("FLDEMU_REQUIRE_VERILATOR").is_none(),
-            "Verilator is required (FLDEMU_REQUIRE_VERILATOR) but not installed"
-        );
-        eprintln!("skipped: Verilator is not installed (Debian: apt-get install verilator)");
-    }
-    ok
+    fld_rtl::build::verilator_for_tests()
 }
 
 fn example(name: &str) -> PathBuf {

@@ -139,6 +139,32 @@ impl TxHold {
         self.frames.len() >= self.capacity
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// A buffer for a frame about to be built (a spare one when there is).
+    pub fn take_buffer(&mut self) -> Vec<u8> {
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.clear();
+        b
+    }
+
+    /// Returns a buffer [`Self::take_buffer`] gave once its frame went out.
+    pub fn recycle(&mut self, b: Vec<u8>) {
+        self.spare.push(b);
+    }
+
+    /// Queues an already built frame; false (the buffer kept as a spare) when full.
+    pub fn push_built(&mut self, frame: Vec<u8>, resume_table: Option<u8>) -> bool {
+        if self.is_full() {
+            self.spare.push(frame);
+            return false;
+        }
+        self.frames.push_back((frame, resume_table));
+        true
+    }
+
     /// Queues a frame that `build` writes into an empty buffer; false (nothing queued) when full.
     pub fn push_with(
         &mut self,
@@ -231,12 +257,33 @@ impl Accelerator for Echo {
         if data.len() < 12 {
             return false;
         }
-        let queued = self.held.push_with(meta.resume_table, |b| {
-            b.extend_from_slice(&data[6..12]);
-            b.extend_from_slice(&data[0..6]);
-            b.extend_from_slice(&data[12..]);
-        });
-        if !queued {
+        let mut b = self.held.take_buffer();
+        b.extend_from_slice(&data[6..12]);
+        b.extend_from_slice(&data[0..6]);
+        b.extend_from_slice(&data[12..]);
+        if self.held.is_empty() {
+            // Nothing waits before it: straight out when the queue has credit.
+            let meta = TxMeta {
+                queue: self.tx_queue + self.next,
+                resume_table: meta.resume_table,
+                ..Default::default()
+            };
+            match tx.send(&meta, &b) {
+                Ok(()) => {
+                    self.echoed += 1;
+                    self.next = (self.next + 1) % self.queues;
+                    self.held.recycle(b);
+                    return true;
+                }
+                Err(TxRefused::NoCredit) => {}
+                // A frame the queue will never take is discarded, as `flush` does.
+                Err(_) => {
+                    self.held.recycle(b);
+                    return true;
+                }
+            }
+        }
+        if !self.held.push_built(b, meta.resume_table) {
             return false;
         }
         self.flush(tx);

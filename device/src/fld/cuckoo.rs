@@ -317,9 +317,24 @@ impl CuckooTable {
             .map(Location::Stash)
     }
 
-    fn free_candidate(&self, key: u32) -> Option<usize> {
-        self.candidates(key)
-            .into_iter()
+    /// [`Self::locate`] with the key's candidate buckets already hashed.
+    fn locate_among(&self, key: u32, candidates: &[usize; BANKS]) -> Option<Location> {
+        if let Some(&idx) = candidates
+            .iter()
+            .find(|&&idx| matches!(self.bucket(idx), Some(e) if e.key == key))
+        {
+            return Some(Location::Bucket(idx));
+        }
+        self.stash
+            .iter()
+            .position(|s| matches!(s, Some(e) if e.key == key))
+            .map(Location::Stash)
+    }
+
+    fn free_candidate(&self, candidates: &[usize; BANKS]) -> Option<usize> {
+        candidates
+            .iter()
+            .copied()
             .find(|&idx| self.buckets.get(idx).is_some_and(|b| b.is_none()))
     }
 
@@ -352,7 +367,10 @@ impl CuckooTable {
     /// budget, returns [`Stalled`] with the mapping unchanged.
     pub fn insert(&mut self, key: RingKey, slot: u32) -> Result<(), Stalled> {
         let k = key.packed();
-        match self.locate(k) {
+        // Hashed once for the presence check and the free-bucket search (one XOR tree per bank
+        // in hardware, computed once per insert there too).
+        let candidates = self.candidates(k);
+        match self.locate_among(k, &candidates) {
             Some(Location::Bucket(idx)) => {
                 self.set_bucket(idx, Some(Entry { key: k, slot }));
                 self.stats.updates = self.stats.updates.saturating_add(1);
@@ -367,7 +385,7 @@ impl CuckooTable {
             }
             None => {}
         }
-        if let Some(idx) = self.free_candidate(k) {
+        if let Some(idx) = self.free_candidate(&candidates) {
             self.set_bucket(idx, Some(Entry { key: k, slot }));
             self.added();
             self.run_steps(self.insert_budget);
@@ -387,7 +405,7 @@ impl CuckooTable {
             return Err(Stalled);
         };
         let bank = (self.next_rand() & 3) as usize;
-        let idx = self.bucket_index(bank, k);
+        let idx = candidates[bank];
         let Some(victim) = self.bucket(idx) else {
             // Unreachable (all candidates are occupied), but never lose the key.
             self.set_bucket(idx, Some(Entry { key: k, slot }));
@@ -450,7 +468,16 @@ impl CuckooTable {
         self.run_steps(budget)
     }
 
+    /// Inlined: with an empty stash (nearly always) there is nothing to do.
+    #[inline]
     fn run_steps(&mut self, budget: usize) -> usize {
+        if self.stash_len == 0 {
+            return 0;
+        }
+        self.run_steps_on_stash(budget)
+    }
+
+    fn run_steps_on_stash(&mut self, budget: usize) -> usize {
         let budget = budget.min(self.relocate_cap());
         let mut done = 0;
         while done < budget && self.step() {
@@ -479,11 +506,12 @@ impl CuckooTable {
         self.stats.relocation_moves = self.stats.relocation_moves.saturating_add(1);
         // A free candidate takes the entry; otherwise a random bank other than the one it was
         // evicted from does, and that bucket's occupant moves into the stash slot.
-        let idx = match self.free_candidate(e.key) {
+        let candidates = self.candidates(e.key);
+        let idx = match self.free_candidate(&candidates) {
             Some(idx) => idx,
             None => {
                 let bank = (e.origin + 1 + (self.next_rand() % 3) as usize) % BANKS;
-                self.bucket_index(bank, e.key)
+                candidates[bank]
             }
         };
         let victim = self.bucket(idx);

@@ -19,6 +19,9 @@ pub struct BenchRtlArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The module's clock in MHz.
+    #[arg(long, default_value_t = 250.0)]
+    pub rtl_clock_mhz: f64,
 }
 
 /// One path at one size.
@@ -39,13 +42,15 @@ fn cycles(echo: &Echoer) -> u64 {
 }
 
 fn measure(
-    design: Option<&std::path::Path>,
+    design: Option<(&std::path::Path, f64)>,
     size: usize,
     packets: u64,
 ) -> Result<Run, Box<dyn std::error::Error>> {
     let mut echo = Echoer::new(AccelArg::Echo, STRIDING, size)?;
-    if let Some(d) = design {
-        echo.card().fld.set_accelerator(rtl_accelerator(d, None)?);
+    if let Some((d, mhz)) = design {
+        echo.card()
+            .fld
+            .set_accelerator(rtl_accelerator(d, None, mhz)?);
     }
     let cfg = EchoConfig {
         packets,
@@ -73,11 +78,11 @@ pub fn run(a: BenchRtlArgs) -> CmdResult {
         .design
         .clone()
         .unwrap_or_else(|| fld_rtl::examples_dir().join("echo"));
-    let clock_hz = fld_rtl::RtlConfig::default().clock_hz;
+    let clock_hz = a.rtl_clock_mhz * 1e6;
     let mut rows = Vec::new();
     for (size, packets) in [(64usize, a.packets), (1500, (a.packets / 5).max(1000))] {
         let rust = measure(None, size, packets)?;
-        let rtl = measure(Some(&design), size, packets)?;
+        let rtl = measure(Some((&design, a.rtl_clock_mhz)), size, packets)?;
         rows.push((size, packets, rust, rtl));
     }
     let failed = rows.iter().any(|(_, _, r, v)| r.failures + v.failures != 0);

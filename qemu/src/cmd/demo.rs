@@ -41,6 +41,10 @@ pub struct DemoArgs {
     /// With `--accel rtl:PATH`: write the module's signals to this VCD file (GTKWave opens it).
     #[arg(long)]
     pub vcd: Option<std::path::PathBuf>,
+    /// With `--accel rtl:PATH`: the module's clock in MHz (FLD's Innova-2 design runs at 250);
+    /// the rx stream brings packets at FLD's 50 Gbit/s link rate in cycles of this clock.
+    #[arg(long, default_value_t = 250.0)]
+    pub rtl_clock_mhz: f64,
     /// Write every frame entering the eSwitch to this pcap file.
     #[arg(long)]
     pub pcap: Option<String>,
@@ -82,9 +86,11 @@ fn open_echoer(a: &DemoArgs, max_frame: usize) -> Result<Echoer, Box<dyn std::er
         None => {
             let echo = Echoer::new(a.accel.kind, rx, max_frame)?;
             if let Some(spec) = &a.accel.rtl {
-                echo.card()
-                    .fld
-                    .set_accelerator(rtl_accelerator(spec, a.vcd.as_deref())?);
+                echo.card().fld.set_accelerator(rtl_accelerator(
+                    spec,
+                    a.vcd.as_deref(),
+                    a.rtl_clock_mhz,
+                )?);
             }
             Ok(echo)
         }

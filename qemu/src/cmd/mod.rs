@@ -96,7 +96,11 @@ pub fn parse_accel(s: &str) -> Result<AccelChoice, String> {
 pub fn rtl_accelerator(
     spec: &std::path::Path,
     vcd: Option<&std::path::Path>,
+    clock_mhz: f64,
 ) -> Result<Box<fld_rtl::RtlAccelerator>, Box<dyn std::error::Error>> {
+    if !(clock_mhz > 0.0 && clock_mhz <= 2000.0) {
+        return Err(format!("--rtl-clock-mhz {clock_mhz}: 0 < MHz <= 2000").into());
+    }
     let t = std::time::Instant::now();
     let design = fld_rtl::build::build(spec, vcd.is_some())?;
     if design.built {
@@ -109,6 +113,7 @@ pub fn rtl_accelerator(
     }
     let cfg = fld_rtl::RtlConfig {
         vcd: vcd.map(Into::into),
+        clock_hz: clock_mhz * 1e6,
         ..Default::default()
     };
     Ok(Box::new(fld_rtl::RtlAccelerator::new(&design, cfg)?))

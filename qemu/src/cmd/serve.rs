@@ -25,6 +25,10 @@ pub struct ServeArgs {
     /// With `--accel rtl:PATH`: write the module's signals to this VCD file.
     #[arg(long)]
     pub vcd: Option<std::path::PathBuf>,
+    /// With `--accel rtl:PATH`: the module's clock in MHz (FLD's Innova-2 design runs at 250);
+    /// the rx stream brings packets at FLD's 50 Gbit/s link rate in cycles of this clock.
+    #[arg(long, default_value_t = 250.0)]
+    pub rtl_clock_mhz: f64,
 }
 
 #[derive(Clone)]
@@ -65,7 +69,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
             .fld
             .set_accelerator(Box::new(ZucAccel::new(ZUC_UDP_PORT, 0))),
         ServeAccel::Rtl(spec) => {
-            let accel = super::rtl_accelerator(spec, a.vcd.as_deref())?;
+            let accel = super::rtl_accelerator(spec, a.vcd.as_deref(), a.rtl_clock_mhz)?;
             eprintln!("fldemu: accelerator {} behind FLD", spec.display());
             card.fld.set_accelerator(accel);
         }
