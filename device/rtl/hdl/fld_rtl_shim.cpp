@@ -54,7 +54,7 @@ struct FldRtl {
     uint64_t now_ps;
 };
 
-uint32_t fld_rtl_abi_version(void) { return 1; }
+uint32_t fld_rtl_abi_version(void) { return 2; }
 
 int fld_rtl_has_trace(void) { return FLD_RTL_TRACE; }
 
@@ -90,9 +90,13 @@ void fld_rtl_cycle(FldRtl* m, const FldRtlInputs* in, FldRtlOutputs* out) {
     Vfld_top* t = m->top;
     t->clk = 0;
     t->rst = in->rst;
-    for (int i = 0; i < 16; i++) t->rx_tdata[i] = in->rx_tdata[i];
-    t->rx_tkeep = in->rx_tkeep;
-    for (int i = 0; i < 5; i++) t->rx_tuser[i] = in->rx_tuser[i];
+    // A stream's data, keep and user signals move only with a beat: without TVALID they keep
+    // their last values (the module must not look at them then), which saves the copies.
+    if (in->rx_tvalid) {
+        for (int i = 0; i < 16; i++) t->rx_tdata[i] = in->rx_tdata[i];
+        t->rx_tkeep = in->rx_tkeep;
+        for (int i = 0; i < 5; i++) t->rx_tuser[i] = in->rx_tuser[i];
+    }
     t->rx_tvalid = in->rx_tvalid;
     t->rx_tlast = in->rx_tlast;
     t->tx_tready = in->tx_tready;
@@ -102,11 +106,13 @@ void fld_rtl_cycle(FldRtl* m, const FldRtlInputs* in, FldRtlOutputs* out) {
 #if FLD_RTL_TRACE
     if (m->vcd) m->vcd->dump(m->now_ps);
 #endif
-    for (int i = 0; i < 16; i++) out->tx_tdata[i] = t->tx_tdata[i];
-    out->tx_tkeep = t->tx_tkeep;
-    for (int i = 0; i < 6; i++) out->tx_tuser[i] = t->tx_tuser[i];
-    out->credit_queue = t->credit_queue;
     out->tx_tvalid = t->tx_tvalid;
+    if (out->tx_tvalid) {
+        for (int i = 0; i < 16; i++) out->tx_tdata[i] = t->tx_tdata[i];
+        out->tx_tkeep = t->tx_tkeep;
+        for (int i = 0; i < 6; i++) out->tx_tuser[i] = t->tx_tuser[i];
+    }
+    out->credit_queue = t->credit_queue;
     out->tx_tlast = t->tx_tlast;
     out->rx_tready = t->rx_tready;
     m->now_ps += m->half_period_ps;

@@ -8,10 +8,11 @@ use std::path::Path;
 use crate::build::{RtlDesign, RtlError};
 
 /// The shim ABI this crate speaks (`fld_rtl_abi_version`).
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// What FLD drives into the module for one cycle. Multi-word buses are little-endian 32-bit
-/// words: word 0 holds bits 31..0, so byte lane `i` is byte `i % 4` of word `i / 4`.
+/// words: word 0 holds bits 31..0, so byte lane `i` is byte `i % 4` of word `i / 4`. The rx
+/// data, keep and user signals reach the module only in cycles with `rx_tvalid`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Inputs {
@@ -26,7 +27,8 @@ pub struct Inputs {
     pub tx_tready: u8,
 }
 
-/// What the module drives during a cycle.
+/// What the module drives during a cycle. `tx_tdata`, `tx_tkeep` and `tx_tuser` are updated
+/// only in cycles with `tx_tvalid` (otherwise they keep the last beat's values).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Outputs {
