@@ -87,3 +87,65 @@ fn the_verilog_checksum_verifier_passes_every_good_frame_through_the_card() {
     let frames = echo_through_card(rtl("csum"), Sizes::Sweep { min: 60, max: 1514 }, 2000);
     assert_eq!(frames.len(), 2000);
 }
+
+/// FLD-R: the same Verilog echo behind FLD-R queue pairs (the paper's local set-up: the client
+/// is the card's second NIC function). A message of one packet comes back to its queue pair as
+/// a SEND, whole, in order, with its immediate data; the NIC's transport acknowledges and
+/// segments as for the Rust FLD-R accelerators.
+#[test]
+fn the_verilog_echo_serves_fldr_queue_pairs() {
+    use fld_host::fldr::ClientConfig;
+    use fld_qemu::testbed::fldr::{one_machine, ServiceAccel};
+    use std::time::{Duration, Instant};
+    if !verilator() {
+        return;
+    }
+    let (service, mut machine) = one_machine(ServiceAccel::Echo, 2).unwrap();
+    machine.card.fld.set_accelerator(rtl("echo"));
+    let mut c = machine
+        .connect(service.addr, ClientConfig::default())
+        .unwrap();
+    let message = |n: u32, len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|k| (k as u32).wrapping_mul(29).wrapping_add(n * 3) as u8)
+            .collect()
+    };
+    let mut total = 0u64;
+    // Up to the 1 KiB path MTU: one packet per message. Odd messages carry no immediate.
+    for (len, count) in [(64usize, 300u32), (1000, 100), (1, 20), (1024, 50)] {
+        let imm = |n: u32| (n % 2 == 0).then_some(n ^ 0x5a5a_0000);
+        let (mut sent, mut back) = (0u32, 0u32);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while back < count {
+            assert!(
+                Instant::now() < deadline,
+                "{back} of {count} echoes of {len} bytes"
+            );
+            while sent < count && sent - back < 16 {
+                if !c.send(&message(sent, len), imm(sent)).unwrap() {
+                    break;
+                }
+                sent += 1;
+            }
+            let want = back;
+            if let Some(ok) = c
+                .recv(|got, got_imm| got == &message(want, len)[..] && got_imm == imm(want))
+                .unwrap()
+            {
+                assert!(ok, "message {want} of {len} bytes came back changed");
+                back += 1;
+            }
+        }
+        total += u64::from(count);
+    }
+    drop(c);
+    let (name, counters) = machine.card.fld.accelerator_counters().unwrap();
+    assert!(name.starts_with("rtl"));
+    let get = |k: &str| counters.iter().find(|(n, _)| *n == k).unwrap().1;
+    assert_eq!((get("rx_packets"), get("tx_packets")), (total, total));
+    for breach in fld_rtl::bridge::BREACH_COUNTERS {
+        assert_eq!(get(breach), 0, "{breach}");
+    }
+    let report = service.stop().unwrap();
+    assert_eq!(report.fld_tx_messages, total);
+}

@@ -132,7 +132,7 @@ module fld_csum (
     /* verilator lint_off UNUSEDSIGNAL */
     wire [31:0] stored, dropped_full, discarded_bad;
     /* verilator lint_on UNUSEDSIGNAL */
-    fld_pkt_fifo #(.LOG_BEATS(11), .LOG_PACKETS(8), .SWAP_MACS(1), .TX_QUEUE(0)) fifo (
+    fld_pkt_fifo #(.LOG_BEATS(11), .LOG_PACKETS(8), .SWAP_MACS(1)) fifo (
         .clk(clk), .rst(rst),
         .rx_tdata(rx_tdata), .rx_tkeep(rx_tkeep), .rx_tvalid(rx_tvalid), .rx_tlast(rx_tlast),
         .rx_tuser(rx_tuser), .rx_bad(bad),

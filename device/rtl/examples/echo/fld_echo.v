@@ -1,5 +1,7 @@
-// The FLD-E echo accelerator (paper §8.1.1) in RTL: every packet goes back out of Tx queue 0
-// with its Ethernet source and destination swapped, resuming steering where its rule said.
+// The echo accelerator (paper §8.1) in RTL. FLD-E: every packet goes back out of the queue it
+// came in on (0) with its Ethernet source and destination swapped, resuming steering where its
+// rule said. FLD-R: a message of one packet (up to the path MTU) goes back to its queue pair as
+// a SEND, with its immediate data.
 `include "fld_accel.vh"
 
 module fld_echo (
@@ -29,7 +31,7 @@ module fld_echo (
     wire [31:0] stored, dropped_full, discarded_bad;
     /* verilator lint_on UNUSEDSIGNAL */
     // 256 packets or 128 KiB, as the Rust echo model holds 256 frames.
-    fld_pkt_fifo #(.LOG_BEATS(11), .LOG_PACKETS(8), .SWAP_MACS(1), .TX_QUEUE(0)) fifo (
+    fld_pkt_fifo #(.LOG_BEATS(11), .LOG_PACKETS(8), .SWAP_MACS(1)) fifo (
         .clk(clk), .rst(rst),
         .rx_tdata(rx_tdata), .rx_tkeep(rx_tkeep), .rx_tvalid(rx_tvalid), .rx_tlast(rx_tlast),
         .rx_tuser(rx_tuser), .rx_bad(1'b0),
