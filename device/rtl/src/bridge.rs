@@ -33,7 +33,7 @@ use std::path::PathBuf;
 use fld_device::accel::{Accelerator, RdmaOp, RxMeta, TxMeta, TxRefused, TxStream};
 
 use crate::build::{RtlDesign, RtlError};
-use crate::model::{Inputs, Model, Outputs};
+use crate::model::{ClockedModel, Inputs, Model, Outputs};
 
 /// Bytes per beat (`FLD_DATA_W` / 8).
 pub const BEAT_BYTES: usize = 64;
@@ -136,7 +136,7 @@ struct TxPacket {
 
 /// A Verilog accelerator on FLD's ports.
 pub struct RtlAccelerator {
-    model: Model,
+    model: Box<dyn ClockedModel>,
     cfg: RtlConfig,
     name: &'static str,
     inputs: Inputs,
@@ -249,18 +249,23 @@ impl RtlAccelerator {
     pub fn new(design: &RtlDesign, cfg: RtlConfig) -> Result<Self, RtlError> {
         let period_ps = (1e12 / cfg.clock_hz.max(1.0)).round() as u64;
         let model = Model::new(design, period_ps, cfg.vcd.as_deref())?;
-        let rx_bits_per_cycle = if cfg.rx_gbps > 0.0 {
-            cfg.rx_gbps * 1e9 / cfg.clock_hz.max(1.0)
-        } else {
-            f64::INFINITY
-        };
         let name = design
             .file_list
             .parent()
             .and_then(|d| d.file_name())
             .and_then(|n| n.to_str())
             .map_or("rtl", |n| Box::leak(format!("rtl:{n}").into_boxed_str()));
-        Ok(RtlAccelerator {
+        Ok(Self::with_model(Box::new(model), name, cfg))
+    }
+
+    /// The bridge around any clocked model (a scripted one in tests and fuzzing).
+    pub fn with_model(model: Box<dyn ClockedModel>, name: &'static str, cfg: RtlConfig) -> Self {
+        let rx_bits_per_cycle = if cfg.rx_gbps > 0.0 {
+            cfg.rx_gbps * 1e9 / cfg.clock_hz.max(1.0)
+        } else {
+            f64::INFINITY
+        };
+        RtlAccelerator {
             model,
             reset_left: cfg.reset_cycles,
             cfg,
@@ -279,7 +284,7 @@ impl RtlAccelerator {
             rx_tokens: 0.0,
             rx_bits_per_cycle,
             counters: RtlCounters::default(),
-        })
+        }
     }
 
     pub fn counters_now(&self) -> RtlCounters {

@@ -41,6 +41,15 @@ pub struct Outputs {
     pub rx_tready: u8,
 }
 
+/// What the bridge clocks: a Verilator model ([`Model`]), or in tests and fuzzing a scripted
+/// stand-in that drives arbitrary outputs (a module can do anything; the bridge must cope).
+pub trait ClockedModel: Send {
+    /// One clock cycle: `inputs` applied, `outputs` what the module drives during the cycle.
+    fn cycle(&mut self, inputs: &Inputs, outputs: &mut Outputs);
+    /// Writes buffered waveform data out.
+    fn flush(&mut self) {}
+}
+
 #[repr(C)]
 struct Handle {
     _private: [u8; 0],
@@ -108,16 +117,16 @@ impl Model {
             })
         }
     }
+}
 
-    /// One clock cycle.
+impl ClockedModel for Model {
     #[inline]
-    pub fn cycle(&mut self, inputs: &Inputs, outputs: &mut Outputs) {
+    fn cycle(&mut self, inputs: &Inputs, outputs: &mut Outputs) {
         // SAFETY: `handle` is live until drop; the structs match the shim's layout.
         unsafe { (self.cycle)(self.handle, inputs, outputs) }
     }
 
-    /// Writes buffered waveform data out.
-    pub fn flush(&mut self) {
+    fn flush(&mut self) {
         // SAFETY: as in `cycle`.
         unsafe { (self.flush)(self.handle) }
     }
@@ -127,5 +136,72 @@ impl Drop for Model {
     fn drop(&mut self) {
         // SAFETY: `handle` came from `fld_rtl_new` and is freed once.
         unsafe { (self.free)(self.handle) }
+    }
+}
+
+/// A module that drives whatever a script says, cycle by cycle: the adversary of the bridge's
+/// property test and fuzz target (a user's RTL can do anything on its outputs). Each cycle takes
+/// a few bytes of the script for `rx_tready`, `tx_tvalid`, `tx_tlast`, TKEEP (full, a run from
+/// lane 0, or arbitrary), TUSER (any operation code, queue and table), `credit_queue` and the
+/// data; once the script is spent it either goes quiet or, if the script's first byte says so,
+/// repeats its last outputs forever (a module that never stops streaming).
+pub struct ScriptedModel {
+    script: Vec<u8>,
+    at: usize,
+    forever: bool,
+    last: Outputs,
+}
+
+impl ScriptedModel {
+    pub fn new(script: &[u8]) -> Self {
+        ScriptedModel {
+            forever: script.first().is_some_and(|b| b & 1 != 0),
+            script: script.to_vec(),
+            at: 1,
+            last: Outputs::default(),
+        }
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        let b = self.script.get(self.at).copied();
+        self.at += 1;
+        b
+    }
+}
+
+impl ClockedModel for ScriptedModel {
+    fn cycle(&mut self, _inputs: &Inputs, outputs: &mut Outputs) {
+        let Some(ctl) = self.byte() else {
+            if !self.forever {
+                self.last.tx_tvalid = 0;
+                self.last.rx_tready = 1;
+            }
+            *outputs = self.last;
+            return;
+        };
+        let o = &mut self.last;
+        o.rx_tready = u8::from(ctl & 0x80 == 0);
+        o.tx_tvalid = ctl & 1;
+        o.tx_tlast = (ctl >> 1) & 1;
+        let k = self.byte().unwrap_or(0);
+        self.last.tx_tkeep = match ctl >> 2 & 3 {
+            0 => u64::MAX,
+            1 => (1u64 << (k % 64)).wrapping_sub(1).max(1),
+            2 => u64::from(k) * 0x0101_0101_0101_0101,
+            _ => 0,
+        };
+        if ctl & 0x10 != 0 {
+            let u = self.byte().unwrap_or(0);
+            self.last.tx_tuser[0] = u32::from(u & 3) | u32::from(u) << 24;
+            self.last.tx_tuser[1] = u32::from(u >> 4);
+        }
+        if ctl & 0x20 != 0 {
+            self.last.credit_queue = u16::from(self.byte().unwrap_or(0) & 3);
+        }
+        if ctl & 0x40 != 0 {
+            let d = self.byte().unwrap_or(0);
+            self.last.tx_tdata = [u32::from(d) * 0x0101_0101; 16];
+        }
+        *outputs = self.last;
     }
 }
