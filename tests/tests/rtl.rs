@@ -113,7 +113,7 @@ fn the_verilog_echo_serves_fldr_queue_pairs() {
     let mut total = 0u64;
     // Up to the 1 KiB path MTU: one packet per message. Odd messages carry no immediate.
     for (len, count) in [(64usize, 300u32), (1000, 100), (1, 20), (1024, 50)] {
-        let imm = |n: u32| (n % 2 == 0).then_some(n ^ 0x5a5a_0000);
+        let imm = |n: u32| n.is_multiple_of(2).then_some(n ^ 0x5a5a_0000);
         let (mut sent, mut back) = (0u32, 0u32);
         let deadline = Instant::now() + Duration::from_secs(60);
         while back < count {
