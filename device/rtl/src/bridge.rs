@@ -504,7 +504,13 @@ impl Accelerator for RtlAccelerator {
     }
 
     fn poll(&mut self, tx: &mut dyn TxStream) -> usize {
-        self.run(tx)
+        let moved = self.run(tx);
+        // A waveform is readable while the emulator runs (and after it is killed, as
+        // `fldemu serve` usually is): what a step dumped is written out with it.
+        if moved > 0 && self.cfg.vcd.is_some() {
+            self.model.flush();
+        }
+        moved
     }
 
     fn name(&self) -> &'static str {

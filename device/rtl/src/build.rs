@@ -196,11 +196,16 @@ fn design_key(list: &Path, trace: bool, version: &str) -> Result<String, RtlErro
     Ok(hex(&h.finalize())[..24].to_owned())
 }
 
-/// Runs `cmd`, returning its combined output as the error when it fails.
+/// Runs `cmd`, returning its combined output as the error when it fails. Verilator's warnings
+/// (lint of the user's design) are shown even when it succeeds.
 fn run(step: &'static str, cmd: &mut Command) -> Result<(), RtlError> {
     log::debug!("{step}: {cmd:?}");
     let out = cmd.output().map_err(|e| RtlError::Tool(step, e))?;
     if out.status.success() {
+        let text = String::from_utf8_lossy(&out.stderr);
+        for w in text.lines().filter(|l| l.starts_with("%Warning")) {
+            eprintln!("{step}: {w}");
+        }
         return Ok(());
     }
     let mut log = String::from_utf8_lossy(&out.stdout).into_owned();

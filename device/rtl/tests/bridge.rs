@@ -451,3 +451,15 @@ fn a_waveform_records_the_ports() {
     assert_eq!(changes("credit_packets"), [(0, 10), (13, 9)]);
     std::fs::remove_file(&vcd).unwrap();
 }
+
+/// A module whose ports do not have the contract's widths is refused at build time, and the
+/// message names the port.
+#[test]
+fn a_port_of_the_wrong_width_is_refused_by_name() {
+    if !verilator() {
+        return;
+    }
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bad/narrow");
+    let e = fld_rtl::build::build(&spec, false).unwrap_err().to_string();
+    assert!(e.contains("rx_tdata must be 512 bits"), "{e}");
+}

@@ -1,0 +1,2 @@
+--top-module fld_narrow
+fld_narrow.v
