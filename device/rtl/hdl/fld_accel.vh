@@ -56,4 +56,26 @@
 `define FLD_CREDIT_PACKETS_W 32  // descriptors the queue can take
 `define FLD_CREDIT_BYTES_W   32  // bytes (whole Tx-buffer chunks) the queue can take
 
+// The whole port list, for a top module that keeps the contract's names:
+//   module my_accel (`FLD_ACCEL_PORTS);
+// (fld_accel_template.v spells the same ports out, with comments.)
+`define FLD_ACCEL_PORTS \
+    input  wire                             clk, \
+    input  wire                             rst, \
+    input  wire [`FLD_DATA_W-1:0]           rx_tdata, \
+    input  wire [`FLD_KEEP_W-1:0]           rx_tkeep, \
+    input  wire                             rx_tvalid, \
+    output wire                             rx_tready, \
+    input  wire                             rx_tlast, \
+    input  wire [`FLD_RX_TUSER_W-1:0]       rx_tuser, \
+    output wire [`FLD_DATA_W-1:0]           tx_tdata, \
+    output wire [`FLD_KEEP_W-1:0]           tx_tkeep, \
+    output wire                             tx_tvalid, \
+    input  wire                             tx_tready, \
+    output wire                             tx_tlast, \
+    output wire [`FLD_TX_TUSER_W-1:0]       tx_tuser, \
+    output wire [`FLD_CREDIT_QUEUE_W-1:0]   credit_queue, \
+    input  wire [`FLD_CREDIT_PACKETS_W-1:0] credit_packets, \
+    input  wire [`FLD_CREDIT_BYTES_W-1:0]   credit_bytes
+
 `endif

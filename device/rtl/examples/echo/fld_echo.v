@@ -4,25 +4,7 @@
 // a SEND, with its immediate data.
 `include "fld_accel.vh"
 
-module fld_echo (
-    input  wire                             clk,
-    input  wire                             rst,
-    input  wire [`FLD_DATA_W-1:0]           rx_tdata,
-    input  wire [`FLD_KEEP_W-1:0]           rx_tkeep,
-    input  wire                             rx_tvalid,
-    output wire                             rx_tready,
-    input  wire                             rx_tlast,
-    input  wire [`FLD_RX_TUSER_W-1:0]       rx_tuser,
-    output wire [`FLD_DATA_W-1:0]           tx_tdata,
-    output wire [`FLD_KEEP_W-1:0]           tx_tkeep,
-    output wire                             tx_tvalid,
-    input  wire                             tx_tready,
-    output wire                             tx_tlast,
-    output wire [`FLD_TX_TUSER_W-1:0]       tx_tuser,
-    output wire [`FLD_CREDIT_QUEUE_W-1:0]   credit_queue,
-    input  wire [`FLD_CREDIT_PACKETS_W-1:0] credit_packets,
-    input  wire [`FLD_CREDIT_BYTES_W-1:0]   credit_bytes
-);
+module fld_echo (`FLD_ACCEL_PORTS);
     // Never backpressure rx (§5.5): a packet the buffer cannot hold is dropped inside.
     assign rx_tready = 1'b1;
 

@@ -5,27 +5,9 @@
 // Modes 2-6 send a 2-beat packet (3 for mode 6) for every packet received.
 `include "fld_accel.vh"
 
-module fld_bad #(parameter MODE = 1) (
-    input  wire                             clk,
-    input  wire                             rst,
-    /* verilator lint_off UNUSEDSIGNAL */
-    input  wire [`FLD_DATA_W-1:0]           rx_tdata,
-    input  wire [`FLD_KEEP_W-1:0]           rx_tkeep,
-    input  wire                             rx_tvalid,
-    output wire                             rx_tready,
-    input  wire                             rx_tlast,
-    input  wire [`FLD_RX_TUSER_W-1:0]       rx_tuser,
-    output wire [`FLD_DATA_W-1:0]           tx_tdata,
-    output wire [`FLD_KEEP_W-1:0]           tx_tkeep,
-    output wire                             tx_tvalid,
-    input  wire                             tx_tready,
-    output wire                             tx_tlast,
-    output wire [`FLD_TX_TUSER_W-1:0]       tx_tuser,
-    output wire [`FLD_CREDIT_QUEUE_W-1:0]   credit_queue,
-    input  wire [`FLD_CREDIT_PACKETS_W-1:0] credit_packets,
-    input  wire [`FLD_CREDIT_BYTES_W-1:0]   credit_bytes
-    /* verilator lint_on UNUSEDSIGNAL */
-);
+/* verilator lint_off UNUSEDSIGNAL */
+module fld_bad #(parameter MODE = 1) (`FLD_ACCEL_PORTS);
+/* verilator lint_on UNUSEDSIGNAL */
     reg [15:0] owed;      // packets to send
     reg [1:0]  beat;      // beat of the packet being sent
     reg        dropped;   // mode 4: TVALID already dropped once in this packet
