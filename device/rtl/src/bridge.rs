@@ -14,12 +14,12 @@
 //! * **credits**: the queue the module names on `credit_queue` in one cycle has its credits
 //!   presented in the next, after every packet completed so far.
 //! * **time**: each FLD step gives the module the cycles its input needs (a beat a cycle, the
-//!   packets paced at `rx_gbps`), then keeps clocking until the module has been quiet (no beat in either direction) for
-//!   `idle_cycles`, at most `max_cycles_per_step`. A module that is quiet, has no input waiting
-//!   and whose credits did not change since is not clocked (its clock is gated, except on one
-//!   step in 64 so a module waiting on its own timer still gets there): an RTL accelerator
-//!   costs next to nothing while idle. Cycles count at `clock_hz` for the waveform's
-//!   timescale and the reported simulated time.
+//!   packets paced at `rx_gbps`), then keeps clocking until the module has been quiet (no beat
+//!   in either direction) for `idle_cycles`, at most `max_cycles_per_step`. A module that is
+//!   quiet, has no input waiting and whose credits did not change since is not clocked (its
+//!   clock is gated, except on one step in 64 so a module waiting on its own timer still gets
+//!   there): an RTL accelerator costs next to nothing while idle. Cycles count at `clock_hz`
+//!   for the waveform's timescale and the reported simulated time.
 //!
 //! Breaches of the contract are counted and never stall the emulator: beats refused on rx,
 //! a packet sent beyond its queue's credits (FLD refuses it: dropped), a TKEEP that is not a
