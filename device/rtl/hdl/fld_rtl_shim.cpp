@@ -54,7 +54,7 @@ struct FldRtl {
     uint64_t now_ps;
 };
 
-uint32_t fld_rtl_abi_version(void) { return 2; }
+uint32_t fld_rtl_abi_version(void) { return 3; }
 
 int fld_rtl_has_trace(void) { return FLD_RTL_TRACE; }
 
@@ -122,6 +122,21 @@ void fld_rtl_cycle(FldRtl* m, const FldRtlInputs* in, FldRtlOutputs* out) {
     if (m->vcd) m->vcd->dump(m->now_ps);
 #endif
     m->now_ps += m->half_period_ps;
+}
+
+// Up to `max` cycles with the same inputs (no rx beat), stopping after the first cycle in which
+// the module offers a tx beat or names another credit queue than `credit_queue`: the quiet
+// stretches (idle tails, gaps between paced packets) without a foreign call per cycle. Returns
+// the cycles run; `out` holds the last one's outputs.
+uint64_t fld_rtl_cycles_quiet(FldRtl* m, const FldRtlInputs* in, FldRtlOutputs* out,
+                              uint64_t max, uint16_t credit_queue) {
+    uint64_t n = 0;
+    while (n < max) {
+        fld_rtl_cycle(m, in, out);
+        n++;
+        if (out->tx_tvalid || out->credit_queue != credit_queue) break;
+    }
+    return n;
 }
 
 void fld_rtl_flush(FldRtl* m) {

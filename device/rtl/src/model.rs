@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::build::{RtlDesign, RtlError};
 
 /// The shim ABI this crate speaks (`fld_rtl_abi_version`).
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// What FLD drives into the module for one cycle. Multi-word buses are little-endian 32-bit
 /// words: word 0 holds bits 31..0, so byte lane `i` is byte `i % 4` of word `i / 4`. The rx
@@ -46,6 +46,26 @@ pub struct Outputs {
 pub trait ClockedModel: Send {
     /// One clock cycle: `inputs` applied, `outputs` what the module drives during the cycle.
     fn cycle(&mut self, inputs: &Inputs, outputs: &mut Outputs);
+    /// Up to `max` cycles with the same `inputs`, stopping after the first one in which the
+    /// module offers a tx beat or names another queue than `credit_queue`; returns the cycles
+    /// run (at least 1 when `max` > 0), `outputs` being the last one's.
+    fn cycles_quiet(
+        &mut self,
+        inputs: &Inputs,
+        outputs: &mut Outputs,
+        max: u64,
+        credit_queue: u16,
+    ) -> u64 {
+        let mut n = 0;
+        while n < max {
+            self.cycle(inputs, outputs);
+            n += 1;
+            if outputs.tx_tvalid != 0 || outputs.credit_queue != credit_queue {
+                break;
+            }
+        }
+        n
+    }
     /// Writes buffered waveform data out.
     fn flush(&mut self) {}
 }
@@ -58,11 +78,13 @@ struct Handle {
 type NewFn = unsafe extern "C" fn(*const c_char, u64) -> *mut Handle;
 type CycleFn = unsafe extern "C" fn(*mut Handle, *const Inputs, *mut Outputs);
 type HandleFn = unsafe extern "C" fn(*mut Handle);
+type QuietFn = unsafe extern "C" fn(*mut Handle, *const Inputs, *mut Outputs, u64, u16) -> u64;
 
 /// One instance of a design.
 pub struct Model {
     handle: *mut Handle,
     cycle: CycleFn,
+    quiet: QuietFn,
     flush: HandleFn,
     free: HandleFn,
     // Last: the code above lives in it.
@@ -100,6 +122,9 @@ impl Model {
             }
             let new: NewFn = *library.get::<NewFn>(b"fld_rtl_new").map_err(load)?;
             let cycle: CycleFn = *library.get::<CycleFn>(b"fld_rtl_cycle").map_err(load)?;
+            let quiet: QuietFn = *library
+                .get::<QuietFn>(b"fld_rtl_cycles_quiet")
+                .map_err(load)?;
             let flush: HandleFn = *library.get::<HandleFn>(b"fld_rtl_flush").map_err(load)?;
             let free: HandleFn = *library.get::<HandleFn>(b"fld_rtl_free").map_err(load)?;
             let vcd =
@@ -111,6 +136,7 @@ impl Model {
             Ok(Model {
                 handle,
                 cycle,
+                quiet,
                 flush,
                 free,
                 _library: library,
@@ -124,6 +150,17 @@ impl ClockedModel for Model {
     fn cycle(&mut self, inputs: &Inputs, outputs: &mut Outputs) {
         // SAFETY: `handle` is live until drop; the structs match the shim's layout.
         unsafe { (self.cycle)(self.handle, inputs, outputs) }
+    }
+
+    fn cycles_quiet(
+        &mut self,
+        inputs: &Inputs,
+        outputs: &mut Outputs,
+        max: u64,
+        credit_queue: u16,
+    ) -> u64 {
+        // SAFETY: as in `cycle`.
+        unsafe { (self.quiet)(self.handle, inputs, outputs, max, credit_queue) }
     }
 
     fn flush(&mut self) {

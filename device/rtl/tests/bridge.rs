@@ -463,3 +463,32 @@ fn a_port_of_the_wrong_width_is_refused_by_name() {
     let e = fld_rtl::build::build(&spec, false).unwrap_err().to_string();
     assert!(e.contains("rx_tdata must be 512 bits"), "{e}");
 }
+
+/// Quiet stretches run in one call are exactly the cycles run one by one: the same frames, the
+/// same cycle count, the same counters, for paced small and large frames and a stalled queue.
+#[test]
+fn batched_quiet_cycles_are_the_same_cycles() {
+    if !verilator() {
+        return;
+    }
+    let frames: Vec<Vec<u8>> = (0..30)
+        .map(|i| udp_frame([64, 1500, 200, 9000, 65][i % 5], i as u32))
+        .collect();
+    let run = |batch: bool| {
+        let cfg = RtlConfig {
+            batch_quiet_cycles: batch,
+            ..Default::default()
+        };
+        let mut a = accel(&example("echo"), cfg);
+        let mut tx = Sink::with(12);
+        drive(&mut a, &mut tx, &frames, 7, 5);
+        (tx.packets, tx.chunks) = (100, 10_000);
+        drive(&mut a, &mut tx, &[], 1, 5);
+        (tx.sent, count(&a))
+    };
+    let (sent_batched, batched) = run(true);
+    let (sent_single, single) = run(false);
+    assert_eq!(sent_batched.len(), 30);
+    assert_eq!(sent_batched, sent_single);
+    assert_eq!(batched, single);
+}
