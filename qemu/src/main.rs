@@ -45,6 +45,9 @@ enum Cmd {
     /// behind FLD, against the Rust echo model in the same run: echoed frames per second and
     /// simulated cycles per second at 64 and 1500 bytes.
     BenchRtl(cmd::bench_rtl::BenchRtlArgs),
+    /// Start an RTL accelerator: a directory with a top module that has every port of FLD's
+    /// accelerator interface, and the file list `--accel rtl:DIR` builds it from.
+    RtlInit(cmd::rtl_init::RtlInitArgs),
     /// Play a capture through the card (NIC rules + accelerator) and capture what reaches the
     /// host's queues, with a summary of the accelerator's counters.
     Replay(cmd::replay::ReplayArgs),
@@ -99,6 +102,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => cmd::bench::run(a),
         Cmd::BenchAccel(a) => cmd::bench_accel::run(a),
         Cmd::BenchRtl(a) => cmd::bench_rtl::run(a),
+        Cmd::RtlInit(a) => cmd::rtl_init::run(a),
         Cmd::Replay(a) => cmd::replay::run(a),
         Cmd::Memory(a) => cmd::memory::run(a),
         Cmd::Model(a) => cmd::model::run(a),

@@ -63,6 +63,41 @@ pub fn file_list(spec: &Path) -> Result<PathBuf, RtlError> {
     }
 }
 
+/// Starts a design in `dir` (created; it must not exist or be empty): the template top module
+/// as `NAME.v` with the module called `name`, and the file list `files.f` naming it.
+pub fn scaffold(dir: &Path, name: &str) -> Result<(), RtlError> {
+    let identifier = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e| RtlError::Io(p, e)
+    };
+    if !identifier {
+        return Err(RtlError::Io(
+            dir.join(name),
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a Verilog identifier"),
+        ));
+    }
+    if dir.exists() && std::fs::read_dir(dir).map_err(io(dir))?.next().is_some() {
+        return Err(RtlError::Io(
+            dir.to_path_buf(),
+            std::io::Error::new(std::io::ErrorKind::AlreadyExists, "exists and is not empty"),
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let top = crate::TEMPLATE.replacen("module fld_accel_template", &format!("module {name}"), 1);
+    let v = dir.join(format!("{name}.v"));
+    std::fs::write(&v, top).map_err(io(&v))?;
+    let list = dir.join("files.f");
+    let text = format!(
+        "// Verilator file list: paths relative to this file.\n--top-module {name}\n{name}.v\n"
+    );
+    std::fs::write(&list, text).map_err(io(&list))
+}
+
 /// The cache root (see the module comment).
 pub fn cache_root() -> PathBuf {
     if let Some(d) = std::env::var_os("FLDEMU_RTL_CACHE") {

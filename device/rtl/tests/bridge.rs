@@ -492,3 +492,30 @@ fn batched_quiet_cycles_are_the_same_cycles() {
     assert_eq!(sent_batched, sent_single);
     assert_eq!(batched, single);
 }
+
+/// `fldemu rtl-init`'s scaffold builds as it is: a module with every port, that takes every
+/// packet and sends nothing, and no breach; a second scaffold into the same directory is refused.
+#[test]
+fn a_scaffolded_design_builds_and_takes_packets() {
+    if !verilator() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("fld-rtl-scaffold-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    fld_rtl::build::scaffold(&dir, "my_accel").unwrap();
+    assert!(fld_rtl::build::scaffold(&dir, "my_accel").is_err());
+    assert!(fld_rtl::build::scaffold(&dir.join("x"), "9lives").is_err());
+    let mut a = accel(&dir, RtlConfig::default());
+    let mut tx = Sink::with(10);
+    drive(
+        &mut a,
+        &mut tx,
+        &[udp_frame(100, 0), udp_frame(64, 1)],
+        2,
+        2,
+    );
+    let c = count(&a);
+    assert_eq!((c.rx_packets, c.tx_packets, tx.sent.len()), (2, 0, 0));
+    assert_eq!(c.rx_backpressure_packets, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

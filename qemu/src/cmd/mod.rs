@@ -12,6 +12,7 @@ pub mod model;
 pub mod rc_bw;
 pub mod rc_pingpong;
 pub mod replay;
+pub mod rtl_init;
 pub mod selftest;
 pub mod serve;
 pub mod sim;
