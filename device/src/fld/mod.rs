@@ -126,9 +126,10 @@ impl FldCore {
         m
     }
 
-    /// The NIC reads FLD's BAR2 (`bar2` is its bus address): a Tx-ring window (WQEs generated
-    /// on the fly), a Tx-data window (through the translation table) or the Rx buffer.
-    fn nic_read(&mut self, bar2: u64, offset: u64, data: &mut [u8]) {
+    /// The NIC reads FLD's BAR2 (`bar2` gives its bus address, which only the generated WQEs
+    /// need): a Tx-ring window (WQEs generated on the fly), a Tx-data window (through the
+    /// translation table) or the Rx buffer.
+    fn nic_read(&mut self, bar2: impl FnOnce() -> u64, offset: u64, data: &mut [u8]) {
         let g = self.geo;
         let len = data.len() as u64;
         let Some(end) = offset.checked_add(len) else {
@@ -136,7 +137,7 @@ impl FldCore {
             return data.fill(FILL_PATTERN);
         };
         if end <= g.tx_data_base() && offset < g.tx_queues as u64 * g.tx_ring_bytes() {
-            return self.tx.read_ring(&g, &mut self.stats, bar2, offset, data);
+            return self.tx.read_ring(&g, &mut self.stats, bar2(), offset, data);
         }
         if offset >= g.tx_data_base()
             && end <= g.tx_data_base() + g.tx_queues as u64 * g.tx_window_bytes()
@@ -316,8 +317,12 @@ impl FldFunction {
             work += a.poll(&mut core.tx_view());
         }
         core.accel = accel;
-        if let Some(fabric) = self.shared.fabric.upgrade() {
-            work += ring_doorbells(core, &fabric, self.pci.id);
+        let due =
+            !core.tx.doorbells_due.is_empty() || core.rx.doorbell_due || core.cq_doorbells_due;
+        if due {
+            if let Some(fabric) = self.shared.fabric.upgrade() {
+                work += ring_doorbells(core, &fabric, self.pci.id);
+            }
         }
         work
     }
@@ -342,8 +347,9 @@ impl PciFunction for FldFunction {
                 }
             }
             BAR_NIC => {
-                let bar2 = self.bar2_base();
-                core.nic_read(bar2, offset, data)
+                // The BAR's address is in config space, behind its own lock: read it only for
+                // the Tx-ring window.
+                core.nic_read(|| self.bar2_base(), offset, data)
             }
             _ => data.fill(0xff),
         }
