@@ -302,33 +302,39 @@ impl CuckooTable {
         }
     }
 
-    fn locate(&self, key: u32) -> Option<Location> {
-        // Hardware probes the four banks at once; software stops hashing at the first hit (a
-        // key is in at most one place, so the answer is the same).
-        for bank in 0..BANKS {
-            let idx = self.bucket_index(bank, key);
-            if matches!(self.bucket(idx), Some(e) if e.key == key) {
-                return Some(Location::Bucket(idx));
-            }
-        }
+    /// Whether bucket `idx` holds `key`.
+    #[inline]
+    fn holds(&self, idx: usize, key: u32) -> bool {
+        matches!(self.bucket(idx), Some(e) if e.key == key)
+    }
+
+    fn in_stash(&self, key: u32) -> Option<Location> {
         self.stash
             .iter()
             .position(|s| matches!(s, Some(e) if e.key == key))
             .map(Location::Stash)
     }
 
+    fn locate(&self, key: u32) -> Option<Location> {
+        // Hardware probes the four banks at once; software stops hashing at the first hit (a
+        // key is in at most one place, so the answer is the same).
+        for bank in 0..BANKS {
+            let idx = self.bucket_index(bank, key);
+            if self.holds(idx, key) {
+                return Some(Location::Bucket(idx));
+            }
+        }
+        self.in_stash(key)
+    }
+
     /// [`Self::locate`] with the key's candidate buckets already hashed.
     fn locate_among(&self, key: u32, candidates: &[usize; BANKS]) -> Option<Location> {
-        if let Some(&idx) = candidates
-            .iter()
-            .find(|&&idx| matches!(self.bucket(idx), Some(e) if e.key == key))
-        {
-            return Some(Location::Bucket(idx));
+        for &idx in candidates {
+            if self.holds(idx, key) {
+                return Some(Location::Bucket(idx));
+            }
         }
-        self.stash
-            .iter()
-            .position(|s| matches!(s, Some(e) if e.key == key))
-            .map(Location::Stash)
+        self.in_stash(key)
     }
 
     fn free_candidate(&self, candidates: &[usize; BANKS]) -> Option<usize> {
