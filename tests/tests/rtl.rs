@@ -56,7 +56,7 @@ fn echo_through_card(accel: Box<dyn Accelerator>, sizes: Sizes, packets: u64) ->
     assert_eq!(s.card.fld.stat(Stat::RxAcceleratorDrops), 0);
     let (name, counters) = s.card.fld.accelerator_counters().unwrap();
     if name.starts_with("rtl") {
-        let get = |k: &str| counters.iter().find(|(n, _)| *n == k).unwrap().1;
+        let get = |k: &str| fld_rtl::bridge::counter(&counters, k).unwrap();
         assert_eq!((get("rx_packets"), get("tx_packets")), (packets, packets));
         for breach in fld_rtl::bridge::BREACH_COUNTERS {
             assert_eq!(get(breach), 0, "{breach}");
@@ -141,7 +141,7 @@ fn the_verilog_echo_serves_fldr_queue_pairs() {
     drop(c);
     let (name, counters) = machine.card.fld.accelerator_counters().unwrap();
     assert!(name.starts_with("rtl"));
-    let get = |k: &str| counters.iter().find(|(n, _)| *n == k).unwrap().1;
+    let get = |k: &str| fld_rtl::bridge::counter(&counters, k).unwrap();
     assert_eq!((get("rx_packets"), get("tx_packets")), (total, total));
     for breach in fld_rtl::bridge::BREACH_COUNTERS {
         assert_eq!(get(breach), 0, "{breach}");

@@ -97,6 +97,19 @@ pub const BREACH_COUNTERS: [&str; 7] = [
     "tx_unstable",
 ];
 
+/// Counter `name` in an accelerator's counters as [`Accelerator::counters`] lists them.
+pub fn counter(counters: &[(&str, u64)], name: &str) -> Option<u64> {
+    counters.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+}
+
+/// Breaches of the contract in an accelerator's counters: the sum of [`BREACH_COUNTERS`].
+pub fn breaches(counters: &[(&str, u64)]) -> u64 {
+    BREACH_COUNTERS
+        .iter()
+        .filter_map(|n| counter(counters, n))
+        .sum()
+}
+
 /// What the bridge counts (the accelerator's counters, by these names).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RtlCounters {
@@ -295,16 +308,11 @@ impl RtlAccelerator {
         self.counters
     }
 
-    /// Seconds of the module's clock simulated so far.
-    pub fn simulated_seconds(&self) -> f64 {
-        self.counters.cycles as f64 / self.cfg.clock_hz
-    }
-
     /// Sets this cycle's rx inputs from the packet at the front of the queue.
     fn offer_rx(&mut self) {
-        let i = &mut self.inputs;
         // A new packet starts only once the link has carried the ones before it.
-        self.rx_tokens = (self.rx_tokens + self.rx_bits_per_cycle).min(BEAT_BYTES as f64 * 8.0);
+        self.rx_tokens = self.refill(self.rx_tokens);
+        let i = &mut self.inputs;
         let waiting = self.rx_beat == 0 && self.rx_tokens < 0.0;
         let Some(p) = self.rx.front().filter(|_| !waiting) else {
             i.rx_tvalid = 0;
@@ -534,7 +542,7 @@ impl RtlAccelerator {
         }
         let (mut t, mut n) = (self.rx_tokens, 0);
         while n < limit {
-            t = (t + self.rx_bits_per_cycle).min(BEAT_BYTES as f64 * 8.0);
+            t = self.refill(t);
             if t >= 0.0 {
                 break;
             }
@@ -543,10 +551,16 @@ impl RtlAccelerator {
         n
     }
 
+    /// The link's tokens `t` one cycle later: a cycle's bits added, at most one beat saved up
+    /// (the link does not bank idle time into a burst).
+    fn refill(&self, t: f64) -> f64 {
+        (t + self.rx_bits_per_cycle).min(BEAT_BYTES as f64 * 8.0)
+    }
+
     /// The link's tokens after `n` cycles without an rx beat, as `offer_rx` adds them.
     fn advance_rx_tokens(&mut self, n: u64) {
         for _ in 0..n {
-            self.rx_tokens = (self.rx_tokens + self.rx_bits_per_cycle).min(BEAT_BYTES as f64 * 8.0);
+            self.rx_tokens = self.refill(self.rx_tokens);
         }
     }
 }

@@ -174,8 +174,7 @@ impl TxHold {
         if self.is_full() {
             return false;
         }
-        let mut b = self.spare.pop().unwrap_or_default();
-        b.clear();
+        let mut b = self.take_buffer();
         build(&mut b);
         self.frames.push_back((b, resume_table));
         true

@@ -37,7 +37,7 @@ fn cycles(echo: &Echoer) -> u64 {
     echo.card()
         .fld
         .accelerator_counters()
-        .and_then(|(_, c)| c.iter().find(|(n, _)| *n == "cycles").map(|(_, v)| *v))
+        .and_then(|(_, c)| fld_rtl::bridge::counter(&c, "cycles"))
         .unwrap_or(0)
 }
 

@@ -192,19 +192,16 @@ pub fn run(a: DemoArgs) -> CmdResult {
         .and(echo.card.as_ref())
         .and_then(|card| card.fld.accelerator_counters())
         .map(|(_, c)| c);
-    let rtl_cycles_per_s = rtl_counters.as_ref().map(|c| {
-        let cycles = c
-            .iter()
-            .find(|(n, _)| *n == "cycles")
-            .map_or(0, |(_, v)| *v);
-        cycles as f64 / rep.elapsed.as_secs_f64().max(1e-9)
-    });
-    let breaches: u64 = rtl_counters.as_ref().map_or(0, |c| {
-        c.iter()
-            .filter(|(n, _)| fld_rtl::bridge::BREACH_COUNTERS.contains(n))
-            .map(|(_, v)| *v)
-            .sum()
-    });
+    let rtl_counter = |k: &str| {
+        rtl_counters
+            .as_deref()
+            .and_then(|c| fld_rtl::bridge::counter(c, k))
+            .unwrap_or(0)
+    };
+    let rtl_cycles_per_s = rtl_counters
+        .as_ref()
+        .map(|_| rtl_counter("cycles") as f64 / rep.elapsed.as_secs_f64().max(1e-9));
+    let breaches = rtl_counters.as_deref().map_or(0, fld_rtl::bridge::breaches);
     let ok = rep.mismatches == 0
         && rep.packets_received == a.packets
         && rep.checksum_flags_bad == 0
@@ -275,14 +272,13 @@ pub fn run(a: DemoArgs) -> CmdResult {
                 println!("  memory          FLD {:.1} KiB on chip vs {:.1} MiB for a software driver (Table 2a parameters)", fld_memory as f64 / 1024.0, software_memory as f64 / 1048576.0);
             }
         }
-        if let (Some(c), Some(rate)) = (&rtl_counters, rtl_cycles_per_s) {
-            let get = |k: &str| c.iter().find(|(n, _)| *n == k).map_or(0, |(_, v)| *v);
+        if let Some(rate) = rtl_cycles_per_s {
             println!(
                 "  RTL             {} cycles ({:.2} M simulated cycles/s), {} beats in, {} out; contract breaches: {}",
-                get("cycles"),
+                rtl_counter("cycles"),
                 rate / 1e6,
-                get("rx_beats"),
-                get("tx_beats"),
+                rtl_counter("rx_beats"),
+                rtl_counter("tx_beats"),
                 breaches
             );
         }
