@@ -286,18 +286,12 @@ fn runtime_objects(
         return Ok(objects);
     }
     let tmp = scratch_dir(root, &key)?;
-    let inc = vroot.join("include");
     for s in &sources {
         run(
             "compiling Verilator's runtime",
-            Command::new("c++")
-                .args(cxx_flags(trace))
-                .arg("-I")
-                .arg(&inc)
-                .arg("-I")
-                .arg(inc.join("vltstd"))
+            cxx(vroot, trace)
                 .arg("-c")
-                .arg(inc.join(s))
+                .arg(vroot.join("include").join(s))
                 .arg("-o")
                 .arg(tmp.join(s.replace(".cpp", ".o"))),
         )?;
@@ -321,6 +315,19 @@ fn cxx_flags(trace: bool) -> Vec<String> {
         format!("-DFLD_RTL_TRACE={t}"),
     ]
     .into()
+}
+
+/// The C++ compiler with the flags every piece of a model is built with and Verilator's
+/// include directories.
+fn cxx(vroot: &Path, trace: bool) -> Command {
+    let inc = vroot.join("include");
+    let mut c = Command::new("c++");
+    c.args(cxx_flags(trace))
+        .arg("-I")
+        .arg(inc.join("vltstd"))
+        .arg("-I")
+        .arg(inc);
+    c
 }
 
 /// Moves a finished build into place; a concurrent build that got there first wins.
@@ -397,18 +404,12 @@ pub fn build_in(root: &Path, spec: &Path, trace: bool) -> Result<RtlDesign, RtlE
         verilate.arg("--trace");
     }
     run("verilator", &mut verilate)?;
-    let inc = vroot.join("include");
     run(
         "linking the model",
-        Command::new("c++")
-            .args(cxx_flags(trace))
+        cxx(&vroot, trace)
             .arg("-shared")
             .arg("-I")
             .arg(&obj)
-            .arg("-I")
-            .arg(&inc)
-            .arg("-I")
-            .arg(inc.join("vltstd"))
             .arg(tmp.join("fld_rtl_shim.cpp"))
             .args(&runtime)
             .arg(obj.join("Vfld_top__ALL.a"))
