@@ -231,7 +231,7 @@ impl<P: BurstPort> CryptoDev for ZucOffload<P> {
             let d = m.data();
             let resp = udp_offsets(d)
                 .filter(|o| UdpPacket::new_unchecked(&d[o.udp..]).src_port() == ZUC_UDP_PORT)
-                .and_then(|o| ZucHeader::new_checked(&d[o.payload()..o.ip_end]).ok());
+                .and_then(|o| ZucHeader::new_checked(&d[o.payload_range()]).ok());
             let Some((h, mut op)) =
                 resp.and_then(|h| self.inflight.remove(&h.request_id()).map(|op| (h, op)))
             else {

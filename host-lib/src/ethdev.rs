@@ -677,6 +677,12 @@ impl EthDev {
         Ok(s)
     }
 
+    /// The NIC's counters of this port by name, drops by reason among them (what `--stats`
+    /// prints; DPDK's xstats).
+    pub fn nic_counters(&mut self) -> Result<Vec<(&'static str, u64)>, DriverError> {
+        Ok(self.nic.query_vport(self.nic.vport())?.named().to_vec())
+    }
+
     /// Mbufs the port holds: posted receive buffers, refill caches and sends not yet completed.
     pub fn mbufs_held(&self) -> usize {
         let rx: usize = self

@@ -46,6 +46,10 @@ pub enum FlowItem {
     PortId { vport: u16 },
     /// Whether the packet is an IPv4 fragment (MF set or offset != 0).
     Ipv4Fragment(bool),
+    /// The parser's header-error bits (`fld_abi::nic::hdr_err`, rte_flow's integrity item):
+    /// the bits in `mask` must equal those in `value`. One reason: `{ mask: r, value: r }`;
+    /// only consistent headers: `{ mask: 0xff, value: 0 }`.
+    HeaderErrors { mask: u8, value: u8 },
 }
 
 /// Actions; at most one fate (Queue, Rss, Drop, Jump, PortId).
@@ -149,6 +153,10 @@ pub fn compile_pattern(items: &[FlowItem]) -> (FlowMatch, FlowMatch) {
                 v.ip_version = 4;
                 m.ip_frag = 1;
                 v.ip_frag = u8::from(is_fragment);
+            }
+            FlowItem::HeaderErrors { mask, value } => {
+                m.hdr_err = mask;
+                v.hdr_err = value & mask;
             }
         }
     }

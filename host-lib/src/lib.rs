@@ -12,6 +12,7 @@ pub mod ethdev;
 pub mod flde;
 pub mod fldr;
 pub mod flow;
+pub mod guard;
 pub mod mempool;
 pub mod port;
 pub mod verbs;

@@ -235,11 +235,13 @@ fn iot_replay_keeps_only_messages_with_their_tenants_valid_token() {
                 context: 10,
                 src: [10, 0, 0, 1].into(),
                 key: ka,
+                refuse_fragments: false,
             },
             ReplayTenant {
                 context: 11,
                 src: [10, 0, 0, 3].into(),
                 key: kb,
+                refuse_fragments: false,
             },
         ],
         ..Default::default()

@@ -56,7 +56,7 @@ impl Accelerator for IotAccel {
     fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
         let coap = udp_offsets(data)
             .filter(|o| UdpPacket::new_unchecked(&data[o.udp..]).dst_port() == COAP_PORT)
-            .and_then(|o| data.get(o.payload()..o.ip_end));
+            .and_then(|o| data.get(o.payload_range()));
         let Some(coap) = coap else {
             self.not_coap_frames += 1;
             return true;

@@ -7,6 +7,7 @@ pub mod defrag;
 pub mod defrag_accel;
 pub mod iot;
 pub mod iot_accel;
+pub mod mux;
 pub mod rdma;
 pub mod zuc;
 pub mod zuc_accel;

@@ -235,14 +235,14 @@ impl ZucAccel {
 fn request_at(frame: &[u8], port: u16) -> Option<UdpOffsets> {
     let o = udp_offsets(frame).filter(|o| !o.ipv6)?;
     let udp = UdpPacket::new_unchecked(&frame[o.udp..]);
-    (udp.dst_port() == port && frame.len() >= o.payload() + HEADER_LEN).then_some(o)
+    (udp.dst_port() == port && o.udp_end >= o.payload() + HEADER_LEN).then_some(o)
 }
 
 /// Turns a request into its response in place: computes and writes status/MAC; for a UDP
 /// frame (`o`) also swaps addresses, fixes lengths and zeroes the checksums for the NIC to
 /// fill. Returns the bits processed.
 fn finish(frame: &mut Vec<u8>, o: Option<UdpOffsets>) -> u64 {
-    let (at, end) = o.map_or((0, frame.len()), |o| (o.payload(), o.ip_end));
+    let (at, end) = o.map_or((0, frame.len()), |o| (o.payload(), o.udp_end));
     let Ok(mut h) = ZucHeader::new_checked(&mut frame[at..end]) else {
         return 0;
     };
@@ -311,11 +311,11 @@ impl Accelerator for ZucAccel {
             self.stats.overload += 1;
             return false;
         }
-        if ZucHeader::new_checked(&data[o.payload()..o.ip_end]).is_err() {
+        if ZucHeader::new_checked(&data[o.payload_range()]).is_err() {
             self.stats.not_requests += 1;
             return true;
         }
-        self.admit(Some(o), 0, data[..o.ip_end].to_vec(), o.payload());
+        self.admit(Some(o), 0, data[..o.udp_end].to_vec(), o.payload());
         self.step(tx);
         true
     }

@@ -730,7 +730,8 @@ pub fn frame_key(
         vni: [0; 3],
         ip_frag: u8::from(p.ipv4_fragment),
         dst_qpn: [0; 3],
-        rsvd: [0; 13],
+        hdr_err: p.hdr_err,
+        rsvd: [0; 12],
     };
     if p.l3 == L3Kind::None {
         m.ip_proto = 0;

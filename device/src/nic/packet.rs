@@ -10,9 +10,14 @@
 //! - Stacked VLAN tags (QinQ): only the outer tag is consumed.
 //! - IPv6 jumbograms (RFC 2675).
 //!
+//! Inconsistent headers are not skipped but reported: [`ParsedFrame::hdr_err`] names each
+//! reason (`fld_abi::nic::hdr_err`), and every field whose position is still known is filled, so
+//! a steering rule on a port cannot be walked around by a lying length field.
+//!
 //! Every function here is total (never panics, for any input, including a `ParsedFrame` that
 //! does not belong to the frame) and allocation-free.
 
+use fld_abi::nic::hdr_err;
 use fld_abi::wire::checksum::{pseudo_header_v4, pseudo_header_v6};
 use fld_abi::wire::{
     ethernet, ethertype, internet_checksum, ip_proto, ipv6, udp, EthernetFrame, Ipv4Packet,
@@ -55,17 +60,22 @@ pub struct ParsedFrame {
     /// IPv4 MF set or fragment offset != 0 (RFC 791 §3.1). L4 is then not
     /// parsed: `l4 = None`, ports 0.
     pub ipv4_fragment: bool,
-    /// Set (with `l4_offset`) only when the L4 header is present and sane.
+    /// Set (with `l4_offset` and the ports) when at least the ports of a TCP or UDP header lie
+    /// in the frame; `malformed` says whether the rest of it is sane.
     pub l4: L4Kind,
     pub l4_offset: u16,
     pub src_port: u16,
     pub dst_port: u16,
     /// L3 length as the IP header claims (IPv4 total length / IPv6 40 +
     /// payload length), not clipped. If it claims more than the frame holds
-    /// the frame is truncated: `malformed = true` and L4 is not parsed.
-    /// Saturates at `u16::MAX` (then also malformed).
+    /// the frame is truncated: `malformed = true`, and L4 is parsed only as far
+    /// as the frame goes. Saturates at `u16::MAX` (then also malformed).
     pub ip_len: u16,
+    /// Set when any header is inconsistent: `hdr_err` names the reasons (empty for an Ethernet
+    /// header or VLAN tag cut short). L2–L4 fields whose position is known are still filled.
     pub malformed: bool,
+    /// [`hdr_err`] bits: why the IP or L4 headers are inconsistent (the match key's field).
+    pub hdr_err: u8,
     /// The NIC's transmit path wrote this frame's IPv4 header checksum (`l3`) or TCP/UDP
     /// checksum (`l4`) itself. Receive validation of the same, unmodified frame inside the
     /// eSwitch then knows the outcome without summing the bytes again; any rewrite (VXLAN
@@ -76,6 +86,12 @@ pub struct ParsedFrame {
 }
 
 impl ParsedFrame {
+    /// Records a header error.
+    fn fail(&mut self, reason: u8) {
+        self.malformed = true;
+        self.hdr_err |= reason;
+    }
+
     /// IPv4 source and destination (the first 4 bytes of the address fields).
     fn ipv4_addrs(&self) -> ([u8; 4], [u8; 4]) {
         let a = |x: &[u8; 16]| [x[0], x[1], x[2], x[3]];
@@ -140,10 +156,13 @@ pub fn parse(frame: &[u8]) -> ParsedFrame {
     p
 }
 
-/// RFC 791 §3.1.
+/// RFC 791 §3.1. A header that is not IPv4 (version, IHL, options past the frame) leaves L3
+/// unparsed; a total length below the header leaves L4 unparsed; a total length past the frame
+/// (a truncated datagram) still yields the L4 ports when the L4 header lies within the frame, so
+/// steering on a port sees the frame (`hdr_err` says it is malformed).
 fn parse_ipv4(frame: &[u8], off: usize, p: &mut ParsedFrame) {
     let Some(Ok(ip)) = frame.get(off..).map(Ipv4Packet::new_checked_header) else {
-        p.malformed = true;
+        p.fail(hdr_err::L3_HEADER);
         return;
     };
     let ihl = ip.header_len();
@@ -157,19 +176,24 @@ fn parse_ipv4(frame: &[u8], off: usize, p: &mut ParsedFrame) {
     p.ip_len = ip.total_len();
     p.ipv4_fragment = ip.is_fragment();
     // Bytes after the total length are Ethernet padding and are ignored.
-    if ip.check_len().is_err() {
-        p.malformed = true;
+    if usize::from(p.ip_len) < ihl {
+        p.fail(hdr_err::L3_LENGTH);
         return;
     }
+    let end = off + usize::from(p.ip_len);
+    if end > frame.len() {
+        p.fail(hdr_err::L3_TRUNCATED);
+    }
     if !p.ipv4_fragment {
-        parse_l4(frame, off + ihl, off + usize::from(p.ip_len), p);
+        parse_l4(frame, off + ihl, end, p);
     }
 }
 
-/// RFC 8200 §3. Extension headers are not walked.
+/// RFC 8200 §3. Extension headers are not walked. A payload length past the frame is a
+/// truncated datagram, parsed as far as the frame goes (as for IPv4).
 fn parse_ipv6(frame: &[u8], off: usize, p: &mut ParsedFrame) {
     let Some(Ok(ip)) = frame.get(off..).map(Ipv6Packet::new_checked_header) else {
-        p.malformed = true;
+        p.fail(hdr_err::L3_HEADER);
         return;
     };
     let total = ip.total_len();
@@ -180,38 +204,55 @@ fn parse_ipv6(frame: &[u8], off: usize, p: &mut ParsedFrame) {
     p.src_ip = ip.src_addr();
     p.dst_ip = ip.dst_addr();
     p.ip_len = u16::try_from(total).unwrap_or(u16::MAX);
-    if total > usize::from(u16::MAX) || ip.check_len().is_err() {
-        p.malformed = true;
-        return;
+    if total > usize::from(u16::MAX) || off + total > frame.len() {
+        p.fail(hdr_err::L3_TRUNCATED);
     }
     parse_l4(frame, off + ipv6::HEADER_LEN, off + total, p);
 }
 
-/// Parses the L4 header in `frame[start..end]` (`end` = end of the IP datagram).
+/// Parses the L4 header at `start` of the IP datagram that ends at `end` (which may lie past a
+/// truncated frame). The ports are read whenever their four bytes are in the frame; a header
+/// that does not fit the datagram, or a UDP length that disagrees with it, is a header error.
 fn parse_l4(frame: &[u8], start: usize, end: usize, p: &mut ParsedFrame) {
-    let Some(seg) = frame.get(start..end) else {
-        p.malformed = true;
+    let (kind, min_header) = match p.ip_proto {
+        ip_proto::TCP => (L4Kind::Tcp, fld_abi::wire::tcp::HEADER_LEN),
+        ip_proto::UDP => (L4Kind::Udp, udp::HEADER_LEN),
+        _ => {
+            p.l4 = L4Kind::Other;
+            p.l4_offset = start as u16;
+            return;
+        }
+    };
+    // The segment as far as both the datagram and the frame go.
+    let Some(seg) = frame.get(start..end.min(frame.len()).max(start)) else {
+        p.fail(hdr_err::L4_HEADER);
         return;
     };
-    let (kind, ports) = match p.ip_proto {
-        ip_proto::TCP => (
-            L4Kind::Tcp,
-            TcpPacket::new_checked(seg).map(|t| (t.src_port(), t.dst_port())),
-        ),
-        ip_proto::UDP => (
-            L4Kind::Udp,
-            UdpPacket::new_checked(seg).map(|u| (u.src_port(), u.dst_port())),
-        ),
-        _ => (L4Kind::Other, Ok((0, 0))),
-    };
-    let Ok((src, dst)) = ports else {
-        p.malformed = true;
+    if seg.len() >= 4 {
+        p.l4 = kind;
+        p.l4_offset = start as u16; // start <= 18 + 60 (IPv4) or 18 + 40 (IPv6)
+        p.src_port = u16::from_be_bytes([seg[0], seg[1]]);
+        p.dst_port = u16::from_be_bytes([seg[2], seg[3]]);
+    }
+    if seg.len() < min_header {
+        p.fail(hdr_err::L4_HEADER);
         return;
-    };
-    p.src_port = src;
-    p.dst_port = dst;
-    p.l4 = kind;
-    p.l4_offset = start as u16; // start <= 18 + 60
+    }
+    let datagram_room = end - start;
+    match kind {
+        L4Kind::Udp => {
+            let len = usize::from(UdpPacket::new_unchecked(seg).len());
+            if !(udp::HEADER_LEN..=datagram_room).contains(&len) {
+                p.fail(hdr_err::UDP_LENGTH);
+            }
+        }
+        _ => {
+            let header = usize::from(seg[12] >> 4) * 4;
+            if header < fld_abi::wire::tcp::HEADER_LEN || header > seg.len() {
+                p.fail(hdr_err::L4_HEADER);
+            }
+        }
+    }
 }
 
 /// Receive checksum status; `None` = not applicable.
@@ -524,6 +565,7 @@ pub(crate) mod tests {
                 dst_port: 443,
                 ip_len: 20 + 20 + 10,
                 malformed: false,
+                hdr_err: 0,
                 inserted_l3_checksum: false,
                 inserted_l4_checksum: false,
             }
@@ -570,6 +612,7 @@ pub(crate) mod tests {
                 dst_port: 80,
                 ip_len: 40 + 20 + 5,
                 malformed: false,
+                hdr_err: 0,
                 inserted_l3_checksum: false,
                 inserted_l4_checksum: false,
             }
@@ -936,14 +979,23 @@ pub(crate) mod tests {
             for n in 0..f.len() {
                 let cut = &f[..n];
                 let p = parse(cut);
-                // Nothing here has padding, so any cut loses IP payload.
+                // Nothing here has padding, so any cut loses IP payload: a truncated
+                // datagram, whose ports are still read while they are in the frame.
                 assert!(p.malformed, "{name} cut at {n}");
-                assert!(p.l4 == L4Kind::None, "{name} cut at {n}");
                 if p.l3 != L3Kind::None {
                     assert_eq!(p.l3, full.l3);
+                    assert_ne!(p.hdr_err & hdr_err::L3_TRUNCATED, 0, "{name} cut at {n}");
+                }
+                let ports_in_cut = n >= usize::from(full.l4_offset) + 4;
+                assert_eq!(p.l4 != L4Kind::None, ports_in_cut, "{name} cut at {n}");
+                if ports_in_cut {
+                    assert_eq!(
+                        (p.l4, p.src_port, p.dst_port),
+                        (full.l4, full.src_port, full.dst_port)
+                    );
                 }
                 let st = verify_checksums(cut, &p);
-                assert_eq!(st.l4_ok, None);
+                assert_ne!(st.l4_ok, Some(true));
                 let mut g = cut.to_vec();
                 assert!(!insert_checksums(&mut g, &p, false, true));
                 // The parse of the full frame applied to a cut: still no panic.
@@ -961,7 +1013,10 @@ pub(crate) mod tests {
         let mut g = f.clone();
         g[16..18].copy_from_slice(&(f.len() as u16 - 14 + 1).to_be_bytes());
         let p = parse(&g);
-        assert!(p.malformed && p.l3 == L3Kind::Ipv4 && p.l4 == L4Kind::None);
+        assert!(p.malformed && p.l3 == L3Kind::Ipv4);
+        assert_eq!(p.hdr_err, hdr_err::L3_TRUNCATED);
+        // The ports are still the frame's: a rule on them cannot be walked around.
+        assert_eq!((p.l4, p.src_port, p.dst_port), (L4Kind::Tcp, 1, 2));
         assert_eq!(p.ip_len, 61);
         let mut h = g.clone();
         assert!(!insert_checksums(&mut h, &p, true, false));
@@ -969,11 +1024,15 @@ pub(crate) mod tests {
         assert_eq!(verify_checksums(&g, &p).l3_ok, Some(false));
         // Total length below IHL*4.
         g[16..18].copy_from_slice(&19u16.to_be_bytes());
-        assert!(parse(&g).malformed);
+        let p = parse(&g);
+        assert!(p.malformed && p.l4 == L4Kind::None);
+        assert_eq!(p.hdr_err, hdr_err::L3_LENGTH);
         // Total length too short for the TCP header.
         g[16..18].copy_from_slice(&39u16.to_be_bytes());
         let p = parse(&g);
-        assert!(p.malformed && p.l4 == L4Kind::None);
+        assert!(p.malformed && p.l4 == L4Kind::Tcp && p.dst_port == 2);
+        assert_eq!(p.hdr_err, hdr_err::L4_HEADER);
+        assert_eq!(verify_checksums(&g, &p).l4_ok, Some(false));
         // Shorter total length with Ethernet padding after it is fine.
         let mut padded = udp4(V4S, V4D, 3, 4, 2);
         let ip_len = padded.len() - 14;
@@ -990,33 +1049,52 @@ pub(crate) mod tests {
         // Bad version / IHL.
         let mut b = f.clone();
         b[14] = 0x65;
-        assert!(parse(&b).malformed && parse(&b).l3 == L3Kind::None);
-        b[14] = 0x44;
-        assert!(parse(&b).malformed && parse(&b).l3 == L3Kind::None);
+        for ver_ihl in [0x65, 0x44] {
+            b[14] = ver_ihl;
+            let p = parse(&b);
+            assert!(p.malformed && p.l3 == L3Kind::None && p.dst_port == 0);
+            assert_eq!(p.hdr_err, hdr_err::L3_HEADER);
+        }
         // IHL 60 = the whole datagram: L3 parses, no room left for TCP.
         b[14] = 0x4f;
         let p = parse(&b);
         assert!(
             p.malformed && p.l3 == L3Kind::Ipv4 && p.l3_header_len == 60 && p.l4 == L4Kind::None
         );
+        assert_eq!(p.hdr_err, hdr_err::L4_HEADER);
+        // Options running past the frame.
+        let mut o = f[..14 + 24].to_vec();
+        o[14] = 0x4f;
+        assert_eq!(parse(&o).hdr_err, hdr_err::L3_HEADER);
         // TCP data offset < 5 or beyond the datagram.
         let mut t = f.clone();
-        t[34 + 12] = 0x40;
-        assert!(parse(&t).malformed);
-        t[34 + 12] = 0xf0;
-        assert!(parse(&t).malformed);
-        // UDP length field lying.
+        for offset in [0x40, 0xf0] {
+            t[34 + 12] = offset;
+            let p = parse(&t);
+            assert!(p.malformed && p.l4 == L4Kind::Tcp && p.dst_port == 2);
+            assert_eq!(p.hdr_err, hdr_err::L4_HEADER);
+        }
+        // UDP length field lying: below the header, or past the IP payload (18 bytes).
         let u = udp4(V4S, V4D, 3, 4, 10);
         let mut v = u.clone();
-        v[38..40].copy_from_slice(&7u16.to_be_bytes());
-        assert!(parse(&v).malformed);
-        v[38..40].copy_from_slice(&19u16.to_be_bytes());
-        assert!(parse(&v).malformed);
+        for len in [7u16, 19] {
+            v[38..40].copy_from_slice(&len.to_be_bytes());
+            let p = parse(&v);
+            assert!(p.malformed && p.l4 == L4Kind::Udp && p.dst_port == 4);
+            assert_eq!(p.hdr_err, hdr_err::UDP_LENGTH);
+            assert_eq!(verify_checksums(&v, &p).l4_ok, Some(false));
+        }
+        // A UDP length shorter than the IP payload is legal (RFC 768): the datagram is its first
+        // `length` bytes and the rest of the IP payload is ignored.
+        v[38..40].copy_from_slice(&12u16.to_be_bytes());
+        let p = parse(&v);
+        assert!(!p.malformed && p.hdr_err == 0 && p.l4 == L4Kind::Udp);
         // IPv6 payload length beyond the frame.
         let mut w = tcp6(V6S, V6D, 1, 2, 4);
         w[18..20].copy_from_slice(&25u16.to_be_bytes());
         let p = parse(&w);
-        assert!(p.malformed && p.l3 == L3Kind::Ipv6 && p.l4 == L4Kind::None && p.ip_len == 65);
+        assert!(p.malformed && p.l3 == L3Kind::Ipv6 && p.l4 == L4Kind::Tcp && p.ip_len == 65);
+        assert_eq!(p.hdr_err, hdr_err::L3_TRUNCATED);
         w[18..20].copy_from_slice(&0xffffu16.to_be_bytes());
         let p = parse(&w);
         assert!(p.malformed && p.ip_len == u16::MAX);
@@ -1172,10 +1250,17 @@ pub(crate) mod tests {
             let p = parse(&buf);
             // Structural invariants.
             if p.l4 != L4Kind::None {
-                assert!(!p.malformed && !p.ipv4_fragment && p.l3 != L3Kind::None);
+                assert!(!p.ipv4_fragment && p.l3 != L3Kind::None);
                 assert!(usize::from(p.l4_offset) <= buf.len());
-                assert!(usize::from(p.l3_offset) + usize::from(p.ip_len) <= buf.len());
+                if !p.malformed {
+                    assert!(usize::from(p.l3_offset) + usize::from(p.ip_len) <= buf.len());
+                }
             }
+            // Header errors are named; only a cut Ethernet header or VLAN tag has none.
+            assert_eq!(
+                p.hdr_err != 0 || (p.malformed && p.l3 == L3Kind::None),
+                p.malformed
+            );
             if matches!(p.l4, L4Kind::Tcp | L4Kind::Udp) {
                 l4_seen += 1;
             }

@@ -181,6 +181,22 @@ fn counters_json(counters: &[(&str, u64)]) -> serde_json::Map<String, serde_json
         .collect()
 }
 
+/// A counter block of a human summary (`--stats`): every counter that is not zero, by name, so
+/// a drop and its reason are seen where the traffic was run.
+fn print_counters(source: &str, counters: &[(&str, u64)]) {
+    let nonzero: Vec<String> = counters
+        .iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let shown = if nonzero.is_empty() {
+        "all zero".to_owned()
+    } else {
+        nonzero.join(", ")
+    };
+    println!("  {source:<15} {shown}");
+}
+
 /// Success exactly when every result was verified.
 fn exit_code(ok: bool) -> ExitCode {
     if ok {

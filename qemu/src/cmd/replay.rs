@@ -35,7 +35,10 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub out: std::path::PathBuf,
     /// TOML file: `now` (seconds, IoT token time), `host_queues`, `[[tenant]]` tables with
-    /// `context`, `src` (IPv4) and `key` (IoT), `[defrag]` with `timeout_ms`, `max_datagram`,
+    /// `context` (1-65534), `src` (IPv4), `key` and optionally `fragments = "refuse"` (IoT),
+    /// `[iot]` with `fragments = "reassemble"` (the default: fragments of the CoAP service are
+    /// reassembled by the defrag accelerator, then authenticated) or `"refuse"` (dropped and
+    /// counted), `[defrag]` with `timeout_ms`, `max_datagram`,
     /// `max_datagrams`, `max_buffered_bytes`, `[vxlan]` with `vnis` (VXLAN decapsulation in the
     /// eSwitch before the accelerator's share is chosen: frames to UDP 4789 with one of these
     /// VNIs, or any VNI when the list is empty or absent).
@@ -61,6 +64,21 @@ struct ReplayFile {
     tenant: Vec<TenantFile>,
     defrag: Option<DefragFile>,
     vxlan: Option<VxlanFile>,
+    iot: Option<IotFile>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IotFile {
+    fragments: Option<FragmentsFile>,
+}
+
+/// What happens to IPv4 fragments of the CoAP service.
+#[derive(serde::Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+#[serde(rename_all = "lowercase")]
+enum FragmentsFile {
+    Reassemble,
+    Refuse,
 }
 
 #[derive(serde::Deserialize)]
@@ -76,6 +94,7 @@ struct TenantFile {
     context: u16,
     src: std::net::Ipv4Addr,
     key: String,
+    fragments: Option<FragmentsFile>,
 }
 
 #[derive(serde::Deserialize)]
@@ -115,6 +134,7 @@ pub fn run(a: ReplayArgs) -> CmdResult {
                 context: t.context,
                 src: t.src,
                 key: t.key.clone().into_bytes(),
+                refuse_fragments: t.fragments == Some(FragmentsFile::Refuse),
             })
             .collect(),
         vxlan: file
@@ -124,6 +144,9 @@ pub fn run(a: ReplayArgs) -> CmdResult {
     };
     if let Some(q) = file.host_queues {
         cfg.host_queues = q;
+    }
+    if let Some(FragmentsFile::Refuse) = file.iot.and_then(|i| i.fragments) {
+        cfg.iot_fragments = fld_host::guard::FragmentPolicy::Refuse;
     }
     if let Some(d) = &file.defrag {
         let c = &mut cfg.defrag;
@@ -164,7 +187,8 @@ pub fn run(a: ReplayArgs) -> CmdResult {
             "{}",
             json!({ "accelerator": out.accelerator, "injected": out.injected, "delivered": out.delivered.len(),
                 "delivered_per_queue": per_queue, "fld_rx": out.fld_rx, "fld_accelerator_drops": out.fld_accelerator_drops,
-                "uplink_transmitted": out.uplink_transmitted, "counters": counters })
+                "uplink_transmitted": out.uplink_transmitted, "counters": counters,
+                "card_counters": counters_json(&out.card_counters) })
         );
     } else {
         println!(
@@ -184,6 +208,7 @@ pub fn run(a: ReplayArgs) -> CmdResult {
         for (k, v) in out.counters.iter().filter(|(_, v)| *v > 0) {
             println!("  {k:<15} {v}");
         }
+        print_counters("card", &out.card_counters);
     }
     Ok(ExitCode::SUCCESS)
 }

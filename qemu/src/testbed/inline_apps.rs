@@ -5,8 +5,10 @@
 //!   steers only fragments to FLD and whole datagrams return to the host; the baseline receives
 //!   the fragments on the host and reassembles them there with the same RFC 791/815 engine.
 //! - IoT token authentication: CoAP messages carrying HS256 JWTs from several tenants, a quarter
-//!   of them invalid. Offloaded, the NIC tags each tenant's flow and only authenticated messages
-//!   reach the host; the baseline receives everything and verifies each token on the host.
+//!   of them invalid and one in eight sent as IPv4 fragments. Offloaded, behind the fail-closed
+//!   guard of `fld_host::guard`, the NIC tags each tenant's flow, fragments are reassembled by
+//!   the defrag accelerator and authenticated whole, and only authenticated messages reach the
+//!   host; the baseline receives everything, reassembles and verifies each token on the host.
 //!
 //! Both report byte-exact verification of what the host ended up with.
 
@@ -22,9 +24,11 @@ use fld_device::accel::defrag::{Config as DefragConfig, Outcome, Reassembler};
 use fld_device::accel::defrag_accel::DefragAccel;
 use fld_device::accel::iot::{self, IotFilter, KeyTable, Verdict};
 use fld_device::accel::iot_accel::IotAccel;
+use fld_device::accel::mux::AcceleratorMux;
 use fld_device::fld::memory_model::MemoryParams;
 use fld_driver::DriverError;
 use fld_host::apps::{build_frame, udp_headers, SERVER_IP};
+use fld_host::guard::{UdpService, REASSEMBLY_CONTEXT};
 use fld_host::mempool::Mbuf;
 use fld_host::FlowItem;
 
@@ -53,6 +57,8 @@ pub struct InlineReport {
     pub fld_rx_frames: u64,
     /// Accelerator counters by name.
     pub counters: Vec<(&'static str, u64)>,
+    /// The card's counters by name (the guard's rules, the host port's): its drops by reason.
+    pub card_counters: Vec<(&'static str, u64)>,
 }
 
 impl InlineReport {
@@ -319,9 +325,21 @@ fn coap_frame(
     f
 }
 
+/// Counts `got` off the messages still expected; false when it was not expected (any more).
+fn take_expected(remaining: &mut HashMap<Vec<u8>, u32>, got: &[u8]) -> bool {
+    match remaining.get_mut(got) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// `messages` CoAP messages of about `len` bytes from `tenants` tenants; every fourth carries a
-/// bad token (another tenant's key, or expired). Through the IoT accelerator with per-tenant
-/// rules, and through host-side verification of every message.
+/// bad token (another tenant's key, or expired), and every eighth (valid or not) is sent as IPv4
+/// fragments. Through the IoT accelerator behind the guard with per-tenant rules, and through
+/// host-side reassembly and verification of every message.
 pub fn iot_workload(
     messages: usize,
     len: usize,
@@ -336,7 +354,10 @@ pub fn iot_workload(
     let mut s = FldEchoSetup::build_with(2048, 1, MemoryParams::table_2a(), 1)?;
     let mac = (s.client.mac(), s.flde.mac());
     let mut frames = Vec::with_capacity(messages);
-    let mut valid = Vec::new();
+    // The messages the host should end up with (in any order: a reassembled one crosses FLD
+    // twice), with their multiplicity.
+    let mut valid: HashMap<Vec<u8>, u32> = HashMap::new();
+    let mut expected = 0u64;
     for i in 0..messages as u64 {
         let t = (i % u64::from(tenants)) as u16;
         let (key, exp) = match i % 8 {
@@ -344,60 +365,62 @@ pub fn iot_workload(
             7 => (tenant_key(t), NOW - 1),
             _ => (tenant_key(t), NOW + 60),
         };
-        let f = coap_frame(i, t, &key, exp, len, mac);
-        if i % 8 != 3 && i % 8 != 7 {
-            valid.push(f.clone());
+        let mut f = coap_frame(i, t, &key, exp, len, mac);
+        // Every eighth in two or more fragments (a fragmentable datagram: DF clear).
+        let fragmented = i % 8 == 5 || i % 16 == 7;
+        if fragmented {
+            let mut ip = Ipv4Packet::new_unchecked(&mut f[ethernet::HEADER_LEN..]);
+            ip.set_frag(false, false, 0);
+            ip.fill_checksum();
         }
-        frames.push(f);
+        if i % 8 != 3 && i % 8 != 7 {
+            *valid.entry(f.clone()).or_insert(0) += 1;
+            expected += 1;
+        }
+        if fragmented {
+            let ip_len = f.len() - ethernet::HEADER_LEN;
+            frames.extend(fragment_ipv4(&f, (ip_len / 2).max(28)));
+        } else {
+            frames.push(f);
+        }
     }
     let mut report = InlineReport {
         messages: messages as u64,
         message_bytes: frames.first().map_or(len, Vec::len),
         frames_sent: frames.len() as u64,
-        expected: valid.len() as u64,
+        expected,
         ..Default::default()
     };
 
-    // Offloaded: per-tenant rules tag each tenant's flow; valid messages resume at the FDB table.
-    let (accel, handle) = IotAccel::new(keys.clone(), 0);
+    // Offloaded: behind the guard, fragments are reassembled and come back whole; per-tenant
+    // rules tag each tenant's flow; valid messages resume at the FDB table.
+    let (iot, handle) = IotAccel::new(keys.clone(), 0);
     handle.now_s.store(NOW, Ordering::Relaxed);
-    s.card.fld.set_accelerator(Box::new(accel));
-    let coap = [FlowItem::Udp {
-        src_port: None,
-        dst_port: Some(COAP_PORT),
-    }];
-    let back = s.steer_to_accelerator(Some(&coap))?;
-    for t in 0..tenants {
-        let own = FlowItem::Ipv4 {
-            src: Some(tenant_ip(t)),
-            dst: None,
-            proto: None,
-        };
-        let id = s
-            .flde
-            .register_tenant(100 + t, own)
-            .map_err(|_| DriverError::InvalidArgument("tenant registration"))?;
-        s.flde
-            .tenant_accelerate(id, 1000, &[own], None, Some(back))
-            .map_err(|_| DriverError::InvalidArgument("tenant rule"))?;
-    }
-    let mut next = 0usize;
+    let chain = AcceleratorMux::new("defrag+iot-auth")
+        .with(
+            REASSEMBLY_CONTEXT..=REASSEMBLY_CONTEXT,
+            Box::new(DefragAccel::new(DefragConfig::default(), 0)),
+        )
+        .with(0..=REASSEMBLY_CONTEXT - 1, Box::new(iot));
+    s.card.fld.set_accelerator(Box::new(chain));
+    let (back, guard) = s.steer_guarded(None, &UdpService::port(COAP_PORT))?;
+    s.add_tenants((0..tenants).map(|t| (100 + t, tenant_ip(t))), back)
+        .map_err(|_| DriverError::InvalidArgument("tenant rule"))?;
+    let mut remaining = valid.clone();
     let (mut delivered, mut bad) = (0u64, 0u64);
     let t0 = Instant::now();
     pump(&mut s, &frames, 32, 1, |_, got| {
         let got = got.data();
         delivered += 1;
-        if valid.get(next).map(Vec::as_slice) == Some(got) {
-            next += 1;
-        } else {
+        if !take_expected(&mut remaining, got) {
             bad += 1;
         }
     });
     report.offload_secs = t0.elapsed().as_secs_f64();
     report.offload_delivered = delivered;
-    report.offload_mismatches = bad + (valid.len() - next) as u64;
+    report.offload_mismatches = bad + remaining.values().map(|&n| u64::from(n)).sum::<u64>();
     report.fld_rx_frames = s.flde.fld().stat(Stat::RxPackets);
-    // "passed", then the drop reasons that occurred.
+    // "passed", and every other counter that moved (reassembly, drop reasons).
     report.counters = s
         .card
         .fld
@@ -405,10 +428,10 @@ pub fn iot_workload(
         .map(|(_, c)| c)
         .unwrap_or_default()
         .into_iter()
-        .enumerate()
-        .filter(|&(i, (_, n))| i == 0 || n > 0)
-        .map(|(_, c)| c)
+        .filter(|&(name, n)| name == "passed" || n > 0)
         .collect();
+    report.card_counters = guard.counters(s.flde.nic())?;
+    report.card_counters.extend(s.client.nic_counters()?);
 
     // Host baseline: everything reaches the host, which finds the tenant by source address and
     // verifies the token itself.
@@ -418,27 +441,39 @@ pub fn iot_workload(
         .map(|t| (tenant_ip(t).octets(), 100 + t))
         .collect();
     let mut filter = IotFilter::new(keys);
-    let mut next = 0usize;
+    let mut engine = Reassembler::new(DefragConfig::default());
+    let mut whole = Vec::with_capacity(2048);
+    let mut remaining = valid;
     let (mut accepted, mut bad) = (0u64, 0u64);
     let t0 = Instant::now();
     pump(&mut s, &frames, 32, 1, |_, got| {
         let got = got.data();
+        let Ok(eth) = EthernetFrame::new_checked(got) else {
+            return;
+        };
+        let got = match engine.push(eth.payload(), 0) {
+            Outcome::Complete(d) | Outcome::Bypass(d) => {
+                whole.clear();
+                whole.extend_from_slice(&got[..ethernet::HEADER_LEN]);
+                whole.extend_from_slice(d);
+                &whole[..]
+            }
+            Outcome::Buffered | Outcome::Dropped(_) => return,
+        };
         let Some(o) = udp_offsets(got) else {
             return;
         };
         let src = Ipv4Packet::new_unchecked(&got[o.ip..]).src_addr();
         let ctx = by_ip.get(&src).copied().unwrap_or(0);
-        if filter.check(ctx, &got[o.payload()..o.ip_end], NOW) == Verdict::Pass {
+        if filter.check(ctx, &got[o.payload_range()], NOW) == Verdict::Pass {
             accepted += 1;
-            if valid.get(next).map(Vec::as_slice) == Some(got) {
-                next += 1;
-            } else {
+            if !take_expected(&mut remaining, got) {
                 bad += 1;
             }
         }
     });
     report.software_secs = t0.elapsed().as_secs_f64();
     report.software_accepted = accepted;
-    report.software_mismatches = bad + (valid.len() - next) as u64;
+    report.software_mismatches = bad + remaining.values().map(|&n| u64::from(n)).sum::<u64>();
     Ok(report)
 }

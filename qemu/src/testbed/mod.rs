@@ -24,6 +24,7 @@ use fld_host::apps::{
 };
 use fld_host::cryptodev::ServiceAddress;
 use fld_host::flde::FldE;
+use fld_host::guard::{ServiceGuard, UdpService};
 use fld_host::{EthDev, FlowItem, RxMode};
 
 /// An in-process card with the generator on host function 0 and the echo server on host
@@ -161,27 +162,62 @@ impl FldEchoSetup {
         decap: Option<&VxlanDecap>,
         to_accelerator: Option<&[FlowItem]>,
     ) -> Result<u32, DriverError> {
-        let client_vport = self.client.vport();
-        let nic = self.flde.nic();
-        let fld_vport = nic.vport();
-        let classify = nic.create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)?;
-        if let Some(pattern) = to_accelerator {
+        self.classify(decap, |flde, classify| {
+            let Some(pattern) = to_accelerator else {
+                return Ok(0);
+            };
             let (mask, value) = fld_host::flow::compile_pattern(pattern);
-            nic.create_flow_entry(
-                classify,
-                &FlowRule {
-                    priority: 0,
-                    mask,
-                    value,
-                    count: true,
-                    ..FlowRule::any(RuleFate::Vport(fld_vport))
-                },
-            )?;
-        }
+            let nic = flde.nic();
+            let to_fld = FlowRule {
+                priority: 0,
+                mask,
+                value,
+                count: true,
+                ..FlowRule::any(RuleFate::Vport(nic.vport()))
+            };
+            nic.create_flow_entry(classify, &to_fld)?;
+            Ok(1)
+        })
+    }
+
+    /// As [`FldEchoSetup::steer_to_accelerator_after`] for a service the accelerator protects:
+    /// the guard of [`ServiceGuard`] (header errors dropped by reason, fragments reassembled or
+    /// refused, the service's datagrams to FLD) in front of the rule to the generator. Returns
+    /// the resume table and the guard, whose counters are the card's drops.
+    pub fn steer_guarded(
+        &mut self,
+        decap: Option<&VxlanDecap>,
+        service: &UdpService,
+    ) -> Result<(u32, ServiceGuard), DriverError> {
+        let mut guard = ServiceGuard::default();
+        let back = self.classify(decap, |flde, classify| {
+            let (installed, next) = ServiceGuard::install(flde, classify, 0, service)?;
+            guard = installed;
+            Ok(next)
+        })?;
+        Ok((back, guard))
+    }
+
+    /// The eSwitch root: `rules` fill the classifying table from priority 0 and return the
+    /// first priority they left free, below which everything else goes to the generator; VXLAN
+    /// decapsulation in front when `decap` is given. Returns a table that delivers to the
+    /// generator, for the accelerator's output to resume at.
+    fn classify(
+        &mut self,
+        decap: Option<&VxlanDecap>,
+        rules: impl FnOnce(&mut FldE, u32) -> Result<u16, DriverError>,
+    ) -> Result<u32, DriverError> {
+        let client_vport = self.client.vport();
+        let classify = self
+            .flde
+            .nic()
+            .create_flow_table(TABLE_KIND_FDB, 2, TableMiss::Drop)?;
+        let priority = rules(&mut self.flde, classify)?;
+        let nic = self.flde.nic();
         nic.create_flow_entry(
             classify,
             &FlowRule {
-                priority: 1,
+                priority,
                 count: true,
                 ..FlowRule::any(RuleFate::Vport(client_vport))
             },
@@ -194,6 +230,32 @@ impl FldEchoSetup {
         let back = nic.create_flow_table(TABLE_KIND_FDB, 1, TableMiss::Drop)?;
         nic.create_flow_entry(back, &FlowRule::any(RuleFate::Vport(client_vport)))?;
         Ok(back)
+    }
+
+    /// Registers each IoT tenant (context ID, IPv4 source) with the FLD-E control plane and
+    /// installs its `accelerate` rule: its traffic reaches the accelerator tagged with its
+    /// context and resumes at `back`.
+    pub fn add_tenants(
+        &mut self,
+        tenants: impl IntoIterator<Item = (u16, std::net::Ipv4Addr)>,
+        back: u32,
+    ) -> Result<(), fld_host::flde::TenantError> {
+        for (context, src) in tenants {
+            let own = FlowItem::Ipv4 {
+                src: Some(src),
+                dst: None,
+                proto: None,
+            };
+            let id = self.flde.register_tenant(context, own)?;
+            self.flde.tenant_accelerate(
+                id,
+                fld_host::flde::TENANT_MIN_PRIORITY,
+                &[own],
+                None,
+                Some(back),
+            )?;
+        }
+        Ok(())
     }
 
     /// Packets that may be in flight without overrunning FLD's receive buffer, which is sized

@@ -5,9 +5,11 @@
 //!
 //! Steering per accelerator (the eSwitch root; everything else goes straight to the host):
 //! echo: all traffic; zuc: UDP to the service port; defrag: IPv4 fragments (`ip_frag`); iot:
-//! UDP to the CoAP port, tagged per tenant by source address. With VXLAN decapsulation
-//! configured, tunnelled frames lose their outer headers first and are classified (and
-//! delivered) by their inner headers.
+//! the CoAP port behind the fail-closed guard of `fld_host::guard` — frames with header errors
+//! dropped by reason, UDP fragments reassembled by the defrag accelerator (or refused) and
+//! authenticated whole, UDP to the CoAP port tagged per tenant by source address. With VXLAN
+//! decapsulation configured, tunnelled frames lose their outer headers first and are classified
+//! (and delivered) by their inner headers.
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
@@ -19,11 +21,13 @@ use fld_device::accel::defrag::Config as DefragConfig;
 use fld_device::accel::defrag_accel::DefragAccel;
 use fld_device::accel::iot::KeyTable;
 use fld_device::accel::iot_accel::IotAccel;
+use fld_device::accel::mux::AcceleratorMux;
 use fld_device::accel::zuc_accel::ZucAccel;
 use fld_device::accel::{Accelerator, Echo};
 use fld_device::fld::memory_model::MemoryParams;
 use fld_device::wire::ReplayWire;
 use fld_driver::DriverError;
+use fld_host::guard::{FragmentPolicy, UdpService, REASSEMBLY_CONTEXT};
 use fld_host::FlowItem;
 
 use super::{FldEchoSetup, VxlanDecap};
@@ -52,6 +56,8 @@ pub struct ReplayTenant {
     pub context: u16,
     pub src: Ipv4Addr,
     pub key: Vec<u8>,
+    /// Its fragments are dropped (counted) instead of reassembled.
+    pub refuse_fragments: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -66,6 +72,9 @@ pub struct ReplayConfig {
     pub tenants: Vec<ReplayTenant>,
     /// IoT: the time in seconds since the epoch for `exp`/`nbf`.
     pub now_s: u64,
+    /// IoT: fragments of the CoAP service reassembled (by the defrag accelerator, with the
+    /// `defrag` limits) or refused.
+    pub iot_fragments: FragmentPolicy,
     /// Defrag: reassembly parameters.
     pub defrag: DefragConfig,
     /// VXLAN decapsulation in the eSwitch before the accelerator's share is chosen.
@@ -81,6 +90,7 @@ impl Default for ReplayConfig {
             host_queues: 4,
             tenants: Vec::new(),
             now_s: 0,
+            iot_fragments: FragmentPolicy::Reassemble,
             defrag: DefragConfig::default(),
             vxlan: None,
         }
@@ -100,13 +110,15 @@ pub struct ReplayOutcome {
     pub fld_accelerator_drops: u64,
     pub accelerator: &'static str,
     pub counters: Vec<(&'static str, u64)>,
+    /// The card's own counters: the guard's rules by reason (IoT), then the host port's.
+    pub card_counters: Vec<(&'static str, u64)>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
     #[error(transparent)]
     Device(#[from] DriverError),
-    #[error("tenant context {0} is reserved or used twice")]
+    #[error("tenant context {0} is reserved (0 and 65535) or used twice")]
     BadTenant(u16),
 }
 
@@ -131,38 +143,47 @@ pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome,
         ReplayAccel::Iot => {
             let mut keys = KeyTable::new(1 << 16);
             for t in &cfg.tenants {
-                if t.context == 0 || keys.get(t.context).is_some() {
+                let reserved = t.context == 0 || t.context == REASSEMBLY_CONTEXT;
+                if reserved || keys.get(t.context).is_some() {
                     return Err(ReplayError::BadTenant(t.context));
                 }
                 keys.set(t.context, &t.key);
             }
-            let (accel, handle) = IotAccel::new(keys, 0);
+            let (iot, handle) = IotAccel::new(keys, 0);
             handle.now_s.store(cfg.now_s, Ordering::Relaxed);
-            (Box::new(accel), vec![udp_to(COAP_PORT)])
+            let chain = AcceleratorMux::new("defrag+iot-auth")
+                .with(
+                    REASSEMBLY_CONTEXT..=REASSEMBLY_CONTEXT,
+                    Box::new(DefragAccel::new(cfg.defrag, 0)),
+                )
+                .with(0..=REASSEMBLY_CONTEXT - 1, Box::new(iot));
+            (Box::new(chain), vec![udp_to(COAP_PORT)])
         }
     };
     s.card.fld.set_accelerator(accel);
 
     // eSwitch root: the accelerator's share to FLD's vPort, the rest to the host. What the
     // accelerator returns resumes at `back`, which delivers to the host.
-    let back = s.steer_to_accelerator_after(cfg.vxlan.as_ref(), Some(&first))?;
-    for t in &cfg.tenants {
-        if cfg.accel != ReplayAccel::Iot {
-            break;
-        }
-        let own = FlowItem::Ipv4 {
-            src: Some(t.src),
-            dst: None,
-            proto: None,
+    let mut guard = None;
+    let back = if cfg.accel == ReplayAccel::Iot {
+        let service = UdpService {
+            fragments: cfg.iot_fragments,
+            refuse_fragments_from: cfg
+                .tenants
+                .iter()
+                .filter(|t| t.refuse_fragments)
+                .map(|t| t.src)
+                .collect(),
+            ..UdpService::port(COAP_PORT)
         };
-        let id = s
-            .flde
-            .register_tenant(t.context, own)
-            .map_err(|_| ReplayError::BadTenant(t.context))?;
-        s.flde
-            .tenant_accelerate(id, 1000, &[own], None, Some(back))
-            .map_err(|_| ReplayError::BadTenant(t.context))?;
-    }
+        let (back, installed) = s.steer_guarded(cfg.vxlan.as_ref(), &service)?;
+        guard = Some(installed);
+        s.add_tenants(cfg.tenants.iter().map(|t| (t.context, t.src)), back)
+            .map_err(|_| ReplayError::BadTenant(0))?;
+        back
+    } else {
+        s.steer_to_accelerator_after(cfg.vxlan.as_ref(), Some(&first))?
+    };
     // Everything else FLD receives: context 0, which has no key (IoT drops it as unknown).
     s.flde.accelerate(u16::MAX - 1, &first, 0, Some(back))?;
 
@@ -218,5 +239,9 @@ pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome,
         out.accelerator = name;
         out.counters = counters;
     }
+    if let Some(guard) = guard {
+        out.card_counters = guard.counters(s.flde.nic())?;
+    }
+    out.card_counters.extend(s.client.nic_counters()?);
     Ok(out)
 }

@@ -574,6 +574,22 @@ pub struct QueryVportOut {
     pub tx_malformed: U64,
 }
 
+impl QueryVportOut {
+    /// The counters by the names tools print (mlx5's ethtool names where one exists).
+    pub fn named(&self) -> [(&'static str, u64); 8] {
+        [
+            ("rx_packets", self.rx_packets.get()),
+            ("rx_bytes", self.rx_bytes.get()),
+            ("tx_packets", self.tx_packets.get()),
+            ("tx_bytes", self.tx_bytes.get()),
+            ("rx_steering_drops", self.rx_steering_drops.get()),
+            ("rx_steer_missed_packets", self.rx_no_steering.get()),
+            ("rx_out_of_buffer", self.rx_out_of_buffer.get()),
+            ("tx_malformed", self.tx_malformed.get()),
+        ]
+    }
+}
+
 impl Default for CreateRssGroupIn {
     fn default() -> Self {
         <Self as zerocopy::FromZeros>::new_zeroed()

@@ -70,7 +70,39 @@ pub struct FlowMatch {
     /// RoCEv2 frames (UDP to port 4791): the BTH's destination QP (network byte order), so a
     /// rule can steer one connection's traffic; 0 for other frames.
     pub dst_qpn: [u8; 3],
-    pub rsvd: [u8; 13],
+    /// The parser's header errors, one bit per reason ([`hdr_err`]): 0 for a frame whose
+    /// headers are consistent. The fields above are still filled from the header bytes where
+    /// their position is known, so a rule on a port also sees a malformed datagram to that port
+    /// and a rule on a reason bit can drop and count it (the integrity item of rte_flow).
+    pub hdr_err: u8,
+    pub rsvd: [u8; 12],
+}
+
+/// [`FlowMatch::hdr_err`] bits: why the NIC's parser found a frame's headers inconsistent
+/// (`docs/nic-interface.md` §9.3). A frame may carry several.
+pub mod hdr_err {
+    /// IPv4: version not 4, IHL below 5, or the header with its options runs past the frame;
+    /// IPv6: the fixed header runs past the frame. Nothing behind the header is parsed.
+    pub const L3_HEADER: u8 = 1 << 0;
+    /// IPv4 total length below the header length (RFC 791 §3.1).
+    pub const L3_LENGTH: u8 = 1 << 1;
+    /// The IP datagram's length runs past the frame (a truncated datagram). The L4 ports are
+    /// still read when the L4 header lies within the frame.
+    pub const L3_TRUNCATED: u8 = 1 << 2;
+    /// The TCP or UDP header does not fit in the datagram, or a TCP data offset below 5 or
+    /// past the segment.
+    pub const L4_HEADER: u8 = 1 << 3;
+    /// UDP length below 8 or past the end of the IP payload (RFC 768). A UDP length shorter
+    /// than the IP payload is legal and not an error: the datagram is its first `length` bytes.
+    pub const UDP_LENGTH: u8 = 1 << 4;
+    /// Every reason, with the name counters and tools report it under.
+    pub const ALL: [(u8, &str); 5] = [
+        (L3_HEADER, "ip_header_errors"),
+        (L3_LENGTH, "ip_length_errors"),
+        (L3_TRUNCATED, "ip_truncated"),
+        (L4_HEADER, "l4_header_errors"),
+        (UDP_LENGTH, "udp_length_errors"),
+    ];
 }
 pub const FLOW_MATCH_LEN: usize = core::mem::size_of::<FlowMatch>();
 

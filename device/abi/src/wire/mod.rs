@@ -91,6 +91,9 @@ pub struct UdpOffsets {
     pub udp: usize,
     /// End of the IP datagram (the total length the IP header claims).
     pub ip_end: usize,
+    /// End of the UDP datagram (its length field; RFC 768: the data is the first `length − 8`
+    /// bytes after the header, even when the IP payload goes on).
+    pub udp_end: usize,
     pub ipv6: bool,
 }
 
@@ -99,6 +102,12 @@ impl UdpOffsets {
     #[inline]
     pub fn payload(&self) -> usize {
         self.udp + udp::HEADER_LEN
+    }
+
+    /// The UDP payload: what an application above UDP sees.
+    #[inline]
+    pub fn payload_range(&self) -> core::ops::Range<usize> {
+        self.payload()..self.udp_end
     }
 }
 
@@ -131,11 +140,12 @@ pub fn udp_offsets(frame: &[u8]) -> Option<UdpOffsets> {
         }
         _ => return None,
     };
-    UdpPacket::new_checked(frame.get(udp..ip_end)?).ok()?;
+    let datagram = UdpPacket::new_checked(frame.get(udp..ip_end)?).ok()?;
     Some(UdpOffsets {
         ip,
         udp,
         ip_end,
+        udp_end: udp + usize::from(datagram.len()),
         ipv6,
     })
 }
@@ -244,6 +254,13 @@ mod tests {
             (14, 34, frame.len(), false)
         );
         assert_eq!(&frame[o.payload()..], &payload[..]);
+        assert_eq!(&frame[o.payload_range()], &payload[..]);
+        // A UDP length shorter than the IP payload: the datagram ends there (RFC 768).
+        let mut f = frame.clone();
+        f[38..40].copy_from_slice(&(8u16 + 3).to_be_bytes());
+        let o = udp_offsets(&f).unwrap();
+        assert_eq!((o.ip_end, o.udp_end), (frame.len(), 34 + 11));
+        assert_eq!(&f[o.payload_range()], &payload[..3]);
         // A fragment, a truncated datagram, a lying UDP length: not UDP datagrams.
         let mut f = frame.clone();
         Ipv4Packet::new_unchecked(&mut f[14..]).set_frag(false, true, 0);
