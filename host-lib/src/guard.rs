@@ -1,7 +1,7 @@
 //! Fail-closed steering for a UDP service behind an inline accelerator (the IoT filter of paper
 //! §7): the eSwitch rules that keep every frame for the service on the accelerator's path —
 //! including IPv4 fragments, which carry no port, and frames whose headers are inconsistent, whose
-//! ports cannot be trusted. The policy is `docs/nic-interface.md` §9.4:
+//! ports cannot be trusted. The policy is `docs/nic-interface.md` §9.7:
 //!
 //! 1. A frame with any header error (`fld_abi::nic::hdr_err`) is dropped and counted by reason,
 //!    whatever its port: inconsistent headers cannot show that the frame is not for the service,

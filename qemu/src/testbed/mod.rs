@@ -5,6 +5,7 @@
 
 pub mod fldr;
 pub mod inline_apps;
+pub mod iot_attack;
 pub mod rdma;
 pub mod replay;
 

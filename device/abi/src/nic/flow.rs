@@ -79,7 +79,7 @@ pub struct FlowMatch {
 }
 
 /// [`FlowMatch::hdr_err`] bits: why the NIC's parser found a frame's headers inconsistent
-/// (`docs/nic-interface.md` §9.3). A frame may carry several.
+/// (`docs/nic-interface.md` §9.7). A frame may carry several.
 pub mod hdr_err {
     /// IPv4: version not 4, IHL below 5, or the header with its options runs past the frame;
     /// IPv6: the fixed header runs past the frame. Nothing behind the header is parsed.
