@@ -202,6 +202,26 @@ impl NicDriver {
         Ok(RoceAddressIn::read_from_bytes(&out).unwrap_or_default())
     }
 
+    /// Writes entry `index` of the function's P_Key table (IBA §10.9.2): bit 15 full
+    /// membership, bits 0..14 the partition (0: an invalid entry).
+    pub fn set_pkey(&mut self, index: u16, pkey: u16) -> Result<(), DriverError> {
+        let mut input = PkeyIn::default();
+        input.index.set(index);
+        input.pkey.set(pkey);
+        self.command(op::SET_PKEY, zerocopy::IntoBytes::as_bytes(&input), 0)
+            .map(drop)
+    }
+
+    /// Entry `index` of the function's P_Key table.
+    pub fn query_pkey(&mut self, index: u16) -> Result<u16, DriverError> {
+        let out = self.object_command(
+            op::QUERY_PKEY,
+            u32::from(index),
+            core::mem::size_of::<PkeyIn>(),
+        )?;
+        Ok(PkeyIn::read_from_bytes(&out).unwrap_or_default().pkey.get())
+    }
+
     /// A reliable-connection QP in RESET, sending on `send_cq` and receiving on `recv_cq`,
     /// from `srq` or its own receive ring.
     pub fn create_qp(

@@ -112,6 +112,20 @@ fuzz_target!(|data: &[u8]| {
                 let key = id(&mut input, &keys);
                 h.command(f, opcode, ObjectIn::new(key).as_bytes());
             }
+            3 if ctl & 0x20 != 0 => {
+                // The P_Key table: any entry (also beyond it), any value.
+                let entry = PkeyIn {
+                    index: U16::new(input.u16() % 80),
+                    pkey: U16::new(input.u16()),
+                    rsvd: [0; 4],
+                };
+                let opcode = if ctl & 0x40 != 0 {
+                    op::SET_PKEY
+                } else {
+                    op::QUERY_PKEY
+                };
+                h.command(f, opcode, entry.as_bytes());
+            }
             3 => {
                 let entry = RoceAddressIn {
                     index: U16::new(input.u16() % 20),

@@ -309,7 +309,7 @@ fn request_strategy() -> impl Strategy<Value = Request> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// Whatever the adversary combines, the host receives every clean valid request exactly
     /// once, byte for byte, and nothing else of the service: no fragment, no request without a

@@ -752,3 +752,174 @@ fn a_refused_modify_leaves_the_qp_as_it_was() {
         Some(CmdStatus::ResourceBusy)
     );
 }
+
+// ---- Partitions (IBA §9.6.1.1, §10.9) --------------------------------------------------------
+
+// SEND ONLY requests from the peer to QP 0x100, built by scapy (`scapy.contrib.roce`, ICRC per
+// A17.3.3), an implementation independent of the formats crate:
+//
+//   Ether(src="02:00:00:00:00:09", dst="02:fd:00:00:00:00")
+//     / IP(src="10.0.0.9", dst="10.0.0.1", ttl=64, id=N, flags="DF")
+//     / UDP(sport=0xc000, dport=4791, chksum=0)
+//     / BTH(opcode=0x04, padcount=P, pkey=PKEY, dqpn=0x100, ackreq=1, psn=PSN)
+//     / Raw(payload + P zero bytes)
+//
+// with (PKEY, PSN, payload): (0x1234, 0x10, "partition"), (0x7fff, 0x10, "limited"),
+// (0x8000, 0x11, "invalid"), (0xffff, 0x11, "default"), (0x0123, 0x10, "limited"),
+// (0x8123, 0x10, "full member"), (0x0123, 0x11, "limited again").
+const SEND_PKEY_1234: &str = "02fd0000000002000000000908004500003800014000401126ab0a0000090a000001c00012b700240000043012340000010080000010706172746974696f6e000000154b6da0";
+const SEND_PKEY_7FFF: &str = "02fd0000000002000000000908004500003400024000401126ae0a0000090a000001c00012b70020000004107fff00000100800000106c696d69746564002541ae69";
+const SEND_PKEY_8000: &str = "02fd0000000002000000000908004500003400034000401126ad0a0000090a000001c00012b700200000041080000000010080000011696e76616c696400154c91f8";
+const SEND_PKEY_FFFF: &str = "02fd0000000002000000000908004500003400044000401126ac0a0000090a000001c00012b7002000000410ffff000001008000001164656661756c7400c407fa2a";
+const SEND_PKEY_0123: &str = "02fd0000000002000000000908004500003400054000401126ab0a0000090a000001c00012b7002000000410012300000100800000106c696d6974656400745e62d2";
+const SEND_PKEY_8123: &str = "02fd0000000002000000000908004500003800064000401126a60a0000090a000001c00012b70024000004108123000001008000001066756c6c206d656d626572002dd3d799";
+const SEND_PKEY_0123_NEXT: &str = "02fd0000000002000000000908004500003c00074000401126a10a0000090a000001c00012b7002800000430012300000100800000116c696d6974656420616761696e00000013fd5297";
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+impl Lone {
+    /// The vectors' receiver: our MAC and QP number are what scapy was given.
+    fn check_vector_identity(&self) {
+        assert_eq!(self.end.nic.mac(), [0x02, 0xfd, 0, 0, 0, 0]);
+        assert_eq!(self.end.qp.qpn, 0x100);
+    }
+
+    /// Posts `n` 64-byte receives from offset 0.
+    fn post_receives(&mut self, n: usize) {
+        for i in 0..n {
+            let sge = self.end.sge(i * 64, 64);
+            self.end.qp.post_recv(&[sge]).unwrap();
+        }
+        self.end.qp.ring_recv_doorbell();
+        self.card.run_until_idle();
+    }
+
+    /// The receive completions so far: (bytes, the data received).
+    fn received(&mut self) -> Vec<Vec<u8>> {
+        let cqes = self.end.completions();
+        cqes.iter()
+            .filter(|c| c.opcode() == CQE_RESP_SEND)
+            .map(|c| {
+                self.end.read(
+                    usize::from(c.wqe_counter.get()) * 64,
+                    c.byte_count.get() as usize,
+                )
+            })
+            .collect()
+    }
+
+    /// Moves the QP into the partition of P_Key table entry `index` (RTS → SQD → SQD → RTS,
+    /// the transitions that take a P_Key index, IBA Table 91).
+    fn use_pkey_index(&mut self, index: u16) {
+        use qp_attr::*;
+        let qpn = self.end.qp.qpn;
+        for (state, mask, pkey_index) in [
+            (QpState::Sqd, STATE, 0),
+            (QpState::Sqd, STATE | PKEY_INDEX, index),
+            (QpState::Rts, STATE, 0),
+        ] {
+            let mut a = QpAttr {
+                qp_state: state as u8,
+                ..Default::default()
+            };
+            a.pkey_index.set(pkey_index);
+            self.end.nic.modify_qp(qpn, mask, &a).unwrap();
+            self.card.run_until_idle();
+        }
+        assert_eq!(
+            self.end.nic.query_qp(qpn).unwrap().attr.pkey_index.get(),
+            index
+        );
+    }
+}
+
+/// A packet whose P_Key matches no entry of the port's table — another partition, or the
+/// invalid partition 0 — is dropped silently and counted, with a valid ICRC at the expected
+/// PSN: no ACK, no delivery, the PSN not consumed. A limited member of the default partition
+/// (0x7FFF) is taken, since the port's entry (0xFFFF) is a full member.
+#[test]
+fn a_packet_whose_pkey_matches_no_entry_is_dropped_silently_and_counted() {
+    let mut l = lone(access::ALL, Transport::default());
+    l.check_vector_identity();
+    l.post_receives(4);
+    l.inject(&hex(SEND_PKEY_1234));
+    assert!(l.replies().is_empty(), "no answer");
+    assert_eq!(l.counters().rx_bad_pkey.get(), 1);
+    assert_eq!(
+        l.counters().rx_icrc_errors.get(),
+        0,
+        "scapy's ICRC is right"
+    );
+    assert!(l.received().is_empty(), "nothing delivered");
+    assert_eq!(
+        l.end.nic.query_qp(0x100).unwrap().expected_psn.get(),
+        PEER_PSN
+    );
+
+    l.inject(&hex(SEND_PKEY_7FFF));
+    let replies = l.replies();
+    assert_eq!(replies.len(), 1);
+    assert!(matches!(aeth_of(&replies[0].0), AckKind::Ack { .. }));
+    assert_eq!(replies[0].0.bth.pkey, 0xffff, "ours: the QP's entry");
+    assert_eq!(l.received(), vec![b"limited".to_vec()]);
+
+    l.inject(&hex(SEND_PKEY_8000));
+    assert!(l.replies().is_empty());
+    assert_eq!(l.counters().rx_bad_pkey.get(), 2);
+    l.inject(&hex(SEND_PKEY_FFFF));
+    assert_eq!(l.replies().len(), 1);
+    assert_eq!(l.received(), vec![b"default".to_vec()]);
+    assert_eq!(l.end.state(), QpState::Rts);
+}
+
+/// A QP sends with the P_Key its index names and matches packets against it, with IBA's
+/// membership rule: two limited members do not talk, a full member talks to both. The table is
+/// written through the command interface; a function reset restores the default.
+#[test]
+fn a_qp_sends_and_matches_with_the_pkey_of_its_index() {
+    let mut l = lone(access::ALL, Transport::default());
+    l.check_vector_identity();
+    l.end.nic.set_pkey(1, 0x0123).unwrap();
+    assert_eq!(l.end.nic.query_pkey(1).unwrap(), 0x0123);
+    assert_eq!(l.end.nic.query_pkey(0).unwrap(), 0xffff);
+    assert!(l.end.nic.set_pkey(PKEY_TABLE_ENTRIES, 0xffff).is_err());
+    assert!(l.end.nic.query_pkey(PKEY_TABLE_ENTRIES).is_err());
+    l.use_pkey_index(1);
+    l.post_receives(4);
+
+    // Limited to limited: dropped.
+    l.inject(&hex(SEND_PKEY_0123));
+    assert!(l.replies().is_empty());
+    assert_eq!(l.counters().rx_bad_pkey.get(), 1);
+    // A full member of the partition: taken, and the ACK carries the QP's own (limited) P_Key.
+    l.inject(&hex(SEND_PKEY_8123));
+    let replies = l.replies();
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].0.bth.pkey, 0x0123);
+    assert_eq!(l.received(), vec![b"full member".to_vec()]);
+    // The entry becomes a full member: the limited peer is taken now.
+    l.end.nic.set_pkey(1, 0x8123).unwrap();
+    l.inject(&hex(SEND_PKEY_0123_NEXT));
+    let replies = l.replies();
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].0.bth.pkey, 0x8123);
+    assert_eq!(l.received(), vec![b"limited again".to_vec()]);
+    // A QP cannot name an entry beyond the table.
+    let mut a = QpAttr {
+        qp_state: QpState::Sqd as u8,
+        ..Default::default()
+    };
+    a.pkey_index.set(PKEY_TABLE_ENTRIES);
+    l.end.nic.modify_qp(0x100, qp_attr::STATE, &a).unwrap();
+    l.card.run_until_idle();
+    assert!(l
+        .end
+        .nic
+        .modify_qp(0x100, qp_attr::STATE | qp_attr::PKEY_INDEX, &a)
+        .is_err());
+}

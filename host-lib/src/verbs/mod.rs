@@ -43,6 +43,7 @@ pub struct PortAttr {
     pub max_mtu: u8,
     pub active_mtu: u8,
     pub gid_tbl_len: u16,
+    pub pkey_tbl_len: u16,
     /// RoCE has no LIDs.
     pub lid: u16,
     pub link_layer_ethernet: bool,
@@ -731,6 +732,7 @@ impl Context {
             max_mtu: 5,
             active_mtu: 5,
             gid_tbl_len: ROCE_ADDRESS_ENTRIES,
+            pkey_tbl_len: PKEY_TABLE_ENTRIES,
             lid: 0,
             link_layer_ethernet: true,
         })
@@ -744,6 +746,19 @@ impl Context {
             .copied()
             .flatten()
             .ok_or(VerbsError::Invalid("no GID at this index"))
+    }
+
+    /// ibv_query_pkey: entry `index` of the port's P_Key table.
+    pub fn query_pkey(&mut self, port: u8, index: u16) -> Result<u16> {
+        self.query_port(port)?;
+        Ok(self.nic.query_pkey(index)?)
+    }
+
+    /// Writes entry `index` of the port's P_Key table — on InfiniBand the subnet manager's
+    /// job; on RoCE the port's owner's (IBA §10.9.2). A QP whose P_Key index names the entry
+    /// sends with the new P_Key and takes only packets that match it (IBA §10.9.3).
+    pub fn set_pkey(&mut self, index: u16, pkey: u16) -> Result<()> {
+        Ok(self.nic.set_pkey(index, pkey)?)
     }
 
     /// Gives the port an IP address: its RoCEv2 GID takes the first free index (returned),
@@ -921,13 +936,28 @@ impl Context {
         self.init_rc_qpn(qp.qp.qpn, remote_access)
     }
 
+    /// [`Context::init_rc`] in the partition of P_Key table entry `pkey_index`.
+    pub fn init_rc_in_partition(
+        &mut self,
+        qp: &Qp,
+        remote_access: u32,
+        pkey_index: u16,
+    ) -> Result<()> {
+        self.init_qpn(qp.qp.qpn, remote_access, pkey_index)
+    }
+
     /// [`Context::init_rc`] by QP number.
     pub fn init_rc_qpn(&mut self, qpn: u32, remote_access: u32) -> Result<()> {
+        self.init_qpn(qpn, remote_access, 0)
+    }
+
+    fn init_qpn(&mut self, qpn: u32, remote_access: u32, pkey_index: u16) -> Result<()> {
         let mut a = QpAttr {
             qp_state: QpState::Init as u8,
             port: 1,
             ..Default::default()
         };
+        a.pkey_index.set(pkey_index);
         a.access_flags.set(remote_access);
         self.modify_qpn(
             qpn,

@@ -109,7 +109,21 @@ pub struct Expectation {
 struct Expected {
     variants: Vec<Vec<u8>>,
     required: bool,
-    delivered: bool,
+    /// How many datagrams the pieces on the wire can make at most, and how many arrived.
+    datagrams: u32,
+    delivered: u32,
+}
+
+/// A request's frames on the wire, every whole datagram the card could rebuild from them (the
+/// datagram as sent unless a piece is missing, and with the other bytes of an overlapping piece
+/// when that came first), whether it was fragmented, and how many complete datagrams its
+/// pieces can make (a piece sent again after the datagram completed starts a new one, as in any
+/// IP stack: the sender's duplicates are not the card's to suppress).
+struct Sent {
+    wire: Vec<Vec<u8>>,
+    variants: Vec<Vec<u8>>,
+    fragmented: bool,
+    datagrams: u32,
 }
 
 impl Request {
@@ -183,10 +197,8 @@ impl Request {
         f
     }
 
-    /// The frames on the wire, every whole datagram the card could rebuild from them (the
-    /// datagram as sent unless a piece is missing, and with the other bytes of an overlapping
-    /// piece when it came first), and whether it was fragmented.
-    fn frames(&self, id: u16) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, bool) {
+    /// What goes on the wire for the request.
+    fn frames(&self, id: u16) -> Sent {
         let original = self.frame(id);
         // A UDP length lies about the whole datagram, an IP header about the frame carrying it.
         let mut sent = original;
@@ -204,7 +216,12 @@ impl Request {
         }
         let n = pieces.len();
         if n == 1 {
-            return (pieces, vec![sent], false);
+            return Sent {
+                wire: pieces,
+                variants: vec![sent],
+                fragmented: false,
+                datagrams: 1,
+            };
         }
         let missing = self.missing.map(|m| usize::from(m) % n);
         let mut wire: Vec<Vec<u8>> = (0..n)
@@ -215,9 +232,15 @@ impl Request {
         if missing.is_none() {
             variants.push(sent.clone());
         }
+        // Copies of each piece on the wire: a reassembly completes once per full set.
+        let mut copies = vec![1u32; n];
+        if let Some(m) = missing {
+            copies[m] = 0;
+        }
         if let Some(d) = self.duplicate.map(|d| usize::from(d) % n) {
             if Some(d) != missing {
                 wire.push(pieces[d].clone());
+                copies[d] += 1;
             }
         }
         if let Some((k, at)) = self.overlap {
@@ -237,9 +260,15 @@ impl Request {
                 }
                 wire.push(other);
                 variants.push(altered);
+                copies[k] += 1;
             }
         }
-        (wire, variants, true)
+        Sent {
+            wire,
+            variants,
+            fragmented: true,
+            datagrams: copies.into_iter().min().unwrap_or(0),
+        }
     }
 
     /// Whether the card must deliver it: a tenant's valid token, nothing lying, and it can only
@@ -339,13 +368,14 @@ impl Attack {
         let mut wire = Vec::new();
         let mut exp = Expectation::default();
         for (i, r) in self.requests.iter().enumerate() {
-            let (frames, variants, fragmented) = r.frames(0x1000 + i as u16);
+            let sent = r.frames(0x1000 + i as u16);
             exp.requests.push(Expected {
-                required: r.clean(fragmented, self.fragments),
-                variants,
-                delivered: false,
+                required: r.clean(sent.fragmented, self.fragments),
+                variants: sent.variants,
+                datagrams: sent.datagrams,
+                delivered: 0,
             });
-            wire.extend(frames);
+            wire.extend(sent.wire);
         }
         shuffle(&mut wire, self.order_seed);
         (wire, exp)
@@ -393,18 +423,18 @@ impl Expectation {
             let Some(e) = self
                 .requests
                 .iter_mut()
-                .find(|e| !e.delivered && e.variants.iter().any(|v| v == f))
+                .find(|e| e.delivered < e.datagrams && e.variants.iter().any(|v| v == f))
             else {
                 return Err(format!(
-                    "the host received a frame nobody sent, or twice: {f:02x?}"
+                    "the host received a frame nobody sent, or more often than it was sent: {f:02x?}"
                 ));
             };
-            e.delivered = true;
+            e.delivered += 1;
         }
         let missing = self
             .requests
             .iter()
-            .filter(|e| e.required && !e.delivered)
+            .filter(|e| e.required && e.delivered == 0)
             .count();
         if missing > 0 {
             return Err(format!("{missing} valid requests were not delivered"));

@@ -97,6 +97,8 @@ pub mod op {
     pub const QUERY_MR: u16 = 0x212;
     pub const SET_ROCE_ADDRESS: u16 = 0x220;
     pub const QUERY_ROCE_ADDRESS: u16 = 0x221;
+    pub const SET_PKEY: u16 = 0x222;
+    pub const QUERY_PKEY: u16 = 0x223;
     pub const CREATE_QP: u16 = 0x230;
     pub const MODIFY_QP: u16 = 0x231;
     pub const QUERY_QP: u16 = 0x232;
@@ -129,6 +131,7 @@ pub const fn output_len(opcode: u16) -> usize {
         | op::CREATE_SRQ => size_of::<CreateOut>(),
         op::QUERY_MR => size_of::<super::QueryMrOut>(),
         op::QUERY_ROCE_ADDRESS => size_of::<super::RoceAddressIn>(),
+        op::QUERY_PKEY => size_of::<super::PkeyIn>(),
         op::QUERY_QP => size_of::<super::QueryQpOut>(),
         op::QUERY_SRQ => size_of::<super::QuerySrqOut>(),
         op::QUERY_RDMA_COUNTERS => size_of::<super::RdmaCountersOut>(),
@@ -257,6 +260,8 @@ pub mod bad_param {
     pub const ROCE_ADDRESS: u32 = 0x79;
     /// MODIFY_QP: no transition from the current state to the target state (IBA Figure 124).
     pub const QP_TRANSITION: u32 = 0x7a;
+    /// SET_PKEY / QUERY_PKEY: index beyond the P_Key table.
+    pub const PKEY_INDEX: u32 = 0x7b;
 }
 
 /// Syndromes of NOT_PERMITTED.

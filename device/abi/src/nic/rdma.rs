@@ -106,6 +106,30 @@ pub struct RoceAddressIn {
     pub rsvd2: [u8; 2],
 }
 
+/// Entries of a function's (port's) partition key table (IBA §10.9.2). Entry 0 is the default
+/// partition, 0xFFFF with full membership, at power-on and after a function reset.
+pub const PKEY_TABLE_ENTRIES: u16 = 64;
+
+/// SET_PKEY input and QUERY_PKEY output (query input: [`super::ObjectIn`] with the index): the
+/// function's P_Key table entry `index`. A P_Key's bit 15 is the membership type (1 = full,
+/// 0 = limited), bits 0..14 the partition; a partition of 0 is an invalid entry that matches no
+/// packet (IBA §10.9.1.2).
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
+pub struct PkeyIn {
+    pub index: U16,
+    pub pkey: U16,
+    pub rsvd: [u8; 4],
+}
+
+/// Whether a packet's P_Key matches a table entry (IBA §10.9.3, C10-120): the same partition,
+/// not the invalid partition 0, and at least one side a full member (two limited members do not
+/// talk).
+pub const fn pkey_matches(packet: u16, entry: u16) -> bool {
+    let partition = packet & 0x7fff;
+    partition != 0 && partition == entry & 0x7fff && (packet | entry) & 0x8000 != 0
+}
+
 /// CREATE_QP input: a reliable-connection QP in the RESET state.
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
@@ -375,6 +399,55 @@ pub struct RdmaCountersOut {
     pub qp_cache_misses: U64,
     pub mtt_cache_hits: U64,
     pub mtt_cache_misses: U64,
+    /// Dropped silently: the BTH's P_Key does not match the P_Key table entry of the
+    /// destination QP's P_Key index (IBA §9.6.1.1, §10.9.3; Linux rxe's `bad_pkey_cntr`).
+    pub rx_bad_pkey: U64,
+}
+
+impl RdmaCountersOut {
+    /// The counters by the names tools print: Linux rxe's and mlx5's hw_counters where one
+    /// exists (`rcvd_pkts`, `sent_pkts`, `rx_icrc_encapsulated`, `bad_pkey_cntr`), the card's
+    /// own otherwise.
+    pub fn named(&self) -> [(&'static str, u64); 12] {
+        [
+            ("rcvd_pkts", self.rx_packets.get()),
+            ("sent_pkts", self.tx_packets.get()),
+            ("rx_icrc_encapsulated", self.rx_icrc_errors.get()),
+            ("bad_pkey_cntr", self.rx_bad_pkey.get()),
+            ("rx_unknown_qp", self.rx_unknown_qp.get()),
+            ("rx_malformed", self.rx_malformed.get()),
+            ("rx_qp_not_ready", self.rx_qp_not_ready.get()),
+            ("rx_wrong_source", self.rx_wrong_source.get()),
+            ("qp_cache_hits", self.qp_cache_hits.get()),
+            ("qp_cache_misses", self.qp_cache_misses.get()),
+            ("mtt_cache_hits", self.mtt_cache_hits.get()),
+            ("mtt_cache_misses", self.mtt_cache_misses.get()),
+        ]
+    }
+}
+
+impl QpCounters {
+    /// The counters by the names tools print (rxe's and mlx5's hw_counters where one exists:
+    /// `duplicate_request`, `out_of_sequence`, `packet_seq_err`, `rnr_nak_retry_err`,
+    /// `local_ack_timeout_err`).
+    pub fn named(&self) -> [(&'static str, u64); 14] {
+        [
+            ("packets_sent", self.packets_sent.get()),
+            ("bytes_sent", self.bytes_sent.get()),
+            ("packets_received", self.packets_received.get()),
+            ("bytes_received", self.bytes_received.get()),
+            ("retransmitted", self.retransmitted.get()),
+            ("local_ack_timeout_err", self.timeouts.get()),
+            ("packet_seq_err", self.seq_naks_received.get()),
+            ("rnr_nak_retry_err", self.rnr_naks_received.get()),
+            ("out_of_sequence", self.seq_naks_sent.get()),
+            ("rnr_naks_sent", self.rnr_naks_sent.get()),
+            ("duplicate_request", self.duplicates.get()),
+            ("rx_dropped", self.dropped.get()),
+            ("acks_sent", self.acks_sent.get()),
+            ("acks_received", self.acks_received.get()),
+        ]
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -885,5 +958,28 @@ mod tests {
         assert_eq!(mtt_pages(0, 0, 12), 0);
         assert_eq!(mtu_bytes(3), Some(1024));
         assert_eq!(mtu_bytes(6), None);
+    }
+
+    /// IBA §10.9.3: same non-zero partition, at least one full member.
+    #[test]
+    fn pkey_matching_follows_the_membership_rules() {
+        for (packet, entry, want) in [
+            (0xffff, 0xffff, true),
+            (0x7fff, 0xffff, true),
+            (0xffff, 0x7fff, true),
+            (0x7fff, 0x7fff, false),
+            (0x8123, 0x0123, true),
+            (0x0123, 0x0123, false),
+            (0x1234, 0xffff, false),
+            (0x8000, 0x8000, false),
+            (0x0000, 0x8000, false),
+            (0x8000, 0xffff, false),
+        ] {
+            assert_eq!(
+                pkey_matches(packet, entry),
+                want,
+                "{packet:#06x} vs {entry:#06x}"
+            );
+        }
     }
 }

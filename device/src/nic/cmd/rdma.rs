@@ -22,6 +22,8 @@ pub(super) const HANDLERS: &[(u16, Handler)] = &[
     (op::QUERY_MR, query_mr),
     (op::SET_ROCE_ADDRESS, set_roce_address),
     (op::QUERY_ROCE_ADDRESS, query_roce_address),
+    (op::SET_PKEY, set_pkey),
+    (op::QUERY_PKEY, query_pkey),
     (op::CREATE_QP, create_qp),
     (op::MODIFY_QP, modify_qp),
     (op::QUERY_QP, query_qp),
@@ -171,6 +173,37 @@ fn query_roce_address(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdRe
         o.gid = e.gid;
         o.mac = e.mac;
     }
+    output(out, &o)
+}
+
+/// SET_PKEY: the calling function's P_Key table entry (IBA §10.9.2; on InfiniBand the subnet
+/// manager's job, on RoCE the driver's). Any value is taken: a partition of 0 makes the entry
+/// invalid. QPs using the entry send and match with the new value from their next packet.
+fn set_pkey(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    let i: PkeyIn = input(body)?;
+    let entry = c
+        .core
+        .rdma
+        .pkeys
+        .get_mut(c.function as usize)
+        .and_then(|t| t.get_mut(usize::from(i.index.get())));
+    match entry {
+        Some(e) => {
+            *e = i.pkey.get();
+            Ok(0)
+        }
+        None => fail(CmdStatus::BadParam, bad_param::PKEY_INDEX),
+    }
+}
+
+fn query_pkey(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
+    let index = object(body)?;
+    if index >= u32::from(PKEY_TABLE_ENTRIES) {
+        return fail(CmdStatus::BadParam, bad_param::PKEY_INDEX);
+    }
+    let mut o = PkeyIn::default();
+    o.index.set(index as u16);
+    o.pkey.set(c.core.rdma.pkey(c.function, index as u16));
     output(out, &o)
 }
 
@@ -459,6 +492,7 @@ fn query_counters(c: &mut Cmd<'_, '_>, _body: &[u8], out: &mut [u8]) -> CmdResul
             rx_qp_not_ready: u(k.rx_qp_not_ready),
             tx_packets: u(k.tx_packets),
             rx_wrong_source: u(k.rx_wrong_source),
+            rx_bad_pkey: u(k.rx_bad_pkey),
             qp_cache_hits: u(qc.hits),
             qp_cache_misses: u(qc.misses),
             mtt_cache_hits: u(mc.hits),

@@ -4,15 +4,19 @@
 //! `nic/cmd/rdma.rs`; the transport that moves their data — requester, responder, RoCEv2 on the
 //! wire — is the datapath's `roce` block.
 //!
-//! Left out: unreliable and XRC transports, memory windows, alternate paths and automatic path
-//! migration, partitions other than the default P_Key, congestion control (DCQCN; ECN bits are
-//! carried, not acted on).
+//! Partitions (IBA §10.9): each function has a P_Key table ([`PKEY_TABLE_ENTRIES`] entries,
+//! entry 0 = 0xFFFF after reset); a QP sends with the P_Key its P_Key index names and takes only
+//! packets whose P_Key matches that entry (`fld_abi::nic::pkey_matches`).
+//!
+//! Left out: unreliable and XRC transports (so Q_Keys), memory windows, alternate paths and
+//! automatic path migration, P_Key violation traps to a subnet manager (RoCE has none),
+//! congestion control (DCQCN; ECN bits are carried, not acted on).
 
 pub mod cache;
 pub(crate) mod memory;
 pub(crate) mod qp;
 
-use fld_abi::nic::{mkey, ROCE_ADDRESS_ENTRIES};
+use fld_abi::nic::{mkey, PKEY_TABLE_ENTRIES, ROCE_ADDRESS_ENTRIES};
 
 use crate::nic::queues::{Owned, Referenced, Slab};
 use memory::{MemoryRegion, ProtectionDomain};
@@ -61,7 +65,16 @@ pub(crate) struct RoceCounters {
     pub rx_qp_not_ready: u64,
     pub tx_packets: u64,
     pub rx_wrong_source: u64,
+    pub rx_bad_pkey: u64,
 }
+
+/// A function's P_Key table at power-on and after a reset: the default partition, full
+/// membership, at index 0; every other entry invalid.
+pub(crate) const DEFAULT_PKEYS: [u16; PKEY_TABLE_ENTRIES as usize] = {
+    let mut t = [0u16; PKEY_TABLE_ENTRIES as usize];
+    t[0] = fld_abi::wire::roce::DEFAULT_PKEY;
+    t
+};
 
 /// Every RDMA object of the NIC, and the transport's reusable buffers.
 pub(crate) struct Rdma {
@@ -72,6 +85,8 @@ pub(crate) struct Rdma {
     pub qps: Slab<QueuePair>,
     pub srqs: Slab<SharedRq>,
     pub gids: Vec<[Option<GidEntry>; ROCE_ADDRESS_ENTRIES as usize]>,
+    /// Each function's P_Key table.
+    pub pkeys: Vec<[u16; PKEY_TABLE_ENTRIES as usize]>,
     pub counters: Vec<RoceCounters>,
     /// QPs not in RESET: the ones the engine visits.
     pub active: Vec<u32>,
@@ -113,6 +128,7 @@ impl Rdma {
             qps: Slab::new(max_qps),
             srqs: Slab::new(MAX_SRQS),
             gids: vec![[None; ROCE_ADDRESS_ENTRIES as usize]; functions],
+            pkeys: vec![DEFAULT_PKEYS; functions],
             counters: vec![RoceCounters::default(); functions],
             active: Vec::new(),
             key_variant: 0,
@@ -136,6 +152,15 @@ impl Rdma {
     /// The GID entry `index` of `function`, if set.
     pub fn gid(&self, function: u16, index: u8) -> Option<GidEntry> {
         *self.gids.get(function as usize)?.get(index as usize)?
+    }
+
+    /// The P_Key a QP of `function` with P_Key index `index` uses (0: the invalid P_Key).
+    pub fn pkey(&self, function: u16, index: u16) -> u16 {
+        self.pkeys
+            .get(function as usize)
+            .and_then(|t| t.get(index as usize))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Whether `dst` (an IPv6 address, or IPv4 in its first four bytes when `ipv4`) is one of
@@ -188,6 +213,9 @@ impl Rdma {
         self.pds.remove_owned_by(function);
         if let Some(t) = self.gids.get_mut(function as usize) {
             *t = [None; ROCE_ADDRESS_ENTRIES as usize];
+        }
+        if let Some(t) = self.pkeys.get_mut(function as usize) {
+            *t = DEFAULT_PKEYS;
         }
         if let Some(c) = self.counters.get_mut(function as usize) {
             *c = RoceCounters::default();

@@ -357,7 +357,10 @@ fn check_values(
     use qp_attr::*;
     let checks: [(u32, bool); 13] = [
         (ACCESS_FLAGS, a.access_flags.get() & !access::ALL == 0),
-        (PKEY_INDEX, a.pkey_index.get() == 0),
+        (
+            PKEY_INDEX,
+            a.pkey_index.get() < fld_abi::nic::PKEY_TABLE_ENTRIES,
+        ),
         (PORT, a.port == 1),
         (
             AV,

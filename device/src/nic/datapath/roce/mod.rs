@@ -90,6 +90,19 @@ pub(super) fn receive(
         counters.rx_qp_not_ready += 1;
         return;
     }
+    // Partitioning (IBA §9.6.1.1, §10.9.3): the packet's P_Key must match the entry of the
+    // destination QP's P_Key index, else it is dropped silently and counted.
+    let own = core
+        .rdma
+        .pkeys
+        .get(usize::from(vport))
+        .and_then(|t| t.get(usize::from(qp.attr.pkey_index.get())))
+        .copied()
+        .unwrap_or(0);
+    if !pkey_matches(pkt.headers.bth.pkey, own) {
+        counters.rx_bad_pkey += 1;
+        return;
+    }
     // A connected QP takes packets from its peer only (the address it was connected to, as
     // Linux soft-RoCE's address check does): a packet naming another tenant's QP is dropped
     // before it can touch that QP's sequence.
@@ -180,7 +193,7 @@ fn transmit<E>(
         return Ok(false);
     };
     headers.bth.dest_qp = dest;
-    headers.bth.pkey = roce::DEFAULT_PKEY;
+    headers.bth.pkey = core.rdma.pkey(owner, qp.attr.pkey_index.get());
     let mut frame = std::mem::take(&mut core.rdma.frame);
     let ident = core.rdma.ip_ident;
     core.rdma.ip_ident = ident.wrapping_add(1);
