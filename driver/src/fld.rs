@@ -92,6 +92,14 @@ impl FldDriver {
         self.read64(fabi::reg::STATS_BASE + 8 * s as u64)
     }
 
+    /// Every statistic by name (what `--stats` prints).
+    pub fn named_stats(&self) -> Vec<(&'static str, u64)> {
+        fabi::Stat::ALL
+            .iter()
+            .map(|&(s, name)| (name, self.stat(s)))
+            .collect()
+    }
+
     /// Bytes of on-chip memory per structure, as FLD reports them.
     pub fn memory_report(&self) -> [u64; fabi::MEMORY_ITEMS] {
         let mut m = [0; fabi::MEMORY_ITEMS];

@@ -132,9 +132,29 @@ fn connect(
     Ok(())
 }
 
-/// One end of the ping-pong on `ctx`'s device. `out` gets the tool's lines.
-pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> Result<PingpongReport> {
-    let deadline = || Instant::now() + cfg.timeout;
+/// One end of the ping-pong on `ctx`'s device. `out` gets the tool's lines. The QP's transport
+/// counters come back whatever happened (a failed run is where they say why).
+pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> PingpongRun {
+    let mut qp_counters = Vec::new();
+    let result = run_counted(ctx, cfg, out, &mut qp_counters);
+    PingpongRun {
+        result,
+        qp_counters,
+    }
+}
+
+/// A run's outcome and its QP's counters by name (`QpCounters::named`).
+pub struct PingpongRun {
+    pub result: Result<PingpongReport>,
+    pub qp_counters: Vec<(&'static str, u64)>,
+}
+
+fn run_counted(
+    ctx: &mut Context,
+    cfg: &PingpongConfig,
+    out: &mut dyn Write,
+    qp_counters: &mut Vec<(&'static str, u64)>,
+) -> Result<PingpongReport> {
     let pd = ctx.alloc_pd()?;
     let mr = ctx.reg_mr(&pd, cfg.size.max(1), access::LOCAL_WRITE)?;
     mr.write(0, &vec![0x7b; cfg.size]);
@@ -157,8 +177,32 @@ pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> Resu
             sq_sig_all: false,
         },
     )?;
+    let bounced = bounce(ctx, cfg, out, &mut qp, &mut cq, &channel, &mr);
+    if let Ok(c) = ctx.qp_counters(&qp) {
+        *qp_counters = c;
+    }
+    let report = bounced?;
+    ctx.destroy_qp(qp)?;
+    ctx.destroy_cq(cq)?;
+    ctx.dereg_mr(mr)?;
+    ctx.dealloc_pd(pd)?;
+    Ok(report)
+}
+
+/// The exchange of addresses and the SENDs back and forth on a QP in RESET.
+fn bounce(
+    ctx: &mut Context,
+    cfg: &PingpongConfig,
+    out: &mut dyn Write,
+    qp: &mut Qp,
+    cq: &mut Cq,
+    channel: &CompChannel,
+    mr: &Mr,
+) -> Result<PingpongReport> {
+    let deadline = || Instant::now() + cfg.timeout;
+    let inline = if cfg.size <= 64 { cfg.size as u32 } else { 0 };
     // INIT with no remote access, as the tool does, before posting the receives.
-    ctx.init_rc(&qp, 0)?;
+    ctx.init_rc(qp, 0)?;
     let sge = [mr.sge(0, cfg.size)];
     let recv: Vec<(u64, &[Sge])> = (0..cfg.rx_depth).map(|_| (RECV_WRID, &sge[..])).collect();
     qp.post_recv(&recv)?;
@@ -203,7 +247,7 @@ pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> Resu
             write_all(ctx, &mut s, DONE, deadline())?;
             let remote = Dest::parse(&msg).ok_or(PingpongError::Exchange("bad message".into()))?;
             writeln!(out, "  remote address: {}", remote.describe()).ok();
-            connect(ctx, &qp, cfg, local.psn, &remote)?;
+            connect(ctx, qp, cfg, local.psn, &remote)?;
             remote
         }
         None => {
@@ -216,7 +260,7 @@ pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> Resu
             s.set_nonblocking(true)?;
             read_exact(ctx, &mut s, &mut msg, deadline())?;
             let remote = Dest::parse(&msg).ok_or(PingpongError::Exchange("bad message".into()))?;
-            connect(ctx, &qp, cfg, local.psn, &remote)?;
+            connect(ctx, qp, cfg, local.psn, &remote)?;
             write_all(ctx, &mut s, &local.message(), deadline())?;
             let mut done = [0u8; DONE.len()];
             read_exact(ctx, &mut s, &mut done, deadline())?;
@@ -238,7 +282,7 @@ pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> Resu
     let mut last_progress = Instant::now();
     while rcnt < cfg.iters || scnt < cfg.iters {
         if cfg.events {
-            ctx.get_cq_event(&channel, cfg.timeout)?;
+            ctx.get_cq_event(channel, cfg.timeout)?;
             events += 1;
             cq.req_notify()?;
         }
@@ -318,20 +362,16 @@ pub fn run(ctx: &mut Context, cfg: &PingpongConfig, out: &mut dyn Write) -> Resu
     const QUIET: Duration = Duration::from_millis(500);
     let linger = Instant::now();
     let mut quiet_since = Instant::now();
-    let mut seen = ctx.query_qp_counters(&qp)?.packets_received.get();
+    let mut seen = ctx.query_qp_counters(qp)?.packets_received.get();
     while quiet_since.elapsed() < QUIET && linger.elapsed() < Duration::from_secs(10) {
         ctx.serve_neighbors()?;
-        let now_seen = ctx.query_qp_counters(&qp)?.packets_received.get();
+        let now_seen = ctx.query_qp_counters(qp)?.packets_received.get();
         if now_seen != seen {
             seen = now_seen;
             quiet_since = Instant::now();
         }
         std::thread::sleep(Duration::from_micros(500));
     }
-    ctx.destroy_qp(qp)?;
-    ctx.destroy_cq(cq)?;
-    ctx.dereg_mr(mr)?;
-    ctx.dealloc_pd(pd)?;
     Ok(report)
 }
 

@@ -334,6 +334,14 @@ impl Peer {
     }
 
     /// Tells the server to stop.
+    /// This end's counters: its port's (RoCE and Ethernet drops by reason) and its QP's.
+    pub fn counters(&mut self) -> Result<[(&'static str, Vec<(&'static str, u64)>); 2]> {
+        Ok([
+            ("port", self.ctx.port_counters()?),
+            ("qp", self.ctx.qp_counters(&self.qp)?),
+        ])
+    }
+
     pub fn quit(&mut self) -> Result<()> {
         self.send_line("QUIT\n")
     }

@@ -225,7 +225,7 @@ fn fragments_inside_vxlan_are_decapsulated_by_the_nic_then_reassembled() {
 /// only fragments crossed into FLD.
 #[test]
 fn defrag_workload_verifies_offload_and_host_reassembly() {
-    let r = fld_qemu::testbed::inline_apps::defrag_workload(300, 1500, 1450).unwrap();
+    let r = fld_qemu::testbed::inline_apps::defrag_workload(300, 1500, 1450, None).unwrap();
     assert!(r.verified(), "{r:?}");
     assert_eq!((r.frames_sent, r.fld_rx_frames), (600, 600));
     assert_eq!(

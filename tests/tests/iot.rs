@@ -184,7 +184,7 @@ fn only_messages_with_a_valid_token_of_their_own_tenant_reach_the_server() {
 /// reassembled in the card and authenticated whole.
 #[test]
 fn iot_workload_passes_the_same_messages_as_host_verification() {
-    let r = fld_qemu::testbed::inline_apps::iot_workload(160, 256, 4).unwrap();
+    let r = fld_qemu::testbed::inline_apps::iot_workload(160, 256, 4, None).unwrap();
     assert!(r.verified(), "{r:?}");
     assert_eq!((r.expected, r.message_bytes), (120, 256));
     assert_eq!(r.frames_sent, 130 + 30 * 3);

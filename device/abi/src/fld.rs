@@ -110,6 +110,29 @@ pub enum Stat {
 }
 pub const STAT_COUNT: usize = 17;
 
+impl Stat {
+    /// Every statistic with the name tools print.
+    pub const ALL: [(Stat, &'static str); STAT_COUNT] = [
+        (Stat::TxPackets, "tx_packets"),
+        (Stat::TxBytes, "tx_bytes"),
+        (Stat::TxCompletions, "tx_completions"),
+        (Stat::TxUnknownQueue, "tx_unknown_queue"),
+        (Stat::TxBadLength, "tx_bad_length"),
+        (Stat::TxNoCredit, "tx_no_credit"),
+        (Stat::TxStalls, "tx_stalls"),
+        (Stat::TxErrorCompletions, "tx_error_completions"),
+        (Stat::RxPackets, "rx_packets"),
+        (Stat::RxBytes, "rx_bytes"),
+        (Stat::RxAcceleratorDrops, "rx_accelerator_drops"),
+        (Stat::RxErrorCompletions, "rx_error_completions"),
+        (Stat::BadWindowAccesses, "bad_window_accesses"),
+        (Stat::UnknownCqes, "unknown_cqes"),
+        (Stat::RxRecycledWqes, "rx_recycled_wqes"),
+        (Stat::TxQueueInError, "tx_queue_in_error"),
+        (Stat::RxUnknownQp, "rx_unknown_qp"),
+    ];
+}
+
 /// Memory report entries at `reg::MEMORY_BASE + 8 * index` (bytes of on-chip memory).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -562,6 +585,13 @@ mod tests {
     use super::*;
     use nic::{cqe_flags, op_own, Cqe, CQE_REQ, CQE_RESP_SEND};
     use zerocopy::little_endian::{U16, U32};
+
+    #[test]
+    fn every_statistic_is_named_at_its_index() {
+        for (i, (stat, name)) in Stat::ALL.iter().enumerate() {
+            assert_eq!(*stat as usize, i, "{name}");
+        }
+    }
 
     #[test]
     fn geometry_registers_round_trip() {

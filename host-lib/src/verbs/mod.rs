@@ -748,6 +748,22 @@ impl Context {
             .ok_or(VerbsError::Invalid("no GID at this index"))
     }
 
+    /// The port's counters by name (`--stats`, `--json`): the RoCE receive path's totals and
+    /// drops by reason — ICRC, unknown QP, P_Key, malformed, QP not ready, wrong source — under
+    /// rxe's and mlx5's hw_counter names, then the Ethernet port's (its steering and buffer
+    /// drops).
+    pub fn port_counters(&mut self) -> Result<Vec<(&'static str, u64)>> {
+        let rdma = self.nic.query_rdma_counters()?.named();
+        let eth = self.nic.query_vport(self.nic.vport())?.named();
+        Ok(rdma.into_iter().chain(eth).collect())
+    }
+
+    /// A QP's transport counters by name: retransmissions, timeouts, NAKs sent and received,
+    /// duplicates, packets dropped without an answer (PSN out of window, …).
+    pub fn qp_counters(&mut self, qp: &Qp) -> Result<Vec<(&'static str, u64)>> {
+        Ok(self.query_qp_counters(qp)?.named().to_vec())
+    }
+
     /// ibv_query_pkey: entry `index` of the port's P_Key table.
     pub fn query_pkey(&mut self, port: u8, index: u16) -> Result<u16> {
         self.query_port(port)?;

@@ -29,7 +29,7 @@ pub fn run(a: BenchAccelArgs) -> CmdResult {
     let n = a.packets.max(100) as usize;
     let mut rows = Vec::new();
     for bytes in [64usize, 256, 1024, 4096] {
-        let m = zuc_measure(n, bytes, 32)?;
+        let m = zuc_measure(n, bytes, 32, None)?;
         rows.push(Row {
             accel: "zuc",
             bytes,
@@ -40,8 +40,8 @@ pub fn run(a: BenchAccelArgs) -> CmdResult {
         });
     }
     for (accel, r) in [
-        ("defrag", defrag_workload(n, 1500, 1450)?),
-        ("iot", iot_workload(n, 256, 16)?),
+        ("defrag", defrag_workload(n, 1500, 1450, None)?),
+        ("iot", iot_workload(n, 256, 16, None)?),
     ] {
         rows.push(Row {
             accel,

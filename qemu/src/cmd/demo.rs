@@ -1,12 +1,7 @@
 //! `fldemu demo`: brings the card up over any transport and runs verified traffic through the
 //! CPU echo, the FLD-E echo accelerator, or one of the paper's accelerators (§7).
 
-use std::fs::File;
-use std::io::BufWriter;
-
 use fld_device::fld::memory_model::{self, MemoryParams};
-use fld_device::wire::pcap::CaptureFilter;
-use fld_device::wire::PcapTap;
 use fld_host::apps::{EchoConfig, Sizes, MAX_FRAME, MIN_FRAME};
 use fld_qemu::testbed::FldEchoSetup;
 use serde_json::json;
@@ -47,7 +42,7 @@ pub struct DemoArgs {
     pub rtl_clock_mhz: f64,
     /// Write every frame entering the eSwitch to this pcap file.
     #[arg(long)]
-    pub pcap: Option<String>,
+    pub pcap: Option<std::path::PathBuf>,
     /// How the driver reaches the card: in this process, over `fldemu serve`'s vfio-user
     /// sockets, or through Linux vfio-pci (inside a guest whose QEMU attaches the card).
     #[arg(long, value_enum, default_value_t = TransportArg::InProcess)]
@@ -58,6 +53,11 @@ pub struct DemoArgs {
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     pub json: bool,
+    /// Add the card's counters to the summary: every port's packets and drops by reason
+    /// (steering, no rule, no buffer), FLD's statistics, the accelerator's counters; for the
+    /// IoT service the guard's drops by reason. `--json` always carries them.
+    #[arg(long)]
+    pub stats: bool,
     /// With `--accel zuc` or `--accel echo`: the disaggregated service over FLD-R on a second
     /// machine (RDMA SENDs) instead of FLD-E; `--size` is then the request's data bytes
     /// (default 1024).
@@ -153,11 +153,7 @@ pub fn run(a: DemoArgs) -> CmdResult {
     }
     let mut echo = open_echoer(&a, sizes.max())?;
     if let (Some(path), Some(card)) = (&a.pcap, &echo.card) {
-        let tap = PcapTap::new(
-            BufWriter::new(File::create(path)?),
-            CaptureFilter::AllIngress,
-        )?;
-        card.nic.set_tap(Some(Box::new(tap)));
+        fld_qemu::testbed::capture_ingress(card, path)?;
     }
     if let Some(card) = &echo.card {
         card.fabric.clear_stats();
@@ -184,6 +180,7 @@ pub fn run(a: DemoArgs) -> CmdResult {
     let fld_per_pkt =
         links.map(|(_, fld)| fld.total_bytes() as f64 / rep.packets_received.max(1) as f64);
     let fld_memory = echo.fld_memory();
+    let counters = echo.counters()?;
     // An RTL accelerator's counters (cycles, beats, contract breaches), and its simulation rate.
     let rtl_counters = a
         .accel
@@ -233,6 +230,7 @@ pub fn run(a: DemoArgs) -> CmdResult {
             "size_max": sizes.max(),
             "fld_memory_bytes": fld_memory,
             "software_memory_bytes": software_memory,
+            "card_counters": counters.json(),
             "verified": ok,
         });
         println!("{v}");
@@ -286,7 +284,10 @@ pub fn run(a: DemoArgs) -> CmdResult {
             println!("  waveform        {}", v.display());
         }
         if let Some(p) = &a.pcap {
-            println!("  capture         {p}");
+            println!("  capture         {}", p.display());
+        }
+        if a.stats {
+            counters.print();
         }
         println!("  result          {}", verdict(ok));
     }
@@ -302,15 +303,20 @@ pub struct ZucMeasured {
 }
 
 /// `ops` cipher operations of `bytes` data bytes (2/3 EEA3, 1/3 EIA3) through software ZUC and
-/// through the ZUC accelerator behind FLD-E, with every result compared.
+/// through the ZUC accelerator behind FLD-E, with every result compared; with `capture`, every
+/// frame entering the card's eSwitch goes to that pcap file.
 pub fn zuc_measure(
     ops: usize,
     bytes: usize,
     burst: usize,
+    capture: Option<&std::path::Path>,
 ) -> Result<ZucMeasured, Box<dyn std::error::Error>> {
     use fld_host::cryptodev::{run_ops, sample_ops, SoftZuc, ZucOffload};
     let mut s = FldEchoSetup::new(9000)?;
     let addr = s.attach_zuc();
+    if let Some(path) = capture {
+        s.capture(path)?;
+    }
     let ops = sample_ops(ops, bytes, true, 0x5eed);
     let t = std::time::Instant::now();
     let soft = run_ops(&mut SoftZuc::default(), ops.clone(), burst.clamp(1, 256));
@@ -322,6 +328,8 @@ pub fn zuc_measure(
     let t = std::time::Instant::now();
     let hard = run_ops(&mut dev, ops, burst.clamp(1, 64));
     let accel_secs = t.elapsed().as_secs_f64();
+    drop(dev);
+    s.stop_capture();
     let mismatches = zuc_mismatches(&soft, &hard);
     Ok(ZucMeasured {
         software_secs,
@@ -367,7 +375,7 @@ fn zuc_demo(a: &DemoArgs) -> CmdResult {
     let bytes = (a.size.unwrap_or(1500) as usize)
         .saturating_sub(14 + 20 + 8 + 64)
         .max(1);
-    let m = zuc_measure(a.packets as usize, bytes, a.burst)?;
+    let m = zuc_measure(a.packets as usize, bytes, a.burst, a.pcap.as_deref())?;
     let (soft_s, hard_s, mismatches, done) = (m.software_secs, m.accel_secs, m.mismatches, m.done);
     let ok = mismatches == 0 && done as u64 == a.packets;
     let n = done as f64;
@@ -384,6 +392,9 @@ fn zuc_demo(a: &DemoArgs) -> CmdResult {
             done, bytes
         );
         print_zuc_rates(done, bytes, hard_s, soft_s);
+        if let Some(p) = &a.pcap {
+            println!("  capture         {}", p.display());
+        }
         println!(
             "  result          {} ({} mismatches)",
             verdict(ok),
@@ -400,13 +411,13 @@ fn inline_demo(a: &DemoArgs) -> CmdResult {
     let (name, r, path) = match a.accel.kind {
         AccelArg::Defrag => (
             "defrag",
-            defrag_workload(n, a.size.unwrap_or(1500) as usize, 1450)?,
+            defrag_workload(n, a.size.unwrap_or(1500) as usize, 1450, a.pcap.as_deref())?,
             "client (vPort 1) fragments at a 1450 B MTU -> eSwitch (fragments only) -> FLD -> reassembly -> NIC resumes (RSS over 4 queues) -> client; against host-side reassembly",
         ),
         _ => (
             "iot",
-            iot_workload(n, a.size.unwrap_or(256) as usize, 16)?,
-            "16 tenants' CoAP clients (vPort 1) -> eSwitch -> per-tenant rules tag context -> FLD -> JWT HS256 check -> NIC resumes -> server; against host-side verification",
+            iot_workload(n, a.size.unwrap_or(256) as usize, 16, a.pcap.as_deref())?,
+            "16 tenants' CoAP clients (vPort 1), 1 in 8 messages fragmented -> eSwitch guard (header errors dropped, fragments -> FLD defrag -> back) -> per-tenant rules tag context -> FLD -> JWT HS256 check -> NIC resumes -> server; against host-side reassembly and verification",
         ),
     };
     let ok = r.verified();
@@ -419,7 +430,7 @@ fn inline_demo(a: &DemoArgs) -> CmdResult {
                 "fld_rx_frames": r.fld_rx_frames, "accelerator_mps": r.offload_mps(), "accelerator_gbps": r.gbps(r.offload_secs),
                 "software_mps": r.software_mps(), "software_gbps": r.gbps(r.software_secs),
                 "ratio_accelerator_to_software": r.offload_mps() / r.software_mps().max(1e-9),
-                "counters": counters, "verified": ok })
+                "counters": counters, "card_counters": counters_json(&r.card_counters), "verified": ok })
         );
     } else {
         println!("fldemu demo: {path}");
@@ -444,6 +455,12 @@ fn inline_demo(a: &DemoArgs) -> CmdResult {
         );
         for (k, v) in &r.counters {
             println!("  {k:<15} {v}");
+        }
+        if a.stats {
+            print_counters("card", &r.card_counters);
+        }
+        if let Some(p) = &a.pcap {
+            println!("  capture         {}", p.display());
         }
         println!("  result          {}", verdict(ok));
     }

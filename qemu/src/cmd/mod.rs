@@ -181,6 +181,42 @@ fn counters_json(counters: &[(&str, u64)]) -> serde_json::Map<String, serde_json
         .collect()
 }
 
+/// The card's counters a tool gathered, by source (a port, a QP, the guard's rules, an
+/// accelerator): its drops by reason among them. `--stats` prints them, `--json` carries them
+/// under `card_counters`.
+#[derive(Default)]
+pub struct CardCounters(Vec<(String, Vec<(&'static str, u64)>)>);
+
+impl CardCounters {
+    pub fn add(&mut self, source: impl Into<String>, counters: Vec<(&'static str, u64)>) {
+        self.0.push((source.into(), counters));
+    }
+
+    pub fn extend<S: Into<String>>(
+        &mut self,
+        sources: impl IntoIterator<Item = (S, Vec<(&'static str, u64)>)>,
+    ) {
+        for (source, counters) in sources {
+            self.add(source, counters);
+        }
+    }
+
+    /// The `--stats` block: per source, the counters that are not zero.
+    pub fn print(&self) {
+        for (source, counters) in &self.0 {
+            print_counters(source, counters);
+        }
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        self.0
+            .iter()
+            .map(|(source, c)| (source.clone(), serde_json::Value::Object(counters_json(c))))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+}
+
 /// A counter block of a human summary (`--stats`): every counter that is not zero, by name, so
 /// a drop and its reason are seen where the traffic was run.
 fn print_counters(source: &str, counters: &[(&str, u64)]) {
@@ -361,6 +397,29 @@ impl Echoer {
         };
         drop(engine);
         report
+    }
+
+    /// The card's counters as the driver reads them: the generator's port, the echo side's port
+    /// (and FLD's statistics with the accelerator's counters on the FLD-E path).
+    fn counters(&mut self) -> Result<CardCounters, fld_driver::DriverError> {
+        let mut c = CardCounters::default();
+        c.add("client port", self.client.nic_counters()?);
+        match &mut self.echo {
+            EchoSide::Cpu(server) => c.add("echo port", server.nic_counters()?),
+            EchoSide::Fld(flde) => {
+                let nic = flde.nic();
+                c.add("FLD vPort", nic.query_vport(nic.vport())?.named().to_vec());
+                c.add("FLD", flde.fld().named_stats());
+            }
+        }
+        if let Some((name, accel)) = self
+            .card
+            .as_ref()
+            .and_then(|c| c.fld.accelerator_counters())
+        {
+            c.add(name, accel);
+        }
+        Ok(c)
     }
 
     /// FLD's memory report total, read from the running FLD.

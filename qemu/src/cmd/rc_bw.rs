@@ -43,6 +43,10 @@ pub struct RcBwArgs {
     /// Two processes: seconds any wait may take.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Print the cards' counters after the runs: each QP's retransmissions, NAKs and drops,
+    /// each port's RoCE drops by reason and Ethernet drops.
+    #[arg(long)]
+    pub stats: bool,
 }
 
 #[derive(clap::Args)]
@@ -58,6 +62,9 @@ pub struct RcLatArgs {
     pub mtu: u32,
     #[arg(long)]
     pub json: bool,
+    /// Print both cards' counters after the runs (see `rc-bw --stats`).
+    #[arg(long)]
+    pub stats: bool,
 }
 
 fn mtu_code(mtu: u32) -> Result<u8, Box<dyn std::error::Error>> {
@@ -123,25 +130,41 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
         mtu_code(a.mtu)?,
         timeout,
     )?;
+    let mut counters = CardCounters::default();
     if a.server.is_none() {
-        peer.serve()?;
+        let served = peer.serve();
+        counters.extend(peer.counters()?);
+        if a.stats {
+            counters.print();
+        }
+        served?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut rows = Vec::new();
-    for op in &a.ops {
-        let op = bw_op(op)?;
-        for &size in &sizes(a.size_min, a.size_max) {
-            let count = (a.bytes / size as u64).clamp(2_000, 200_000);
-            peer.bandwidth(op, size, count / 20 + 1)?;
-            rows.push((op, size, peer.bandwidth(op, size, count)?));
+    let measured = (|| {
+        for op in &a.ops {
+            let op = bw_op(op)?;
+            for &size in &sizes(a.size_min, a.size_max) {
+                let count = (a.bytes / size as u64).clamp(2_000, 200_000);
+                peer.bandwidth(op, size, count / 20 + 1)?;
+                rows.push((op, size, peer.bandwidth(op, size, count)?));
+            }
         }
-    }
-    peer.quit()?;
+        peer.quit().map_err(Into::into)
+    })();
+    counters.extend(peer.counters()?);
     drop(peer);
+    if let Err(e) = measured {
+        if a.stats {
+            counters.print();
+        }
+        return Err(e);
+    }
     print_bw(
         a,
         &rows,
         "two fldemu processes, each with its own card, their uplinks on a link",
+        &counters,
     )
 }
 
@@ -181,15 +204,23 @@ pub fn run_bw(a: RcBwArgs) -> CmdResult {
             rows.push((op, size, r));
         }
     }
+    let mut counters = CardCounters::default();
+    counters.extend(pair.counters()?);
     print_bw(
         &a,
         &rows,
         "two in-process cards joined by a cable, one thread",
+        &counters,
     )
 }
 
 /// The table (or JSON) of a bandwidth run, beside the Ethernet CPU echo measured now.
-fn print_bw(a: &RcBwArgs, rows: &[(BwOp, usize, BwResult)], setup: &str) -> CmdResult {
+fn print_bw(
+    a: &RcBwArgs,
+    rows: &[(BwOp, usize, BwResult)],
+    setup: &str,
+    counters: &CardCounters,
+) -> CmdResult {
     let eth = ethernet_echo_mpps()?;
     if a.json {
         let out: Vec<_> = rows
@@ -203,7 +234,8 @@ fn print_bw(a: &RcBwArgs, rows: &[(BwOp, usize, BwResult)], setup: &str) -> CmdR
         println!(
             "{}",
             json!({ "note": format!("{setup}; RC, path MTU as given, 128 outstanding, every 16th signalled"),
-                    "mtu": a.mtu, "ethernet_cpu_echo_64b_mpps": eth, "results": out })
+                    "mtu": a.mtu, "ethernet_cpu_echo_64b_mpps": eth, "results": out,
+                    "card_counters": counters.json() })
         );
     } else {
         println!(
@@ -221,6 +253,9 @@ fn print_bw(a: &RcBwArgs, rows: &[(BwOp, usize, BwResult)], setup: &str) -> CmdR
             );
         }
         println!("Ethernet CPU echo, 64 B, same run: {eth:.3} Mpps");
+        if a.stats {
+            counters.print();
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -232,6 +267,8 @@ pub fn run_lat(a: RcLatArgs) -> CmdResult {
     for &size in &sizes {
         rows.push((size, pair.latency(size, a.iters)?));
     }
+    let mut counters = CardCounters::default();
+    counters.extend(pair.counters()?);
     let eth = ethernet_echo_mpps()?;
     if a.json {
         let out: Vec<_> = rows
@@ -241,7 +278,8 @@ pub fn run_lat(a: RcLatArgs) -> CmdResult {
         println!(
             "{}",
             json!({ "note": "SEND ping-pong between two in-process cards, one thread; one-way latency = half the round trip",
-                    "mtu": a.mtu, "ethernet_cpu_echo_64b_mpps": eth, "results": out })
+                    "mtu": a.mtu, "ethernet_cpu_echo_64b_mpps": eth, "results": out,
+                    "card_counters": counters.json() })
         );
     } else {
         println!("{:>8} {:>12} {:>12}", "size", "median us", "p99 us");
@@ -249,6 +287,9 @@ pub fn run_lat(a: RcLatArgs) -> CmdResult {
             println!("{:>8} {:>12.2} {:>12.2}", size, r.median_us, r.p99_us);
         }
         println!("Ethernet CPU echo, 64 B, same run: {eth:.3} Mpps");
+        if a.stats {
+            counters.print();
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -15,7 +15,7 @@ use fld_host::verbs::Context;
 use fld_qemu::pingpong::{self, PingpongConfig};
 use serde_json::json;
 
-use super::{CmdResult, TransportArg, REMOTE_DMA_BYTES};
+use super::{CardCounters, CmdResult, TransportArg, REMOTE_DMA_BYTES};
 
 #[derive(clap::Args)]
 pub struct RcPingpongArgs {
@@ -88,6 +88,11 @@ pub struct RcPingpongArgs {
     /// Print one JSON object after the tool's lines.
     #[arg(long)]
     pub json: bool,
+    /// After the run (also a failed one), print the card's counters: the QP's retransmissions,
+    /// NAKs and drops, the port's RoCE drops by reason (ICRC, unknown QP, P_Key, malformed, QP
+    /// not ready, wrong source) and its Ethernet drops.
+    #[arg(long)]
+    pub stats: bool,
 }
 
 /// `IP=MAC` as a neighbour entry.
@@ -153,7 +158,10 @@ pub fn run(a: RcPingpongArgs) -> CmdResult {
         events: a.events,
         timeout: std::time::Duration::from_secs(a.timeout),
     };
-    let report = pingpong::run(&mut ctx, &cfg, &mut std::io::stdout());
+    let run = pingpong::run(&mut ctx, &cfg, &mut std::io::stdout());
+    let mut counters = CardCounters::default();
+    counters.add("qp", run.qp_counters);
+    counters.add("port", ctx.port_counters()?);
     drop(ctx);
     // The capture is complete once the tap is dropped (its writer flushed).
     if let Some((card, _)) =
@@ -161,7 +169,10 @@ pub fn run(a: RcPingpongArgs) -> CmdResult {
     {
         card.nic.set_tap(None);
     }
-    let report = report?;
+    if a.stats {
+        counters.print();
+    }
+    let report = run.result?;
     if a.json {
         println!(
             "{}",
@@ -172,6 +183,7 @@ pub fn run(a: RcPingpongArgs) -> CmdResult {
                 "seconds": report.seconds, "mbit_per_s": report.mbit_per_s(),
                 "usec_per_iter": report.usec_per_iter(),
                 "completion_events": report.completion_events,
+                "card_counters": counters.json(),
             })
         );
     }

@@ -26,7 +26,6 @@ use fld_device::accel::iot::{self, IotFilter, KeyTable, Verdict};
 use fld_device::accel::iot_accel::IotAccel;
 use fld_device::accel::mux::AcceleratorMux;
 use fld_device::fld::memory_model::MemoryParams;
-use fld_driver::DriverError;
 use fld_host::apps::{build_frame, udp_headers, SERVER_IP};
 use fld_host::guard::{UdpService, REASSEMBLY_CONTEXT};
 use fld_host::mempool::Mbuf;
@@ -169,13 +168,18 @@ fn frame_seq(f: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(f.get(at..at + 8)?.try_into().ok()?))
 }
 
+/// A workload's failure: the card's driver, or the capture file.
+pub type WorkloadError = Box<dyn std::error::Error>;
+
 /// `datagrams` datagrams of `len` bytes, fragmented at `mtu`, through the defrag accelerator
-/// and through host-side reassembly.
+/// and through host-side reassembly; with `capture`, every frame entering the offloading card's
+/// eSwitch goes to that pcap file.
 pub fn defrag_workload(
     datagrams: usize,
     len: usize,
     mtu: usize,
-) -> Result<InlineReport, DriverError> {
+    capture: Option<&std::path::Path>,
+) -> Result<InlineReport, WorkloadError> {
     const QUEUES: u16 = 4;
     let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), QUEUES)?;
     let (cmac, amac) = (s.client.mac(), s.flde.mac());
@@ -210,6 +214,9 @@ pub fn defrag_workload(
     let fragments_only = [FlowItem::Ipv4Fragment(true)];
     let back = s.steer_to_accelerator(Some(&fragments_only))?;
     s.flde.accelerate(0, &fragments_only, 1, Some(back))?;
+    if let Some(path) = capture {
+        s.capture(path)?;
+    }
     let mut seen = vec![false; datagrams];
     let (mut ok, mut bad) = (0u64, 0u64);
     let t = Instant::now();
@@ -225,6 +232,8 @@ pub fn defrag_workload(
     report.offload_delivered = ok + bad;
     report.offload_mismatches = bad + (datagrams as u64 - ok);
     report.fld_rx_frames = s.flde.fld().stat(Stat::RxPackets);
+    report.card_counters = s.client.nic_counters()?;
+    s.stop_capture();
 
     // Host baseline: the fragments reach the host as they are; it reassembles them.
     let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), QUEUES)?;
@@ -339,12 +348,14 @@ fn take_expected(remaining: &mut HashMap<Vec<u8>, u32>, got: &[u8]) -> bool {
 /// `messages` CoAP messages of about `len` bytes from `tenants` tenants; every fourth carries a
 /// bad token (another tenant's key, or expired), and every eighth (valid or not) is sent as IPv4
 /// fragments. Through the IoT accelerator behind the guard with per-tenant rules, and through
-/// host-side reassembly and verification of every message.
+/// host-side reassembly and verification of every message; with `capture`, every frame entering
+/// the offloading card's eSwitch goes to that pcap file.
 pub fn iot_workload(
     messages: usize,
     len: usize,
     tenants: u16,
-) -> Result<InlineReport, DriverError> {
+    capture: Option<&std::path::Path>,
+) -> Result<InlineReport, WorkloadError> {
     const NOW: u64 = 1_800_000_000;
     let tenants = tenants.clamp(1, 1000);
     let mut keys = KeyTable::new(2048);
@@ -404,8 +415,10 @@ pub fn iot_workload(
         .with(0..=REASSEMBLY_CONTEXT - 1, Box::new(iot));
     s.card.fld.set_accelerator(Box::new(chain));
     let (back, guard) = s.steer_guarded(None, &UdpService::port(COAP_PORT))?;
-    s.add_tenants((0..tenants).map(|t| (100 + t, tenant_ip(t))), back)
-        .map_err(|_| DriverError::InvalidArgument("tenant rule"))?;
+    s.add_tenants((0..tenants).map(|t| (100 + t, tenant_ip(t))), back)?;
+    if let Some(path) = capture {
+        s.capture(path)?;
+    }
     let mut remaining = valid.clone();
     let (mut delivered, mut bad) = (0u64, 0u64);
     let t0 = Instant::now();
@@ -432,6 +445,7 @@ pub fn iot_workload(
         .collect();
     report.card_counters = guard.counters(s.flde.nic())?;
     report.card_counters.extend(s.client.nic_counters()?);
+    s.stop_capture();
 
     // Host baseline: everything reaches the host, which finds the tenant by source address and
     // verifies the token itself.

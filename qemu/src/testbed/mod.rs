@@ -259,6 +259,17 @@ impl FldEchoSetup {
         Ok(())
     }
 
+    /// Writes every frame entering the eSwitch (from any vPort, the uplink included) to a pcap
+    /// file at `path` until [`FldEchoSetup::stop_capture`] (or the card goes).
+    pub fn capture(&self, path: &std::path::Path) -> std::io::Result<()> {
+        capture_ingress(&self.card, path)
+    }
+
+    /// Ends a capture, flushing the file.
+    pub fn stop_capture(&self) {
+        self.card.nic.set_tap(None);
+    }
+
     /// Packets that may be in flight without overrunning FLD's receive buffer, which is sized
     /// for the bandwidth-delay product (2 S_rxbdp), not for a deep window of large frames: every
     /// striding WQE but the open one, times the frames of `max_frame` bytes a WQE holds.
@@ -272,6 +283,18 @@ impl FldEchoSetup {
         let card = self.card.clone();
         run_echo(&mut self.client, mac, cfg, || card.poll())
     }
+}
+
+/// Captures every frame entering `card`'s eSwitch to a pcap file at `path` (readable by tshark
+/// and Wireshark), until the card's tap is cleared.
+pub fn capture_ingress(card: &Card, path: &std::path::Path) -> std::io::Result<()> {
+    let tap = fld_device::wire::PcapTap::new(
+        std::io::BufWriter::new(std::fs::File::create(path)?),
+        fld_device::wire::pcap::CaptureFilter::AllIngress,
+    )
+    .map_err(std::io::Error::other)?;
+    card.nic.set_tap(Some(Box::new(tap)));
+    Ok(())
 }
 
 /// VXLAN decapsulation (RFC 7348) ahead of an eSwitch table: frames to UDP port 4789 (the one

@@ -174,6 +174,16 @@ impl RdmaPair {
         Ok(RdmaPair { a, b })
     }
 
+    /// Each card's counters: its port's (RoCE and Ethernet drops by reason) and its QP's.
+    pub fn counters(&mut self) -> Result<[(&'static str, Vec<(&'static str, u64)>); 4]> {
+        Ok([
+            ("card A port", self.a.ctx.port_counters()?),
+            ("card A qp", self.a.ctx.qp_counters(&self.a.qp)?),
+            ("card B port", self.b.ctx.port_counters()?),
+            ("card B qp", self.b.ctx.qp_counters(&self.b.qp)?),
+        ])
+    }
+
     /// Both cards one step.
     fn step(&self) {
         self.a.card.poll();
