@@ -269,6 +269,7 @@ impl NicDriver {
             pi: 0,
             dev: self.dev.clone(),
             scratch: vec![0; MAX_WQE_BYTES],
+            mmio: WqeByMmio::new(db::wqe_buffer(db::SQ_WQE_BASE, sqn)),
         })
     }
 
@@ -737,6 +738,72 @@ pub(crate) fn doorbell(dev: &Arc<dyn PciDevice>, offset: u64, value: u32) {
     dev.write32(BAR_DOORBELL, offset, value);
 }
 
+/// WQE by MMIO (`docs/nic-interface.md` §4.1): the last WQE posted since the doorbell was rung,
+/// kept so that a doorbell covering exactly one WQE of at most [`db::WQE_BUFFER_BLOCKS`] blocks
+/// first puts it into the queue's buffer — the engine then takes it from there instead of
+/// fetching it by DMA — as mlx5's provider writes a lone small WQE through BlueFlame. Bursts of
+/// several WQEs are left to the fetch, which reads them in one request.
+pub(crate) struct WqeByMmio {
+    /// The queue's buffer in the doorbell BAR.
+    buffer: u64,
+    enabled: bool,
+    wqe: [u8; db::WQE_BUFFER_BLOCKS as usize * WQEBB],
+    counter: u32,
+    blocks: u32,
+    /// WQEs posted since the doorbell was last rung.
+    posted: u32,
+}
+
+impl WqeByMmio {
+    pub(crate) fn new(buffer: u64) -> Self {
+        WqeByMmio {
+            buffer,
+            enabled: true,
+            wqe: [0; db::WQE_BUFFER_BLOCKS as usize * WQEBB],
+            counter: 0,
+            blocks: 0,
+            posted: 0,
+        }
+    }
+
+    /// A WQE was written at basic-block `counter`: `wqe`, padded with zeros to its blocks.
+    pub(crate) fn posted(&mut self, counter: u32, wqe: &[u8]) {
+        self.posted += 1;
+        let blocks = wqe.len().div_ceil(WQEBB).max(1);
+        self.blocks = blocks as u32;
+        self.counter = counter;
+        if blocks <= db::WQE_BUFFER_BLOCKS as usize {
+            let len = blocks * WQEBB;
+            self.wqe[..wqe.len()].copy_from_slice(wqe);
+            self.wqe[wqe.len()..len].fill(0);
+        }
+    }
+
+    pub(crate) fn set_enabled(&mut self, on: bool) {
+        self.enabled = on;
+    }
+
+    /// Before the doorbell: the buffer gets the one WQE posted since the last doorbell, when it
+    /// fits — unsealed, written in 64-byte chunks, sealed with its counter.
+    pub(crate) fn before_doorbell(&mut self, dev: &Arc<dyn PciDevice>) {
+        let lone = std::mem::take(&mut self.posted) == 1;
+        if !(self.enabled && lone && self.blocks <= db::WQE_BUFFER_BLOCKS) {
+            return;
+        }
+        let seal = self.buffer + db::WQE_SEAL_OFFSET;
+        dev.write32(BAR_DOORBELL, seal, 0);
+        fence(Ordering::Release);
+        for (i, chunk) in self.wqe[..self.blocks as usize * WQEBB]
+            .chunks_exact(WQEBB)
+            .enumerate()
+        {
+            dev.bar_write(BAR_DOORBELL, self.buffer + (i * WQEBB) as u64, chunk);
+        }
+        fence(Ordering::Release);
+        dev.write32(BAR_DOORBELL, seal, db::wqe_seal(self.counter, self.blocks));
+    }
+}
+
 /// An event queue.
 pub struct EventQueue {
     ring: DeviceRing,
@@ -834,9 +901,16 @@ pub struct SendQueue {
     dev: Arc<dyn PciDevice>,
     /// WQE assembly buffer (the largest WQE), reused so posting never allocates or clears 1 KiB.
     scratch: Vec<u8>,
+    mmio: WqeByMmio,
 }
 
 impl SendQueue {
+    /// Whether a doorbell for one small WQE also writes it into the SQ's WQE-by-MMIO buffer
+    /// (on by default).
+    pub fn set_wqe_by_mmio(&mut self, on: bool) {
+        self.mmio.set_enabled(on);
+    }
+
     pub fn size(&self) -> u32 {
         1 << self.log_size
     }
@@ -862,6 +936,7 @@ impl SendQueue {
     /// Copies raw WQE bytes (any content: tests use it for malformed WQEs) into the ring at the
     /// producer counter, padded to whole basic blocks, and advances the counter.
     pub fn write_raw(&mut self, wqe: &[u8]) {
+        self.mmio.posted(self.pi, wqe);
         let nbb = wqe.len().div_ceil(WQEBB).max(1);
         let mask = (1u32 << self.log_size) - 1;
         for n in 0..nbb {
@@ -877,7 +952,8 @@ impl SendQueue {
     }
 
     /// Tells the device about everything posted so far.
-    pub fn ring_doorbell(&self) {
+    pub fn ring_doorbell(&mut self) {
+        self.mmio.before_doorbell(&self.dev);
         doorbell(
             &self.dev,
             db::slot(db::SQ_BASE, self.sqn),

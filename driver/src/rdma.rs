@@ -9,7 +9,7 @@ use fld_abi::nic::*;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::FromBytes;
 
-use crate::nic::{doorbell, retire_ring, CompletionQueue, DeviceRing, NicDriver};
+use crate::nic::{doorbell, retire_ring, CompletionQueue, DeviceRing, NicDriver, WqeByMmio};
 use crate::{DmaBuffer, DriverError, PciDevice};
 
 /// Bytes of the pages memory regions are registered with.
@@ -72,6 +72,7 @@ pub struct RcQueuePair {
     rq_pi: u32,
     dev: Arc<dyn PciDevice>,
     scratch: Vec<u8>,
+    mmio: WqeByMmio,
 }
 
 /// A shared receive queue.
@@ -279,6 +280,7 @@ impl NicDriver {
             rq_pi: 0,
             dev: self.dev.clone(),
             scratch: vec![0; MAX_WQE_BYTES],
+            mmio: WqeByMmio::new(db::wqe_buffer(db::QP_SQ_WQE_BASE, qpn - QPN_BASE)),
         })
     }
 
@@ -451,6 +453,8 @@ impl RcQueuePair {
     }
 
     fn write_raw_blocks(&mut self, nbb: u32) {
+        self.mmio
+            .posted(self.sq_pi, &self.scratch[..nbb as usize * WQEBB]);
         let mask = (1u32 << self.log_sq_size) - 1;
         for n in 0..nbb {
             let slot = (self.sq_pi.wrapping_add(n) & mask) as usize * WQEBB;
@@ -460,8 +464,15 @@ impl RcQueuePair {
         self.sq_pi = self.sq_pi.wrapping_add(nbb);
     }
 
+    /// Whether a doorbell for one small WQE also writes it into the QP's WQE-by-MMIO buffer
+    /// (on by default).
+    pub fn set_wqe_by_mmio(&mut self, on: bool) {
+        self.mmio.set_enabled(on);
+    }
+
     /// Tells the NIC about every send WQE posted so far.
-    pub fn ring_send_doorbell(&self) {
+    pub fn ring_send_doorbell(&mut self) {
+        self.mmio.before_doorbell(&self.dev);
         doorbell(
             &self.dev,
             db::slot(db::QP_SQ_BASE, self.qpn - QPN_BASE),

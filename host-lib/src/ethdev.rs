@@ -49,7 +49,15 @@ pub struct PortConfig {
     pub rx_mode: RxMode,
     /// Largest frame expected; striding queues get enough WQEs to hold `2^log_rx_desc` of them.
     pub max_rx_frame: u32,
+    /// Frames up to this many bytes are copied whole into their send WQE (inline), so the NIC
+    /// reads no data for them: mlx5's DPDK driver does the same up to `txq_inline_max` when it
+    /// inlines. 0 (the default) inlines only the 14-byte Ethernet header. At most
+    /// [`MAX_TX_INLINE`]; up to 160 bytes a lone frame's WQE fits the WQE-by-MMIO buffer.
+    pub tx_inline_max: u16,
 }
+
+/// The largest frame [`PortConfig::tx_inline_max`] may inline (the inline header of a send WQE).
+pub const MAX_TX_INLINE: u16 = 256;
 
 impl Default for PortConfig {
     fn default() -> Self {
@@ -60,6 +68,7 @@ impl Default for PortConfig {
             log_tx_desc: 10,
             rx_mode: RxMode::Regular,
             max_rx_frame: 1514,
+            tx_inline_max: 0,
         }
     }
 }
@@ -203,6 +212,11 @@ impl EthDev {
         if config.rx_queues == 0 || config.tx_queues == 0 {
             return Err(DriverError::InvalidArgument(
                 "a port needs at least one RX and one TX queue",
+            ));
+        }
+        if config.tx_inline_max > MAX_TX_INLINE {
+            return Err(DriverError::InvalidArgument(
+                "tx_inline_max above the send WQE's inline limit (256 bytes)",
             ));
         }
         self.config = config;
@@ -355,12 +369,13 @@ impl EthDev {
         }
         // Completions of earlier bursts were produced when those bursts ran the device.
         self.reclaim(q);
+        let inline_max = usize::from(self.config.tx_inline_max);
         let t = &mut self.txqs[q];
         let size = t.sq.size();
         let mut used = t.sq.producer_counter().wrapping_sub(t.completed);
         let mut count = 0;
         for m in pkts.iter() {
-            let nbb = wqebbs_for(m.len());
+            let nbb = wqebbs_for(m.len(), inline_max);
             if used + nbb > size {
                 break;
             }
@@ -369,7 +384,7 @@ impl EthDev {
         }
         for (i, m) in pkts.drain(..count).enumerate() {
             let len = m.len();
-            let inline = len.min(INLINE_HEADER);
+            let inline = inline_len(len, inline_max);
             let gather = [(m.data_iova() + inline as u64, (len - inline) as u32)];
             let mut cs_flags = 0;
             if m.ol_flags & ol::TX_IP_CKSUM != 0 {
@@ -707,9 +722,19 @@ impl EthDev {
     }
 }
 
-/// Basic blocks of the send WQE for a packet of `len` bytes (inline Ethernet header + one
+/// Bytes of a `len`-byte frame its send WQE carries inline: all of it up to `inline_max`, else
+/// the Ethernet header.
+fn inline_len(len: usize, inline_max: usize) -> usize {
+    if len <= inline_max {
+        len
+    } else {
+        len.min(INLINE_HEADER)
+    }
+}
+
+/// Basic blocks of the send WQE for a packet of `len` bytes (what [`inline_len`] inlines + one
 /// gather entry for the rest).
-fn wqebbs_for(len: usize) -> u32 {
-    let inline = len.min(INLINE_HEADER);
+fn wqebbs_for(len: usize, inline_max: usize) -> u32 {
+    let inline = inline_len(len, inline_max);
     wqebbs(send_ds_count(inline, (len > inline) as usize))
 }

@@ -21,3 +21,6 @@ pub use ethdev::{EthDev, EthStats, PortConfig, RxMode};
 pub use flow::{FlowAction, FlowAttr, FlowItem};
 pub use mempool::{Mbuf, Mempool};
 pub use port::BurstPort;
+
+/// Counters by name, in the order a source reports them (a port's, a QP's, FLD's).
+pub type NamedCounters = Vec<(&'static str, u64)>;

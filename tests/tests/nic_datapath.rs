@@ -275,12 +275,26 @@ fn armed_completion_queue_raises_msix_through_its_event_queue() {
     );
 }
 
+/// A card whose RQs fetch each receive WQE when its frame arrives (no read ahead), so one frame's
+/// TLPs are exactly the formula's.
+fn no_read_ahead() -> fld_device::card::CardConfig {
+    fld_device::card::CardConfig {
+        nic: fld_device::nic::NicConfig {
+            rx_prefetch_depth: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 #[test]
 fn pcie_traffic_of_one_frame_equals_the_tlp_formula() {
-    let mut r = rig(RqLayout::Regular, 4, 6);
+    let mut r = rig_on(no_read_ahead(), RqLayout::Regular, 4, 6);
     let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
     let (f0, f1) = (r.ports[0].dev.function_id(), r.ports[1].dev.function_id());
     let frame = udp_frame(m0, m1, 1, 2, 64, 0);
+    // The WQE fetched by DMA (WQE by MMIO is the next test's).
+    r.ports[0].sq.set_wqe_by_mmio(false);
     r.card.fabric.clear_stats();
     r.ports[0].send(&frame, 0, true);
     r.run();
@@ -306,6 +320,34 @@ fn pcie_traffic_of_one_frame_equals_the_tlp_formula() {
     assert_eq!(h.down_tlps, 2 + 1 + 1 + 2);
 }
 
+/// WQE by MMIO (§4.1): the lone WQE reaches the card with its doorbell — the unseal, its one
+/// 64-byte chunk and the seal, then the doorbell — and no read fetches it: the frame leaves after
+/// the data read alone.
+#[test]
+fn a_wqe_by_mmio_crosses_pcie_with_its_doorbell_and_is_not_fetched() {
+    let mut r = rig_on(no_read_ahead(), RqLayout::Regular, 4, 6);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let f0 = r.ports[0].dev.function_id();
+    let frame = udp_frame(m0, m1, 1, 2, 64, 0);
+    let before = r.card.nic.wqe_mmio_counters();
+    r.card.fabric.clear_stats();
+    r.ports[0].send(&frame, 0, true);
+    r.run();
+    let s0 = r.card.fabric.stats(f0);
+    // In: unseal (4 B), the WQE chunk (64 B), seal (4 B), doorbell (4 B), data completion (50 B).
+    assert_eq!(
+        (s0.down_tlps, s0.down_payload_bytes),
+        (5, 4 + 64 + 4 + 4 + 50)
+    );
+    // Out: the data read request and the send CQE; no WQE read.
+    assert_eq!((s0.up_tlps, s0.up_payload_bytes), (2, 64));
+    assert_eq!(r.card.nic.wqe_mmio_counters().taken, before.taken + 1);
+    let rx = r.ports[1].rq_cq.poll().expect("receive completion");
+    let mut got = vec![0u8; rx.byte_count.get() as usize];
+    r.ports[1].rx_bufs[0].read(0, &mut got);
+    assert_eq!(got, frame);
+}
+
 #[test]
 fn receive_statistics_count_packets_bytes_and_missing_buffers() {
     let mut r = rig(RqLayout::Regular, 2, 6);
@@ -325,4 +367,221 @@ fn receive_statistics_count_packets_bytes_and_missing_buffers() {
     assert_eq!((v.rx_packets.get(), v.rx_out_of_buffer.get()), (4, 2));
     let v0 = r.ports[0].nic.query_vport(0).unwrap();
     assert_eq!((v0.tx_packets.get(), v0.tx_bytes.get()), (6, 600));
+}
+
+/// The frame the receiving port's next CQE reports, read from the buffer of its WQE slot.
+fn received(r: &mut Rig, port: usize) -> Option<Vec<u8>> {
+    let c = r.ports[port].rq_cq.poll()?;
+    assert_eq!(c.opcode(), CQE_RESP_SEND, "{c:?}");
+    let slot = usize::from(c.wqe_counter.get()) % r.ports[port].rx_bufs.len();
+    let mut got = vec![0u8; c.byte_count.get() as usize];
+    r.ports[port].rx_bufs[slot].read(0, &mut got);
+    Some(got)
+}
+
+/// Receive WQEs are read ahead after their doorbell (§7.5): one 64-byte read brings four, a frame
+/// then costs no read on the receiving side, and the slot it frees is refilled by a 16-byte read.
+#[test]
+fn receive_wqes_are_read_ahead_and_a_frame_needs_no_read() {
+    let mut r = rig(RqLayout::Regular, 4, 6);
+    r.run();
+    let ahead = r.card.nic.rx_prefetch_counters();
+    // Both ports' RQs: one read of four WQEs each.
+    assert_eq!((ahead.reads, ahead.wqes, ahead.hits), (2, 8, 0));
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let f1 = r.ports[1].dev.function_id();
+    r.card.fabric.clear_stats();
+    let frame = udp_frame(m0, m1, 1, 2, 64, 0);
+    r.ports[0].send(&frame, 0, false);
+    r.run();
+    let s1 = r.card.fabric.stats(f1);
+    // In: the refill's completion (16 B). Out: the frame, the CQE, the refill's read request.
+    assert_eq!((s1.down_tlps, s1.down_payload_bytes), (1, 16));
+    assert_eq!((s1.up_tlps, s1.up_payload_bytes), (3, 128));
+    let after = r.card.nic.rx_prefetch_counters();
+    assert_eq!((after.reads, after.wqes, after.hits), (3, 9, 1));
+    assert_eq!(received(&mut r, 1), Some(frame));
+}
+
+/// What was read ahead never outlives what it stood for: a doorbell that goes back (a stale
+/// store seen late) holds frames back exactly as a fetch on arrival would; an RQ error and its
+/// recovery drop it, and the WQEs posted after the recovery are the ones used.
+#[test]
+fn read_ahead_stays_correct_across_doorbell_reordering_errors_and_resets() {
+    let mut r = rig(RqLayout::Regular, 3, 6);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    r.run();
+    let rqn = r.ports[1].rq.rqn;
+    let frame = |i: u8| udp_frame(m0, m1, 1, 2, 80, i);
+    // The producer counter goes back from 8 to 2: two frames are placed, the third has no WQE.
+    r.ports[1]
+        .dev
+        .write32(BAR_DOORBELL, db::slot(db::RQ_BASE, rqn), 2);
+    for i in 0..3 {
+        r.ports[0].send(&frame(i), 0, false);
+    }
+    r.run();
+    assert_eq!(received(&mut r, 1), Some(frame(0)));
+    assert_eq!(received(&mut r, 1), Some(frame(1)));
+    assert_eq!(received(&mut r, 1), None);
+    assert_eq!(r.ports[1].rq_query().out_of_buffer.get(), 1);
+    // Forward again: the next frame takes WQE 2.
+    r.ports[1]
+        .dev
+        .write32(BAR_DOORBELL, db::slot(db::RQ_BASE, rqn), 8);
+    r.ports[0].send(&frame(3), 0, false);
+    r.run();
+    assert_eq!(received(&mut r, 1), Some(frame(3)));
+    r.ports[0].send(&frame(4), 0, false);
+    r.run();
+    assert_eq!(received(&mut r, 1), Some(frame(4)));
+    r.ports[1].rq_cq.update_ci();
+    // Recovery: the RQ restarts at counter 0 with new WQEs; frames land in them, not in buffers
+    // read ahead before.
+    r.ports[1]
+        .dev
+        .write32(BAR_DOORBELL, db::slot(db::RQ_BASE, rqn), 0xffff);
+    r.ports[0].send(&frame(5), 0, false);
+    r.run();
+    let c = r.ports[1].rq_cq.poll().expect("error CQE");
+    assert_eq!(c.opcode(), CQE_RESP_ERR);
+    assert_eq!(c.syndrome, syndrome::DOORBELL_OVERFLOW);
+    r.ports[1].rq_cq.update_ci();
+    r.ports[1].recover_rq();
+    let fresh = r.ports[1].dev.dma_alloc(RX_BUF).unwrap();
+    r.ports[1].rq.post(fresh.iova(), RX_BUF as u32);
+    r.ports[1].rq.ring_doorbell();
+    r.ports[0].send(&frame(6), 0, false);
+    r.run();
+    let c = r.ports[1].rq_cq.poll().expect("receive after recovery");
+    assert_eq!((c.opcode(), c.wqe_counter.get()), (CQE_RESP_SEND, 0));
+    let mut got = vec![0u8; c.byte_count.get() as usize];
+    fresh.read(0, &mut got);
+    assert_eq!(got, frame(6));
+    // A WQE read ahead is checked when it is used, as a fetched one: a bad key is an error.
+    r.ports[1].rq.post_raw(&RecvWqe {
+        byte_count: zerocopy::little_endian::U32::new(RX_BUF as u32),
+        lkey: zerocopy::little_endian::U32::new(0x1234),
+        addr: zerocopy::little_endian::U64::new(fresh.iova()),
+    });
+    r.ports[1].rq.ring_doorbell();
+    r.run();
+    let before = r.card.nic.rx_prefetch_counters().hits;
+    r.ports[0].send(&frame(7), 0, false);
+    r.run();
+    let c = r.ports[1].rq_cq.poll().expect("error CQE");
+    assert_eq!(
+        (c.opcode(), c.syndrome),
+        (CQE_RESP_ERR, syndrome::BAD_RECV_WQE)
+    );
+    assert_eq!(
+        r.card.nic.rx_prefetch_counters().hits,
+        before + 1,
+        "it was read ahead"
+    );
+}
+
+/// WQE by MMIO (§4.1) and the fetch are the same WQEs by two roads: the same frames, send and
+/// receive CQEs and counters, frame for frame.
+#[test]
+fn wqe_by_mmio_and_the_fetch_give_identical_frames_cqes_and_counters() {
+    let run = |mmio: bool| {
+        let mut r = rig(RqLayout::Regular, 6, 8);
+        r.ports[0].sq.set_wqe_by_mmio(mmio);
+        let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+        let mut out = Vec::new();
+        for (i, len) in [60usize, 64, 65, 128, 300, 1500, 9000, 61]
+            .iter()
+            .enumerate()
+        {
+            let f = udp_frame(m0, m1, 7, 9, *len, i as u8);
+            r.ports[0].send(&f, if i % 2 == 0 { CS_L3 | CS_L4 } else { 0 }, i % 3 != 1);
+            r.run();
+            // Every field but the time stamp (the card's clock is this process's).
+            let tx = std::iter::from_fn(|| r.ports[0].cq.poll())
+                .map(|mut c| {
+                    c.timestamp = Default::default();
+                    c
+                })
+                .collect::<Vec<_>>();
+            let rx = received(&mut r, 1);
+            out.push(format!("{tx:?} {rx:?}"));
+        }
+        let counters = (
+            r.ports[0].sq_query(),
+            r.ports[0].nic.query_vport(0).unwrap(),
+            r.ports[1].nic.query_vport(1).unwrap(),
+        );
+        out.push(format!(
+            "{:?} {:?} {:?}",
+            (counters.0.packets, counters.0.bytes, counters.0.hw_counter),
+            counters.1.named(),
+            counters.2.named()
+        ));
+        (out, r.card.nic.wqe_mmio_counters())
+    };
+    let (by_mmio, taken) = run(true);
+    let (fetched, none) = run(false);
+    for (k, (a, b)) in by_mmio.iter().zip(&fetched).enumerate() {
+        assert!(a == b, "send {k} differs");
+    }
+    assert_eq!((taken.taken, taken.rejected), (8, 0));
+    assert_eq!((none.taken, none.rejected), (0, 0));
+}
+
+/// A buffer the engine cannot trust is never used: written without its seal (a partial write),
+/// sealed for an earlier WQE (stale), or sealed for this WQE over another WQE's bytes (torn or
+/// forged) — each time the WQE is fetched from the ring and the frame is the ring's.
+#[test]
+fn partial_stale_and_torn_buffers_fall_back_to_the_fetch() {
+    let mut r = rig(RqLayout::Regular, 6, 8);
+    r.ports[0].sq.set_wqe_by_mmio(false);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let sqn = r.ports[0].sq.sqn;
+    let buffer = db::wqe_buffer(db::SQ_WQE_BASE, sqn);
+    let seal = buffer + db::WQE_SEAL_OFFSET;
+    let dev = r.ports[0].dev.clone();
+    // Another WQE's block, whose control segment names counter `index`.
+    let other_wqe = |index: u16| {
+        let mut b = [0x5au8; 64];
+        let mut ctrl = CtrlSeg {
+            opcode: WQE_OP_SEND,
+            ds_count: 4,
+            ..Default::default()
+        };
+        ctrl.wqe_index.set(index);
+        b[..16].copy_from_slice(zerocopy::IntoBytes::as_bytes(&ctrl));
+        b
+    };
+    let cases: [(&str, &dyn Fn(u32)); 3] = [
+        ("partial", &|_| {
+            dev.write32(BAR_DOORBELL, seal, 0);
+            dev.bar_write(BAR_DOORBELL, buffer, &other_wqe(0));
+        }),
+        ("stale", &|counter| {
+            let earlier = counter.wrapping_sub(1);
+            dev.bar_write(BAR_DOORBELL, buffer, &other_wqe(earlier as u16));
+            dev.write32(BAR_DOORBELL, seal, db::wqe_seal(earlier, 1));
+        }),
+        ("torn", &|counter| {
+            dev.bar_write(BAR_DOORBELL, buffer, &other_wqe(counter as u16 + 7));
+            dev.write32(BAR_DOORBELL, seal, db::wqe_seal(counter, 1));
+        }),
+    ];
+    for (i, (name, spoil)) in cases.iter().enumerate() {
+        let f = udp_frame(m0, m1, 7, 9, 64, i as u8);
+        let counter = r.ports[0].sq.producer_counter();
+        spoil(counter);
+        r.ports[0].send(&f, 0, true);
+        r.run();
+        assert_eq!(received(&mut r, 1), Some(f), "{name}");
+        let c = r.ports[0].cq.poll().expect("send completion");
+        assert_eq!((c.opcode(), c.syndrome), (CQE_REQ, 0), "{name}");
+    }
+    let m = r.card.nic.wqe_mmio_counters();
+    assert_eq!(
+        (m.taken, m.rejected),
+        (0, 1),
+        "only the torn one was sealed for its WQE"
+    );
 }

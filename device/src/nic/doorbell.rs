@@ -1,5 +1,6 @@
 //! The doorbell (UAR) pages of a NIC function (BAR2): plain 32-bit words the host stores to and
-//! the engine reads when it runs, so a doorbell never blocks and never re-enters the engine.
+//! the engine reads when it runs, so a doorbell never blocks and never re-enters the engine —
+//! and, in the same memory, each send queue's WQE-by-MMIO buffer, read as words too.
 
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,7 +26,12 @@ const DOORBELL_WORDS: usize = (BAR_DOORBELL_SIZE / 4) as usize;
 
 impl Default for DoorbellArea {
     fn default() -> Self {
-        let mut owned: Box<[AtomicU32]> = (0..DOORBELL_WORDS).map(|_| AtomicU32::new(0)).collect();
+        // Zeroed memory from the allocator: pages no one writes (most WQE buffers) stay the
+        // shared zero page.
+        let zeroed: Box<[u32]> = vec![0u32; DOORBELL_WORDS].into_boxed_slice();
+        // SAFETY: AtomicU32 has the size, alignment and bit validity of u32.
+        let mut owned: Box<[AtomicU32]> =
+            unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU32]) };
         DoorbellArea {
             words: AtomicPtr::new(owned.as_mut_ptr()),
             backings: Mutex::new(vec![Box::new(owned)]),
@@ -74,6 +80,14 @@ impl DoorbellArea {
     }
 
     pub fn write(&self, offset: u64, data: &[u8]) {
+        // Aligned whole words (a 64-byte WQE chunk, a doorbell) are stored a word at a time.
+        if offset.is_multiple_of(4) && data.len().is_multiple_of(4) {
+            for (i, w) in data.chunks_exact(4).enumerate() {
+                let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                self.store(offset + 4 * i as u64, v);
+            }
+            return;
+        }
         for (i, &b) in data.iter().enumerate() {
             let o = offset + i as u64;
             if let Some(w) = self.word(o) {
@@ -104,9 +118,23 @@ impl DoorbellArea {
         }
     }
 
+    /// Copies whole words from `offset` (4-byte aligned) into `out` (a multiple of 4 bytes),
+    /// each word read once: how the engine reads a WQE buffer.
+    pub fn read_words(&self, offset: u64, out: &mut [u8]) {
+        for (i, chunk) in out.chunks_exact_mut(4).enumerate() {
+            chunk.copy_from_slice(&self.load(offset + 4 * i as u64).to_le_bytes());
+        }
+    }
+
+    /// Zeroes every word (a function reset). Words already zero are only read, so memory no one
+    /// wrote is not touched.
     pub fn clear(&self) {
         for i in 0..DOORBELL_WORDS {
-            self.store(4 * i as u64, 0);
+            if let Some(w) = self.word(4 * i as u64) {
+                if w.load(Ordering::Relaxed) != 0 {
+                    w.store(0, Ordering::Release);
+                }
+            }
         }
     }
 }

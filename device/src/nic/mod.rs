@@ -66,6 +66,9 @@ pub struct NicConfig {
     pub mtt_cache_entries: usize,
     /// Bytes of one QP context: what a QP-cache miss reads from the context memory.
     pub qp_context_bytes: u32,
+    /// Receive WQEs each RQ reads ahead (`docs/nic-interface.md` §7.5), at most
+    /// `RX_PREFETCH_DEPTH` (4); 0 fetches each WQE when its frame arrives.
+    pub rx_prefetch_depth: usize,
 }
 
 impl Default for NicConfig {
@@ -86,6 +89,7 @@ impl Default for NicConfig {
             qp_cache_entries: DEFAULT_QP_CACHE_ENTRIES,
             mtt_cache_entries: DEFAULT_MTT_CACHE_ENTRIES,
             qp_context_bytes: DEFAULT_QP_CONTEXT_BYTES,
+            rx_prefetch_depth: queues::RX_PREFETCH_DEPTH,
         }
     }
 }
@@ -216,6 +220,19 @@ impl Nic {
         let core = self.shared.lock();
         let mtt = core.rdma.mtt_cache.borrow().counters;
         (core.rdma.qp_cache.counters, mtt)
+    }
+
+    /// WQEs the engine took from WQE-by-MMIO buffers, and sealed buffers it refused (device
+    /// statistics; `docs/nic-interface.md` §4.1).
+    pub fn wqe_mmio_counters(&self) -> datapath::WqeMmioCounters {
+        self.shared.lock().wqe_mmio
+    }
+
+    /// Receive WQEs the engine read ahead, the reads that brought them (off the path of any
+    /// packet: a runner charges them no wait), and the receives that found their WQE read
+    /// ahead.
+    pub fn rx_prefetch_counters(&self) -> datapath::RxPrefetchCounters {
+        self.shared.lock().rx_prefetch
     }
 
     /// Hit, miss and eviction counts of the eSwitch's flow cache.
@@ -476,6 +493,8 @@ pub(crate) struct NicCore {
     rqs: Slab<ReceiveQueue>,
     /// SQ numbers in creation order, polled round-robin.
     active_sqs: Vec<u32>,
+    /// RQ numbers, whose receive WQEs the engine reads ahead.
+    active_rqs: Vec<u32>,
     eswitch: Eswitch,
     /// PDs, MRs, QPs, SRQs, GID tables: the RDMA transport's state.
     rdma: rdma::Rdma,
@@ -500,6 +519,10 @@ pub(crate) struct NicCore {
     manual_clock: Option<u64>,
     wire_tx_frames: u64,
     bad_doorbells: u64,
+    /// WQEs taken from WQE-by-MMIO buffers, and sealed buffers refused.
+    wqe_mmio: datapath::WqeMmioCounters,
+    /// Receive WQEs read ahead, and the reads that brought them.
+    rx_prefetch: datapath::RxPrefetchCounters,
 }
 
 impl NicCore {
@@ -511,6 +534,7 @@ impl NicCore {
             sqs: Slab::new(config.max_sqs.min(db::SLOTS)),
             rqs: Slab::new(config.max_rqs.min(db::SLOTS)),
             active_sqs: Vec::new(),
+            active_rqs: Vec::new(),
             eswitch: Eswitch::new(
                 config.card_id,
                 config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16),
@@ -538,6 +562,8 @@ impl NicCore {
             manual_clock: None,
             wire_tx_frames: 0,
             bad_doorbells: 0,
+            wqe_mmio: Default::default(),
+            rx_prefetch: Default::default(),
             config,
         }
     }
@@ -632,6 +658,7 @@ impl NicCore {
         self.sqs.remove_owned_by(function);
         self.active_sqs.retain(|i| self.sqs.get(*i).is_some());
         self.rqs.remove_owned_by(function);
+        self.active_rqs.retain(|i| self.rqs.get(*i).is_some());
         self.cqs.remove_owned_by(function);
         self.eqs.remove_owned_by(function);
         self.eswitch.rules_changed();

@@ -169,6 +169,43 @@ pub(crate) struct OpenWqe {
     pub next_stride: u32,
 }
 
+/// Receive WQEs an RQ keeps on chip (`docs/nic-interface.md` §7.5): one 64-byte read brings
+/// four 16-byte WQEs.
+pub(crate) const RX_PREFETCH_DEPTH: usize = 4;
+
+/// The receive WQEs read ahead for an RQ: `wqes[..len]` are the WQEs at counters
+/// `first..first + len` of their RQ, read after the doorbell that posted them.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct RecvPrefetch {
+    pub wqes: [fld_abi::nic::RecvWqe; RX_PREFETCH_DEPTH],
+    pub first: u32,
+    pub len: usize,
+}
+
+impl RecvPrefetch {
+    /// The WQE at counter `counter`, taken off the front; anything held for other counters is
+    /// dropped (it would be stale).
+    pub fn take(&mut self, counter: u32) -> Option<fld_abi::nic::RecvWqe> {
+        if self.len == 0 || self.first != counter {
+            self.len = 0;
+            return None;
+        }
+        let w = self.wqes[0];
+        self.wqes.copy_within(1..self.len, 0);
+        self.len -= 1;
+        self.first = self.first.wrapping_add(1);
+        Some(w)
+    }
+}
+
+impl ReceiveQueue {
+    /// The counter of the next receive WQE the RQ will fetch: the one after the striding WQE
+    /// being filled, if there is one.
+    pub fn next_fetch(&self) -> u32 {
+        self.ci.wrapping_add(u32::from(self.open.is_some()))
+    }
+}
+
 pub(crate) struct ReceiveQueue {
     pub owner: u16,
     pub addr: u64,
@@ -178,6 +215,8 @@ pub(crate) struct ReceiveQueue {
     /// WQEs consumed (a striding WQE counts when its last stride is used).
     pub ci: u32,
     pub open: Option<OpenWqe>,
+    /// WQEs from `ci` on, read ahead.
+    pub prefetched: RecvPrefetch,
     pub state: QueueState,
     /// Flow entries and RSS groups pointing here.
     pub refs: u32,

@@ -539,7 +539,14 @@ fn frames_cross_byte_exact_with_checksums_inserted_and_validated() {
 
 #[test]
 fn send_wqes_are_fetched_in_bursts_and_completions_counted_one_write_each() {
-    let h = host();
+    // Receive WQEs fetched on arrival, so the reads counted are the send path's.
+    let h = MockHost::nic(
+        NicConfig {
+            rx_prefetch_depth: 0,
+            ..Default::default()
+        },
+        4 << 20,
+    );
     let (mut a, _b) = ports(&h);
     let fa = h.nic_fid(0);
     let f = frame(&h, 0, 1, 60);

@@ -10,14 +10,18 @@
 //! * the batch occupies the engine for `max(PCIe transfer time, packets x packet_ns)` plus one
 //!   read latency per cache miss (a miss stalls the pipeline while the context or translation
 //!   crosses PCIe);
-//! * its frames leave after the stalls and the batch's dependent DMA reads (reads per packet,
-//!   each one read latency: a WQE fetch, then the payload), spaced evenly over the batch;
+//! * its frames leave after the stalls, the batch's dependent DMA reads (reads per packet, each
+//!   one read latency: a WQE fetch, then the payload — a WQE that came by MMIO is no read) and
+//!   the NIC's one-way latency, spaced evenly over the batch;
 //! * its writes to host memory (payloads, CQEs) land one write latency after the batch ends,
 //!   when the host's application is woken to look.
 //!
+//! Reads the engine issues ahead of need — receive WQEs read after their doorbell — delay no
+//! packet: they count on the link, not as dependent reads.
+//!
 //! Left out: overlap between consecutive batches (a batch starts when the previous one ended),
-//! WQE-by-MMIO (BlueFlame: every WQE is fetched by DMA), interrupts (applications poll), the
-//! FLD function's own timing (its traffic counts on the PCIe link like the NIC's).
+//! interrupts (applications poll), the FLD function's own timing (its traffic counts on the
+//! PCIe link like the NIC's).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -89,6 +93,8 @@ pub struct CardTiming {
 struct Snapshot {
     host_link: TlpStats,
     reads: u64,
+    /// Reads of receive WQEs ahead of their frames.
+    reads_ahead: u64,
     qp: (u64, u64),
     mtt: (u64, u64),
 }
@@ -148,6 +154,10 @@ pub struct SimHost {
     pub app_wake: Option<Ps>,
     /// When the host CPU is done with what the application did so far.
     pub cpu_free: Ps,
+    /// When every host-memory write of the batches run so far has landed, and whether the
+    /// application's pending wake-up was already put off to that time once.
+    pub writes_visible: Ps,
+    pub app_deferred: bool,
     /// When the last doorbell of the application's current step was rung.
     pub doorbell: Option<Ps>,
     /// The emptied frame list of the previous batch, reused.
@@ -211,6 +221,8 @@ impl SimHost {
             nic_wake: None,
             app_wake: None,
             cpu_free: 0,
+            writes_visible: 0,
+            app_deferred: false,
             doorbell: None,
             outbox_spare: Vec::new(),
         };
@@ -224,6 +236,7 @@ impl SimHost {
         Snapshot {
             host_link: f.stats(HOST),
             reads: self.functions.iter().map(|&id| f.read_operations(id)).sum(),
+            reads_ahead: self.card.nic.rx_prefetch_counters().reads,
             qp: (qp.hits, qp.misses),
             mtt: (mtt.hits, mtt.misses),
         }
@@ -269,6 +282,7 @@ impl SimHost {
         let s = self.snapshot();
         let link = s.host_link.since(&self.last.host_link);
         let reads = s.reads - self.last.reads;
+        let reads_ahead = s.reads_ahead - self.last.reads_ahead;
         let qp_misses = s.qp.1 - self.last.qp.1;
         let mtt_misses = s.mtt.1 - self.last.mtt.1;
         let t = &mut self.timing;
@@ -289,8 +303,8 @@ impl SimHost {
         let misses = qp_misses + mtt_misses;
         let stall = misses * read_latency;
         // Dependent reads per packet (WQE, then payload), each a round trip; misses' reads are
-        // the stall above.
-        let plain_reads = reads.saturating_sub(misses);
+        // the stall above, reads ahead are on no packet's path.
+        let plain_reads = reads.saturating_sub(misses + reads_ahead);
         log::trace!("batch: {reads} reads, {misses} misses, {packets} packets, to host {to_host} B, from host {from_host} B");
         let rounds = plain_reads.div_ceil(packets.max(1));
         let flow = pcie.max(pipeline);
@@ -299,7 +313,7 @@ impl SimHost {
         } else {
             0
         };
-        let front = now + stall + rounds * read_latency;
+        let front = now + stall + rounds * read_latency + self.nic.latency_ns * PS_PER_NS;
         let n = sent.len() as u64;
         let frames = Frames {
             frames: sent,

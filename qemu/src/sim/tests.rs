@@ -306,8 +306,10 @@ fn the_same_scenario_gives_byte_identical_results() {
     // The run did real work: latencies, a rate, lost frames recovered by the transport.
     let lat = &r.workloads[0].points[0];
     assert!(lat.metrics["latency_us"] > 1.0, "{:?}", lat.metrics);
+    // Every WRITE completed despite the lossy link (a lost last packet waits for the ACK
+    // timeout, 67 ms at perftest's timeout 14, so the rate itself says little here).
     let rate = &r.workloads[1].points[0];
-    assert!(rate.metrics["mops"] > 0.1, "{:?}", rate.metrics);
+    assert_eq!(rate.metrics["messages"], 2000.0, "{:?}", rate.metrics);
     assert_eq!(rate.connections, 8);
     // The echo crossed the switch to the server's second NIC function and back, verified.
     for p in &r.workloads[2].points {
@@ -351,10 +353,11 @@ server = "b"
     )
 }
 
+/// The NIC is the bottleneck (a host posts in 10 ns), so what its caches cost shows in the rate.
 fn cache_scenario(qp_entries: u64, mtt_entries: u64) -> String {
     back_to_back(
         &format!(
-            "[defaults.nic]\nqp_cache_entries = {qp_entries}\nmtt_cache_entries = {mtt_entries}"
+            "[defaults.nic]\nqp_cache_entries = {qp_entries}\nmtt_cache_entries = {mtt_entries}\n[defaults.host]\npost_ns = 10"
         ),
         "sizes = [64, 8192]\nqps_per_client = [16]\noutstanding = 16\nmessages = 3000",
     )

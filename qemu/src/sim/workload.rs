@@ -520,19 +520,22 @@ pub struct EchoLatency {
 impl EchoLatency {
     pub fn new(
         hosts: &mut [SimHost],
-        client: usize,
-        server: usize,
+        (client, server): (usize, usize),
         size: usize,
         iterations: u64,
+        tx_inline_max: u16,
     ) -> Result<Self, SimError> {
         let size = size.clamp(64, 1514);
+        let config = PortConfig {
+            tx_inline_max,
+            ..Default::default()
+        };
         let open = |h: usize| -> Result<EthDev, SimError> {
             let dev = hosts[h].device(1)?;
             let mut port = EthDev::open(dev.clone()).map_err(VerbsError::from)?;
             let pool = Mempool::new(dev.as_ref(), 2048, 2048 + fld_host::mempool::HEADROOM)
                 .map_err(VerbsError::from)?;
-            port.configure(PortConfig::default(), pool)
-                .map_err(VerbsError::from)?;
+            port.configure(config, pool).map_err(VerbsError::from)?;
             Ok(port)
         };
         let ports = [open(client)?, open(server)?];

@@ -415,7 +415,7 @@ impl Expectation {
     pub fn check(mut self, delivered: &[Vec<u8>]) -> Result<(), String> {
         for f in delivered {
             let request = service_request(f)?;
-            if let Some((src, coap)) = request {
+            if let Some(ServiceRequest { src, coap }) = request {
                 authenticated(src, coap).map_err(|why| {
                     format!("a request without a valid token ({why}) reached the host: {f:02x?}")
                 })?;
@@ -446,7 +446,7 @@ impl Expectation {
 /// Reads a frame the host received as a host IP stack would: it must be a whole, consistent
 /// IPv4 datagram (a fragment or an inconsistent header is already a breach). For UDP to the
 /// service: the sender and the CoAP message (the UDP payload as the UDP length delimits it).
-fn service_request(f: &[u8]) -> Result<Option<([u8; 4], &[u8])>, String> {
+fn service_request(f: &[u8]) -> Result<Option<ServiceRequest<'_>>, String> {
     let bad = |why: &str| Err(format!("{why} reached the host: {f:02x?}"));
     let Some(ip) = f.get(ethernet::HEADER_LEN..) else {
         return bad("a runt");
@@ -474,7 +474,16 @@ fn service_request(f: &[u8]) -> Result<Option<([u8; 4], &[u8])>, String> {
     if u16::from_be_bytes([udp[2], udp[3]]) != COAP_PORT {
         return Ok(None);
     }
-    Ok(Some((p.src_addr(), &udp[8..len])))
+    Ok(Some(ServiceRequest {
+        src: p.src_addr(),
+        coap: &udp[8..len],
+    }))
+}
+
+/// A request to the service as the host received it: its sender and its CoAP message.
+struct ServiceRequest<'a> {
+    src: [u8; 4],
+    coap: &'a [u8],
 }
 
 /// Verifies the request's token as the service would, independently of the accelerator's code:

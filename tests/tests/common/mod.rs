@@ -42,7 +42,12 @@ pub const TX_SLOTS: usize = 64;
 /// Both functions up; each with an EQ (vector 0), a send CQ + SQ and a receive CQ + RQ; each
 /// vPort's receive root table sends everything to its RQ.
 pub fn rig(layout: RqLayout, log_rq: u8, log_cq: u8) -> Rig {
-    let card = Card::new(CardConfig::default());
+    rig_on(CardConfig::default(), layout, log_rq, log_cq)
+}
+
+/// [`rig`] on a card built with `config`.
+pub fn rig_on(config: CardConfig, layout: RqLayout, log_rq: u8, log_cq: u8) -> Rig {
+    let card = Card::new(config);
     let host = InProcessHost::new(card.clone(), 512 << 20).unwrap();
     let mut ports = Vec::new();
     for i in 0..2 {

@@ -37,7 +37,9 @@ pub const BAR_DOORBELL: u8 = 2;
 pub const BAR_MSIX: u8 = 4;
 
 pub const BAR_CONTROL_SIZE: u64 = 0x1000;
-pub const BAR_DOORBELL_SIZE: u64 = 0x40000;
+/// The doorbell words (0..0x40000) and the WQE-by-MMIO buffers of every SQ and QP
+/// ([`db::SQ_WQE_BASE`], [`db::QP_SQ_WQE_BASE`]).
+pub const BAR_DOORBELL_SIZE: u64 = 0x80_0000;
 pub const BAR_MSIX_SIZE: u64 = 0x1000;
 pub const MSIX_TABLE_OFFSET: u32 = 0x0;
 pub const MSIX_PBA_OFFSET: u32 = 0x800;
@@ -131,6 +133,41 @@ pub mod db {
     pub const SRQ_BASE: u64 = 0x30000;
     /// Queue pair slots: the most QPs a NIC has.
     pub const QP_SLOTS: u32 = 16384;
+    /// WQE-by-MMIO buffers of the Ethernet SQs: [`WQE_BUFFER_STRIDE`] bytes per SQ number
+    /// (`docs/nic-interface.md` §4.1).
+    pub const SQ_WQE_BASE: u64 = 0x8_0000;
+    /// WQE-by-MMIO buffers of the queue pairs' send queues, slot `qpn - QPN_BASE`.
+    pub const QP_SQ_WQE_BASE: u64 = 0x40_0000;
+    /// Bytes of one WQE-by-MMIO buffer: [`WQE_BUFFER_BLOCKS`] basic blocks of WQE, then the
+    /// seal word at [`WQE_SEAL_OFFSET`] (in a 64-byte chunk of its own).
+    pub const WQE_BUFFER_STRIDE: u64 = 0x100;
+    /// Basic blocks (64 bytes each) a WQE-by-MMIO buffer holds: a WQE of up to 192 bytes.
+    pub const WQE_BUFFER_BLOCKS: u32 = 3;
+    pub const WQE_SEAL_OFFSET: u64 = 0xc0;
+    /// Seal bit: the buffer holds a whole WQE.
+    pub const WQE_SEAL_VALID: u32 = 1 << 31;
+
+    /// Byte offset of the WQE-by-MMIO buffer of queue `n` in the area at `base`.
+    pub const fn wqe_buffer(base: u64, n: u32) -> u64 {
+        base + WQE_BUFFER_STRIDE * n as u64
+    }
+
+    /// The seal of a buffer holding the WQE that starts at basic-block counter `counter` and
+    /// takes `blocks` (1..=[`WQE_BUFFER_BLOCKS`]) blocks.
+    pub const fn wqe_seal(counter: u32, blocks: u32) -> u32 {
+        WQE_SEAL_VALID | ((blocks & 3) << 16) | (counter & PI_MASK)
+    }
+
+    /// What a seal word says: the WQE's basic-block counter (16 bits) and its blocks, when the
+    /// seal is valid and names 1..=[`WQE_BUFFER_BLOCKS`] blocks.
+    pub const fn seal_wqe(seal: u32) -> Option<(u32, u32)> {
+        let blocks = (seal >> 16) & 3;
+        if seal & WQE_SEAL_VALID == 0 || blocks == 0 {
+            None
+        } else {
+            Some((seal & PI_MASK, blocks))
+        }
+    }
     pub const CI_MASK: u32 = 0x00ff_ffff;
     /// Producer counters of SQ and RQ doorbells are 16 bits.
     pub const PI_MASK: u32 = 0xffff;

@@ -132,6 +132,8 @@ fn create_sq(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         c.core.cqs.add_ref(cqn);
         c.core.active_sqs.push(id);
         c.doorbells.store(db::slot(db::SQ_BASE, id), 0);
+        c.doorbells
+            .store(db::wqe_buffer(db::SQ_WQE_BASE, id) + db::WQE_SEAL_OFFSET, 0);
     }
     created(out, id)
 }
@@ -177,6 +179,8 @@ fn modify_sq(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
     q.state = QueueState::Ready;
     q.ci = 0;
     c.doorbells.store(db::slot(db::SQ_BASE, id), 0);
+    c.doorbells
+        .store(db::wqe_buffer(db::SQ_WQE_BASE, id) + db::WQE_SEAL_OFFSET, 0);
     Ok(0)
 }
 
@@ -210,6 +214,7 @@ fn create_rq(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         kind,
         ci: 0,
         open: None,
+        prefetched: Default::default(),
         state: QueueState::Ready,
         refs: 0,
         packets: 0,
@@ -220,13 +225,16 @@ fn create_rq(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
     });
     if let Some(id) = id {
         c.core.cqs.add_ref(cqn);
+        c.core.active_rqs.push(id);
         c.doorbells.store(db::slot(db::RQ_BASE, id), 0);
     }
     created(out, id)
 }
 
 fn destroy_rq(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
-    let rq = c.core.rqs.take_unreferenced(object(body)?, c.function)?;
+    let id = object(body)?;
+    let rq = c.core.rqs.take_unreferenced(id, c.function)?;
+    c.core.active_rqs.retain(|&x| x != id);
     c.core.cqs.drop_ref(rq.cqn);
     Ok(0)
 }
@@ -255,6 +263,7 @@ fn modify_rq(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
     q.state = QueueState::Ready;
     q.ci = 0;
     q.open = None;
+    q.prefetched = Default::default();
     c.doorbells.store(db::slot(db::RQ_BASE, id), 0);
     Ok(0)
 }

@@ -291,6 +291,10 @@ fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
     }
     c.doorbells.store(db::slot(db::QP_SQ_BASE, index), 0);
     c.doorbells.store(db::slot(db::QP_RQ_BASE, index), 0);
+    c.doorbells.store(
+        db::wqe_buffer(db::QP_SQ_WQE_BASE, index) + db::WQE_SEAL_OFFSET,
+        0,
+    );
     created(out, Some(Rdma::qpn(index)))
 }
 
@@ -344,6 +348,10 @@ fn modify_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
             qp.last_wqe_reported = false;
             c.doorbells.store(db::slot(db::QP_SQ_BASE, index), 0);
             c.doorbells.store(db::slot(db::QP_RQ_BASE, index), 0);
+            c.doorbells.store(
+                db::wqe_buffer(db::QP_SQ_WQE_BASE, index) + db::WQE_SEAL_OFFSET,
+                0,
+            );
         }
         (QpState::Init, QpState::Rtr) => {
             qp.resp.expected_psn = attr.rq_psn.get();

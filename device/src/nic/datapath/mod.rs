@@ -10,9 +10,12 @@ mod receive;
 mod roce;
 mod switching;
 mod transmit;
+mod wqe_mmio;
 
 pub(crate) use completions::CqeRun;
+pub use receive::RxPrefetchCounters;
 pub(crate) use transmit::{WqePrefetch, FETCH_BLOCKS};
+pub use wqe_mmio::WqeMmioCounters;
 
 use super::{NicCore, Port, MAX_HOST_FUNCTIONS};
 use crate::fabric::{DmaPort, Fabric, RouteSnapshot};
@@ -43,6 +46,30 @@ impl<'a> Ctx<'a> {
         self.ports
             .get(owner as usize)
             .map_or(0, |p| p.doorbells.load(offset))
+    }
+
+    /// The WQE at basic-block `counter` from `owner`'s WQE-by-MMIO buffer at `buffer`, if the
+    /// buffer holds it whole (see [`wqe_mmio`]); counted in `stats`.
+    fn wqe_from_buffer(
+        &self,
+        owner: u16,
+        buffer: u64,
+        (counter, pending): (u32, u32),
+        out: &mut [u8],
+        stats: &mut WqeMmioCounters,
+    ) -> Option<u32> {
+        let area = &self.ports.get(owner as usize)?.doorbells;
+        match wqe_mmio::take_wqe(area, buffer, counter, pending, out) {
+            wqe_mmio::WqeBuffer::Taken(blocks) => {
+                stats.taken += 1;
+                Some(blocks)
+            }
+            wqe_mmio::WqeBuffer::Rejected => {
+                stats.rejected += 1;
+                None
+            }
+            wqe_mmio::WqeBuffer::Absent => None,
+        }
     }
 
     /// The NIC's time, read once per batch.
@@ -89,6 +116,9 @@ pub(super) fn poll(
     work += transmit::transmit(core, &mut ctx);
     work += roce::poll(core, &mut ctx);
     work += switching::uplink_receive(core, &mut ctx);
+    // Last, so what the receives of this pass read is theirs, and what is read ahead waits for
+    // frames to come.
+    work += receive::prefetch(core, &mut ctx);
     completions::flush_cqes(core, &mut ctx);
     work
 }

@@ -3,13 +3,20 @@
 //! consecutive strides of the open WQE in a striding (multi-packet) RQ, where a filler CQE
 //! releases the strides a packet cannot use — and completed with a CQE. No posted buffer or no
 //! CQ space is a counted drop; an unreachable buffer or a bad WQE moves the RQ to the error state.
+//!
+//! Receive WQEs are read ahead ([`prefetch`], `docs/nic-interface.md` §7.5): after a doorbell
+//! posts them, each RQ keeps the next [`RX_PREFETCH_DEPTH`] on chip, so a frame that arrives
+//! finds its buffer without a read round trip, as a ConnectX's do. What was read ahead is exactly
+//! what a fetch on arrival would read (the same counters, never past the doorbell), so results
+//! do not depend on it; a failed read ahead leaves the WQE to the fetch on arrival, which then
+//! reports the error.
 
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::FromBytes;
 
 use super::completions::{cq_lacks_room, report_queue_error, write_cqe};
 use super::{Ctx, NicCore};
-use crate::nic::queues::{OpenWqe, RqKind};
+use crate::nic::queues::{OpenWqe, RqKind, RX_PREFETCH_DEPTH};
 use fld_abi::nic::*;
 
 /// Places a frame into RQ `rqn` and writes its CQE with `opcode`. False when it was dropped.
@@ -162,8 +169,79 @@ fn wqe_available(core: &mut NicCore, rqn: u32, pi: u32) -> bool {
         .is_some_and(|rq| pi.wrapping_sub(rq.ci) & db::PI_MASK != 0)
 }
 
-/// Reads the RQ's next WQE; a DMA failure, a doorbell overflow or a bad memory key puts the RQ in
-/// error and returns None.
+/// How the receive WQEs read ahead were used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxPrefetchCounters {
+    /// DMA reads that brought WQEs ahead of their frames.
+    pub reads: u64,
+    /// WQEs they brought.
+    pub wqes: u64,
+    /// Receives that found their WQE on chip.
+    pub hits: u64,
+}
+
+/// Reads ahead the receive WQEs posted to every ready RQ, up to [`RX_PREFETCH_DEPTH`] per RQ:
+/// one read per RQ that has room and posted WQEs beyond what it holds, never past the doorbell
+/// or the ring's end. Returns the reads issued.
+pub(super) fn prefetch(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
+    let depth = core.config.rx_prefetch_depth.min(RX_PREFETCH_DEPTH);
+    let mut reads = 0;
+    for i in 0..core.active_rqs.len() {
+        let rqn = core.active_rqs[i];
+        let Some(rq) = core.rqs.get(rqn) else {
+            continue;
+        };
+        let next = rq.next_fetch();
+        let held = if rq.prefetched.first == next {
+            rq.prefetched.len
+        } else {
+            0
+        };
+        if rq.state != QueueState::Ready || held >= depth {
+            continue;
+        }
+        let pi = ctx.doorbell(rq.owner, db::slot(db::RQ_BASE, rqn)) & db::PI_MASK;
+        let posted = pi.wrapping_sub(next) & db::PI_MASK;
+        let size = 1u32 << rq.log_size;
+        // An overflowing doorbell is the fetch on arrival's to report.
+        if posted > size || posted as usize <= held {
+            continue;
+        }
+        let first = next.wrapping_add(held as u32) & (size - 1);
+        let n = (posted as usize)
+            .min(depth)
+            .saturating_sub(held)
+            .min((size - first) as usize);
+        let at = rq.addr + u64::from(first) * RECV_WQE_SIZE as u64;
+        let mut b = [0u8; RX_PREFETCH_DEPTH * RECV_WQE_SIZE];
+        let owner = rq.owner;
+        if ctx
+            .dma(owner)
+            .read(at, &mut b[..n * RECV_WQE_SIZE])
+            .is_err()
+        {
+            continue;
+        }
+        reads += 1;
+        let Some(rq) = core.rqs.get_mut(rqn) else {
+            continue;
+        };
+        for (k, w) in b[..n * RECV_WQE_SIZE]
+            .chunks_exact(RECV_WQE_SIZE)
+            .enumerate()
+        {
+            rq.prefetched.wqes[held + k] = RecvWqe::read_from_bytes(w).unwrap_or_default();
+        }
+        rq.prefetched.first = next;
+        rq.prefetched.len = held + n;
+        core.rx_prefetch.reads += 1;
+        core.rx_prefetch.wqes += n as u64;
+    }
+    reads
+}
+
+/// Reads the RQ's next WQE — from what was read ahead, or by DMA; a DMA failure, a doorbell
+/// overflow or a bad memory key puts the RQ in error and returns None.
 fn fetch_recv_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, pi: u32) -> Option<RecvWqe> {
     let rq = core.rqs.get(rqn)?;
     if pi.wrapping_sub(rq.ci) & db::PI_MASK > 1 << rq.log_size {
@@ -172,12 +250,23 @@ fn fetch_recv_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, pi: u32) -> O
         return None;
     }
     let slot = rq.addr + ((rq.ci & ((1 << rq.log_size) - 1)) as u64) * RECV_WQE_SIZE as u64;
-    let mut b = [0u8; RECV_WQE_SIZE];
-    if ctx.dma(rq.owner).read(slot, &mut b).is_err() {
-        rq_error(core, ctx, rqn, syndrome::DMA_ERROR);
-        return None;
-    }
-    let wqe = RecvWqe::read_from_bytes(&b).ok()?;
+    let owner = rq.owner;
+    let counter = rq.ci;
+    let ahead = core.rqs.get_mut(rqn)?.prefetched.take(counter);
+    let wqe = match ahead {
+        Some(w) => {
+            core.rx_prefetch.hits += 1;
+            w
+        }
+        None => {
+            let mut b = [0u8; RECV_WQE_SIZE];
+            if ctx.dma(owner).read(slot, &mut b).is_err() {
+                rq_error(core, ctx, rqn, syndrome::DMA_ERROR);
+                return None;
+            }
+            RecvWqe::read_from_bytes(&b).ok()?
+        }
+    };
     if wqe.lkey.get() != RESERVED_LKEY {
         rq_error(core, ctx, rqn, syndrome::BAD_RECV_WQE);
         return None;
@@ -191,6 +280,7 @@ fn rq_error(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, syn: u8) {
     };
     rq.state = QueueState::Error;
     rq.open = None;
+    rq.prefetched = Default::default();
     let (cqn, owner, ci) = (rq.cqn, rq.owner, rq.ci);
     log::debug!("RQ {rqn}: error syndrome {syn:#x} at WQE {ci}");
     report_queue_error(

@@ -1,6 +1,7 @@
 //! The transmit block: per SQ, the producer doorbell says how many WQE basic blocks are posted;
-//! each WQE is fetched by DMA and read through [`SendWqeView`], its frame gathered (inline header
-//! plus data segments), IPv4/TCP/UDP checksums inserted on request, and the frame handed to the
+//! each WQE is taken from the SQ's WQE-by-MMIO buffer when the driver put it there
+//! ([`super::wqe_mmio`]) or fetched by DMA, and read through [`SendWqeView`], its frame gathered
+//! (inline header plus data segments), IPv4/TCP/UDP checksums inserted on request, and the frame handed to the
 //! eSwitch. A malformed WQE, an unreachable address or a doorbell beyond the ring moves the SQ to
 //! the error state with an error CQE and an event; completions follow the WQE's signalling.
 //! Basic blocks are fetched ahead in bursts ([`WqePrefetch`]): one DMA read brings up to
@@ -125,7 +126,7 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]
         let (result, nbb) = execute_wqe(
             core,
             ctx,
-            owner,
+            (owner, sqn),
             (addr, log_size),
             (ci, pending),
             (&mut wqe, &mut prefetch),
@@ -190,34 +191,67 @@ fn sq_error(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, wqe_index: u16, syn
     );
 }
 
-/// Reads the WQE at counter `ci` of the ring at `addr` (through the SQ's prefetch), builds and
-/// sends its frame. Returns the sent length and the number of basic blocks the WQE occupies.
+/// Reads the WQE at counter `ci` of SQ `sqn`'s ring at `addr` (from its WQE-by-MMIO buffer, or
+/// through the SQ's prefetch), builds and sends its frame. Returns the sent length and the
+/// number of basic blocks the WQE occupies.
 fn execute_wqe(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
-    owner: u16,
+    (owner, sqn): (u16, u32),
     (addr, log_size): (u64, u8),
     (ci, pending): (u32, u32),
     (wqe, prefetch): (&mut [u8], &mut WqePrefetch),
     frame: &mut [u8],
 ) -> (Result<usize, WqeError>, u32) {
+    let buffer = db::wqe_buffer(db::SQ_WQE_BASE, sqn);
+    let nbb = match ctx.wqe_from_buffer(owner, buffer, (ci, pending), wqe, &mut core.wqe_mmio) {
+        Some(nbb) => nbb,
+        None => match fetch_wqe(
+            ctx.dma(owner),
+            (addr, log_size),
+            (ci, pending),
+            wqe,
+            prefetch,
+        ) {
+            Ok(nbb) => nbb,
+            Err(e) => return e,
+        },
+    };
+    let Ok(view) = SendWqeView::new_checked(&wqe[..nbb as usize * WQEBB]) else {
+        return (Err(WqeError(syndrome::BAD_WQE)), nbb);
+    };
+    match view.ctrl().opcode {
+        WQE_OP_NOP => (Ok(0), nbb),
+        WQE_OP_SEND => (build_and_send(core, ctx, owner, &view, frame), nbb),
+        _ => (Err(WqeError(syndrome::BAD_WQE)), nbb),
+    }
+}
+
+/// Reads the WQE at counter `ci` of the ring through the SQ's prefetch into `wqe`; returns its
+/// basic blocks, or the error and the blocks it consumes.
+fn fetch_wqe(
+    dma: &mut crate::fabric::DmaPort<'_>,
+    (addr, log_size): (u64, u8),
+    (ci, pending): (u32, u32),
+    wqe: &mut [u8],
+    prefetch: &mut WqePrefetch,
+) -> Result<u32, (Result<usize, WqeError>, u32)> {
     let ring = (addr, (1u32 << log_size) - 1);
-    let dma = ctx.dma(owner);
     if prefetch
         .block(dma, ring, ci, pending, &mut wqe[..WQEBB])
         .is_err()
     {
         wqe.fill(0);
-        return (Err(WqeError(syndrome::DMA_ERROR)), 1);
+        return Err((Err(WqeError(syndrome::DMA_ERROR)), 1));
     }
     let Ok((ctrl, _)) = CtrlSeg::read_from_prefix(&wqe[..]) else {
-        return (Err(WqeError(syndrome::BAD_WQE)), 1);
+        return Err((Err(WqeError(syndrome::BAD_WQE)), 1));
     };
     let nbb = ctrl.wqebbs();
     // More segments than a WQE may have (found by the nic_sq fuzz target: the blocks were read
     // past the WQE buffer), or more blocks than were posted.
     if u16::from(ctrl.ds_count) > MAX_WQE_DS || nbb > pending {
-        return (Err(WqeError(syndrome::BAD_WQE)), nbb.min(pending));
+        return Err((Err(WqeError(syndrome::BAD_WQE)), nbb.min(pending)));
     }
     for n in 1..nbb {
         let at = n as usize * WQEBB;
@@ -227,17 +261,10 @@ fn execute_wqe(
             .block(dma, ring, counter, pending - n, out)
             .is_err()
         {
-            return (Err(WqeError(syndrome::DMA_ERROR)), nbb);
+            return Err((Err(WqeError(syndrome::DMA_ERROR)), nbb));
         }
     }
-    let Ok(view) = SendWqeView::new_checked(&wqe[..nbb as usize * WQEBB]) else {
-        return (Err(WqeError(syndrome::BAD_WQE)), nbb);
-    };
-    match ctrl.opcode {
-        WQE_OP_NOP => (Ok(0), nbb),
-        WQE_OP_SEND => (build_and_send(core, ctx, owner, &view, frame), nbb),
-        _ => (Err(WqeError(syndrome::BAD_WQE)), nbb),
-    }
+    Ok(nbb)
 }
 
 /// Gathers the frame of a SEND WQE, inserts checksums and hands it to the eSwitch.

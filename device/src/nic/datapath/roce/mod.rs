@@ -531,6 +531,13 @@ fn fetch_send_wqe(
     core.rdma.wqe_held = None;
     let qp = core.rdma.qps.get(qpi)?;
     let (owner, ring) = (qp.owner, qp.sq);
+    // A WQE the driver put in the QP's WQE-by-MMIO buffer needs no fetch.
+    let buffer = db::wqe_buffer(db::QP_SQ_WQE_BASE, qpi);
+    let (wqe, stats) = (&mut core.rdma.wqe, &mut core.wqe_mmio);
+    if let Some(nbb) = ctx.wqe_from_buffer(owner, buffer, (counter, max_bbs), wqe, stats) {
+        core.rdma.wqe_held = Some((qpi, counter, nbb));
+        return Some(nbb);
+    }
     let mask = (1u32 << ring.log_size) - 1;
     let bb = |n: u32| ring.addr + u64::from(counter.wrapping_add(n) & mask) * WQEBB as u64;
     let wqe = &mut core.rdma.wqe;
