@@ -8,7 +8,7 @@
 //! PSNs the exchange announced.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -287,26 +287,34 @@ fn ensure_tshark(log: &Path) -> Result<()> {
 
 /// The capture as tshark dissects it: no malformed packet, RoCE only with the opcodes of SENDs
 /// and ACKs, both QPNs, and each direction's SEND PSNs consecutive from the announced PSN.
-fn check_capture(pcap: &Path, host: &Value) -> (bool, String) {
-    let malformed = Command::new("tshark")
-        .arg("-r")
-        .arg(pcap)
-        .args(["-Y", "_ws.malformed"])
-        .stderr(Stdio::null())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
-        .unwrap_or(usize::MAX);
-    let fields = Command::new("tshark")
-        .arg("-r")
-        .arg(pcap)
-        .args(["-Y", "infiniband", "-T", "fields"])
-        .args(["-e", "infiniband.bth.opcode"])
-        .args(["-e", "infiniband.bth.destqp"])
-        .args(["-e", "infiniband.bth.psn"])
-        .stderr(Stdio::null())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-        .unwrap_or_default();
+/// A tshark that fails is an error with its exit status and its log's last lines (`tshark.log`
+/// beside the capture).
+fn check_capture(pcap: &Path, host: &Value) -> Result<(bool, String)> {
+    let log = pcap.with_file_name("tshark.log");
+    let _ = std::fs::remove_file(&log);
+    let malformed = child::run(
+        Command::new("tshark")
+            .arg("-r")
+            .arg(pcap)
+            .args(["-Y", "_ws.malformed"]),
+        "tshark -Y _ws.malformed",
+        &log,
+        Echo::Quiet,
+    )?
+    .lines()
+    .count();
+    let fields = child::run(
+        Command::new("tshark")
+            .arg("-r")
+            .arg(pcap)
+            .args(["-Y", "infiniband", "-T", "fields"])
+            .args(["-e", "infiniband.bth.opcode"])
+            .args(["-e", "infiniband.bth.destqp"])
+            .args(["-e", "infiniband.bth.psn"]),
+        "tshark -T fields",
+        &log,
+        Echo::Quiet,
+    )?;
     let num = |s: &str| {
         let s = s.trim();
         s.strip_prefix("0x").map_or_else(
@@ -350,14 +358,14 @@ fn check_capture(pcap: &Path, host: &Value) -> (bool, String) {
     let theirs = consecutive(local_qpn, remote_psn);
     let acks = packets.iter().filter(|p| p.0 == 17).count();
     let ok = malformed == 0 && opcodes_ok && qpns_ok && ours && theirs && acks > 0;
-    (
+    Ok((
         ok,
         format!(
             "({} RoCE packets, {malformed} malformed, {acks} ACKs, opcodes ok {opcodes_ok}, \
              QPNs ok {qpns_ok}, our PSNs consecutive {ours}, the guest's {theirs})",
             packets.len()
         ),
-    )
+    ))
 }
 
 pub fn test_rxe(workspace: &Path, timeout: u64) -> Result<bool> {
@@ -449,7 +457,13 @@ pub fn test_rxe(workspace: &Path, timeout: u64) -> Result<bool> {
         ));
         if c.capture {
             let (ok, detail) = match &h.json {
-                Some(j) => check_capture(&dir.join("capture.pcap"), j),
+                Some(j) => check_capture(&dir.join("capture.pcap"), j).unwrap_or_else(|e| {
+                    eprintln!("xtask: {e}");
+                    (
+                        false,
+                        "(tshark failed: its exit status and last lines are above)".into(),
+                    )
+                }),
                 None => (false, "(no capture: the run failed)".into()),
             };
             results.push(("rxe_capture_dissected_by_tshark".into(), ok, detail));
