@@ -124,7 +124,9 @@ impl Ran {
 }
 
 /// Runs `cmd` to its end, its standard output and error appended line by line to `log` (and
-/// copied to this terminal as `echo` says). An error only if it could not be started.
+/// copied to this terminal as `echo` says). The two streams stay apart, so that the standard
+/// output can be parsed; in the log their lines interleave in the order they are read, which
+/// can differ from the order they were written. An error only if it could not be started.
 pub fn run_logged(cmd: &mut Command, what: &str, log: &Path, echo: Echo) -> Result<Ran, String> {
     let file = Arc::new(Mutex::new(append(log)?));
     let mut child = cmd
@@ -261,7 +263,9 @@ pub(crate) mod tests {
         let dir = scratch("failing-child");
         let log = dir.join("step.log");
         let err = run(
-            &mut sh("for i in $(seq 1 25); do echo line $i; done; echo cause of it >&2; exit 3"),
+            &mut sh(
+                "exec >&2; for i in $(seq 1 25); do echo line $i; done; echo cause of it; exit 3",
+            ),
             "the step",
             &log,
             Echo::Quiet,

@@ -143,8 +143,9 @@ fn guest_setup_reports_a_failing_debootstrap_with_its_last_lines() {
     program(
         &bin,
         "debootstrap",
-        "echo 'I: Retrieving InRelease'\n\
-         echo 'E: Failed getting release file http://deb.debian.org/debian/dists/trixie/Release' >&2\n\
+        "exec >&2\n\
+         echo 'I: Retrieving InRelease'\n\
+         echo 'E: Failed getting release file http://deb.debian.org/debian/dists/trixie/Release'\n\
          exit 1",
     );
     let cache = dir.join("guest");
