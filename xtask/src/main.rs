@@ -75,8 +75,9 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
-    /// Run `fldemu selftest` and the CPU and FLD-E demos inside the guest over vfio-pci;
-    /// pass/fail per test, the guest console on failure.
+    /// Run `fldemu selftest` and the CPU and FLD-E demos inside the guest over vfio-pci, and the
+    /// FLD-E demo with the Verilog echo as the accelerator (skipped without Verilator, unless
+    /// FLDEMU_REQUIRE_VERILATOR is set); pass/fail per test, the logs' last lines on failure.
     TestGuest {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
