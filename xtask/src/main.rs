@@ -140,9 +140,13 @@ fn workspace() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// Where xtask keeps the logs of the programs it runs on the host.
+/// Where xtask keeps the logs of the programs it runs on the host: `$FLDEMU_XTASK_LOGS`, else
+/// `target/xtask` (xtask's own tests run it with a directory of their own, so as not to write
+/// over the logs of an xtask that runs them).
 fn logs() -> PathBuf {
-    workspace().join("target/xtask")
+    std::env::var_os("FLDEMU_XTASK_LOGS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/xtask"))
 }
 
 fn build_fldemu() -> Result<(), String> {

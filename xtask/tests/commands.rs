@@ -10,15 +10,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Held by every test: a stand-in program written while another test's child is being forked
-/// could not be run ("text file busy"), and two runs of cargo stand-ins share a log.
+/// could not be run ("text file busy").
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace")
-        .to_path_buf()
-}
 
 /// A fresh, empty directory for one test.
 fn scratch(name: &str) -> PathBuf {
@@ -43,8 +36,9 @@ struct Run {
     stderr: String,
 }
 
-/// Runs xtask with `args`, its `PATH` being `path` and its guest in `cache` (a directory called
-/// `guest`, as xtask names it under `FLDEMU_GUEST_CACHE`), plus `env`.
+/// Runs xtask with `args`, its `PATH` being `path`, its guest in `cache` (a directory called
+/// `guest`, as xtask names it under `FLDEMU_GUEST_CACHE`) and its logs beside it in `logs`,
+/// plus `env`.
 fn xtask(args: &[&str], path: &Path, cache: &Path, env: &[(&str, OsString)]) -> Run {
     let started = Instant::now();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
@@ -54,6 +48,7 @@ fn xtask(args: &[&str], path: &Path, cache: &Path, env: &[(&str, OsString)]) -> 
             "FLDEMU_GUEST_CACHE",
             cache.parent().expect("the cache's parent"),
         )
+        .env("FLDEMU_XTASK_LOGS", cache.with_file_name("logs"))
         .env_remove("FLDEMU_REQUIRE_VERILATOR")
         .env_remove("FLDEMU_DEBIAN_MIRROR");
     for (k, v) in env {
@@ -276,10 +271,10 @@ fn failing_cargo(dir: &Path) -> PathBuf {
 }
 
 /// The report of [`failing_cargo`] run as `cargo ARGS` with its log in `log`.
-fn cargo_failure(args: &str, log: &str) -> String {
+fn cargo_failure(args: &str, log: &Path) -> String {
     let mut s = format!(
         "xtask: cargo {args} failed (exit status: 101)\n  {} (last 20 of 26 lines):\n",
-        workspace().join("target/xtask").join(log).display()
+        log.display()
     );
     for i in 6..=24 {
         s.push_str(&format!("  |    Compiling crate{i} v0.1.0\n"));
@@ -309,8 +304,10 @@ fn ci_reports_a_failing_cargo_with_its_last_lines() {
         run.stderr
     );
     assert!(
-        run.stderr
-            .ends_with(&cargo_failure("test --workspace", "cargo-test.log")),
+        run.stderr.ends_with(&cargo_failure(
+            "test --workspace",
+            &dir.join("logs/cargo-test.log")
+        )),
         "{}",
         run.stderr
     );
@@ -339,7 +336,8 @@ fn demo_and_bench_report_a_failing_cargo_with_its_last_lines() {
         );
         assert!(!run.success);
         assert!(
-            run.stderr.ends_with(&cargo_failure(args, "cargo-run.log")),
+            run.stderr
+                .ends_with(&cargo_failure(args, &dir.join("logs/cargo-run.log"))),
             "{}",
             run.stderr
         );
