@@ -244,12 +244,27 @@ pub fn duration(d: Duration) -> String {
 pub(crate) mod tests {
     use super::*;
 
-    /// A fresh, empty directory for one test.
-    pub(crate) fn scratch(name: &str) -> PathBuf {
+    /// A fresh, empty directory for one test, removed when the test ends.
+    pub(crate) struct Scratch(PathBuf);
+
+    impl std::ops::Deref for Scratch {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    pub(crate) fn scratch(name: &str) -> Scratch {
         let dir = std::env::temp_dir().join(format!("xtask-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        dir
+        Scratch(dir)
     }
 
     fn sh(script: &str) -> Command {

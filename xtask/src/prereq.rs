@@ -364,10 +364,10 @@ pub fn profile(host: &Host) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::child::tests::scratch;
+    use crate::child::tests::{scratch, Scratch};
 
     /// A directory holding an executable stand-in for each of `programs`.
-    fn bin_dir(name: &str, programs: &[&str]) -> PathBuf {
+    fn bin_dir(name: &str, programs: &[&str]) -> Scratch {
         use std::os::unix::fs::PermissionsExt;
         let dir = scratch(name);
         for p in programs {
@@ -386,8 +386,9 @@ mod tests {
         }
     }
 
-    fn unprovisioned(name: &str) -> GuestPaths {
-        GuestPaths::at(scratch(name).join("guest"))
+    /// A guest cache in `under` with nothing in it.
+    fn unprovisioned(under: &Path) -> GuestPaths {
+        GuestPaths::at(under.join("guest"))
     }
 
     #[test]
@@ -429,7 +430,7 @@ mod tests {
     #[test]
     fn with_verilator_required_its_absence_stops_test_guest_up_front() {
         let bin = bin_dir("rtl-required", &["c++", "make"]);
-        let paths = unprovisioned("rtl-required-cache");
+        let paths = unprovisioned(&bin);
         let err = test_guest(&rtl_boot(&host(&bin, true, true)), &paths).unwrap_err();
         assert_eq!(
             err,
@@ -453,7 +454,7 @@ mod tests {
     #[test]
     fn guest_setup_names_root_and_debootstrap() {
         let bin = bin_dir("setup-user", &["apt-get"]);
-        let paths = unprovisioned("setup-user-cache");
+        let paths = unprovisioned(&bin);
         assert_eq!(
             guest_setup(&host(&bin, false, false), &paths).unwrap_err(),
             format!(
@@ -478,7 +479,7 @@ mod tests {
     #[test]
     fn an_rtl_accelerator_in_guest_run_needs_verilator() {
         let bin = bin_dir("run-rtl", &["c++"]);
-        let paths = unprovisioned("run-rtl-cache");
+        let paths = unprovisioned(&bin);
         let err = guest_run(&host(&bin, true, false), &paths, "rtl:designs/mine").unwrap_err();
         assert!(
             err.starts_with(
@@ -497,7 +498,8 @@ mod tests {
 
     #[test]
     fn a_stale_guest_is_named_as_such() {
-        let paths = unprovisioned("stale");
+        let dir = scratch("stale");
+        let paths = unprovisioned(&dir);
         std::fs::create_dir_all(&paths.root).unwrap();
         std::fs::write(paths.root.join(".fldemu-guest"), "an older recipe").unwrap();
         assert_eq!(
@@ -546,7 +548,7 @@ mod tests {
     #[test]
     fn test_rxe_names_root_tshark_and_ports() {
         let bin = bin_dir("rxe", &["apt-get"]);
-        let paths = unprovisioned("rxe-cache");
+        let paths = unprovisioned(&bin);
         let held = UdpSocket::bind("127.0.0.1:0").unwrap();
         let number = held.local_addr().unwrap().port();
         let ports = [Port {
@@ -570,7 +572,7 @@ mod tests {
     #[test]
     fn test_rxe_needs_root_for_rdma_core_in_a_provisioned_guest() {
         let bin = bin_dir("rxe-root", &["tshark"]);
-        let paths = unprovisioned("rxe-root-cache");
+        let paths = unprovisioned(&bin);
         paths.mark_ready_for_tests();
         assert_eq!(
             test_rxe(&host(&bin, false, false), &paths, false, &[]).unwrap_err(),

@@ -13,12 +13,27 @@ use std::time::{Duration, Instant};
 /// could not be run ("text file busy").
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// A fresh, empty directory for one test.
-fn scratch(name: &str) -> PathBuf {
+/// A fresh, empty directory for one test, removed when the test ends.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("xtask-commands-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 /// `dir/name`, an executable shell script with `body`.
