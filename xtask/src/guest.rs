@@ -15,8 +15,11 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::child::{self, Echo};
+use crate::prereq::{self, Host};
 
 /// Bump when the provisioning recipe changes: an older cache is rebuilt.
 const RECIPE: &str = "trixie-minbase+backports-qemu;kernel,busybox-static,kmod,pciutils;v1";
@@ -46,12 +49,22 @@ pub struct GuestPaths {
 
 impl GuestPaths {
     pub fn new() -> GuestPaths {
-        let cache = std::env::var_os("FLDEMU_GUEST_CACHE")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("fldemu")))
-            .or_else(|| std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".cache/fldemu")))
-            .unwrap_or_else(|| PathBuf::from("target/fldemu-cache"))
-            .join("guest");
+        GuestPaths::at(
+            std::env::var_os("FLDEMU_GUEST_CACHE")
+                .map(PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("fldemu"))
+                })
+                .or_else(|| {
+                    std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".cache/fldemu"))
+                })
+                .unwrap_or_else(|| PathBuf::from("target/fldemu-cache"))
+                .join("guest"),
+        )
+    }
+
+    /// A guest cached in `cache`.
+    pub fn at(cache: PathBuf) -> GuestPaths {
         GuestPaths {
             root: cache.join("root"),
             initrd: cache.join("initrd.cpio"),
@@ -66,6 +79,19 @@ impl GuestPaths {
     pub fn ready(&self) -> bool {
         std::fs::read_to_string(self.marker()).is_ok_and(|s| s.trim() == RECIPE)
             && self.initrd.exists()
+    }
+
+    /// Provisioned once, by a recipe other than this one.
+    pub fn stale(&self) -> bool {
+        !self.ready() && self.marker().exists()
+    }
+
+    /// The markers of a provisioned guest, without the guest.
+    #[cfg(test)]
+    pub fn mark_ready_for_tests(&self) {
+        std::fs::create_dir_all(&self.root).unwrap();
+        std::fs::write(self.marker(), RECIPE).unwrap();
+        std::fs::write(&self.initrd, "").unwrap();
     }
 
     /// The guest kernel (the newest in the root).
@@ -101,47 +127,10 @@ impl GuestPaths {
     }
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<()> {
-    let status = cmd
-        .status()
-        .map_err(|e| format!("{what}: cannot start: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("{what}: {status}"))
-    }
-}
-
-/// Runs `cmd` with its output appended to `log`; on failure the log's tail is shown.
-fn run_logged(cmd: &mut Command, what: &str, log: &Path) -> Result<()> {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .map_err(|e| format!("{}: {e}", log.display()))?;
-    let err = file.try_clone().map_err(|e| e.to_string())?;
-    let status = cmd
-        .stdout(file)
-        .stderr(err)
-        .status()
-        .map_err(|e| format!("{what}: cannot start: {e}"))?;
-    if status.success() {
-        return Ok(());
-    }
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let tail: Vec<&str> = text.lines().rev().take(30).collect();
-    for line in tail.iter().rev() {
-        eprintln!("  | {line}");
-    }
-    Err(format!("{what}: {status} (log: {})", log.display()))
-}
-
-fn have(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+/// Runs a provisioning step, its output appended to the set-up log; a failure shows the log's
+/// tail.
+fn step(cmd: &mut Command, what: &str, log: &Path) -> Result<()> {
+    child::run(cmd, what, log, Echo::Quiet).map(drop)
 }
 
 /// Provisions the guest (idempotent) and returns the QEMU that will run it.
@@ -150,32 +139,19 @@ pub fn setup(paths: &GuestPaths) -> Result<Qemu> {
         say(format!("guest ready in {}", paths.cache.display()));
         return report_qemu(paths);
     }
+    let host = Host::current();
+    prereq::guest_setup(&host, paths)?;
     std::fs::create_dir_all(&paths.cache).map_err(|e| e.to_string())?;
-    let log = paths.cache.join("setup.log");
-    let _ = std::fs::remove_file(&log);
+    let log = child::fresh_log(&paths.cache, "setup")?;
     let started = Instant::now();
-    if !have("debootstrap") {
-        say("installing debootstrap (apt-get)");
-        run_logged(
-            Command::new("apt-get")
-                .args([
-                    "install",
-                    "-y",
-                    "-q",
-                    "--no-install-recommends",
-                    "debootstrap",
-                ])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-            "apt-get install debootstrap",
-            &log,
-        )
-        .map_err(|e| format!("{e}; guest-setup needs root (debootstrap, chroot)"))?;
+    if host.find(prereq::DEBOOTSTRAP.program).is_none() {
+        prereq::apt_install(&prereq::DEBOOTSTRAP, &log)?;
     }
     let partial = paths.cache.join("root.partial");
     let _ = std::fs::remove_dir_all(&partial);
     let mirror = std::env::var("FLDEMU_DEBIAN_MIRROR").unwrap_or_else(|_| MIRROR.into());
     say(format!("debootstrap trixie (minbase) from {mirror}"));
-    run_logged(
+    step(
         Command::new("debootstrap")
             .args(["--variant=minbase", "trixie"])
             .arg(&partial)
@@ -202,7 +178,7 @@ pub fn setup(paths: &GuestPaths) -> Result<Qemu> {
         c
     };
     say("apt-get update (trixie, trixie-backports)");
-    run_logged(
+    step(
         &mut in_root(&["apt-get", "update", "-q"]),
         "apt-get update",
         &log,
@@ -213,7 +189,7 @@ pub fn setup(paths: &GuestPaths) -> Result<Qemu> {
             args.extend(["-t", suite]);
         }
         args.extend(packages);
-        run_logged(&mut in_root(&args), what, &log)
+        step(&mut in_root(&args), what, &log)
     };
     say("installing QEMU with vfio-user-pci from trixie-backports");
     install(
@@ -227,10 +203,10 @@ pub fn setup(paths: &GuestPaths) -> Result<Qemu> {
         &["linux-image-amd64", "busybox-static", "kmod", "pciutils"],
         "install the guest kernel",
     )?;
-    run_logged(&mut in_root(&["apt-get", "clean"]), "apt-get clean", &log)?;
+    step(&mut in_root(&["apt-get", "clean"]), "apt-get clean", &log)?;
     let _ = std::fs::remove_dir_all(&paths.root);
     std::fs::rename(&partial, &paths.root).map_err(|e| e.to_string())?;
-    build_initramfs(paths)?;
+    build_initramfs(paths, &log)?;
     std::fs::write(paths.marker(), RECIPE).map_err(|e| e.to_string())?;
     say(format!(
         "guest provisioned in {:.0} s ({})",
@@ -250,17 +226,21 @@ const RDMA_PACKAGES: [&str; 5] = [
     "iproute2",
 ];
 
+/// Whether the RDMA packages are in the provisioned root.
+pub fn rdma_installed(paths: &GuestPaths) -> bool {
+    std::fs::read_to_string(paths.cache.join("rdma-ready"))
+        .is_ok_and(|m| m == RDMA_PACKAGES.join(","))
+}
+
 /// Adds the RDMA packages to the provisioned root, once (cached with it).
 pub fn setup_rdma(paths: &GuestPaths) -> Result<()> {
-    let marker = paths.cache.join("rdma-ready");
-    let recipe = RDMA_PACKAGES.join(",");
-    if std::fs::read_to_string(&marker).is_ok_and(|m| m == recipe) {
+    if rdma_installed(paths) {
         return Ok(());
     }
-    if !paths.ready() {
-        return Err("the guest is not provisioned: run `cargo xtask guest-setup`".into());
-    }
-    let log = paths.cache.join("setup-rdma.log");
+    let marker = paths.cache.join("rdma-ready");
+    let recipe = RDMA_PACKAGES.join(",");
+    prereq::guest_provisioned(paths)?;
+    let log = child::fresh_log(&paths.cache, "setup-rdma")?;
     let in_root = |args: &[&str]| {
         let mut c = Command::new("chroot");
         c.arg(&paths.root)
@@ -274,15 +254,15 @@ pub fn setup_rdma(paths: &GuestPaths) -> Result<()> {
         "installing {} into the guest root",
         RDMA_PACKAGES.join(" ")
     ));
-    run_logged(
+    step(
         &mut in_root(&["apt-get", "update", "-q"]),
         "apt-get update",
         &log,
     )?;
     let mut args = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];
     args.extend(RDMA_PACKAGES);
-    run_logged(&mut in_root(&args), "install the RDMA packages", &log)?;
-    run_logged(&mut in_root(&["apt-get", "clean"]), "apt-get clean", &log)?;
+    step(&mut in_root(&args), "install the RDMA packages", &log)?;
+    step(&mut in_root(&["apt-get", "clean"]), "apt-get clean", &log)?;
     std::fs::write(&marker, recipe).map_err(|e| e.to_string())?;
     say(format!(
         "RDMA packages installed in {:.0} s",
@@ -300,7 +280,7 @@ fn report_qemu(paths: &GuestPaths) -> Result<Qemu> {
 /// The busybox initramfs: loads the 9p modules, mounts the root (`rootfs`), the run directory
 /// (`run`, at /mnt) and the workspace's release binaries (`work`, at /opt), then switches root
 /// and runs /mnt/guest-init.
-fn build_initramfs(paths: &GuestPaths) -> Result<()> {
+fn build_initramfs(paths: &GuestPaths, log: &Path) -> Result<()> {
     say("building the initramfs");
     let staging = paths.cache.join("initrd.d");
     let _ = std::fs::remove_dir_all(&staging);
@@ -318,10 +298,17 @@ fn build_initramfs(paths: &GuestPaths) -> Result<()> {
             std::fs::File::create(staging.join("lib/modules").join(name).with_extension("ko"))
                 .map_err(|e| e.to_string())?;
         // Debian ships modules xz-compressed; busybox's insmod wants them plain.
-        run(
-            Command::new(&busybox).arg("xzcat").arg(&src).stdout(out),
-            &format!("decompress {}", src.display()),
-        )?;
+        let what = format!("decompressing {}", src.display());
+        let mut xzcat = Command::new(&busybox);
+        xzcat
+            .arg("xzcat")
+            .arg(&src)
+            .stdout(out)
+            .stderr(child::append(log)?);
+        let status = xzcat
+            .status()
+            .map_err(|e| child::cannot_start(&xzcat, &what, e))?;
+        child::check(status, &what, log)?;
     }
     let mods = NINEP_MODULES
         .iter()
@@ -358,24 +345,24 @@ fn build_initramfs(paths: &GuestPaths) -> Result<()> {
         })
         .collect();
     let out = std::fs::File::create(&paths.initrd).map_err(|e| e.to_string())?;
-    let mut child = Command::new(&busybox)
-        .args(["cpio", "-o", "-H", "newc"])
+    let what = "packing the initramfs (busybox cpio)";
+    let mut cpio = Command::new(&busybox);
+    cpio.args(["cpio", "-o", "-H", "newc"])
         .current_dir(&staging)
         .stdin(Stdio::piped())
         .stdout(out)
-        .stderr(Stdio::null())
+        .stderr(child::append(log)?);
+    let mut packer = cpio
         .spawn()
-        .map_err(|e| format!("cpio: {e}"))?;
-    child
+        .map_err(|e| child::cannot_start(&cpio, what, e))?;
+    packer
         .stdin
         .take()
         .ok_or("cpio stdin")?
         .write_all(&list)
-        .map_err(|e| e.to_string())?;
-    let status = child.wait().map_err(|e| e.to_string())?;
-    if !status.success() {
-        return Err(format!("cpio: {status}"));
-    }
+        .map_err(|e| format!("{what}: {e}"))?;
+    let status = packer.wait().map_err(|e| format!("{what}: {e}"))?;
+    child::check(status, what, log)?;
     let _ = std::fs::remove_dir_all(&staging);
     Ok(())
 }
@@ -422,7 +409,15 @@ impl Qemu {
             env: vec![],
             data_dirs: vec![],
         };
-        if system.has_vfio_user() {
+        // In the cache, or where anyone may write when the cache is someone else's.
+        let probe_log = |name: &str| {
+            child::fresh_log(&paths.cache, name)
+                .or_else(|_| child::fresh_log(&std::env::temp_dir(), &format!("fldemu-{name}")))
+        };
+        if system
+            .probe_vfio_user(&probe_log("qemu-probe-system")?)
+            .unwrap_or(false)
+        {
             return Ok(system);
         }
         let root = &paths.root;
@@ -449,10 +444,16 @@ impl Qemu {
             )],
             data_dirs: vec![root.join("usr/share/qemu"), root.join("usr/share/seabios")],
         };
-        if q.has_vfio_user() {
-            Ok(q)
-        } else {
-            Err("no QEMU with vfio-user-pci: run `cargo xtask guest-setup`".into())
+        match q.probe_vfio_user(&probe_log("qemu-probe")?) {
+            Ok(true) => Ok(q),
+            Ok(false) => Err(format!(
+                "{} has no vfio-user-pci: run `cargo xtask guest-setup` to provision the guest \
+                 again",
+                q.describe()
+            )),
+            Err(e) => Err(format!(
+                "{e}\n  run `cargo xtask guest-setup` to provision the guest again"
+            )),
         }
     }
 
@@ -468,26 +469,30 @@ impl Qemu {
         c
     }
 
-    fn has_vfio_user(&self) -> bool {
-        self.command()
-            .args(["-device", "help"])
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("\"vfio-user-pci\""))
+    /// Whether `-device help` lists vfio-user-pci; an error with QEMU's exit status and its
+    /// output's tail (in `log`) if it does not run.
+    fn probe_vfio_user(&self, log: &Path) -> Result<bool> {
+        let what = format!("`-device help` of {}", self.describe());
+        let listed = child::run(
+            self.command().args(["-device", "help"]),
+            &what,
+            log,
+            Echo::Quiet,
+        )?;
+        Ok(listed.contains("\"vfio-user-pci\""))
     }
 
     fn describe(&self) -> String {
         if self.prefix.is_empty() {
-            format!("system {}", self.program.display())
+            format!("the system's {}", self.program.display())
         } else {
-            format!("{} (from the guest root)", self.prefix[2])
+            format!("the guest root's QEMU ({})", self.prefix[2])
         }
     }
 }
 
 /// A child process killed and reaped when dropped: no strays on any exit path.
-struct Reaped(Option<Child>);
+pub struct Reaped(Option<Child>);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -498,32 +503,83 @@ impl Drop for Reaped {
     }
 }
 
+/// How QEMU's run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QemuEnd {
+    /// It exited by itself: the guest powered off (success), or QEMU failed.
+    Exited(ExitStatus),
+    /// Killed on purpose (`kill_after`).
+    Killed,
+    /// Killed when the boot's timeout passed.
+    TimedOut(Duration),
+}
+
+impl std::fmt::Display for QemuEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QemuEnd::Exited(s) if s.success() => write!(f, "QEMU exited (the guest powered off)"),
+            QemuEnd::Exited(s) => write!(f, "QEMU failed ({s})"),
+            QemuEnd::Killed => write!(f, "QEMU was killed on purpose"),
+            QemuEnd::TimedOut(t) => write!(
+                f,
+                "QEMU was stopped: the guest had not powered off after {}",
+                child::duration(*t)
+            ),
+        }
+    }
+}
+
 /// What a guest run produced.
 pub struct GuestOutcome {
     /// The command's exit status inside the guest (None: it never finished).
     pub exit_code: Option<i32>,
     /// The command's standard output and error.
     pub output: String,
+    /// Where the guest wrote them.
+    pub output_log: PathBuf,
     pub console_log: PathBuf,
+    /// QEMU's own messages.
+    pub qemu_log: PathBuf,
+    pub qemu_end: QemuEnd,
+    /// The log of what the host ran beside the guest (`fldemu serve`, `fldemu rc-pingpong`).
     pub serve_log: PathBuf,
-    /// QEMU was killed on purpose (`kill_after`).
-    pub killed: bool,
+    /// That program's exit during the boot, if it exited.
+    pub serve_end: Option<String>,
 }
 
 impl GuestOutcome {
-    /// Prints the last lines of the guest console and of the server's log.
-    pub fn show_logs(&self) {
-        for (what, path) in [
-            ("guest console", &self.console_log),
-            ("fldemu serve", &self.serve_log),
-        ] {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            eprintln!("---- {what} ({}), last lines ----", path.display());
-            for l in &lines[lines.len().saturating_sub(60)..] {
-                eprintln!("{l}");
-            }
+    /// QEMU was killed on purpose (`kill_after`).
+    pub fn killed(&self) -> bool {
+        self.qemu_end == QemuEnd::Killed
+    }
+
+    /// How the boot ended (QEMU, the command in the guest, the program beside it) and the last
+    /// lines of every log it left, each headed by its full path.
+    pub fn report(&self) -> String {
+        let command = match self.exit_code {
+            Some(code) => format!("the command in the guest exited with {code}"),
+            None => "the command in the guest never finished".to_string(),
+        };
+        let mut report = format!("{}; {command}", self.qemu_end);
+        if let Some(end) = &self.serve_end {
+            report.push_str("; ");
+            report.push_str(end);
         }
+        for log in [
+            &self.output_log,
+            &self.console_log,
+            &self.qemu_log,
+            &self.serve_log,
+        ] {
+            report.push('\n');
+            report.push_str(&child::tail(log));
+        }
+        report
+    }
+
+    /// Prints [`GuestOutcome::report`].
+    pub fn show_logs(&self) {
+        eprintln!("{}", self.report());
     }
 }
 
@@ -554,7 +610,39 @@ pub struct ServedCard {
     boots: usize,
 }
 
-const SOCKETS: [&str; 3] = ["nic0.sock", "nic1.sock", "fld.sock"];
+/// The sockets `fldemu serve` creates: both NIC functions and FLD.
+pub const SOCKETS: [&str; 3] = ["nic0.sock", "nic1.sock", "fld.sock"];
+
+/// How long `fldemu serve` may take to create its sockets: an RTL accelerator is built with
+/// Verilator first (cached after).
+pub const SERVE_START: Duration = Duration::from_secs(180);
+
+/// Starts `fldemu serve` (`serve`, its output to `log`) and waits until it has created
+/// [`SOCKETS`] in `sockets`. A server that exits first, or has not created them after `timeout`,
+/// is an error with its exit status and its log's tail.
+pub fn start_server(
+    mut serve: Command,
+    what: &str,
+    sockets: &Path,
+    log: &Path,
+    timeout: Duration,
+) -> Result<Reaped> {
+    let out = child::append(log)?;
+    let err = out
+        .try_clone()
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    serve.stdin(Stdio::null()).stdout(out).stderr(err);
+    let mut server = Reaped(Some(
+        serve
+            .spawn()
+            .map_err(|e| child::cannot_start(&serve, what, e))?,
+    ));
+    let process = server.0.as_mut().expect("spawned");
+    child::wait_until(process, what, "its sockets", log, timeout, || {
+        SOCKETS.iter().all(|n| sockets.join(n).exists())
+    })?;
+    Ok(server)
+}
 
 impl ServedCard {
     /// Starts the server with `accel` behind FLD; guests boot with `qemu` (from [`setup`]).
@@ -564,9 +652,7 @@ impl ServedCard {
         workspace: &Path,
         accel: &str,
     ) -> Result<ServedCard> {
-        if !paths.ready() {
-            return Err("the guest is not provisioned: run `cargo xtask guest-setup`".into());
-        }
+        prereq::guest_provisioned(&paths)?;
         let release = workspace.join("target/release");
         let fldemu = release.join("fldemu");
         if !fldemu.exists() {
@@ -576,30 +662,22 @@ impl ServedCard {
         let _ = std::fs::remove_dir_all(&dir);
         let sockets = dir.join("sock");
         std::fs::create_dir_all(&sockets).map_err(|e| e.to_string())?;
-        let serve_log = dir.join("serve.log");
-        let log = std::fs::File::create(&serve_log).map_err(|e| e.to_string())?;
-        let server = Reaped(Some(
-            Command::new(&fldemu)
-                .args(["serve", "--accel", accel, "--socket-dir"])
-                .arg(&sockets)
-                .env(
-                    "RUST_LOG",
-                    std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-                )
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().map_err(|e| e.to_string())?)
-                .stderr(log)
-                .spawn()
-                .map_err(|e| format!("fldemu serve: {e}"))?,
-        ));
-        // An RTL accelerator is built with Verilator before the sockets appear (cached after).
-        let deadline = Instant::now() + Duration::from_secs(180);
-        while !SOCKETS.iter().all(|n| sockets.join(n).exists()) {
-            if Instant::now() > deadline {
-                return Err("fldemu serve did not create its sockets".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let serve_log = child::fresh_log(&dir, "serve")?;
+        let mut serve = Command::new(&fldemu);
+        serve
+            .args(["serve", "--accel", accel, "--socket-dir"])
+            .arg(&sockets)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            );
+        let server = start_server(
+            serve,
+            &format!("fldemu serve --accel {accel}"),
+            &sockets,
+            &serve_log,
+            SERVE_START,
+        )?;
         Ok(ServedCard {
             paths,
             qemu,
@@ -637,7 +715,7 @@ impl ServedCard {
                 ]
             })
             .collect();
-        boot_vm(
+        let mut outcome = boot_vm(
             &self.paths,
             &self.qemu,
             &self.release,
@@ -645,7 +723,11 @@ impl ServedCard {
             &devices,
             &self.serve_log,
             opts,
-        )
+        )?;
+        if let Some(Ok(Some(status))) = self.server.0.as_mut().map(Child::try_wait) {
+            outcome.serve_end = Some(format!("fldemu serve has exited ({status})"));
+        }
+        Ok(outcome)
     }
 }
 
@@ -747,20 +829,24 @@ pub fn boot_vm(
             .stdout(Stdio::null());
     }
     let started = Instant::now();
-    let mut guest = Reaped(Some(q.spawn().map_err(|e| format!("QEMU: {e}"))?));
+    let mut guest = Reaped(Some(
+        q.spawn().map_err(|e| child::cannot_start(&q, "QEMU", e))?,
+    ));
     let child = guest.0.as_mut().expect("spawned");
     let mut command_started: Option<Instant> = None;
-    let mut killed = false;
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(s);
+    let qemu_end = loop {
+        if let Some(s) = child
+            .try_wait()
+            .map_err(|e| format!("QEMU: waiting for it: {e}"))?
+        {
+            break QemuEnd::Exited(s);
         }
         if started.elapsed() > opts.timeout {
             say(format!(
-                "guest timed out after {} s",
-                opts.timeout.as_secs()
+                "guest timed out after {}",
+                child::duration(opts.timeout)
             ));
-            break None;
+            break QemuEnd::TimedOut(opts.timeout);
         }
         if command_started.is_none() && share.join("started").exists() {
             command_started = Some(Instant::now());
@@ -768,27 +854,29 @@ pub fn boot_vm(
         if let (Some(t), Some(after)) = (command_started, opts.kill_after) {
             if t.elapsed() >= after {
                 say("killing QEMU in the middle of the guest's work");
-                killed = true;
-                break None;
+                break QemuEnd::Killed;
             }
         }
         std::thread::sleep(Duration::from_millis(100));
     };
     drop(guest);
-    if let Some(s) = status.filter(|s| !s.success()) {
-        say(format!(
-            "QEMU exited with {s} (log: {})",
-            qemu_log.display()
-        ));
+    if let QemuEnd::Exited(s) = &qemu_end {
+        if !s.success() {
+            say(child::failed("QEMU", format!("failed ({s})"), &qemu_log));
+        }
     }
+    let output_log = share.join("output.log");
     Ok(GuestOutcome {
         exit_code: std::fs::read_to_string(share.join("exit-code"))
             .ok()
             .and_then(|s| s.trim().parse().ok()),
-        output: std::fs::read_to_string(share.join("output.log")).unwrap_or_default(),
+        output: std::fs::read_to_string(&output_log).unwrap_or_default(),
+        output_log,
         console_log,
+        qemu_log,
+        qemu_end,
         serve_log: side_log.to_path_buf(),
-        killed,
+        serve_end: None,
     })
 }
 
@@ -810,4 +898,114 @@ pub fn run_guest(
 ) -> Result<GuestOutcome> {
     let mut served = ServedCard::start(paths, qemu, workspace, accel)?;
     served.boot(opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::child::tests::scratch;
+
+    fn sh(script: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", script]);
+        c
+    }
+
+    #[test]
+    fn a_server_that_exits_at_once_is_reported_with_its_status_and_log() {
+        let dir = scratch("serve-exits");
+        let log = dir.join("serve.log");
+        let started = Instant::now();
+        let err = start_server(
+            sh("echo 'building device/rtl/examples/echo'; \
+                echo 'Error: running verilator: No such file or directory (is Verilator \
+                installed? Debian: apt-get install verilator)' >&2; exit 1"),
+            "fldemu serve --accel rtl:device/rtl/examples/echo",
+            &dir,
+            &log,
+            SERVE_START,
+        )
+        .err()
+        .expect("the server exited");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(
+            err,
+            format!(
+                "fldemu serve --accel rtl:device/rtl/examples/echo exited (exit status: 1) \
+                 before creating its sockets\n  {} (last 2 of 2 lines):\n  \
+                 | building device/rtl/examples/echo\n  \
+                 | Error: running verilator: No such file or directory (is Verilator installed? \
+                 Debian: apt-get install verilator)",
+                log.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_server_is_ready_once_its_sockets_exist() {
+        let dir = scratch("serve-ready");
+        let log = dir.join("serve.log");
+        let script = format!(
+            "cd '{}' && touch nic0.sock nic1.sock fld.sock && exec sleep 30",
+            dir.display()
+        );
+        let server = start_server(sh(&script), "fldemu serve", &dir, &log, SERVE_START);
+        assert!(server.is_ok(), "{:?}", server.err());
+    }
+
+    #[test]
+    fn a_qemu_that_fails_at_once_is_reported_with_its_status_and_every_log() {
+        let dir = scratch("qemu-fails");
+        let paths = GuestPaths::at(dir.join("guest"));
+        std::fs::create_dir_all(paths.root.join("boot")).unwrap();
+        std::fs::write(paths.root.join("boot/vmlinuz-6.12.0-test"), "").unwrap();
+        let qemu = Qemu {
+            program: "sh".into(),
+            prefix: vec![
+                "-c".into(),
+                "echo 'qemu-system-x86_64: -device vfio-user-pci: Connection refused' >&2; \
+                 exit 1"
+                    .into(),
+                "qemu-system-x86_64".into(),
+            ],
+            env: vec![],
+            data_dirs: vec![],
+        };
+        let serve_log = dir.join("serve.log");
+        std::fs::write(&serve_log, "fldemu serve: listening\n").unwrap();
+        let run = dir.join("boot1");
+        let outcome = boot_vm(
+            &paths,
+            &qemu,
+            &dir,
+            &run,
+            &[],
+            &serve_log,
+            &RunOptions {
+                command: Some("true".into()),
+                timeout: Duration::from_secs(60),
+                kill_after: None,
+                reset_during: None,
+            },
+        )
+        .unwrap();
+        assert!(!outcome.killed());
+        assert_eq!(outcome.exit_code, None);
+        let qemu_log = run.join("qemu.log");
+        assert_eq!(
+            outcome.report(),
+            format!(
+                "QEMU failed (exit status: 1); the command in the guest never finished\n  \
+                 (no log at {}: No such file or directory (os error 2))\n  \
+                 (no log at {}: No such file or directory (os error 2))\n  \
+                 {} (last 1 of 1 lines):\n  \
+                 | qemu-system-x86_64: -device vfio-user-pci: Connection refused\n  \
+                 {} (last 1 of 1 lines):\n  | fldemu serve: listening",
+                run.join("share/output.log").display(),
+                run.join("console.log").display(),
+                qemu_log.display(),
+                serve_log.display()
+            )
+        );
+    }
 }

@@ -13,6 +13,8 @@ use std::process::Command;
 
 use serde_json::json;
 
+use crate::child::{self, Echo};
+
 /// Which stage a function's instructions belong to: the first rule whose pattern the source
 /// file or the function's path contains (code inlined from the standard library carries the
 /// file of the library and the path of the function it was inlined into).
@@ -70,27 +72,31 @@ fn run_once(
     packets: u64,
     out: &Path,
 ) -> Result<BTreeMap<String, u64>, String> {
-    let status = Command::new("valgrind")
-        .arg("--tool=callgrind")
-        .arg(format!("--callgrind-out-file={}", out.display()))
-        .arg(bin)
-        .arg("demo")
-        .args(args)
-        .arg("--packets")
-        .arg(packets.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map_err(|e| format!("valgrind: {e} (install it: apt-get install valgrind)"))?;
-    if !status.success() {
-        return Err(format!("fldemu demo under callgrind failed: {status}"));
-    }
-    let text = Command::new("callgrind_annotate")
-        .args(["--inclusive=no", "--threshold=100", "--auto=no"])
-        .arg(out)
-        .output()
-        .map_err(|e| format!("callgrind_annotate: {e}"))?;
-    let text = String::from_utf8_lossy(&text.stdout);
+    let log = std::path::PathBuf::from(format!("{}.log", out.display()));
+    let _ = std::fs::remove_file(&log);
+    child::run(
+        Command::new("valgrind")
+            .arg("--tool=callgrind")
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(bin)
+            .arg("demo")
+            .args(args)
+            .arg("--packets")
+            .arg(packets.to_string()),
+        &format!("fldemu demo --packets {packets} under callgrind"),
+        &log,
+        Echo::Quiet,
+    )?;
+    let annotate_log = std::path::PathBuf::from(format!("{}.annotate.log", out.display()));
+    let _ = std::fs::remove_file(&annotate_log);
+    let text = child::run(
+        Command::new("callgrind_annotate")
+            .args(["--inclusive=no", "--threshold=100", "--auto=no"])
+            .arg(out),
+        "callgrind_annotate",
+        &annotate_log,
+        Echo::Quiet,
+    )?;
     let mut costs = BTreeMap::new();
     for line in text.lines() {
         // "1,234,567 (12.34%)  file:function [object]"

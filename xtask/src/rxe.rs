@@ -8,12 +8,14 @@
 //! PSNs the exchange announced.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::child::{self, Echo};
 use crate::guest::{self, GuestPaths, Result};
+use crate::prereq::{self, Host, Port};
 
 /// fldemu's end of the dgram link and the guest's.
 const FLD_UDP: u16 = 47911;
@@ -24,6 +26,35 @@ const FLD_IP: &str = "192.168.77.1";
 const GUEST_IP: &str = "192.168.77.2";
 const GUEST_RDMA_MAC: &str = "52:54:00:77:00:02";
 const GUEST_CTL_MAC: &str = "52:54:00:00:00:02";
+
+/// The ports test-rxe binds on 127.0.0.1.
+const PORTS: [Port; 3] = [
+    Port {
+        udp: true,
+        number: FLD_UDP,
+        user: "fldemu's end of the dgram link",
+    },
+    Port {
+        udp: true,
+        number: GUEST_UDP,
+        user: "QEMU's end of the dgram link",
+    },
+    Port {
+        udp: false,
+        number: FORWARDED_TCP,
+        user: "forwarded to the guest's ibv_rc_pingpong",
+    },
+];
+
+/// What test-rxe needs before it builds and boots anything.
+pub fn prerequisites(paths: &GuestPaths) -> Result<()> {
+    prereq::test_rxe(
+        &Host::current(),
+        paths,
+        guest::rdma_installed(paths),
+        &PORTS,
+    )
+}
 
 /// One ibv_rc_pingpong run against one fldemu rc-pingpong run.
 #[derive(Clone, Debug)]
@@ -102,7 +133,7 @@ fn guest_script(cases: &[Case]) -> String {
          RDMA_IF=$(ifname {GUEST_RDMA_MAC}); CTL_IF=$(ifname {GUEST_CTL_MAC})\n\
          ip link set lo up; ip link set $RDMA_IF up; ip addr add {GUEST_IP}/24 dev $RDMA_IF\n\
          ip link set $CTL_IF up; ip addr add 10.0.2.15/24 dev $CTL_IF; ip route add default via 10.0.2.2\n\
-         rdma link add rxe0 type rxe netdev $RDMA_IF || echo 'fldemu-rxe: no rxe device'\n\
+         rdma link add rxe0 type rxe netdev $RDMA_IF; echo \"fldemu-rxe: rdma link add exit $?\"\n\
          GIDX=\n\
          for t in $(seq 1 50); do\n\
            for n in $(seq 0 15); do\n\
@@ -140,11 +171,50 @@ fn guest_script(cases: &[Case]) -> String {
     s
 }
 
+/// The guest's output of its soft-RoCE set-up (everything before the first case), and what
+/// went wrong there: `rdma link add` failed, or rxe0 has no RoCEv2 GID for the guest's address.
+fn guest_setup(output: &str) -> (String, Option<String>) {
+    let section: Vec<&str> = output
+        .lines()
+        .take_while(|l| !l.starts_with("fldemu-rxe: case 0 begin"))
+        .collect();
+    let link = section
+        .iter()
+        .find_map(|l| l.strip_prefix("fldemu-rxe: rdma link add exit "))
+        .map(str::trim);
+    let gid = section
+        .iter()
+        .find_map(|l| l.split_once("RoCEv2 GID index ").map(|(_, g)| g.trim()))
+        .filter(|g| !g.is_empty());
+    let problem = match (link, gid) {
+        (Some("0"), Some(_)) => None,
+        (Some("0"), None) => Some("rxe0 has no RoCEv2 GID for the guest's address".to_string()),
+        (Some(code), _) => Some(format!("`rdma link add rxe0 type rxe` exited with {code}")),
+        (None, _) => Some("it never reached `rdma link add`".to_string()),
+    };
+    (section.join("\n"), problem)
+}
+
+/// The guest's output of case `i`, between its markers.
+fn guest_case(output: &str, i: usize) -> String {
+    let begin = format!("fldemu-rxe: case {i} begin");
+    let end = format!("fldemu-rxe: case {i} exit ");
+    output
+        .lines()
+        .skip_while(|l| *l != begin)
+        .skip(1)
+        .take_while(|l| !l.starts_with(&end))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// What fldemu's end of one case did.
 struct HostRun {
     exit_ok: bool,
     json: Option<Value>,
     output: String,
+    /// How it failed (exit status, its log's tail), if it did.
+    failure: Option<String>,
 }
 
 /// fldemu's end of every case, in order, each after the previous one ended.
@@ -183,77 +253,68 @@ fn host_side(cases: Vec<Case>, fldemu: PathBuf, dir: PathBuf) -> Vec<HostRun> {
         if c.capture {
             cmd.arg("--pcap").arg(dir.join("capture.pcap"));
         }
-        let r = cmd.stdin(Stdio::null()).output();
-        let (exit_ok, output) = match r {
-            Ok(o) => (
-                o.status.success(),
-                format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&o.stdout),
-                    String::from_utf8_lossy(&o.stderr)
-                ),
-            ),
-            Err(e) => (false, format!("fldemu: {e}")),
+        let log = dir.join(format!("fldemu-case{i}.log"));
+        let _ = std::fs::remove_file(&log);
+        let what = format!("fldemu rc-pingpong (case {i}, {})", c.name());
+        let run = child::run_logged(&mut cmd, &what, &log, Echo::Quiet);
+        let (exit_ok, failure, stdout) = match &run {
+            Ok(r) if r.status.success() => (true, None, r.stdout.as_str()),
+            Ok(r) => (false, Some(r.failure()), r.stdout.as_str()),
+            Err(e) => (false, Some(e.clone()), ""),
         };
-        let json = output
+        let json = stdout
             .lines()
             .rev()
             .find_map(|l| serde_json::from_str::<Value>(l.trim()).ok());
         out.push(HostRun {
             exit_ok,
             json,
-            output,
+            output: std::fs::read_to_string(&log).unwrap_or_default(),
+            failure,
         });
     }
     out
 }
 
-/// tshark installed from the distribution if missing.
-fn ensure_tshark() -> Result<()> {
-    let have = Command::new("sh")
-        .args(["-c", "command -v tshark"])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if have {
+/// tshark installed from the distribution if missing (the prerequisites made sure this is
+/// root with apt-get); apt-get's output goes to `log`.
+fn ensure_tshark(log: &Path) -> Result<()> {
+    if Host::current().find(prereq::TSHARK.program).is_some() {
         return Ok(());
     }
-    eprintln!("xtask: installing tshark (apt-get)");
-    let ok = Command::new("apt-get")
-        .args(["install", "-y", "-q", "--no-install-recommends", "tshark"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        Ok(())
-    } else {
-        Err("could not install tshark".into())
-    }
+    prereq::apt_install(&prereq::TSHARK, log)
 }
 
 /// The capture as tshark dissects it: no malformed packet, RoCE only with the opcodes of SENDs
 /// and ACKs, both QPNs, and each direction's SEND PSNs consecutive from the announced PSN.
-fn check_capture(pcap: &Path, host: &Value) -> (bool, String) {
-    let malformed = Command::new("tshark")
-        .arg("-r")
-        .arg(pcap)
-        .args(["-Y", "_ws.malformed"])
-        .stderr(Stdio::null())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
-        .unwrap_or(usize::MAX);
-    let fields = Command::new("tshark")
-        .arg("-r")
-        .arg(pcap)
-        .args(["-Y", "infiniband", "-T", "fields"])
-        .args(["-e", "infiniband.bth.opcode"])
-        .args(["-e", "infiniband.bth.destqp"])
-        .args(["-e", "infiniband.bth.psn"])
-        .stderr(Stdio::null())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-        .unwrap_or_default();
+/// A tshark that fails is an error with its exit status and its log's last lines (`tshark.log`
+/// beside the capture).
+fn check_capture(pcap: &Path, host: &Value) -> Result<(bool, String)> {
+    let log = pcap.with_file_name("tshark.log");
+    let _ = std::fs::remove_file(&log);
+    let malformed = child::run(
+        Command::new("tshark")
+            .arg("-r")
+            .arg(pcap)
+            .args(["-Y", "_ws.malformed"]),
+        "tshark -Y _ws.malformed",
+        &log,
+        Echo::Quiet,
+    )?
+    .lines()
+    .count();
+    let fields = child::run(
+        Command::new("tshark")
+            .arg("-r")
+            .arg(pcap)
+            .args(["-Y", "infiniband", "-T", "fields"])
+            .args(["-e", "infiniband.bth.opcode"])
+            .args(["-e", "infiniband.bth.destqp"])
+            .args(["-e", "infiniband.bth.psn"]),
+        "tshark -T fields",
+        &log,
+        Echo::Quiet,
+    )?;
     let num = |s: &str| {
         let s = s.trim();
         s.strip_prefix("0x").map_or_else(
@@ -297,26 +358,26 @@ fn check_capture(pcap: &Path, host: &Value) -> (bool, String) {
     let theirs = consecutive(local_qpn, remote_psn);
     let acks = packets.iter().filter(|p| p.0 == 17).count();
     let ok = malformed == 0 && opcodes_ok && qpns_ok && ours && theirs && acks > 0;
-    (
+    Ok((
         ok,
         format!(
             "({} RoCE packets, {malformed} malformed, {acks} ACKs, opcodes ok {opcodes_ok}, \
              QPNs ok {qpns_ok}, our PSNs consecutive {ours}, the guest's {theirs})",
             packets.len()
         ),
-    )
+    ))
 }
 
 pub fn test_rxe(workspace: &Path, timeout: u64) -> Result<bool> {
     let paths = GuestPaths::new();
     let qemu = guest::setup(&paths)?;
     guest::setup_rdma(&paths)?;
-    ensure_tshark()?;
     let release = workspace.join("target/release");
     let fldemu = release.join("fldemu");
     let dir = workspace.join("target/rxe");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    ensure_tshark(&dir.join("apt-get-tshark.log"))?;
     let cases = cases();
     let host = {
         let (c, f, d) = (cases.clone(), fldemu.clone(), dir.clone());
@@ -396,7 +457,13 @@ pub fn test_rxe(workspace: &Path, timeout: u64) -> Result<bool> {
         ));
         if c.capture {
             let (ok, detail) = match &h.json {
-                Some(j) => check_capture(&dir.join("capture.pcap"), j),
+                Some(j) => check_capture(&dir.join("capture.pcap"), j).unwrap_or_else(|e| {
+                    eprintln!("xtask: {e}");
+                    (
+                        false,
+                        "(tshark failed: its exit status and last lines are above)".into(),
+                    )
+                }),
                 None => (false, "(no capture: the run failed)".into()),
             };
             results.push(("rxe_capture_dissected_by_tshark".into(), ok, detail));
@@ -415,13 +482,93 @@ pub fn test_rxe(workspace: &Path, timeout: u64) -> Result<bool> {
     );
     let all_ok = passed == results.len();
     if !all_ok {
-        eprintln!("---- guest output ----\n{}", outcome.output);
-        for (i, h) in host_runs.iter().enumerate() {
-            if !case_ok.get(i).copied().unwrap_or(false) {
-                eprintln!("---- fldemu, run {i} ----\n{}", h.output);
-            }
+        let guest_log = outcome.output_log.display();
+        let (setup, setup_problem) = guest_setup(&outcome.output);
+        if let Some(problem) = setup_problem {
+            eprintln!(
+                "---- soft-RoCE set-up in the guest failed: {problem} ----\n{}",
+                child::tail_of(&format!("{guest_log} (set-up)"), &setup)
+            );
         }
-        outcome.show_logs();
+        for (i, (c, h)) in cases.iter().zip(&host_runs).enumerate() {
+            if case_ok.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            let fldemu_end = h.failure.clone().unwrap_or_else(|| {
+                format!(
+                    "fldemu rc-pingpong exited successfully\n{}",
+                    child::tail(&dir.join(format!("fldemu-case{i}.log")))
+                )
+            });
+            let ibv = match guest_exit(i) {
+                Some(code) => format!("ibv_rc_pingpong exited with {code}"),
+                None => "ibv_rc_pingpong never finished".to_string(),
+            };
+            eprintln!(
+                "---- case {i} ({}) ----\n{ibv}\n{}\n{fldemu_end}",
+                c.name(),
+                child::tail_of(
+                    &format!("{guest_log} (case {i})"),
+                    &guest_case(&outcome.output, i)
+                )
+            );
+        }
+        eprintln!("---- the guest ----\n{}", outcome.report());
     }
     Ok(all_ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SETUP_OK: &str = "fldemu-rxe: rdma link add exit 0\n\
+        fldemu-rxe: rxe0 on enp0s2, RoCEv2 GID index 1\n";
+
+    #[test]
+    fn a_failed_rxe_set_up_is_named() {
+        let out = "error: Could not add link\nfldemu-rxe: rdma link add exit 255\n\
+                   fldemu-rxe: rxe0 on enp0s2, RoCEv2 GID index \n\
+                   fldemu-rxe: case 0 begin\n";
+        let (section, problem) = guest_setup(out);
+        assert_eq!(
+            problem.as_deref(),
+            Some("`rdma link add rxe0 type rxe` exited with 255")
+        );
+        assert_eq!(
+            section,
+            "error: Could not add link\nfldemu-rxe: rdma link add exit 255\n\
+             fldemu-rxe: rxe0 on enp0s2, RoCEv2 GID index "
+        );
+        let no_gid =
+            "fldemu-rxe: rdma link add exit 0\nfldemu-rxe: rxe0 on enp0s2, RoCEv2 GID index \n";
+        assert_eq!(
+            guest_setup(no_gid).1.as_deref(),
+            Some("rxe0 has no RoCEv2 GID for the guest's address")
+        );
+        assert_eq!(
+            guest_setup("modprobe: FATAL\n").1.as_deref(),
+            Some("it never reached `rdma link add`")
+        );
+        assert_eq!(guest_setup(SETUP_OK).1, None);
+    }
+
+    #[test]
+    fn a_case_s_guest_output_is_found_between_its_markers() {
+        let out = format!(
+            "{SETUP_OK}fldemu-rxe: case 0 begin\nfirst\nfldemu-rxe: case 0 exit 0\n\
+             fldemu-rxe: case 1 begin\nCouldn't connect\nsecond\nfldemu-rxe: case 1 exit 1\n"
+        );
+        assert_eq!(guest_case(&out, 1), "Couldn't connect\nsecond");
+        assert_eq!(guest_case(&out, 0), "first");
+        assert_eq!(guest_case(&out, 2), "");
+    }
+
+    #[test]
+    fn the_guest_script_reports_the_rxe_set_up() {
+        let script = guest_script(&cases());
+        assert!(script.contains(
+            "rdma link add rxe0 type rxe netdev $RDMA_IF; echo \"fldemu-rxe: rdma link add exit $?\""
+        ));
+    }
 }
