@@ -335,7 +335,7 @@ impl Peer {
 
     /// Tells the server to stop.
     /// This end's counters: its port's (RoCE and Ethernet drops by reason) and its QP's.
-    pub fn counters(&mut self) -> Result<[(&'static str, Vec<(&'static str, u64)>); 2]> {
+    pub fn counters(&mut self) -> Result<[crate::testbed::NamedCounters; 2]> {
         Ok([
             ("port", self.ctx.port_counters()?),
             ("qp", self.ctx.qp_counters(&self.qp)?),

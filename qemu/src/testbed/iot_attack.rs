@@ -443,10 +443,13 @@ impl Expectation {
     }
 }
 
+/// A datagram to the service: its IPv4 source and the CoAP message.
+type ServiceRequest<'a> = ([u8; 4], &'a [u8]);
+
 /// Reads a frame the host received as a host IP stack would: it must be a whole, consistent
 /// IPv4 datagram (a fragment or an inconsistent header is already a breach). For UDP to the
 /// service: the sender and the CoAP message (the UDP payload as the UDP length delimits it).
-fn service_request(f: &[u8]) -> Result<Option<([u8; 4], &[u8])>, String> {
+fn service_request(f: &[u8]) -> Result<Option<ServiceRequest<'_>>, String> {
     let bad = |why: &str| Err(format!("{why} reached the host: {f:02x?}"));
     let Some(ip) = f.get(ethernet::HEADER_LEN..) else {
         return bad("a runt");

@@ -28,6 +28,9 @@ use fld_host::flde::FldE;
 use fld_host::guard::{ServiceGuard, UdpService};
 use fld_host::{EthDev, FlowItem, RxMode};
 
+/// One source's counters by name (a port's, a queue pair's), as `--stats` prints them.
+pub type NamedCounters = (&'static str, Vec<(&'static str, u64)>);
+
 /// An in-process card with the generator on host function 0 and the echo server on host
 /// function 1, both configured: the set-up of the demo, the benchmark and the tests.
 pub struct InProcessPair {

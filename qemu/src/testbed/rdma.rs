@@ -175,7 +175,7 @@ impl RdmaPair {
     }
 
     /// Each card's counters: its port's (RoCE and Ethernet drops by reason) and its QP's.
-    pub fn counters(&mut self) -> Result<[(&'static str, Vec<(&'static str, u64)>); 4]> {
+    pub fn counters(&mut self) -> Result<[super::NamedCounters; 4]> {
         Ok([
             ("card A port", self.a.ctx.port_counters()?),
             ("card A qp", self.a.ctx.qp_counters(&self.a.qp)?),
