@@ -47,9 +47,9 @@ pub struct ReplayArgs {
     /// Where the frames enter the card.
     #[arg(long, value_enum, default_value_t = InjectArg::Uplink)]
     pub inject: InjectArg,
-    /// Frames entering per NIC poll.
-    #[arg(long, default_value_t = 32)]
-    pub burst: usize,
+    /// Frames entering per NIC poll (1..=256).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub burst: u64,
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     pub json: bool,
@@ -125,7 +125,7 @@ pub fn run(a: ReplayArgs) -> CmdResult {
             InjectArg::Uplink => Inject::Uplink,
             InjectArg::Host => Inject::Host,
         },
-        burst: a.burst.clamp(1, 256),
+        burst: a.burst as usize,
         now_s: file.now.unwrap_or(0),
         tenants: file
             .tenant
