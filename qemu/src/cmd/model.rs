@@ -68,6 +68,7 @@ pub fn run(a: ModelArgs) -> CmdResult {
             .map(|(size, measured, modelled, k, bounds)| {
                 json!({
                     "size": size,
+                    "packets": a.packets,
                     "measured_bytes_per_packet": measured,
                     "model_bytes_per_packet_at_measured_batching": modelled,
                     "measured_packets_per_completion": k,
