@@ -520,6 +520,8 @@ fn inline_demo(a: &DemoArgs) -> CmdResult {
         ),
     };
     let ok = r.verified();
+    let mut card = CardCounters::default();
+    card.add("card", r.card_counters.clone());
     if a.json {
         let counters = counters_json(&r.counters);
         println!(
@@ -529,7 +531,7 @@ fn inline_demo(a: &DemoArgs) -> CmdResult {
                 "fld_rx_frames": r.fld_rx_frames, "accelerator_mps": r.offload_mps(), "accelerator_gbps": r.gbps(r.offload_secs),
                 "software_mps": r.software_mps(), "software_gbps": r.gbps(r.software_secs),
                 "ratio_accelerator_to_software": r.offload_mps() / r.software_mps().max(1e-9),
-                "counters": counters, "card_counters": counters_json(&r.card_counters), "verified": ok })
+                "counters": counters, "card_counters": card.json(), "verified": ok })
         );
     } else {
         println!("fldemu demo: {path}");
@@ -556,7 +558,7 @@ fn inline_demo(a: &DemoArgs) -> CmdResult {
             println!("  {k:<15} {v}");
         }
         if a.stats {
-            print_counters("card", &r.card_counters);
+            card.print();
         }
         if let Some(p) = &a.pcap {
             println!("  capture         {}", p.display());
