@@ -72,6 +72,18 @@ fn last_json(out: &str) -> Value {
         .unwrap_or_else(|| panic!("no JSON object in {out:?}"))
 }
 
+/// The JSON object a finished run printed, whatever its verdict.
+fn output_json(o: &Output) -> Value {
+    let out = stdout(o);
+    assert!(
+        !out.trim().is_empty(),
+        "no output ({}): {}",
+        o.status,
+        stderr(o)
+    );
+    last_json(&out)
+}
+
 /// Runs `args` (`--json` among them), which must succeed, and returns its JSON object.
 fn json(args: &[String]) -> Value {
     last_json(&ok(args))
@@ -355,7 +367,7 @@ fn bench_measures_the_packets_asked_for() {
     assert_eq!(counter(&v, "1500 FLD-E: FLD", "rx_packets"), 1200 + 61);
     // Each path again with the card's engine on a thread of its own. Whether every frame
     // survives that on a loaded machine is the benchmark's verdict, not this test's.
-    let two = last_json(&stdout(&run(&a("bench --packets 1000 --threads 2 --json"))));
+    let two = output_json(&run(&a("bench --packets 1000 --threads 2 --json")));
     let rows = two["results"].as_array().expect("results");
     assert!(rows.iter().all(|r| r["two_threads"].is_object()), "{two}");
     assert_eq!(
@@ -609,7 +621,7 @@ fn rc_pingpong_two_processes_exchange_what_was_asked_with_faults_and_capture() {
     )));
     let out = server.wait();
     assert!(out.status.success(), "{}", stderr(&out));
-    let served = last_json(&stdout(&out));
+    let served = output_json(&out);
     for v in [&client, &served] {
         assert_eq!(v["iters"], 20);
         assert_eq!(v["size"], 256);
@@ -684,7 +696,7 @@ fn rc_bw_two_processes_report_both_ends() {
     )));
     let out = server.wait();
     assert!(out.status.success(), "{}", stderr(&out));
-    let served = last_json(&stdout(&out));
+    let served = output_json(&out);
     assert_eq!(served["served"], true);
     let rows = client["results"].as_array().expect("results");
     assert_eq!(rows.len(), 1);

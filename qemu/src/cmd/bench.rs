@@ -35,6 +35,7 @@ struct Measured {
     mpps: f64,
     goodput_gbps: f64,
     nic_pcie_bytes_per_packet: f64,
+    /// Frames changed, missing, or received beyond those sent (a previous run's stragglers).
     failures: u64,
 }
 
@@ -52,7 +53,7 @@ fn measure(echo: &mut Echoer, cfg: &EchoConfig, engine_thread: bool) -> Measured
         goodput_gbps: rep.gbps(),
         nic_pcie_bytes_per_packet: nic.total_bytes() as f64
             / (rep.packets_sent + rep.packets_received).max(1) as f64,
-        failures: rep.mismatches + (cfg.packets - rep.packets_received),
+        failures: rep.mismatches + cfg.packets.abs_diff(rep.packets_received),
     }
 }
 
@@ -85,7 +86,7 @@ fn measure_loopback(
         mpps: rep.mpps(),
         goodput_gbps: rep.gbps(),
         nic_pcie_bytes_per_packet: 0.0,
-        failures: rep.mismatches + (cfg.packets - rep.packets_received),
+        failures: rep.mismatches + cfg.packets.abs_diff(rep.packets_received),
     })
 }
 

@@ -74,7 +74,7 @@ fn measure(
     let rep = echo.run(&cfg);
     Ok(Run {
         mpps: rep.mpps(),
-        failures: rep.mismatches + (packets - rep.packets_received),
+        failures: rep.mismatches + packets.abs_diff(rep.packets_received),
         cycles: cycles(&echo) - before,
         secs: rep.elapsed.as_secs_f64().max(1e-9),
         counters: echo.counters()?,
