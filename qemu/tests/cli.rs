@@ -303,12 +303,14 @@ fn demo_rdma_captures_the_client_card_and_counts_both_machines() {
     assert_eq!(v["messages"], 15);
     assert_eq!(v["message_bytes"], 300);
     assert_eq!(v["verified"], true);
-    assert_eq!(counter(&v, "client qp", "bytes_sent"), 15 * 300);
+    // One packet per message, and one again per retransmission (a timer a loaded machine
+    // let expire).
+    let resent = counter(&v, "client qp", "retransmitted");
+    assert_eq!(counter(&v, "client qp", "bytes_sent"), (15 + resent) * 300);
     assert_eq!(counter(&v, "server FLD", "tx_packets"), 15);
     assert_eq!(counter(&v, "accelerator", "echoed"), 15);
     // The client's requests are in the capture (a request again for each retransmission).
-    let requests = 15 + counter(&v, "client qp", "retransmitted");
-    assert_eq!(roce(&frames(&pcap), [10, 9, 0, 2], 300) as u64, requests);
+    assert_eq!(roce(&frames(&pcap), [10, 9, 0, 2], 300) as u64, 15 + resent);
 
     let zuc = json(&a(
         "demo --accel zuc --rdma --local --packets 10 --size 512 --burst 8 --json",
@@ -667,11 +669,14 @@ fn rc_bw_measures_the_operations_and_sizes_asked_for() {
         })
         .collect();
     assert_eq!(runs, [("send", 256, 2000), ("send", 512, 2000)]);
-    // Warm-ups of a twentieth and the measured runs.
-    assert_eq!(
-        counter(&v, "card B qp", "bytes_received"),
-        2101 * (256 + 512)
-    );
+    // Warm-ups of a twentieth and the measured runs, and any packet a timer that expired on
+    // a loaded machine made card A send again.
+    let received = counter(&v, "card B qp", "bytes_received");
+    if counter(&v, "card A qp", "retransmitted") == 0 {
+        assert_eq!(received, 2101 * (256 + 512));
+    } else {
+        assert!(received > 2101 * (256 + 512));
+    }
     refused(&a("rc-bw --ip 10.0.0.1"), "--link");
     refused(&a("rc-bw --timeout 3"), "--link");
     refused(&a("rc-bw 127.0.0.1"), "--link");
@@ -749,7 +754,8 @@ fn fldr_server_serves_a_demo_client_and_prints_its_counters_on_sigterm() {
     assert_eq!(v["messages"], 20);
     assert_eq!(v["message_bytes"], 700);
     assert_eq!(v["verified"], true);
-    assert_eq!(counter(&v, "client qp", "bytes_sent"), 20 * 700);
+    let resent = counter(&v, "client qp", "retransmitted");
+    assert_eq!(counter(&v, "client qp", "bytes_sent"), (20 + resent) * 700);
     // The service is the other process's: this one has the client's counters only.
     assert!(v["card_counters"].get("server FLD").is_none(), "{v}");
     let out = server.terminate();
