@@ -332,6 +332,7 @@ fn demo_refuses_what_its_path_cannot_honour() {
         ("--accel echo --rx-mode regular", "--rx-mode"),
         ("--accel iot --burst 4", "--burst"),
         ("--accel echo --rdma --burst 4", "--burst"),
+        ("--accel zuc --burst 65", "--burst"),
         ("--rtl-clock-mhz 100", "--rtl-clock-mhz"),
         ("--vcd x.vcd", "--vcd"),
         ("--transport vfio-user --pcap x.pcap", "--pcap"),

@@ -27,8 +27,8 @@ pub struct DemoArgs {
     /// the FLD paths' layout is FLD's, and they refuse it.
     #[arg(long, value_enum)]
     pub rx_mode: Option<RxModeArg>,
-    /// Packets (operations) per burst of the generator, default 32: the echo paths, `--accel
-    /// zuc` (at most 64) and `--accel zuc --rdma`; the others refuse it.
+    /// Packets (operations) per burst of the generator, default 32: the echo paths, and
+    /// `--accel zuc` with or without `--rdma` (at most 64); the others refuse it.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub burst: Option<u64>,
     /// Who echoes: `none` (a CPU application), `echo` (the echo accelerator behind FLD, FLD-E),
@@ -90,6 +90,9 @@ pub struct DemoArgs {
     pub ip: Option<std::net::Ipv4Addr>,
 }
 
+/// The most operations the ZUC clients (FLD-E and FLD-R) keep in one burst.
+const MAX_ZUC_BURST: u64 = 64;
+
 /// The generator's burst when `--burst` is not given.
 const DEFAULT_BURST: usize = 32;
 
@@ -146,6 +149,14 @@ impl DemoArgs {
         let bursts = echo_path || self.accel.kind == AccelArg::Zuc;
         if self.burst.is_some() && !bursts {
             return Err(format!("--burst sets the generator's burst of the echo paths and --accel zuc; {path} sends at its own pace"));
+        }
+        if let Some(burst) = self
+            .burst
+            .filter(|&b| b > MAX_ZUC_BURST && self.accel.kind == AccelArg::Zuc)
+        {
+            return Err(format!(
+                "--burst {burst}: {path} keeps at most {MAX_ZUC_BURST} operations in flight"
+            ));
         }
         if remote {
             if self.rdma {
