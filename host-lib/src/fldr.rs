@@ -686,6 +686,12 @@ impl FldrClient {
         self.qp.qp_num()
     }
 
+    /// The client queue pair's transport counters by name (`Context::qp_counters`), read
+    /// through `ctx`, the context the client was connected through.
+    pub fn qp_counters(&self, ctx: &mut Context) -> Result<Vec<(&'static str, u64)>> {
+        Ok(ctx.qp_counters(&self.qp)?)
+    }
+
     pub fn config(&self) -> ClientConfig {
         self.cfg
     }

@@ -10,12 +10,18 @@ use super::*;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Packets per measurement at 64 B (fewer at larger sizes, same byte budget order).
+    /// Packets per measurement at 64 B (half that at 1500 B and for the size mix; at least
+    /// 1000 per measurement).
     #[arg(long, default_value_t = 400_000)]
     pub packets: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Print the cards' counters after the table, per workload and path: the ports' packets
+    /// and drops by reason, FLD's statistics, the echo accelerator's counters. `--json` always
+    /// carries them (`card_counters`).
+    #[arg(long)]
+    pub stats: bool,
     /// 2: measure each path a second time with the card's engine on a thread of its own (the
     /// applications on another, meeting it only through rings and doorbells), beside the
     /// one-core figures.
@@ -29,6 +35,7 @@ struct Measured {
     mpps: f64,
     goodput_gbps: f64,
     nic_pcie_bytes_per_packet: f64,
+    /// Frames changed, missing, or received beyond those sent (a previous run's stragglers).
     failures: u64,
 }
 
@@ -46,7 +53,7 @@ fn measure(echo: &mut Echoer, cfg: &EchoConfig, engine_thread: bool) -> Measured
         goodput_gbps: rep.gbps(),
         nic_pcie_bytes_per_packet: nic.total_bytes() as f64
             / (rep.packets_sent + rep.packets_received).max(1) as f64,
-        failures: rep.mismatches + (cfg.packets - rep.packets_received),
+        failures: rep.mismatches + cfg.packets.abs_diff(rep.packets_received),
     }
 }
 
@@ -79,7 +86,7 @@ fn measure_loopback(
         mpps: rep.mpps(),
         goodput_gbps: rep.gbps(),
         nic_pcie_bytes_per_packet: 0.0,
-        failures: rep.mismatches + (cfg.packets - rep.packets_received),
+        failures: rep.mismatches + cfg.packets.abs_diff(rep.packets_received),
     })
 }
 
@@ -91,6 +98,7 @@ pub fn run(a: BenchArgs) -> CmdResult {
         ("datacenter-mix", datacenter_mix(), 2),
     ];
     let mut rows = Vec::new();
+    let mut counters = CardCounters::default();
     for (name, sizes, scale) in workloads {
         let packets = (a.packets / scale).max(1000);
         let max = sizes.max();
@@ -116,6 +124,8 @@ pub fn run(a: BenchArgs) -> CmdResult {
             )
         });
         let base = measure_loopback(&cfg, max)?;
+        counters.append(&format!("{name} CPU:"), cpu_echo.counters()?);
+        counters.append(&format!("{name} FLD-E:"), fld_echo.counters()?);
         rows.push((name, packets, cpu, fld, base, threaded));
     }
     let failed = rows.iter().any(|(_, _, c, f, b, t)| {
@@ -156,7 +166,7 @@ pub fn run(a: BenchArgs) -> CmdResult {
             .collect();
         println!(
             "{}",
-            json!({ "note": "echoed packets per second on one core, in-process; each echoed packet crosses the emulated NIC twice; two_threads: the card's engine on a second thread", "results": out })
+            json!({ "note": "echoed packets per second on one core, in-process; each echoed packet crosses the emulated NIC twice; two_threads: the card's engine on a second thread; card_counters: per workload and path, after its runs", "results": out, "card_counters": counters.json() })
         );
     } else {
         print!(
@@ -187,6 +197,9 @@ pub fn run(a: BenchArgs) -> CmdResult {
                 );
             }
             println!();
+        }
+        if a.stats {
+            counters.print();
         }
     }
     Ok(exit_code(!failed))

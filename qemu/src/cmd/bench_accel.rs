@@ -9,12 +9,17 @@ use super::*;
 
 #[derive(clap::Args)]
 pub struct BenchAccelArgs {
-    /// Messages (operations, datagrams) per measurement.
+    /// Messages (operations, datagrams) per measurement (at least 100).
     #[arg(long, default_value_t = 20_000)]
     pub packets: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Print the cards' counters after the table, per measurement: the ports' packets and
+    /// drops by reason, FLD's statistics, the accelerator's counters; for the IoT service the
+    /// guard's drops by reason. `--json` always carries them (`card_counters`).
+    #[arg(long)]
+    pub stats: bool,
 }
 
 pub fn run(a: BenchAccelArgs) -> CmdResult {
@@ -28,8 +33,10 @@ pub fn run(a: BenchAccelArgs) -> CmdResult {
     }
     let n = a.packets.max(100) as usize;
     let mut rows = Vec::new();
+    let mut counters = CardCounters::default();
     for bytes in [64usize, 256, 1024, 4096] {
         let m = zuc_measure(n, bytes, 32, None)?;
+        counters.append(&format!("zuc {bytes} B:"), m.counters);
         rows.push(Row {
             accel: "zuc",
             bytes,
@@ -43,6 +50,8 @@ pub fn run(a: BenchAccelArgs) -> CmdResult {
         ("defrag", defrag_workload(n, 1500, 1450, None)?),
         ("iot", iot_workload(n, 256, 16, None)?),
     ] {
+        counters.add(format!("{accel}: card"), r.card_counters.clone());
+        counters.add(format!("{accel}: workload"), r.counters.clone());
         rows.push(Row {
             accel,
             bytes: r.message_bytes,
@@ -66,7 +75,7 @@ pub fn run(a: BenchAccelArgs) -> CmdResult {
             .collect();
         println!(
             "{}",
-            json!({ "note": "one core, in-process: the accelerator model runs on the same CPU as the host baseline, so ratios measure the emulated path's overhead, not FPGA speed-up; message_bytes is the ZUC data length, the defrag datagram, the IoT frame", "results": out })
+            json!({ "note": "one core, in-process: the accelerator model runs on the same CPU as the host baseline, so ratios measure the emulated path's overhead, not FPGA speed-up; message_bytes is the ZUC data length, the defrag datagram, the IoT frame; card_counters: per measurement", "results": out, "card_counters": counters.json() })
         );
     } else {
         println!(
@@ -92,6 +101,9 @@ pub fn run(a: BenchAccelArgs) -> CmdResult {
                 r.accel_mps / r.software_mps.max(1e-9),
                 r.verified
             );
+        }
+        if a.stats {
+            counters.print();
         }
     }
     Ok(exit_code(rows.iter().all(|r| r.verified)))

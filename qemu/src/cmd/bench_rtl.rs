@@ -13,15 +13,20 @@ pub struct BenchRtlArgs {
     /// Verilog echo shipped in `device/rtl/examples/echo`.
     #[arg(long)]
     pub design: Option<std::path::PathBuf>,
-    /// Echoed frames per measurement at 64 B (a fifth of that at 1500 B).
+    /// Echoed frames per measurement at 64 B (a fifth of that at 1500 B, at least 1000).
     #[arg(long, default_value_t = 100_000)]
     pub packets: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
     /// The module's clock in MHz.
-    #[arg(long, default_value_t = 250.0)]
+    #[arg(long, default_value_t = DEFAULT_RTL_CLOCK_MHZ)]
     pub rtl_clock_mhz: f64,
+    /// Print the cards' counters after the table, per size and path: the generator's port,
+    /// FLD's vPort and statistics, the accelerator's counters (the RTL's cycles, beats and
+    /// contract breaches). `--json` always carries them (`card_counters`).
+    #[arg(long)]
+    pub stats: bool,
 }
 
 /// One path at one size.
@@ -31,6 +36,8 @@ struct Run {
     /// The RTL's clock cycles during the measured run.
     cycles: u64,
     secs: f64,
+    /// The card's counters after the runs.
+    counters: CardCounters,
 }
 
 fn cycles(echo: &Echoer) -> u64 {
@@ -67,9 +74,10 @@ fn measure(
     let rep = echo.run(&cfg);
     Ok(Run {
         mpps: rep.mpps(),
-        failures: rep.mismatches + (packets - rep.packets_received),
+        failures: rep.mismatches + packets.abs_diff(rep.packets_received),
         cycles: cycles(&echo) - before,
         secs: rep.elapsed.as_secs_f64().max(1e-9),
+        counters: echo.counters()?,
     })
 }
 
@@ -80,9 +88,15 @@ pub fn run(a: BenchRtlArgs) -> CmdResult {
         .unwrap_or_else(|| fld_rtl::examples_dir().join("echo"));
     let clock_hz = a.rtl_clock_mhz * 1e6;
     let mut rows = Vec::new();
+    let mut counters = CardCounters::default();
     for (size, packets) in [(64usize, a.packets), (1500, (a.packets / 5).max(1000))] {
-        let rust = measure(None, size, packets)?;
-        let rtl = measure(Some((&design, a.rtl_clock_mhz)), size, packets)?;
+        let mut rust = measure(None, size, packets)?;
+        let mut rtl = measure(Some((&design, a.rtl_clock_mhz)), size, packets)?;
+        counters.append(
+            &format!("{size} B Rust:"),
+            std::mem::take(&mut rust.counters),
+        );
+        counters.append(&format!("{size} B RTL:"), std::mem::take(&mut rtl.counters));
         rows.push((size, packets, rust, rtl));
     }
     let failed = rows.iter().any(|(_, _, r, v)| r.failures + v.failures != 0);
@@ -107,7 +121,7 @@ pub fn run(a: BenchRtlArgs) -> CmdResult {
             .collect();
         println!(
             "{}",
-            json!({ "design": design.display().to_string(), "clock_hz": clock_hz, "note": "echoed frames per second through the whole in-process card, one core; rtl_simulated_mpps_at_clock: frames per second of simulated time at the module's clock (bounded by the 50 Gbit/s rx pacing)", "results": out })
+            json!({ "design": design.display().to_string(), "clock_hz": clock_hz, "note": "echoed frames per second through the whole in-process card, one core; rtl_simulated_mpps_at_clock: frames per second of simulated time at the module's clock (bounded by the 50 Gbit/s rx pacing); card_counters: per size and path, after its runs", "results": out, "card_counters": counters.json() })
         );
     } else {
         println!("design {} at {:.0} MHz", design.display(), clock_hz / 1e6);
@@ -127,6 +141,9 @@ pub fn run(a: BenchRtlArgs) -> CmdResult {
                 rtl.cycles as f64 / *packets as f64,
                 *packets as f64 / simulated_secs.max(1e-12) / 1e6
             );
+        }
+        if a.stats {
+            counters.print();
         }
         println!("{}", verdict(!failed));
     }

@@ -10,22 +10,26 @@ pub struct BenchTransportArgs {
     /// How the driver reaches the card.
     #[arg(long, value_enum, default_value_t = TransportArg::Vfio)]
     pub transport: TransportArg,
-    /// With `--transport vfio-user`: the directory of the server's sockets.
-    #[arg(long, default_value = "fldemu-sockets")]
-    pub socket_dir: std::path::PathBuf,
+    /// With `--transport vfio-user`: the directory of the server's sockets (default
+    /// fldemu-sockets).
+    #[arg(long)]
+    pub socket_dir: Option<std::path::PathBuf>,
     /// Samples per figure.
-    #[arg(long, default_value_t = 2000)]
-    pub iterations: usize,
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub iterations: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(a: BenchTransportArgs) -> CmdResult {
-    let Some(t) = a.transport.remote(&a.socket_dir) else {
+    let Some(t) = a
+        .transport
+        .remote(&a.transport.socket_dir(a.socket_dir.as_deref())?)
+    else {
         return Err("bench-transport measures vfio-user or vfio".into());
     };
-    let f = fld_qemu::transport_bench::measure(&t, a.iterations.max(1))?;
+    let f = fld_qemu::transport_bench::measure(&t, a.iterations as usize)?;
     if a.json {
         println!("{}", serde_json::to_string(&f).unwrap_or_default());
     } else {

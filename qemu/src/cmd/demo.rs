@@ -10,23 +10,27 @@ use super::*;
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
-    /// Packets to send and verify.
+    /// Packets to send and verify (cipher operations with `--accel zuc`, datagrams with
+    /// `defrag`, messages with `iot` and `--rdma`).
     #[arg(long, default_value_t = 100_000)]
     pub packets: u64,
     /// Frame size in bytes without FCS (60..=9000). Defaults: 64 (echo), 1500 (zuc, defrag: the
     /// datagram before fragmentation at a 1450-byte MTU), 256 (iot). With `--rdma`: the message
-    /// (echo) or request data (zuc) bytes, 1..=16384, default 1024.
+    /// (echo, 1..=16384) or request data (zuc, 1..=16320) bytes, default 1024.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16384))]
     pub size: Option<u64>,
-    /// With --size: sweep every size from --size to this one.
+    /// Sweep every frame size from `--size` (default 64) to this one. Only the echo paths
+    /// (`--accel none|echo|rtl:PATH`) sweep; the others refuse it.
     #[arg(long, value_parser = clap::value_parser!(u64).range(MIN_FRAME as u64..=MAX_FRAME as u64))]
     pub size_max: Option<u64>,
-    /// Receive queue layout of both ports.
-    #[arg(long, value_enum, default_value_t = RxModeArg::Striding)]
-    pub rx_mode: RxModeArg,
-    /// Packets per burst.
-    #[arg(long, default_value_t = 32)]
-    pub burst: usize,
+    /// Receive queue layout of both ports of the CPU echo (`--accel none`), default striding;
+    /// the FLD paths' layout is FLD's, and they refuse it.
+    #[arg(long, value_enum)]
+    pub rx_mode: Option<RxModeArg>,
+    /// Packets (operations) per burst of the generator, default 32: the echo paths, and
+    /// `--accel zuc` with or without `--rdma` (at most 64); the others refuse it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub burst: Option<u64>,
     /// Who echoes: `none` (a CPU application), `echo` (the echo accelerator behind FLD, FLD-E),
     /// `zuc`, `defrag`, `iot` (the paper's accelerators), or `rtl:PATH`: a Verilog module on
     /// FLD's AXI4-Stream ports, built with Verilator (PATH: a directory with a `files.f`, or the
@@ -36,26 +40,33 @@ pub struct DemoArgs {
     /// With `--accel rtl:PATH`: write the module's signals to this VCD file (GTKWave opens it).
     #[arg(long)]
     pub vcd: Option<std::path::PathBuf>,
-    /// With `--accel rtl:PATH`: the module's clock in MHz (FLD's Innova-2 design runs at 250);
+    /// With `--accel rtl:PATH`: the module's clock in MHz, default 250 (FLD's Innova-2 design);
     /// the rx stream brings packets at FLD's 50 Gbit/s link rate in cycles of this clock.
-    #[arg(long, default_value_t = 250.0)]
-    pub rtl_clock_mhz: f64,
-    /// Write every frame entering the eSwitch to this pcap file.
+    #[arg(long)]
+    pub rtl_clock_mhz: Option<f64>,
+    /// Write every frame entering the eSwitch to this pcap file; with `--rdma`, of the
+    /// client's card (the one card with `--local`). Needs the card in this process: with
+    /// `--transport vfio-user|vfio` it is refused.
     #[arg(long)]
     pub pcap: Option<std::path::PathBuf>,
     /// How the driver reaches the card: in this process, over `fldemu serve`'s vfio-user
-    /// sockets, or through Linux vfio-pci (inside a guest whose QEMU attaches the card).
+    /// sockets, or through Linux vfio-pci (inside a guest whose QEMU attaches the card). Over
+    /// vfio-user and vfio the demo runs `--accel none` and `--accel echo` (the accelerator is
+    /// the server's).
     #[arg(long, value_enum, default_value_t = TransportArg::InProcess)]
     pub transport: TransportArg,
-    /// With `--transport vfio-user`: the directory of the server's sockets.
-    #[arg(long, default_value = "fldemu-sockets")]
-    pub socket_dir: std::path::PathBuf,
+    /// With `--transport vfio-user`: the directory of the server's sockets (default
+    /// fldemu-sockets).
+    #[arg(long)]
+    pub socket_dir: Option<std::path::PathBuf>,
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     pub json: bool,
     /// Add the card's counters to the summary: every port's packets and drops by reason
     /// (steering, no rule, no buffer), FLD's statistics, the accelerator's counters; for the
-    /// IoT service the guard's drops by reason. `--json` always carries them.
+    /// IoT service the guard's drops by reason; with `--rdma` the client's port and queue pair
+    /// and, when the service runs in this process, its port and FLD's. `--json` always carries
+    /// them (`card_counters`).
     #[arg(long)]
     pub stats: bool,
     /// With `--accel zuc` or `--accel echo`: the disaggregated service over FLD-R on a second
@@ -71,25 +82,138 @@ pub struct DemoArgs {
     /// other process being `fldemu fldr-server` on the other end of the link.
     #[arg(long, requires = "rdma")]
     pub link: Option<String>,
-    /// With `--link`: the FLD-R server's TCP address.
-    #[arg(long, default_value = "127.0.0.1:18600")]
-    pub server: std::net::SocketAddr,
-    /// With `--link`: this card's IP address.
-    #[arg(long, default_value = "10.9.0.2")]
-    pub ip: std::net::Ipv4Addr,
+    /// With `--link`: the FLD-R server's TCP address (default 127.0.0.1:18600).
+    #[arg(long, requires = "link")]
+    pub server: Option<std::net::SocketAddr>,
+    /// With `--link`: this card's IP address (default 10.9.0.2).
+    #[arg(long, requires = "link")]
+    pub ip: Option<std::net::Ipv4Addr>,
+}
+
+/// The most operations the ZUC clients (FLD-E and FLD-R) keep in one burst.
+const MAX_ZUC_BURST: u64 = 64;
+
+/// The generator's burst when `--burst` is not given.
+const DEFAULT_BURST: usize = 32;
+
+impl DemoArgs {
+    /// The generator's burst.
+    pub fn burst(&self) -> usize {
+        self.burst.map_or(DEFAULT_BURST, |b| b as usize)
+    }
+
+    /// The path the options chose, as a user would name it in a message.
+    fn path_name(&self) -> String {
+        if self.rdma {
+            format!("--accel {} --rdma", self.accel.name())
+        } else {
+            format!("--accel {}", self.accel.name())
+        }
+    }
+
+    /// Refuses every option the chosen path cannot honour, naming it: nothing given is
+    /// silently ignored.
+    fn check(&self) -> Result<(), String> {
+        if self.rdma {
+            if self.accel.rtl.is_some() {
+                return Err("--rdma runs the Rust FLD-R accelerators; an RTL module runs the FLD-E echo path".into());
+            }
+            if !matches!(self.accel.kind, AccelArg::Zuc | AccelArg::Echo) {
+                return Err("--rdma runs --accel zuc or --accel echo".into());
+            }
+        }
+        let path = self.path_name();
+        let echo_path = !self.rdma && matches!(self.accel.kind, AccelArg::None | AccelArg::Echo);
+        let remote = self.transport != TransportArg::InProcess;
+        self.transport.socket_dir(self.socket_dir.as_deref())?;
+        if self.accel.rtl.is_none() {
+            if self.vcd.is_some() {
+                return Err(
+                    "--vcd records an RTL accelerator's signals: use it with --accel rtl:PATH"
+                        .into(),
+                );
+            }
+            if self.rtl_clock_mhz.is_some() {
+                return Err(
+                    "--rtl-clock-mhz clocks an RTL accelerator: use it with --accel rtl:PATH"
+                        .into(),
+                );
+            }
+        }
+        if self.size_max.is_some() && !echo_path {
+            return Err(format!("--size-max sweeps frame sizes on the echo paths (--accel none, echo or rtl:PATH); {path} runs one size"));
+        }
+        if self.rx_mode.is_some() && (self.rdma || self.accel.kind != AccelArg::None) {
+            return Err(format!("--rx-mode sets the receive queues of the CPU echo (--accel none); {path} uses FLD's"));
+        }
+        let bursts = echo_path || self.accel.kind == AccelArg::Zuc;
+        if self.burst.is_some() && !bursts {
+            return Err(format!("--burst sets the generator's burst of the echo paths and --accel zuc; {path} sends at its own pace"));
+        }
+        if let Some(burst) = self
+            .burst
+            .filter(|&b| b > MAX_ZUC_BURST && self.accel.kind == AccelArg::Zuc)
+        {
+            return Err(format!(
+                "--burst {burst}: {path} keeps at most {MAX_ZUC_BURST} operations in flight"
+            ));
+        }
+        if remote {
+            if self.rdma {
+                return Err(format!(
+                    "--rdma runs FLD-R on cards in this process; {} reaches a card elsewhere",
+                    self.transport.flag()
+                ));
+            }
+            if !echo_path {
+                return Err(format!("over vfio-user and vfio the demo runs the CPU and FLD-E echo paths, not {path}"));
+            }
+            if self.pcap.is_some() {
+                return Err(format!(
+                    "--pcap needs the card in this process; with {} the card is the server's",
+                    self.transport.flag()
+                ));
+            }
+        }
+        if let Some(size) = self.size {
+            if self.rdma {
+                let most = if self.accel.kind == AccelArg::Zuc {
+                    super::fldr::MAX_ZUC_DATA
+                } else {
+                    super::fldr::MAX_MESSAGE
+                };
+                if size as usize > most {
+                    return Err(format!(
+                        "--size {size}: {path} carries at most {most} bytes"
+                    ));
+                }
+            } else if !(MIN_FRAME as u64..=MAX_FRAME as u64).contains(&size) {
+                return Err(format!(
+                    "--size {size}: frames are {MIN_FRAME}..={MAX_FRAME} bytes"
+                ));
+            }
+        }
+        if let (Some(min), Some(max)) = (self.size, self.size_max) {
+            if max < min {
+                return Err(format!("--size-max {max} is below --size {min}"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Opens the echo set-up over the transport `a` names.
 fn open_echoer(a: &DemoArgs, max_frame: usize) -> Result<Echoer, Box<dyn std::error::Error>> {
-    let rx = a.rx_mode.mode();
-    match a.transport.remote(&a.socket_dir) {
+    let rx = a.rx_mode.unwrap_or(RxModeArg::Striding).mode();
+    let socket_dir = a.transport.socket_dir(a.socket_dir.as_deref())?;
+    match a.transport.remote(&socket_dir) {
         None => {
             let echo = Echoer::new(a.accel.kind, rx, max_frame)?;
             if let Some(spec) = &a.accel.rtl {
                 echo.card().fld.set_accelerator(rtl_accelerator(
                     spec,
                     a.vcd.as_deref(),
-                    a.rtl_clock_mhz,
+                    a.rtl_clock_mhz.unwrap_or(DEFAULT_RTL_CLOCK_MHZ),
                 )?);
             }
             Ok(echo)
@@ -112,25 +236,9 @@ fn open_echoer(a: &DemoArgs, max_frame: usize) -> Result<Echoer, Box<dyn std::er
 }
 
 pub fn run(a: DemoArgs) -> CmdResult {
-    if a.vcd.is_some() && a.accel.rtl.is_none() {
-        return Err(
-            "--vcd records an RTL accelerator's signals: use it with --accel rtl:PATH".into(),
-        );
-    }
+    a.check()?;
     if a.rdma {
-        if a.accel.rtl.is_some() {
-            return Err(
-                "--rdma runs the Rust FLD-R accelerators; an RTL module runs the FLD-E echo path"
-                    .into(),
-            );
-        }
         return super::fldr::rdma_demo(&a);
-    }
-    if let Some(size) = a
-        .size
-        .filter(|s| !(MIN_FRAME as u64..=MAX_FRAME as u64).contains(s))
-    {
-        return Err(format!("--size {size}: frames are {MIN_FRAME}..={MAX_FRAME} bytes").into());
     }
     if a.accel == AccelArg::Zuc {
         return zuc_demo(&a);
@@ -146,11 +254,6 @@ pub fn run(a: DemoArgs) -> CmdResult {
         },
         _ => Sizes::Fixed(size as usize),
     };
-    if a.transport != TransportArg::InProcess
-        && !matches!(a.accel.kind, AccelArg::None | AccelArg::Echo)
-    {
-        return Err("over vfio-user and vfio the demo runs the CPU and FLD-E echo paths".into());
-    }
     let mut echo = open_echoer(&a, sizes.max())?;
     if let (Some(path), Some(card)) = (&a.pcap, &echo.card) {
         fld_qemu::testbed::capture_ingress(card, path)?;
@@ -162,7 +265,7 @@ pub fn run(a: DemoArgs) -> CmdResult {
     let cfg = EchoConfig {
         packets: a.packets,
         sizes: sizes.clone(),
-        burst: a.burst.clamp(1, 256),
+        burst: a.burst(),
         window,
         ..Default::default()
     };
@@ -225,7 +328,7 @@ pub fn run(a: DemoArgs) -> CmdResult {
             "accel": a.accel.name(),
             "accelerator_counters": rtl_counters.as_ref().map(|c| counters_json(c)),
             "rtl_cycles_per_s": rtl_cycles_per_s,
-            "rx_mode": match a.rx_mode { RxModeArg::Regular => "regular", RxModeArg::Striding => "striding" },
+            "rx_mode": match a.rx_mode.unwrap_or(RxModeArg::Striding) { RxModeArg::Regular => "regular", RxModeArg::Striding => "striding" },
             "size_min": size,
             "size_max": sizes.max(),
             "fld_memory_bytes": fld_memory,
@@ -300,6 +403,8 @@ pub struct ZucMeasured {
     pub accel_secs: f64,
     pub mismatches: u64,
     pub done: usize,
+    /// The card's counters after the run (the generator's port, FLD's, the accelerator's).
+    pub counters: CardCounters,
 }
 
 /// `ops` cipher operations of `bytes` data bytes (2/3 EEA3, 1/3 EIA3) through software ZUC and
@@ -331,11 +436,13 @@ pub fn zuc_measure(
     drop(dev);
     s.stop_capture();
     let mismatches = zuc_mismatches(&soft, &hard);
+    let counters = flde_counters(&mut s.client, &mut s.flde, Some(&s.card))?;
     Ok(ZucMeasured {
         software_secs,
         accel_secs,
         mismatches,
         done: hard.len(),
+        counters,
     })
 }
 
@@ -375,7 +482,7 @@ fn zuc_demo(a: &DemoArgs) -> CmdResult {
     let bytes = (a.size.unwrap_or(1500) as usize)
         .saturating_sub(14 + 20 + 8 + 64)
         .max(1);
-    let m = zuc_measure(a.packets as usize, bytes, a.burst, a.pcap.as_deref())?;
+    let m = zuc_measure(a.packets as usize, bytes, a.burst(), a.pcap.as_deref())?;
     let (soft_s, hard_s, mismatches, done) = (m.software_secs, m.accel_secs, m.mismatches, m.done);
     let ok = mismatches == 0 && done as u64 == a.packets;
     let n = done as f64;
@@ -383,7 +490,7 @@ fn zuc_demo(a: &DemoArgs) -> CmdResult {
     if a.json {
         println!(
             "{}",
-            json!({ "accel": "zuc", "operations": done, "data_bytes_per_op": bytes, "mismatches": mismatches, "accelerator_mops": n / hard_s.max(1e-9) / 1e6, "accelerator_gbps": gbps(hard_s), "software_mops": n / soft_s.max(1e-9) / 1e6, "software_gbps": gbps(soft_s), "verified": ok })
+            json!({ "accel": "zuc", "operations": done, "data_bytes_per_op": bytes, "mismatches": mismatches, "accelerator_mops": n / hard_s.max(1e-9) / 1e6, "accelerator_gbps": gbps(hard_s), "software_mops": n / soft_s.max(1e-9) / 1e6, "software_gbps": gbps(soft_s), "card_counters": m.counters.json(), "verified": ok })
         );
     } else {
         println!("fldemu demo: cryptodev client (vPort 1) -> FLD-E -> ZUC accelerator (8 units) -> back, against software ZUC");
@@ -394,6 +501,9 @@ fn zuc_demo(a: &DemoArgs) -> CmdResult {
         print_zuc_rates(done, bytes, hard_s, soft_s);
         if let Some(p) = &a.pcap {
             println!("  capture         {}", p.display());
+        }
+        if a.stats {
+            m.counters.print();
         }
         println!(
             "  result          {} ({} mismatches)",
@@ -421,6 +531,8 @@ fn inline_demo(a: &DemoArgs) -> CmdResult {
         ),
     };
     let ok = r.verified();
+    let mut card = CardCounters::default();
+    card.add("card", r.card_counters.clone());
     if a.json {
         let counters = counters_json(&r.counters);
         println!(
@@ -430,7 +542,7 @@ fn inline_demo(a: &DemoArgs) -> CmdResult {
                 "fld_rx_frames": r.fld_rx_frames, "accelerator_mps": r.offload_mps(), "accelerator_gbps": r.gbps(r.offload_secs),
                 "software_mps": r.software_mps(), "software_gbps": r.gbps(r.software_secs),
                 "ratio_accelerator_to_software": r.offload_mps() / r.software_mps().max(1e-9),
-                "counters": counters, "card_counters": counters_json(&r.card_counters), "verified": ok })
+                "counters": counters, "card_counters": card.json(), "verified": ok })
         );
     } else {
         println!("fldemu demo: {path}");
@@ -457,7 +569,7 @@ fn inline_demo(a: &DemoArgs) -> CmdResult {
             println!("  {k:<15} {v}");
         }
         if a.stats {
-            print_counters("card", &r.card_counters);
+            card.print();
         }
         if let Some(p) = &a.pcap {
             println!("  capture         {}", p.display());

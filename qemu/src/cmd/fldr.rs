@@ -20,6 +20,9 @@ use super::*;
 /// Largest FLD-R message (FLD's largest Tx message).
 pub const MAX_MESSAGE: usize = 16 * 1024;
 
+/// Largest ZUC request data over FLD-R: a message less the 64-byte request header.
+pub const MAX_ZUC_DATA: usize = MAX_MESSAGE - 64;
+
 #[derive(clap::Args)]
 pub struct FldrServerArgs {
     /// This card's uplink: `udp:LOCAL_PORT:HOST:PORT`.
@@ -28,7 +31,8 @@ pub struct FldrServerArgs {
     /// This card's IP address (clients' queue pairs connect to it).
     #[arg(long, default_value = "10.9.0.1")]
     pub ip: Ipv4Addr,
-    /// TCP address clients exchange their queue pair addresses on.
+    /// TCP address clients exchange their queue pair addresses on (`demo --rdma --link`'s
+    /// default `--server`).
     #[arg(long, default_value = "127.0.0.1:18600")]
     pub listen: SocketAddr,
     /// The accelerator behind FLD.
@@ -37,9 +41,31 @@ pub struct FldrServerArgs {
     /// FLD queues for FLD-R (one per client).
     #[arg(long, default_value_t = 16)]
     pub queues: u16,
-    /// Serve this many seconds, then print the report and exit (0: until killed).
+    /// Serve this many seconds, then print the report and exit (0: until SIGINT or SIGTERM,
+    /// which print it too).
     #[arg(long, default_value_t = 0)]
     pub seconds: u64,
+    /// Add the card's counters to the report printed on exit: the server port's RoCE drops by
+    /// reason and Ethernet drops, FLD's statistics, the accelerator's counters.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// Set by SIGINT and SIGTERM: the server stops serving and prints its report.
+static STOP_SERVING: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn stop_serving(_signal: libc::c_int) {
+    STOP_SERVING.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// SIGINT and SIGTERM end the serving loop instead of the process, so the report is printed.
+fn stop_on_signals() {
+    let handler = stop_serving as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum, PartialEq, Eq)]
@@ -68,14 +94,16 @@ pub fn run_server(a: FldrServerArgs) -> CmdResult {
     });
     card.nic.set_uplink(fld_qemu::wires::open_link(&a.link)?);
     let listener = TcpListener::bind(a.listen)?;
-    let stop = AtomicBool::new(false);
+    stop_on_signals();
     let started = Instant::now();
-    let stopper = &stop;
+    let stopper = &STOP_SERVING;
     let seconds = a.seconds;
     let report = std::thread::scope(|s| {
         if seconds > 0 {
             s.spawn(move || {
-                while started.elapsed() < Duration::from_secs(seconds) {
+                while started.elapsed() < Duration::from_secs(seconds)
+                    && !stopper.load(std::sync::atomic::Ordering::Relaxed)
+                {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 stopper.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -93,7 +121,19 @@ pub fn run_server(a: FldrServerArgs) -> CmdResult {
         )
     })?;
     print_service_report(&report);
+    if a.stats {
+        service_counters(&report).print();
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The service machine's counters from its report: its port's, FLD's, the accelerator's.
+fn service_counters(r: &ServiceReport) -> CardCounters {
+    let mut c = CardCounters::default();
+    c.add("server port", r.port.clone());
+    c.add("server FLD", r.fld.clone());
+    c.add("accelerator", r.accelerator.clone());
+    c
 }
 
 fn print_service_report(r: &ServiceReport) {
@@ -108,6 +148,14 @@ fn print_service_report(r: &ServiceReport) {
         .collect();
     println!("  accelerator     {}", c.join(", "));
 }
+
+/// The FLD-R server's address a `demo --rdma --link` client connects to by default
+/// (`fldr-server`'s default `--listen`).
+const DEFAULT_SERVER: SocketAddr =
+    SocketAddr::V4(std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, 18600));
+
+/// A `demo --rdma --link` client card's address by default.
+const DEFAULT_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
 
 /// Where the service is: in this process (with its report at the end) or another one.
 enum Setup {
@@ -127,16 +175,17 @@ impl Setup {
                 Setup::Local(service, client, false)
             }
             Some(link) => {
+                let ip = a.ip.unwrap_or(DEFAULT_CLIENT_IP);
                 let card = fld_device::card::Card::new(fld_device::card::CardConfig {
                     nic: fld_device::nic::NicConfig {
-                        card_id: u16::from_be_bytes([a.ip.octets()[2], a.ip.octets()[3]]),
+                        card_id: u16::from_be_bytes([ip.octets()[2], ip.octets()[3]]),
                         ..Default::default()
                     },
                     ..Default::default()
                 });
                 card.nic.set_uplink(fld_qemu::wires::open_link(link)?);
-                let m = client_machine(card, a.ip)?;
-                Setup::Remote(m, a.server)
+                let m = client_machine(card, ip)?;
+                Setup::Remote(m, a.server.unwrap_or(DEFAULT_SERVER))
             }
         })
     }
@@ -146,6 +195,34 @@ impl Setup {
             Setup::Local(s, m, _) => m.connect(s.addr, cfg)?,
             Setup::Remote(m, addr) => m.connect(*addr, cfg)?,
         })
+    }
+
+    fn client(&mut self) -> &mut ClientMachine {
+        match self {
+            Setup::Local(_, m, _) | Setup::Remote(m, _) => m,
+        }
+    }
+
+    /// Captures every frame entering the client's card (with `--local`, the one card).
+    fn capture(&mut self, path: &std::path::Path) -> std::io::Result<()> {
+        fld_qemu::testbed::capture_ingress(&self.client().card, path)
+    }
+
+    /// Ends the capture, flushing the file.
+    fn stop_capture(&mut self) {
+        self.client().card.nic.set_tap(None);
+    }
+
+    /// The client's counters: its port's and its queue pair's.
+    fn client_counters(
+        &mut self,
+        client: &FldrClient,
+    ) -> Result<CardCounters, Box<dyn std::error::Error>> {
+        let ctx = &mut self.client().ctx;
+        let mut c = CardCounters::default();
+        c.add("client port", ctx.port_counters()?);
+        c.add("client qp", client.qp_counters(ctx)?);
+        Ok(c)
     }
 
     fn describe(&self) -> &'static str {
@@ -176,12 +253,15 @@ pub fn rdma_demo(a: &DemoArgs) -> CmdResult {
 /// Cipher operations through the disaggregated ZUC accelerator behind FLD-R and through
 /// software ZUC, every result compared.
 fn zuc_rdma_demo(a: &DemoArgs) -> CmdResult {
-    let bytes = (a.size.unwrap_or(1024) as usize).min(MAX_MESSAGE - 64);
+    let bytes = a.size.unwrap_or(1024) as usize;
     let ops = sample_ops(a.packets as usize, bytes, true, 0x5eed);
     let t = Instant::now();
     let soft = run_ops(&mut SoftZuc::default(), ops.clone(), 64);
     let soft_s = t.elapsed().as_secs_f64();
     let mut setup = Setup::open(a, ServiceAccel::Zuc)?;
+    if let Some(path) = &a.pcap {
+        setup.capture(path)?;
+    }
     let client = setup.connect(ClientConfig {
         depth: 64,
         max_message: MAX_MESSAGE,
@@ -189,12 +269,17 @@ fn zuc_rdma_demo(a: &DemoArgs) -> CmdResult {
     })?;
     let mut dev = ZucRdma::new(client);
     let t = Instant::now();
-    let hard = run_ops(&mut dev, ops, a.burst.clamp(1, 64));
+    let hard = run_ops(&mut dev, ops, a.burst().min(64));
     let hard_s = t.elapsed().as_secs_f64();
     let stray = dev.stray;
+    let mut counters = setup.client_counters(dev.client())?;
     drop(dev);
+    setup.stop_capture();
     let setup_name = setup.describe();
     let report = setup.finish()?;
+    if let Some(r) = &report {
+        counters.merge(service_counters(r));
+    }
     let mismatches = super::demo::zuc_mismatches(&soft, &hard);
     let done = hard.len();
     let ok = mismatches == 0 && done as u64 == a.packets && stray == 0;
@@ -203,7 +288,7 @@ fn zuc_rdma_demo(a: &DemoArgs) -> CmdResult {
     if a.json {
         println!(
             "{}",
-            json!({ "accel": "zuc", "interface": "fld-r", "operations": done, "data_bytes_per_op": bytes, "mismatches": mismatches, "stray_responses": stray, "accelerator_mops": n / hard_s.max(1e-9) / 1e6, "accelerator_gbps": gbps(hard_s), "software_mops": n / soft_s.max(1e-9) / 1e6, "software_gbps": gbps(soft_s), "verified": ok })
+            json!({ "accel": "zuc", "interface": "fld-r", "operations": done, "data_bytes_per_op": bytes, "mismatches": mismatches, "stray_responses": stray, "accelerator_mops": n / hard_s.max(1e-9) / 1e6, "accelerator_gbps": gbps(hard_s), "software_mops": n / soft_s.max(1e-9) / 1e6, "software_gbps": gbps(soft_s), "card_counters": counters.json(), "verified": ok })
         );
         return Ok(exit_code(ok));
     }
@@ -219,6 +304,7 @@ fn zuc_rdma_demo(a: &DemoArgs) -> CmdResult {
     if let Some(r) = &report {
         print_service_report(r);
     }
+    print_rdma_extras(a, &counters);
     println!(
         "  result          {} ({} mismatches, {} stray responses)",
         verdict(ok),
@@ -226,6 +312,16 @@ fn zuc_rdma_demo(a: &DemoArgs) -> CmdResult {
         stray
     );
     Ok(exit_code(ok))
+}
+
+/// The lines an RDMA demo's options add: the capture's path, the counters.
+fn print_rdma_extras(a: &DemoArgs, counters: &CardCounters) {
+    if let Some(p) = &a.pcap {
+        println!("  capture         {}", p.display());
+    }
+    if a.stats {
+        counters.print();
+    }
 }
 
 /// A message of `len` bytes that names its number.
@@ -270,23 +366,31 @@ pub fn echo_run(
 
 /// Messages through the FLD-R echo accelerator, every echo checked.
 fn echo_rdma_demo(a: &DemoArgs) -> CmdResult {
-    let len = (a.size.unwrap_or(1024) as usize).min(MAX_MESSAGE);
+    let len = a.size.unwrap_or(1024) as usize;
     let mut setup = Setup::open(a, ServiceAccel::Echo)?;
+    if let Some(path) = &a.pcap {
+        setup.capture(path)?;
+    }
     let mut c = setup.connect(ClientConfig {
         depth: 64,
         max_message: MAX_MESSAGE,
         ..Default::default()
     })?;
     let (secs, bad) = echo_run(&mut c, len, a.packets, 32, Duration::from_secs(120))?;
+    let mut counters = setup.client_counters(&c)?;
     drop(c);
+    setup.stop_capture();
     let setup_name = setup.describe();
     let report = setup.finish()?;
+    if let Some(r) = &report {
+        counters.merge(service_counters(r));
+    }
     let ok = bad == 0;
     let rate = a.packets as f64 / secs.max(1e-9);
     if a.json {
         println!(
             "{}",
-            json!({ "accel": "echo", "interface": "fld-r", "messages": a.packets, "message_bytes": len, "mismatches": bad, "messages_per_s": rate, "gbps": rate * len as f64 * 8.0 / 1e9, "verified": ok })
+            json!({ "accel": "echo", "interface": "fld-r", "messages": a.packets, "message_bytes": len, "mismatches": bad, "messages_per_s": rate, "gbps": rate * len as f64 * 8.0 / 1e9, "card_counters": counters.json(), "verified": ok })
         );
         return Ok(exit_code(ok));
     }
@@ -301,13 +405,15 @@ fn echo_rdma_demo(a: &DemoArgs) -> CmdResult {
     if let Some(r) = &report {
         print_service_report(r);
     }
+    print_rdma_extras(a, &counters);
     println!("  result          {} ({} mismatches)", verdict(ok), bad);
     Ok(exit_code(ok))
 }
 
 #[derive(clap::Args)]
 pub struct BenchFldrArgs {
-    /// Messages per echo measurement (fewer for large messages: at most 64 MiB each).
+    /// Messages per echo measurement (fewer for large messages: at most 64 MiB each; at least
+    /// 500).
     #[arg(long, default_value_t = 20_000)]
     pub messages: u64,
     /// ZUC operations per request size.
@@ -321,6 +427,25 @@ pub struct BenchFldrArgs {
     /// Also draw the three figures as SVG files in this directory.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
+    /// Print the cards' counters after the figures, per set-up (local echo, remote echo,
+    /// ZUC): the client's port and queue pair, the service's port, FLD's statistics and the
+    /// accelerator's. `--json` always carries them (`card_counters`).
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// A set-up's counters once its service stopped: the client's (`client` connected through
+/// `machine`) and the service's (`report`).
+fn setup_counters(
+    machine: &mut ClientMachine,
+    client: &FldrClient,
+    report: &ServiceReport,
+) -> Result<CardCounters, Box<dyn std::error::Error>> {
+    let mut c = CardCounters::default();
+    c.add("client port", machine.ctx.port_counters()?);
+    c.add("client qp", client.qp_counters(&mut machine.ctx)?);
+    c.merge(service_counters(report));
+    Ok(c)
 }
 
 /// Message sizes of the throughput figure (FLD-E at those that are Ethernet frames).
@@ -586,14 +711,16 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
     // a second machine), beside FLD-E in the same run. One set-up runs at a time, so the
     // machines of another do not take the two cores.
     let mut local_gbps = Vec::new();
+    let mut counters = CardCounters::default();
     {
         let mut local = fld_qemu::testbed::fldr::one_machine(ServiceAccel::Echo, 2)?;
         let mut lc = connect_echo(&mut local)?;
         for size in FIG7B_SIZES {
             local_gbps.push(echo_gbps(&mut lc, size, a.messages)?.0);
         }
-        drop(lc);
-        local.0.stop()?;
+        let (service, mut machine) = local;
+        let report = service.stop()?;
+        counters.append("local echo:", setup_counters(&mut machine, &lc, &report)?);
     }
     let mut remote = two_machines(ServiceAccel::Echo, 2)?;
     let mut rc = connect_echo(&mut remote)?;
@@ -622,8 +749,10 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
         .iter()
         .find(|p| p.achieved_kmsgs < 0.95 * p.offered_kmsgs)
         .map(|p| p.offered_fraction);
+    let (service, mut machine) = remote;
+    let report = service.stop()?;
+    counters.append("remote echo:", setup_counters(&mut machine, &rc, &report)?);
     drop(rc);
-    remote.0.stop()?;
     for r in &mut echo_rows {
         if r.size <= fld_host::apps::MAX_FRAME {
             let packets = a.messages.min((64 << 20) / r.size as u64).max(500);
@@ -666,8 +795,10 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
             mismatches: super::demo::zuc_mismatches(&soft, &hard),
         });
     }
+    let (service, mut machine) = zuc;
+    let report = service.stop()?;
+    counters.append("zuc:", setup_counters(&mut machine, dev.client(), &report)?);
     drop(dev);
-    zuc.0.stop()?;
     let ok = zuc_rows.iter().all(|r| r.mismatches == 0);
     if let Some(dir) = &a.plot {
         plot_figures(dir, &echo_rows, &curve, &zuc_rows)?;
@@ -684,6 +815,7 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
                     "figure_7c": "1 KiB median latency at low load 9.4 us local, 10.6 us remote; saturates near 82% of the expected bandwidth",
                     "figure_8a": "from 512 B requests 17.6 Gbit/s, 89% of the model's bound and 4x software ZUC"
                 },
+                "card_counters": counters.json(),
                 "verified": ok,
             })
         );
@@ -752,6 +884,9 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
         );
     }
     println!("  paper: from 512 B 17.6 Gbit/s, 89% of the bound, 4x software ZUC");
+    if a.stats {
+        counters.print();
+    }
     println!("  result          {}", verdict(ok));
     Ok(exit_code(ok))
 }

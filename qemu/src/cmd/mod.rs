@@ -92,6 +92,9 @@ pub fn parse_accel(s: &str) -> Result<AccelChoice, String> {
         .map_err(|_| format!("{s}: expected none, echo, zuc, defrag, iot or rtl:PATH"))
 }
 
+/// An RTL accelerator's clock when `--rtl-clock-mhz` is not given (FLD's Innova-2 design).
+pub(crate) const DEFAULT_RTL_CLOCK_MHZ: f64 = 250.0;
+
 /// Builds (or finds in the cache) the Verilog accelerator `spec` and instantiates it; with
 /// `vcd`, every signal is written there.
 pub fn rtl_accelerator(
@@ -157,7 +160,37 @@ pub enum TransportArg {
 /// DMA memory for the driver when the card is reached through vfio-user or vfio.
 pub(crate) const REMOTE_DMA_BYTES: usize = 128 << 20;
 
+/// Where `fldemu serve` puts its sockets, and where its clients look, unless told otherwise.
+pub(crate) const DEFAULT_SOCKET_DIR: &str = "fldemu-sockets";
+
 impl TransportArg {
+    /// The option as a user writes it, for messages.
+    pub(crate) fn flag(self) -> &'static str {
+        match self {
+            TransportArg::InProcess => "--transport in-process",
+            TransportArg::VfioUser => "--transport vfio-user",
+            TransportArg::Vfio => "--transport vfio",
+        }
+    }
+
+    /// The directory of `fldemu serve`'s sockets: `--socket-dir` (`given`) means something
+    /// only with `--transport vfio-user`, and is refused with any other transport.
+    pub(crate) fn socket_dir(
+        self,
+        given: Option<&std::path::Path>,
+    ) -> Result<std::path::PathBuf, String> {
+        match (self, given) {
+            (TransportArg::VfioUser, dir) => {
+                Ok(dir.map_or_else(|| DEFAULT_SOCKET_DIR.into(), Into::into))
+            }
+            (other, Some(_)) => Err(format!(
+                "--socket-dir names `fldemu serve`'s sockets: use it with --transport vfio-user, not {}",
+                other.flag()
+            )),
+            (_, None) => Ok(DEFAULT_SOCKET_DIR.into()),
+        }
+    }
+
     /// The self-test's view of a transport that reaches a card running elsewhere.
     pub(crate) fn remote(
         self,
@@ -190,6 +223,18 @@ pub struct CardCounters(Vec<(String, Vec<(&'static str, u64)>)>);
 impl CardCounters {
     pub fn add(&mut self, source: impl Into<String>, counters: Vec<(&'static str, u64)>) {
         self.0.push((source.into(), counters));
+    }
+
+    /// Every source of `other`, after this one's.
+    pub fn merge(&mut self, other: CardCounters) {
+        self.0.extend(other.0);
+    }
+
+    /// Every source of `other`, its name after `prefix` (which run or path it counts).
+    pub fn append(&mut self, prefix: &str, other: CardCounters) {
+        for (source, counters) in other.0 {
+            self.add(format!("{prefix} {source}"), counters);
+        }
     }
 
     pub fn extend<S: Into<String>>(
@@ -402,24 +447,22 @@ impl Echoer {
     /// The card's counters as the driver reads them: the generator's port, the echo side's port
     /// (and FLD's statistics with the accelerator's counters on the FLD-E path).
     fn counters(&mut self) -> Result<CardCounters, fld_driver::DriverError> {
-        let mut c = CardCounters::default();
-        c.add("client port", self.client.nic_counters()?);
         match &mut self.echo {
-            EchoSide::Cpu(server) => c.add("echo port", server.nic_counters()?),
-            EchoSide::Fld(flde) => {
-                let nic = flde.nic();
-                c.add("FLD vPort", nic.query_vport(nic.vport())?.named().to_vec());
-                c.add("FLD", flde.fld().named_stats());
+            EchoSide::Cpu(server) => {
+                let mut c = CardCounters::default();
+                c.add("client port", self.client.nic_counters()?);
+                c.add("echo port", server.nic_counters()?);
+                if let Some((name, accel)) = self
+                    .card
+                    .as_ref()
+                    .and_then(|c| c.fld.accelerator_counters())
+                {
+                    c.add(name, accel);
+                }
+                Ok(c)
             }
+            EchoSide::Fld(flde) => flde_counters(&mut self.client, flde, self.card.as_deref()),
         }
-        if let Some((name, accel)) = self
-            .card
-            .as_ref()
-            .and_then(|c| c.fld.accelerator_counters())
-        {
-            c.add(name, accel);
-        }
-        Ok(c)
     }
 
     /// FLD's memory report total, read from the running FLD.
@@ -437,3 +480,21 @@ impl Echoer {
 /// Buffers per pool when the card is reached through vfio-user or vfio: DMA memory there is
 /// pinned (a guest's RAM), so pools are smaller than in-process.
 const REMOTE_MBUFS: u32 = 1024;
+
+/// An FLD-E set-up's counters as the driver reads them: the generator's port, FLD's vPort,
+/// FLD's statistics, and the accelerator's counters when `card` runs in this process.
+pub(crate) fn flde_counters(
+    client: &mut fld_host::EthDev,
+    flde: &mut fld_host::flde::FldE,
+    card: Option<&Card>,
+) -> Result<CardCounters, fld_driver::DriverError> {
+    let mut c = CardCounters::default();
+    c.add("client port", client.nic_counters()?);
+    let nic = flde.nic();
+    c.add("FLD vPort", nic.query_vport(nic.vport())?.named().to_vec());
+    c.add("FLD", flde.fld().named_stats());
+    if let Some((name, accel)) = card.and_then(|c| c.fld.accelerator_counters()) {
+        c.add(name, accel);
+    }
+    Ok(c)
+}

@@ -16,6 +16,11 @@ pub struct ModelArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Print the card's counters after the tables, per measured size: the generator's port,
+    /// FLD's vPort and statistics, the echo accelerator's. `--json` always carries them
+    /// (`card_counters`).
+    #[arg(long)]
+    pub stats: bool,
 }
 
 pub fn run(a: ModelArgs) -> CmdResult {
@@ -23,6 +28,7 @@ pub fn run(a: ModelArgs) -> CmdResult {
     let links = perf_model::figure7a_links();
     let batching = Batching::default();
     let mut rows = Vec::new();
+    let mut counters = CardCounters::default();
     let mut failed = false;
     for size in FIGURE7A_SIZES {
         // Measured: the FLD-E echo path in the emulator, counted on FLD's link.
@@ -60,6 +66,7 @@ pub fn run(a: ModelArgs) -> CmdResult {
             .iter()
             .map(|l| (l.name, perf_model::bound(size, l, &fabric, &batching)))
             .collect();
+        counters.append(&format!("{size} B:"), echo.counters()?);
         rows.push((size, measured, modelled, per_completion, bounds));
     }
     if a.json {
@@ -68,6 +75,7 @@ pub fn run(a: ModelArgs) -> CmdResult {
             .map(|(size, measured, modelled, k, bounds)| {
                 json!({
                     "size": size,
+                    "packets": a.packets,
                     "measured_bytes_per_packet": measured,
                     "model_bytes_per_packet_at_measured_batching": modelled,
                     "measured_packets_per_completion": k,
@@ -78,7 +86,7 @@ pub fn run(a: ModelArgs) -> CmdResult {
             .collect();
         println!(
             "{}",
-            json!({ "links": links, "design_batching": batching, "fabric": { "mps": fabric.mps, "mrrs": fabric.mrrs, "tlp_overhead": fabric.tlp_overhead }, "results": out, "figure_8a_zuc_bound": zuc_bound_rows() })
+            json!({ "links": links, "design_batching": batching, "fabric": { "mps": fabric.mps, "mrrs": fabric.mrrs, "tlp_overhead": fabric.tlp_overhead }, "results": out, "figure_8a_zuc_bound": zuc_bound_rows(), "card_counters": counters.json() })
         );
     } else {
         println!("FLD link bytes per echoed packet (into FLD / out of FLD), model vs emulator:");
@@ -127,6 +135,9 @@ pub fn run(a: ModelArgs) -> CmdResult {
                 r["mops"].as_f64().unwrap_or(0.0),
                 r["data_gbps"].as_f64().unwrap_or(0.0)
             );
+        }
+        if a.stats {
+            counters.print();
         }
     }
     Ok(exit_code(!failed))

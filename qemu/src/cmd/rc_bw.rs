@@ -12,49 +12,85 @@ use super::*;
 
 #[derive(clap::Args)]
 pub struct RcBwArgs {
-    /// Operations to measure.
-    #[arg(long, value_delimiter = ',', default_value = "write,read,send")]
-    pub ops: Vec<String>,
-    /// Smallest and largest message (every power of two between them).
-    #[arg(long, default_value_t = 64)]
-    pub size_min: usize,
-    #[arg(long, default_value_t = 65536)]
-    pub size_max: usize,
-    /// Bytes moved per measurement (at least 2,000 and at most 200,000 messages).
-    #[arg(long, default_value_t = 64 << 20)]
-    pub bytes: u64,
+    /// Operations to measure (write, read, send; default all three). A client's: a server
+    /// (`--link` without a server address) refuses it.
+    #[arg(long, value_delimiter = ',', value_parser = bw_op)]
+    pub ops: Option<Vec<BwOp>>,
+    /// Smallest message, default 64 (every doubling up to `--size-max`). A client's.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub size_min: Option<u64>,
+    /// Largest message; a server's registered buffer is twice this (at least 16 KiB).
+    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u64).range(1..))]
+    pub size_max: u64,
+    /// Bytes moved per measurement, default 64 MiB (at least 2,000 and at most 200,000
+    /// messages). A client's.
+    #[arg(long)]
+    pub bytes: Option<u64>,
     /// Path MTU in bytes.
     #[arg(short = 'm', long, default_value_t = 1024)]
     pub mtu: u32,
+    /// Print one JSON object instead of the table (a server: its counters).
     #[arg(long)]
     pub json: bool,
     /// Two processes: connect to the `rc-bw` server on this host (without it, with `--link`,
     /// be the server).
+    #[arg(requires = "link")]
     pub server: Option<String>,
     /// Two processes: this card's uplink, `udp:LOCAL_PORT:HOST:PORT` or `tap:NAME`.
     #[arg(long)]
     pub link: Option<String>,
-    /// Two processes: this card's IP address (its GID, answered by ARP).
-    #[arg(long, default_value = "192.168.78.1")]
-    pub ip: std::net::IpAddr,
-    /// Two processes: TCP port of the control connection.
-    #[arg(short = 'p', long, default_value_t = fld_qemu::rdma_peer::DEFAULT_PORT)]
-    pub port: u16,
-    /// Two processes: seconds any wait may take.
-    #[arg(long, default_value_t = 60)]
-    pub timeout: u64,
+    /// With `--link`: this card's IP address (its GID, answered by ARP; default 192.168.78.1).
+    #[arg(long, requires = "link")]
+    pub ip: Option<std::net::IpAddr>,
+    /// With `--link`: TCP port of the control connection (default 18516).
+    #[arg(short = 'p', long, requires = "link")]
+    pub port: Option<u16>,
+    /// With `--link`: seconds any wait may take (default 60).
+    #[arg(long, requires = "link")]
+    pub timeout: Option<u64>,
     /// Print the cards' counters after the runs: each QP's retransmissions, NAKs and drops,
-    /// each port's RoCE drops by reason and Ethernet drops.
+    /// each port's RoCE drops by reason and Ethernet drops. `--json` always carries them
+    /// (`card_counters`).
     #[arg(long)]
     pub stats: bool,
 }
 
+impl RcBwArgs {
+    fn ops(&self) -> Vec<BwOp> {
+        self.ops
+            .clone()
+            .unwrap_or_else(|| vec![BwOp::Write, BwOp::Read, BwOp::Send])
+    }
+
+    fn sizes(&self) -> Result<Vec<usize>, String> {
+        sizes(self.size_min.unwrap_or(64), self.size_max)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes.unwrap_or(64 << 20)
+    }
+
+    /// Refuses on a server (`--link` without a server address) what only a client chooses.
+    fn check_server(&self) -> Result<(), String> {
+        let clients_only = [
+            ("--ops", self.ops.is_some()),
+            ("--size-min", self.size_min.is_some()),
+            ("--bytes", self.bytes.is_some()),
+        ];
+        match clients_only.iter().find(|(_, given)| *given) {
+            Some((name, _)) => Err(format!("{name} is the client's choice: the server (`rc-bw --link` without a server address) runs what the client asks")),
+            None => Ok(()),
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct RcLatArgs {
-    #[arg(long, default_value_t = 8)]
-    pub size_min: usize,
-    #[arg(long, default_value_t = 4096)]
-    pub size_max: usize,
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    pub size_min: u64,
+    /// Largest message (every doubling from `--size-min`).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    pub size_max: u64,
     /// Round trips per size.
     #[arg(short = 'n', long, default_value_t = 2000)]
     pub iters: u64,
@@ -62,7 +98,8 @@ pub struct RcLatArgs {
     pub mtu: u32,
     #[arg(long)]
     pub json: bool,
-    /// Print both cards' counters after the runs (see `rc-bw --stats`).
+    /// Print both cards' counters after the runs (see `rc-bw --stats`). `--json` always
+    /// carries them (`card_counters`).
     #[arg(long)]
     pub stats: bool,
 }
@@ -78,14 +115,18 @@ fn mtu_code(mtu: u32) -> Result<u8, Box<dyn std::error::Error>> {
     })
 }
 
-fn sizes(min: usize, max: usize) -> Vec<usize> {
+/// Every doubling of `min` up to `max`.
+fn sizes(min: u64, max: u64) -> Result<Vec<usize>, String> {
+    if min > max {
+        return Err(format!("--size-min {min} is above --size-max {max}"));
+    }
     let mut v = Vec::new();
-    let mut s = min.max(1);
-    while s <= max {
+    let mut s = min as usize;
+    while s <= max as usize {
         v.push(s);
         s *= 2;
     }
-    v
+    Ok(v)
 }
 
 /// The Ethernet baseline: CPU echo of 64-byte frames through one card, in Mpps.
@@ -104,6 +145,7 @@ fn ethernet_echo_mpps() -> Result<f64, Box<dyn std::error::Error>> {
     Ok(rep.mpps())
 }
 
+/// `--ops`'s parser.
 fn bw_op(name: &str) -> Result<BwOp, String> {
     match name {
         "write" => Ok(BwOp::Write),
@@ -116,16 +158,21 @@ fn bw_op(name: &str) -> Result<BwOp, String> {
 /// Two processes: serve, or run every operation and size against the server.
 fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
     use fld_qemu::rdma_peer::Peer;
+    if a.server.is_none() {
+        a.check_server()?;
+    }
+    let sizes = a.sizes()?;
+    let ip = a.ip.unwrap_or(DEFAULT_RC_BW_IP);
     let (dev, _keep) =
-        fld_qemu::testbed::card_on_link(link, a.ip, fld_device::wire::Faults::default(), None)?;
+        fld_qemu::testbed::card_on_link(link, ip, fld_device::wire::Faults::default(), None)?;
     let mut ctx = fld_host::verbs::Context::open(dev)?;
-    ctx.add_ip(a.ip)?;
-    let timeout = std::time::Duration::from_secs(a.timeout);
-    let buf = 2 * a.size_max.max(8192);
+    ctx.add_ip(ip)?;
+    let timeout = std::time::Duration::from_secs(a.timeout.unwrap_or(60));
+    let buf = 2 * (a.size_max as usize).max(8192);
     let mut peer = Peer::connect(
         ctx,
         a.server.as_deref(),
-        a.port,
+        a.port.unwrap_or(fld_qemu::rdma_peer::DEFAULT_PORT),
         buf,
         mtu_code(a.mtu)?,
         timeout,
@@ -134,7 +181,12 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
     if a.server.is_none() {
         let served = peer.serve();
         counters.extend(peer.counters()?);
-        if a.stats {
+        if a.json {
+            println!(
+                "{}",
+                json!({ "served": served.is_ok(), "card_counters": counters.json() })
+            );
+        } else if a.stats {
             counters.print();
         }
         served?;
@@ -142,15 +194,14 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
     }
     let mut rows = Vec::new();
     let measured = (|| {
-        for op in &a.ops {
-            let op = bw_op(op)?;
-            for &size in &sizes(a.size_min, a.size_max) {
-                let count = (a.bytes / size as u64).clamp(2_000, 200_000);
+        for op in a.ops() {
+            for &size in &sizes {
+                let count = (a.bytes() / size as u64).clamp(2_000, 200_000);
                 peer.bandwidth(op, size, count / 20 + 1)?;
                 rows.push((op, size, peer.bandwidth(op, size, count)?));
             }
         }
-        peer.quit().map_err(Into::into)
+        peer.quit()
     })();
     counters.extend(peer.counters()?);
     drop(peer);
@@ -158,7 +209,7 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
         if a.stats {
             counters.print();
         }
-        return Err(e);
+        return Err(e.into());
     }
     print_bw(
         a,
@@ -168,20 +219,20 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
     )
 }
 
+/// `rc-bw --link`'s address unless `--ip` is given.
+const DEFAULT_RC_BW_IP: std::net::IpAddr =
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 168, 78, 1));
+
 pub fn run_bw(a: RcBwArgs) -> CmdResult {
     if let Some(link) = &a.link {
         return run_bw_remote(&a, link);
     }
-    if a.server.is_some() {
-        return Err("a server address needs --link (two processes)".into());
-    }
-    let sizes = sizes(a.size_min, a.size_max);
-    let mut pair = RdmaPair::new(2 * a.size_max.max(8192), mtu_code(a.mtu)?)?;
+    let sizes = a.sizes()?;
+    let mut pair = RdmaPair::new(2 * (a.size_max as usize).max(8192), mtu_code(a.mtu)?)?;
     let mut rows = Vec::new();
-    for op in &a.ops {
-        let op = bw_op(op)?;
+    for op in a.ops() {
         for &size in &sizes {
-            let count = (a.bytes / size as u64).clamp(2_000, 200_000);
+            let count = (a.bytes() / size as u64).clamp(2_000, 200_000);
             let pattern: Vec<u8> = (0..size).map(|i| (i as u8) ^ (size as u8)).collect();
             let (src_b, src_off) = if op == BwOp::Read {
                 (true, 0)
@@ -261,8 +312,8 @@ fn print_bw(
 }
 
 pub fn run_lat(a: RcLatArgs) -> CmdResult {
-    let sizes = sizes(a.size_min, a.size_max);
-    let mut pair = RdmaPair::new(2 * a.size_max.max(8192), mtu_code(a.mtu)?)?;
+    let sizes = sizes(a.size_min, a.size_max)?;
+    let mut pair = RdmaPair::new(2 * (a.size_max as usize).max(8192), mtu_code(a.mtu)?)?;
     let mut rows = Vec::new();
     for &size in &sizes {
         rows.push((size, pair.latency(size, a.iters)?));

@@ -18,14 +18,15 @@ use serde_json::json;
 use super::{CardCounters, CmdResult, TransportArg, REMOTE_DMA_BYTES};
 
 #[derive(clap::Args)]
+#[command(group = clap::ArgGroup::new("faults").multiple(true))]
 pub struct RcPingpongArgs {
     /// Connect to the server on this host; without it, wait for a client.
     pub server: Option<String>,
     /// TCP port of the address exchange.
     #[arg(short = 'p', long, default_value_t = 18515)]
     pub port: u16,
-    /// Device name (the card has one RDMA device per NIC function; accepted for
-    /// compatibility).
+    /// Device name: accepted for compatibility with ibv_rc_pingpong and ignored (the tool
+    /// uses NIC function 0's RDMA device).
     #[arg(short = 'd', long = "ib-dev")]
     pub ib_dev: Option<String>,
     /// Port of the device (1, the only one).
@@ -43,7 +44,8 @@ pub struct RcPingpongArgs {
     /// Exchanges.
     #[arg(short = 'n', long, default_value_t = 1000)]
     pub iters: u64,
-    /// Service level (no meaning on RoCE; accepted for compatibility).
+    /// Service level: accepted for compatibility with ibv_rc_pingpong and ignored (no
+    /// meaning on RoCE).
     #[arg(short = 'l', long)]
     pub sl: Option<u8>,
     /// Sleep on completion events instead of polling.
@@ -55,33 +57,37 @@ pub struct RcPingpongArgs {
     /// The card's IP address (its RoCEv2 GID at index 0 and the address it answers ARP for).
     #[arg(long, default_value = "192.168.77.1")]
     pub ip: std::net::IpAddr,
-    /// The in-process card's uplink: `udp:LOCAL_PORT:HOST:PORT` or `tap:NAME`.
+    /// The in-process card's uplink: `udp:LOCAL_PORT:HOST:PORT` or `tap:NAME`. Needed with
+    /// `--transport in-process`, refused with the others (the server's card has its uplink).
     #[arg(long)]
     pub link: Option<String>,
-    /// Write every frame of the uplink (both directions) to this pcap file.
+    /// Write every frame of the uplink (both directions) to this pcap file. With the
+    /// in-process card only.
     #[arg(long)]
     pub pcap: Option<std::path::PathBuf>,
-    /// Seeded faults on what the card sends on its uplink: probability of loss.
-    #[arg(long, default_value_t = 0.0)]
-    pub loss: f64,
-    /// … of duplication.
-    #[arg(long, default_value_t = 0.0)]
-    pub duplicate: f64,
-    /// … of reordering (a frame overtaken by up to 4 later ones).
-    #[arg(long, default_value_t = 0.0)]
-    pub reorder: f64,
-    /// Seed of the faults.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// Seeded faults on what the in-process card sends on its uplink: probability of loss
+    /// (default 0).
+    #[arg(long, group = "faults")]
+    pub loss: Option<f64>,
+    /// … of duplication (default 0).
+    #[arg(long, group = "faults")]
+    pub duplicate: Option<f64>,
+    /// … of reordering (a frame overtaken by up to 4 later ones; default 0).
+    #[arg(long, group = "faults")]
+    pub reorder: Option<f64>,
+    /// Seed of the faults (default 1); with `--loss`, `--duplicate` or `--reorder`.
+    #[arg(long, requires = "faults")]
+    pub seed: Option<u64>,
     /// A static neighbour `IP=MAC` instead of ARP (repeatable).
     #[arg(long)]
     pub neigh: Vec<String>,
     /// How the driver reaches the card.
     #[arg(long, value_enum, default_value_t = TransportArg::InProcess)]
     pub transport: TransportArg,
-    /// With `--transport vfio-user`: the directory of the server's sockets.
-    #[arg(long, default_value = "fldemu-sockets")]
-    pub socket_dir: std::path::PathBuf,
+    /// With `--transport vfio-user`: the directory of the server's sockets (default
+    /// fldemu-sockets).
+    #[arg(long)]
+    pub socket_dir: Option<std::path::PathBuf>,
     /// Seconds any wait (the peer, a completion) may take.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
@@ -114,23 +120,46 @@ fn neighbour(s: &str) -> Result<([u8; 4], [u8; 6]), String> {
     Ok((ip.octets(), mac))
 }
 
+/// Refuses the options that only the in-process card honours when the card is elsewhere.
+fn check(a: &RcPingpongArgs) -> Result<(), String> {
+    if a.transport == TransportArg::InProcess {
+        return Ok(());
+    }
+    let in_process_only = [
+        ("--link", a.link.is_some()),
+        ("--pcap", a.pcap.is_some()),
+        ("--loss", a.loss.is_some()),
+        ("--duplicate", a.duplicate.is_some()),
+        ("--reorder", a.reorder.is_some()),
+    ];
+    match in_process_only.iter().find(|(_, given)| *given) {
+        Some((name, _)) => Err(format!(
+            "{name} needs the in-process card; with {} the card and its uplink are the server's (`fldemu serve`)",
+            a.transport.flag()
+        )),
+        None => Ok(()),
+    }
+}
+
 pub fn run(a: RcPingpongArgs) -> CmdResult {
     if a.ib_port != 1 {
         return Err("the device has port 1 only".into());
     }
+    check(&a)?;
+    let socket_dir = a.transport.socket_dir(a.socket_dir.as_deref())?;
     // The card (in-process, its uplink on the link) or the remote card's NIC function 0.
     let (dev, _keep): (Arc<dyn PciDevice>, Box<dyn std::any::Any>) =
-        match a.transport.remote(&a.socket_dir) {
+        match a.transport.remote(&socket_dir) {
             None => {
                 let link = a.link.as_deref().ok_or(
                     "an in-process card needs --link udp:LOCAL_PORT:HOST:PORT or tap:NAME",
                 )?;
                 let faults = Faults {
-                    loss: a.loss,
-                    duplicate: a.duplicate,
-                    reorder: a.reorder,
+                    loss: a.loss.unwrap_or(0.0),
+                    duplicate: a.duplicate.unwrap_or(0.0),
+                    reorder: a.reorder.unwrap_or(0.0),
                     reorder_depth: 4,
-                    seed: a.seed,
+                    seed: a.seed.unwrap_or(1),
                     ..Default::default()
                 };
                 fld_qemu::testbed::card_on_link(link, a.ip, faults, a.pcap.as_deref())?

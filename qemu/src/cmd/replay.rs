@@ -47,9 +47,9 @@ pub struct ReplayArgs {
     /// Where the frames enter the card.
     #[arg(long, value_enum, default_value_t = InjectArg::Uplink)]
     pub inject: InjectArg,
-    /// Frames entering per NIC poll.
-    #[arg(long, default_value_t = 32)]
-    pub burst: usize,
+    /// Frames entering per NIC poll (1..=256).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub burst: u64,
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     pub json: bool,
@@ -125,7 +125,7 @@ pub fn run(a: ReplayArgs) -> CmdResult {
             InjectArg::Uplink => Inject::Uplink,
             InjectArg::Host => Inject::Host,
         },
-        burst: a.burst.clamp(1, 256),
+        burst: a.burst as usize,
         now_s: file.now.unwrap_or(0),
         tenants: file
             .tenant
@@ -181,6 +181,8 @@ pub fn run(a: ReplayArgs) -> CmdResult {
     for (q, _) in &out.delivered {
         per_queue[*q as usize] += 1;
     }
+    let mut card = CardCounters::default();
+    card.add("card", out.card_counters.clone());
     if a.json {
         let counters = counters_json(&out.counters);
         println!(
@@ -188,7 +190,7 @@ pub fn run(a: ReplayArgs) -> CmdResult {
             json!({ "accelerator": out.accelerator, "injected": out.injected, "delivered": out.delivered.len(),
                 "delivered_per_queue": per_queue, "fld_rx": out.fld_rx, "fld_accelerator_drops": out.fld_accelerator_drops,
                 "uplink_transmitted": out.uplink_transmitted, "counters": counters,
-                "card_counters": counters_json(&out.card_counters) })
+                "card_counters": card.json() })
         );
     } else {
         println!(
@@ -208,7 +210,7 @@ pub fn run(a: ReplayArgs) -> CmdResult {
         for (k, v) in out.counters.iter().filter(|(_, v)| *v > 0) {
             println!("  {k:<15} {v}");
         }
-        print_counters("card", &out.card_counters);
+        card.print();
     }
     Ok(ExitCode::SUCCESS)
 }

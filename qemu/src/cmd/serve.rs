@@ -15,7 +15,7 @@ use super::CmdResult;
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// Directory for the sockets: nic0.sock, nic1.sock (NIC host functions) and fld.sock.
-    #[arg(long, default_value = "fldemu-sockets")]
+    #[arg(long, default_value = super::DEFAULT_SOCKET_DIR)]
     pub socket_dir: std::path::PathBuf,
     /// The accelerator behind FLD: `none` (frames FLD receives are counted and dropped),
     /// `echo` (the FLD-E demo's), `zuc` (the ZUC look-aside accelerator on its UDP port), or
@@ -25,10 +25,11 @@ pub struct ServeArgs {
     /// With `--accel rtl:PATH`: write the module's signals to this VCD file.
     #[arg(long)]
     pub vcd: Option<std::path::PathBuf>,
-    /// With `--accel rtl:PATH`: the module's clock in MHz (FLD's Innova-2 design runs at 250);
-    /// the rx stream brings packets at FLD's 50 Gbit/s link rate in cycles of this clock.
-    #[arg(long, default_value_t = 250.0)]
-    pub rtl_clock_mhz: f64,
+    /// With `--accel rtl:PATH`: the module's clock in MHz, default 250 (FLD's Innova-2
+    /// design); the rx stream brings packets at FLD's 50 Gbit/s link rate in cycles of this
+    /// clock.
+    #[arg(long)]
+    pub rtl_clock_mhz: Option<f64>,
 }
 
 #[derive(Clone)]
@@ -55,10 +56,17 @@ fn parse_serve_accel(s: &str) -> Result<ServeAccel, String> {
 
 pub fn run(a: ServeArgs) -> CmdResult {
     let card = Card::new(Default::default());
-    if a.vcd.is_some() && !matches!(a.accel, ServeAccel::Rtl(_)) {
-        return Err(
-            "--vcd records an RTL accelerator's signals: use it with --accel rtl:PATH".into(),
-        );
+    if !matches!(a.accel, ServeAccel::Rtl(_)) {
+        if a.vcd.is_some() {
+            return Err(
+                "--vcd records an RTL accelerator's signals: use it with --accel rtl:PATH".into(),
+            );
+        }
+        if a.rtl_clock_mhz.is_some() {
+            return Err(
+                "--rtl-clock-mhz clocks an RTL accelerator: use it with --accel rtl:PATH".into(),
+            );
+        }
     }
     match &a.accel {
         ServeAccel::Builtin(ServeAccelArg::None) => {}
@@ -69,7 +77,8 @@ pub fn run(a: ServeArgs) -> CmdResult {
             .fld
             .set_accelerator(Box::new(ZucAccel::new(ZUC_UDP_PORT, 0))),
         ServeAccel::Rtl(spec) => {
-            let accel = super::rtl_accelerator(spec, a.vcd.as_deref(), a.rtl_clock_mhz)?;
+            let clock_mhz = a.rtl_clock_mhz.unwrap_or(super::DEFAULT_RTL_CLOCK_MHZ);
+            let accel = super::rtl_accelerator(spec, a.vcd.as_deref(), clock_mhz)?;
             eprintln!("fldemu: accelerator {} behind FLD", spec.display());
             card.fld.set_accelerator(accel);
         }

@@ -49,6 +49,10 @@ pub struct ServiceReport {
     pub fld_tx_messages: u64,
     pub fld_accelerator_drops: u64,
     pub accelerator: Vec<(&'static str, u64)>,
+    /// The server port's counters (RoCE drops by reason, Ethernet drops) when it stopped.
+    pub port: Vec<(&'static str, u64)>,
+    /// FLD's statistics by name when it stopped.
+    pub fld: Vec<(&'static str, u64)>,
 }
 
 /// The FLD-R server machine running on its own thread.
@@ -129,6 +133,9 @@ pub fn serve_on(
     report.fld_tx_messages = fld.stat(Stat::TxPackets);
     report.fld_accelerator_drops = fld.stat(Stat::RxAcceleratorDrops);
     report.accelerator = fld.accelerator_counters().map(|c| c.1).unwrap_or_default();
+    let cp = server.control_plane();
+    report.port = cp.context().port_counters().map_err(|e| err(&e))?;
+    report.fld = cp.fld().named_stats();
     Ok(report)
 }
 
