@@ -1,8 +1,10 @@
 //! Send and receive descriptors on live queues: arbitrary WQE bytes (and well-formed WQEs with
 //! arbitrary inline headers and gather lists), arbitrary producer doorbells, arbitrary receive
-//! descriptors, recovery commands and completion draining, interleaved with engine steps. Every
-//! bad WQE is an error completion, every bad buffer a counted drop or an RQ error; nothing is
-//! written outside mapped memory, and a reset and a bring-up move verified traffic.
+//! descriptors, recovery commands and completion draining, interleaved with engine steps; before a
+//! doorbell, the SQ's WQE-by-MMIO buffer may get the last well-formed WQE with its seal (whole,
+//! or with words overwritten after the seal) or arbitrary words and an arbitrary seal. Every bad
+//! WQE is an error completion, every bad buffer a counted drop or an RQ error; nothing is written
+//! outside mapped memory, and a reset and a bring-up move verified traffic.
 #![no_main]
 
 use fld_abi::nic::{db, op, DataSeg, ModifyQueueIn, QueueState, SendWqe, WQEBB};
@@ -18,6 +20,9 @@ fuzz_target!(|data: &[u8]| {
     let mut b = h.open_port(1);
     let scratch = h.alloc(16 << 10);
     let mut input = Input::new(data);
+    // The last well-formed WQE and the basic-block counter it was written at.
+    let mut last_wqe: Option<(Vec<u8>, u32)> = None;
+    let wqe_buffer = db::wqe_buffer(db::SQ_WQE_BASE, a.sq.id);
     for _ in 0..96 {
         if input.is_empty() {
             break;
@@ -61,10 +66,47 @@ fuzz_target!(|data: &[u8]| {
                 };
                 let mut buf = [0u8; 1024];
                 if let Ok(n) = wqe.encode(a.sq.id, a.sq.pi as u16, &mut buf) {
-                    a.sq.write_raw(&h, &buf[..n.next_multiple_of(WQEBB)]);
+                    let bytes = &buf[..n.next_multiple_of(WQEBB)];
+                    last_wqe = Some((bytes.to_vec(), a.sq.pi));
+                    a.sq.write_raw(&h, bytes);
                 }
             }
             2 => {
+                if ctl & 0x40 != 0 {
+                    // WQE by MMIO: unseal, fill, seal, as a driver does — or garbage.
+                    let seal_at = wqe_buffer + db::WQE_SEAL_OFFSET;
+                    h.doorbell(0, seal_at, 0);
+                    match (input.u8() % 3, &last_wqe) {
+                        (0, Some((wqe, counter))) => {
+                            let blocks = (wqe.len() / WQEBB) as u32;
+                            for (i, w) in wqe.chunks_exact(4).take(48).enumerate() {
+                                let word = u32::from_le_bytes(w.try_into().unwrap());
+                                h.doorbell(0, wqe_buffer + 4 * i as u64, word);
+                            }
+                            h.doorbell(0, seal_at, db::wqe_seal(*counter, blocks));
+                            // Torn: words rewritten after the seal.
+                            for _ in 0..input.u8() % 3 {
+                                let at = u64::from(input.u8() % 48) * 4;
+                                h.doorbell(0, wqe_buffer + at, input.u32());
+                            }
+                        }
+                        _ => {
+                            for _ in 0..input.u8() % 49 {
+                                let at = u64::from(input.u8() % 48) * 4;
+                                h.doorbell(0, wqe_buffer + at, input.u32());
+                            }
+                            let seal = if input.u8() & 1 == 0 {
+                                db::wqe_seal(
+                                    a.sq.pi.wrapping_sub(u32::from(input.u8() % 4)),
+                                    1 + u32::from(input.u8() % 3),
+                                )
+                            } else {
+                                input.u32()
+                            };
+                            h.doorbell(0, seal_at, seal);
+                        }
+                    }
+                }
                 let value = if ctl & 0x80 != 0 {
                     input.u32()
                 } else {

@@ -116,6 +116,10 @@ pub const CHECKS: &[Check] = &[
         run: msix_eventfd_and_dma_isolation,
     },
     Check {
+        name: "wqe_by_mmio_through_the_mapped_doorbell_bar",
+        run: wqe_by_mmio_through_the_mapped_doorbell_bar,
+    },
+    Check {
         name: "reset_mid_traffic_then_traffic",
         run: reset_mid_traffic_then_traffic,
     },
@@ -387,6 +391,62 @@ fn msix_eventfd_and_dma_isolation(t: &Transport) -> Result<(), String> {
         .get();
     expect(after == before, || {
         format!("{} frames delivered from unmapped memory", after - before)
+    })
+}
+
+/// WQE by MMIO (`docs/nic-interface.md` §4.1) through the doorbell BAR as the guest maps it:
+/// lone WQEs posted with their 64-byte chunks and seal are taken from the buffer (the SQ's
+/// `on_chip` counter) and give the same frames as WQEs the card fetches; stale contents left in
+/// the buffer never stand in for a later WQE.
+fn wqe_by_mmio_through_the_mapped_doorbell_bar(t: &Transport) -> Result<(), String> {
+    const FRAMES: usize = 6;
+    let card = t.open(TEST_DMA_BYTES).map_err(err("open"))?;
+    let mut p0 = RawPort::open(card.nic[0].clone()).map_err(err("port 0"))?;
+    let mut p1 = RawPort::open(card.nic[1].clone()).map_err(err("port 1"))?;
+    let sqn = p0.sq.sqn;
+    let mut round = |p0: &mut RawPort, first: usize| -> Result<(), String> {
+        for i in first..first + FRAMES {
+            let f = test_frame(p1.nic.mac(), p0.nic.mac(), 64 + 16 * i);
+            p0.send(&f, true)?;
+            let mut got = None;
+            expect(
+                wait_until(|| {
+                    got = p1.rq_cq.poll();
+                    got.is_some()
+                }),
+                || format!("frame {i} not received"),
+            )?;
+            let c = got.expect("polled");
+            let slot = u64::from(c.wqe_counter.get()) % 8;
+            let mut bytes = vec![0u8; c.byte_count.get() as usize];
+            p1.buf.read(slot as usize * 2048, &mut bytes);
+            expect(bytes == f, || format!("frame {i} arrived changed"))?;
+            p1.rq.post(p1.buf.iova() + slot * 2048, 2048);
+            p1.rq.ring_doorbell();
+            expect(wait_until(|| p0.cq.poll().is_some()), || {
+                format!("no send completion for frame {i}")
+            })?;
+        }
+        Ok(())
+    };
+    let on_chip = |p0: &mut RawPort| -> Result<u64, String> {
+        Ok(p0.nic.query_sq(sqn).map_err(err("query_sq"))?.on_chip.get())
+    };
+    round(&mut p0, 0)?;
+    let by_mmio = on_chip(&mut p0)?;
+    expect(by_mmio == FRAMES as u64, || {
+        format!("{by_mmio} of {FRAMES} lone WQEs taken from the buffer")
+    })?;
+    // The same posts fetched by DMA: the buffer keeps the last WQE's seal, which names an older
+    // WQE and is left alone.
+    p0.sq.set_wqe_by_mmio(false);
+    round(&mut p0, FRAMES)?;
+    let after = on_chip(&mut p0)?;
+    expect(after == by_mmio, || {
+        format!(
+            "{} fetched WQEs counted as taken from the buffer",
+            after - by_mmio
+        )
     })
 }
 

@@ -460,6 +460,13 @@ fn memory_follows_its_parameters() {
     assert_eq!(fast["params"]["tx_queues"], 64);
     assert_ne!(base["software_total_bytes"], fast["software_total_bytes"]);
     assert!(base.get("figure4").is_none());
+    // The NIC's read-ahead: four 16-byte WQEs for each RQ the setup created.
+    let nic = &base["nic_on_chip"];
+    assert!(nic["rqs"].as_u64().unwrap() >= 1, "{nic}");
+    assert_eq!(
+        nic["rx_read_ahead_bytes"],
+        nic["rqs"].as_u64().unwrap() * 4 * 16
+    );
     let sweep = json(&a("memory --sweep --json"));
     assert!(!sweep["figure4"].as_array().expect("figure 4").is_empty());
     refused(&a("memory --min-packet 32"), "min-packet");

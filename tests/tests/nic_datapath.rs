@@ -342,6 +342,9 @@ fn a_wqe_by_mmio_crosses_pcie_with_its_doorbell_and_is_not_fetched() {
     // Out: the data read request and the send CQE; no WQE read.
     assert_eq!((s0.up_tlps, s0.up_payload_bytes), (2, 64));
     assert_eq!(r.card.nic.wqe_mmio_counters().taken, before.taken + 1);
+    let sqn = r.ports[0].sq.sqn;
+    let q = r.ports[0].nic.query_sq(sqn).unwrap();
+    assert_eq!((q.packets.get(), q.on_chip.get()), (1, 1));
     let rx = r.ports[1].rq_cq.poll().expect("receive completion");
     let mut got = vec![0u8; rx.byte_count.get() as usize];
     r.ports[1].rx_bufs[0].read(0, &mut got);
@@ -400,7 +403,17 @@ fn receive_wqes_are_read_ahead_and_a_frame_needs_no_read() {
     assert_eq!((s1.up_tlps, s1.up_payload_bytes), (3, 128));
     let after = r.card.nic.rx_prefetch_counters();
     assert_eq!((after.reads, after.wqes, after.hits), (3, 9, 1));
+    let rqn = r.ports[1].rq.rqn;
+    let q = r.ports[1].nic.query_rq(rqn).unwrap();
+    assert_eq!((q.packets.get(), q.on_chip.get()), (1, 1));
     assert_eq!(received(&mut r, 1), Some(frame));
+    // On chip: four WQEs of 16 B for each port's RQ, a 256-byte buffer for each port's SQ.
+    let m = r.card.nic.on_chip_memory();
+    assert_eq!(
+        (m.rqs, m.read_ahead_depth, m.rx_read_ahead_bytes),
+        (2, 4, 128)
+    );
+    assert_eq!((m.send_queues, m.wqe_buffer_bytes), (2, 512));
 }
 
 /// What was read ahead never outlives what it stood for: a doorbell that goes back (a stale

@@ -231,3 +231,108 @@ fn selective_signalling_and_inline_data() {
         assert_eq!(p.b.read(i * 64, msg.len()), msg.as_bytes());
     }
 }
+
+/// What one run of [`lone_posts`] left behind: the requester's CQEs (opcode, status, WQE
+/// counter, byte count), the responder's, the bytes that landed, the QP's counters apart from
+/// `wqes_by_mmio`, and that counter.
+type LoneRun = (
+    Vec<(u8, u8, u16, u32)>,
+    Vec<(u8, u8, u32)>,
+    Vec<u8>,
+    Vec<(&'static str, u64)>,
+    u64,
+);
+
+/// Six WQEs, each posted alone with its own doorbell (the case a driver writes by MMIO): inline
+/// and gathered SENDs, a WRITE of 16 B, a READ, an atomic and a 5000-byte WRITE with immediate.
+fn lone_posts(by_mmio: bool) -> LoneRun {
+    let mut p = one_card(access::ALL, Transport::default());
+    p.a.qp.set_wqe_by_mmio(by_mmio);
+    for i in 0..3 {
+        p.b.qp.post_recv(&[p.b.sge(i * 8192, 8192)]).unwrap();
+    }
+    p.b.qp.ring_recv_doorbell();
+    p.a.fill(0, &pattern(8192, 7));
+    p.b.fill(65536, &42u64.to_le_bytes());
+    let remote = |off: usize| Some((p.b.va(off), p.b.mr.key));
+    let (s0, s1, s2, s3) = (
+        [p.a.sge(0, 300)],
+        [p.a.sge(300, 16)],
+        [p.a.sge(16384, 64)],
+        [p.a.sge(20480, 8)],
+    );
+    let s4 = [p.a.sge(1000, 5000)];
+    let wqes = [
+        RdmaWqe {
+            data: WqeData::Inline(b"by the doorbell"),
+            ..wr(WQE_OP_SEND, &[], None, 0)
+        },
+        wr(WQE_OP_SEND_IMM, &s0, None, 0xfeed),
+        wr(WQE_OP_RDMA_WRITE, &s1, remote(32768), 0),
+        wr(WQE_OP_RDMA_READ, &s2, remote(0), 0),
+        RdmaWqe {
+            atomic: Some((8, 0)),
+            ..wr(WQE_OP_ATOMIC_FA, &s3, remote(65536), 0)
+        },
+        wr(WQE_OP_RDMA_WRITE_IMM, &s4, remote(40960), 0xbeef),
+    ];
+    for w in &wqes {
+        p.a.qp.post_send(w).unwrap();
+        p.a.qp.ring_send_doorbell();
+        p.run();
+    }
+    let req = p.a.completions();
+    let resp = p.b.completions();
+    let q = p.a.nic.query_qp(p.a.qp.qpn).unwrap();
+    let mut landed = p.b.read(0, 3 * 8192);
+    landed.extend(p.b.read(32768, 16));
+    landed.extend(p.b.read(40960, 5000));
+    landed.extend(p.b.read(65536, 8));
+    landed.extend(p.a.read(16384, 64));
+    landed.extend(p.a.read(20480, 8));
+    let counters = q
+        .counters
+        .named()
+        .into_iter()
+        .filter(|(n, _)| *n != "wqes_by_mmio");
+    (
+        req.iter()
+            .map(|c| {
+                (
+                    c.wqe_opcode,
+                    c.syndrome,
+                    c.wqe_counter.get(),
+                    c.byte_count.get(),
+                )
+            })
+            .collect(),
+        resp.iter()
+            .map(|c| (c.opcode(), c.syndrome, c.byte_count.get()))
+            .collect(),
+        landed,
+        counters.collect(),
+        q.counters.wqes_by_mmio.get(),
+    )
+}
+
+/// WQE by MMIO on a queue pair (`docs/nic-interface.md` §4.1): every lone WQE is taken from the
+/// QP's buffer, and the requester's and responder's completions, the bytes that land and the
+/// transport counters are those of the same WQEs fetched by DMA.
+#[test]
+fn wqes_by_mmio_on_a_queue_pair_match_the_fetched_ones() {
+    let by_mmio = lone_posts(true);
+    let fetched = lone_posts(false);
+    assert_eq!((by_mmio.4, fetched.4), (6, 0));
+    assert_eq!(by_mmio.0.len(), 6, "{:?}", by_mmio.0);
+    assert!(by_mmio.0.iter().all(|c| c.1 == rdma_status::SUCCESS));
+    assert_eq!(by_mmio.1.len(), 3, "{:?}", by_mmio.1);
+    assert_eq!(by_mmio.0, fetched.0);
+    assert_eq!(by_mmio.1, fetched.1);
+    assert!(by_mmio.2 == fetched.2, "landed bytes differ");
+    assert_eq!(by_mmio.3, fetched.3);
+    // The SEND landed; the READ brought back what it left, the atomic the value before the add.
+    let n = by_mmio.2.len();
+    assert_eq!(by_mmio.2[..15], *b"by the doorbell");
+    assert_eq!(by_mmio.2[n - 72..n - 8], by_mmio.2[..64]);
+    assert_eq!(by_mmio.2[n - 8..], 42u64.to_le_bytes());
+}

@@ -77,6 +77,11 @@ fn interrupts_arrive_as_eventfds_and_unmapped_dma_is_an_error_cqe() {
 }
 
 #[test]
+fn wqes_posted_through_the_mapped_doorbell_bar_are_not_fetched() {
+    check("wqe_by_mmio_through_the_mapped_doorbell_bar");
+}
+
+#[test]
 fn a_reset_in_the_middle_of_traffic_leaves_the_card_usable() {
     check("reset_mid_traffic_then_traffic");
 }
@@ -100,6 +105,7 @@ fn every_check_has_a_test_here() {
             "cpu_echo_byte_exact",
             "flde_echo_byte_exact",
             "msix_eventfd_and_dma_isolation",
+            "wqe_by_mmio_through_the_mapped_doorbell_bar",
             "reset_mid_traffic_then_traffic",
             "garbage_in_every_bar_then_traffic",
             "rdma_verbs_between_functions"

@@ -235,6 +235,23 @@ impl Nic {
         self.shared.lock().rx_prefetch
     }
 
+    /// The on-chip memory the timing mechanisms need for the queues that exist now, as Table 3
+    /// counts FLD's structures: the receive WQEs read ahead (§7.5) and the WQE-by-MMIO buffers
+    /// (§4.1). Contexts, rings' state and the flow cache are not counted.
+    pub fn on_chip_memory(&self) -> OnChipMemory {
+        let core = self.shared.lock();
+        let depth = core.config.rx_prefetch_depth.min(queues::RX_PREFETCH_DEPTH) as u32;
+        let rqs = core.rqs.live();
+        let send_queues = core.sqs.live() + core.rdma.qps.live();
+        OnChipMemory {
+            read_ahead_depth: depth,
+            rqs,
+            rx_read_ahead_bytes: u64::from(rqs) * u64::from(depth) * RECV_WQE_SIZE as u64,
+            send_queues,
+            wqe_buffer_bytes: u64::from(send_queues) * db::WQE_BUFFER_STRIDE,
+        }
+    }
+
     /// Hit, miss and eviction counts of the eSwitch's flow cache.
     pub fn flow_cache_counters(&self) -> CacheCounters {
         self.shared.lock().eswitch.flow_cache.counters
@@ -263,6 +280,19 @@ impl Nic {
             bad_doorbells: core.bad_doorbells,
         }
     }
+}
+
+/// On-chip memory of the NIC's timing mechanisms ([`Nic::on_chip_memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OnChipMemory {
+    /// Receive WQEs read ahead per RQ.
+    pub read_ahead_depth: u32,
+    /// Ethernet RQs that exist.
+    pub rqs: u32,
+    pub rx_read_ahead_bytes: u64,
+    /// Ethernet SQs and queue pairs that exist, one WQE-by-MMIO buffer each.
+    pub send_queues: u32,
+    pub wqe_buffer_bytes: u64,
 }
 
 /// Device-global statistics.

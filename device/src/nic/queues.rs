@@ -151,6 +151,8 @@ pub(crate) struct SendQueue {
     pub state: QueueState,
     pub packets: u64,
     pub bytes: u64,
+    /// WQEs taken from the SQ's WQE-by-MMIO buffer.
+    pub wqes_by_mmio: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -225,6 +227,8 @@ pub(crate) struct ReceiveQueue {
     pub out_of_buffer: u64,
     pub oversize_drops: u64,
     pub truncated: u64,
+    /// Receive WQEs taken from the read-ahead instead of fetched when a frame arrived.
+    pub read_ahead_hits: u64,
 }
 
 /// An object created by, and visible only to, one host function.
@@ -294,6 +298,10 @@ impl<T> Slab<T> {
     }
     pub fn remove(&mut self, id: u32) -> Option<T> {
         self.items.get_mut(id as usize)?.take()
+    }
+    /// Objects that exist now.
+    pub fn live(&self) -> u32 {
+        self.items.iter().filter(|x| x.is_some()).count() as u32
     }
     /// Highest number ever handed out, plus one.
     pub fn capacity(&self) -> u32 {

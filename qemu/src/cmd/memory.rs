@@ -1,5 +1,6 @@
 //! `fldemu memory`: Table 3 (the conventional driver's memory beside FLD's) from the formulas and
-//! from what the running FLD allocated, and Figure 4's sweep.
+//! from what the running FLD allocated, and Figure 4's sweep; beside them the NIC's own on-chip
+//! memory for its timing mechanisms (receive read-ahead, WQE-by-MMIO buffers).
 
 use fld_abi::fld::MemoryItem;
 use fld_device::fld::memory_model::{self, MemoryParams};
@@ -77,6 +78,8 @@ pub fn run(a: MemoryArgs) -> CmdResult {
         ("total", MemoryItem::Total),
     ];
     let fld_total = running[MemoryItem::Total as usize];
+    // The NIC's own on-chip memory for its timing mechanisms, for the queues the setup created.
+    let nic = setup.card.nic.on_chip_memory();
     if a.json {
         let allocated: serde_json::Map<String, serde_json::Value> = by_item
             .iter()
@@ -92,6 +95,13 @@ pub fn run(a: MemoryArgs) -> CmdResult {
             "fld_allocated_total_bytes": fld_total,
             "ratio_software_to_fld_model": model.ratio,
             "ratio_software_to_fld_allocated": model.software_total as f64 / fld_total as f64,
+            "nic_on_chip": {
+                "rx_read_ahead_depth": nic.read_ahead_depth,
+                "rqs": nic.rqs,
+                "rx_read_ahead_bytes": nic.rx_read_ahead_bytes,
+                "send_queues": nic.send_queues,
+                "wqe_buffer_bytes": nic.wqe_buffer_bytes,
+            },
         });
         if a.sweep {
             v["figure4"] = json!(memory_model::figure4_sweep(&params));
@@ -140,6 +150,21 @@ pub fn run(a: MemoryArgs) -> CmdResult {
         println!(
             "  software / FLD allocated      x{:.1}",
             model.software_total as f64 / fld_total as f64
+        );
+        println!();
+        println!("NIC on-chip memory of the timing mechanisms (docs/nic-interface.md §4.1, §7.5):");
+        println!(
+            "  {:<30} {:>12.2} KiB  ({} RQs x {} WQEs x 16 B)",
+            "receive WQEs read ahead",
+            kib(nic.rx_read_ahead_bytes),
+            nic.rqs,
+            nic.read_ahead_depth
+        );
+        println!(
+            "  {:<30} {:>12.2} KiB  ({} send queues x 256 B)",
+            "WQE-by-MMIO buffers",
+            kib(nic.wqe_buffer_bytes),
+            nic.send_queues
         );
         if a.sweep {
             println!();

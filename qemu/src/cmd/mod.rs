@@ -253,6 +253,16 @@ impl CardCounters {
         }
     }
 
+    /// The sum of one counter over every source that reports it.
+    pub fn total(&self, name: &str) -> u64 {
+        self.0
+            .iter()
+            .flat_map(|(_, c)| c.iter())
+            .filter(|(n, _)| *n == name)
+            .map(|(_, v)| v)
+            .sum()
+    }
+
     pub fn json(&self) -> serde_json::Value {
         self.0
             .iter()

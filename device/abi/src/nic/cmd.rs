@@ -434,6 +434,9 @@ pub struct QueryQueueOut {
     pub oversize_drops: U64,
     /// Regular RQ: packets truncated to the buffer size.
     pub truncated: U64,
+    /// SQ: WQEs taken from the SQ's WQE-by-MMIO buffer instead of fetched (§4.1). RQ: receive
+    /// WQEs that had been read ahead before their first frame arrived (§7.5).
+    pub on_chip: U64,
 }
 
 /// Receive queue types.

@@ -320,6 +320,8 @@ pub struct QpCounters {
     pub dropped: U64,
     pub acks_sent: U64,
     pub acks_received: U64,
+    /// Requester: WQEs taken from the QP's WQE-by-MMIO buffer instead of fetched (§4.1).
+    pub wqes_by_mmio: U64,
 }
 
 /// QUERY_QP output.
@@ -430,7 +432,7 @@ impl QpCounters {
     /// The counters by the names tools print (rxe's and mlx5's hw_counters where one exists:
     /// `duplicate_request`, `out_of_sequence`, `packet_seq_err`, `rnr_nak_retry_err`,
     /// `local_ack_timeout_err`).
-    pub fn named(&self) -> [(&'static str, u64); 14] {
+    pub fn named(&self) -> [(&'static str, u64); 15] {
         [
             ("packets_sent", self.packets_sent.get()),
             ("bytes_sent", self.bytes_sent.get()),
@@ -446,6 +448,7 @@ impl QpCounters {
             ("rx_dropped", self.dropped.get()),
             ("acks_sent", self.acks_sent.get()),
             ("acks_received", self.acks_received.get()),
+            ("wqes_by_mmio", self.wqes_by_mmio.get()),
         ]
     }
 }

@@ -127,6 +127,7 @@ fn create_sq(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         state: QueueState::Ready,
         packets: 0,
         bytes: 0,
+        wqes_by_mmio: 0,
     });
     if let Some(id) = id {
         c.core.cqs.add_ref(cqn);
@@ -155,6 +156,7 @@ fn query_sq(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         log_size: q.log_size,
         packets: U64::new(q.packets),
         bytes: U64::new(q.bytes),
+        on_chip: U64::new(q.wqes_by_mmio),
         ..Default::default()
     };
     output(out, &o)
@@ -222,6 +224,7 @@ fn create_rq(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         out_of_buffer: 0,
         oversize_drops: 0,
         truncated: 0,
+        read_ahead_hits: 0,
     });
     if let Some(id) = id {
         c.core.cqs.add_ref(cqn);
@@ -251,6 +254,7 @@ fn query_rq(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         out_of_buffer: U64::new(q.out_of_buffer),
         oversize_drops: U64::new(q.oversize_drops),
         truncated: U64::new(q.truncated),
+        on_chip: U64::new(q.read_ahead_hits),
     };
     output(out, &o)
 }

@@ -252,9 +252,10 @@ fn fetch_recv_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, rqn: u32, pi: u32) -> O
     let slot = rq.addr + ((rq.ci & ((1 << rq.log_size) - 1)) as u64) * RECV_WQE_SIZE as u64;
     let owner = rq.owner;
     let counter = rq.ci;
-    let ahead = core.rqs.get_mut(rqn)?.prefetched.take(counter);
-    let wqe = match ahead {
+    let rq = core.rqs.get_mut(rqn)?;
+    let wqe = match rq.prefetched.take(counter) {
         Some(w) => {
+            rq.read_ahead_hits += 1;
             core.rx_prefetch.hits += 1;
             w
         }

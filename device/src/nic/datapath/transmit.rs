@@ -205,7 +205,12 @@ fn execute_wqe(
 ) -> (Result<usize, WqeError>, u32) {
     let buffer = db::wqe_buffer(db::SQ_WQE_BASE, sqn);
     let nbb = match ctx.wqe_from_buffer(owner, buffer, (ci, pending), wqe, &mut core.wqe_mmio) {
-        Some(nbb) => nbb,
+        Some(nbb) => {
+            if let Some(sq) = core.sqs.get_mut(sqn) {
+                sq.wqes_by_mmio += 1;
+            }
+            nbb
+        }
         None => match fetch_wqe(
             ctx.dma(owner),
             (addr, log_size),

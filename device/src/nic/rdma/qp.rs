@@ -235,6 +235,8 @@ pub(crate) struct Counters {
     pub dropped: u64,
     pub acks_sent: u64,
     pub acks_received: u64,
+    /// WQE reads the QP's WQE-by-MMIO buffer served (a retransmission may read one again).
+    pub wqes_by_mmio: u64,
 }
 
 impl Counters {
@@ -255,6 +257,7 @@ impl Counters {
             dropped: u(self.dropped),
             acks_sent: u(self.acks_sent),
             acks_received: u(self.acks_received),
+            wqes_by_mmio: u(self.wqes_by_mmio),
         }
     }
 }

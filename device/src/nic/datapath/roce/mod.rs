@@ -535,6 +535,9 @@ fn fetch_send_wqe(
     let buffer = db::wqe_buffer(db::QP_SQ_WQE_BASE, qpi);
     let (wqe, stats) = (&mut core.rdma.wqe, &mut core.wqe_mmio);
     if let Some(nbb) = ctx.wqe_from_buffer(owner, buffer, (counter, max_bbs), wqe, stats) {
+        if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+            qp.counters.wqes_by_mmio += 1;
+        }
         core.rdma.wqe_held = Some((qpi, counter, nbb));
         return Some(nbb);
     }
