@@ -158,6 +158,9 @@ pub struct SimHost {
     /// application's pending wake-up was already put off to that time once.
     pub writes_visible: Ps,
     pub app_deferred: bool,
+    /// When the application asked to run again with work left (more to post): that wake is
+    /// its own CPU continuing, not a look at memory, and waits for no write.
+    pub app_continues_at: Option<Ps>,
     /// When the last doorbell of the application's current step was rung.
     pub doorbell: Option<Ps>,
     /// The emptied frame list of the previous batch, reused.
@@ -223,6 +226,7 @@ impl SimHost {
             cpu_free: 0,
             writes_visible: 0,
             app_deferred: false,
+            app_continues_at: None,
             doorbell: None,
             outbox_spare: Vec::new(),
         };

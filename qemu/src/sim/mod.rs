@@ -446,9 +446,11 @@ impl Sim {
                 // The model writes host memory when a batch runs, so a later batch's writes may
                 // already be in memory when an earlier one's land: the application looks once
                 // they have all landed — deferred once, so a stream of batches cannot starve it.
+                // An application continuing its own work (more to post) is not held back.
                 let h = &mut self.hosts[host];
                 let visible = h.writes_visible;
-                if t < visible && !std::mem::replace(&mut h.app_deferred, true) {
+                let continuing = h.app_continues_at.take() == Some(t);
+                if !continuing && t < visible && !std::mem::replace(&mut h.app_deferred, true) {
                     self.wake_app(host, visible);
                     return Ok(());
                 }
@@ -466,6 +468,7 @@ impl Sim {
                     self.wake_engine(host, at);
                 }
                 if let Some(at) = again {
+                    self.hosts[host].app_continues_at = Some(at);
                     self.wake_app(host, at);
                 }
             }

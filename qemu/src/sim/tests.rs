@@ -443,3 +443,22 @@ fn a_slow_pcie_link_bounds_the_rate_by_its_tlp_bytes() {
         "{mops} M/s against a PCIe bound of {bound}"
     );
 }
+
+/// An application with WRITEs left to post keeps its CPU busy: while a window is open it is not
+/// held back until the card's writes in flight land, so 1 KiB WRITEs (line and PCIe far from
+/// full) run at the CPU's post rate, 1 / post_ns less the polls.
+#[test]
+fn a_cpu_with_work_left_posts_back_to_back() {
+    let text = back_to_back(
+        "[defaults.link]\npropagation_ns = 10",
+        "sizes = [1024]\noutstanding = 128\nmessages = 4000",
+    );
+    let (r, _) = results(&text);
+    let mops = r.workloads[0].points[0].metrics["mops"];
+    // 100 ns per post and a 50 ns poll per step of 32: 9.85 M/s.
+    let bound = 32e3 / (32.0 * 100.0 + 50.0);
+    assert!(
+        (mops - bound).abs() < bound * 0.03,
+        "{mops} M/s against the CPU's {bound}"
+    );
+}
