@@ -52,6 +52,15 @@ impl Card {
         self.nic.poll() + self.fld.poll()
     }
 
+    /// Returns once no engine step that began before the call is still running. After a change
+    /// of the DMA map ([`crate::fabric::Fabric::unmap_host`]) this is the IOTLB invalidation's
+    /// completion: steps that began earlier finish with the old map, and every later one uses the
+    /// new map, so once this returns nothing reaches the memory that was unmapped.
+    pub fn wait_for_dma_in_flight(&self) {
+        self.nic.wait_for_pass();
+        self.fld.wait_for_pass();
+    }
+
     /// Steps until nothing moves (bounded, so a misbehaving configuration cannot hang a test).
     pub fn run_until_idle(&self) -> usize {
         let mut total = 0;

@@ -510,6 +510,8 @@ fn bench_guest(json_out: bool, packets: u64) -> Result<bool, String> {
             "host_vfio_user_cpu_echo_vs_in_process": ratio(mpps(&host_cpu), mpps(&inproc_cpu)),
             "guest_trapped_read_vs_host_vfio_user": ratio(us(&g_t, "mmio_read"), us(&host_t, "mmio_read")),
             "guest_trapped_read_vs_doorbell_to_completion": ratio(us(&g_t, "mmio_read"), us(&g_t, "doorbell_to_completion")),
+            "guest_doorbell_to_completion_wqe_by_mmio_vs_fetched": ratio(us(&g_t, "doorbell_to_completion"), us(&g_t, "doorbell_to_completion_fetched")),
+            "host_doorbell_to_completion_wqe_by_mmio_vs_fetched": ratio(us(&host_t, "doorbell_to_completion"), us(&host_t, "doorbell_to_completion_fetched")),
         },
         "verified": ok,
     });

@@ -215,6 +215,13 @@ impl Nic {
         }
     }
 
+    /// Returns once the engine pass running at the call, if any, has ended: every pass takes
+    /// the device lock for its whole length, and routes (with the DMA map) are taken again at
+    /// the start of the next one.
+    pub fn wait_for_pass(&self) {
+        drop(self.shared.lock());
+    }
+
     /// Hit/miss counts of the QP-context and memory-translation caches.
     pub fn cache_counters(&self) -> (CacheCounters, CacheCounters) {
         let core = self.shared.lock();

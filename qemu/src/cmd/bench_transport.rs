@@ -38,6 +38,7 @@ pub fn run(a: BenchTransportArgs) -> CmdResult {
             ("trapped register read", &f.mmio_read),
             ("trapped register write", &f.mmio_write),
             ("doorbell -> completion", &f.doorbell_to_completion),
+            ("  WQE fetched (no MMIO)", &f.doorbell_to_completion_fetched),
             ("doorbell -> MSI-X", &f.doorbell_to_msix),
         ] {
             println!(

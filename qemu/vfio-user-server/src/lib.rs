@@ -18,7 +18,7 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fld_abi::pci::{OFF_BAR0, OFF_COMMAND, OFF_MSIX_CONTROL, OFF_PCIE_DEVCTL};
 use fld_device::card::Card;
@@ -127,6 +127,7 @@ impl FunctionBackend {
     /// Drops every DMA map: the function's I/O address space belongs to this client alone.
     fn unmap_all(&mut self) {
         self.card.fabric.unmap_host(self.fid, 0, u64::MAX);
+        self.card.wait_for_dma_in_flight();
         self.files.clear();
     }
 
@@ -279,10 +280,13 @@ impl ServerBackend for FunctionBackend {
             "function {}: DMA unmap {address:#x}+{size:#x} flags {flags:?}",
             self.fid
         );
+        // The reply says the memory is no longer accessed (vfio-user, VFIO_USER_DMA_UNMAP): an
+        // engine step that began with the old map ends first.
         if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
             self.unmap_all();
         } else {
             self.card.fabric.unmap_host(self.fid, address, size);
+            self.card.wait_for_dma_in_flight();
         }
         Ok(())
     }
@@ -608,28 +612,36 @@ impl FunctionServer {
     }
 }
 
-/// Advances the card. While nothing moves it backs off: a few spins, then 20 us sleeps, and
-/// after about a second of idleness 1 ms sleeps, so an idle guest costs the host almost nothing
-/// and only the first doorbell after a long pause waits up to a millisecond.
+/// Advances the card. While nothing moves it backs off: it keeps polling for
+/// [`SPIN_AFTER_WORK`], then sleeps 20 us at a time, and after about a second of idleness 1 ms
+/// at a time, so an idle guest costs the host almost nothing and only the first doorbell after a
+/// long pause waits up to a millisecond. The spell of polling is timed, not counted in passes:
+/// a guest under TCG takes hundreds of microseconds between a completion and its next doorbell,
+/// and an engine pass takes a microsecond or less, so a count of passes would put the engine to
+/// sleep just before the doorbell it is waiting for.
 fn run_engine(card: &Card, stop: &AtomicBool) {
-    const SPINS: u32 = 64;
     const SHORT_SLEEPS: u32 = 50_000;
-    let mut idle = 0u32;
+    let mut last_work = Instant::now();
+    let mut sleeps = 0u32;
     while !stop.load(Ordering::Relaxed) {
         if card.poll() > 0 {
-            idle = 0;
+            last_work = Instant::now();
+            sleeps = 0;
             continue;
         }
-        idle = idle.saturating_add(1);
-        if idle <= SPINS {
+        if last_work.elapsed() < SPIN_AFTER_WORK {
             std::hint::spin_loop();
-        } else if idle <= SPINS + SHORT_SLEEPS {
+        } else if sleeps < SHORT_SLEEPS {
+            sleeps += 1;
             std::thread::sleep(Duration::from_micros(20));
         } else {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
 }
+
+/// How long the engine keeps polling after it last found work.
+const SPIN_AFTER_WORK: Duration = Duration::from_millis(2);
 
 #[cfg(test)]
 mod tests {
