@@ -245,26 +245,13 @@ pub(crate) mod tests {
     use super::*;
 
     /// A fresh, empty directory for one test, removed when the test ends.
-    pub(crate) struct Scratch(PathBuf);
-
-    impl std::ops::Deref for Scratch {
-        type Target = Path;
-        fn deref(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    pub(crate) type Scratch = tempfile::TempDir;
 
     pub(crate) fn scratch(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("xtask-test-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
+        tempfile::Builder::new()
+            .prefix(&format!("xtask-test-{name}-"))
+            .tempdir()
+            .unwrap()
     }
 
     fn sh(script: &str) -> Command {
@@ -275,7 +262,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_failing_child_is_reported_with_its_status_and_last_twenty_lines() {
-        let dir = scratch("failing-child");
+        let scratch_dir = scratch("failing-child");
+        let dir = scratch_dir.path();
         let log = dir.join("step.log");
         let err = run(
             &mut sh(
@@ -299,7 +287,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_child_killed_by_a_signal_says_so() {
-        let dir = scratch("signalled-child");
+        let scratch_dir = scratch("signalled-child");
+        let dir = scratch_dir.path();
         let log = dir.join("step.log");
         let err = run(
             &mut sh("echo dying; kill -9 $$"),
@@ -317,7 +306,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_successful_child_returns_its_output_and_leaves_both_streams_in_the_log() {
-        let dir = scratch("good-child");
+        let scratch_dir = scratch("good-child");
+        let dir = scratch_dir.path();
         let log = dir.join("step.log");
         let out = run(
             &mut sh("echo out; echo err >&2"),
@@ -335,7 +325,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_missing_program_is_named() {
-        let dir = scratch("missing-program");
+        let scratch_dir = scratch("missing-program");
+        let dir = scratch_dir.path();
         let err = run(
             &mut Command::new("fldemu-no-such-program"),
             "the step",
@@ -351,7 +342,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_child_that_exits_before_its_files_appear_is_reported_at_once() {
-        let dir = scratch("wait-exits");
+        let scratch_dir = scratch("wait-exits");
+        let dir = scratch_dir.path();
         let log = dir.join("serve.log");
         let mut child =
             sh("echo 'Error: running verilator: No such file or directory' >&2; exit 1")
@@ -380,7 +372,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_child_that_never_creates_its_files_is_reported_after_the_timeout() {
-        let dir = scratch("wait-timeout");
+        let scratch_dir = scratch("wait-timeout");
+        let dir = scratch_dir.path();
         let log = dir.join("serve.log");
         let mut child = sh("echo still building; exec sleep 30")
             .stdout(append(&log).unwrap())
@@ -408,7 +401,8 @@ pub(crate) mod tests {
 
     #[test]
     fn an_empty_or_absent_log_says_so() {
-        let dir = scratch("empty-log");
+        let scratch_dir = scratch("empty-log");
+        let dir = scratch_dir.path();
         let log = dir.join("empty.log");
         std::fs::write(&log, "").unwrap();
         assert_eq!(tail(&log), format!("  ({} is empty)", log.display()));

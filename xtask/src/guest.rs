@@ -913,7 +913,8 @@ mod tests {
 
     #[test]
     fn a_server_that_exits_at_once_is_reported_with_its_status_and_log() {
-        let dir = scratch("serve-exits");
+        let scratch_dir = scratch("serve-exits");
+        let dir = scratch_dir.path();
         let log = dir.join("serve.log");
         let started = Instant::now();
         let err = start_server(
@@ -921,7 +922,7 @@ mod tests {
                 echo 'Error: running verilator: No such file or directory (is Verilator \
                 installed? Debian: apt-get install verilator)' >&2; exit 1"),
             "fldemu serve --accel rtl:device/rtl/examples/echo",
-            &dir,
+            dir,
             &log,
             SERVE_START,
         )
@@ -943,19 +944,21 @@ mod tests {
 
     #[test]
     fn a_server_is_ready_once_its_sockets_exist() {
-        let dir = scratch("serve-ready");
+        let scratch_dir = scratch("serve-ready");
+        let dir = scratch_dir.path();
         let log = dir.join("serve.log");
         let script = format!(
             "cd '{}' && touch nic0.sock nic1.sock fld.sock && exec sleep 30",
             dir.display()
         );
-        let server = start_server(sh(&script), "fldemu serve", &dir, &log, SERVE_START);
+        let server = start_server(sh(&script), "fldemu serve", dir, &log, SERVE_START);
         assert!(server.is_ok(), "{:?}", server.err());
     }
 
     #[test]
     fn a_qemu_that_fails_at_once_is_reported_with_its_status_and_every_log() {
-        let dir = scratch("qemu-fails");
+        let scratch_dir = scratch("qemu-fails");
+        let dir = scratch_dir.path();
         let paths = GuestPaths::at(dir.join("guest"));
         std::fs::create_dir_all(paths.root.join("boot")).unwrap();
         std::fs::write(paths.root.join("boot/vmlinuz-6.12.0-test"), "").unwrap();
@@ -977,7 +980,7 @@ mod tests {
         let outcome = boot_vm(
             &paths,
             &qemu,
-            &dir,
+            dir,
             &run,
             &[],
             &serve_log,

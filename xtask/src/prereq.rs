@@ -369,13 +369,14 @@ mod tests {
     /// A directory holding an executable stand-in for each of `programs`.
     fn bin_dir(name: &str, programs: &[&str]) -> Scratch {
         use std::os::unix::fs::PermissionsExt;
-        let dir = scratch(name);
+        let scratch_dir = scratch(name);
+        let dir = scratch_dir.path();
         for p in programs {
             let f = dir.join(p);
             std::fs::write(&f, "#!/bin/sh\nexit 0\n").unwrap();
             std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        dir
+        scratch_dir
     }
 
     fn host(bin: &std::path::Path, root: bool, require_verilator: bool) -> Host {
@@ -393,9 +394,10 @@ mod tests {
 
     #[test]
     fn programs_are_found_only_on_path_and_only_if_executable() {
-        let bin = bin_dir("find", &["make"]);
+        let bin_tmp = bin_dir("find", &["make"]);
+        let bin = bin_tmp.path();
         std::fs::write(bin.join("c++"), "not executable").unwrap();
-        let h = host(&bin, false, false);
+        let h = host(bin, false, false);
         assert_eq!(h.find("make"), Some(bin.join("make")));
         assert_eq!(h.find("c++"), None);
         assert_eq!(h.find("verilator"), None);
@@ -403,9 +405,10 @@ mod tests {
 
     #[test]
     fn without_verilator_the_rtl_boot_is_skipped_with_one_line() {
-        let bin = bin_dir("rtl-skip", &["c++", "make"]);
+        let bin_tmp = bin_dir("rtl-skip", &["c++", "make"]);
+        let bin = bin_tmp.path();
         assert_eq!(
-            rtl_boot(&host(&bin, true, false)),
+            rtl_boot(&host(bin, true, false)),
             Ok(RtlBoot::Skip(
                 "skipping boot 4 (RTL accelerator): verilator not found on PATH: install it with \
                  `apt-get install verilator`"
@@ -416,9 +419,10 @@ mod tests {
 
     #[test]
     fn every_missing_rtl_tool_is_named_with_its_package() {
-        let bin = bin_dir("rtl-none", &[]);
+        let bin_tmp = bin_dir("rtl-none", &[]);
+        let bin = bin_tmp.path();
         assert_eq!(
-            rtl_boot(&host(&bin, true, false)),
+            rtl_boot(&host(bin, true, false)),
             Ok(RtlBoot::Skip(
                 "skipping boot 4 (RTL accelerator): verilator, c++ and make not found on PATH: \
                  install them with `apt-get install verilator g++ make`"
@@ -429,9 +433,10 @@ mod tests {
 
     #[test]
     fn with_verilator_required_its_absence_stops_test_guest_up_front() {
-        let bin = bin_dir("rtl-required", &["c++", "make"]);
-        let paths = unprovisioned(&bin);
-        let err = test_guest(&rtl_boot(&host(&bin, true, true)), &paths).unwrap_err();
+        let bin_tmp = bin_dir("rtl-required", &["c++", "make"]);
+        let bin = bin_tmp.path();
+        let paths = unprovisioned(bin);
+        let err = test_guest(&rtl_boot(&host(bin, true, true)), &paths).unwrap_err();
         assert_eq!(
             err,
             format!(
@@ -447,16 +452,18 @@ mod tests {
 
     #[test]
     fn with_the_rtl_tools_the_rtl_boot_runs() {
-        let bin = bin_dir("rtl-run", &["verilator", "c++", "make"]);
-        assert_eq!(rtl_boot(&host(&bin, false, true)), Ok(RtlBoot::Run));
+        let bin_tmp = bin_dir("rtl-run", &["verilator", "c++", "make"]);
+        let bin = bin_tmp.path();
+        assert_eq!(rtl_boot(&host(bin, false, true)), Ok(RtlBoot::Run));
     }
 
     #[test]
     fn guest_setup_names_root_and_debootstrap() {
-        let bin = bin_dir("setup-user", &["apt-get"]);
-        let paths = unprovisioned(&bin);
+        let bin_tmp = bin_dir("setup-user", &["apt-get"]);
+        let bin = bin_tmp.path();
+        let paths = unprovisioned(bin);
         assert_eq!(
-            guest_setup(&host(&bin, false, false), &paths).unwrap_err(),
+            guest_setup(&host(bin, false, false), &paths).unwrap_err(),
             format!(
                 "guest-setup cannot start:\n  \
                  - provisioning the guest needs root (debootstrap and chroot build its root in \
@@ -467,10 +474,11 @@ mod tests {
             )
         );
         // As root with apt-get, guest-setup installs debootstrap itself.
-        assert_eq!(guest_setup(&host(&bin, true, false), &paths), Ok(()));
-        let bare = bin_dir("setup-bare", &[]);
+        assert_eq!(guest_setup(&host(bin, true, false), &paths), Ok(()));
+        let bare_tmp = bin_dir("setup-bare", &[]);
+        let bare = bare_tmp.path();
         assert_eq!(
-            guest_setup(&host(&bare, true, false), &paths).unwrap_err(),
+            guest_setup(&host(bare, true, false), &paths).unwrap_err(),
             "guest-setup: provisioning the guest: debootstrap not found on PATH: install it \
              with `apt-get install debootstrap`"
         );
@@ -478,9 +486,10 @@ mod tests {
 
     #[test]
     fn an_rtl_accelerator_in_guest_run_needs_verilator() {
-        let bin = bin_dir("run-rtl", &["c++"]);
-        let paths = unprovisioned(&bin);
-        let err = guest_run(&host(&bin, true, false), &paths, "rtl:designs/mine").unwrap_err();
+        let bin_tmp = bin_dir("run-rtl", &["c++"]);
+        let bin = bin_tmp.path();
+        let paths = unprovisioned(bin);
+        let err = guest_run(&host(bin, true, false), &paths, "rtl:designs/mine").unwrap_err();
         assert!(
             err.starts_with(
                 "guest-run cannot start:\n  - --accel rtl:designs/mine: verilator and make not \
@@ -489,7 +498,7 @@ mod tests {
             ),
             "{err}"
         );
-        let err = guest_run(&host(&bin, true, false), &paths, "echo").unwrap_err();
+        let err = guest_run(&host(bin, true, false), &paths, "echo").unwrap_err();
         assert!(
             err.starts_with("guest-run: the guest is not provisioned in "),
             "{err}"
@@ -498,8 +507,9 @@ mod tests {
 
     #[test]
     fn a_stale_guest_is_named_as_such() {
-        let dir = scratch("stale");
-        let paths = unprovisioned(&dir);
+        let scratch_dir = scratch("stale");
+        let dir = scratch_dir.path();
+        let paths = unprovisioned(dir);
         std::fs::create_dir_all(&paths.root).unwrap();
         std::fs::write(paths.root.join(".fldemu-guest"), "an older recipe").unwrap();
         assert_eq!(
@@ -547,8 +557,9 @@ mod tests {
 
     #[test]
     fn test_rxe_names_root_tshark_and_ports() {
-        let bin = bin_dir("rxe", &["apt-get"]);
-        let paths = unprovisioned(&bin);
+        let bin_tmp = bin_dir("rxe", &["apt-get"]);
+        let bin = bin_tmp.path();
+        let paths = unprovisioned(bin);
         let held = UdpSocket::bind("127.0.0.1:0").unwrap();
         let number = held.local_addr().unwrap().port();
         let ports = [Port {
@@ -556,7 +567,7 @@ mod tests {
             number,
             user: "the guest's end of the link",
         }];
-        let err = test_rxe(&host(&bin, false, false), &paths, false, &ports).unwrap_err();
+        let err = test_rxe(&host(bin, false, false), &paths, false, &ports).unwrap_err();
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(lines[0], "test-rxe cannot start:");
         assert!(lines[1].starts_with("  - the guest is not provisioned in "));
@@ -571,25 +582,27 @@ mod tests {
 
     #[test]
     fn test_rxe_needs_root_for_rdma_core_in_a_provisioned_guest() {
-        let bin = bin_dir("rxe-root", &["tshark"]);
-        let paths = unprovisioned(&bin);
+        let bin_tmp = bin_dir("rxe-root", &["tshark"]);
+        let bin = bin_tmp.path();
+        let paths = unprovisioned(bin);
         paths.mark_ready_for_tests();
         assert_eq!(
-            test_rxe(&host(&bin, false, false), &paths, false, &[]).unwrap_err(),
+            test_rxe(&host(bin, false, false), &paths, false, &[]).unwrap_err(),
             "test-rxe: the guest root lacks rdma-core, which is installed into it once with \
              chroot: run test-rxe as root"
         );
         assert_eq!(
-            test_rxe(&host(&bin, false, false), &paths, true, &[]),
+            test_rxe(&host(bin, false, false), &paths, true, &[]),
             Ok(())
         );
     }
 
     #[test]
     fn profile_names_valgrind() {
-        let bin = bin_dir("profile", &[]);
+        let bin_tmp = bin_dir("profile", &[]);
+        let bin = bin_tmp.path();
         assert_eq!(
-            profile(&host(&bin, true, false)).unwrap_err(),
+            profile(&host(bin, true, false)).unwrap_err(),
             "profile: profiling under callgrind: valgrind and callgrind_annotate not found on \
              PATH: install them with `apt-get install valgrind`"
         );

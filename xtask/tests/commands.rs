@@ -14,26 +14,11 @@ use std::time::{Duration, Instant};
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// A fresh, empty directory for one test, removed when the test ends.
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn scratch(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("xtask-commands-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("xtask-commands-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// `dir/name`, an executable shell script with `body`.
@@ -103,7 +88,8 @@ fn unprovisioned(cache: &Path) -> String {
 #[test]
 fn test_guest_without_verilator_skips_the_rtl_boot_with_one_line() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = scratch("test-guest-skip");
+    let scratch_dir = scratch("test-guest-skip");
+    let dir = scratch_dir.path();
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     program(&bin, "c++", "exit 0");
@@ -124,11 +110,12 @@ fn test_guest_without_verilator_skips_the_rtl_boot_with_one_line() {
 #[test]
 fn test_guest_with_verilator_required_fails_up_front_naming_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = scratch("test-guest-required");
+    let scratch_dir = scratch("test-guest-required");
+    let dir = scratch_dir.path();
     let cache = dir.join("guest");
     let run = xtask(
         &["test-guest"],
-        &dir,
+        dir,
         &cache,
         &[("FLDEMU_REQUIRE_VERILATOR", "1".into())],
     );
@@ -147,7 +134,8 @@ fn test_guest_with_verilator_required_fails_up_front_naming_it() {
 #[test]
 fn guest_setup_reports_a_failing_debootstrap_with_its_last_lines() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = scratch("guest-setup");
+    let scratch_dir = scratch("guest-setup");
+    let dir = scratch_dir.path();
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     program(
@@ -191,9 +179,10 @@ fn guest_setup_without_debootstrap_or_apt_get_names_debootstrap() {
     if !is_root() {
         return;
     }
-    let dir = scratch("guest-setup-bare");
+    let scratch_dir = scratch("guest-setup-bare");
+    let dir = scratch_dir.path();
     let cache = dir.join("guest");
-    let run = xtask(&["guest-setup"], &dir, &cache, &[]);
+    let run = xtask(&["guest-setup"], dir, &cache, &[]);
     assert!(!run.success);
     assert_eq!(
         run.stderr,
@@ -205,7 +194,8 @@ fn guest_setup_without_debootstrap_or_apt_get_names_debootstrap() {
 #[test]
 fn guest_run_with_an_rtl_accelerator_names_verilator_and_the_guest() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = scratch("guest-run");
+    let scratch_dir = scratch("guest-run");
+    let dir = scratch_dir.path();
     let cache = dir.join("guest");
     let run = xtask(
         &[
@@ -215,7 +205,7 @@ fn guest_run_with_an_rtl_accelerator_names_verilator_and_the_guest() {
             "--",
             "true",
         ],
-        &dir,
+        dir,
         &cache,
         &[],
     );
@@ -234,9 +224,10 @@ fn guest_run_with_an_rtl_accelerator_names_verilator_and_the_guest() {
 #[test]
 fn bench_guest_names_the_missing_guest() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = scratch("bench-guest");
+    let scratch_dir = scratch("bench-guest");
+    let dir = scratch_dir.path();
     let cache = dir.join("guest");
-    let run = xtask(&["bench-guest"], &dir, &cache, &[]);
+    let run = xtask(&["bench-guest"], dir, &cache, &[]);
     assert!(!run.success);
     assert_eq!(
         run.stderr,
@@ -247,9 +238,10 @@ fn bench_guest_names_the_missing_guest() {
 #[test]
 fn test_rxe_names_the_guest_and_tshark_before_building() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = scratch("test-rxe");
+    let scratch_dir = scratch("test-rxe");
+    let dir = scratch_dir.path();
     let cache = dir.join("guest");
-    let run = xtask(&["test-rxe"], &dir, &cache, &[]);
+    let run = xtask(&["test-rxe"], dir, &cache, &[]);
     assert!(!run.success);
     let expected = format!(
         "xtask: test-rxe cannot start:\n  - {}\n  - dissecting the capture: tshark not found on \
@@ -263,8 +255,9 @@ fn test_rxe_names_the_guest_and_tshark_before_building() {
 #[test]
 fn profile_names_valgrind_before_building() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = scratch("profile");
-    let run = xtask(&["profile"], &dir, &dir.join("guest"), &[]);
+    let scratch_dir = scratch("profile");
+    let dir = scratch_dir.path();
+    let run = xtask(&["profile"], dir, &dir.join("guest"), &[]);
     assert!(!run.success);
     assert_eq!(
         run.stderr,
@@ -303,14 +296,10 @@ fn cargo_failure(args: &str, log: &Path) -> String {
 #[test]
 fn ci_reports_a_failing_cargo_with_its_last_lines() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = scratch("ci");
-    let cargo = failing_cargo(&dir);
-    let run = xtask(
-        &["ci"],
-        &dir,
-        &dir.join("guest"),
-        &[("CARGO", cargo.into())],
-    );
+    let scratch_dir = scratch("ci");
+    let dir = scratch_dir.path();
+    let cargo = failing_cargo(dir);
+    let run = xtask(&["ci"], dir, &dir.join("guest"), &[("CARGO", cargo.into())]);
     assert!(!run.success);
     assert!(
         run.stderr
@@ -331,8 +320,9 @@ fn ci_reports_a_failing_cargo_with_its_last_lines() {
 #[test]
 fn demo_and_bench_report_a_failing_cargo_with_its_last_lines() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = scratch("demo");
-    let cargo = failing_cargo(&dir);
+    let scratch_dir = scratch("demo");
+    let dir = scratch_dir.path();
+    let cargo = failing_cargo(dir);
     for (command, args) in [
         (
             vec!["demo", "--packets", "5"],
@@ -345,7 +335,7 @@ fn demo_and_bench_report_a_failing_cargo_with_its_last_lines() {
     ] {
         let run = xtask(
             &command,
-            &dir,
+            dir,
             &dir.join("guest"),
             &[("CARGO", cargo.clone().into())],
         );
