@@ -138,18 +138,23 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let writer = {
             let (area, stop) = (area.clone(), stop.clone());
-            // Each WQE at the next counter, as a driver posts them.
+            // Each WQE at the next counter, as a driver posts them: bursts of posts back to back
+            // (the engine's copies race them), then a pause (so some copies find the buffer
+            // still, however loaded the machine is).
             std::thread::spawn(move || {
                 let mut counter = 0u32;
                 while !stop.load(Ordering::Relaxed) {
-                    counter = counter.wrapping_add(3);
-                    post(&area, counter, &wqe(counter, 3, counter as u8));
+                    for _ in 0..16 {
+                        counter = counter.wrapping_add(3);
+                        post(&area, counter, &wqe(counter, 3, counter as u8));
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(20));
                 }
             })
         };
         let mut out = [0u8; 3 * WQEBB];
         let (mut taken, mut tries) = (0, 0);
-        while taken < 2000 && tries < 2_000_000 {
+        while taken < 2000 && tries < 20_000_000 {
             tries += 1;
             let counter = area.load(BUF + db::WQE_SEAL_OFFSET) & db::PI_MASK;
             if take_wqe(&area, BUF, counter, 3, &mut out) == WqeBuffer::Taken(3) {
