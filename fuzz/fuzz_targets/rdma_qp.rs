@@ -8,9 +8,9 @@
 #![no_main]
 
 use fld_abi::nic::{
-    db, op, qp_attr, ArmSrqIn, CreateMrIn, CreateQpIn, CreateSrqIn, ModifyQpIn, ObjectIn, QpAttr,
-    QpState, RdmaWqe, RoceAddressIn, WqeData, MAX_WQE_BYTES, MTT_ENTRY_SIZE, NO_SRQ, QPN_BASE,
-    WQEBB, WQE_OP_SEND,
+    db, op, qp_attr, ArmSrqIn, CreateMrIn, CreateQpIn, CreateSrqIn, ModifyQpIn, ObjectIn, PkeyIn,
+    QpAttr, QpState, RdmaWqe, RoceAddressIn, WqeData, MAX_WQE_BYTES, MTT_ENTRY_SIZE, NO_SRQ,
+    QPN_BASE, WQEBB, WQE_OP_SEND,
 };
 use fld_fuzz::{assert_rdma_recovers, small_rdma_nic, Input};
 use libfuzzer_sys::fuzz_target;
