@@ -111,7 +111,11 @@ fn print_report(r: &Report, speed: &Speed) {
     }
     for w in &r.workloads {
         println!();
-        println!("{}", w.title);
+        if r.workloads.iter().filter(|o| o.title == w.title).count() > 1 {
+            println!("{} [{}]", w.title, w.series);
+        } else {
+            println!("{}", w.title);
+        }
         match w.kind.as_str() {
             "write_latency" => println!(
                 "{:>8} {:>12} {:>12} {:>12} {:>12}  reference",
@@ -120,6 +124,10 @@ fn print_report(r: &Report, speed: &Speed) {
             "echo_latency" => println!(
                 "{:>8} {:>12} {:>12} {:>12} {:>12}  reference",
                 "bytes", "RTT us", "p99 us", "mean us", "mismatches"
+            ),
+            "rpc_rate" => println!(
+                "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
+                "request", "conns", "MRPC/s", "Gbit/s", "QPC miss", "MTT miss"
             ),
             _ => println!(
                 "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
@@ -156,7 +164,7 @@ fn print_report(r: &Report, speed: &Speed) {
                     "{:>8} {:>6} {:>10.3} {:>10.2} {:>10} {:>10}  {reference}",
                     p.size,
                     p.connections,
-                    m("mops"),
+                    m(&w.metric),
                     m("gbps"),
                     qpc,
                     mtt
@@ -175,22 +183,39 @@ fn print_report(r: &Report, speed: &Speed) {
     );
 }
 
+/// One panel per workload title: each workload with that title is a curve (named by its
+/// series), each reference a set of points.
 fn plot(r: &Report, path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
-    let charts: Vec<Chart> = r
-        .workloads
+    let mut titles: Vec<&str> = Vec::new();
+    for w in &r.workloads {
+        if !titles.contains(&w.title.as_str()) {
+            titles.push(&w.title);
+        }
+    }
+    let charts: Vec<Chart> = titles
         .iter()
-        .map(|w| {
-            let ours: Vec<(f64, f64)> = w
-                .points
+        .map(|title| {
+            let group: Vec<&WorkloadResult> =
+                r.workloads.iter().filter(|w| w.title == *title).collect();
+            let first = group[0];
+            let mut series: Vec<Series> = group
                 .iter()
-                .filter_map(|p| p.metrics.get(&w.metric).map(|&y| (x_of(w, p), y)))
+                .map(|w| Series {
+                    name: &w.series,
+                    points: w
+                        .points
+                        .iter()
+                        .filter_map(|p| p.metrics.get(&w.metric).map(|&y| (x_of(w, p), y)))
+                        .collect(),
+                    points_only: false,
+                })
                 .collect();
-            let mut series = vec![Series {
-                name: "fldemu sim",
-                points: ours,
-                points_only: false,
-            }];
-            for reference in &w.reference {
+            let mut labels: Vec<&str> = Vec::new();
+            for reference in group.iter().flat_map(|w| &w.reference) {
+                if labels.contains(&reference.label.as_str()) {
+                    continue;
+                }
+                labels.push(&reference.label);
                 series.push(Series {
                     name: &reference.label,
                     points: reference.points.iter().map(|p| (p[0], p[1])).collect(),
@@ -198,15 +223,16 @@ fn plot(r: &Report, path: &std::path::Path) -> Result<(), Box<dyn std::error::Er
                 });
             }
             Chart {
-                title: &w.title,
-                x_label: if w.x == "connections" {
+                title,
+                x_label: if first.x == "connections" {
                     "connections"
                 } else {
                     "message size (bytes)"
                 },
-                y_label: match w.metric.as_str() {
+                y_label: match first.metric.as_str() {
                     "latency_us" => "one-way latency (us)",
                     "rtt_us" => "round trip (us)",
+                    "mrps" => "RPCs per second (millions)",
                     _ => "messages per second (millions)",
                 },
                 log2_x: true,

@@ -26,9 +26,10 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use card::{CardTiming, SimHost};
 use events::{Event, EventQueue, Ps, PS_PER_NS};
+use fld_abi::nic::mtu_code;
 use network::{Network, NetworkReport};
 use params::*;
-use workload::{EchoLatency, Workload, WriteLatency, WriteRate};
+use workload::{EchoLatency, RpcRate, Workload, WriteLatency, WriteRate};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -106,6 +107,8 @@ pub enum WorkloadSpec {
     WriteLatency {
         #[serde(default)]
         title: Option<String>,
+        #[serde(default)]
+        series: Option<String>,
         client: String,
         server: String,
         sizes: Vec<usize>,
@@ -120,6 +123,8 @@ pub enum WorkloadSpec {
     EchoLatency {
         #[serde(default)]
         title: Option<String>,
+        #[serde(default)]
+        series: Option<String>,
         client: String,
         server: String,
         sizes: Vec<usize>,
@@ -135,23 +140,88 @@ pub enum WorkloadSpec {
     WriteRate {
         #[serde(default)]
         title: Option<String>,
+        #[serde(default)]
+        series: Option<String>,
         clients: Vec<String>,
         server: String,
         sizes: Vec<usize>,
         #[serde(default = "default_qps")]
         qps_per_client: Vec<u32>,
+        /// Total connections per point, dealt to the clients in turn (instead of
+        /// `qps_per_client`).
+        #[serde(default)]
+        connections: Vec<u32>,
         #[serde(default = "default_outstanding")]
         outstanding: u32,
         #[serde(default = "default_messages")]
         messages: u64,
+        /// At least this many WRITEs per connection (a point runs `max(messages, this x
+        /// connections)`), so that many connections still reach their steady state.
+        #[serde(default)]
+        per_connection: u64,
         /// The plotted x axis: "size" (message bytes) or "connections".
         #[serde(default = "default_axis")]
         x: String,
         #[serde(default)]
         reference: Vec<Reference>,
     },
+    /// StaR §4.2's RPC test: one RPC outstanding per connection, request and answer by SEND.
+    RpcRate {
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        series: Option<String>,
+        clients: Vec<String>,
+        server: String,
+        /// Total connections per point, dealt to the clients in turn.
+        connections: Vec<u32>,
+        #[serde(default = "default_request")]
+        request: usize,
+        #[serde(default = "default_response")]
+        response: usize,
+        #[serde(default = "default_messages")]
+        rpcs: u64,
+        /// At least this many RPCs per connection (as `per_connection` of `write_rate`).
+        #[serde(default)]
+        per_connection: u64,
+        /// Path MTU in bytes (256 … 4096).
+        #[serde(default = "default_mtu")]
+        mtu: u32,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
 }
 
+impl WorkloadSpec {
+    /// The curve this workload's points belong to (`series` in the JSON); workloads with the
+    /// same title share a chart panel.
+    fn series(&self) -> String {
+        let s = match self {
+            WorkloadSpec::WriteLatency { series, .. }
+            | WorkloadSpec::EchoLatency { series, .. }
+            | WorkloadSpec::WriteRate { series, .. }
+            | WorkloadSpec::RpcRate { series, .. } => series,
+        };
+        s.clone().unwrap_or_else(|| "fldemu sim".into())
+    }
+}
+
+/// Connection `i` of a point with `n` connections runs from client `i mod clients`.
+fn deal(clients: &[usize], n: u32) -> Vec<usize> {
+    (0..n as usize)
+        .map(|i| clients[i % clients.len()])
+        .collect()
+}
+
+fn default_request() -> usize {
+    2800
+}
+fn default_response() -> usize {
+    1400
+}
+fn default_mtu() -> u32 {
+    1024
+}
 fn default_iterations() -> u64 {
     1000
 }
@@ -285,6 +355,31 @@ impl Scenario {
                         return Err(SimError::Scenario(format!(
                             "x = {x:?}: \"size\" or \"connections\""
                         )));
+                    }
+                    if clients.is_empty() {
+                        return Err(SimError::Scenario("a workload without clients".into()));
+                    }
+                }
+                WorkloadSpec::RpcRate {
+                    clients,
+                    server,
+                    connections,
+                    mtu,
+                    ..
+                } => {
+                    for c in clients {
+                        host_index(c)?;
+                    }
+                    host_index(server)?;
+                    if mtu_code(*mtu).is_none() {
+                        return Err(SimError::Scenario(format!(
+                            "mtu = {mtu}: 256, 512, 1024, 2048 or 4096"
+                        )));
+                    }
+                    if connections.contains(&0) || clients.is_empty() {
+                        return Err(SimError::Scenario(
+                            "an RPC workload needs clients and connections > 0".into(),
+                        ));
                     }
                 }
             }
@@ -490,6 +585,8 @@ impl Sim {
 pub struct Point {
     pub size: usize,
     pub connections: u64,
+    /// The curve the point belongs to (the workload's `series`).
+    pub series: String,
     pub metrics: BTreeMap<String, f64>,
     pub virtual_ns: u64,
     pub events: u64,
@@ -501,6 +598,7 @@ pub struct Point {
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkloadResult {
     pub title: String,
+    pub series: String,
     pub kind: String,
     /// The metric a plot draws and the x axis it draws it over.
     pub metric: String,
@@ -596,28 +694,59 @@ pub fn run(
                 },
                 reference.clone(),
             ),
+            WorkloadSpec::RpcRate {
+                title, reference, ..
+            } => (
+                title.clone().unwrap_or_else(|| "RPC rate".into()),
+                "rpc_rate",
+                "mrps",
+                "connections",
+                reference.clone(),
+            ),
         };
-        let mut cases: Vec<(usize, u32)> = Vec::new();
+        let series = spec.series();
+        // Each point: its message size and which client each connection runs from.
+        let mut cases: Vec<(usize, Vec<usize>)> = Vec::new();
         match spec {
             WorkloadSpec::WriteLatency { sizes, .. } | WorkloadSpec::EchoLatency { sizes, .. } => {
-                cases.extend(sizes.iter().map(|&s| (s, 1)))
+                cases.extend(sizes.iter().map(|&s| (s, Vec::new())))
             }
             WorkloadSpec::WriteRate {
                 sizes,
                 qps_per_client,
+                connections,
+                clients,
                 ..
             } => {
-                for &q in qps_per_client {
-                    cases.extend(sizes.iter().map(|&s| (s, q)));
+                let cs: Vec<usize> = clients.iter().map(|c| index(c)).collect();
+                if connections.is_empty() {
+                    for &q in qps_per_client {
+                        let per: Vec<usize> = cs
+                            .iter()
+                            .flat_map(|&c| std::iter::repeat_n(c, q.max(1) as usize))
+                            .collect();
+                        cases.extend(sizes.iter().map(|&s| (s, per.clone())));
+                    }
+                } else {
+                    for &n in connections {
+                        cases.extend(sizes.iter().map(|&s| (s, deal(&cs, n.max(1)))));
+                    }
                 }
             }
+            WorkloadSpec::RpcRate {
+                clients,
+                connections,
+                request,
+                ..
+            } => {
+                let cs: Vec<usize> = clients.iter().map(|c| index(c)).collect();
+                cases.extend(connections.iter().map(|&n| (*request, deal(&cs, n))));
+            }
         }
-        for (pi, &(size, q)) in cases.iter().enumerate() {
+        for (pi, (size, conn_clients)) in cases.iter().enumerate() {
+            let size = *size;
             let seed = point_seed(s.seed, wi, pi);
-            let connections = match spec {
-                WorkloadSpec::WriteRate { clients, .. } => clients.len() as u64 * u64::from(q),
-                _ => 1,
-            };
+            let connections = conn_clients.len().max(1) as u64;
             let (mut sim, mut w): (Sim, Box<dyn Workload>) = match spec {
                 WorkloadSpec::WriteLatency {
                     client,
@@ -658,12 +787,13 @@ pub fn run(
                     (sim, Box::new(w))
                 }
                 WorkloadSpec::WriteRate {
-                    clients,
                     server,
                     outstanding,
                     messages,
+                    per_connection,
                     ..
                 } => {
+                    let messages = (*messages).max(per_connection * connections);
                     let conns = connections as usize;
                     let mut sim = Sim::new(
                         &r,
@@ -672,15 +802,36 @@ pub fn run(
                         conns,
                         conns * size.next_multiple_of(64),
                     )?;
-                    let cs: Vec<usize> = clients.iter().map(|c| index(c)).collect();
                     let w = WriteRate::new(
                         &mut sim.hosts,
-                        &cs,
+                        conn_clients,
                         index(server),
                         size,
-                        q,
                         *outstanding,
-                        *messages,
+                        messages,
+                    )?;
+                    (sim, Box::new(w))
+                }
+                WorkloadSpec::RpcRate {
+                    server,
+                    request,
+                    response,
+                    rpcs,
+                    per_connection,
+                    mtu,
+                    ..
+                } => {
+                    let rpcs = (*rpcs).max(per_connection * connections);
+                    let conns = connections as usize;
+                    let per = 2 * (request + response).next_multiple_of(64);
+                    let mut sim = Sim::new(&r, seed, s.limit_ms, conns, conns * per)?;
+                    let w = RpcRate::new(
+                        &mut sim.hosts,
+                        conn_clients,
+                        index(server),
+                        (*request, *response),
+                        rpcs,
+                        mtu_code(*mtu).expect("checked by resolve"),
                     )?;
                     (sim, Box::new(w))
                 }
@@ -694,6 +845,7 @@ pub fn run(
             let p = Point {
                 size,
                 connections,
+                series: series.clone(),
                 metrics,
                 virtual_ns: virtual_ps / PS_PER_NS,
                 events: sim.events(),
@@ -711,6 +863,7 @@ pub fn run(
         }
         workloads.push(WorkloadResult {
             title,
+            series,
             kind: kind.into(),
             metric: metric.into(),
             x: x.into(),

@@ -502,3 +502,81 @@ fn the_calibration_scenario_meets_its_hardware_references_within_ten_percent() {
     }
     assert_eq!(checked, 2);
 }
+
+/// StaR's RPC test in miniature: every RPC completes (requests and answers by SEND into
+/// pre-posted receives), one RPC per connection at a time bounds the rate by the
+/// round trip, and the points carry their series.
+#[test]
+fn rpcs_complete_one_at_a_time_per_connection() {
+    let text = r#"
+name = "rpc"
+[defaults.link]
+propagation_ns = 1000
+[[host]]
+name = "s"
+[[host]]
+name = "c"
+[[link]]
+ends = ["s", "c"]
+[[workload]]
+kind = "rpc_rate"
+series = "rdma"
+clients = ["c"]
+server = "s"
+connections = [1, 4]
+rpcs = 400
+mtu = 2048
+"#;
+    let (r, json) = results(text);
+    let w = &r.workloads[0];
+    assert_eq!((w.kind.as_str(), w.metric.as_str()), ("rpc_rate", "mrps"));
+    let one = &w.points[0];
+    let four = &w.points[1];
+    assert_eq!((one.connections, four.connections), (1, 4));
+    assert_eq!(one.series, "rdma");
+    assert!(json.contains(r#""series":"rdma""#), "{json}");
+    // One RPC in flight: at least two crossings of the 1 us link each way per RPC.
+    let rtt_bound = 1.0 / 4.0;
+    assert!(one.metrics["mrps"] < rtt_bound, "{:?}", one.metrics);
+    // Four connections overlap their round trips: more than twice the rate of one, and never
+    // more than four times (their packets share batches, CPUs and links, so not quite four).
+    let gain = four.metrics["mrps"] / one.metrics["mrps"];
+    assert!(
+        gain > 2.5 && gain <= 4.0,
+        "{gain}: {:?} {:?}",
+        one.metrics,
+        four.metrics
+    );
+    assert_eq!(four.metrics["rpcs"], 400.0);
+}
+
+/// `connections` deals a point's connections to the clients in turn.
+#[test]
+fn connections_are_dealt_to_the_clients_in_turn() {
+    assert_eq!(deal(&[3, 5], 5), [3, 5, 3, 5, 3]);
+    assert_eq!(deal(&[7], 2), [7, 7]);
+}
+
+/// StaR Figure 5(a)'s RDMA curve, reduced: with one WRITE outstanding per connection the rate
+/// grows with the connections while the server's 300 contexts hold them, and collapses past
+/// them (every packet waits 1 us for its context).
+#[test]
+fn star_fig5a_rdma_rises_to_the_context_cache_and_collapses_past_it() {
+    let text = include_str!("../../scenarios/star-fig5a.toml")
+        .replace(
+            "connections = [1, 10, 30, 100, 200, 300, 400, 1000, 3000, 10000]",
+            "connections = [100, 300, 600]",
+        )
+        .replace("messages = 50000", "messages = 6000")
+        .replace("per_connection = 20", "per_connection = 10");
+    let (r, _) = results(&text);
+    let mops: Vec<f64> = r.workloads[0]
+        .points
+        .iter()
+        .map(|p| p.metrics["mops"])
+        .collect();
+    assert!(mops[1] > 2.5 * mops[0], "{mops:?}");
+    assert!(mops[2] < mops[1] / 5.0, "{mops:?}");
+    let server = &r.workloads[0].points[2].cards["server"];
+    assert!(server.qp_cache_misses > 3000, "{server:?}");
+}

@@ -8,9 +8,12 @@
 //! * [`WriteRate`]: `ib_write_bw`'s stream over many connections: each client keeps
 //!   `outstanding` WRITEs in flight on each of its QPs to the server, signalling every 16th
 //!   (perftest's CQ moderation), until every QP sent its share.
+//! * [`RpcRate`]: StaR's RPC test (§4.2): one request and one answer in flight per
+//!   connection, both by SEND into pre-posted receives.
 //! * [`EchoLatency`]: Ethernet on the burst API (`rx_burst`/`tx_burst`): FlexDriver's CPU echo
 //!   (Table 6), one frame in flight, round trip per frame.
 
+use fld_abi::nic::DEFAULT_PATH_MTU;
 use fld_abi::wire::ethernet::EthernetFrame;
 use fld_abi::wire::roce::ipv4_gid;
 use fld_host::apps::build_frame;
@@ -79,6 +82,7 @@ fn connect(
     hosts: &mut [SimHost],
     (a, qa): (usize, &Qp),
     (b, qb): (usize, &Qp),
+    path_mtu: u8,
 ) -> Result<(), VerbsError> {
     for (me, q, peer, pq) in [(a, qa, b, qb), (b, qb, a, qa)] {
         let (mac, ip) = (hosts[peer].mac, hosts[peer].ip);
@@ -87,6 +91,7 @@ fn connect(
         let c = RcConnection {
             dmac: mac,
             traffic_class: 0b10,
+            path_mtu,
             ..RcConnection::new(pq.qp_num(), ipv4_gid(ip))
         };
         ctx.connect_rc(q, &c)?;
@@ -130,7 +135,7 @@ impl WriteLatency {
         let eb = end(&mut hosts[b].ctx, buf, 256)?;
         let qa = rc_qp(&mut hosts[a].ctx, &ea, 64)?;
         let qb = rc_qp(&mut hosts[b].ctx, &eb, 64)?;
-        connect(hosts, (a, &qa), (b, &qb))?;
+        connect(hosts, (a, &qa), (b, &qb), DEFAULT_PATH_MTU)?;
         Ok(WriteLatency {
             a,
             size: size.max(1),
@@ -326,13 +331,12 @@ pub struct WriteRate {
 }
 
 impl WriteRate {
-    #[allow(clippy::too_many_arguments)]
+    /// Connection `i` runs from host `conn_clients[i]` to `server`.
     pub fn new(
         hosts: &mut [SimHost],
-        clients: &[usize],
+        conn_clients: &[usize],
         server: usize,
         size: usize,
-        qps_per_client: u32,
         outstanding: u32,
         messages: u64,
     ) -> Result<Self, SimError> {
@@ -343,7 +347,7 @@ impl WriteRate {
         } else {
             1
         };
-        let n_conns = clients.len() as u64 * u64::from(qps_per_client.max(1));
+        let n_conns = conn_clients.len().max(1) as u64;
         let per_conn = messages.div_ceil(n_conns).max(1);
         let slot = size.next_multiple_of(64) as u64;
         let cq_entries =
@@ -351,35 +355,39 @@ impl WriteRate {
         let mut ends: Vec<Option<End>> = (0..hosts.len()).map(|_| None).collect();
         let server_buf = (slot * n_conns).next_multiple_of(4096) as usize;
         ends[server] = Some(end(&mut hosts[server].ctx, server_buf, 64)?);
-        let mut conns = Vec::new();
-        let mut by_client = vec![Vec::new(); hosts.len()];
-        for &c in clients {
-            let e = end(
+        let mut clients: Vec<usize> = conn_clients.to_vec();
+        clients.sort_unstable();
+        clients.dedup();
+        for &c in &clients {
+            let mine = conn_clients.iter().filter(|&&x| x == c).count() as u64;
+            ends[c] = Some(end(
                 &mut hosts[c].ctx,
                 slot.next_multiple_of(4096) as usize,
-                cq_entries(u64::from(qps_per_client)),
+                cq_entries(mine),
+            )?);
+        }
+        let mut conns = Vec::new();
+        let mut by_client = vec![Vec::new(); hosts.len()];
+        for &c in conn_clients {
+            let e = ends[c].as_ref().expect("made above");
+            let qp = rc_qp(&mut hosts[c].ctx, e, outstanding as u32)?;
+            let sq = rc_qp(
+                &mut hosts[server].ctx,
+                ends[server].as_ref().expect("made above"),
+                1,
             )?;
-            for _ in 0..qps_per_client.max(1) {
-                let qp = rc_qp(&mut hosts[c].ctx, &e, outstanding as u32)?;
-                let sq = rc_qp(
-                    &mut hosts[server].ctx,
-                    ends[server].as_ref().expect("made above"),
-                    1,
-                )?;
-                connect(hosts, (c, &qp), (server, &sq))?;
-                // The server's QP only answers; its handle is not needed again (the QP
-                // lives until the card goes).
-                std::mem::forget(sq);
-                by_client[c].push(conns.len());
-                conns.push(Conn {
-                    client: c,
-                    qp,
-                    remote_offset: slot * conns.len() as u64,
-                    posted: 0,
-                    done: 0,
-                });
-            }
-            ends[c] = Some(e);
+            connect(hosts, (c, &qp), (server, &sq), DEFAULT_PATH_MTU)?;
+            // The server's QP only answers; its handle is not needed again (the QP lives until
+            // the card goes).
+            std::mem::forget(sq);
+            by_client[c].push(conns.len());
+            conns.push(Conn {
+                client: c,
+                qp,
+                remote_offset: slot * conns.len() as u64,
+                posted: 0,
+                done: 0,
+            });
         }
         let se = ends[server].as_ref().expect("made above");
         let total = per_conn * n_conns;
@@ -393,7 +401,7 @@ impl WriteRate {
             conns,
             ends,
             by_client,
-            clients: clients.to_vec(),
+            clients,
             completed: 0,
             total,
             first_post: None,
@@ -495,6 +503,297 @@ impl Workload for WriteRate {
             ("mops", mops),
             ("gbps", mops * 1e6 * self.size as f64 * 8.0 / 1e9),
             ("messages", self.total as f64),
+            ("run_us", (e - self.first_post.unwrap_or(0)) as f64 / 1e6),
+        ]
+    }
+}
+
+/// One connection of an [`RpcRate`] run.
+struct RpcConn {
+    /// Where this connection's receives sit in its client's buffer.
+    client_slot: usize,
+    client_qp: Qp,
+    server_qp: Qp,
+    /// RPCs issued and answered.
+    issued: u64,
+    answered: u64,
+    /// SENDs posted on each side (every [`RPC_SIGNAL_EVERY`]th is signalled).
+    client_sends: u64,
+    server_sends: u64,
+}
+
+/// Receives each side keeps posted per connection; a connection has one RPC outstanding, so
+/// two are always enough (one in use, one ready).
+const RPC_RECEIVES: u64 = 2;
+/// SENDs signal one completion in this many (the send queue holds twice as many).
+const RPC_SIGNAL_EVERY: u64 = 8;
+
+/// StaR §4.2's RPC application: each connection has one RPC outstanding. The client SENDs a
+/// `request`-byte request; the server's application, when the request's receive completes,
+/// reposts that receive and SENDs a `response`-byte answer; the answer's arrival completes the
+/// RPC and the client issues the next. Receives are posted before the run starts on both sides
+/// and reposted as they complete, so no SEND waits for one (no RNR).
+pub struct RpcRate {
+    request: usize,
+    response: usize,
+    per_conn: u64,
+    conns: Vec<RpcConn>,
+    by_client: Vec<Vec<usize>>,
+    server: usize,
+    clients: Vec<usize>,
+    /// Per host: its end (registered buffer and the CQ of all its QPs).
+    ends: Vec<Option<End>>,
+    /// Connections whose next SEND waits for the host's CPU: per host.
+    ready: Vec<std::collections::VecDeque<usize>>,
+    /// Clients whose connections issued their first RPC.
+    started: Vec<bool>,
+    completed: u64,
+    total: u64,
+    first_post: Option<Ps>,
+    warm_at: Option<Ps>,
+    end_at: Option<Ps>,
+    warm: u64,
+}
+
+impl RpcRate {
+    /// Connection `i` runs from host `conn_clients[i]` to `server`, with path MTU `path_mtu`
+    /// (an IBA code).
+    pub fn new(
+        hosts: &mut [SimHost],
+        conn_clients: &[usize],
+        server: usize,
+        (request, response): (usize, usize),
+        rpcs: u64,
+        path_mtu: u8,
+    ) -> Result<Self, SimError> {
+        let (request, response) = (request.max(1), response.max(1));
+        let n = conn_clients.len().max(1);
+        let per_conn = rpcs.div_ceil(n as u64).max(1);
+        // Server buffer: every connection's posted request receives, then one response source.
+        let req_slot = request.next_multiple_of(64);
+        let resp_slot = response.next_multiple_of(64);
+        let cq_for = |conns: usize| {
+            let per = RPC_RECEIVES + 2;
+            (conns as u64 * per + 64).min((1 << 16) - 1) as u32
+        };
+        let mut ends: Vec<Option<End>> = (0..hosts.len()).map(|_| None).collect();
+        let server_buf = (n * RPC_RECEIVES as usize * req_slot + resp_slot).next_multiple_of(4096);
+        ends[server] = Some(end(&mut hosts[server].ctx, server_buf, cq_for(n))?);
+        let mut clients: Vec<usize> = conn_clients.to_vec();
+        clients.sort_unstable();
+        clients.dedup();
+        for &c in &clients {
+            let mine = conn_clients.iter().filter(|&&x| x == c).count();
+            // Every connection's posted response receives, then one request source.
+            let buf = (mine * RPC_RECEIVES as usize * resp_slot + req_slot).next_multiple_of(4096);
+            ends[c] = Some(end(&mut hosts[c].ctx, buf, cq_for(mine))?);
+        }
+        let mut conns = Vec::with_capacity(n);
+        let mut by_client = vec![Vec::new(); hosts.len()];
+        let mut client_index = vec![0usize; hosts.len()];
+        for (i, &c) in conn_clients.iter().enumerate() {
+            let ce = ends[c].as_ref().expect("made above");
+            let se = ends[server].as_ref().expect("made above");
+            let client_qp = rpc_qp(&mut hosts[c].ctx, ce)?;
+            let server_qp = rpc_qp(&mut hosts[server].ctx, se)?;
+            connect(hosts, (c, &client_qp), (server, &server_qp), path_mtu)?;
+            let k = client_index[c];
+            client_index[c] += 1;
+            let mut conn = RpcConn {
+                client_slot: k,
+                client_qp,
+                server_qp,
+                issued: 0,
+                answered: 0,
+                client_sends: 0,
+                server_sends: 0,
+            };
+            for r in 0..RPC_RECEIVES {
+                let at = (i * RPC_RECEIVES as usize + r as usize) * req_slot;
+                let sge = [se.mr.sge(at, request)];
+                conn.server_qp.post_recv(&[(rpc_wr_id(i, r), &sge[..])])?;
+                let at = (k * RPC_RECEIVES as usize + r as usize) * resp_slot;
+                let sge = [ce.mr.sge(at, response)];
+                conn.client_qp.post_recv(&[(rpc_wr_id(i, r), &sge[..])])?;
+            }
+            by_client[c].push(i);
+            conns.push(conn);
+        }
+        let total = per_conn * n as u64;
+        Ok(RpcRate {
+            request,
+            response,
+            per_conn,
+            conns,
+            by_client,
+            server,
+            clients,
+            ends,
+            ready: vec![Default::default(); hosts.len()],
+            started: vec![false; hosts.len()],
+            completed: 0,
+            total,
+            first_post: None,
+            warm_at: None,
+            end_at: None,
+            warm: total / 10,
+        })
+    }
+
+    /// Host `h`'s completions: requests arrived (server) or answers arrived (client).
+    fn reap(&mut self, h: usize, now: Ps) -> Result<(), SimError> {
+        let mut wc = [Wc::EMPTY; 64];
+        loop {
+            let e = self.ends[h].as_mut().expect("an end");
+            let n = reap(&mut e.cq, &mut wc)?;
+            if n == 0 {
+                return Ok(());
+            }
+            for w in wc[..n].iter().filter(|w| w.opcode == WcOpcode::Recv) {
+                let (i, slot) = ((w.wr_id >> 8) as usize, w.wr_id & 0xff);
+                let conn = &mut self.conns[i];
+                // The receive goes back at once: the next message of this connection needs it.
+                let e = self.ends[h].as_ref().expect("an end");
+                let size = if h == self.server {
+                    self.request
+                } else {
+                    self.response
+                };
+                let base = if h == self.server {
+                    i
+                } else {
+                    conn.client_slot
+                };
+                let at = (base * RPC_RECEIVES as usize + slot as usize) * size.next_multiple_of(64);
+                let sge = [e.mr.sge(at, size)];
+                let qp = if h == self.server {
+                    &mut conn.server_qp
+                } else {
+                    &mut conn.client_qp
+                };
+                qp.post_recv(&[(w.wr_id, &sge[..])])?;
+                if h == self.server {
+                    self.ready[h].push_back(i);
+                } else {
+                    conn.answered += 1;
+                    self.completed += 1;
+                    if conn.issued < self.per_conn {
+                        self.ready[h].push_back(i);
+                    }
+                }
+            }
+            if self.warm_at.is_none() && self.completed >= self.warm {
+                self.warm_at = Some(now);
+            }
+            if self.end_at.is_none() && self.completed >= self.total {
+                self.end_at = Some(now);
+            }
+        }
+    }
+
+    /// Posts up to [`POST_BATCH`] SENDs of host `h` (requests or answers); whether more wait.
+    fn post(&mut self, h: usize, host: &mut SimHost) -> Result<bool, SimError> {
+        let server = h == self.server;
+        let (len, source) = if server {
+            (
+                self.response,
+                self.ends[h].as_ref().expect("an end").mr.len()
+                    - self.response.next_multiple_of(64),
+            )
+        } else {
+            (
+                self.request,
+                self.ends[h].as_ref().expect("an end").mr.len() - self.request.next_multiple_of(64),
+            )
+        };
+        let mut budget = POST_BATCH;
+        while budget > 0 {
+            let Some(i) = self.ready[h].pop_front() else {
+                return Ok(false);
+            };
+            let e = self.ends[h].as_ref().expect("an end");
+            let sge = [e.mr.sge(source, len)];
+            let conn = &mut self.conns[i];
+            let (qp, sends) = if server {
+                (&mut conn.server_qp, &mut conn.server_sends)
+            } else {
+                conn.issued += 1;
+                (&mut conn.client_qp, &mut conn.client_sends)
+            };
+            *sends += 1;
+            let mut wr = SendWr::new(*sends, WrOpcode::Send, &sge);
+            wr.signaled = sends.is_multiple_of(RPC_SIGNAL_EVERY);
+            qp.post_send(&[wr])?;
+            // The post and the receive reposted for it.
+            host.cpu_post(2);
+            self.first_post.get_or_insert(host.cpu_free);
+            budget -= 1;
+        }
+        Ok(!self.ready[h].is_empty())
+    }
+}
+
+fn rpc_wr_id(conn: usize, slot: u64) -> u64 {
+    (conn as u64) << 8 | slot
+}
+
+fn rpc_qp(ctx: &mut Context, e: &End) -> Result<Qp, VerbsError> {
+    ctx.create_qp(
+        &e.pd,
+        &QpInitAttr {
+            send_cq: &e.cq,
+            recv_cq: &e.cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 2 * RPC_SIGNAL_EVERY as u32,
+                max_recv_wr: RPC_RECEIVES as u32,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        },
+    )
+}
+
+impl Workload for RpcRate {
+    fn starters(&self) -> Vec<usize> {
+        self.clients.clone()
+    }
+
+    fn wake(
+        &mut self,
+        host: usize,
+        now: Ps,
+        hosts: &mut [SimHost],
+    ) -> Result<Option<Ps>, SimError> {
+        let h = &mut hosts[host];
+        let t = h.cpu_begin(now);
+        if host != self.server && !std::mem::replace(&mut self.started[host], true) {
+            // The first wake of a client: every connection issues its first RPC.
+            self.ready[host].extend(self.by_client[host].iter().copied());
+        }
+        self.reap(host, t)?;
+        let more = self.post(host, h)?;
+        Ok(more.then_some(h.cpu_free))
+    }
+
+    fn finished(&self) -> bool {
+        self.end_at.is_some()
+    }
+
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        let (Some(w), Some(e)) = (self.warm_at, self.end_at) else {
+            return Vec::new();
+        };
+        let secs = (e - w) as f64 / 1e12;
+        let rpcs = (self.total - self.warm) as f64;
+        let mrps = if secs > 0.0 { rpcs / secs / 1e6 } else { 0.0 };
+        let bytes = (self.request + self.response) as f64;
+        vec![
+            ("mrps", mrps),
+            ("gbps", mrps * 1e6 * bytes * 8.0 / 1e9),
+            ("rpcs", self.total as f64),
             ("run_us", (e - self.first_post.unwrap_or(0)) as f64 / 1e6),
         ]
     }

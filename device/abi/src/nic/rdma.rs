@@ -240,6 +240,17 @@ pub const fn mtu_bytes(code: u8) -> Option<u32> {
         _ => None,
     }
 }
+/// The path MTU code of `bytes` (256, 512, 1024, 2048 or 4096), the inverse of [`mtu_bytes`].
+pub const fn mtu_code(bytes: u32) -> Option<u8> {
+    match bytes {
+        256 => Some(1),
+        512 => Some(2),
+        1024 => Some(3),
+        2048 => Some(4),
+        4096 => Some(5),
+        _ => None,
+    }
+}
 /// The paper's (and this NIC's default) path MTU: 1024 bytes.
 pub const DEFAULT_PATH_MTU: u8 = 3;
 /// Outstanding RDMA READ and atomic operations a QP may have as requester or responder.
@@ -961,6 +972,10 @@ mod tests {
         assert_eq!(mtt_pages(0, 0, 12), 0);
         assert_eq!(mtu_bytes(3), Some(1024));
         assert_eq!(mtu_bytes(6), None);
+        for code in 1..=5 {
+            assert_eq!(mtu_code(mtu_bytes(code).unwrap()), Some(code));
+        }
+        assert_eq!(mtu_code(1500), None);
     }
 
     /// IBA §10.9.3: same non-zero partition, at least one full member.
