@@ -17,6 +17,8 @@
 //! Left out: unreliable and extended transports (UD's DETH, XRC's XRCETH, RD), invalidate
 //! (IETH), the GRH of native InfiniBand (RoCEv2 carries its fields in the IP header).
 
+pub mod star;
+
 use super::{be16, be32, ethernet, ip_proto, ipv4, ipv6, put_be16, put_be32, udp, Error, Result};
 
 /// UDP destination port of RoCEv2 (IANA).
@@ -428,6 +430,27 @@ impl AtomicAckEth {
     }
 }
 
+/// The transport headers of one packet as [`RoceAddress::emit_with`] writes them: RC's
+/// ([`IbHeaders`]) or StaR's ([`star::StarHeaders`]).
+pub trait TransportHeaders {
+    /// Bytes the headers take.
+    fn len(&self) -> usize;
+    /// Writes the headers at the start of `b` with the BTH's pad count `pad`; returns the bytes
+    /// written.
+    fn emit_padded(&self, pad: u8, b: &mut [u8]) -> usize;
+}
+
+impl TransportHeaders for IbHeaders {
+    fn len(&self) -> usize {
+        IbHeaders::len(self)
+    }
+    fn emit_padded(&self, pad: u8, b: &mut [u8]) -> usize {
+        let mut h = *self;
+        h.bth.pad_count = pad;
+        h.emit(b)
+    }
+}
+
 /// Every transport header of one packet: the BTH and the extended headers its opcode carries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IbHeaders {
@@ -643,9 +666,9 @@ impl RoceAddress {
     /// [`ROCE_V2_PORT`] (checksum 0, as A17.3.2 allows and rxe sends), `headers`, `payload`,
     /// the pad and the ICRC. `ip_ident` is the IPv4 identification. Returns the frame length,
     /// or `None` (nothing meaningful written) when `frame` is too short.
-    pub fn emit(
+    pub fn emit<H: TransportHeaders>(
         &self,
-        headers: &IbHeaders,
+        headers: &H,
         payload: &[u8],
         ip_ident: u16,
         frame: &mut [u8],
@@ -659,9 +682,9 @@ impl RoceAddress {
     /// As [`RoceAddress::emit`] with `payload_len` bytes of payload that `fill` writes in place
     /// (a NIC gathers them by DMA straight into the frame); `None` from `fill` abandons the
     /// frame.
-    pub fn emit_with(
+    pub fn emit_with<H: TransportHeaders>(
         &self,
-        headers: &IbHeaders,
+        headers: &H,
         payload_len: usize,
         ip_ident: u16,
         frame: &mut [u8],
@@ -722,9 +745,7 @@ impl RoceAddress {
             ib_len,
         );
         let mut at = l2;
-        let mut h = *headers;
-        h.bth.pad_count = pad as u8;
-        at += h.emit(&mut frame[at..]);
+        at += headers.emit_padded(pad as u8, &mut frame[at..]);
         fill(&mut frame[at..at + payload_len])?;
         at += payload_len;
         frame[at..at + pad].fill(0);
