@@ -213,6 +213,26 @@ impl NicDriver {
             .map(drop)
     }
 
+    /// Makes the function a StaR server (`docs/nic-interface.md` §16): the NIC answers RDPs,
+    /// GDs and CQEPs addressed to it from the packets alone, and hands EAs to `control_cq`
+    /// (`None`: EAs are refused). `serve = false` stops it.
+    pub fn set_star_server(
+        &mut self,
+        serve: bool,
+        control_cq: Option<&CompletionQueue>,
+    ) -> Result<(), DriverError> {
+        let input = StarServerIn {
+            flags: U32::new(if serve { STAR_SERVE } else { 0 }),
+            control_cqn: U32::new(control_cq.map_or(STAR_NO_CQ, |c| c.cqn)),
+        };
+        self.command(
+            op::SET_STAR_SERVER,
+            zerocopy::IntoBytes::as_bytes(&input),
+            0,
+        )
+        .map(drop)
+    }
+
     /// Entry `index` of the function's P_Key table.
     pub fn query_pkey(&mut self, index: u16) -> Result<u16, DriverError> {
         let out = self.object_command(

@@ -2,15 +2,19 @@
 //! frames, and RoCE packets with valid ICRC whose opcode, PSN, QPN, RETH/AETH/AtomicETH fields
 //! and payload are the fuzzer's — while the local QP has receives posted and its own requests
 //! (SEND, WRITE, READ, atomics) outstanding, so forged responses and ACKs reach the requester
-//! too; the NIC clock advances as the input says so retransmit and RNR timers fire. Everything
-//! the card sends back must be a RoCE packet to the peer with a valid ICRC; nothing is written
-//! outside mapped memory; a reset and a bring-up move verified RDMA traffic.
+//! too; the NIC clock advances as the input says so retransmit and RNR timers fire. The function
+//! is also a StaR server (`docs/nic-interface.md` §16): the peer sends StaR packets of every kind
+//! with valid ICRCs, addresses near the QP's buffer or anywhere, CQEPs naming any CQ. Everything
+//! the card sends back must be a RoCE or StaR packet to the peer with a valid ICRC; nothing is
+//! written outside mapped memory; a reset and a bring-up move verified RDMA traffic.
 #![no_main]
 
+use fld_abi::nic::{op, StarServerIn, STAR_SERVE};
 use fld_abi::nic::{
     RdmaWqe, WqeData, WQE_OP_ATOMIC_CS, WQE_OP_ATOMIC_FA, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE,
     WQE_OP_SEND,
 };
+use fld_abi::wire::roce::star::{StarCq, StarData, StarHeaders, StarKind, StarPacket};
 use fld_abi::wire::roce::{
     self, ipv4_gid, AckKind, Aeth, AtomicAckEth, AtomicEth, BthRepr, IbHeaders, IbPacket, ImmDt,
     Reth, RoceAddress,
@@ -19,6 +23,8 @@ use fld_abi::wire::udp_offsets;
 use fld_device::wire::{link, Wire};
 use fld_fuzz::{assert_rdma_recovers, small_rdma_nic, Input};
 use libfuzzer_sys::fuzz_target;
+use zerocopy::little_endian::U32;
+use zerocopy::IntoBytes;
 
 const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
 const PEER_IP: [u8; 4] = [10, 0, 0, 9];
@@ -35,6 +41,11 @@ fuzz_target!(|data: &[u8]| {
     let mut qp = h.create_rdma_qp(0, [10, 0, 0, 1], BUF);
     h.connect_qp(&qp, PEER_QPN, ipv4_gid(PEER_IP), PEER_MAC, PSN);
     let our_mac = h.nic_mac(0);
+    let star = StarServerIn {
+        flags: U32::new(STAR_SERVE),
+        control_cqn: U32::new(qp.cq.id),
+    };
+    assert!(h.command(0, op::SET_STAR_SERVER, star.as_bytes()).ok());
     let address = RoceAddress {
         src_mac: PEER_MAC,
         dst_mac: our_mac,
@@ -57,6 +68,66 @@ fuzz_target!(|data: &[u8]| {
             0 => {
                 let len = input.u16() as usize % 1600;
                 peer.transmit(input.bytes(len));
+            }
+            1 if ctl & 0x08 != 0 => {
+                // A StaR packet with a valid ICRC.
+                let kind = input.pick(&[
+                    StarKind::Wqep,
+                    StarKind::Cqep,
+                    StarKind::Ea,
+                    StarKind::Rdp,
+                    StarKind::Ra,
+                    StarKind::Gd,
+                    StarKind::Sdp,
+                ]);
+                let dma_addr = if ctl & 0x40 != 0 {
+                    input.u64()
+                } else {
+                    qp.buf + u64::from(input.u16()) % BUF as u64
+                };
+                let mut headers = StarHeaders::new(
+                    kind,
+                    input.u32() & roce::QPN_MASK,
+                    input.u32() & roce::PSN_MASK,
+                    if ctl & 0x20 != 0 {
+                        input.u16()
+                    } else {
+                        roce::DEFAULT_PKEY
+                    },
+                );
+                let len = u32::from(input.u16()) % 4200;
+                let payload: Vec<u8> = match kind {
+                    StarKind::Cqep => input.bytes(64).to_vec(),
+                    StarKind::Rdp | StarKind::Wqep | StarKind::Sdp => {
+                        (0..len).map(|i| i as u8 ^ ctl).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                if matches!(kind, StarKind::Rdp | StarKind::Gd) {
+                    headers.data = Some(StarData {
+                        dma_addr,
+                        length: if kind == StarKind::Rdp {
+                            len
+                        } else {
+                            input.u16().into()
+                        },
+                        reply_qpn: PEER_QPN,
+                    });
+                }
+                if kind == StarKind::Cqep {
+                    headers.cq = Some(StarCq {
+                        cqn: if ctl & 0x10 != 0 {
+                            input.u32()
+                        } else {
+                            qp.cq.id
+                        },
+                        reply_qpn: PEER_QPN,
+                    });
+                }
+                ident = ident.wrapping_add(1);
+                if let Some(n) = address.emit(&headers, &payload, ident, &mut frame) {
+                    peer.transmit(&frame[..n]);
+                }
             }
             1 | 2 => {
                 // A transport packet with a valid ICRC: near-expected PSN unless asked, to our
@@ -199,8 +270,20 @@ fn check_replies(peer: &mut fld_device::wire::LinkEnd, buf: &mut [u8], our_mac: 
             "addressed"
         );
         let o = udp_offsets(f).expect("a UDP frame");
-        let p = IbPacket::parse(&f[o.payload()..o.ip_end]).expect("a RoCE packet");
-        assert_eq!(roce::icrc(f, o.ip, o.ip_end, o.ipv6), Some(p.icrc), "ICRC");
-        assert_eq!(p.headers.bth.dest_qp, PEER_QPN, "to the peer's QP");
+        let body = &f[o.payload()..o.ip_end];
+        let (dest_qp, icrc) = if roce::star::is_star_opcode(body[0]) {
+            let p = StarPacket::parse(body).expect("a StaR answer");
+            assert!(
+                matches!(p.kind, StarKind::Ra | StarKind::Sdp | StarKind::Ea),
+                "the NIC answers with RA, SDP or EA: {:?}",
+                p.kind
+            );
+            (p.headers.bth.dest_qp, p.icrc)
+        } else {
+            let p = IbPacket::parse(body).expect("a RoCE packet");
+            (p.headers.bth.dest_qp, p.icrc)
+        };
+        assert_eq!(roce::icrc(f, o.ip, o.ip_end, o.ipv6), Some(icrc), "ICRC");
+        assert_eq!(dest_qp, PEER_QPN, "to the peer's QP");
     }
 }

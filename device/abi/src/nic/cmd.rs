@@ -108,6 +108,7 @@ pub mod op {
     pub const QUERY_SRQ: u16 = 0x242;
     pub const ARM_SRQ: u16 = 0x243;
     pub const QUERY_RDMA_COUNTERS: u16 = 0x250;
+    pub const SET_STAR_SERVER: u16 = 0x260;
 }
 
 /// Bytes of output (after the header) command `opcode` produces; 0 for commands without a
@@ -262,6 +263,8 @@ pub mod bad_param {
     pub const QP_TRANSITION: u32 = 0x7a;
     /// SET_PKEY / QUERY_PKEY: index beyond the P_Key table.
     pub const PKEY_INDEX: u32 = 0x7b;
+    /// SET_STAR_SERVER: unknown flag bits.
+    pub const STAR_FLAGS: u32 = 0x7c;
 }
 
 /// Syndromes of NOT_PERMITTED.

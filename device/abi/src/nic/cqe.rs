@@ -18,6 +18,9 @@ pub const CQE_RESP_WRITE_IMM: u8 = 0x1;
 pub const CQE_RESP_SEND: u8 = 0x2;
 /// A QP's receive: a SEND with immediate.
 pub const CQE_RESP_SEND_IMM: u8 = 0x3;
+/// StaR (`docs/nic-interface.md` §16): an element ACK for a WQEP reached the function's control
+/// CQ. `qn` is the QP number the EA named, `byte_count` the acknowledged sequence number.
+pub const CQE_STAR_EA: u8 = 0x4;
 pub const CQE_REQ_ERR: u8 = 0xd;
 pub const CQE_RESP_ERR: u8 = 0xe;
 /// Never written by the device: software initialises rings with it.

@@ -415,13 +415,24 @@ pub struct RdmaCountersOut {
     /// Dropped silently: the BTH's P_Key does not match the P_Key table entry of the
     /// destination QP's P_Key index (IBA §9.6.1.1, §10.9.3; Linux rxe's `bad_pkey_cntr`).
     pub rx_bad_pkey: U64,
+    /// StaR (§16): requests this function served statelessly (RDP, GD, CQEP answered, EA
+    /// delivered to the control CQ).
+    pub star_served: U64,
+    /// StaR: packets dropped because the function does not serve StaR, has no control CQ for
+    /// an EA, or a CQEP named a CQ that is not the function's or has no room.
+    pub star_refused: U64,
+    /// StaR: RDPs and GDs whose bytes lie outside the function's DMA-mapped memory (dropped,
+    /// unanswered).
+    pub star_dma_errors: U64,
+    /// StaR: packets the function tried to send that its egress security module refused.
+    pub star_tx_blocked: U64,
 }
 
 impl RdmaCountersOut {
     /// The counters by the names tools print: Linux rxe's and mlx5's hw_counters where one
     /// exists (`rcvd_pkts`, `sent_pkts`, `rx_icrc_encapsulated`, `bad_pkey_cntr`), the card's
     /// own otherwise.
-    pub fn named(&self) -> [(&'static str, u64); 12] {
+    pub fn named(&self) -> [(&'static str, u64); 16] {
         [
             ("rcvd_pkts", self.rx_packets.get()),
             ("sent_pkts", self.tx_packets.get()),
@@ -435,9 +446,27 @@ impl RdmaCountersOut {
             ("qp_cache_misses", self.qp_cache_misses.get()),
             ("mtt_cache_hits", self.mtt_cache_hits.get()),
             ("mtt_cache_misses", self.mtt_cache_misses.get()),
+            ("star_served", self.star_served.get()),
+            ("star_refused", self.star_refused.get()),
+            ("star_dma_errors", self.star_dma_errors.get()),
+            ("star_tx_blocked", self.star_tx_blocked.get()),
         ]
     }
 }
+
+/// SET_STAR_SERVER input: whether the function serves StaR requests statelessly
+/// ([`STAR_SERVE`]) and the CQ its element ACKs are delivered to ([`STAR_NO_CQ`]: none).
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
+pub struct StarServerIn {
+    pub flags: U32,
+    pub control_cqn: U32,
+}
+
+/// [`StarServerIn::flags`]: answer RDPs, GDs and CQEPs addressed to this function.
+pub const STAR_SERVE: u32 = 1 << 0;
+/// [`StarServerIn::control_cqn`] when EAs are not wanted.
+pub const STAR_NO_CQ: u32 = u32::MAX;
 
 impl QpCounters {
     /// The counters by the names tools print (rxe's and mlx5's hw_counters where one exists:

@@ -33,6 +33,7 @@ pub(super) const HANDLERS: &[(u16, Handler)] = &[
     (op::QUERY_SRQ, query_srq),
     (op::ARM_SRQ, arm_srq),
     (op::QUERY_RDMA_COUNTERS, query_counters),
+    (op::SET_STAR_SERVER, set_star_server),
 ];
 
 /// MTT entries a region may have (a 64 GiB region of 4 KiB pages).
@@ -205,6 +206,39 @@ fn query_pkey(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
     o.index.set(index as u16);
     o.pkey.set(c.core.rdma.pkey(c.function, index as u16));
     output(out, &o)
+}
+
+/// SET_STAR_SERVER: the calling function serves StaR requests statelessly, or stops; EAs go to
+/// `control_cqn` (a CQ of the function, referenced while set). Function-wide state only: the
+/// NIC learns nothing about the connections it will serve.
+fn set_star_server(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    let i: StarServerIn = input(body)?;
+    let flags = i.flags.get();
+    if flags & !STAR_SERVE != 0 {
+        return fail(CmdStatus::BadParam, bad_param::STAR_FLAGS);
+    }
+    let cqn = i.control_cqn.get();
+    let control = if cqn == STAR_NO_CQ {
+        None
+    } else {
+        c.core.cqs.owned(cqn, c.function)?;
+        Some(cqn)
+    };
+    let f = c.function as usize;
+    let Some(old) = c.core.rdma.star.get(f).copied() else {
+        return fail(CmdStatus::BadParam, bad_param::STAR_FLAGS);
+    };
+    if let Some(cqn) = control {
+        c.core.cqs.add_ref(cqn);
+    }
+    if let Some(cqn) = old.control_cqn {
+        c.core.cqs.drop_ref(cqn);
+    }
+    c.core.rdma.star[f] = crate::nic::rdma::StarServer {
+        serving: flags & STAR_SERVE != 0,
+        control_cqn: control,
+    };
+    Ok(0)
 }
 
 fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
@@ -505,6 +539,10 @@ fn query_counters(c: &mut Cmd<'_, '_>, _body: &[u8], out: &mut [u8]) -> CmdResul
             qp_cache_misses: u(qc.misses),
             mtt_cache_hits: u(mc.hits),
             mtt_cache_misses: u(mc.misses),
+            star_served: u(k.star_served),
+            star_refused: u(k.star_refused),
+            star_dma_errors: u(k.star_dma_errors),
+            star_tx_blocked: u(k.star_tx_blocked),
         },
     )
 }

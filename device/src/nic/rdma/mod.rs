@@ -66,6 +66,20 @@ pub(crate) struct RoceCounters {
     pub tx_packets: u64,
     pub rx_wrong_source: u64,
     pub rx_bad_pkey: u64,
+    pub star_served: u64,
+    pub star_refused: u64,
+    pub star_dma_errors: u64,
+    pub star_tx_blocked: u64,
+}
+
+/// A function's stateless (StaR) server settings (`docs/nic-interface.md` §16): function-wide,
+/// never per connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StarServer {
+    /// Answer RDPs, GDs and CQEPs addressed to the function.
+    pub serving: bool,
+    /// Where EAs for the function's WQEPs go.
+    pub control_cqn: Option<u32>,
 }
 
 /// A function's P_Key table at power-on and after a reset: the default partition, full
@@ -88,6 +102,8 @@ pub(crate) struct Rdma {
     /// Each function's P_Key table.
     pub pkeys: Vec<[u16; PKEY_TABLE_ENTRIES as usize]>,
     pub counters: Vec<RoceCounters>,
+    /// Each function's StaR server settings.
+    pub star: Vec<StarServer>,
     /// QPs not in RESET: the ones the engine visits.
     pub active: Vec<u32>,
     /// The variant byte of the next key (so a reused region index gets a new key).
@@ -130,6 +146,7 @@ impl Rdma {
             gids: vec![[None; ROCE_ADDRESS_ENTRIES as usize]; functions],
             pkeys: vec![DEFAULT_PKEYS; functions],
             counters: vec![RoceCounters::default(); functions],
+            star: vec![StarServer::default(); functions],
             active: Vec::new(),
             key_variant: 0,
             ip_ident: 0,
@@ -219,6 +236,9 @@ impl Rdma {
         }
         if let Some(c) = self.counters.get_mut(function as usize) {
             *c = RoceCounters::default();
+        }
+        if let Some(s) = self.star.get_mut(function as usize) {
+            *s = StarServer::default();
         }
     }
 }

@@ -435,6 +435,10 @@ impl AtomicAckEth {
 pub trait TransportHeaders {
     /// Bytes the headers take.
     fn len(&self) -> usize;
+    /// Never: a packet has at least its BTH.
+    fn is_empty(&self) -> bool {
+        false
+    }
     /// Writes the headers at the start of `b` with the BTH's pad count `pad`; returns the bytes
     /// written.
     fn emit_padded(&self, pad: u8, b: &mut [u8]) -> usize;

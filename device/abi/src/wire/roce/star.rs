@@ -193,9 +193,7 @@ impl StarHeaders {
 
 impl TransportHeaders for StarHeaders {
     fn len(&self) -> usize {
-        BTH_LEN
-            + self.data.map_or(0, |_| STAR_DATA_LEN)
-            + self.cq.map_or(0, |_| STAR_CQ_LEN)
+        BTH_LEN + self.data.map_or(0, |_| STAR_DATA_LEN) + self.cq.map_or(0, |_| STAR_CQ_LEN)
     }
 
     fn emit_padded(&self, pad: u8, b: &mut [u8]) -> usize {
@@ -334,7 +332,11 @@ mod tests {
     /// Reads a scapy frame, checks its ICRC, and writes the same frame from the parsed headers.
     fn round_trip(frame: &[u8], ident: u16, tos: u8) -> StarPacket<'_> {
         let p = StarPacket::parse(&frame[42..]).unwrap();
-        assert_eq!(icrc(frame, 14, frame.len(), false), Some(p.icrc), "scapy's ICRC");
+        assert_eq!(
+            icrc(frame, 14, frame.len(), false),
+            Some(p.icrc),
+            "scapy's ICRC"
+        );
         let mut out = vec![0u8; frame.len() + 16];
         let n = address(tos)
             .emit(&p.headers, p.payload, ident, &mut out)
@@ -348,9 +350,15 @@ mod tests {
         let rdp = hex(RDP);
         let p = round_trip(&rdp, 0x21, 2);
         assert_eq!(p.kind, StarKind::Rdp);
-        assert_eq!((p.headers.bth.dest_qp, p.headers.bth.psn), (0x123456, 0xabc));
+        assert_eq!(
+            (p.headers.bth.dest_qp, p.headers.bth.psn),
+            (0x123456, 0xabc)
+        );
         let d = p.headers.data.unwrap();
-        assert_eq!((d.dma_addr, d.length, d.reply_qpn), (0x1_2345_6000, 10, 0x107));
+        assert_eq!(
+            (d.dma_addr, d.length, d.reply_qpn),
+            (0x1_2345_6000, 10, 0x107)
+        );
         assert_eq!(p.payload, (0xa0..0xaa).collect::<Vec<u8>>());
 
         let gd = hex(GD);

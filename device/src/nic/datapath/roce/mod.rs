@@ -18,6 +18,7 @@
 
 mod requester;
 mod responder;
+mod star;
 
 use zerocopy::little_endian::{U16, U32};
 
@@ -63,6 +64,12 @@ pub(super) fn receive(
     // RoCEv2 packets carry no IPv4 options (the ICRC masks a 20-byte header).
     let ib_at = usize::from(p.l4_offset) + udp::HEADER_LEN;
     let ok_header = ipv6 || usize::from(p.l3_header_len) == ipv4::HEADER_LEN;
+    // StaR's packets use IBA's manufacturer-specific opcodes (§16).
+    let opcode = bytes.get(ib_at).copied().unwrap_or(0);
+    if ok_header && roce::star::is_star_opcode(opcode) {
+        star::receive(core, ctx, vport, bytes, p);
+        return;
+    }
     let parsed = bytes
         .get(ib_at..ip_end)
         .filter(|_| ok_header)

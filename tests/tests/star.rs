@@ -1,0 +1,315 @@
+//! StaR's stateless server (`docs/nic-interface.md` §16): a hand-played client sends StaR
+//! requests built with the formats crate into a card's uplink and reads the answers byte by
+//! byte. The server NIC places RDP data, answers GDs with the bytes asked for, writes CQEPs'
+//! CQEs and hands EAs to its driver — from the packets alone: no QP, no context fetch.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::rdma::*;
+use fld_abi::nic::*;
+use fld_abi::wire::roce::star::{StarCq, StarData, StarHeaders, StarKind, StarPacket};
+use fld_abi::wire::roce::{self, ipv4_gid, RoceAddress};
+use fld_abi::wire::udp_offsets;
+use fld_device::card::{Card, CardConfig};
+use fld_device::wire::{link, LinkEnd, Wire};
+use fld_driver::inprocess::InProcessHost;
+use fld_driver::nic::CompletionQueue;
+use zerocopy::IntoBytes;
+
+const CLIENT_IP: [u8; 4] = [10, 0, 0, 9];
+const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
+/// The client QP the answers go to.
+const CLIENT_QPN: u32 = 0x4242;
+/// The server-side QP number the client names (the server driver's software QP: the NIC has none).
+const SERVER_QPN: u32 = 0x1234;
+
+/// A card whose function 0 is a StaR server, and the client's end of its uplink.
+struct Server {
+    card: Arc<Card>,
+    _host: Arc<InProcessHost>,
+    end: End,
+    wire: LinkEnd,
+    ident: u16,
+    /// The control CQ (EAs) and a CQ the CQEPs fill.
+    control: CompletionQueue,
+}
+
+fn server(serving: bool) -> Server {
+    let card = Card::new(CardConfig::default());
+    let (a, b) = link(1024);
+    card.nic.set_uplink(Box::new(a));
+    let host = InProcessHost::new(card.clone(), 64 << 20).unwrap();
+    let mut end = open_end(&host, 0, [10, 0, 0, 1], access::ALL, CAPS);
+    let control = end.nic.create_cq(&end.eq, 8).unwrap();
+    end.nic.set_star_server(serving, Some(&control)).unwrap();
+    Server {
+        card,
+        _host: host,
+        end,
+        wire: b,
+        ident: 0,
+        control,
+    }
+}
+
+impl Server {
+    fn address(&self) -> RoceAddress {
+        RoceAddress {
+            src_mac: CLIENT_MAC,
+            dst_mac: self.end.nic.mac(),
+            src_gid: ipv4_gid(CLIENT_IP),
+            dst_gid: ipv4_gid(self.end.ip),
+            src_port: 0xc0de,
+            traffic_class: 0b10,
+            hop_limit: 64,
+            flow_label: 0,
+        }
+    }
+
+    /// Sends a StaR request of `kind` with sequence number `psn`.
+    fn send(&mut self, h: StarHeaders, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 9000];
+        self.ident += 1;
+        let n = self
+            .address()
+            .emit(&h, payload, self.ident, &mut f)
+            .unwrap();
+        f.truncate(n);
+        self.wire.transmit(&f);
+        self.card.run_until_idle();
+        f
+    }
+
+    /// Every StaR answer that came back, checked: the request's addresses swapped, a valid
+    /// ICRC, ECN-capable.
+    fn answers(&mut self) -> Vec<(StarKind, StarHeaders, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 9216];
+        while let Some(n) = self.wire.receive(&mut buf) {
+            let f = &buf[..n];
+            assert_eq!(&f[..6], CLIENT_MAC, "to the client's MAC");
+            assert_eq!(&f[6..12], self.end.nic.mac(), "from the server's");
+            assert_eq!(&f[26..30], self.end.ip, "from the server's IP");
+            assert_eq!(&f[30..34], CLIENT_IP, "to the client's IP");
+            assert_eq!(f[15] & 3, 0b10, "ECT(0)");
+            let o = udp_offsets(f).expect("a UDP frame");
+            assert_eq!(
+                u16::from_be_bytes([f[34], f[35]]),
+                0xc0de,
+                "the request's source port"
+            );
+            assert_eq!(u16::from_be_bytes([f[36], f[37]]), roce::ROCE_V2_PORT);
+            let p = StarPacket::parse(&f[o.payload()..o.ip_end]).expect("a StaR packet");
+            assert_eq!(roce::icrc(f, o.ip, o.ip_end, o.ipv6), Some(p.icrc), "ICRC");
+            out.push((p.kind, p.headers, p.payload.to_vec()));
+        }
+        out
+    }
+
+    fn counters(&mut self) -> RdmaCountersOut {
+        self.end.nic.query_rdma_counters().unwrap()
+    }
+}
+
+fn rdp(psn: u32, dma_addr: u64, len: usize) -> StarHeaders {
+    StarHeaders {
+        data: Some(StarData {
+            dma_addr,
+            length: len as u32,
+            reply_qpn: CLIENT_QPN,
+        }),
+        ..StarHeaders::new(StarKind::Rdp, SERVER_QPN, psn, roce::DEFAULT_PKEY)
+    }
+}
+
+fn gd(psn: u32, dma_addr: u64, len: u32) -> StarHeaders {
+    StarHeaders {
+        data: Some(StarData {
+            dma_addr,
+            length: len,
+            reply_qpn: CLIENT_QPN,
+        }),
+        ..StarHeaders::new(StarKind::Gd, SERVER_QPN, psn, roce::DEFAULT_PKEY)
+    }
+}
+
+#[test]
+fn a_function_that_does_not_serve_star_refuses_it_and_writes_nothing() {
+    let mut s = server(false);
+    let at = s.end.buf.iova();
+    s.send(rdp(1, at, 4), b"evil");
+    s.send(gd(2, at, 64), &[]);
+    assert!(s.answers().is_empty());
+    assert_eq!(s.end.read(0, 4), [0; 4]);
+    let c = s.counters();
+    assert_eq!((c.star_refused.get(), c.star_served.get()), (2, 0));
+}
+
+#[test]
+fn rdp_data_lands_at_its_address_and_an_ra_echoes_its_psn() {
+    let mut s = server(true);
+    let at = s.end.buf.iova() + 4096;
+    let data: Vec<u8> = (0..1400u32).map(|i| (i * 7) as u8).collect();
+    s.send(rdp(0x00fffe, at, data.len()), &data);
+    assert_eq!(s.end.read(4096, data.len()), data);
+    let a = s.answers();
+    assert_eq!(a.len(), 1);
+    let (kind, h, payload) = &a[0];
+    assert_eq!(*kind, StarKind::Ra);
+    assert_eq!(
+        (h.bth.psn, h.bth.dest_qp, h.bth.pkey),
+        (0x00fffe, CLIENT_QPN, 0xffff)
+    );
+    assert!(h.data.is_none() && payload.is_empty());
+    assert_eq!(s.counters().star_served.get(), 1);
+}
+
+#[test]
+fn a_gd_is_answered_by_an_sdp_with_the_bytes_it_asked_for() {
+    let mut s = server(true);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i ^ 0x5a) as u8).collect();
+    s.end.fill(8192, &data);
+    let at = s.end.buf.iova() + 8192 + 100;
+    s.send(gd(77, at, 1337), &[]);
+    let a = s.answers();
+    assert_eq!(a.len(), 1);
+    let (kind, h, payload) = &a[0];
+    assert_eq!(*kind, StarKind::Sdp);
+    assert_eq!((h.bth.psn, h.bth.dest_qp), (77, CLIENT_QPN));
+    assert_eq!(payload[..], data[100..100 + 1337]);
+}
+
+#[test]
+fn addresses_outside_mapped_memory_are_counted_and_unanswered() {
+    let mut s = server(true);
+    s.send(rdp(1, 0x7000_0000_0000, 8), b"12345678");
+    s.send(gd(2, 0x7000_0000_0000, 64), &[]);
+    assert!(s.answers().is_empty());
+    let c = s.counters();
+    assert_eq!((c.star_dma_errors.get(), c.star_served.get()), (2, 0));
+}
+
+#[test]
+fn a_cqep_writes_its_cqe_into_the_named_cq_and_an_ea_answers() {
+    let mut s = server(true);
+    let cqe = Cqe {
+        byte_count: U32::new(2800),
+        wqe_counter: U16::new(5),
+        qn: U32::new(SERVER_QPN),
+        metadata: U32::new(9),
+        flags: cqe_flags::QP,
+        op_own: op_own(CQE_RESP_SEND, 0),
+        ..Default::default()
+    };
+    let h = StarHeaders {
+        cq: Some(StarCq {
+            cqn: s.end.cq.cqn,
+            reply_qpn: CLIENT_QPN,
+        }),
+        ..StarHeaders::new(StarKind::Cqep, SERVER_QPN, 9, roce::DEFAULT_PKEY)
+    };
+    s.send(h, cqe.as_bytes());
+    let got = s.end.cq.poll().expect("the CQE");
+    assert_eq!(got.opcode(), CQE_RESP_SEND);
+    assert_eq!(
+        (
+            got.byte_count.get(),
+            got.wqe_counter.get(),
+            got.qn.get(),
+            got.metadata.get()
+        ),
+        (2800, 5, SERVER_QPN, 9)
+    );
+    assert_eq!(got.vport.get(), 0);
+    let a = s.answers();
+    assert_eq!(a.len(), 1);
+    assert_eq!(
+        (a[0].0, a[0].1.bth.psn, a[0].1.bth.dest_qp),
+        (StarKind::Ea, 9, CLIENT_QPN)
+    );
+    // A CQ number the function does not own: refused, nothing written, no EA.
+    let h = StarHeaders {
+        cq: Some(StarCq {
+            cqn: 999,
+            reply_qpn: CLIENT_QPN,
+        }),
+        ..StarHeaders::new(StarKind::Cqep, SERVER_QPN, 10, roce::DEFAULT_PKEY)
+    };
+    s.send(h, cqe.as_bytes());
+    assert!(s.answers().is_empty());
+    assert_eq!(s.counters().star_refused.get(), 1);
+}
+
+#[test]
+fn an_ea_reaches_the_driver_through_the_control_cq() {
+    let mut s = server(true);
+    s.send(
+        StarHeaders::new(StarKind::Ea, SERVER_QPN, 0x123, roce::DEFAULT_PKEY),
+        &[],
+    );
+    let c = s.control.poll().expect("an EA completion");
+    assert_eq!(c.opcode(), CQE_STAR_EA);
+    assert_eq!((c.qn.get(), c.byte_count.get()), (SERVER_QPN, 0x123));
+    assert!(s.answers().is_empty(), "an EA is not answered");
+    // Without a control CQ the EA is refused.
+    s.end.nic.set_star_server(true, None).unwrap();
+    s.send(
+        StarHeaders::new(StarKind::Ea, SERVER_QPN, 0x124, roce::DEFAULT_PKEY),
+        &[],
+    );
+    assert!(s.control.poll().is_none());
+    assert_eq!(s.counters().star_refused.get(), 1);
+}
+
+#[test]
+fn a_bad_icrc_or_a_foreign_partition_is_a_silent_counted_drop() {
+    let mut s = server(true);
+    let at = s.end.buf.iova();
+    let mut h = rdp(1, at, 4);
+    h.bth.pkey = 0x1234;
+    s.send(h, b"evil");
+    let mut f = s.address();
+    f.src_port = 0xc0df;
+    let mut frame = vec![0u8; 256];
+    let n = f.emit(&rdp(2, at, 4), b"evil", 9, &mut frame).unwrap();
+    frame[n - 6] ^= 1;
+    s.wire.transmit(&frame[..n]);
+    s.card.run_until_idle();
+    assert!(s.answers().is_empty());
+    assert_eq!(s.end.read(0, 4), [0; 4]);
+    let c = s.counters();
+    assert_eq!((c.rx_bad_pkey.get(), c.rx_icrc_errors.get()), (1, 1));
+}
+
+/// The point of StaR: a thousand clients' requests, and not one context looked up or fetched —
+/// the QP-context cache's counters do not move, and the server has no QP for any of them.
+#[test]
+fn serving_many_connections_keeps_no_per_connection_state() {
+    let mut s = server(true);
+    let before = s.counters();
+    let base = s.end.buf.iova();
+    for i in 0..1000u32 {
+        let mut h = rdp(i, base + u64::from(i % 64) * 64, 8);
+        h.data.as_mut().unwrap().reply_qpn = 0x10000 + i;
+        h.bth.dest_qp = 0x20000 + i;
+        s.send(h, &i.to_le_bytes().repeat(2));
+    }
+    let answers = s.answers();
+    assert_eq!(answers.len(), 1000);
+    assert!(answers
+        .iter()
+        .enumerate()
+        .all(|(i, a)| a.1.bth.dest_qp == 0x10000 + i as u32 && a.1.bth.psn == i as u32));
+    let after = s.counters();
+    assert_eq!(after.star_served.get(), 1000);
+    assert_eq!(
+        (after.qp_cache_hits.get(), after.qp_cache_misses.get()),
+        (before.qp_cache_hits.get(), before.qp_cache_misses.get()),
+        "no context touched"
+    );
+    assert_eq!(after.rx_unknown_qp.get(), 0);
+}
+
+use zerocopy::little_endian::{U16, U32};
