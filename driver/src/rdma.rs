@@ -233,6 +233,60 @@ impl NicDriver {
         .map(drop)
     }
 
+    /// Adds an entry to `function`'s StaR egress security module (`docs/nic-interface.md`
+    /// §16.5; the manager function only): StaR packets of `kinds` ([`star_guard_kind`] bits) to
+    /// `dst_gid`, RDPs and GDs within `range`, CQEPs to `cqn` ([`STAR_GUARD_ANY_CQ`]: any).
+    /// Returns the entry's id.
+    pub fn star_guard_add(
+        &mut self,
+        function: u16,
+        kinds: u8,
+        dst_gid: [u8; 16],
+        range: std::ops::Range<u64>,
+        cqn: u32,
+    ) -> Result<u32, DriverError> {
+        let input = StarGuardIn {
+            function: U16::new(function),
+            kinds,
+            rsvd: 0,
+            cqn: U32::new(cqn),
+            dst_gid,
+            lo: U64::new(range.start),
+            hi: U64::new(range.end),
+        };
+        let out = self.command(
+            op::STAR_GUARD_ADD,
+            zerocopy::IntoBytes::as_bytes(&input),
+            core::mem::size_of::<CreateOut>(),
+        )?;
+        Ok(CreateOut::read_from_prefix(&out).map_or(0, |(o, _)| o.id.get()))
+    }
+
+    /// Removes entry `id` from `function`'s StaR egress security module.
+    pub fn star_guard_del(&mut self, function: u16, id: u32) -> Result<(), DriverError> {
+        self.star_guard_command(op::STAR_GUARD_DEL, function, id)
+    }
+
+    /// The test knob: `false` lets every StaR packet of `function` through its module.
+    pub fn star_guard_enforce(&mut self, function: u16, on: bool) -> Result<(), DriverError> {
+        self.star_guard_command(op::STAR_GUARD_ENFORCE, function, u32::from(on))
+    }
+
+    fn star_guard_command(
+        &mut self,
+        opcode: u16,
+        function: u16,
+        value: u32,
+    ) -> Result<(), DriverError> {
+        let input = StarGuardFunctionIn {
+            function: U16::new(function),
+            rsvd: [0; 2],
+            value: U32::new(value),
+        };
+        self.command(opcode, zerocopy::IntoBytes::as_bytes(&input), 0)
+            .map(drop)
+    }
+
     /// Entry `index` of the function's P_Key table.
     pub fn query_pkey(&mut self, index: u16) -> Result<u16, DriverError> {
         let out = self.object_command(

@@ -103,6 +103,18 @@ fuzz_target!(|data: &[u8]| {
                     keys.push(key);
                 }
             }
+            2 if ctl & 0x10 != 0 => {
+                // StaR's commands from either function, with any body: the server switch and
+                // its control CQ, the egress security module's entries and its knob.
+                let opcode = input.pick(&[
+                    op::SET_STAR_SERVER,
+                    op::STAR_GUARD_ADD,
+                    op::STAR_GUARD_DEL,
+                    op::STAR_GUARD_ENFORCE,
+                ]);
+                let len = input.u8() as usize % 48;
+                h.command(f, opcode, input.bytes(len));
+            }
             2 => {
                 let opcode = if ctl & 0x40 != 0 {
                     op::DESTROY_MR

@@ -15,7 +15,9 @@ use fld_abi::wire::udp_offsets;
 use fld_device::card::{Card, CardConfig};
 use fld_device::wire::{link, LinkEnd, Wire};
 use fld_driver::inprocess::InProcessHost;
-use fld_driver::nic::CompletionQueue;
+use fld_driver::nic::{CompletionQueue, NicDriver, SendQueue, SendWqe};
+use fld_driver::{DmaBuffer, PciDevice};
+use zerocopy::little_endian::{U16, U32};
 use zerocopy::IntoBytes;
 
 const CLIENT_IP: [u8; 4] = [10, 0, 0, 9];
@@ -312,4 +314,260 @@ fn serving_many_connections_keeps_no_per_connection_state() {
     assert_eq!(after.rx_unknown_qp.get(), 0);
 }
 
-use zerocopy::little_endian::{U16, U32};
+// ---- the egress security module (§16.5) ----------------------------------------------------
+
+/// One card: function 0 is the StaR server (and the eSwitch manager, the trusted control
+/// plane); function 1 is a client application that can put any frame on the wire through a
+/// plain Ethernet send queue.
+struct Forger {
+    card: Arc<Card>,
+    _host: Arc<InProcessHost>,
+    server: End,
+    app: NicDriver,
+    sq: SendQueue,
+    tx: DmaBuffer,
+    ident: u16,
+}
+
+fn forger() -> Forger {
+    let card = Card::new(CardConfig::default());
+    let host = InProcessHost::new(card.clone(), 64 << 20).unwrap();
+    let mut server = open_end(&host, 0, [10, 0, 0, 1], access::ALL, CAPS);
+    server.nic.set_star_server(true, None).unwrap();
+    let dev = host.device(card.nic.function_id(1).unwrap());
+    let mut app = NicDriver::probe(dev.clone()).unwrap();
+    dev.enable_msix(2).unwrap();
+    let eq = app.create_eq(4, 0).unwrap();
+    let cq = app.create_cq(&eq, 6).unwrap();
+    let sq = app.create_sq(&cq, 6, false).unwrap();
+    let tx = dev.dma_alloc(1 << 16).unwrap();
+    Forger {
+        card,
+        _host: host,
+        server,
+        app,
+        sq,
+        tx,
+        ident: 0,
+    }
+}
+
+impl Forger {
+    /// Function 1 sends a StaR request to the server, as any application can build one.
+    fn forge(&mut self, h: StarHeaders, payload: &[u8]) {
+        let addr = RoceAddress {
+            src_mac: self.app.mac(),
+            dst_mac: self.server.nic.mac(),
+            src_gid: ipv4_gid([10, 0, 0, 2]),
+            dst_gid: ipv4_gid(self.server.ip),
+            src_port: 0xc0de,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+        };
+        let mut f = vec![0u8; 9000];
+        self.ident += 1;
+        let n = addr.emit(&h, payload, self.ident, &mut f).unwrap();
+        self.tx.write(0, &f[..n]);
+        let gather = [(self.tx.iova() + 14, n as u32 - 14)];
+        self.sq
+            .post(&SendWqe {
+                inline_header: &f[..14],
+                gather: &gather,
+                ..Default::default()
+            })
+            .unwrap();
+        self.sq.ring_doorbell();
+        self.card.run_until_idle();
+    }
+
+    fn blocked(&mut self) -> u64 {
+        self.app
+            .query_rdma_counters()
+            .unwrap()
+            .star_tx_blocked
+            .get()
+    }
+
+    fn served(&mut self) -> u64 {
+        self.server
+            .nic
+            .query_rdma_counters()
+            .unwrap()
+            .star_served
+            .get()
+    }
+
+    /// The server's registered memory this connection may reach: its first 4 KiB.
+    fn allow_first_page(&mut self, kinds: u8) -> u32 {
+        let lo = self.server.buf.iova();
+        self.server
+            .nic
+            .star_guard_add(
+                1,
+                kinds,
+                ipv4_gid(self.server.ip),
+                lo..lo + 4096,
+                STAR_GUARD_ANY_CQ,
+            )
+            .unwrap()
+    }
+}
+
+fn kinds(list: &[StarKind]) -> u8 {
+    list.iter().fold(0, |k, x| k | star_guard_kind(x.opcode()))
+}
+
+#[test]
+fn star_packets_are_blocked_at_the_senders_nic_until_the_server_allows_them() {
+    let mut f = forger();
+    let base = f.server.buf.iova();
+    f.forge(rdp(1, base, 4), b"evil");
+    assert_eq!((f.blocked(), f.served()), (1, 0));
+    assert_eq!(f.server.read(0, 4), [0; 4], "nothing reached the server");
+    // The server's control plane allows RDPs into its first page: one there goes through,
+    // one a byte beyond it does not.
+    f.allow_first_page(kinds(&[StarKind::Rdp]));
+    f.forge(rdp(2, base + 100, 4), b"good");
+    assert_eq!(f.server.read(100, 4), b"good");
+    f.forge(rdp(3, base + 4093, 4), b"over");
+    f.forge(rdp(4, base + 8192, 4), b"far!");
+    assert_eq!((f.blocked(), f.served()), (3, 1));
+    assert_eq!(f.server.read(8192, 4), [0; 4]);
+    // GDs were not allowed, in range or not.
+    f.forge(gd(5, base, 64), &[]);
+    assert_eq!(f.blocked(), 4);
+}
+
+#[test]
+fn without_the_module_the_same_forgery_overwrites_the_servers_memory() {
+    let mut f = forger();
+    let base = f.server.buf.iova();
+    f.server.fill(8192, b"secret");
+    f.allow_first_page(kinds(&[StarKind::Rdp]));
+    f.forge(rdp(1, base + 8192, 6), b"pwned!");
+    assert_eq!(f.server.read(8192, 6), b"secret", "the module stopped it");
+    // The test knob switches the module off: the stateless server writes wherever it is told.
+    f.server.nic.star_guard_enforce(1, false).unwrap();
+    f.forge(rdp(2, base + 8192, 6), b"pwned!");
+    assert_eq!(
+        f.server.read(8192, 6),
+        b"pwned!",
+        "which is why the module exists"
+    );
+}
+
+#[test]
+fn only_the_manager_writes_a_module_and_entries_can_be_taken_back() {
+    let mut f = forger();
+    let gid = ipv4_gid(f.server.ip);
+    // The application's own function cannot widen its module, nor switch it off.
+    let e = f
+        .app
+        .star_guard_add(1, 0xff, gid, 0..u64::MAX, STAR_GUARD_ANY_CQ);
+    assert!(e.is_err(), "{e:?}");
+    assert!(f.app.star_guard_enforce(1, false).is_err());
+    let base = f.server.buf.iova();
+    let id = f.allow_first_page(kinds(&[StarKind::Rdp, StarKind::Cqep]));
+    f.forge(rdp(1, base, 2), b"ok");
+    assert_eq!(f.served(), 1);
+    f.server.nic.star_guard_del(1, id).unwrap();
+    f.forge(rdp(2, base, 2), b"no");
+    assert_eq!(f.blocked(), 1);
+    assert!(f.server.nic.star_guard_del(1, id).is_err(), "gone already");
+    // Entries that make no sense are refused.
+    assert!(
+        f.server.nic.star_guard_add(1, 0, gid, 0..1, 0).is_err(),
+        "no kinds"
+    );
+    assert!(
+        f.server.nic.star_guard_add(1, 1, gid, 9..1, 0).is_err(),
+        "inverted range"
+    );
+    assert!(
+        f.server.nic.star_guard_add(77, 1, gid, 0..1, 0).is_err(),
+        "no such function"
+    );
+}
+
+#[test]
+fn a_cqep_only_reaches_the_cq_its_entry_names() {
+    let mut f = forger();
+    let cq = f.server.cq.cqn;
+    let gid = ipv4_gid(f.server.ip);
+    f.server
+        .nic
+        .star_guard_add(1, kinds(&[StarKind::Cqep]), gid, 0..0, cq)
+        .unwrap();
+    let cqe = Cqe {
+        op_own: op_own(CQE_RESP_SEND, 0),
+        ..Default::default()
+    };
+    let cqep = |cqn: u32| StarHeaders {
+        cq: Some(StarCq {
+            cqn,
+            reply_qpn: CLIENT_QPN,
+        }),
+        ..StarHeaders::new(StarKind::Cqep, SERVER_QPN, 1, roce::DEFAULT_PKEY)
+    };
+    f.forge(cqep(cq), cqe.as_bytes());
+    assert_eq!(f.served(), 1);
+    f.forge(cqep(cq + 1), cqe.as_bytes());
+    assert_eq!(f.blocked(), 1);
+}
+
+/// Traffic that is not StaR passes the module untouched, entries or not.
+#[test]
+fn the_module_does_not_look_at_other_traffic() {
+    let mut f = forger();
+    let mut p = one_card(access::ALL, Transport::default());
+    p.a.fill(0, b"plain rdma");
+    let s = [p.a.sge(0, 10)];
+    p.a.qp
+        .post_send(&wr(WQE_OP_RDMA_WRITE, &s, Some((p.b.va(0), p.b.mr.key)), 0))
+        .unwrap();
+    p.a.qp.ring_send_doorbell();
+    p.run();
+    assert_eq!(p.b.read(0, 10), b"plain rdma");
+    assert_eq!(
+        p.a.nic.query_rdma_counters().unwrap().star_tx_blocked.get(),
+        0
+    );
+    // A UDP datagram to 4791 that is not StaR (an RC opcode) is not the module's either.
+    let before = f.blocked();
+    let frame = {
+        let addr = RoceAddress {
+            src_mac: f.app.mac(),
+            dst_mac: f.server.nic.mac(),
+            src_gid: ipv4_gid([10, 0, 0, 2]),
+            dst_gid: ipv4_gid(f.server.ip),
+            src_port: 0xc0de,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+        };
+        let h = fld_abi::wire::roce::IbHeaders {
+            bth: fld_abi::wire::roce::BthRepr {
+                opcode: roce::opcode::SEND_ONLY,
+                dest_qp: 0x777,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut b = vec![0u8; 256];
+        let n = addr.emit(&h, b"x", 1, &mut b).unwrap();
+        b.truncate(n);
+        b
+    };
+    f.tx.write(0, &frame);
+    let gather = [(f.tx.iova() + 14, frame.len() as u32 - 14)];
+    f.sq.post(&SendWqe {
+        inline_header: &frame[..14],
+        gather: &gather,
+        ..Default::default()
+    })
+    .unwrap();
+    f.sq.ring_doorbell();
+    f.card.run_until_idle();
+    assert_eq!(f.blocked(), before);
+}

@@ -20,6 +20,7 @@ pub mod packet;
 mod queues;
 pub(crate) mod rdma;
 pub mod rss;
+mod star_guard;
 #[cfg(test)]
 mod tests;
 

@@ -109,6 +109,9 @@ pub mod op {
     pub const ARM_SRQ: u16 = 0x243;
     pub const QUERY_RDMA_COUNTERS: u16 = 0x250;
     pub const SET_STAR_SERVER: u16 = 0x260;
+    pub const STAR_GUARD_ADD: u16 = 0x261;
+    pub const STAR_GUARD_DEL: u16 = 0x262;
+    pub const STAR_GUARD_ENFORCE: u16 = 0x263;
 }
 
 /// Bytes of output (after the header) command `opcode` produces; 0 for commands without a
@@ -129,7 +132,8 @@ pub const fn output_len(opcode: u16) -> usize {
         | op::CREATE_PD
         | op::CREATE_MR
         | op::CREATE_QP
-        | op::CREATE_SRQ => size_of::<CreateOut>(),
+        | op::CREATE_SRQ
+        | op::STAR_GUARD_ADD => size_of::<CreateOut>(),
         op::QUERY_MR => size_of::<super::QueryMrOut>(),
         op::QUERY_ROCE_ADDRESS => size_of::<super::RoceAddressIn>(),
         op::QUERY_PKEY => size_of::<super::PkeyIn>(),
@@ -265,12 +269,17 @@ pub mod bad_param {
     pub const PKEY_INDEX: u32 = 0x7b;
     /// SET_STAR_SERVER: unknown flag bits.
     pub const STAR_FLAGS: u32 = 0x7c;
+    /// STAR_GUARD_*: a function number the NIC does not have, no kinds, an empty or inverted
+    /// range, or an ENFORCE value other than 0 and 1.
+    pub const STAR_GUARD: u32 = 0x7d;
 }
 
 /// Syndromes of NOT_PERMITTED.
 pub mod not_permitted {
     /// FDB (eSwitch) tables are the manager function's (function 0) alone.
     pub const FDB_NOT_MANAGER: u32 = 0x31;
+    /// The StaR egress security modules are the manager function's alone (§16.5).
+    pub const STAR_GUARD_NOT_MANAGER: u32 = 0x32;
 }
 
 /// First 16 bytes of every command input.

@@ -463,6 +463,42 @@ pub struct StarServerIn {
     pub control_cqn: U32,
 }
 
+/// STAR_GUARD_ADD input (`docs/nic-interface.md` §16.5): one entry of a function's egress
+/// security module, allowing StaR packets of `kinds` ([`star_guard_kind`] bits) to `dst_gid`;
+/// RDPs and GDs only when their bytes lie in `[lo, hi)`, CQEPs only for CQ `cqn`
+/// ([`STAR_GUARD_ANY_CQ`]: any).
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
+pub struct StarGuardIn {
+    pub function: U16,
+    pub kinds: u8,
+    pub rsvd: u8,
+    pub cqn: U32,
+    pub dst_gid: [u8; 16],
+    pub lo: U64,
+    pub hi: U64,
+}
+
+/// STAR_GUARD_DEL input: entry `id` (STAR_GUARD_ADD's output) of `function`'s module.
+/// STAR_GUARD_ENFORCE input: `value` 1 enforces `function`'s module (the default), 0 lets every
+/// StaR packet through — a test knob, to show what the module prevents.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
+pub struct StarGuardFunctionIn {
+    pub function: U16,
+    pub rsvd: [u8; 2],
+    pub value: U32,
+}
+
+/// The bit of a StaR packet kind (its BTH opcode) in [`StarGuardIn::kinds`].
+pub const fn star_guard_kind(opcode: u8) -> u8 {
+    1 << (opcode.wrapping_sub(crate::wire::roce::star::opcode::WQEP) & 7)
+}
+/// [`StarGuardIn::cqn`]: CQEPs to any CQ.
+pub const STAR_GUARD_ANY_CQ: u32 = u32::MAX;
+/// Entries a function's egress security module holds.
+pub const STAR_GUARD_ENTRIES: usize = 4096;
+
 /// [`StarServerIn::flags`]: answer RDPs, GDs and CQEPs addressed to this function.
 pub const STAR_SERVE: u32 = 1 << 0;
 /// [`StarServerIn::control_cqn`] when EAs are not wanted.

@@ -34,6 +34,9 @@ pub(super) const HANDLERS: &[(u16, Handler)] = &[
     (op::ARM_SRQ, arm_srq),
     (op::QUERY_RDMA_COUNTERS, query_counters),
     (op::SET_STAR_SERVER, set_star_server),
+    (op::STAR_GUARD_ADD, star_guard_add),
+    (op::STAR_GUARD_DEL, star_guard_del),
+    (op::STAR_GUARD_ENFORCE, star_guard_enforce),
 ];
 
 /// MTT entries a region may have (a 64 GiB region of 4 KiB pages).
@@ -238,6 +241,65 @@ fn set_star_server(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResu
         serving: flags & STAR_SERVE != 0,
         control_cqn: control,
     };
+    Ok(0)
+}
+
+/// The egress security module of `function`, for the manager function only (§16.5): the
+/// server's control plane reaches a client NIC through the trusted driver, never through an
+/// application's function.
+fn guard_of<'c>(
+    c: &'c mut Cmd<'_, '_>,
+    function: u16,
+) -> Result<&'c mut crate::nic::star_guard::StarGuard, (CmdStatus, u32)> {
+    if c.function != 0 {
+        return fail(
+            CmdStatus::NotPermitted,
+            not_permitted::STAR_GUARD_NOT_MANAGER,
+        );
+    }
+    match c.core.rdma.guards.get_mut(usize::from(function)) {
+        Some(g) => Ok(g),
+        None => fail(CmdStatus::BadParam, bad_param::STAR_GUARD),
+    }
+}
+
+/// STAR_GUARD_ADD: an allow entry in a function's egress security module.
+fn star_guard_add(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
+    let i: StarGuardIn = input(body)?;
+    let (lo, hi) = (i.lo.get(), i.hi.get());
+    if i.kinds == 0 || i.rsvd != 0 || lo > hi {
+        return fail(CmdStatus::BadParam, bad_param::STAR_GUARD);
+    }
+    let entry = crate::nic::star_guard::GuardEntry {
+        id: 0,
+        kinds: i.kinds,
+        dst_gid: i.dst_gid,
+        lo,
+        hi,
+        cqn: i.cqn.get(),
+    };
+    let id = guard_of(c, i.function.get())?.add(entry);
+    created(out, id)
+}
+
+fn star_guard_del(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    let i: StarGuardFunctionIn = input(body)?;
+    let id = i.value.get();
+    if guard_of(c, i.function.get())?.remove(id) {
+        Ok(0)
+    } else {
+        fail(CmdStatus::BadResource, id)
+    }
+}
+
+/// STAR_GUARD_ENFORCE: the test knob. 0 lets every StaR packet of the function through.
+fn star_guard_enforce(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    let i: StarGuardFunctionIn = input(body)?;
+    let value = i.value.get();
+    if value > 1 {
+        return fail(CmdStatus::BadParam, bad_param::STAR_GUARD);
+    }
+    guard_of(c, i.function.get())?.enforce = value == 1;
     Ok(0)
 }
 

@@ -331,6 +331,11 @@ fn build_and_send(
         },
         None => None,
     };
+    // StaR's egress security module (§16.5): a StaR packet no entry allows goes nowhere. The
+    // WQE completes as sent; the drop is counted, as a steering drop is.
+    if !super::roce::star_egress_allowed(core, owner, frame, &parsed) {
+        return Ok(len);
+    }
     switch_frame(core, ctx, owner, Frame::new(frame, parsed, owner), resume);
     Ok(len)
 }

@@ -104,6 +104,8 @@ pub(crate) struct Rdma {
     pub counters: Vec<RoceCounters>,
     /// Each function's StaR server settings.
     pub star: Vec<StarServer>,
+    /// Each function's StaR egress security module (§16.5).
+    pub guards: Vec<crate::nic::star_guard::StarGuard>,
     /// QPs not in RESET: the ones the engine visits.
     pub active: Vec<u32>,
     /// The variant byte of the next key (so a reused region index gets a new key).
@@ -147,6 +149,7 @@ impl Rdma {
             pkeys: vec![DEFAULT_PKEYS; functions],
             counters: vec![RoceCounters::default(); functions],
             star: vec![StarServer::default(); functions],
+            guards: vec![Default::default(); functions],
             active: Vec::new(),
             key_variant: 0,
             ip_ident: 0,
@@ -239,6 +242,10 @@ impl Rdma {
         }
         if let Some(s) = self.star.get_mut(function as usize) {
             *s = StarServer::default();
+        }
+        // The module forgets its entries and blocks StaR again (it fails closed).
+        if let Some(g) = self.guards.get_mut(function as usize) {
+            *g = Default::default();
         }
     }
 }

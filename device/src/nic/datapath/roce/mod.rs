@@ -131,6 +131,31 @@ pub(super) fn receive(
     }
 }
 
+/// Whether `vport`'s egress security module lets a frame it sends out (§16.5); a blocked StaR
+/// packet is counted in star_tx_blocked.
+pub(super) fn star_egress_allowed(
+    core: &mut NicCore,
+    vport: u16,
+    frame: &[u8],
+    p: &ParsedFrame,
+) -> bool {
+    let f = usize::from(vport);
+    let verdict = core
+        .rdma
+        .guards
+        .get(f)
+        .map_or(crate::nic::star_guard::Verdict::Blocked, |g| {
+            g.check(frame, p)
+        });
+    if verdict != crate::nic::star_guard::Verdict::Blocked {
+        return true;
+    }
+    if let Some(c) = core.rdma.counters.get_mut(f) {
+        c.star_tx_blocked += 1;
+    }
+    false
+}
+
 /// Runs every QP that is not in RESET; returns the packets sent and entries written.
 pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
     let mut work = 0;
