@@ -481,7 +481,10 @@ fn only_the_manager_writes_a_module_and_entries_can_be_taken_back() {
         "no kinds"
     );
     assert!(
-        f.server.nic.star_guard_add(1, 1, gid, 9..1, 0).is_err(),
+        f.server
+            .nic
+            .star_guard_add(1, 1, gid, std::ops::Range { start: 9, end: 1 }, 0)
+            .is_err(),
         "inverted range"
     );
     assert!(
