@@ -14,8 +14,8 @@
 //! request's `reply_qpn`, along the request's own addresses swapped, so the stateless side looks
 //! nothing up.
 //!
-//! * [`StarKind::Wqep`] (server → client): one work queue element of the stateless side, in the
-//!   ring format of `fld_abi::nic` (`RdmaWqe`); PSN = the server driver's element sequence.
+//! * [`StarKind::Wqep`] (server → client): [`StarWqe`] then one work queue element of the
+//!   stateless side in its ring format; PSN = the server driver's element sequence.
 //! * [`StarKind::Cqep`] (client → server): [`StarCq`] then one 64-byte CQE for the server's CQ.
 //! * [`StarKind::Ea`]: an element ACK, no payload (client → server for a WQEP, built by the
 //!   server NIC for a CQEP).
@@ -44,6 +44,8 @@ pub const fn is_star_opcode(op: u8) -> bool {
     matches!(op, opcode::WQEP..=opcode::SDP)
 }
 
+/// Bytes of [`StarWqe`].
+pub const STAR_WQE_LEN: usize = 4;
 /// Bytes of [`StarData`].
 pub const STAR_DATA_LEN: usize = 16;
 /// Bytes of [`StarCq`].
@@ -91,21 +93,81 @@ impl StarKind {
         }
     }
 
-    /// Whether the packet carries a [`StarData`] header, a [`StarCq`] header, and payload.
-    const fn layout(self) -> (bool, bool, bool) {
+    /// The StaR header the kind carries, and whether it has payload.
+    const fn layout(self) -> (Ext, bool) {
         match self {
-            StarKind::Wqep => (false, false, true),
-            StarKind::Cqep => (false, true, true),
-            StarKind::Ea | StarKind::Ra => (false, false, false),
-            StarKind::Rdp => (true, false, true),
-            StarKind::Gd => (true, false, false),
-            StarKind::Sdp => (false, false, true),
+            StarKind::Wqep => (Ext::Wqe, true),
+            StarKind::Cqep => (Ext::Cq, true),
+            StarKind::Ea | StarKind::Ra => (Ext::None, false),
+            StarKind::Rdp => (Ext::Data, true),
+            StarKind::Gd => (Ext::Data, false),
+            StarKind::Sdp => (Ext::None, true),
         }
     }
 
     /// Requests travel to the stateless side and are answered by its NIC alone.
     pub const fn is_request_to_server(self) -> bool {
         matches!(self, StarKind::Cqep | StarKind::Rdp | StarKind::Gd)
+    }
+}
+
+/// Which StaR header follows the BTH.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ext {
+    None,
+    Wqe,
+    Data,
+    Cq,
+}
+
+impl Ext {
+    const fn len(self) -> usize {
+        match self {
+            Ext::None => 0,
+            Ext::Wqe => STAR_WQE_LEN,
+            Ext::Data => STAR_DATA_LEN,
+            Ext::Cq => STAR_CQ_LEN,
+        }
+    }
+}
+
+/// Which of the stateless side's queues a WQEP's work queue element is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StarQueue {
+    /// A send WQE (`fld_abi::nic::RdmaWqe`'s ring format).
+    Send = 0,
+    /// A receive WQE (a scatter list, `fld_abi::nic::encode_recv_wqe`'s format).
+    Receive = 1,
+}
+
+/// The header of a WQEP (4 bytes): the queue and the element's counter in it (the
+/// `wqe_counter` its completion will carry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StarWqe {
+    pub queue: StarQueue,
+    pub index: u16,
+}
+
+impl StarWqe {
+    pub fn parse(b: &[u8]) -> Result<Self> {
+        let b = b.get(..STAR_WQE_LEN).ok_or(Error::Truncated)?;
+        let queue = match b[0] {
+            0 => StarQueue::Send,
+            1 => StarQueue::Receive,
+            _ => return Err(Error::Malformed),
+        };
+        if b[1] != 0 {
+            return Err(Error::Malformed);
+        }
+        Ok(StarWqe {
+            queue,
+            index: u16::from_be_bytes([b[2], b[3]]),
+        })
+    }
+    pub fn emit(&self, b: &mut [u8]) {
+        b[0] = self.queue as u8;
+        b[1] = 0;
+        b[2..4].copy_from_slice(&self.index.to_be_bytes());
     }
 }
 
@@ -170,6 +232,7 @@ impl StarCq {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StarHeaders {
     pub bth: BthRepr,
+    pub wqe: Option<StarWqe>,
     pub data: Option<StarData>,
     pub cq: Option<StarCq>,
 }
@@ -185,6 +248,7 @@ impl StarHeaders {
                 psn,
                 ..Default::default()
             },
+            wqe: None,
             data: None,
             cq: None,
         }
@@ -193,7 +257,10 @@ impl StarHeaders {
 
 impl TransportHeaders for StarHeaders {
     fn len(&self) -> usize {
-        BTH_LEN + self.data.map_or(0, |_| STAR_DATA_LEN) + self.cq.map_or(0, |_| STAR_CQ_LEN)
+        BTH_LEN
+            + self.wqe.map_or(0, |_| STAR_WQE_LEN)
+            + self.data.map_or(0, |_| STAR_DATA_LEN)
+            + self.cq.map_or(0, |_| STAR_CQ_LEN)
     }
 
     fn emit_padded(&self, pad: u8, b: &mut [u8]) -> usize {
@@ -201,6 +268,10 @@ impl TransportHeaders for StarHeaders {
         bth.pad_count = pad;
         bth.emit(b);
         let mut at = BTH_LEN;
+        if let Some(w) = &self.wqe {
+            w.emit(&mut b[at..]);
+            at += STAR_WQE_LEN;
+        }
         if let Some(d) = &self.data {
             d.emit(&mut b[at..]);
             at += STAR_DATA_LEN;
@@ -231,26 +302,26 @@ impl<'a> StarPacket<'a> {
     pub fn parse(udp_payload: &'a [u8]) -> Result<Self> {
         let bth = BthRepr::parse(udp_payload)?;
         let kind = StarKind::from_opcode(bth.opcode).ok_or(Error::Malformed)?;
-        let (has_data, has_cq, has_payload) = kind.layout();
+        let (ext, has_payload) = kind.layout();
         let mut headers = StarHeaders {
             bth,
+            wqe: None,
             data: None,
             cq: None,
         };
-        let header_len = headers_len(has_data, has_cq);
+        let header_len = BTH_LEN + ext.len();
         let body_end = udp_payload
             .len()
             .checked_sub(ICRC_LEN)
             .filter(|e| *e >= header_len)
             .ok_or(Error::Truncated)?;
-        let mut at = BTH_LEN;
-        if has_data {
-            headers.data = Some(StarData::parse(&udp_payload[at..])?);
-            at += STAR_DATA_LEN;
-        }
-        if has_cq {
-            headers.cq = Some(StarCq::parse(&udp_payload[at..])?);
-            at += STAR_CQ_LEN;
+        let at = BTH_LEN + ext.len();
+        let ext_bytes = &udp_payload[BTH_LEN..];
+        match ext {
+            Ext::None => {}
+            Ext::Wqe => headers.wqe = Some(StarWqe::parse(ext_bytes)?),
+            Ext::Data => headers.data = Some(StarData::parse(ext_bytes)?),
+            Ext::Cq => headers.cq = Some(StarCq::parse(ext_bytes)?),
         }
         let padded = &udp_payload[at..body_end];
         let pad = usize::from(bth.pad_count);
@@ -279,15 +350,11 @@ impl<'a> StarPacket<'a> {
     }
 }
 
-const fn headers_len(data: bool, cq: bool) -> usize {
-    BTH_LEN + if data { STAR_DATA_LEN } else { 0 } + if cq { STAR_CQ_LEN } else { 0 }
-}
-
 /// Bytes a StaR packet of `kind` with `payload` bytes adds beyond the payload, above UDP: the
 /// BTH, its StaR header, the pad and the ICRC (the cost `docs/nic-interface.md` §16.3 tabulates).
 pub const fn overhead(kind: StarKind, payload: usize) -> usize {
-    let (data, cq, _) = kind.layout();
-    headers_len(data, cq) + pad_count(payload) as usize + ICRC_LEN
+    let (ext, _) = kind.layout();
+    BTH_LEN + ext.len() + pad_count(payload) as usize + ICRC_LEN
 }
 
 #[cfg(test)]
@@ -435,6 +502,12 @@ mod tests {
                 StarKind::Rdp | StarKind::Sdp | StarKind::Wqep => vec![5; 7],
                 _ => Vec::new(),
             };
+            if kind == StarKind::Wqep {
+                h.wqe = Some(StarWqe {
+                    queue: StarQueue::Receive,
+                    index: 0x1234,
+                });
+            }
             if matches!(kind, StarKind::Rdp | StarKind::Gd) {
                 h.data = Some(StarData {
                     dma_addr: 0x1000,
@@ -454,6 +527,7 @@ mod tests {
             assert_eq!((p.kind, p.payload), (kind, &payload[..]));
             assert_eq!(p.headers.data, h.data);
             assert_eq!(p.headers.cq, h.cq);
+            assert_eq!(p.headers.wqe, h.wqe);
             assert_eq!(n - 42, overhead(kind, payload.len()) + payload.len());
         }
         // The table of docs/nic-interface.md §16.3: bytes above UDP beyond the payload.
@@ -461,5 +535,6 @@ mod tests {
         assert_eq!(overhead(StarKind::Gd, 0), 12 + 16 + 4);
         assert_eq!(overhead(StarKind::Cqep, 64), 12 + 8 + 4);
         assert_eq!(overhead(StarKind::Ra, 0), 12 + 4);
+        assert_eq!(overhead(StarKind::Wqep, 64), 12 + 4 + 4);
     }
 }
