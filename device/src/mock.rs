@@ -794,7 +794,9 @@ impl MockHost {
                 length: U64::new(buf_len as u64),
                 mtt_addr: U64::new(mtt),
                 log_page_size: 12,
-                rsvd: [0; 7],
+                flags: 0,
+                rsvd: [0; 2],
+                peer_key: U32::new(0),
             },
         );
         let gid = self.set_gid(f, ip);

@@ -13,6 +13,7 @@ mod mmio;
 pub mod nic;
 mod pci;
 pub mod rdma;
+pub mod star;
 pub mod vfio;
 pub mod vfio_user;
 

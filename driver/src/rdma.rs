@@ -27,6 +27,28 @@ pub struct MemoryRegion {
     mtt: DmaBuffer,
 }
 
+impl MemoryRegion {
+    pub(crate) fn new(key: u32, addr: u64, length: u64, access: u32, mtt: DmaBuffer) -> Self {
+        MemoryRegion {
+            key,
+            addr,
+            length,
+            access,
+            mtt,
+        }
+    }
+
+    /// Bytes of the region's MTT.
+    pub(crate) fn mtt_len(&self) -> usize {
+        self.mtt.len()
+    }
+
+    /// Reads the MTT at `off`.
+    pub(crate) fn read_mtt(&self, off: usize, buf: &mut [u8]) {
+        self.mtt.read(off, buf);
+    }
+}
+
 /// Sizes of a queue pair's rings.
 #[derive(Clone, Copy, Debug)]
 pub struct QpCaps {
@@ -140,7 +162,9 @@ impl NicDriver {
                 length: U64::new(length),
                 mtt_addr: U64::new(mtt.iova()),
                 log_page_size: MR_PAGE_SIZE.trailing_zeros() as u8,
-                rsvd: [0; 7],
+                flags: 0,
+                rsvd: [0; 2],
+                peer_key: U32::new(0),
             },
         )?;
         Ok(MemoryRegion {

@@ -97,7 +97,10 @@ fuzz_target!(|data: &[u8]| {
                     length: U64::new(length),
                     mtt_addr: U64::new(mtt_addr),
                     log_page_size,
-                    rsvd: [0; 7],
+                    // Sometimes a StaR peer region (any key), which no local access may use.
+                    flags: input.u8() & 3,
+                    rsvd: [0; 2],
+                    peer_key: U32::new(input.u32()),
                 };
                 if let Some(key) = h.command(f, op::CREATE_MR, mr.as_bytes()).id() {
                     keys.push(key);

@@ -574,3 +574,237 @@ fn the_module_does_not_look_at_other_traffic() {
     f.card.run_until_idle();
     assert_eq!(f.blocked(), before);
 }
+
+// ---- a StaR connection end to end (§16.6) --------------------------------------------------
+
+use common::star::{star_pair, Drops, SERVER_QPN as STAR_SERVER_QPN};
+
+/// A client WRITE: its bytes land in the server's region by RDPs, every RDP answered by an RA,
+/// the client's completion as for RC — and the server's NIC holds no QP for it.
+#[test]
+fn a_client_write_lands_in_the_servers_memory_without_a_server_qp() {
+    let mut s = star_pair(Default::default(), Default::default());
+    let data = pattern(10_000, 3);
+    s.client.fill(0, &data);
+    let sge = [s.client.sge(0, data.len())];
+    let at = s.server.va(4096 + 7);
+    s.client
+        .qp
+        .post_send(&wr(WQE_OP_RDMA_WRITE, &sge, Some((at, s.server.mr.key)), 0))
+        .unwrap();
+    s.client.qp.ring_send_doorbell();
+    s.run();
+    assert!(s.server.read(4096 + 7, data.len()) == data, "bytes landed");
+    let c = s.client.completions();
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].opcode(), c[0].syndrome), (CQE_REQ, 0));
+    assert_eq!(c[0].byte_count.get(), data.len() as u32);
+    let k = s.server.nic.query_rdma_counters().unwrap();
+    // 10,000 bytes at a 1 KiB MTU from 7 bytes into a page, split where the server's pages end
+    // (4089, 4096 and 1815 bytes): 4 + 4 + 2 RDPs.
+    assert_eq!(k.star_served.get(), 10);
+    assert_eq!(
+        k.qp_cache_hits.get() + k.qp_cache_misses.get(),
+        0,
+        "no context"
+    );
+    assert!(
+        s.server_completions().is_empty(),
+        "a WRITE owes the server nothing"
+    );
+}
+
+/// A client SEND into a receive WQE the server posted (a WQEP brought it to the client), and
+/// the server's receive completion (a CQEP); then the server's SEND back into a client receive
+/// WQE by GDs and SDPs, and its send completion.
+#[test]
+fn send_and_receive_both_ways_complete_on_both_sides() {
+    let mut s = star_pair(Default::default(), Default::default());
+    let rx = s.post_server_recv(0, 4096);
+    let request = pattern(2800, 9);
+    s.client.fill(0, &request);
+    s.client.qp.post_recv(&[s.client.sge(8192, 4096)]).unwrap();
+    s.client.qp.ring_recv_doorbell();
+    let sge = [s.client.sge(0, request.len())];
+    s.client
+        .qp
+        .post_send(&wr(WQE_OP_SEND_IMM, &sge, None, 0xfeed))
+        .unwrap();
+    s.client.qp.ring_send_doorbell();
+    s.run();
+    assert!(s.server.read(0, request.len()) == request);
+    let done = s.server_completions();
+    assert_eq!(done.len(), 1, "{done:?}");
+    let r = done[0];
+    assert_eq!(r.opcode(), CQE_RESP_SEND_IMM);
+    assert_eq!(
+        (
+            r.byte_count.get(),
+            r.wqe_counter.get(),
+            r.qn.get(),
+            r.imm.get()
+        ),
+        (2800, rx, STAR_SERVER_QPN, 0xfeed)
+    );
+    assert_eq!(s.client.completions().len(), 1, "the client's SEND");
+    // The answer: the server's SEND of 1400 bytes from its region.
+    let answer = pattern(1400, 11);
+    s.server.fill(16384, &answer);
+    let sge = [s.server.sge(16384, answer.len())];
+    let tx = s.post_server_send(&wr(WQE_OP_SEND, &sge, None, 0));
+    s.run();
+    let got = s.client.completions();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].opcode(), CQE_RESP_SEND);
+    assert_eq!(got[0].byte_count.get(), 1400);
+    assert!(s.client.read(8192, 1400) == answer);
+    let done = s.server_completions();
+    assert_eq!(done.len(), 1);
+    assert_eq!(
+        (
+            done[0].opcode(),
+            done[0].wqe_counter.get(),
+            done[0].wqe_opcode
+        ),
+        (CQE_REQ, tx, WQE_OP_SEND)
+    );
+    assert_eq!(s.qp.unacked(), 0, "every WQEP acknowledged");
+}
+
+/// READs both ways: the client's by GDs; the server's by RDPs of the client's bytes.
+#[test]
+fn reads_both_ways_are_byte_exact() {
+    let mut s = star_pair(Default::default(), Default::default());
+    let theirs = pattern(5000, 21);
+    s.server.fill(0, &theirs);
+    let into = [s.client.sge(0, 5000)];
+    s.client
+        .qp
+        .post_send(&wr(
+            WQE_OP_RDMA_READ,
+            &into,
+            Some((s.server.va(0), s.server.mr.key)),
+            0,
+        ))
+        .unwrap();
+    s.client.qp.ring_send_doorbell();
+    s.run();
+    assert!(s.client.read(0, 5000) == theirs);
+    assert_eq!(s.client.completions().len(), 1);
+    let ours = pattern(3000, 33);
+    s.client.fill(65536, &ours);
+    let sge = [s.server.sge(32768, 3000)];
+    let at = (s.client.va(65536), s.client.mr.key);
+    let tx = s.post_server_send(&wr(WQE_OP_RDMA_READ, &sge, Some(at), 0));
+    s.run();
+    assert!(s.server.read(32768, 3000) == ours);
+    let done = s.server_completions();
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].wqe_counter.get(), done[0].syndrome), (tx, 0));
+    // And the server's WRITE into the client.
+    let more = pattern(1234, 44);
+    s.server.fill(40960, &more);
+    let sge = [s.server.sge(40960, 1234)];
+    let at = (s.client.va(131072), s.client.mr.key);
+    s.post_server_send(&wr(WQE_OP_RDMA_WRITE, &sge, Some(at), 0));
+    s.run();
+    assert!(s.client.read(131072, 1234) == more);
+    assert_eq!(s.server_completions().len(), 1);
+}
+
+/// Packets lost on the way — a WQEP, RDPs, a GD, an SDP, a CQEP, an EA — are recovered: every
+/// byte arrives once, every completion once, in order.
+#[test]
+fn lost_wqeps_rdps_gds_sdps_and_cqeps_are_recovered_without_duplicates() {
+    let server_drops = Drops::of(&[
+        (StarKind::Wqep, &[0, 2]),
+        (StarKind::Sdp, &[1]),
+        (StarKind::Ea, &[0]),
+    ]);
+    let client_drops = Drops::of(&[
+        (StarKind::Rdp, &[1, 5]),
+        (StarKind::Gd, &[0]),
+        (StarKind::Cqep, &[0]),
+        (StarKind::Ea, &[1]),
+    ]);
+    let mut s = star_pair(client_drops, server_drops);
+    for i in 0..3 {
+        s.post_server_recv(i * 4096, 4096);
+    }
+    s.client.qp.post_recv(&[s.client.sge(8192, 8192)]).unwrap();
+    s.client.qp.ring_recv_doorbell();
+    let mut sent = Vec::new();
+    for i in 0..3u8 {
+        let msg = pattern(3000 + usize::from(i) * 100, i);
+        s.client.fill(usize::from(i) * 4096 + 65536, &msg);
+        let sge = [s.client.sge(usize::from(i) * 4096 + 65536, msg.len())];
+        s.client
+            .qp
+            .post_send(&wr(WQE_OP_SEND, &sge, None, 0))
+            .unwrap();
+        sent.push(msg);
+    }
+    s.client.qp.ring_send_doorbell();
+    let back = pattern(6000, 77);
+    s.server.fill(32768, &back);
+    let sge = [s.server.sge(32768, back.len())];
+    s.post_server_send(&wr(WQE_OP_SEND, &sge, None, 0));
+    s.run();
+    for (i, msg) in sent.iter().enumerate() {
+        assert!(s.server.read(i * 4096, msg.len()) == *msg, "request {i}");
+    }
+    assert!(s.client.read(8192, back.len()) == back, "the answer");
+    let done = s.server_completions();
+    let receives: Vec<u16> = done
+        .iter()
+        .filter(|c| c.opcode() == CQE_RESP_SEND)
+        .map(|c| c.wqe_counter.get())
+        .collect();
+    assert_eq!(receives, [0, 1, 2], "each receive completed once, in order");
+    assert_eq!(done.iter().filter(|c| c.opcode() == CQE_REQ).count(), 1);
+    let own = s.client.completions();
+    assert_eq!(own.iter().filter(|c| c.opcode() == CQE_REQ).count(), 3);
+    assert_eq!(
+        own.iter().filter(|c| c.opcode() == CQE_RESP_SEND).count(),
+        1
+    );
+    assert!(s.drops[0].lock().unwrap().dropped >= 3 && s.drops[1].lock().unwrap().dropped >= 4);
+    let q = s.client.nic.query_qp(s.client.qp.qpn).unwrap();
+    assert!(q.counters.retransmitted.get() > 0);
+}
+
+/// A StaR client QP and an ordinary RC QP share one NIC: each keeps its own transport.
+#[test]
+fn a_star_connection_and_an_rc_connection_share_a_nic() {
+    let mut s = star_pair(Default::default(), Default::default());
+    // An RC pair on the server card's second function and the client card's second function.
+    let mut a = open_end(&s.hosts[1], 1, [10, 0, 1, 2], access::ALL, CAPS);
+    let mut b = open_end(&s.hosts[0], 1, [10, 0, 1, 1], access::ALL, CAPS);
+    let (aq, bq, am, bm, aip, bip) = (a.qp.qpn, b.qp.qpn, a.nic.mac(), b.nic.mac(), a.ip, b.ip);
+    connect(&mut a, (bq, bip, bm), (0, 0), Transport::default());
+    connect(&mut b, (aq, aip, am), (0, 0), Transport::default());
+    let rc = pattern(3000, 5);
+    a.fill(0, &rc);
+    let sge = [a.sge(0, 3000)];
+    a.qp.post_send(&wr(WQE_OP_RDMA_WRITE, &sge, Some((b.va(0), b.mr.key)), 0))
+        .unwrap();
+    a.qp.ring_send_doorbell();
+    let star = pattern(3000, 6);
+    s.client.fill(0, &star);
+    let sge = [s.client.sge(0, 3000)];
+    s.client
+        .qp
+        .post_send(&wr(
+            WQE_OP_RDMA_WRITE,
+            &sge,
+            Some((s.server.va(0), s.server.mr.key)),
+            0,
+        ))
+        .unwrap();
+    s.client.qp.ring_send_doorbell();
+    s.run();
+    assert!(b.read(0, 3000) == rc);
+    assert!(s.server.read(0, 3000) == star);
+    assert_eq!(a.completions().len(), 1);
+    assert_eq!(s.client.completions().len(), 1);
+}

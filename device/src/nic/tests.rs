@@ -975,7 +975,9 @@ fn no_memory_key_is_the_receive_end_marker() {
             length: U64::new(4096),
             mtt_addr: U64::new(mtt),
             log_page_size: 12,
-            rsvd: [0; 7],
+            flags: 0,
+            rsvd: [0; 2],
+            peer_key: U32::new(0),
         };
         let key = h.command(0, op::CREATE_MR, mr.as_bytes()).id().unwrap();
         assert_eq!(mkey_index(key), 1, "the same slot each time");
@@ -1294,7 +1296,9 @@ fn the_translation_cache_hits_misses_and_forgets_a_deregistered_region() {
             length: mr.length,
             mtt_addr: mr.mtt_addr,
             log_page_size: mr.log_page_size,
-            rsvd: [0; 7],
+            flags: 0,
+            rsvd: [0; 2],
+            peer_key: U32::new(0),
         }
         .as_bytes(),
         size_of::<CreateOut>(),

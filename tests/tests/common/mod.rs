@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod rdma;
+pub mod star;
 
 use std::sync::Arc;
 

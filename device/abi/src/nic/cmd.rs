@@ -112,6 +112,7 @@ pub mod op {
     pub const STAR_GUARD_ADD: u16 = 0x261;
     pub const STAR_GUARD_DEL: u16 = 0x262;
     pub const STAR_GUARD_ENFORCE: u16 = 0x263;
+    pub const SET_STAR_PEER: u16 = 0x264;
 }
 
 /// Bytes of output (after the header) command `opcode` produces; 0 for commands without a
@@ -269,6 +270,8 @@ pub mod bad_param {
     pub const PKEY_INDEX: u32 = 0x7b;
     /// SET_STAR_SERVER: unknown flag bits.
     pub const STAR_FLAGS: u32 = 0x7c;
+    /// CREATE_MR: unknown flag bits, or a peer key with no StaR peer flag.
+    pub const MR_FLAGS: u32 = 0x7e;
     /// STAR_GUARD_*: a function number the NIC does not have, no kinds, an empty or inverted
     /// range, or an ENFORCE value other than 0 and 1.
     pub const STAR_GUARD: u32 = 0x7d;

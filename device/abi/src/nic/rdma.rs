@@ -51,8 +51,19 @@ pub struct CreateMrIn {
     pub length: U64,
     pub mtt_addr: U64,
     pub log_page_size: u8,
-    pub rsvd: [u8; 7],
+    /// [`MR_FLAG_STAR_PEER`].
+    pub flags: u8,
+    pub rsvd: [u8; 2],
+    /// With [`MR_FLAG_STAR_PEER`]: the key the StaR server gave the region.
+    pub peer_key: U32,
 }
+
+/// [`CreateMrIn::flags`]: the region is a StaR server's (`docs/nic-interface.md` §16.6), held
+/// by its client: `start`/`length` are the server's virtual addresses, the MTT holds the
+/// server's bus addresses, and the client's StaR QPs in `pd` find it by `peer_key`. It is
+/// never accessed by this NIC's DMA: the client translates through it and names the bus
+/// addresses in its RDPs and GDs.
+pub const MR_FLAG_STAR_PEER: u8 = 1 << 0;
 
 impl CreateMrIn {
     /// MTT entries the region needs.
@@ -461,6 +472,18 @@ impl RdmaCountersOut {
 pub struct StarServerIn {
     pub flags: U32,
     pub control_cqn: U32,
+}
+
+/// SET_STAR_PEER input: QP `qpn` (in RESET or INIT) becomes the stateful client of a StaR
+/// server (`docs/nic-interface.md` §16.6). The server's QP is the QP's destination QP (set at
+/// RTR); its completions go to the server's CQs named here.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
+pub struct StarPeerIn {
+    pub qpn: U32,
+    pub server_send_cqn: U32,
+    pub server_recv_cqn: U32,
+    pub rsvd: U32,
 }
 
 /// STAR_GUARD_ADD input (`docs/nic-interface.md` §16.5): one entry of a function's egress

@@ -37,6 +37,7 @@ pub(super) const HANDLERS: &[(u16, Handler)] = &[
     (op::STAR_GUARD_ADD, star_guard_add),
     (op::STAR_GUARD_DEL, star_guard_del),
     (op::STAR_GUARD_ENFORCE, star_guard_enforce),
+    (op::SET_STAR_PEER, set_star_peer),
 ];
 
 /// MTT entries a region may have (a 64 GiB region of 4 KiB pages).
@@ -84,6 +85,17 @@ fn create_mr(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
     {
         return fail(CmdStatus::BadParam, bad_param::MTT_UNREACHABLE);
     }
+    let peer = i.flags & MR_FLAG_STAR_PEER != 0;
+    let peer_key = peer.then(|| i.peer_key.get());
+    if i.flags & !MR_FLAG_STAR_PEER != 0 || i.rsvd != [0; 2] || (!peer && i.peer_key.get() != 0) {
+        return fail(CmdStatus::BadParam, bad_param::MR_FLAGS);
+    }
+    if let Some(k) = peer_key {
+        // One region per server key and PD: the client's StaR QPs find it by that key.
+        if c.core.rdma.peer_region(c.function, pd, k).is_some() {
+            return fail(CmdStatus::BadParam, bad_param::MR_FLAGS);
+        }
+    }
     let rdma = &mut c.core.rdma;
     let Some(index) = rdma.mrs.insert(MemoryRegion {
         owner: c.function,
@@ -95,12 +107,16 @@ fn create_mr(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         mtt_addr: i.mtt_addr.get(),
         log_page_size: i.log_page_size,
         refs: 0,
+        peer_key,
     }) else {
         return fail(CmdStatus::ExceedLimit, 0);
     };
     let key = rdma.next_key(index);
     if let Some(mr) = rdma.mrs.get_mut(index) {
         mr.key = key;
+    }
+    if let Some(k) = peer_key {
+        rdma.peers.insert((c.function, pd, k), index);
     }
     rdma.pds.add_ref(pd);
     created(out, Some(key))
@@ -121,6 +137,9 @@ fn destroy_mr(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
     let index = region(&c.core.rdma, object(body)?, c.function)?;
     let mr = c.core.rdma.mrs.take_unreferenced(index, c.function)?;
     c.core.rdma.pds.drop_ref(mr.pd);
+    if let Some(k) = mr.peer_key {
+        c.core.rdma.peers.remove(&(c.function, mr.pd, k));
+    }
     let pages = mtt_pages(mr.start, mr.length, mr.log_page_size);
     crate::nic::rdma::memory::invalidate(
         c.core.rdma.mtt_cache.get_mut(),
@@ -303,6 +322,28 @@ fn star_guard_enforce(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdR
     Ok(0)
 }
 
+/// SET_STAR_PEER: a QP in RESET or INIT becomes a StaR client (§16.6): from RTS its NIC runs
+/// the transport of both ends, and the server's completions go to the server's CQs named here.
+/// A QP on an SRQ or a multi-packet RQ cannot be one (the server's SENDs land in its own
+/// receive WQEs).
+fn set_star_peer(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    let i: StarPeerIn = input(body)?;
+    let f = c.function;
+    let index = queue_pair(&c.core.rdma, i.qpn.get(), f)?;
+    let qp = c.core.rdma.qps.owned_mut(index, f)?;
+    if !matches!(qp.state, QpState::Reset | QpState::Init) {
+        return fail(CmdStatus::BadState, qp.state as u32);
+    }
+    if qp.srq.is_some() || qp.packet_rq.is_some() || i.rsvd.get() != 0 {
+        return fail(CmdStatus::BadParam, bad_param::QP_FLAGS);
+    }
+    qp.star = Some(Box::new(crate::nic::rdma::star::StarClient::new(
+        i.server_send_cqn.get(),
+        i.server_recv_cqn.get(),
+    )));
+    Ok(0)
+}
+
 fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
     let i: CreateQpIn = input(body)?;
     let f = c.function;
@@ -372,6 +413,7 @@ fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         drained_reported: false,
         last_wqe_reported: false,
         src_port: 0,
+        star: None,
     };
     let Some(index) = c.core.rdma.qps.insert(qp) else {
         return fail(CmdStatus::ExceedLimit, 0);
@@ -442,6 +484,9 @@ fn modify_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
             qp.rq_counter = 0;
             qp.drained_reported = false;
             qp.last_wqe_reported = false;
+            if let Some(star) = qp.star.as_deref_mut() {
+                star.reset();
+            }
             c.doorbells.store(db::slot(db::QP_SQ_BASE, index), 0);
             c.doorbells.store(db::slot(db::QP_RQ_BASE, index), 0);
             c.doorbells.store(

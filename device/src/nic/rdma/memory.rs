@@ -36,6 +36,9 @@ pub(crate) struct MemoryRegion {
     pub log_page_size: u8,
     /// In-flight operations holding the region (none yet: operations resolve keys per packet).
     pub refs: u32,
+    /// A StaR server's region its client holds (`MR_FLAG_STAR_PEER`): the server's key. Never
+    /// accessed by DMA: its MTT names the server's bus addresses.
+    pub peer_key: Option<u32>,
 }
 
 impl Owned for ProtectionDomain {
@@ -110,8 +113,37 @@ pub(crate) fn check(
     let mr = mkey_index(key)
         .checked_sub(1)
         .and_then(|i| mrs.get(i))
-        .filter(|m| m.key == key && m.owner == owner)
+        .filter(|m| m.key == key && m.owner == owner && m.peer_key.is_none())
         .ok_or(AccessError::BadKey)?;
+    region_access(mr, pd, va, len, right)
+}
+
+/// Resolves a StaR server's `peer_key` for a client of `owner` in `pd` (its region held by
+/// `index`, see [`crate::nic::rdma::Rdma::peer_region`]): the translation names the server's bus
+/// addresses, for RDPs and GDs, never for this NIC's DMA.
+pub(crate) fn check_peer(
+    mrs: &Slab<MemoryRegion>,
+    index: Option<u32>,
+    pd: u32,
+    va: u64,
+    len: u64,
+    right: u32,
+) -> Result<Target, AccessError> {
+    let mr = index
+        .and_then(|i| mrs.get(i))
+        .filter(|m| m.peer_key.is_some())
+        .ok_or(AccessError::BadKey)?;
+    region_access(mr, pd, va, len, right)
+}
+
+/// The PD, rights and range checks every key resolution makes.
+fn region_access(
+    mr: &MemoryRegion,
+    pd: u32,
+    va: u64,
+    len: u64,
+    right: u32,
+) -> Result<Target, AccessError> {
     if mr.pd != pd {
         return Err(AccessError::WrongPd);
     }
@@ -127,7 +159,7 @@ pub(crate) fn check(
         }
     }
     Ok(Target::Region {
-        owner,
+        owner: mr.owner,
         start: mr.start,
         mtt_addr: mr.mtt_addr,
         log_page_size: mr.log_page_size,
@@ -203,6 +235,25 @@ impl Target {
                 Ok(())
             }
         }
+    }
+
+    /// The bus address of `va` and how many bytes from it are contiguous, at most `max`: the
+    /// piece of `[va, va + max)` that one RDP or GD may name.
+    pub fn contiguous(
+        &self,
+        dma: &mut DmaPort<'_>,
+        cache: &SharedMttCache,
+        va: u64,
+        max: usize,
+    ) -> Result<(u64, usize), AccessError> {
+        let mut first = None;
+        self.for_each_chunk(dma, cache, va, max, |_, bus, _, n| {
+            first.get_or_insert((bus, n));
+            // Stop after the first piece: only it is needed.
+            Err(AccessError::OutOfBounds)
+        })
+        .ok();
+        first.ok_or(AccessError::Dma)
     }
 
     /// Reads `out.len()` bytes at `va`.

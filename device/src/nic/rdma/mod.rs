@@ -15,6 +15,7 @@
 pub mod cache;
 pub(crate) mod memory;
 pub(crate) mod qp;
+pub(crate) mod star;
 
 use fld_abi::nic::{mkey, PKEY_TABLE_ENTRIES, ROCE_ADDRESS_ENTRIES};
 
@@ -106,6 +107,8 @@ pub(crate) struct Rdma {
     pub star: Vec<StarServer>,
     /// Each function's StaR egress security module (§16.5).
     pub guards: Vec<crate::nic::star_guard::StarGuard>,
+    /// StaR servers' regions their clients hold: (function, PD, server key) → region index.
+    pub peers: std::collections::HashMap<(u16, u32, u32), u32>,
     /// QPs not in RESET: the ones the engine visits.
     pub active: Vec<u32>,
     /// The variant byte of the next key (so a reused region index gets a new key).
@@ -114,6 +117,9 @@ pub(crate) struct Rdma {
     pub ip_ident: u16,
     /// Frame assembly and WQE fetch buffers (no allocation per packet).
     pub frame: Vec<u8>,
+    /// The StaR server's answers (their own buffer: a request from a client QP of this NIC
+    /// arrives while that QP's frame is being sent).
+    pub reply_frame: Vec<u8>,
     pub wqe: Vec<u8>,
     /// `(QP index, WQE counter, basic blocks)` of the send WQE `wqe` holds: the WQE a QP is
     /// executing stays on chip while its packets go out, as an RNIC keeps it in the QP's send
@@ -150,10 +156,12 @@ impl Rdma {
             counters: vec![RoceCounters::default(); functions],
             star: vec![StarServer::default(); functions],
             guards: vec![Default::default(); functions],
+            peers: Default::default(),
             active: Vec::new(),
             key_variant: 0,
             ip_ident: 0,
             frame: vec![0; max_frame],
+            reply_frame: vec![0; max_frame],
             wqe: vec![0; fld_abi::nic::MAX_WQE_BYTES],
             wqe_held: None,
             qp_cache: cache::LruCache::new(qp_cache),
@@ -167,6 +175,11 @@ impl Rdma {
     pub fn next_key(&mut self, index: u32) -> u32 {
         self.key_variant = self.key_variant.checked_add(1).unwrap_or(1);
         mkey(index + 1, self.key_variant)
+    }
+
+    /// The index of the StaR server region with `peer_key` that `function` holds in `pd`.
+    pub fn peer_region(&self, function: u16, pd: u32, peer_key: u32) -> Option<u32> {
+        self.peers.get(&(function, pd, peer_key)).copied()
     }
 
     /// The GID entry `index` of `function`, if set.
@@ -229,6 +242,7 @@ impl Rdma {
         self.qp_cache.invalidate(|i| qps.get(*i).is_none());
         self.srqs.remove_owned_by(function);
         self.mrs.remove_owned_by(function);
+        self.peers.retain(|(f, _, _), _| *f != function);
         memory::invalidate(self.mtt_cache.get_mut(), function, None);
         self.pds.remove_owned_by(function);
         if let Some(t) = self.gids.get_mut(function as usize) {

@@ -210,6 +210,8 @@ pub(crate) struct QueuePair {
     pub last_wqe_reported: bool,
     /// The QP's numbers in the UDP source port (A17.3.2 entropy), fixed at RTR.
     pub src_port: u16,
+    /// A StaR client's connection state (SET_STAR_PEER; `docs/nic-interface.md` §16.6).
+    pub star: Option<Box<super::star::StarClient>>,
 }
 
 impl Owned for QueuePair {

@@ -442,9 +442,14 @@ pub trait TransportHeaders {
     /// Writes the headers at the start of `b` with the BTH's pad count `pad`; returns the bytes
     /// written.
     fn emit_padded(&self, pad: u8, b: &mut [u8]) -> usize;
+    /// The base transport header, for a sender to fill in the QP's destination and P_Key.
+    fn bth_mut(&mut self) -> &mut BthRepr;
 }
 
 impl TransportHeaders for IbHeaders {
+    fn bth_mut(&mut self) -> &mut BthRepr {
+        &mut self.bth
+    }
     fn len(&self) -> usize {
         IbHeaders::len(self)
     }

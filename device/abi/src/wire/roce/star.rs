@@ -256,6 +256,10 @@ impl StarHeaders {
 }
 
 impl TransportHeaders for StarHeaders {
+    fn bth_mut(&mut self) -> &mut BthRepr {
+        &mut self.bth
+    }
+
     fn len(&self) -> usize {
         BTH_LEN
             + self.wqe.map_or(0, |_| STAR_WQE_LEN)

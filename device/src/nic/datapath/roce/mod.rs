@@ -19,6 +19,7 @@
 mod requester;
 mod responder;
 mod star;
+mod star_client;
 
 use zerocopy::little_endian::{U16, U32};
 
@@ -30,7 +31,7 @@ use crate::nic::rdma::memory::{self, AccessError};
 use crate::nic::rdma::qp::QueuePair;
 use crate::nic::rdma::Rdma;
 use fld_abi::nic::*;
-use fld_abi::wire::roce::{self, IbHeaders, IbPacket, RoceAddress};
+use fld_abi::wire::roce::{self, IbPacket, RoceAddress, TransportHeaders};
 use fld_abi::wire::{ipv4, udp};
 
 /// Packets one QP may send per poll (fairness between QPs).
@@ -166,7 +167,11 @@ pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
         let Some(state) = core.rdma.qps.get(qpi).map(|q| q.state) else {
             continue;
         };
+        let star = core.rdma.qps.get(qpi).is_some_and(|q| q.star.is_some());
         let done = match state {
+            // A StaR client runs both ends' transport (§16.6).
+            QpState::Rts if star => star_client::run(core, ctx, qpi, QP_BUDGET),
+            QpState::Rtr | QpState::Sqd | QpState::Sqe if star => 0,
             QpState::Rtr => responder::respond(core, ctx, qpi, QP_BUDGET),
             QpState::Rts | QpState::Sqd | QpState::Sqe => {
                 responder::respond(core, ctx, qpi, QP_BUDGET)
@@ -209,11 +214,11 @@ fn address(rdma: &Rdma, qp: &QueuePair) -> Option<RoceAddress> {
 /// Builds one packet of QP `qpi` — `headers`, then `payload_len` bytes that `fill` writes in
 /// place — and sends it into the eSwitch from the QP's vPort. `Err` carries `fill`'s error;
 /// `Ok(false)` when the QP has no usable address (its GID entry was cleared: nothing is sent).
-fn transmit<E>(
+fn transmit<E, H: TransportHeaders>(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
     qpi: u32,
-    mut headers: IbHeaders,
+    mut headers: H,
     payload_len: usize,
     fill: impl FnOnce(&Rdma, &mut Ctx<'_>, &mut [u8]) -> Result<(), E>,
 ) -> Result<bool, E> {
@@ -224,8 +229,10 @@ fn transmit<E>(
     let Some(addr) = address(&core.rdma, qp) else {
         return Ok(false);
     };
-    headers.bth.dest_qp = dest;
-    headers.bth.pkey = core.rdma.pkey(owner, qp.attr.pkey_index.get());
+    let bth = headers.bth_mut();
+    bth.dest_qp = dest;
+    bth.pkey = core.rdma.pkey(owner, qp.attr.pkey_index.get());
+    let star = roce::star::is_star_opcode(bth.opcode);
     let mut frame = std::mem::take(&mut core.rdma.frame);
     let ident = core.rdma.ip_ident;
     core.rdma.ip_ident = ident.wrapping_add(1);
@@ -252,13 +259,12 @@ fn transmit<E>(
         qp.counters.bytes_sent += payload_len as u64;
     }
     let bytes = &frame[..len];
-    switch_frame(
-        core,
-        ctx,
-        owner,
-        Frame::new(bytes, packet::parse(bytes), owner),
-        None,
-    );
+    let parsed = packet::parse(bytes);
+    // A StaR client's requests pass its function's egress security module like any other
+    // StaR packet the function sends (§16.5).
+    if !star || star_egress_allowed(core, owner, bytes, &parsed) {
+        switch_frame(core, ctx, owner, Frame::new(bytes, parsed, owner), None);
+    }
     core.rdma.frame = frame;
     Ok(true)
 }

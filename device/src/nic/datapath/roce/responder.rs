@@ -763,7 +763,7 @@ pub(super) fn respond(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, budget: u
         aeth: Some(Aeth { kind, msn }),
         ..Default::default()
     };
-    let _ = transmit::<()>(core, ctx, qpi, headers, 0, |_, _, _| Ok(()));
+    let _ = transmit::<(), _>(core, ctx, qpi, headers, 0, |_, _, _| Ok(()));
     let Some(qp) = core.rdma.qps.get_mut(qpi) else {
         return sent + 1;
     };
@@ -800,7 +800,7 @@ fn send_read_response(
             }),
             ..Default::default()
         };
-        transmit::<()>(core, ctx, qpi, headers, 0, |_, _, _| Ok(()))?;
+        transmit::<(), _>(core, ctx, qpi, headers, 0, |_, _, _| Ok(()))?;
         return Ok(());
     }
     let mtu = core

@@ -20,8 +20,12 @@
 //! control CQ. The function's P_Key table still applies: a request's P_Key must match one of
 //! its entries (a stateless server has no QP whose P_Key index would pick one).
 //!
-//! Left out: the client side (WQEPs, RAs and SDPs reaching a client are counted as for an
-//! unknown QP), memory-table updates as control packets.
+//! A StaR packet whose destination QP is one of the function's StaR client QPs goes to the
+//! client engine (`star_client`) instead, after the same checks a connected QP makes: it must
+//! come from the QP's peer address, and the QP must be in RTR or RTS.
+//!
+//! Left out: memory-table updates as control packets (a client holds the server's regions
+//! through its own command interface).
 
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::{FromBytes, FromZeros};
@@ -71,6 +75,30 @@ pub(super) fn receive(
         .is_some_and(|t| t.iter().any(|e| pkey_matches(pkey, *e)));
     if !in_partition {
         counters.rx_bad_pkey += 1;
+        return;
+    }
+    // A packet to one of the function's StaR client QPs, from that QP's server, is the client
+    // engine's (§16.6). The server side below has no QP.
+    let client = super::Rdma::qp_index(pkt.headers.bth.dest_qp).filter(|i| {
+        core.rdma
+            .qps
+            .get(*i)
+            .is_some_and(|q| q.owner == vport && q.star.is_some())
+    });
+    if let Some(qpi) = client {
+        let marked = ip_class(p, bytes) & 3 == 3;
+        let qp = core.rdma.qps.get_mut(qpi).expect("checked above");
+        if !from_peer(p, &qp.attr.dgid) {
+            count(core, vport, |c| c.rx_wrong_source += 1);
+            return;
+        }
+        if !matches!(qp.state, QpState::Rtr | QpState::Rts) {
+            count(core, vport, |c| c.rx_qp_not_ready += 1);
+            return;
+        }
+        qp.counters.packets_received += 1;
+        qp.counters.bytes_received += pkt.payload.len() as u64;
+        super::star_client::receive(core, ctx, qpi, marked, &pkt);
         return;
     }
     let server = core.rdma.star.get(f).copied().unwrap_or_default();
@@ -187,8 +215,32 @@ fn element_ack(
 }
 
 fn count(core: &mut NicCore, vport: u16, f: impl FnOnce(&mut crate::nic::rdma::RoceCounters)) {
-    if let Some(c) = core.rdma.counters.get_mut(usize::from(vport)) {
+    if let Some(c) = counters_of(core, vport) {
         f(c);
+    }
+}
+
+fn counters_of(core: &mut NicCore, vport: u16) -> Option<&mut crate::nic::rdma::RoceCounters> {
+    core.rdma.counters.get_mut(usize::from(vport))
+}
+
+/// Whether the frame comes from the address a connected QP's peer has (its GID `dgid`).
+fn from_peer(p: &ParsedFrame, dgid: &[u8; 16]) -> bool {
+    if p.l3 == L3Kind::Ipv6 {
+        p.src_ip == *dgid
+    } else {
+        roce::gid_is_ipv4(dgid) && p.src_ip[..4] == dgid[12..]
+    }
+}
+
+/// The IPv4 TOS or IPv6 traffic class byte of a frame (its low two bits the ECN field).
+fn ip_class(p: &ParsedFrame, bytes: &[u8]) -> u8 {
+    let ip = usize::from(p.l3_offset);
+    let b = |i: usize| bytes.get(ip + i).copied().unwrap_or(0);
+    if p.l3 == L3Kind::Ipv6 {
+        (b(0) << 4) | (b(1) >> 4)
+    } else {
+        b(1)
     }
 }
 
@@ -196,6 +248,13 @@ fn count(core: &mut NicCore, vport: u16, f: impl FnOnce(&mut crate::nic::rdma::R
 fn answer(kind: StarKind, request: &StarPacket<'_>, reply_qpn: u32) -> StarHeaders {
     let b = request.headers.bth;
     StarHeaders::new(kind, reply_qpn, b.psn, b.pkey)
+}
+
+/// The answer's headers, with BECN set when its request arrived marked Congestion Experienced:
+/// the client's window is what slows the requests down, and it learns of the mark only this way.
+fn echo_congestion(mut h: StarHeaders, (p, request): (&ParsedFrame, &[u8])) -> StarHeaders {
+    h.bth.becn = ip_class(p, request) & 3 == 3;
+    h
 }
 
 /// The addresses of an answer to the frame `p` describes: its own, swapped. The UDP source port
@@ -210,13 +269,7 @@ fn reply_address(p: &ParsedFrame, bytes: &[u8]) -> RoceAddress {
             ipv4_gid([ip[0], ip[1], ip[2], ip[3]])
         }
     };
-    let ip = usize::from(p.l3_offset);
-    let class = if ipv6 {
-        let b = |i: usize| bytes.get(ip + i).copied().unwrap_or(0);
-        (b(0) << 4) | (b(1) >> 4)
-    } else {
-        bytes.get(ip + 1).copied().unwrap_or(0)
-    };
+    let class = ip_class(p, bytes);
     let ecn = if class & 3 != 0 { 0b10 } else { 0 };
     RoceAddress {
         src_mac: p.dst_mac,
@@ -243,14 +296,17 @@ fn reply(
     fill: impl FnOnce(&mut Ctx<'_>, &mut [u8]) -> bool,
 ) -> bool {
     let addr = reply_address(p, request);
-    let mut frame = std::mem::take(&mut core.rdma.frame);
+    let headers = &echo_congestion(*headers, (p, request));
+    // Its own buffer: the request may have come from a client QP of this NIC, whose frame is
+    // being sent while this answer is built.
+    let mut frame = std::mem::take(&mut core.rdma.reply_frame);
     let ident = core.rdma.ip_ident;
     core.rdma.ip_ident = ident.wrapping_add(1);
     let len = addr.emit_with(headers, payload_len, ident, &mut frame, |out| {
         fill(ctx, out).then_some(())
     });
     let Some(len) = len else {
-        core.rdma.frame = frame;
+        core.rdma.reply_frame = frame;
         return false;
     };
     count(core, vport, |c| c.tx_packets += 1);
@@ -262,6 +318,6 @@ fn reply(
         Frame::new(bytes, packet::parse(bytes), vport),
         None,
     );
-    core.rdma.frame = frame;
+    core.rdma.reply_frame = frame;
     true
 }
