@@ -328,6 +328,16 @@ impl StarServerQp {
         }
     }
 
+    /// Send WQEs posted so far (the index of the next).
+    pub fn sq_posted(&self) -> u32 {
+        u32::from(self.sq_index)
+    }
+
+    /// When the oldest unacknowledged element was last sent.
+    pub fn oldest_unacked(&self) -> Option<u64> {
+        self.unacked.front().map(|u| u.sent_at)
+    }
+
     /// Elements sent and not acknowledged yet.
     pub fn unacked(&self) -> usize {
         self.unacked.len()

@@ -274,7 +274,10 @@ impl Nic {
             .active
             .iter()
             .filter_map(|&i| core.rdma.qps.get(i))
-            .flat_map(|q| [q.req.deadline, q.req.rnr_wait_until])
+            .flat_map(|q| {
+                let star = q.star.as_ref().and_then(|s| s.deadline);
+                [q.req.deadline, q.req.rnr_wait_until, star]
+            })
             .flatten()
             .min()
     }

@@ -16,6 +16,7 @@
 
 pub mod exchange;
 pub mod neighbor;
+pub mod star;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -273,6 +274,9 @@ struct Attached {
     qpn: u32,
     ids: Arc<WrIds>,
     srq: Option<Arc<WrIds>>,
+    /// A StaR server QP: the element sequence number of its next completion (a completion the
+    /// client had to send twice carries an older one and is dropped).
+    star_next: Option<Arc<AtomicU32>>,
 }
 
 /// A completion channel: where a CQ's events are waited for (ibv_comp_channel).
@@ -337,6 +341,13 @@ impl Cq {
         let qpn = c.qn.get();
         let attached = self.attached.get_mut().unwrap_or_else(|e| e.into_inner());
         let a = attached.iter().find(|a| a.qpn == qpn)?;
+        if let Some(next) = &a.star_next {
+            let seq = c.metadata.get();
+            if seq != next.load(Ordering::Relaxed) {
+                return None;
+            }
+            next.store(seq.wrapping_add(1), Ordering::Relaxed);
+        }
         let status = WcStatus::from_nic(c.syndrome);
         let counter = c.wqe_counter.get() as usize;
         let imm = match c.opcode() {
@@ -512,6 +523,28 @@ impl Qp {
     }
 
     fn post_wqe(&mut self, wr: &SendWr<'_>, data: WqeData<'_>) -> Result<()> {
+        let wqe = rdma_wqe(wr, data, self.sq_sig_all);
+        let blocks = wqebbs(wqe.ds_count());
+        let ring = self.qp.send_ring_size();
+        let used = self
+            .qp
+            .send_producer()
+            .wrapping_sub(self.ids.send_done.load(Ordering::Acquire))
+            & 0xffff;
+        if used + blocks > ring {
+            return Err(VerbsError::QueueFull);
+        }
+        let index = self.qp.post_send(&wqe)?;
+        let slot = index as usize % self.ids.send.len();
+        self.ids.send[slot].store(wr.wr_id, Ordering::Relaxed);
+        self.ids.send_blocks[slot].store(blocks, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The WQE of a send work request whose data is `data`.
+fn rdma_wqe<'a>(wr: &SendWr<'_>, data: WqeData<'a>, sig_all: bool) -> RdmaWqe<'a> {
+    {
         let (opcode, imm, remote, atomic) = match wr.opcode {
             WrOpcode::Send => (WQE_OP_SEND, 0, None, None),
             WrOpcode::SendWithImm(i) => (WQE_OP_SEND_IMM, i, None, None),
@@ -548,33 +581,20 @@ impl Qp {
                 Some((add, 0)),
             ),
         };
-        let wqe = RdmaWqe {
+        RdmaWqe {
             opcode,
-            signal: wr.signaled || self.sq_sig_all,
+            signal: wr.signaled || sig_all,
             solicited: wr.solicited,
             fence: wr.fence,
             imm,
             remote,
             atomic,
             data,
-        };
-        let blocks = wqebbs(wqe.ds_count());
-        let ring = self.qp.send_ring_size();
-        let used = self
-            .qp
-            .send_producer()
-            .wrapping_sub(self.ids.send_done.load(Ordering::Acquire))
-            & 0xffff;
-        if used + blocks > ring {
-            return Err(VerbsError::QueueFull);
         }
-        let index = self.qp.post_send(&wqe)?;
-        let slot = index as usize % self.ids.send.len();
-        self.ids.send[slot].store(wr.wr_id, Ordering::Relaxed);
-        self.ids.send_blocks[slot].store(blocks, Ordering::Relaxed);
-        Ok(())
     }
+}
 
+impl Qp {
     /// Posts receive work requests (ibv_post_recv).
     pub fn post_recv(&mut self, wrs: &[(u64, &[Sge])]) -> Result<()> {
         if self.has_srq {
@@ -697,6 +717,9 @@ pub struct Context {
     eq: EventQueue,
     gids: [Option<Gid>; ROCE_ADDRESS_ENTRIES as usize],
     neighbors: neighbor::Neighbors,
+    /// StaR: the servers' regions this function holds, by (PD, server key), and the security
+    /// module entries it installed — each once, however many connections need it.
+    star: star::StarState,
 }
 
 impl Context {
@@ -711,6 +734,7 @@ impl Context {
             eq,
             gids: [None; ROCE_ADDRESS_ENTRIES as usize],
             neighbors: neighbor::Neighbors::default(),
+            star: Default::default(),
         })
     }
 
@@ -913,6 +937,7 @@ impl Context {
                     qpn: qp.qpn,
                     ids: ids.clone(),
                     srq: init.srq.map(|s| s.ids.clone()),
+                    star_next: None,
                 });
             }
         }

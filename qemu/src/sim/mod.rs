@@ -151,6 +151,10 @@ pub enum WorkloadSpec {
         /// `qps_per_client`).
         #[serde(default)]
         connections: Vec<u32>,
+        /// StaR connections: the server keeps no state on its NIC (§16 of
+        /// `docs/nic-interface.md`).
+        #[serde(default)]
+        stateless: bool,
         #[serde(default = "default_outstanding")]
         outstanding: u32,
         #[serde(default = "default_messages")]
@@ -187,6 +191,9 @@ pub enum WorkloadSpec {
         /// Path MTU in bytes (256 … 4096).
         #[serde(default = "default_mtu")]
         mtu: u32,
+        /// StaR connections (as `write_rate`'s).
+        #[serde(default)]
+        stateless: bool,
         #[serde(default)]
         reference: Vec<Reference>,
     },
@@ -461,6 +468,11 @@ impl Sim {
     pub fn run(&mut self, w: &mut dyn Workload) -> Result<Ps, SimError> {
         for h in &mut self.hosts {
             h.settle();
+        }
+        // Every card looks at its doorbells once at the start: the set-up may have posted work
+        // (a StaR server's receive WQEPs, say) that no application step will ring again.
+        for h in 0..self.hosts.len() {
+            self.wake_engine(h, 0);
         }
         for h in w.starters() {
             self.wake_app(h, 0);
@@ -791,6 +803,7 @@ pub fn run(
                     outstanding,
                     messages,
                     per_connection,
+                    stateless,
                     ..
                 } => {
                     let messages = (*messages).max(per_connection * connections);
@@ -809,6 +822,7 @@ pub fn run(
                         size,
                         *outstanding,
                         messages,
+                        *stateless,
                     )?;
                     (sim, Box::new(w))
                 }
@@ -819,6 +833,7 @@ pub fn run(
                     rpcs,
                     per_connection,
                     mtu,
+                    stateless,
                     ..
                 } => {
                     let rpcs = (*rpcs).max(per_connection * connections);
@@ -832,6 +847,7 @@ pub fn run(
                         (*request, *response),
                         rpcs,
                         mtu_code(*mtu).expect("checked by resolve"),
+                        *stateless,
                     )?;
                     (sim, Box::new(w))
                 }

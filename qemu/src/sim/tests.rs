@@ -580,3 +580,45 @@ fn star_fig5a_rdma_rises_to_the_context_cache_and_collapses_past_it() {
     let server = &r.workloads[0].points[2].cards["server"];
     assert!(server.qp_cache_misses > 3000, "{server:?}");
 }
+
+/// StaR Figure 5(a)'s StaR curve, reduced: past the server's 300 contexts the stateless server
+/// keeps scaling — its NIC looks no context up at all, so the misses are the clients' first
+/// touches only.
+#[test]
+fn star_fig5a_stateless_server_scales_past_the_context_cache() {
+    let text = include_str!("../../scenarios/star-fig5a.toml");
+    let mut s = Scenario::parse(text).unwrap();
+    s.workload.retain(|w| {
+        matches!(
+            w,
+            WorkloadSpec::WriteRate {
+                stateless: true,
+                ..
+            }
+        )
+    });
+    if let Some(WorkloadSpec::WriteRate {
+        connections,
+        messages,
+        per_connection,
+        ..
+    }) = s.workload.first_mut()
+    {
+        *connections = vec![300, 600];
+        *messages = 6000;
+        *per_connection = 10;
+    }
+    let (r, _) = run(&s, |_, _| {}).unwrap();
+    let p = &r.workloads[0].points;
+    assert_eq!(p[0].series, "star");
+    let (a, b) = (p[0].metrics["mops"], p[1].metrics["mops"]);
+    assert!(b > 1.6 * a, "{a} then {b}");
+    for q in p {
+        let server = &q.cards["server"];
+        assert_eq!(
+            server.qp_cache_hits + server.qp_cache_misses,
+            0,
+            "the server looked up no context"
+        );
+    }
+}

@@ -17,11 +17,12 @@ use fld_abi::nic::DEFAULT_PATH_MTU;
 use fld_abi::wire::ethernet::EthernetFrame;
 use fld_abi::wire::roce::ipv4_gid;
 use fld_host::apps::build_frame;
+use fld_host::verbs::star::{StarHeld, StarPort, StarQp};
 use fld_host::verbs::*;
 use fld_host::{EthDev, Mbuf, Mempool, PortConfig};
 
 use super::card::SimHost;
-use super::events::Ps;
+use super::events::{Ps, PS_PER_NS};
 use super::SimError;
 
 /// Work requests one application step posts at most before it lets the card see them.
@@ -97,6 +98,36 @@ fn connect(
         ctx.connect_rc(q, &c)?;
     }
     Ok(())
+}
+
+/// A StaR connection (`docs/nic-interface.md` §16): the client's QP `qc` on host `c` becomes the
+/// stateful end of a connection to the server QP `qs` on host `s` (software, served by `port`),
+/// whose regions it holds in `pd`. Returns what keeps the held regions alive.
+fn connect_star(
+    hosts: &mut [SimHost],
+    (c, qc, pd): (usize, &Qp, &Pd),
+    (s, qs): (usize, &StarQp),
+    path_mtu: u8,
+) -> Result<StarHeld, VerbsError> {
+    let (cmac, cip, smac, sip) = (hosts[c].mac, hosts[c].ip, hosts[s].mac, hosts[s].ip);
+    let to_client = RcConnection {
+        dmac: cmac,
+        traffic_class: 0b10,
+        path_mtu,
+        ..RcConnection::new(qc.qp_num(), ipv4_gid(cip))
+    };
+    hosts[s]
+        .ctx
+        .connect_star_server(qs, qc.qp_num(), &to_client)?;
+    let to_server = RcConnection {
+        dmac: smac,
+        traffic_class: 0b10,
+        path_mtu,
+        ..RcConnection::new(qs.qp_num(), ipv4_gid(sip))
+    };
+    hosts[c]
+        .ctx
+        .connect_star_client(pd, qc, qs.offer(), &to_server)
 }
 
 fn reap(cq: &mut Cq, wc: &mut [Wc]) -> Result<usize, SimError> {
@@ -322,6 +353,8 @@ pub struct WriteRate {
     server_addr: u64,
     server_rkey: u32,
     clients: Vec<usize>,
+    /// StaR: the server's port and the regions the clients hold (kept for the run).
+    _star: Option<(StarPort, Vec<StarHeld>)>,
     completed: u64,
     total: u64,
     first_post: Option<Ps>,
@@ -331,7 +364,8 @@ pub struct WriteRate {
 }
 
 impl WriteRate {
-    /// Connection `i` runs from host `conn_clients[i]` to `server`.
+    /// Connection `i` runs from host `conn_clients[i]` to `server`; `stateless`: StaR
+    /// connections whose server keeps no state on its NIC (`docs/nic-interface.md` §16).
     pub fn new(
         hosts: &mut [SimHost],
         conn_clients: &[usize],
@@ -339,6 +373,7 @@ impl WriteRate {
         size: usize,
         outstanding: u32,
         messages: u64,
+        stateless: bool,
     ) -> Result<Self, SimError> {
         let size = size.max(1);
         let outstanding = u64::from(outstanding.max(1));
@@ -368,18 +403,37 @@ impl WriteRate {
         }
         let mut conns = Vec::new();
         let mut by_client = vec![Vec::new(); hosts.len()];
+        let mut star = match stateless {
+            true => Some((hosts[server].ctx.star_port(256)?, Vec::new())),
+            false => None,
+        };
         for &c in conn_clients {
             let e = ends[c].as_ref().expect("made above");
             let qp = rc_qp(&mut hosts[c].ctx, e, outstanding as u32)?;
-            let sq = rc_qp(
-                &mut hosts[server].ctx,
-                ends[server].as_ref().expect("made above"),
-                1,
-            )?;
-            connect(hosts, (c, &qp), (server, &sq), DEFAULT_PATH_MTU)?;
-            // The server's QP only answers; its handle is not needed again (the QP lives until
-            // the card goes).
-            std::mem::forget(sq);
+            let se = ends[server].as_ref().expect("made above");
+            if let Some((port, held)) = star.as_mut() {
+                // The server answers WRITEs from the packets alone: its QP is software and
+                // never posts.
+                let sq = hosts[server].ctx.create_star_qp(
+                    port,
+                    &se.cq,
+                    &se.cq,
+                    QpCap::default(),
+                    &[&se.mr],
+                )?;
+                held.push(connect_star(
+                    hosts,
+                    (c, &qp, &e.pd),
+                    (server, &sq),
+                    DEFAULT_PATH_MTU,
+                )?);
+            } else {
+                let sq = rc_qp(&mut hosts[server].ctx, se, 1)?;
+                connect(hosts, (c, &qp), (server, &sq), DEFAULT_PATH_MTU)?;
+                // The server's QP only answers; its handle is not needed again (the QP lives
+                // until the card goes).
+                std::mem::forget(sq);
+            }
             by_client[c].push(conns.len());
             conns.push(Conn {
                 client: c,
@@ -402,6 +456,7 @@ impl WriteRate {
             ends,
             by_client,
             clients,
+            _star: star,
             completed: 0,
             total,
             first_post: None,
@@ -513,13 +568,49 @@ struct RpcConn {
     /// Where this connection's receives sit in its client's buffer.
     client_slot: usize,
     client_qp: Qp,
-    server_qp: Qp,
+    server_qp: ServerQp,
     /// RPCs issued and answered.
     issued: u64,
     answered: u64,
     /// SENDs posted on each side (every [`RPC_SIGNAL_EVERY`]th is signalled).
     client_sends: u64,
     server_sends: u64,
+}
+
+/// The server's end of an RPC connection: a QP on its NIC, or (StaR) a QP in its driver.
+enum ServerQp {
+    Rc(Box<Qp>),
+    Star(StarQp),
+}
+
+impl ServerQp {
+    fn post_recv(
+        &mut self,
+        star: Option<&mut StarPort>,
+        wr: (u64, &[Sge]),
+        now: Ps,
+    ) -> Result<(), VerbsError> {
+        match (self, star) {
+            (ServerQp::Star(q), Some(port)) => q.post_recv(port, &[wr], now / PS_PER_NS),
+            (ServerQp::Rc(q), _) => q.post_recv(&[wr]),
+            (ServerQp::Star(_), None) => Err(VerbsError::Invalid("a StaR QP without its port")),
+        }
+    }
+
+    fn post_send(
+        &mut self,
+        star: Option<&mut StarPort>,
+        wr: &SendWr<'_>,
+        now: Ps,
+    ) -> Result<(), VerbsError> {
+        match (self, star) {
+            (ServerQp::Star(q), Some(port)) => {
+                q.post_send(port, std::slice::from_ref(wr), now / PS_PER_NS)
+            }
+            (ServerQp::Rc(q), _) => q.post_send(std::slice::from_ref(wr)),
+            (ServerQp::Star(_), None) => Err(VerbsError::Invalid("a StaR QP without its port")),
+        }
+    }
 }
 
 /// Receives each side keeps posted per connection; a connection has one RPC outstanding, so
@@ -547,6 +638,8 @@ pub struct RpcRate {
     ready: Vec<std::collections::VecDeque<usize>>,
     /// Clients whose connections issued their first RPC.
     started: Vec<bool>,
+    /// StaR: the server's port and the regions the clients hold.
+    star: Option<(StarPort, Vec<StarHeld>)>,
     completed: u64,
     total: u64,
     first_post: Option<Ps>,
@@ -565,6 +658,7 @@ impl RpcRate {
         (request, response): (usize, usize),
         rpcs: u64,
         path_mtu: u8,
+        stateless: bool,
     ) -> Result<Self, SimError> {
         let (request, response) = (request.max(1), response.max(1));
         let n = conn_clients.len().max(1);
@@ -591,12 +685,44 @@ impl RpcRate {
         let mut conns = Vec::with_capacity(n);
         let mut by_client = vec![Vec::new(); hosts.len()];
         let mut client_index = vec![0usize; hosts.len()];
+        let mut star = match stateless {
+            // Room for every connection's receive WQEPs posted at once (a WQEP's slot is free
+            // again only when the NIC has sent it).
+            true => {
+                let entries = (n as u32 * 2 * RPC_RECEIVES as u32).clamp(1 << 10, 1 << 15);
+                Some((hosts[server].ctx.star_port(entries)?, Vec::new()))
+            }
+            false => None,
+        };
         for (i, &c) in conn_clients.iter().enumerate() {
             let ce = ends[c].as_ref().expect("made above");
             let se = ends[server].as_ref().expect("made above");
             let client_qp = rpc_qp(&mut hosts[c].ctx, ce)?;
-            let server_qp = rpc_qp(&mut hosts[server].ctx, se)?;
-            connect(hosts, (c, &client_qp), (server, &server_qp), path_mtu)?;
+            let server_qp = match star.as_mut() {
+                Some((port, held)) => {
+                    let cap = QpCap {
+                        max_send_wr: 2 * RPC_SIGNAL_EVERY as u32,
+                        max_recv_wr: RPC_RECEIVES as u32,
+                        ..Default::default()
+                    };
+                    let q =
+                        hosts[server]
+                            .ctx
+                            .create_star_qp(port, &se.cq, &se.cq, cap, &[&se.mr])?;
+                    held.push(connect_star(
+                        hosts,
+                        (c, &client_qp, &ce.pd),
+                        (server, &q),
+                        path_mtu,
+                    )?);
+                    ServerQp::Star(q)
+                }
+                None => {
+                    let q = rpc_qp(&mut hosts[server].ctx, se)?;
+                    connect(hosts, (c, &client_qp), (server, &q), path_mtu)?;
+                    ServerQp::Rc(Box::new(q))
+                }
+            };
             let k = client_index[c];
             client_index[c] += 1;
             let mut conn = RpcConn {
@@ -611,7 +737,9 @@ impl RpcRate {
             for r in 0..RPC_RECEIVES {
                 let at = (i * RPC_RECEIVES as usize + r as usize) * req_slot;
                 let sge = [se.mr.sge(at, request)];
-                conn.server_qp.post_recv(&[(rpc_wr_id(i, r), &sge[..])])?;
+                let port = star.as_mut().map(|(p, _)| p);
+                conn.server_qp
+                    .post_recv(port, (rpc_wr_id(i, r), &sge[..]), 0)?;
                 let at = (k * RPC_RECEIVES as usize + r as usize) * resp_slot;
                 let sge = [ce.mr.sge(at, response)];
                 conn.client_qp.post_recv(&[(rpc_wr_id(i, r), &sge[..])])?;
@@ -631,6 +759,7 @@ impl RpcRate {
             ends,
             ready: vec![Default::default(); hosts.len()],
             started: vec![false; hosts.len()],
+            star,
             completed: 0,
             total,
             first_post: None,
@@ -666,12 +795,12 @@ impl RpcRate {
                 };
                 let at = (base * RPC_RECEIVES as usize + slot as usize) * size.next_multiple_of(64);
                 let sge = [e.mr.sge(at, size)];
-                let qp = if h == self.server {
-                    &mut conn.server_qp
+                if h == self.server {
+                    let port = self.star.as_mut().map(|(p, _)| p);
+                    conn.server_qp.post_recv(port, (w.wr_id, &sge[..]), now)?;
                 } else {
-                    &mut conn.client_qp
-                };
-                qp.post_recv(&[(w.wr_id, &sge[..])])?;
+                    conn.client_qp.post_recv(&[(w.wr_id, &sge[..])])?;
+                }
                 if h == self.server {
                     self.ready[h].push_back(i);
                 } else {
@@ -714,16 +843,21 @@ impl RpcRate {
             let e = self.ends[h].as_ref().expect("an end");
             let sge = [e.mr.sge(source, len)];
             let conn = &mut self.conns[i];
-            let (qp, sends) = if server {
-                (&mut conn.server_qp, &mut conn.server_sends)
+            let sends = if server {
+                &mut conn.server_sends
             } else {
                 conn.issued += 1;
-                (&mut conn.client_qp, &mut conn.client_sends)
+                &mut conn.client_sends
             };
             *sends += 1;
             let mut wr = SendWr::new(*sends, WrOpcode::Send, &sge);
             wr.signaled = sends.is_multiple_of(RPC_SIGNAL_EVERY);
-            qp.post_send(&[wr])?;
+            if server {
+                let port = self.star.as_mut().map(|(p, _)| p);
+                conn.server_qp.post_send(port, &wr, host.cpu_free)?;
+            } else {
+                conn.client_qp.post_send(&[wr])?;
+            }
             // The post and the receive reposted for it.
             host.cpu_post(2);
             self.first_post.get_or_insert(host.cpu_free);
@@ -773,9 +907,23 @@ impl Workload for RpcRate {
             // The first wake of a client: every connection issues its first RPC.
             self.ready[host].extend(self.by_client[host].iter().copied());
         }
+        if host == self.server {
+            // StaR: the server's driver takes its EAs and sends unacknowledged WQEPs again.
+            if let Some((port, _)) = self.star.as_mut() {
+                port.progress(t / PS_PER_NS)?;
+            }
+        }
         self.reap(host, t)?;
         let more = self.post(host, h)?;
-        Ok(more.then_some(h.cpu_free))
+        if more {
+            return Ok(Some(h.cpu_free));
+        }
+        // The StaR server's driver has a timer: WQEPs not acknowledged in time go again.
+        let timer = match (&self.star, host == self.server) {
+            (Some((port, _)), true) => port.next_deadline().map(|ns| ns * PS_PER_NS),
+            _ => None,
+        };
+        Ok(timer.filter(|&at| at > t))
     }
 
     fn finished(&self) -> bool {

@@ -1,0 +1,329 @@
+//! StaR connections on the verbs API (`docs/nic-interface.md` §16; Pan et al., APNet '19): which
+//! end keeps a connection's state is chosen when it is set up.
+//!
+//! * The **server** (stateless side) serves through a [`StarPort`] and makes a [`StarQp`] per
+//!   connection. That QP lives in the driver: its WQEs go to the client as WQEPs and come back as
+//!   completions on the CQs it names. Its [`StarOffer`] — its QP number, CQs and regions — goes
+//!   to the client with the usual connection data.
+//! * The **client** (stateful side) connects an ordinary [`Qp`] with
+//!   [`Context::connect_star_client`]. The call holds the server's regions and installs the
+//!   connection's entries in the function's egress security module. That takes the manager
+//!   function: the trusted driver in the model StaR §3.2 draws.
+//!
+//! Completions look as for RC ([`Cq::poll`]): a StaR QP's completion that arrives twice (the
+//! client sent it again) is dropped by its element sequence number.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fld_abi::nic::*;
+use fld_abi::wire::roce::star::StarKind;
+use fld_abi::wire::roce::{flow_source_port, RoceAddress, DEFAULT_PKEY};
+use fld_driver::rdma::MemoryRegion;
+use fld_driver::star::{StarRegion, StarServer, StarServerQp};
+
+use super::*;
+
+/// The numbers a server's driver gives its StaR QPs: above every QP number a NIC has, so a
+/// completion's `qn` never names both.
+pub const STAR_QPN_BASE: u32 = 0x80_0000;
+
+/// How long the server's driver waits for a WQEP's EA before sending it again, ns.
+pub const WQEP_TIMEOUT_NS: u64 = 10_000_000;
+
+/// What a StaR server hands its client at setup, beside the RC connection data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StarOffer {
+    pub qpn: u32,
+    pub send_cqn: u32,
+    pub recv_cqn: u32,
+    pub regions: Vec<StarRegion>,
+}
+
+/// A function serving StaR connections: its WQEP send queue, its control CQ, its QPs.
+pub struct StarPort {
+    server: StarServer,
+    qps: HashMap<u32, Arc<Mutex<Option<StarServerQp>>>>,
+    next_qpn: u32,
+}
+
+impl StarPort {
+    /// The server driver's own work: EAs taken off the control CQ, WQEPs unacknowledged for
+    /// [`WQEP_TIMEOUT_NS`] sent again. Returns the work done.
+    pub fn progress(&mut self, now: u64) -> Result<usize> {
+        let mut work = 0;
+        while let Some((qpn, seq)) = self.server.poll_ea() {
+            if let Some(qp) = self.qps.get(&qpn) {
+                if let Some(q) = lock(qp).as_mut() {
+                    q.element_acked(seq);
+                }
+            }
+            work += 1;
+        }
+        for qp in self.qps.values() {
+            if let Some(q) = lock(qp).as_mut() {
+                if q.unacked() > 0 {
+                    work += q.resend_due(&mut self.server, now, WQEP_TIMEOUT_NS)?;
+                }
+            }
+        }
+        Ok(work)
+    }
+}
+
+impl StarPort {
+    /// When the earliest unacknowledged WQEP falls due to be sent again (ns), if any: the
+    /// driver's timer.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.qps
+            .values()
+            .filter_map(|q| lock(q).as_ref().and_then(|q| q.oldest_unacked()))
+            .min()
+            .map(|t| t + WQEP_TIMEOUT_NS)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A StaR connection's QP at the server, in host software.
+pub struct StarQp {
+    qp: Arc<Mutex<Option<StarServerQp>>>,
+    qpn: u32,
+    ids: Arc<WrIds>,
+    cap: QpCap,
+    offer: StarOffer,
+}
+
+impl StarQp {
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    /// What the client needs to connect.
+    pub fn offer(&self) -> &StarOffer {
+        &self.offer
+    }
+
+    /// Posts send work requests: each becomes a WQEP to the client now. Inline data is not
+    /// taken (the client fetches the data by GDs).
+    pub fn post_send(&mut self, port: &mut StarPort, wrs: &[SendWr<'_>], now: u64) -> Result<()> {
+        let mut guard = lock(&self.qp);
+        let q = guard
+            .as_mut()
+            .ok_or(VerbsError::Invalid("the StaR QP is not connected"))?;
+        for wr in wrs {
+            if wr.sg_list.len() > self.cap.max_send_sge as usize {
+                return Err(VerbsError::Invalid("more SGEs than the QP takes"));
+            }
+            let done = self.ids.send_done.load(Ordering::Acquire);
+            if q.sq_posted().wrapping_sub(done) & 0xffff >= self.cap.max_send_wr {
+                return Err(VerbsError::QueueFull);
+            }
+            let wqe = super::rdma_wqe(wr, WqeData::Gather(wr.sg_list), false);
+            let index = q.post_send(&mut port.server, &wqe, now)?;
+            let slot = index as usize % self.ids.send.len();
+            self.ids.send[slot].store(wr.wr_id, Ordering::Relaxed);
+            self.ids.send_blocks[slot].store(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Posts receive work requests: each becomes a WQEP to the client now.
+    pub fn post_recv(
+        &mut self,
+        port: &mut StarPort,
+        wrs: &[(u64, &[Sge])],
+        now: u64,
+    ) -> Result<()> {
+        let mut guard = lock(&self.qp);
+        let q = guard
+            .as_mut()
+            .ok_or(VerbsError::Invalid("the StaR QP is not connected"))?;
+        for (wr_id, sges) in wrs {
+            if sges.len() > self.cap.max_recv_sge as usize {
+                return Err(VerbsError::Invalid("more SGEs than the QP takes"));
+            }
+            let c = q.post_recv(&mut port.server, sges, now)?;
+            self.ids.recv[c as usize % self.ids.recv.len()].store(*wr_id, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// The server's regions a client holds, for as long as the connection lasts.
+pub struct StarHeld {
+    _regions: Vec<Arc<MemoryRegion>>,
+}
+
+/// What a context set up for StaR once for all its connections.
+#[derive(Default)]
+pub(super) struct StarState {
+    /// (PD, server key) → the server's GID and the region held.
+    held: HashMap<(u32, u32), ([u8; 16], Arc<MemoryRegion>)>,
+    allowed: std::collections::HashSet<(u8, [u8; 16], u64, u64, u32)>,
+}
+
+impl Context {
+    /// Adds a security module entry for this function unless it is there already.
+    fn star_allow(
+        &mut self,
+        kinds: u8,
+        dst: [u8; 16],
+        range: std::ops::Range<u64>,
+        cqn: u32,
+    ) -> Result<()> {
+        if self
+            .star
+            .allowed
+            .insert((kinds, dst, range.start, range.end, cqn))
+        {
+            let f = self.nic.vport();
+            self.nic.star_guard_add(f, kinds, dst, range, cqn)?;
+        }
+        Ok(())
+    }
+}
+
+impl Context {
+    /// Makes this function a StaR server: a control CQ and a send queue for its WQEPs (both of
+    /// `entries`), and the NIC told to serve.
+    pub fn star_port(&mut self, entries: u32) -> Result<StarPort> {
+        let log = entries.max(4).next_power_of_two().trailing_zeros() as u8;
+        let control = self.nic.create_cq(&self.eq, log)?;
+        self.nic.set_star_server(true, Some(&control))?;
+        let sq_cq = self.nic.create_cq(&self.eq, log)?;
+        let sq = self.nic.create_sq(&sq_cq, log.min(MAX_LOG_SQ), false)?;
+        Ok(StarPort {
+            server: StarServer::new(&mut self.nic, sq, sq_cq, control)?,
+            qps: HashMap::new(),
+            next_qpn: STAR_QPN_BASE,
+        })
+    }
+
+    /// A server-side StaR QP completing into `send_cq` and `recv_cq`, offering `regions` to its
+    /// client.
+    pub fn create_star_qp(
+        &mut self,
+        port: &mut StarPort,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        cap: QpCap,
+        regions: &[&Mr],
+    ) -> Result<StarQp> {
+        let qpn = port.next_qpn;
+        port.next_qpn += 1;
+        let ids = WrIds::new(
+            cap.max_send_wr.max(1) as usize,
+            cap.max_recv_wr.max(1) as usize,
+        );
+        let next = Arc::new(AtomicU32::new(0));
+        for cq in [send_cq, recv_cq] {
+            let mut a = lock(&cq.attached);
+            if !a.iter().any(|x| x.qpn == qpn) {
+                a.push(Attached {
+                    qpn,
+                    ids: ids.clone(),
+                    srq: None,
+                    star_next: Some(next.clone()),
+                });
+            }
+        }
+        let qp = Arc::new(Mutex::new(None));
+        port.qps.insert(qpn, qp.clone());
+        Ok(StarQp {
+            qp,
+            qpn,
+            ids,
+            cap,
+            offer: StarOffer {
+                qpn,
+                send_cqn: send_cq.cqn(),
+                recv_cqn: recv_cq.cqn(),
+                regions: regions.iter().map(|m| m.region.star_region()).collect(),
+            },
+        })
+    }
+
+    /// The server's QP sends to the client QP `client_qpn` at the address `c` names (its MAC
+    /// given, not resolved). The function's security module is told to let its WQEPs out.
+    pub fn connect_star_server(
+        &mut self,
+        qp: &StarQp,
+        client_qpn: u32,
+        c: &RcConnection,
+    ) -> Result<()> {
+        let src = self.query_gid(1, c.sgid_index as usize)?;
+        if c.dmac == [0; 6] {
+            return Err(VerbsError::Invalid("a StaR server needs its client's MAC"));
+        }
+        let addr = RoceAddress {
+            src_mac: self.nic.mac(),
+            dst_mac: c.dmac,
+            src_gid: src,
+            dst_gid: c.dgid,
+            src_port: flow_source_port(qp.qpn, client_qpn),
+            traffic_class: c.traffic_class,
+            hop_limit: c.hop_limit,
+            flow_label: c.flow_label,
+        };
+        let wqep = star_guard_kind(StarKind::Wqep.opcode());
+        self.star_allow(wqep, c.dgid, 0..0, STAR_GUARD_ANY_CQ)?;
+        *lock(&qp.qp) = Some(StarServerQp::new(qp.qpn, addr, client_qpn, DEFAULT_PKEY));
+        Ok(())
+    }
+
+    /// Client: `qp` (in RESET) becomes the stateful end of the StaR connection `offer`
+    /// describes and is connected to it (`c.dest_qpn` is taken from the offer). The server's
+    /// regions are held in `pd` and its packets allowed through this function's security
+    /// module (the manager function's right; others get NOT_PERMITTED).
+    pub fn connect_star_client(
+        &mut self,
+        pd: &Pd,
+        qp: &Qp,
+        offer: &StarOffer,
+        c: &RcConnection,
+    ) -> Result<StarHeld> {
+        let qpn = qp.qp.qpn;
+        self.nic
+            .set_star_peer(qpn, offer.send_cqn, offer.recv_cqn)?;
+        let mut regions = Vec::with_capacity(offer.regions.len());
+        let data = star_guard_kind(StarKind::Rdp.opcode()) | star_guard_kind(StarKind::Gd.opcode());
+        for r in &offer.regions {
+            // A PD holds one region per server key: a client QP finds the server's memory by
+            // the key alone, so two servers' regions with one key need two PDs.
+            let held = match self.star.held.get(&(pd.handle, r.key)) {
+                Some((server, h)) if *server == c.dgid => h.clone(),
+                Some(_) => return Err(VerbsError::Invalid(
+                    "another StaR server's region has this key in the PD: use one PD per server",
+                )),
+                None => {
+                    let h = Arc::new(self.nic.hold_star_region(pd.handle, r)?);
+                    self.star
+                        .held
+                        .insert((pd.handle, r.key), (c.dgid, h.clone()));
+                    h
+                }
+            };
+            regions.push(held);
+            for range in r.bus_ranges() {
+                self.star_allow(data, c.dgid, range, 0)?;
+            }
+        }
+        let ea = star_guard_kind(StarKind::Ea.opcode());
+        self.star_allow(ea, c.dgid, 0..0, STAR_GUARD_ANY_CQ)?;
+        let cqep = star_guard_kind(StarKind::Cqep.opcode());
+        for cqn in [offer.send_cqn, offer.recv_cqn] {
+            self.star_allow(cqep, c.dgid, 0..0, cqn)?;
+        }
+        self.init_rc(qp, access::REMOTE)?;
+        let conn = RcConnection {
+            dest_qpn: offer.qpn,
+            ..*c
+        };
+        self.connect_rc(qp, &conn)?;
+        Ok(StarHeld { _regions: regions })
+    }
+}
