@@ -15,12 +15,21 @@
 //!   buffer, which the client compares with its own pattern's;
 //! * `QUIT` ends the server.
 //!
+//! With `--stateless` on both ends the connection is StaR's (`docs/nic-interface.md` §16): the
+//! client's HELLO ends in `star`; the server, whose NIC keeps no state for it, makes its QP in
+//! software and answers with its HELLO (that QP's number), then
+//! `STAR <qpn> <send_cqn> <recv_cqn>`, one `REGION <key> <addr> <length> <access> <log_page>
+//! <page,page,...>` for its buffer (the bus addresses the client will name), and `OFFERED`.
+//!
+//! An end that cannot go on says `ERROR <why>` before it closes, so both ends report the cause.
 //! While an end waits on the control connection its card keeps running and answers ARP.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use fld_driver::star::StarRegion;
+use fld_host::verbs::star::{StarHeld, StarOffer, StarPort, StarQp};
 use fld_host::verbs::*;
 
 use crate::testbed::rdma::{bw_endpoint, BwOp, BwResult, RX_DEPTH, TX_DEPTH};
@@ -59,6 +68,18 @@ pub struct Peer {
     timeout: Duration,
     remote_addr: u64,
     rkey: u32,
+    /// A StaR connection: the server's port and software QP, or what the client holds.
+    star: Option<StarEnd>,
+    started: Instant,
+}
+
+/// This end of a StaR connection.
+enum StarEnd {
+    Server(Box<(StarPort, StarQp)>),
+    /// The server's regions the client holds, for as long as the connection lasts.
+    Client {
+        _held: StarHeld,
+    },
 }
 
 /// What the ends trade.
@@ -110,6 +131,7 @@ impl Peer {
         port: u16,
         buf: usize,
         path_mtu: u8,
+        stateless: bool,
         timeout: Duration,
     ) -> Result<Peer> {
         let (pd, mr, cq, qp) = bw_endpoint(&mut ctx, buf)?;
@@ -168,26 +190,177 @@ impl Peer {
             timeout,
             remote_addr: 0,
             rkey: 0,
+            star: None,
+            started: Instant::now(),
         };
+        let mode = if stateless { " star" } else { "" };
+        let hello = |h: &Hello| format!("{}{mode}\n", h.line().trim_end());
         if server.is_some() {
-            peer.send_line(&local.line())?;
+            peer.send_line(&hello(&local))?;
         }
-        let remote = peer.read_line()?;
+        let line = peer.read_line()?;
         let remote =
-            Hello::parse(&remote).ok_or_else(|| PeerError::Protocol(format!("bad {remote:?}")))?;
+            Hello::parse(&line).ok_or_else(|| PeerError::Protocol(format!("bad {line:?}")))?;
+        if line.ends_with(" star") != stateless {
+            let why = "one end asked for a StaR connection (--stateless) and the other did not";
+            // Tell the other end why before hanging up, so both name the option.
+            let _ = peer.send_line(&format!("ERROR {why}\n"));
+            return Err(PeerError::Protocol(why.into()));
+        }
         let c = RcConnection {
             path_mtu,
             rq_psn: remote.psn,
             sq_psn: local.psn,
             ..RcConnection::new(remote.qpn, remote.gid)
         };
-        peer.ctx.connect_rc(&peer.qp, &c)?;
-        if server.is_none() {
-            peer.send_line(&local.line())?;
-        }
         peer.remote_addr = remote.vaddr;
         peer.rkey = remote.rkey;
+        match (stateless, server.is_some()) {
+            (false, _) => {
+                peer.ctx.connect_rc(&peer.qp, &c)?;
+                if server.is_none() {
+                    peer.send_line(&local.line())?;
+                }
+            }
+            (true, false) => peer.offer_star(&remote, c, local)?,
+            (true, true) => {
+                let offer = peer.read_offer()?;
+                let pd = &peer._pd;
+                let held = peer.ctx.connect_star_client(pd, &peer.qp, &offer, &c)?;
+                peer.star = Some(StarEnd::Client { _held: held });
+            }
+        }
         Ok(peer)
+    }
+
+    /// The server of a StaR connection: its QP in software, connected to the client that said
+    /// HELLO, and the offer sent.
+    fn offer_star(&mut self, client: &Hello, c: RcConnection, mut local: Hello) -> Result<()> {
+        let ip = fld_abi::wire::roce::gid_is_ipv4(&client.gid)
+            .then(|| {
+                [
+                    client.gid[12],
+                    client.gid[13],
+                    client.gid[14],
+                    client.gid[15],
+                ]
+            })
+            .ok_or_else(|| PeerError::Protocol("a StaR client needs an IPv4 address".into()))?;
+        let dmac = self.ctx.resolve(ip, self.timeout)?;
+        let mut port = self.ctx.star_port(2 * (RX_DEPTH + TX_DEPTH))?;
+        let cap = QpCap {
+            max_send_wr: TX_DEPTH,
+            max_recv_wr: RX_DEPTH,
+            ..Default::default()
+        };
+        let qp = self
+            .ctx
+            .create_star_qp(&mut port, &self.cq, &self.cq, cap, &[&self.mr])?;
+        self.ctx.connect_star_server(
+            &qp,
+            client.qpn,
+            &RcConnection {
+                dmac,
+                path_mtu: c.path_mtu,
+                ..RcConnection::new(client.qpn, client.gid)
+            },
+        )?;
+        local.qpn = qp.qp_num();
+        let offer = qp.offer().clone();
+        self.send_line(&format!("{} star\n", local.line().trim_end()))?;
+        self.send_line(&format!(
+            "STAR {:x} {:x} {:x}\n",
+            offer.qpn, offer.send_cqn, offer.recv_cqn
+        ))?;
+        for r in &offer.regions {
+            let pages: Vec<String> = r.pages.iter().map(|p| format!("{p:x}")).collect();
+            self.send_line(&format!(
+                "REGION {:x} {:x} {:x} {:x} {} {}\n",
+                r.key,
+                r.addr,
+                r.length,
+                r.access,
+                r.log_page_size,
+                pages.join(",")
+            ))?;
+        }
+        self.send_line("OFFERED\n")?;
+        self.star = Some(StarEnd::Server(Box::new((port, qp))));
+        Ok(())
+    }
+
+    /// The client reads the server's StaR offer.
+    fn read_offer(&mut self) -> Result<StarOffer> {
+        let bad = |l: &str| PeerError::Protocol(format!("bad StaR offer line {l:?}"));
+        let hex32 = |s: Option<&str>| s.and_then(|s| u32::from_str_radix(s, 16).ok());
+        let hex64 = |s: Option<&str>| s.and_then(|s| u64::from_str_radix(s, 16).ok());
+        let line = self.read_line()?;
+        let mut f = line.split_whitespace();
+        let (Some("STAR"), Some(qpn), Some(send_cqn), Some(recv_cqn)) =
+            (f.next(), hex32(f.next()), hex32(f.next()), hex32(f.next()))
+        else {
+            return Err(bad(&line));
+        };
+        let mut offer = StarOffer {
+            qpn,
+            send_cqn,
+            recv_cqn,
+            regions: Vec::new(),
+        };
+        loop {
+            let line = self.read_line()?;
+            if line == "OFFERED" {
+                return Ok(offer);
+            }
+            let mut f = line.split_whitespace();
+            let region = (|| {
+                (f.next()? == "REGION").then_some(())?;
+                let (key, addr, length, access) = (
+                    hex32(f.next())?,
+                    hex64(f.next())?,
+                    hex64(f.next())?,
+                    hex32(f.next())?,
+                );
+                let log_page_size = f.next()?.parse().ok()?;
+                let pages = f
+                    .next()?
+                    .split(',')
+                    .map(|p| u64::from_str_radix(p, 16).ok())
+                    .collect::<Option<Vec<u64>>>()?;
+                Some(StarRegion {
+                    key,
+                    addr,
+                    length,
+                    access,
+                    log_page_size,
+                    pages,
+                })
+            })();
+            offer.regions.push(region.ok_or_else(|| bad(&line))?);
+        }
+    }
+
+    /// A StaR server's driver work (EAs, WQEPs sent again); nothing for others.
+    fn progress(&mut self) -> Result<()> {
+        let now = self.started.elapsed().as_nanos() as u64;
+        if let Some(StarEnd::Server(server)) = self.star.as_mut() {
+            server.0.progress(now)?;
+        }
+        Ok(())
+    }
+
+    /// Posts `n` receives of `sge` on this end's QP (the StaR server's software one if it is).
+    fn post_receives(&mut self, sge: &[fld_abi::nic::Sge], n: u64) -> Result<()> {
+        let wrs: Vec<(u64, &[fld_abi::nic::Sge])> = (0..n).map(|_| (0, sge)).collect();
+        let now = self.started.elapsed().as_nanos() as u64;
+        match self.star.as_mut() {
+            Some(StarEnd::Server(server)) => {
+                let (port, qp) = &mut **server;
+                qp.post_recv(port, &wrs, now)?
+            }
+            _ => self.qp.post_recv(&wrs)?,
+        }
+        Ok(())
     }
 
     fn send_line(&mut self, line: &str) -> Result<()> {
@@ -210,7 +383,11 @@ impl Peer {
             if let Some(i) = self.line.iter().position(|b| *b == b'\n') {
                 let rest = self.line.split_off(i + 1);
                 let line = std::mem::replace(&mut self.line, rest);
-                return Ok(Some(String::from_utf8_lossy(&line).trim().to_string()));
+                let line = String::from_utf8_lossy(&line).trim().to_string();
+                if let Some(why) = line.strip_prefix("ERROR ") {
+                    return Err(PeerError::Protocol(format!("the peer refused: {why}")));
+                }
+                return Ok(Some(line));
             }
             match self.ctl.read(&mut buf) {
                 Ok(0) => return Err(PeerError::Protocol("the peer closed the connection".into())),
@@ -377,20 +554,17 @@ impl Peer {
             match op.as_str() {
                 "send" => {
                     let mut posted = u64::from(RX_DEPTH).min(count);
-                    let wrs: Vec<(u64, &[fld_abi::nic::Sge])> =
-                        (0..posted).map(|_| (0, &rsge[..])).collect();
-                    self.qp.post_recv(&wrs)?;
+                    self.post_receives(&rsge, posted)?;
                     self.send_line("READY\n")?;
                     let mut received = 0u64;
                     let mut last_progress = Instant::now();
                     while received < count {
+                        self.progress()?;
                         let n = self.reap(&mut wc)?;
                         received += n as u64;
                         let more = (count - posted).min(n as u64);
                         if more > 0 {
-                            let wrs: Vec<(u64, &[fld_abi::nic::Sge])> =
-                                (0..more).map(|_| (0, &rsge[..])).collect();
-                            self.qp.post_recv(&wrs)?;
+                            self.post_receives(&rsge, more)?;
                             posted += more;
                         }
                         if n > 0 {
@@ -410,6 +584,7 @@ impl Peer {
                     // The card serves the client's requests until it says END (or goes away).
                     let mut polls = 0u32;
                     loop {
+                        self.progress()?;
                         self.reap(&mut wc)?;
                         polls = polls.wrapping_add(1);
                         if polls.is_multiple_of(64) {

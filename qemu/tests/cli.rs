@@ -727,6 +727,47 @@ fn rc_bw_two_processes_report_both_ends() {
     assert!(counter(&served, "qp", "bytes_received") >= 2101 * 1024);
 }
 
+/// `--stateless`: a StaR connection between the two processes. The server's NIC serves the
+/// client's WRITEs, READs and SENDs statelessly (its counters say so; its QP-context cache is
+/// never consulted), every byte checked; one end alone asking for it is refused.
+#[test]
+fn rc_bw_two_processes_over_a_stateless_connection() {
+    let (server_link, client_link) = udp_link();
+    let common = format!("-p {} --timeout 30 --json", free_tcp_port());
+    let server = Background::spawn(&a(&format!(
+        "rc-bw --link {server_link} --ip 10.8.0.1 --stateless {common}"
+    )));
+    let client = json(&a(&format!(
+        "rc-bw 127.0.0.1 --link {client_link} --ip 10.8.0.2 --stateless {common} \
+         --size-min 2048 --size-max 2048 --bytes 1"
+    )));
+    let out = server.wait();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let served = output_json(&out);
+    let rows = client["results"].as_array().expect("results");
+    assert_eq!(rows.len(), 3, "write, read and send");
+    // 2,101 messages of each op (warm-up and run), at least one request each, all served
+    // without a context.
+    assert!(
+        counter(&served, "port", "star_served") >= 3 * 2101,
+        "{served}"
+    );
+    assert_eq!(counter(&served, "port", "qp_cache_misses"), 0);
+    assert_eq!(counter(&client, "port", "star_tx_blocked"), 0);
+    // One end alone asking for StaR is refused by the other.
+    let (server_link, client_link) = udp_link();
+    let common = format!("-p {} --timeout 10 --json", free_tcp_port());
+    let server = Background::spawn(&a(&format!(
+        "rc-bw --link {server_link} --ip 10.8.0.1 {common}"
+    )));
+    let lone = a(&format!(
+        "rc-bw 127.0.0.1 --link {client_link} --ip 10.8.0.2 --stateless {common} \
+         --ops write --size-min 64 --size-max 64 --bytes 1"
+    ));
+    refused(&lone, "--stateless");
+    drop(server);
+}
+
 #[test]
 fn rc_lat_measures_the_sizes_and_iterations_asked_for() {
     let v = json(&a("rc-lat --size-min 64 --size-max 128 -n 30 --json"));

@@ -27,11 +27,11 @@ fn two_cards_on_a_udp_link_move_checked_writes_reads_and_sends() {
     let timeout = Duration::from_secs(30);
     let server = std::thread::spawn(move || {
         let (ctx, _keep) = end("udp:47311:127.0.0.1:47312", [10, 31, 0, 1]);
-        let mut peer = Peer::connect(ctx, None, TCP, 1 << 16, 3, timeout).unwrap();
+        let mut peer = Peer::connect(ctx, None, TCP, 1 << 16, 3, false, timeout).unwrap();
         peer.serve().unwrap();
     });
     let (ctx, _keep) = end("udp:47312:127.0.0.1:47311", [10, 31, 0, 2]);
-    let mut peer = Peer::connect(ctx, Some("127.0.0.1"), TCP, 1 << 16, 3, timeout).unwrap();
+    let mut peer = Peer::connect(ctx, Some("127.0.0.1"), TCP, 1 << 16, 3, false, timeout).unwrap();
     for op in [BwOp::Write, BwOp::Read, BwOp::Send] {
         for (size, count) in [(1usize, 300u64), (1000, 300), (20_000, 40)] {
             let r = peer.bandwidth(op, size, count).unwrap();

@@ -808,3 +808,32 @@ fn a_star_connection_and_an_rc_connection_share_a_nic() {
     assert_eq!(a.completions().len(), 1);
     assert_eq!(s.client.completions().len(), 1);
 }
+
+/// A request lost in a stream is sent again once three later ones are answered, not when the
+/// ACK timer (67 ms here) expires.
+#[test]
+fn a_lost_rdp_is_sent_again_after_three_later_answers() {
+    let mut s = star_pair(Drops::of(&[(StarKind::Rdp, &[3])]), Default::default());
+    let data = pattern(32 * 1024, 8);
+    s.client.fill(0, &data);
+    let sge = [s.client.sge(0, data.len())];
+    let at = (s.server.va(0), s.server.mr.key);
+    s.client
+        .qp
+        .post_send(&wr(WQE_OP_RDMA_WRITE, &sge, Some(at), 0))
+        .unwrap();
+    s.client.qp.ring_send_doorbell();
+    let start = s.now;
+    let mut done = Vec::new();
+    while done.is_empty() && s.now - start < 50_000_000 {
+        s.step();
+        done = s.client.completions();
+    }
+    assert_eq!(done.len(), 1, "completed before the ACK timer");
+    assert!(s.server.read(0, data.len()) == data);
+    let q = s.client.nic.query_qp(s.client.qp.qpn).unwrap();
+    assert_eq!(
+        (q.counters.timeouts.get(), q.counters.retransmitted.get()),
+        (0, 1)
+    );
+}

@@ -48,6 +48,10 @@ pub struct RcBwArgs {
     /// With `--link`: seconds any wait may take (default 60).
     #[arg(long, requires = "link")]
     pub timeout: Option<u64>,
+    /// With `--link`: a StaR connection (`docs/nic-interface.md` §16) — the server's NIC keeps
+    /// no state for it, the client's NIC runs both ends' transport. Both ends must say so.
+    #[arg(long, requires = "link")]
+    pub stateless: bool,
     /// Print the cards' counters after the runs: each QP's retransmissions, NAKs and drops,
     /// each port's RoCE drops by reason and Ethernet drops. `--json` always carries them
     /// (`card_counters`).
@@ -175,6 +179,7 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
         a.port.unwrap_or(fld_qemu::rdma_peer::DEFAULT_PORT),
         buf,
         mtu_code(a.mtu)?,
+        a.stateless,
         timeout,
     )?;
     let mut counters = CardCounters::default();

@@ -181,6 +181,10 @@ pub(crate) struct Pending {
     pub op: u64,
     pub carries: Carries,
     pub answered: bool,
+    /// Answers to later requests seen while this one had none (a loss shows as three).
+    pub passed: u8,
+    /// Taken for lost: the next poll sends it again.
+    pub resend: bool,
 }
 
 /// A StaR client's connection state (`QueuePair::star`).

@@ -54,6 +54,7 @@ use crate::nic::rdma::Rdma;
 pub(super) fn run(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, budget: usize) -> usize {
     let now = ctx.now();
     let mut work = timers(core, ctx, qpi, now);
+    work += resend_lost(core, ctx, qpi);
     work += start_ops(core, ctx, qpi);
     while work < budget {
         let Some(star) = client(core, qpi) else {
@@ -600,6 +601,8 @@ fn send_data(
                 op: id,
                 carries: Carries::Data { offset, len: n },
                 answered: false,
+                passed: 0,
+                resend: false,
             });
             if let Some(o) = star.op_mut(id) {
                 o.sent = offset + n;
@@ -688,6 +691,8 @@ fn send_cqep(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, id: u64, psn: Opti
                 op: id,
                 carries: Carries::Cqep,
                 answered: false,
+                passed: 0,
+                resend: false,
             });
             let seq = star.next_cqep;
             star.next_cqep = seq.wrapping_add(1);
@@ -939,8 +944,60 @@ fn answer(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, marked: bool, pkt: &S
     } else {
         timeout.map(|t| now + t)
     };
+    // Fast retransmission: requests before this one still unanswered after three later answers
+    // were lost (the server answers each request as it comes), so they go again now rather
+    // than at the timer; once each, and the window halves once.
+    // (Sent by the next poll: nothing is transmitted while an answer is being handled.)
+    let mut lost = false;
+    for p in star.window.iter_mut() {
+        if psn_delta(p.psn, psn) >= 0 {
+            break;
+        }
+        if !p.answered {
+            p.passed = p.passed.saturating_add(1);
+            if p.passed == FAST_RETRANSMIT_AFTER {
+                p.resend = true;
+                lost = true;
+            }
+        }
+    }
+    if lost && star.cut_until.is_none_or(|c| psn_delta(psn, c) >= 0) {
+        star.cwnd = (star.cwnd / 2).max(1 << 8);
+        star.cut_until = Some(star.next_psn);
+    }
     complete_front(core, ctx, qpi);
 }
+
+/// Sends again the requests an answer stream showed lost (see [`answer`]).
+fn resend_lost(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> usize {
+    let Some(star) = client_mut(core, qpi) else {
+        return 0;
+    };
+    let lost: Vec<Pending> = star
+        .window
+        .iter_mut()
+        .filter(|p| p.resend && !p.answered)
+        .map(|p| {
+            p.resend = false;
+            *p
+        })
+        .collect();
+    let mut sent = 0;
+    for p in lost {
+        let ok = match p.carries {
+            Carries::Cqep => send_cqep(core, ctx, qpi, p.op, Some(p.psn)),
+            Carries::Data { offset, .. } => send_data(core, ctx, qpi, p.op, offset, Some(p.psn)),
+        };
+        sent += usize::from(ok);
+    }
+    if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+        qp.counters.retransmitted += sent as u64;
+    }
+    sent
+}
+
+/// Later answers after which an unanswered request counts as lost.
+const FAST_RETRANSMIT_AFTER: u8 = 3;
 
 /// Bytes of the server's side arriving at offset `offset` of operation `id` (an SDP's, or a
 /// WQEP's inline data): into the client's buffers (its READ, or the server's SEND) or the client
