@@ -638,7 +638,8 @@ impl NicCore {
             max_mtu: U32::new(c.mtu),
             vport: U16::new(function),
             is_eswitch_manager: (function == 0) as u8,
-            rsvd2: [0; 5],
+            rsvd2: 0,
+            qp_context_cache: U32::new(c.qp_cache_entries.min(u32::MAX as usize) as u32),
         }
     }
 

@@ -299,6 +299,10 @@ impl<T> Slab<T> {
     pub fn remove(&mut self, id: u32) -> Option<T> {
         self.items.get_mut(id as usize)?.take()
     }
+    /// The objects that exist now.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.items.iter().flatten()
+    }
     /// Objects that exist now.
     pub fn live(&self) -> u32 {
         self.items.iter().filter(|x| x.is_some()).count() as u32

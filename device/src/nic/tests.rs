@@ -1222,6 +1222,46 @@ fn post_write_8k(h: &MockHost, a: &mut MockQp, to: u64, rkey: u32) {
     );
 }
 
+/// QUERY_CAPS reports how many QP contexts the NIC keeps on chip, and QUERY_RDMA_COUNTERS how
+/// many QPs hold a connection now, NIC-wide: what a StaR control plane adapting its connections
+/// compares (`docs/nic-interface.md` §16.7). A QP counts from RTR until it leaves the connected
+/// states.
+#[test]
+fn the_nic_reports_its_context_cache_and_the_connections_competing_for_it() {
+    let h = MockHost::nic(
+        NicConfig {
+            qp_cache_entries: 7,
+            ..Default::default()
+        },
+        4 << 20,
+    );
+    let n = size_of::<Caps>();
+    let o = h.command_with_output(1, op::QUERY_CAPS, &[], n);
+    let caps = Caps::read_from_bytes(&o.out[..n]).unwrap();
+    assert_eq!(caps.qp_context_cache.get(), 7);
+    let connected = |h: &MockHost| {
+        let n = size_of::<RdmaCountersOut>();
+        let o = h.command_with_output(1, op::QUERY_RDMA_COUNTERS, &[], n);
+        let c = RdmaCountersOut::read_from_bytes(&o.out[..n]).unwrap();
+        c.qp_contexts_connected.get()
+    };
+    assert_eq!(connected(&h), 0);
+    let a = h.create_rdma_qp(0, [10, 1, 0, 1], 1 << 14);
+    assert_eq!(connected(&h), 0, "a QP in INIT holds no connection");
+    let b = h.create_rdma_qp(1, [10, 1, 0, 2], 1 << 14);
+    h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 3);
+    // Both functions' QPs count, whoever asks.
+    assert_eq!(connected(&h), 1);
+    h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 3);
+    assert_eq!(connected(&h), 2);
+    let to_err = QpAttr {
+        qp_state: QpState::Err as u8,
+        ..Default::default()
+    };
+    assert!(h.modify_qp(0, a.qpn, qp_attr::STATE, &to_err).ok());
+    assert_eq!(connected(&h), 1, "a QP in ERR holds none");
+}
+
 /// The memory-translation cache: an 8 KiB RDMA WRITE (8 packets at the 1 KiB MTU, both regions
 /// page-aligned) translates one page per packet on each side — 2 pages each side miss and are
 /// read from the MTT, the other 12 lookups hit — and the same WRITE again hits all 16. Without

@@ -32,6 +32,19 @@ pub const STAR_QPN_BASE: u32 = 0x80_0000;
 /// How long the server's driver waits for a WQEP's EA before sending it again, ns.
 pub const WQEP_TIMEOUT_NS: u64 = 10_000_000;
 
+/// Which end of a new connection keeps its state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConnectionMode {
+    /// Plain RC: both NICs hold the connection's context.
+    #[default]
+    Stateful,
+    /// StaR: the server's NIC holds nothing, its client carries the state.
+    Stateless,
+    /// StaR §3.3's auto adaptation, decided by the server per connection: stateful while its
+    /// NIC's QP-context cache has room for one more connected QP, stateless beyond.
+    Auto,
+}
+
 /// What a StaR server hands its client at setup, beside the RC connection data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StarOffer {
@@ -188,6 +201,23 @@ impl Context {
 }
 
 impl Context {
+    /// Server: whether the next connection is served statelessly under `mode`. `Auto` compares
+    /// the QPs that hold a connection on this NIC now (every function's, every client's) with
+    /// the contexts its cache keeps on chip: a connection that would push a context out of the
+    /// cache goes stateless instead (StaR §3.3; `docs/nic-interface.md` §16.7). Connections
+    /// already made keep their mode.
+    pub fn serve_statelessly(&mut self, mode: ConnectionMode) -> Result<bool> {
+        Ok(match mode {
+            ConnectionMode::Stateful => false,
+            ConnectionMode::Stateless => true,
+            ConnectionMode::Auto => {
+                let on_chip = u64::from(self.nic.caps().qp_context_cache.get());
+                let connected = self.nic.query_rdma_counters()?.qp_contexts_connected.get();
+                connected >= on_chip
+            }
+        })
+    }
+
     /// Makes this function a StaR server: a control CQ and a send queue for its WQEPs (both of
     /// `entries`), and the NIC told to serve.
     pub fn star_port(&mut self, entries: u32) -> Result<StarPort> {

@@ -27,6 +27,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use card::{CardTiming, SimHost};
 use events::{Event, EventQueue, Ps, PS_PER_NS};
 use fld_abi::nic::mtu_code;
+use fld_host::verbs::star::ConnectionMode;
 use network::{Network, NetworkReport};
 use params::*;
 use workload::{EchoLatency, RpcRate, Workload, WriteLatency, WriteRate};
@@ -152,9 +153,10 @@ pub enum WorkloadSpec {
         #[serde(default)]
         connections: Vec<u32>,
         /// StaR connections: the server keeps no state on its NIC (§16 of
-        /// `docs/nic-interface.md`).
+        /// `docs/nic-interface.md`); `"auto"`: only those its QP-context cache has no room for
+        /// (§16.7).
         #[serde(default)]
-        stateless: bool,
+        stateless: StatelessKey,
         #[serde(default = "default_outstanding")]
         outstanding: u32,
         #[serde(default = "default_messages")]
@@ -193,10 +195,42 @@ pub enum WorkloadSpec {
         mtu: u32,
         /// StaR connections (as `write_rate`'s).
         #[serde(default)]
-        stateless: bool,
+        stateless: StatelessKey,
         #[serde(default)]
         reference: Vec<Reference>,
     },
+}
+
+/// A workload's `stateless` key: `true`, `false` or `"auto"`.
+#[derive(Deserialize, Clone, Copy, Debug, Default)]
+#[serde(try_from = "RawStateless")]
+pub struct StatelessKey(ConnectionMode);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawStateless {
+    Flag(bool),
+    Word(String),
+}
+
+impl TryFrom<RawStateless> for StatelessKey {
+    type Error = String;
+    fn try_from(raw: RawStateless) -> Result<Self, String> {
+        Ok(StatelessKey(match raw {
+            RawStateless::Flag(false) => ConnectionMode::Stateful,
+            RawStateless::Flag(true) => ConnectionMode::Stateless,
+            RawStateless::Word(w) if w == "auto" => ConnectionMode::Auto,
+            RawStateless::Word(w) => {
+                return Err(format!("stateless is true, false or \"auto\", not {w:?}"))
+            }
+        }))
+    }
+}
+
+impl StatelessKey {
+    fn mode(&self) -> ConnectionMode {
+        self.0
+    }
 }
 
 impl WorkloadSpec {
@@ -822,7 +856,7 @@ pub fn run(
                         size,
                         *outstanding,
                         messages,
-                        *stateless,
+                        stateless.mode(),
                     )?;
                     (sim, Box::new(w))
                 }
@@ -847,7 +881,7 @@ pub fn run(
                         (*request, *response),
                         rpcs,
                         mtu_code(*mtu).expect("checked by resolve"),
-                        *stateless,
+                        stateless.mode(),
                     )?;
                     (sim, Box::new(w))
                 }

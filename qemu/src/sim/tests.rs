@@ -401,6 +401,11 @@ fn bad_scenarios_are_refused_with_a_reason() {
             SMALL.replace("ends = [\"c\", \"s\"]", "ends = [\"c\", \"q\"]"),
             "q",
         ),
+        (
+            include_str!("../../scenarios/star-fig5a.toml")
+                .replace("stateless = true", "stateless = \"sometimes\""),
+            "sometimes",
+        ),
     ];
     for (text, word) in bad {
         let e = match Scenario::parse(&text) {
@@ -588,15 +593,7 @@ fn star_fig5a_rdma_rises_to_the_context_cache_and_collapses_past_it() {
 fn star_fig5a_stateless_server_scales_past_the_context_cache() {
     let text = include_str!("../../scenarios/star-fig5a.toml");
     let mut s = Scenario::parse(text).unwrap();
-    s.workload.retain(|w| {
-        matches!(
-            w,
-            WorkloadSpec::WriteRate {
-                stateless: true,
-                ..
-            }
-        )
-    });
+    s.workload.retain(|w| w.series() == "star");
     if let Some(WorkloadSpec::WriteRate {
         connections,
         messages,
@@ -621,4 +618,59 @@ fn star_fig5a_stateless_server_scales_past_the_context_cache() {
             "the server looked up no context"
         );
     }
+}
+
+/// StaR §3.3's auto adaptation on Figure 5(a)'s stress test, reduced: within the server's 300
+/// contexts every connection is stateful (plain RDMA's rate, no StaR packet); past them the
+/// first 300 stay stateful and the rest go stateless, so the rate keeps rising where plain
+/// RDMA's collapses, and the server's cache holds exactly its stateful connections.
+#[test]
+fn auto_adaptation_serves_statefully_within_the_cache_and_statelessly_past_it() {
+    let text = include_str!("../../scenarios/star-fig5a.toml");
+    let mut s = Scenario::parse(text).unwrap();
+    s.workload
+        .retain(|w| w.series() == "auto" || w.series() == "rdma");
+    assert_eq!(s.workload.len(), 2, "the scenario has an auto curve");
+    for w in &mut s.workload {
+        if let WorkloadSpec::WriteRate {
+            connections,
+            messages,
+            per_connection,
+            ..
+        } = w
+        {
+            *connections = vec![200, 600];
+            *messages = 6000;
+            *per_connection = 10;
+        }
+    }
+    let (r, _) = run(&s, |_, _| {}).unwrap();
+    let by = |series: &str| {
+        r.workloads
+            .iter()
+            .find(|w| w.points[0].series == series)
+            .expect("both curves ran")
+    };
+    let (rdma, auto) = (by("rdma"), by("auto"));
+    let stateless: Vec<f64> = auto
+        .points
+        .iter()
+        .map(|p| p.metrics["stateless_connections"])
+        .collect();
+    assert_eq!(stateless, [0.0, 300.0]);
+    // Within the cache the two are the same connections.
+    let (r200, a200) = (
+        rdma.points[0].metrics["mops"],
+        auto.points[0].metrics["mops"],
+    );
+    assert!((a200 / r200 - 1.0).abs() < 0.02, "{r200} {a200}");
+    // Past it plain RDMA misses on nearly every packet; auto's stateful 300 stay on chip.
+    let (r600, a600) = (
+        rdma.points[1].metrics["mops"],
+        auto.points[1].metrics["mops"],
+    );
+    assert!(a600 > 5.0 * r600, "{r600} {a600}");
+    assert!(a600 > 1.5 * a200, "{a200} then {a600}");
+    let server = &auto.points[1].cards["server"];
+    assert!(server.qp_cache_misses <= 300 + 30, "{server:?}");
 }

@@ -17,7 +17,7 @@ use fld_abi::nic::DEFAULT_PATH_MTU;
 use fld_abi::wire::ethernet::EthernetFrame;
 use fld_abi::wire::roce::ipv4_gid;
 use fld_host::apps::build_frame;
-use fld_host::verbs::star::{StarHeld, StarPort, StarQp};
+use fld_host::verbs::star::{ConnectionMode, StarHeld, StarPort, StarQp};
 use fld_host::verbs::*;
 use fld_host::{EthDev, Mbuf, Mempool, PortConfig};
 
@@ -340,6 +340,53 @@ struct Conn {
     done: u64,
 }
 
+/// Where a rate workload measures: from the completion that ends the first tenth (warm-up:
+/// connections starting, contexts first fetched) to the one that starts the last tenth
+/// (cool-down: connections that finished early leave the rest fewer and slower, as the
+/// stateful ones of an auto-adapted mix do before its stateless ones).
+struct SteadyWindow {
+    total: u64,
+    /// Time and completions at the window's two ends.
+    start: Option<(Ps, u64)>,
+    stop: Option<(Ps, u64)>,
+    /// When the last completion came.
+    end: Option<Ps>,
+}
+
+impl SteadyWindow {
+    fn new(total: u64) -> Self {
+        SteadyWindow {
+            total,
+            start: None,
+            stop: None,
+            end: None,
+        }
+    }
+
+    /// `completed` operations have completed by `t`.
+    fn note(&mut self, completed: u64, t: Ps) {
+        let tenth = self.total / 10;
+        if self.start.is_none() && completed >= tenth {
+            self.start = Some((t, completed));
+        }
+        if self.stop.is_none() && completed >= self.total - tenth {
+            self.stop = Some((t, completed));
+        }
+        if self.end.is_none() && completed >= self.total {
+            self.end = Some(t);
+        }
+    }
+
+    /// Completions per second within the window.
+    fn per_second(&self) -> Option<f64> {
+        let ((t0, n0), (t1, n1)) = (self.start?, self.stop?);
+        Some(match t1 > t0 {
+            true => (n1 - n0) as f64 / ((t1 - t0) as f64 / 1e12),
+            false => 0.0,
+        })
+    }
+}
+
 /// `ib_write_bw` from many clients' QPs to one server.
 pub struct WriteRate {
     size: usize,
@@ -355,17 +402,17 @@ pub struct WriteRate {
     clients: Vec<usize>,
     /// StaR: the server's port and the regions the clients hold (kept for the run).
     _star: Option<(StarPort, Vec<StarHeld>)>,
+    /// Connections the server serves statelessly.
+    stateless: usize,
     completed: u64,
     total: u64,
     first_post: Option<Ps>,
-    warm_at: Option<Ps>,
-    end_at: Option<Ps>,
-    warm: u64,
+    window: SteadyWindow,
 }
 
 impl WriteRate {
-    /// Connection `i` runs from host `conn_clients[i]` to `server`; `stateless`: StaR
-    /// connections whose server keeps no state on its NIC (`docs/nic-interface.md` §16).
+    /// Connection `i` runs from host `conn_clients[i]` to `server`; `mode` says which are StaR
+    /// connections, whose server keeps no state on its NIC (`docs/nic-interface.md` §16).
     pub fn new(
         hosts: &mut [SimHost],
         conn_clients: &[usize],
@@ -373,7 +420,7 @@ impl WriteRate {
         size: usize,
         outstanding: u32,
         messages: u64,
-        stateless: bool,
+        mode: ConnectionMode,
     ) -> Result<Self, SimError> {
         let size = size.max(1);
         let outstanding = u64::from(outstanding.max(1));
@@ -403,15 +450,21 @@ impl WriteRate {
         }
         let mut conns = Vec::new();
         let mut by_client = vec![Vec::new(); hosts.len()];
-        let mut star = match stateless {
-            true => Some((hosts[server].ctx.star_port(256)?, Vec::new())),
-            false => None,
+        let mut star = match mode {
+            ConnectionMode::Stateful => None,
+            _ => Some((hosts[server].ctx.star_port(256)?, Vec::new())),
         };
+        let mut stateless = 0;
         for &c in conn_clients {
             let e = ends[c].as_ref().expect("made above");
             let qp = rc_qp(&mut hosts[c].ctx, e, outstanding as u32)?;
             let se = ends[server].as_ref().expect("made above");
-            if let Some((port, held)) = star.as_mut() {
+            let star = match hosts[server].ctx.serve_statelessly(mode)? {
+                true => star.as_mut(),
+                false => None,
+            };
+            if let Some((port, held)) = star {
+                stateless += 1;
                 // The server answers WRITEs from the packets alone: its QP is software and
                 // never posts.
                 let sq = hosts[server].ctx.create_star_qp(
@@ -457,12 +510,11 @@ impl WriteRate {
             by_client,
             clients,
             _star: star,
+            stateless,
             completed: 0,
             total,
             first_post: None,
-            warm_at: None,
-            end_at: None,
-            warm: total / 10,
+            window: SteadyWindow::new(total),
         })
     }
 
@@ -533,32 +585,26 @@ impl Workload for WriteRate {
                 }
             }
         }
-        if self.warm_at.is_none() && self.completed >= self.warm {
-            self.warm_at = Some(t);
-        }
-        if self.end_at.is_none() && self.completed >= self.total {
-            self.end_at = Some(t);
-        }
+        self.window.note(self.completed, t);
         let more = self.post(host, h)?;
         Ok(more.then_some(h.cpu_free))
     }
 
     fn finished(&self) -> bool {
-        self.end_at.is_some()
+        self.window.end.is_some()
     }
 
     fn metrics(&self) -> Vec<(&'static str, f64)> {
-        let (Some(w), Some(e)) = (self.warm_at, self.end_at) else {
+        let (Some(rate), Some(e)) = (self.window.per_second(), self.window.end) else {
             return Vec::new();
         };
-        let secs = (e - w) as f64 / 1e12;
-        let msgs = (self.total - self.warm) as f64;
-        let mops = if secs > 0.0 { msgs / secs / 1e6 } else { 0.0 };
+        let mops = rate / 1e6;
         vec![
             ("mops", mops),
             ("gbps", mops * 1e6 * self.size as f64 * 8.0 / 1e9),
             ("messages", self.total as f64),
             ("run_us", (e - self.first_post.unwrap_or(0)) as f64 / 1e6),
+            ("stateless_connections", self.stateless as f64),
         ]
     }
 }
@@ -640,12 +686,12 @@ pub struct RpcRate {
     started: Vec<bool>,
     /// StaR: the server's port and the regions the clients hold.
     star: Option<(StarPort, Vec<StarHeld>)>,
+    /// Connections the server serves statelessly.
+    stateless: usize,
     completed: u64,
     total: u64,
     first_post: Option<Ps>,
-    warm_at: Option<Ps>,
-    end_at: Option<Ps>,
-    warm: u64,
+    window: SteadyWindow,
 }
 
 impl RpcRate {
@@ -658,7 +704,7 @@ impl RpcRate {
         (request, response): (usize, usize),
         rpcs: u64,
         path_mtu: u8,
-        stateless: bool,
+        mode: ConnectionMode,
     ) -> Result<Self, SimError> {
         let (request, response) = (request.max(1), response.max(1));
         let n = conn_clients.len().max(1);
@@ -685,21 +731,27 @@ impl RpcRate {
         let mut conns = Vec::with_capacity(n);
         let mut by_client = vec![Vec::new(); hosts.len()];
         let mut client_index = vec![0usize; hosts.len()];
-        let mut star = match stateless {
+        let mut star = match mode {
+            ConnectionMode::Stateful => None,
             // Room for every connection's receive WQEPs posted at once (a WQEP's slot is free
             // again only when the NIC has sent it).
-            true => {
+            _ => {
                 let entries = (n as u32 * 2 * RPC_RECEIVES as u32).clamp(1 << 10, 1 << 15);
                 Some((hosts[server].ctx.star_port(entries)?, Vec::new()))
             }
-            false => None,
         };
+        let mut stateless = 0;
         for (i, &c) in conn_clients.iter().enumerate() {
             let ce = ends[c].as_ref().expect("made above");
             let se = ends[server].as_ref().expect("made above");
             let client_qp = rpc_qp(&mut hosts[c].ctx, ce)?;
-            let server_qp = match star.as_mut() {
+            let this_star = match hosts[server].ctx.serve_statelessly(mode)? {
+                true => star.as_mut(),
+                false => None,
+            };
+            let server_qp = match this_star {
                 Some((port, held)) => {
+                    stateless += 1;
                     let cap = QpCap {
                         max_send_wr: 2 * RPC_SIGNAL_EVERY as u32,
                         max_recv_wr: RPC_RECEIVES as u32,
@@ -760,12 +812,11 @@ impl RpcRate {
             ready: vec![Default::default(); hosts.len()],
             started: vec![false; hosts.len()],
             star,
+            stateless,
             completed: 0,
             total,
             first_post: None,
-            warm_at: None,
-            end_at: None,
-            warm: total / 10,
+            window: SteadyWindow::new(total),
         })
     }
 
@@ -811,12 +862,7 @@ impl RpcRate {
                     }
                 }
             }
-            if self.warm_at.is_none() && self.completed >= self.warm {
-                self.warm_at = Some(now);
-            }
-            if self.end_at.is_none() && self.completed >= self.total {
-                self.end_at = Some(now);
-            }
+            self.window.note(self.completed, now);
         }
     }
 
@@ -927,22 +973,21 @@ impl Workload for RpcRate {
     }
 
     fn finished(&self) -> bool {
-        self.end_at.is_some()
+        self.window.end.is_some()
     }
 
     fn metrics(&self) -> Vec<(&'static str, f64)> {
-        let (Some(w), Some(e)) = (self.warm_at, self.end_at) else {
+        let (Some(rate), Some(e)) = (self.window.per_second(), self.window.end) else {
             return Vec::new();
         };
-        let secs = (e - w) as f64 / 1e12;
-        let rpcs = (self.total - self.warm) as f64;
-        let mrps = if secs > 0.0 { rpcs / secs / 1e6 } else { 0.0 };
+        let mrps = rate / 1e6;
         let bytes = (self.request + self.response) as f64;
         vec![
             ("mrps", mrps),
             ("gbps", mrps * 1e6 * bytes * 8.0 / 1e9),
             ("rpcs", self.total as f64),
             ("run_us", (e - self.first_post.unwrap_or(0)) as f64 / 1e6),
+            ("stateless_connections", self.stateless as f64),
         ]
     }
 }

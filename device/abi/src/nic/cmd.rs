@@ -334,7 +334,11 @@ pub struct Caps {
     pub max_mtu: U32,
     pub vport: U16,
     pub is_eswitch_manager: u8,
-    pub rsvd2: [u8; 5],
+    pub rsvd2: u8,
+    /// How many queue-pair contexts the NIC keeps on chip (the QP-context cache); past that
+    /// many connected QPs, contexts are fetched from host memory. A StaR control plane that
+    /// adapts (`docs/nic-interface.md` §16.7) serves new connections statelessly beyond it.
+    pub qp_context_cache: U32,
 }
 
 /// CREATE_EQ input. The EQ ring (64-byte EQEs) is at `addr`; events raise MSI-X `msix_vector`.

@@ -437,13 +437,17 @@ pub struct RdmaCountersOut {
     pub star_dma_errors: U64,
     /// StaR: packets the function tried to send that its egress security module refused.
     pub star_tx_blocked: U64,
+    /// NIC-wide, now (a gauge, not a count): queue pairs holding a connection (RTR, RTS, SQD,
+    /// SQE), whose contexts compete for the NIC's QP-context cache
+    /// ([`super::Caps::qp_context_cache`]).
+    pub qp_contexts_connected: U64,
 }
 
 impl RdmaCountersOut {
     /// The counters by the names tools print: Linux rxe's and mlx5's hw_counters where one
     /// exists (`rcvd_pkts`, `sent_pkts`, `rx_icrc_encapsulated`, `bad_pkey_cntr`), the card's
     /// own otherwise.
-    pub fn named(&self) -> [(&'static str, u64); 16] {
+    pub fn named(&self) -> [(&'static str, u64); 17] {
         [
             ("rcvd_pkts", self.rx_packets.get()),
             ("sent_pkts", self.tx_packets.get()),
@@ -461,6 +465,7 @@ impl RdmaCountersOut {
             ("star_refused", self.star_refused.get()),
             ("star_dma_errors", self.star_dma_errors.get()),
             ("star_tx_blocked", self.star_tx_blocked.get()),
+            ("qp_contexts_connected", self.qp_contexts_connected.get()),
         ]
     }
 }

@@ -630,6 +630,18 @@ fn query_counters(c: &mut Cmd<'_, '_>, _body: &[u8], out: &mut [u8]) -> CmdResul
         c.core.rdma.qp_cache.counters,
         c.core.rdma.mtt_cache.borrow().counters,
     );
+    let connected = c
+        .core
+        .rdma
+        .qps
+        .iter()
+        .filter(|q| {
+            matches!(
+                q.state,
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            )
+        })
+        .count() as u64;
     let u = U64::new;
     output(
         out,
@@ -650,6 +662,7 @@ fn query_counters(c: &mut Cmd<'_, '_>, _body: &[u8], out: &mut [u8]) -> CmdResul
             star_refused: u(k.star_refused),
             star_dma_errors: u(k.star_dma_errors),
             star_tx_blocked: u(k.star_tx_blocked),
+            qp_contexts_connected: u(connected),
         },
     )
 }
