@@ -16,12 +16,14 @@
 use std::collections::VecDeque;
 
 use fld_abi::nic::*;
-use fld_abi::wire::roce::star::{StarHeaders, StarKind, StarQueue, StarWqe};
+use fld_abi::wire::roce::star::{
+    StarHeaders, StarKind, StarQueue, StarRegionOp, StarRegionUpdate, StarWqe,
+};
 use fld_abi::wire::roce::RoceAddress;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::IntoBytes;
 
-use crate::nic::{CompletionQueue, NicDriver, SendQueue, SendWqe};
+use crate::nic::{CompletionQueue, NicDriver, RecvQueue, RqLayout, SendQueue, SendWqe};
 use crate::rdma::MemoryRegion;
 use crate::{DmaBuffer, DriverError};
 
@@ -41,15 +43,7 @@ impl StarRegion {
     /// The bus-address ranges the region's pages cover, adjacent pages merged: what a client's
     /// security module allows its RDPs and GDs into (§16.5).
     pub fn bus_ranges(&self) -> Vec<std::ops::Range<u64>> {
-        let page = 1u64 << self.log_page_size;
-        let mut out: Vec<std::ops::Range<u64>> = Vec::new();
-        for &p in &self.pages {
-            match out.last_mut() {
-                Some(r) if r.end == p => r.end = p + page,
-                _ => out.push(p..p + page),
-            }
-        }
-        out
+        fld_abi::wire::roce::star::page_ranges(self.pages.iter().copied(), self.log_page_size)
     }
 }
 
@@ -121,26 +115,33 @@ impl NicDriver {
     }
 
     /// Client: QP `qpn` (RESET or INIT) becomes the stateful end of a StaR connection whose
-    /// server completes into `server_send_cqn` and `server_recv_cqn`.
+    /// server completes into `server_send_cqn` and `server_recv_cqn`; the server's later
+    /// memory-table updates arrive in RQ `update_rqn` ([`StarUpdates`]), or are refused.
     pub fn set_star_peer(
         &mut self,
         qpn: u32,
         server_send_cqn: u32,
         server_recv_cqn: u32,
+        update_rqn: Option<u32>,
     ) -> Result<(), DriverError> {
         let input = StarPeerIn {
             qpn: U32::new(qpn),
             server_send_cqn: U32::new(server_send_cqn),
             server_recv_cqn: U32::new(server_recv_cqn),
-            rsvd: U32::new(0),
+            update_rqn: U32::new(update_rqn.unwrap_or(STAR_NO_RQ)),
         };
         self.command(op::SET_STAR_PEER, input.as_bytes(), 0)
             .map(drop)
     }
 }
 
-/// Bytes of one WQEP frame slot: headers, the largest WQE, the ICRC.
+/// Bytes of one WQEP frame slot: headers, the largest element, the ICRC.
 const WQEP_SLOT: usize = 2048;
+
+/// The largest memory-table update one WQEP carries: its header and 240 page addresses (960 KiB
+/// of 4 KiB pages), so the frame fits a 2 KiB slot. A larger region is handed over at setup
+/// instead.
+pub const STAR_UPDATE_MAX: usize = 32 + 240 * 8;
 
 /// The server end of a function's StaR connections: the Ethernet send queue its WQEPs leave
 /// through (every WQEP signalled, so a slot is reused only once the NIC has read it) and the
@@ -236,6 +237,7 @@ pub struct StarServerQp {
     unacked: VecDeque<Unacked>,
     sq_index: u16,
     rq_index: u16,
+    memory_index: u16,
     /// The element sequence number of the next completion the client sends.
     next_completion: u32,
     ident: u16,
@@ -253,6 +255,7 @@ impl StarServerQp {
             unacked: VecDeque::new(),
             sq_index: 0,
             rq_index: 0,
+            memory_index: 0,
             next_completion: 0,
             ident: 0,
             scratch: vec![0; MAX_WQE_BYTES],
@@ -295,6 +298,48 @@ impl StarServerQp {
         self.send_element(port, StarQueue::Receive, index, &buf[..len], now)?;
         self.rq_index = index.wrapping_add(1);
         Ok(index)
+    }
+
+    /// Sends a change of the server's memory table to the client (§16.6): `region` registered
+    /// (the client may name it from when it applied the update) or deregistered (the client
+    /// NIC refuses it from the update's EA on: once [`Self::unacked`] is 0 the memory may be
+    /// used for something else). Carried as an element, so it is sent again until acknowledged
+    /// and taken in order with the WQEs.
+    pub fn post_region_update(
+        &mut self,
+        port: &mut StarServer,
+        op: StarRegionOp,
+        region: &StarRegion,
+        now: u64,
+    ) -> Result<(), DriverError> {
+        let update = StarRegionUpdate {
+            op,
+            log_page_size: region.log_page_size,
+            key: region.key,
+            addr: region.addr,
+            length: region.length,
+            access: region.access,
+            pages: region.pages.len() as u32,
+        };
+        if update.covering_pages() != Some(update.pages) {
+            return Err(DriverError::InvalidArgument(
+                "the region's pages do not cover it",
+            ));
+        }
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.resize(buf.len().max(STAR_UPDATE_MAX), 0);
+        let n = update
+            .emit(&region.pages, &mut buf)
+            .filter(|&n| n <= STAR_UPDATE_MAX)
+            .ok_or(DriverError::InvalidArgument(
+                "a region update carries at most 240 pages",
+            ));
+        let index = self.memory_index;
+        let r = n.and_then(|n| self.send_element(port, StarQueue::Memory, index, &buf[..n], now));
+        self.scratch = buf;
+        r?;
+        self.memory_index = index.wrapping_add(1);
+        Ok(())
     }
 
     fn send_element(
@@ -387,5 +432,87 @@ impl StarServerQp {
         }
         self.next_completion = self.next_completion.wrapping_add(1);
         true
+    }
+}
+
+/// Receive buffers of the client's update RQ, one update each.
+const UPDATE_SLOTS: u32 = 16;
+const UPDATE_SLOT_BYTES: usize = 4096;
+
+/// The client's update RQ (§16.6): where its NIC hands over the servers' memory-table updates,
+/// one [`CQE_STAR_REGION`] each, for its driver to apply ([`NicDriver::hold_star_region`] for a
+/// registration). Named in [`NicDriver::set_star_peer`].
+pub struct StarUpdates {
+    pub rq: RecvQueue,
+    pub cq: CompletionQueue,
+    bufs: DmaBuffer,
+    consumed: u32,
+}
+
+/// A memory-table update as the client's driver receives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionUpdate {
+    /// The client QP of the connection it came on.
+    pub client_qpn: u32,
+    pub op: StarRegionOp,
+    pub region: StarRegion,
+}
+
+impl StarUpdates {
+    /// An update RQ completing into `cq`, its buffers posted.
+    pub fn new(nic: &mut NicDriver, cq: CompletionQueue) -> Result<Self, DriverError> {
+        let log = UPDATE_SLOTS.trailing_zeros() as u8;
+        let mut rq = nic.create_rq(&cq, log, RqLayout::Regular)?;
+        let bufs = nic
+            .device()
+            .dma_alloc(UPDATE_SLOTS as usize * UPDATE_SLOT_BYTES)?;
+        for i in 0..UPDATE_SLOTS as usize {
+            rq.post(
+                bufs.iova() + (i * UPDATE_SLOT_BYTES) as u64,
+                UPDATE_SLOT_BYTES as u32,
+            );
+        }
+        rq.ring_doorbell();
+        Ok(StarUpdates {
+            rq,
+            cq,
+            bufs,
+            consumed: 0,
+        })
+    }
+
+    /// The next update that arrived, its buffer posted again. An entry that is not an update
+    /// (or does not parse: the NIC checked it, so never) is skipped.
+    pub fn poll(&mut self) -> Option<RegionUpdate> {
+        loop {
+            let c = self.cq.poll()?;
+            self.cq.update_ci();
+            let slot = (self.consumed % UPDATE_SLOTS) as usize * UPDATE_SLOT_BYTES;
+            self.consumed = self.consumed.wrapping_add(1);
+            let len = (c.byte_count.get() as usize).min(UPDATE_SLOT_BYTES);
+            let mut b = vec![0u8; len];
+            self.bufs.read(slot, &mut b);
+            self.rq
+                .post(self.bufs.iova() + slot as u64, UPDATE_SLOT_BYTES as u32);
+            self.rq.ring_doorbell();
+            if c.opcode() != CQE_STAR_REGION {
+                continue;
+            }
+            let Ok((u, pages)) = StarRegionUpdate::parse(&b) else {
+                continue;
+            };
+            return Some(RegionUpdate {
+                client_qpn: c.qn.get(),
+                op: u.op,
+                region: StarRegion {
+                    key: u.key,
+                    addr: u.addr,
+                    length: u.length,
+                    access: u.access,
+                    log_page_size: u.log_page_size,
+                    pages: StarRegionUpdate::page_addresses(pages).collect(),
+                },
+            });
+        }
     }
 }

@@ -4,17 +4,25 @@
 //! (SEND, WRITE, READ, atomics) outstanding, so forged responses and ACKs reach the requester
 //! too; the NIC clock advances as the input says so retransmit and RNR timers fire. The function
 //! is also a StaR server (`docs/nic-interface.md` §16): the peer sends StaR packets of every kind
-//! with valid ICRCs, addresses near the QP's buffer or anywhere, CQEPs naming any CQ. Everything
-//! the card sends back must be a RoCE or StaR packet to the peer with a valid ICRC; nothing is
-//! written outside mapped memory; a reset and a bring-up move verified RDMA traffic.
+//! with valid ICRCs, addresses near the QP's buffer or anywhere, CQEPs naming any CQ. A second
+//! QP is the stateful client of a StaR connection to the same peer (§16.6): the peer's WQEPs
+//! for its send, receive and memory queues (well-formed region updates or not), and RAs, SDPs
+//! and EAs answering anything, reach it. Everything the card sends back must be a RoCE or StaR
+//! packet to the peer with a valid ICRC; nothing is written outside mapped memory; a reset and
+//! a bring-up move verified RDMA traffic.
 #![no_main]
 
-use fld_abi::nic::{op, StarServerIn, STAR_SERVE};
+use fld_abi::nic::{
+    op, star_guard_kind, StarGuardIn, StarPeerIn, StarServerIn, STAR_GUARD_ANY_CQ, STAR_SERVE,
+};
 use fld_abi::nic::{
     RdmaWqe, WqeData, WQE_OP_ATOMIC_CS, WQE_OP_ATOMIC_FA, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE,
     WQE_OP_SEND,
 };
-use fld_abi::wire::roce::star::{StarCq, StarData, StarHeaders, StarKind, StarPacket};
+use fld_abi::wire::roce::star::{
+    StarCq, StarData, StarHeaders, StarKind, StarPacket, StarQueue, StarRegionOp,
+    StarRegionUpdate, StarWqe,
+};
 use fld_abi::wire::roce::{
     self, ipv4_gid, AckKind, Aeth, AtomicAckEth, AtomicEth, BthRepr, IbHeaders, IbPacket, ImmDt,
     Reth, RoceAddress,
@@ -23,7 +31,7 @@ use fld_abi::wire::udp_offsets;
 use fld_device::wire::{link, Wire};
 use fld_fuzz::{assert_rdma_recovers, small_rdma_nic, Input};
 use libfuzzer_sys::fuzz_target;
-use zerocopy::little_endian::U32;
+use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::IntoBytes;
 
 const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
@@ -46,6 +54,32 @@ fuzz_target!(|data: &[u8]| {
         control_cqn: U32::new(qp.cq.id),
     };
     assert!(h.command(0, op::SET_STAR_SERVER, star.as_bytes()).ok());
+    // The StaR client: its server's updates into an RQ, every StaR packet to the peer allowed
+    // out (the function is the manager), so its answers and requests leave.
+    let client = h.create_rdma_qp(0, [10, 0, 0, 1], BUF);
+    let mut updates = h.create_rq(0, client.cq.id, 3, None);
+    for i in 0..8u64 {
+        updates.post(&h, client.buf + i * 2048, 2048);
+    }
+    updates.ring(&h, 0);
+    let peer_in = StarPeerIn {
+        qpn: U32::new(client.qpn),
+        server_send_cqn: U32::new(qp.cq.id),
+        server_recv_cqn: U32::new(qp.cq.id),
+        update_rqn: U32::new(updates.id),
+    };
+    assert!(h.command(0, op::SET_STAR_PEER, peer_in.as_bytes()).ok());
+    h.connect_qp(&client, PEER_QPN, ipv4_gid(PEER_IP), PEER_MAC, PSN);
+    let allow = StarGuardIn {
+        function: U16::new(0),
+        kinds: (0xc0..=0xc6).fold(0, |k, op| k | star_guard_kind(op)),
+        rsvd: 0,
+        cqn: U32::new(STAR_GUARD_ANY_CQ),
+        dst_gid: ipv4_gid(PEER_IP),
+        lo: U64::new(0),
+        hi: U64::new(u64::MAX),
+    };
+    assert!(h.command(0, op::STAR_GUARD_ADD, allow.as_bytes()).ok());
     let address = RoceAddress {
         src_mac: PEER_MAC,
         dst_mac: our_mac,
@@ -85,10 +119,18 @@ fuzz_target!(|data: &[u8]| {
                 } else {
                     qp.buf + u64::from(input.u16()) % BUF as u64
                 };
+                let dest_qp = match ctl & 0x80 != 0 {
+                    true => client.qpn,
+                    false => input.u32() & roce::QPN_MASK,
+                };
                 let mut headers = StarHeaders::new(
                     kind,
-                    input.u32() & roce::QPN_MASK,
-                    input.u32() & roce::PSN_MASK,
+                    dest_qp,
+                    // Near the client's next expected element sometimes.
+                    match ctl & 0x10 != 0 {
+                        true => u32::from(input.u8() % 4),
+                        false => input.u32() & roce::PSN_MASK,
+                    },
                     if ctl & 0x20 != 0 {
                         input.u16()
                     } else {
@@ -96,7 +138,33 @@ fuzz_target!(|data: &[u8]| {
                     },
                 );
                 let len = u32::from(input.u16()) % 4200;
+                if kind == StarKind::Wqep {
+                    headers.wqe = Some(StarWqe {
+                        queue: input.pick(&[StarQueue::Send, StarQueue::Receive, StarQueue::Memory]),
+                        index: input.u16(),
+                    });
+                }
+                let memory = headers.wqe.is_some_and(|w| w.queue == StarQueue::Memory);
                 let payload: Vec<u8> = match kind {
+                    StarKind::Wqep if memory && ctl & 0x40 == 0 => {
+                        // A well-formed update: a register or a deregister of a few pages.
+                        let mut u = StarRegionUpdate {
+                            op: input.pick(&[StarRegionOp::Register, StarRegionOp::Deregister]),
+                            log_page_size: 12,
+                            key: input.u32(),
+                            addr: u64::from(input.u32()) << 12,
+                            length: u64::from(input.u16()),
+                            access: input.u32() & 0xf,
+                            pages: 0,
+                        };
+                        u.pages = u.covering_pages().unwrap_or(0);
+                        let pages: Vec<u64> = (0..u.pages)
+                            .map(|_| qp.buf + (u64::from(input.u8()) << 12))
+                            .collect();
+                        let mut b = vec![0u8; 32 + pages.len() * 8];
+                        u.emit(&pages, &mut b);
+                        b
+                    }
                     StarKind::Cqep => input.bytes(64).to_vec(),
                     StarKind::Rdp | StarKind::Wqep | StarKind::Sdp => {
                         (0..len).map(|i| i as u8 ^ ctl).collect()
@@ -272,12 +340,9 @@ fn check_replies(peer: &mut fld_device::wire::LinkEnd, buf: &mut [u8], our_mac: 
         let o = udp_offsets(f).expect("a UDP frame");
         let body = &f[o.payload()..o.ip_end];
         let (dest_qp, icrc) = if roce::star::is_star_opcode(body[0]) {
-            let p = StarPacket::parse(body).expect("a StaR answer");
-            assert!(
-                matches!(p.kind, StarKind::Ra | StarKind::Sdp | StarKind::Ea),
-                "the NIC answers with RA, SDP or EA: {:?}",
-                p.kind
-            );
+            // The server's answers (RA, SDP, EA), or the client's requests and EAs.
+            let p = StarPacket::parse(body).expect("a StaR packet");
+            assert!(p.kind != StarKind::Wqep, "only a driver sends WQEPs");
             (p.headers.bth.dest_qp, p.icrc)
         } else {
             let p = IbPacket::parse(body).expect("a RoCE packet");

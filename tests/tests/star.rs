@@ -837,3 +837,138 @@ fn a_lost_rdp_is_sent_again_after_three_later_answers() {
         (0, 1)
     );
 }
+
+/// §16.6: a region the server registers after the connection was made reaches the client as
+/// an element — sent again when lost, delivered once, in order — and the client's driver holds
+/// it; then the client's WRITE into it lands. A region the server withdraws is closed by the
+/// client's NIC before it acknowledges the update: with nothing done by the client's driver
+/// yet, a forged RDP into its pages is stopped at the client's NIC, and the client's own WRITE
+/// fails with a remote access error, the server's memory untouched.
+#[test]
+fn a_region_registered_later_reaches_the_client_and_a_withdrawn_one_closes_at_once() {
+    use fld_abi::wire::roce::star::StarRegionOp;
+    use fld_driver::star::RegionUpdate;
+    // The server's first WQEP (the registration) is lost on the wire.
+    let mut s = star_pair(Default::default(), Drops::of(&[(StarKind::Wqep, &[0])]));
+    let buf = s.server.nic.device().dma_alloc(3 * 4096).unwrap();
+    let mr2 = s
+        .server
+        .nic
+        .register_mr(s.server.pd, &buf, access::ALL)
+        .unwrap();
+    let region = mr2.star_region();
+    assert_eq!(region.pages.len(), 3);
+    s.qp.post_region_update(&mut s.port, StarRegionOp::Register, &region, s.now)
+        .unwrap();
+    s.run();
+    assert_eq!(s.qp.unacked(), 0, "acknowledged after the resend");
+    assert_eq!(
+        s.updates.poll(),
+        Some(RegionUpdate {
+            client_qpn: s.client.qp.qpn,
+            op: StarRegionOp::Register,
+            region: region.clone(),
+        })
+    );
+    assert_eq!(s.updates.poll(), None, "delivered once");
+    // The client's driver applies it (what Context::star_progress does).
+    let _held2 = s.client.nic.hold_star_region(s.client.pd, &region).unwrap();
+    let data_kinds =
+        star_guard_kind(StarKind::Rdp.opcode()) | star_guard_kind(StarKind::Gd.opcode());
+    let server_gid = ipv4_gid(s.server.ip);
+    for r in region.bus_ranges() {
+        s.client
+            .nic
+            .star_guard_add(0, data_kinds, server_gid, r, 0)
+            .unwrap();
+    }
+    let data = pattern(5000, 9);
+    s.client.fill(0, &data);
+    let sge = [s.client.sge(0, data.len())];
+    s.client
+        .qp
+        .post_send(&wr(
+            WQE_OP_RDMA_WRITE,
+            &sge,
+            Some((mr2.addr + 100, mr2.key)),
+            0,
+        ))
+        .unwrap();
+    s.client.qp.ring_send_doorbell();
+    s.run();
+    let mut landed = vec![0u8; data.len()];
+    buf.read(100, &mut landed);
+    assert!(landed == data, "the WRITE landed in the new region");
+    let c = s.client.completions();
+    assert_eq!((c.len(), c[0].opcode(), c[0].syndrome), (1, CQE_REQ, 0));
+
+    // Withdrawn: the client NIC closes it when the update arrives.
+    s.qp.post_region_update(&mut s.port, StarRegionOp::Deregister, &region, s.now)
+        .unwrap();
+    s.run();
+    assert_eq!(s.qp.unacked(), 0);
+    // A raw RDP into the region's first page, sent through a plain Ethernet SQ of the client's
+    // function, is stopped by its security module.
+    let blocked = |s: &mut common::star::StarPair| {
+        s.client
+            .nic
+            .query_rdma_counters()
+            .unwrap()
+            .star_tx_blocked
+            .get()
+    };
+    let before = blocked(&mut s);
+    let sq_cq = s.client.nic.create_cq(&s.client.eq, 4).unwrap();
+    let mut sq = s.client.nic.create_sq(&sq_cq, 4, false).unwrap();
+    let tx = s.client.nic.device().dma_alloc(4096).unwrap();
+    let addr = RoceAddress {
+        src_mac: s.client.nic.mac(),
+        dst_mac: s.server.nic.mac(),
+        src_gid: ipv4_gid(s.client.ip),
+        dst_gid: server_gid,
+        src_port: 0xc0de,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+    };
+    let mut f = vec![0u8; 512];
+    let n = addr
+        .emit(&rdp(7, region.pages[0] + 16, 6), b"forged", 1, &mut f)
+        .unwrap();
+    tx.write(0, &f[..n]);
+    sq.post(&SendWqe {
+        inline_header: &f[..14],
+        gather: &[(tx.iova() + 14, n as u32 - 14)],
+        ..Default::default()
+    })
+    .unwrap();
+    sq.ring_doorbell();
+    s.run();
+    assert_eq!(blocked(&mut s), before + 1, "the module refused it");
+    let mut first = [0u8; 22];
+    buf.read(0, &mut first);
+    assert_eq!(&first[16..22], &[0; 6], "nothing reached the server");
+    // The client's own WRITE into it fails: the key is gone from its NIC.
+    s.client
+        .qp
+        .post_send(&wr(
+            WQE_OP_RDMA_WRITE,
+            &sge,
+            Some((mr2.addr + 8192, mr2.key)),
+            0,
+        ))
+        .unwrap();
+    s.client.qp.ring_send_doorbell();
+    s.run();
+    let c = s.client.completions();
+    assert_eq!(c[0].opcode(), CQE_REQ_ERR, "{c:?}");
+    assert_eq!(c[0].syndrome, rdma_status::REMOTE_ACCESS);
+    let mut tail = vec![0u8; 100];
+    buf.read(8192, &mut tail);
+    assert_eq!(tail, vec![0u8; 100]);
+    // The client's driver hears of it too, to free its copy.
+    assert_eq!(
+        s.updates.poll().map(|u| (u.op, u.region.key)),
+        Some((StarRegionOp::Deregister, region.key))
+    );
+}

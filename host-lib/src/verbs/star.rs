@@ -10,6 +10,10 @@
 //!   connection's entries in the function's egress security module. That takes the manager
 //!   function: the trusted driver in the model StaR §3.2 draws.
 //!
+//! Regions the server registers later go to the client as packets ([`StarQp::share_region`],
+//! [`StarQp::withdraw_region`]); the client's context applies them in
+//! [`Context::star_progress`].
+//!
 //! Completions look as for RC ([`Cq::poll`]): a StaR QP's completion that arrives twice (the
 //! client sent it again) is dropped by its element sequence number.
 
@@ -19,9 +23,10 @@ use std::sync::{Arc, Mutex};
 
 use fld_abi::nic::*;
 use fld_abi::wire::roce::star::StarKind;
+use fld_abi::wire::roce::star::StarRegionOp;
 use fld_abi::wire::roce::{flow_source_port, RoceAddress, DEFAULT_PKEY};
 use fld_driver::rdma::MemoryRegion;
-use fld_driver::star::{StarRegion, StarServer, StarServerQp};
+use fld_driver::star::{StarRegion, StarServer, StarServerQp, StarUpdates};
 
 use super::*;
 
@@ -144,6 +149,40 @@ impl StarQp {
         Ok(())
     }
 
+    /// Hands the client a region registered after the connection was made (StaR §3.1: later
+    /// registrations are sent to the client as packets). The client may name it once its
+    /// driver applied the update ([`Context::star_progress`]).
+    pub fn share_region(&mut self, port: &mut StarPort, mr: &Mr, now: u64) -> Result<()> {
+        self.region_update(port, StarRegionOp::Register, mr, now)
+    }
+
+    /// Takes a region back from the client: from the update's acknowledgement on
+    /// ([`Self::updates_pending`] is 0) the client's NIC refuses it and its security module
+    /// lets no RDP or GD into its pages, so the memory may be deregistered and reused.
+    pub fn withdraw_region(&mut self, port: &mut StarPort, mr: &Mr, now: u64) -> Result<()> {
+        self.region_update(port, StarRegionOp::Deregister, mr, now)
+    }
+
+    fn region_update(
+        &mut self,
+        port: &mut StarPort,
+        op: StarRegionOp,
+        mr: &Mr,
+        now: u64,
+    ) -> Result<()> {
+        let mut guard = lock(&self.qp);
+        let q = guard
+            .as_mut()
+            .ok_or(VerbsError::Invalid("the StaR QP is not connected"))?;
+        q.post_region_update(&mut port.server, op, &mr.region.star_region(), now)?;
+        Ok(())
+    }
+
+    /// Elements (WQEs, region updates) the client has not acknowledged yet.
+    pub fn updates_pending(&self) -> usize {
+        lock(&self.qp).as_ref().map_or(0, |q| q.unacked())
+    }
+
     /// Posts receive work requests: each becomes a WQEP to the client now.
     pub fn post_recv(
         &mut self,
@@ -166,17 +205,28 @@ impl StarQp {
     }
 }
 
-/// The server's regions a client holds, for as long as the connection lasts.
+/// The server's regions a client took at setup, by (PD, server key). Its context holds them
+/// (one per PD and key, shared by the connections to that server) and applies the server's
+/// later updates to them ([`Context::star_progress`]).
 pub struct StarHeld {
-    _regions: Vec<Arc<MemoryRegion>>,
+    pub regions: Vec<(u32, u32)>,
 }
 
 /// What a context set up for StaR once for all its connections.
 #[derive(Default)]
 pub(super) struct StarState {
     /// (PD, server key) → the server's GID and the region held.
-    held: HashMap<(u32, u32), ([u8; 16], Arc<MemoryRegion>)>,
+    held: HashMap<(u32, u32), ([u8; 16], MemoryRegion)>,
     allowed: std::collections::HashSet<(u8, [u8; 16], u64, u64, u32)>,
+    /// Client: where the NIC hands over the servers' region updates, and each connection's
+    /// PD and server by client QP number.
+    updates: Option<StarUpdates>,
+    connections: HashMap<u32, (u32, [u8; 16])>,
+}
+
+/// The security module's kinds a server region's entries allow: RDPs and GDs.
+fn data_kinds() -> u8 {
+    star_guard_kind(StarKind::Rdp.opcode()) | star_guard_kind(StarKind::Gd.opcode())
 }
 
 impl Context {
@@ -317,33 +367,22 @@ impl Context {
         c: &RcConnection,
     ) -> Result<StarHeld> {
         let qpn = qp.qp.qpn;
+        if self.star.updates.is_none() {
+            let cq = self.nic.create_cq(&self.eq, 5)?;
+            self.star.updates = Some(StarUpdates::new(&mut self.nic, cq)?);
+        }
+        let update_rqn = self.star.updates.as_ref().map(|u| u.rq.rqn);
         self.nic
-            .set_star_peer(qpn, offer.send_cqn, offer.recv_cqn)?;
+            .set_star_peer(qpn, offer.send_cqn, offer.recv_cqn, update_rqn)?;
+        self.star.connections.insert(qpn, (pd.handle, c.dgid));
         let mut regions = Vec::with_capacity(offer.regions.len());
-        let data = star_guard_kind(StarKind::Rdp.opcode()) | star_guard_kind(StarKind::Gd.opcode());
         for r in &offer.regions {
-            // A PD holds one region per server key: a client QP finds the server's memory by
-            // the key alone, so two servers' regions with one key need two PDs.
-            let held = match self.star.held.get(&(pd.handle, r.key)) {
-                Some((server, h)) if *server == c.dgid => h.clone(),
-                Some(_) => return Err(VerbsError::Invalid(
-                    "another StaR server's region has this key in the PD: use one PD per server",
-                )),
-                None => {
-                    let h = Arc::new(self.nic.hold_star_region(pd.handle, r)?);
-                    self.star
-                        .held
-                        .insert((pd.handle, r.key), (c.dgid, h.clone()));
-                    h
-                }
-            };
-            regions.push(held);
-            for range in r.bus_ranges() {
-                self.star_allow(data, c.dgid, range, 0)?;
-            }
+            self.hold_server_region(pd.handle, c.dgid, r)?;
+            regions.push((pd.handle, r.key));
         }
         let ea = star_guard_kind(StarKind::Ea.opcode());
         self.star_allow(ea, c.dgid, 0..0, STAR_GUARD_ANY_CQ)?;
+        // The update RQ's memory-table updates come as WQEPs and are acknowledged by EAs.
         let cqep = star_guard_kind(StarKind::Cqep.opcode());
         for cqn in [offer.send_cqn, offer.recv_cqn] {
             self.star_allow(cqep, c.dgid, 0..0, cqn)?;
@@ -354,6 +393,61 @@ impl Context {
             ..*c
         };
         self.connect_rc(qp, &conn)?;
-        Ok(StarHeld { _regions: regions })
+        Ok(StarHeld { regions })
+    }
+
+    /// Holds the server `server`'s region `r` in PD `pd` (once per PD and key) and lets this
+    /// function's RDPs and GDs into its pages.
+    fn hold_server_region(&mut self, pd: u32, server: [u8; 16], r: &StarRegion) -> Result<()> {
+        // A PD holds one region per server key: a client QP finds the server's memory by the
+        // key alone, so two servers' regions with one key need two PDs.
+        match self.star.held.get(&(pd, r.key)) {
+            Some((s, _)) if *s == server => {}
+            Some(_) => {
+                return Err(VerbsError::Invalid(
+                    "another StaR server's region has this key in the PD: use one PD per server",
+                ))
+            }
+            None => {
+                let h = self.nic.hold_star_region(pd, r)?;
+                self.star.held.insert((pd, r.key), (server, h));
+            }
+        }
+        for range in r.bus_ranges() {
+            self.star_allow(data_kinds(), server, range, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Client: applies the memory-table updates StaR servers sent since the last call (§16.6)
+    /// and returns how many. A registered region is held and allowed from here on; a
+    /// deregistered one the NIC already refuses, and its table goes here. Call it as often as
+    /// the application expects servers' new regions to become usable.
+    pub fn star_progress(&mut self) -> Result<usize> {
+        self.nic.device().run_device();
+        let mut n = 0;
+        while let Some(u) = self.star.updates.as_mut().and_then(|s| s.poll()) {
+            n += 1;
+            let Some(&(pd, server)) = self.star.connections.get(&u.client_qpn) else {
+                continue;
+            };
+            match u.op {
+                StarRegionOp::Register => {
+                    self.hold_server_region(pd, server, &u.region)?;
+                }
+                StarRegionOp::Deregister => {
+                    // The NIC dropped the key and the module's entries when the update came.
+                    for r in u.region.bus_ranges() {
+                        self.star
+                            .allowed
+                            .remove(&(data_kinds(), server, r.start, r.end, 0));
+                    }
+                    if let Some((_, mr)) = self.star.held.remove(&(pd, u.region.key)) {
+                        self.nic.deregister_mr(mr)?;
+                    }
+                }
+            }
+        }
+        Ok(n)
     }
 }

@@ -13,7 +13,7 @@ use fld_device::nic::NicConfig;
 use fld_device::wire::{link, Wire};
 use fld_driver::inprocess::InProcessHost;
 use fld_driver::rdma::MemoryRegion;
-use fld_driver::star::{StarRegion, StarServer, StarServerQp};
+use fld_driver::star::{StarRegion, StarServer, StarServerQp, StarUpdates};
 
 use super::rdma::*;
 
@@ -91,6 +91,8 @@ pub struct StarPair {
     pub qp: StarServerQp,
     /// The server's region as the client holds it (its MTT lives as long as this).
     pub held: MemoryRegion,
+    /// The client's update RQ: the server's memory-table updates arrive there.
+    pub updates: StarUpdates,
     /// What each side's transmissions drop: the server's, then the client's.
     pub drops: [Arc<Mutex<Drops>>; 2],
     pub now: u64,
@@ -149,7 +151,12 @@ pub fn star_pair(client_drops: Drops, server_drops: Drops) -> StarPair {
     // What the server hands over: its QP's CQs and its region with its bus addresses.
     let region = server.mr.star_region();
     let cq = server.cq.cqn;
-    client.nic.set_star_peer(client.qp.qpn, cq, cq).unwrap();
+    let updates_cq = client.nic.create_cq(&client.eq, 5).unwrap();
+    let updates = StarUpdates::new(&mut client.nic, updates_cq).unwrap();
+    client
+        .nic
+        .set_star_peer(client.qp.qpn, cq, cq, Some(updates.rq.rqn))
+        .unwrap();
     let held = client.nic.hold_star_region(client.pd, &region).unwrap();
     let (smac, sip) = (server.nic.mac(), server.ip);
     connect(
@@ -175,6 +182,7 @@ pub fn star_pair(client_drops: Drops, server_drops: Drops) -> StarPair {
         port,
         qp,
         held,
+        updates,
         drops,
         now: 0,
     }

@@ -21,6 +21,10 @@ pub const CQE_RESP_SEND_IMM: u8 = 0x3;
 /// StaR (`docs/nic-interface.md` §16): an element ACK for a WQEP reached the function's control
 /// CQ. `qn` is the QP number the EA named, `byte_count` the acknowledged sequence number.
 pub const CQE_STAR_EA: u8 = 0x4;
+/// StaR: a StaR server's memory-table update (a region registered or deregistered) reached the
+/// client's update RQ. `qn` is the client QP of the connection; the receive buffer holds the
+/// update (`fld_abi::wire::roce::star::StarRegionUpdate`, `byte_count` bytes).
+pub const CQE_STAR_REGION: u8 = 0x5;
 pub const CQE_REQ_ERR: u8 = 0xd;
 pub const CQE_RESP_ERR: u8 = 0xe;
 /// Never written by the device: software initialises rings with it.

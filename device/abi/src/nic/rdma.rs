@@ -481,15 +481,19 @@ pub struct StarServerIn {
 
 /// SET_STAR_PEER input: QP `qpn` (in RESET or INIT) becomes the stateful client of a StaR
 /// server (`docs/nic-interface.md` §16.6). The server's QP is the QP's destination QP (set at
-/// RTR); its completions go to the server's CQs named here.
+/// RTR); its completions go to the server's CQs named here. The server's later changes to its
+/// memory table arrive in the function's RQ `update_rqn` ([`STAR_NO_RQ`]: none are taken).
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
 pub struct StarPeerIn {
     pub qpn: U32,
     pub server_send_cqn: U32,
     pub server_recv_cqn: U32,
-    pub rsvd: U32,
+    pub update_rqn: U32,
 }
+
+/// [`StarPeerIn::update_rqn`]: the client takes no memory-table updates.
+pub const STAR_NO_RQ: u32 = u32::MAX;
 
 /// STAR_GUARD_ADD input (`docs/nic-interface.md` §16.5): one entry of a function's egress
 /// security module, allowing StaR packets of `kinds` ([`star_guard_kind`] bits) to `dst_gid`;

@@ -138,7 +138,12 @@ fn destroy_mr(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
     let mr = c.core.rdma.mrs.take_unreferenced(index, c.function)?;
     c.core.rdma.pds.drop_ref(mr.pd);
     if let Some(k) = mr.peer_key {
-        c.core.rdma.peers.remove(&(c.function, mr.pd, k));
+        // Only its own entry: a server's deregistration may have dropped it already, and a
+        // later registration of the same key put another region there (§16.6).
+        let at = (c.function, mr.pd, k);
+        if c.core.rdma.peers.get(&at) == Some(&index) {
+            c.core.rdma.peers.remove(&at);
+        }
     }
     let pages = mtt_pages(mr.start, mr.length, mr.log_page_size);
     crate::nic::rdma::memory::invalidate(
@@ -334,12 +339,18 @@ fn set_star_peer(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult
     if !matches!(qp.state, QpState::Reset | QpState::Init) {
         return fail(CmdStatus::BadState, qp.state as u32);
     }
-    if qp.srq.is_some() || qp.packet_rq.is_some() || i.rsvd.get() != 0 {
+    if qp.srq.is_some() || qp.packet_rq.is_some() {
         return fail(CmdStatus::BadParam, bad_param::QP_FLAGS);
     }
+    let update_rq = match i.update_rqn.get() {
+        STAR_NO_RQ => None,
+        n => Some(c.core.rqs.owned(n, f).map(|_| n)?),
+    };
+    let qp = c.core.rdma.qps.owned_mut(index, f)?;
     qp.star = Some(Box::new(crate::nic::rdma::star::StarClient::new(
         i.server_send_cqn.get(),
         i.server_recv_cqn.get(),
+        update_rq,
     )));
     Ok(0)
 }

@@ -207,15 +207,21 @@ pub(crate) struct StarClient {
     /// Congestion window in 1/256 packets; the PSN before which no second cut is made.
     pub cwnd: u32,
     pub cut_until: Option<u32>,
+    /// Requests marked for fast retransmit and not yet sent again (so a poll with none marked
+    /// does not walk the window).
+    pub marked_lost: u32,
     /// When the oldest unanswered request is sent again.
     pub deadline: Option<u64>,
     /// The element sequence number of the next CQEP (the CQE's `metadata`).
     pub next_cqep: u32,
+    /// The function's RQ the server's memory-table updates go to (§16.6); none: refused.
+    pub update_rq: Option<u32>,
 }
 
 impl StarClient {
-    pub fn new(server_send_cqn: u32, server_recv_cqn: u32) -> Self {
+    pub fn new(server_send_cqn: u32, server_recv_cqn: u32, update_rq: Option<u32>) -> Self {
         StarClient {
+            update_rq,
             server_send_cqn,
             server_recv_cqn,
             server_sq: VecDeque::new(),
@@ -227,6 +233,7 @@ impl StarClient {
             next_op_id: 0,
             cwnd: STAR_INITIAL_WINDOW << 8,
             cut_until: None,
+            marked_lost: 0,
             deadline: None,
             next_cqep: 0,
         }
@@ -234,7 +241,7 @@ impl StarClient {
 
     /// Back to the start (a QP's move to RESET), keeping the server's CQs.
     pub fn reset(&mut self) {
-        *self = StarClient::new(self.server_send_cqn, self.server_recv_cqn);
+        *self = StarClient::new(self.server_send_cqn, self.server_recv_cqn, self.update_rq);
     }
 
     pub fn op_mut(&mut self, id: u64) -> Option<&mut StarOp> {

@@ -138,6 +138,10 @@ pub enum StarQueue {
     Send = 0,
     /// A receive WQE (a scatter list, `fld_abi::nic::encode_recv_wqe`'s format).
     Receive = 1,
+    /// Not a work queue: a change of the server's memory table ([`StarRegionUpdate`]), carried
+    /// and acknowledged as WQEs are so it arrives once and in order (StaR §3.1: later
+    /// registrations "encapsulated into packets").
+    Memory = 2,
 }
 
 /// The header of a WQEP (4 bytes): the queue and the element's counter in it (the
@@ -154,6 +158,7 @@ impl StarWqe {
         let queue = match b[0] {
             0 => StarQueue::Send,
             1 => StarQueue::Receive,
+            2 => StarQueue::Memory,
             _ => return Err(Error::Malformed),
         };
         if b[1] != 0 {
@@ -169,6 +174,141 @@ impl StarWqe {
         b[1] = 0;
         b[2..4].copy_from_slice(&self.index.to_be_bytes());
     }
+}
+
+/// What a [`StarRegionUpdate`] does to the client's copy of the server's memory table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StarRegionOp {
+    /// The server registered the region: the client holds it from now on.
+    Register = 1,
+    /// The server deregistered it: the client forgets it, and RDPs and GDs into it are no
+    /// longer legal.
+    Deregister = 2,
+}
+
+/// The payload of a memory WQEP ([`StarQueue::Memory`]): a 32-byte header, then one 8-byte bus
+/// address per page (a deregistration carries the same list: the client's security module
+/// drops its entries for those pages). All fields big-endian:
+///
+/// | Off | Size | Field |
+/// |---|---|---|
+/// | 0 | 1 | op (1 register, 2 deregister) |
+/// | 1 | 1 | log_page_size (12..=30) |
+/// | 2 | 2 | reserved, 0 |
+/// | 4 | 4 | key: the server's key of the region |
+/// | 8 | 8 | addr: the region's first virtual address |
+/// | 16 | 8 | length in bytes |
+/// | 24 | 4 | access: the region's rights (`fld_abi::nic::access`) |
+/// | 28 | 4 | pages: how many bus addresses follow |
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StarRegionUpdate {
+    pub op: StarRegionOp,
+    pub log_page_size: u8,
+    pub key: u32,
+    pub addr: u64,
+    pub length: u64,
+    pub access: u32,
+    pub pages: u32,
+}
+
+/// Bytes of a [`StarRegionUpdate`] header.
+pub const STAR_REGION_UPDATE_LEN: usize = 32;
+
+impl StarRegionUpdate {
+    /// The header and the page addresses of a memory WQEP's payload. Refuses a reserved byte
+    /// set, an unknown op, a page size outside 4 KiB..1 GiB, and a page list whose length is not
+    /// `pages` x 8 or whose pages do not cover `[addr, addr + length)`.
+    pub fn parse(payload: &[u8]) -> Result<(Self, &[u8])> {
+        let h = payload
+            .get(..STAR_REGION_UPDATE_LEN)
+            .ok_or(Error::Truncated)?;
+        let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let be64 = |i: usize| (u64::from(be32(i)) << 32) | u64::from(be32(i + 4));
+        let op = match h[0] {
+            1 => StarRegionOp::Register,
+            2 => StarRegionOp::Deregister,
+            _ => return Err(Error::Malformed),
+        };
+        let u = StarRegionUpdate {
+            op,
+            log_page_size: h[1],
+            key: be32(4),
+            addr: be64(8),
+            length: be64(16),
+            access: be32(24),
+            pages: be32(28),
+        };
+        let pages = &payload[STAR_REGION_UPDATE_LEN..];
+        let wanted = u.covering_pages().ok_or(Error::Malformed)?;
+        if h[2] != 0
+            || h[3] != 0
+            || !(12..=30).contains(&u.log_page_size)
+            || u.pages != wanted
+            || pages.len() != wanted as usize * 8
+        {
+            return Err(Error::Malformed);
+        }
+        Ok((u, pages))
+    }
+
+    /// Writes the header then `pages` (bus addresses) into `out`; the bytes written, or `None`
+    /// when `out` is too short.
+    pub fn emit(&self, pages: &[u64], out: &mut [u8]) -> Option<usize> {
+        let n = STAR_REGION_UPDATE_LEN + pages.len() * 8;
+        let out = out.get_mut(..n)?;
+        out[0] = self.op as u8;
+        out[1] = self.log_page_size;
+        out[2..4].fill(0);
+        out[4..8].copy_from_slice(&self.key.to_be_bytes());
+        out[8..16].copy_from_slice(&self.addr.to_be_bytes());
+        out[16..24].copy_from_slice(&self.length.to_be_bytes());
+        out[24..28].copy_from_slice(&self.access.to_be_bytes());
+        out[28..32].copy_from_slice(&(pages.len() as u32).to_be_bytes());
+        for (i, p) in pages.iter().enumerate() {
+            out[32 + i * 8..40 + i * 8].copy_from_slice(&p.to_be_bytes());
+        }
+        Some(n)
+    }
+
+    /// How many pages of `2^log_page_size` bytes `[addr, addr + length)` touches (`None`: the
+    /// range wraps or the page size is out of range).
+    pub fn covering_pages(&self) -> Option<u32> {
+        if !(12..=30).contains(&self.log_page_size) {
+            return None;
+        }
+        if self.length == 0 {
+            return Some(0);
+        }
+        let end = self.addr.checked_add(self.length)?;
+        let first = self.addr >> self.log_page_size;
+        let last = (end - 1) >> self.log_page_size;
+        u32::try_from(last - first + 1).ok()
+    }
+
+    /// The page addresses of a parsed payload's list.
+    pub fn page_addresses(pages: &[u8]) -> impl Iterator<Item = u64> + '_ {
+        pages
+            .chunks_exact(8)
+            .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
+    }
+}
+
+/// The bus ranges pages of `2^log_page_size` bytes cover, adjacent pages merged: what a
+/// client's security module allows a server region's RDPs and GDs into (one entry per range).
+pub fn page_ranges(
+    pages: impl IntoIterator<Item = u64>,
+    log_page_size: u8,
+) -> Vec<core::ops::Range<u64>> {
+    let page = 1u64 << log_page_size.min(63);
+    let mut out: Vec<core::ops::Range<u64>> = Vec::new();
+    for p in pages {
+        let end = p.saturating_add(page);
+        match out.last_mut() {
+            Some(r) if r.end == p => r.end = end,
+            _ => out.push(p..end),
+        }
+    }
+    out
 }
 
 /// The data header of an RDP or a GD (16 bytes): where in the stateless side's I/O address
@@ -540,5 +680,72 @@ mod tests {
         assert_eq!(overhead(StarKind::Cqep, 64), 12 + 8 + 4);
         assert_eq!(overhead(StarKind::Ra, 0), 12 + 4);
         assert_eq!(overhead(StarKind::Wqep, 64), 12 + 4 + 4);
+    }
+
+    /// Memory WQEP payloads packed by Python's `struct` (`"!BBHIQQII"` then `"!3Q"`): a
+    /// register of 0x2001 bytes from 0x7f00_0000_1000 (three 4 KiB pages), and its
+    /// deregistration.
+    #[test]
+    fn region_updates_match_an_independent_packing_and_refuse_what_does_not_add_up() {
+        let register = hex("010c00000000123400007f000000100000000000000020010000000700000003000000008000000000000000800030000000000080001000");
+        let deregister = hex("020c00000000123400007f000000100000000000000020010000000700000003000000008000000000000000800030000000000080001000");
+        let u = StarRegionUpdate {
+            op: StarRegionOp::Register,
+            log_page_size: 12,
+            key: 0x1234,
+            addr: 0x7f00_0000_1000,
+            length: 0x2001,
+            access: 7,
+            pages: 3,
+        };
+        let pages = [0x8000_0000, 0x8000_3000, 0x8000_1000];
+        let (got, list) = StarRegionUpdate::parse(&register).unwrap();
+        assert_eq!(got, u);
+        assert_eq!(
+            StarRegionUpdate::page_addresses(list).collect::<Vec<_>>(),
+            pages
+        );
+        let mut out = [0u8; 64];
+        assert_eq!(u.emit(&pages, &mut out), Some(register.len()));
+        assert_eq!(&out[..register.len()], &register[..]);
+        let d = StarRegionUpdate {
+            op: StarRegionOp::Deregister,
+            ..u
+        };
+        assert_eq!(StarRegionUpdate::parse(&deregister).unwrap(), (d, list));
+        assert_eq!(d.emit(&pages, &mut out), Some(deregister.len()));
+        assert_eq!(&out[..deregister.len()], &deregister[..]);
+        assert_eq!(u.emit(&pages, &mut [0u8; 40]), None, "too short");
+        // One page short, one too many, a reserved byte, an unknown op, a 1 KiB page.
+        let bad = |at: usize, v: u8, cut: usize| {
+            let mut b = register.clone();
+            b[at] = v;
+            b.truncate(b.len() - cut);
+            StarRegionUpdate::parse(&b).map(|(u, _)| u)
+        };
+        assert_eq!(bad(31, 3, 8), Err(Error::Malformed));
+        assert_eq!(bad(31, 4, 0), Err(Error::Malformed));
+        assert_eq!(bad(2, 1, 0), Err(Error::Malformed));
+        assert_eq!(bad(0, 3, 0), Err(Error::Malformed));
+        assert_eq!(bad(1, 10, 0), Err(Error::Malformed));
+        assert_eq!(
+            StarRegionUpdate::parse(&register[..31]),
+            Err(Error::Truncated)
+        );
+        let w = StarWqe::parse(&[2, 0, 0, 9]).unwrap();
+        assert_eq!((w.queue, w.index), (StarQueue::Memory, 9));
+        assert_eq!(StarWqe::parse(&[3, 0, 0, 9]), Err(Error::Malformed));
+        assert_eq!(
+            page_ranges(pages, 12),
+            [
+                0x8000_0000..0x8000_1000,
+                0x8000_3000..0x8000_4000,
+                0x8000_1000..0x8000_2000
+            ]
+        );
+        assert_eq!(
+            page_ranges([0x1000, 0x2000, 0x3000, 0x9000], 12),
+            [0x1000..0x4000, 0x9000..0xa000]
+        );
     }
 }

@@ -10,6 +10,9 @@
 //!   covers the client's READ, the server's WRITE (into the client's memory) and the server's
 //!   SEND (into a client receive WQE's buffers).
 //! * The server's completions go back in CQEPs, each acknowledged by an EA the server NIC builds.
+//! * The server's later registrations and deregistrations arrive as WQEPs of a third queue: a
+//!   deregistration closes the region here before its EA, and both go to the client's driver
+//!   through its update RQ ([`memory_update`]).
 //!
 //! The client names the server's memory by bus address. It translates the server's virtual
 //! addresses and keys through the server's regions it holds (`MR_FLAG_STAR_PEER`), with the same
@@ -17,7 +20,8 @@
 //!
 //! Every request's answer echoes its PSN, so each request in flight is tracked on its own
 //! ([`Pending`]):
-//! * **Retransmission.** When the local ACK timer (the QP's timeout) expires, every unanswered
+//! * **Retransmission.** A request unanswered after three later ones were answered is sent
+//!   again at once. When the local ACK timer (the QP's timeout) expires, every unanswered
 //!   request is sent again as it was. Requests are idempotent at a stateless server: an RDP
 //!   writes the same bytes at the same address, a GD reads the same bytes. A CQEP's duplicate is
 //!   dropped by the server's driver by the element sequence number in the CQE's `metadata`.
@@ -32,12 +36,13 @@
 //! the CQEPs one at a time in their queue's order.
 //!
 //! Left out: atomics over StaR (they complete with REMOTE_INVALID_REQUEST), an SRQ or a
-//! multi-packet RQ on a StaR client QP, memory-table updates as packets (regions are held through
-//! the command interface).
+//! multi-packet RQ on a StaR client QP, authentication of the server's memory-table updates
+//! beyond the connection's address and sequence.
 
 use fld_abi::nic::*;
 use fld_abi::wire::roce::star::{
-    StarCq, StarData, StarHeaders, StarKind, StarPacket, StarQueue, STAR_CQE_LEN,
+    page_ranges, StarCq, StarData, StarHeaders, StarKind, StarPacket, StarQueue, StarRegionOp,
+    StarRegionUpdate, STAR_CQE_LEN,
 };
 use fld_abi::wire::roce::{ack_timeout_ns, psn_add, psn_delta};
 use zerocopy::little_endian::{U16, U32};
@@ -801,7 +806,14 @@ fn element(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &StarPacket<'_>
     if ahead > 0 {
         return;
     }
-    if ahead == 0 {
+    if ahead == 0 && w.queue == StarQueue::Memory {
+        if !memory_update(core, ctx, qpi, pkt.payload) {
+            return;
+        }
+        if let Some(star) = client_mut(core, qpi) {
+            star.next_wqep = psn_add(seq, 1);
+        }
+    } else if ahead == 0 {
         let queued = match w.queue {
             StarQueue::Receive => SgeList::of(recv_sges(pkt.payload)).map(|sges| {
                 star.server_rq.push_back(ServerRecv {
@@ -812,6 +824,7 @@ fn element(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &StarPacket<'_>
             StarQueue::Send => {
                 server_wqe(w.index, pkt.payload).map(|w| star.server_sq.push_back(w))
             }
+            StarQueue::Memory => None,
         };
         if queued.is_none() {
             // An element the client cannot hold is not acknowledged: the server's driver sees
@@ -825,6 +838,59 @@ fn element(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &StarPacket<'_>
         Ok::<(), AccessError>(())
     })
     .ok();
+}
+
+/// A change of the server's memory table, the next element of the connection (§16.6). A
+/// deregistration takes effect here, before it is acknowledged: the key leaves the QP's PD and
+/// the security module's RDP and GD entries to the server inside the region's pages go, so
+/// from its EA on neither this NIC nor a forger behind it reaches that memory. Both kinds are
+/// then handed to the client's driver in its update RQ; a registration needs it (the region's
+/// translation table lives in host memory the driver provides). False: not taken — no update
+/// RQ, the RQ full, or an update that does not parse — and so not acknowledged.
+fn memory_update(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, payload: &[u8]) -> bool {
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return false;
+    };
+    let (owner, pd, server) = (qp.owner, qp.pd, qp.attr.dgid);
+    let update_rq = qp.star.as_ref().and_then(|s| s.update_rq);
+    let parsed = StarRegionUpdate::parse(payload);
+    let refused = |core: &mut NicCore, malformed: bool| {
+        if let Some(c) = core.rdma.counters.get_mut(usize::from(owner)) {
+            match malformed {
+                true => c.rx_malformed += 1,
+                false => c.star_refused += 1,
+            }
+        }
+        false
+    };
+    let Ok((update, pages)) = parsed else {
+        return refused(core, true);
+    };
+    let Some(rqn) = update_rq else {
+        return refused(core, false);
+    };
+    let cqe = Cqe {
+        qn: U32::new(Rdma::qpn(qpi)),
+        ..Default::default()
+    };
+    if !super::super::receive::receive(core, ctx, rqn, payload, cqe, CQE_STAR_REGION) {
+        return refused(core, false);
+    }
+    if update.op == StarRegionOp::Deregister {
+        core.rdma.peers.remove(&(owner, pd, update.key));
+        let ranges = page_ranges(
+            StarRegionUpdate::page_addresses(pages),
+            update.log_page_size,
+        );
+        let data = star_guard_kind(StarKind::Rdp.opcode()) | star_guard_kind(StarKind::Gd.opcode());
+        if let Some(g) = core.rdma.guards.get_mut(usize::from(owner)) {
+            g.entries.retain(|e| {
+                let inside = ranges.iter().any(|r| r.start <= e.lo && e.hi <= r.end);
+                !(e.dst_gid == server && e.kinds & data != 0 && inside)
+            });
+        }
+    }
+    true
 }
 
 /// A server send WQE from a WQEP's payload.
@@ -957,6 +1023,7 @@ fn answer(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, marked: bool, pkt: &S
             p.passed = p.passed.saturating_add(1);
             if p.passed == FAST_RETRANSMIT_AFTER {
                 p.resend = true;
+                star.marked_lost += 1;
                 lost = true;
             }
         }
@@ -970,9 +1037,10 @@ fn answer(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, marked: bool, pkt: &S
 
 /// Sends again the requests an answer stream showed lost (see [`answer`]).
 fn resend_lost(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> usize {
-    let Some(star) = client_mut(core, qpi) else {
+    let Some(star) = client_mut(core, qpi).filter(|s| s.marked_lost > 0) else {
         return 0;
     };
+    star.marked_lost = 0;
     let lost: Vec<Pending> = star
         .window
         .iter_mut()
