@@ -2,10 +2,10 @@
 //! the engine reads when it runs, so a doorbell never blocks and never re-enters the engine —
 //! and, in the same memory, each send queue's WQE-by-MMIO buffer, read as words too.
 
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use fld_abi::nic::BAR_DOORBELL_SIZE;
+use fld_abi::nic::{db, BAR_DOORBELL_SIZE};
 
 /// Polled doorbell words of one function (BAR2). Stores from the host land here directly; the
 /// engine reads them when it runs.
@@ -20,9 +20,22 @@ pub struct DoorbellArea {
     /// Every backing the words ever lived in, kept so a reader that loaded the old pointer
     /// never touches freed memory (a handful of 256 KiB areas over a process's life).
     backings: Mutex<Vec<Box<dyn Send + Sync>>>,
+    /// One bit per queue-pair slot whose send or receive doorbell was stored through
+    /// [`Self::store`] or [`Self::write`] since the engine last took them: what a doorbell
+    /// write tells a hardware NIC's scheduler, so the engine visits only those QPs.
+    qp_rung: Box<[AtomicU64]>,
+    /// One bit per word of `qp_rung` that may have a bit set, so a pass with no doorbell rung
+    /// reads four words, not the whole map.
+    qp_rung_words: [AtomicU64; (QP_RUNG_WORDS as usize).div_ceil(64)],
+    /// The words live in memory the host maps ([`Self::use_memory`]): its stores do not pass
+    /// through here, so no rung bit is set and the engine must look at every QP.
+    shared: AtomicBool,
 }
 
 const DOORBELL_WORDS: usize = (BAR_DOORBELL_SIZE / 4) as usize;
+
+/// Words of the rung-QP bit map.
+const QP_RUNG_WORDS: u32 = db::QP_SLOTS.div_ceil(64);
 
 impl Default for DoorbellArea {
     fn default() -> Self {
@@ -35,6 +48,9 @@ impl Default for DoorbellArea {
         DoorbellArea {
             words: AtomicPtr::new(owned.as_mut_ptr()),
             backings: Mutex::new(vec![Box::new(owned)]),
+            qp_rung: (0..QP_RUNG_WORDS).map(|_| AtomicU64::new(0)).collect(),
+            qp_rung_words: Default::default(),
+            shared: AtomicBool::new(false),
         }
     }
 }
@@ -70,8 +86,49 @@ impl DoorbellArea {
             unsafe { (*new.add(i)).store(self.load(4 * i as u64), Ordering::Relaxed) };
         }
         self.words.store(new, Ordering::Release);
+        self.shared.store(true, Ordering::Release);
         backings.push(Box::new(memory));
         Ok(())
+    }
+
+    /// Whether every host store passes through [`Self::store`]/[`Self::write`] (the words are
+    /// not in memory the host maps), so the rung QP slots are all the QPs with news.
+    pub fn sees_every_store(&self) -> bool {
+        !self.shared.load(Ordering::Acquire)
+    }
+
+    /// Calls `f` with each queue-pair slot rung since the last call, and forgets them.
+    pub fn take_rung_qps(&self, mut f: impl FnMut(u32)) {
+        for (s, summary) in self.qp_rung_words.iter().enumerate() {
+            if summary.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut words = summary.swap(0, Ordering::AcqRel);
+            while words != 0 {
+                let i = s * 64 + words.trailing_zeros() as usize;
+                words &= words - 1;
+                let mut bits = self.qp_rung[i].swap(0, Ordering::AcqRel);
+                while bits != 0 {
+                    f(i as u32 * 64 + bits.trailing_zeros());
+                    bits &= bits - 1;
+                }
+            }
+        }
+    }
+
+    /// Notes a store to the send or receive doorbell of a queue-pair slot.
+    #[inline]
+    fn note(&self, offset: u64) {
+        let slots = u64::from(db::QP_SLOTS) * 4;
+        let slot = match offset {
+            o if (db::QP_SQ_BASE..db::QP_SQ_BASE + slots).contains(&o) => o - db::QP_SQ_BASE,
+            o if (db::QP_RQ_BASE..db::QP_RQ_BASE + slots).contains(&o) => o - db::QP_RQ_BASE,
+            _ => return,
+        } / 4;
+        let word = slot / 64;
+        // The slot's bit first, then its word's: a taker that sees the word sees the bit.
+        self.qp_rung[word as usize].fetch_or(1 << (slot % 64), Ordering::Release);
+        self.qp_rung_words[(word / 64) as usize].fetch_or(1 << (word % 64), Ordering::Release);
     }
 
     /// The word at byte `offset` (0 when out of range).
@@ -100,6 +157,8 @@ impl DoorbellArea {
                         Err(x) => cur = x,
                     }
                 }
+                // Noted after the byte landed, so the engine never takes the note first.
+                self.note(o & !3);
             }
         }
     }
@@ -108,6 +167,7 @@ impl DoorbellArea {
     pub fn store(&self, offset: u64, value: u32) {
         if let Some(w) = self.word(offset) {
             w.store(value, Ordering::Release);
+            self.note(offset);
         }
     }
 
@@ -136,5 +196,37 @@ impl DoorbellArea {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rung(area: &DoorbellArea) -> Vec<u32> {
+        let mut v = Vec::new();
+        area.take_rung_qps(|s| v.push(s));
+        v
+    }
+
+    /// Stores to a queue pair's send or receive doorbell put its slot on the engine's list once;
+    /// other doorbells, WQE buffers and CQ words do not.
+    #[test]
+    fn qp_doorbell_stores_are_noted_once_per_slot() {
+        let a = DoorbellArea::default();
+        assert!(a.sees_every_store());
+        a.store(db::QP_SQ_BASE + 4 * 5, 1);
+        a.store(db::QP_SQ_BASE + 4 * 5, 2);
+        a.store(db::QP_RQ_BASE + 4 * 700, 1);
+        a.store(db::QP_SQ_BASE + 4 * (db::QP_SLOTS as u64 - 1), 9);
+        a.store(db::SQ_BASE + 4 * 5, 1);
+        a.store(db::CQ_BASE, 1);
+        a.write(db::QP_SQ_WQE_BASE, &[0u8; 64]);
+        assert_eq!(rung(&a), [5, 700, db::QP_SLOTS - 1]);
+        assert!(rung(&a).is_empty(), "taken");
+        // A byte-wise store (a host writing the word in pieces) is noted too, once it landed.
+        a.write(db::QP_RQ_BASE + 4 * 64 + 1, &[7, 7]);
+        assert_eq!(a.load(db::QP_RQ_BASE + 4 * 64), 0x0007_0700);
+        assert_eq!(rung(&a), [64]);
     }
 }

@@ -269,17 +269,7 @@ impl Nic {
     /// timer or the end of an RNR wait — so a runner that sleeps an idle card knows when to
     /// wake it. `None`: no timer armed.
     pub fn next_timer_ns(&self) -> Option<u64> {
-        let core = self.shared.lock();
-        core.rdma
-            .active
-            .iter()
-            .filter_map(|&i| core.rdma.qps.get(i))
-            .flat_map(|q| {
-                let star = q.star.as_ref().and_then(|s| s.deadline);
-                [q.req.deadline, q.req.rnr_wait_until, star]
-            })
-            .flatten()
-            .min()
+        self.shared.lock().rdma.next_timer()
     }
 
     /// Counters of the uplink wire side and other device-global statistics.

@@ -127,6 +127,9 @@ fn execute(cmd: &mut Cmd<'_, '_>, opcode: u16, body: &[u8], out: &mut [u8]) -> C
     };
     // Which entry a key matches changes only by command: the flow cache starts afresh after any.
     cmd.core.eswitch.rules_changed();
+    // What a QP can do may change by any command (its state, its CQs, a key): the engine's
+    // next pass looks at all of them.
+    cmd.core.rdma.visit_all = true;
     result
 }
 

@@ -425,6 +425,7 @@ fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         last_wqe_reported: false,
         src_port: 0,
         star: None,
+        timer_at: None,
     };
     let Some(index) = c.core.rdma.qps.insert(qp) else {
         return fail(CmdStatus::ExceedLimit, 0);

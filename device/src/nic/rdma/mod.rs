@@ -109,8 +109,22 @@ pub(crate) struct Rdma {
     pub guards: Vec<crate::nic::star_guard::StarGuard>,
     /// StaR servers' regions their clients hold: (function, PD, server key) → region index.
     pub peers: std::collections::HashMap<(u16, u32, u32), u32>,
-    /// QPs not in RESET: the ones the engine visits.
+    /// QPs not in RESET: the ones the engine may have work for.
     pub active: Vec<u32>,
+    /// The engine's ready list: the QPs its next pass visits — rung by a doorbell, sent a
+    /// packet, due a timer, or with work left from the last pass — so a pass costs the QPs
+    /// with news, not every connection. `queued[i]`: QP `i` is on it.
+    pub ready: Vec<u32>,
+    pub queued: Vec<bool>,
+    /// The QPs a pass visits (the ready list taken), kept for its allocation.
+    pub visiting: Vec<u32>,
+    /// Transport timers (local ACK, RNR wait, StaR's ACK timer): (deadline ns, QP), earliest
+    /// first. An entry holds only while it is its QP's `timer_at`; others are stale and
+    /// dropped when they come up.
+    pub timers: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u32)>>,
+    /// The next pass visits every active QP: a command ran (any may change what a QP can do),
+    /// or a function's doorbells are in memory the host maps (its stores are not seen).
+    pub visit_all: bool,
     /// The variant byte of the next key (so a reused region index gets a new key).
     pub key_variant: u8,
     /// IPv4 identification of the next RoCE packet.
@@ -158,6 +172,11 @@ impl Rdma {
             guards: vec![Default::default(); functions],
             peers: Default::default(),
             active: Vec::new(),
+            ready: Vec::new(),
+            queued: Vec::new(),
+            visiting: Vec::new(),
+            timers: Default::default(),
+            visit_all: false,
             key_variant: 0,
             ip_ident: 0,
             frame: vec![0; max_frame],
@@ -221,8 +240,59 @@ impl Rdma {
         qpn.checked_sub(fld_abi::nic::QPN_BASE)
     }
 
+    /// Puts QP `i` on the ready list: the engine's next pass visits it.
+    #[inline]
+    pub fn wake(&mut self, i: u32) {
+        let at = i as usize;
+        if at >= self.queued.len() {
+            self.queued.resize(at + 1, false);
+        }
+        if !self.queued[at] {
+            self.queued[at] = true;
+            self.ready.push(i);
+        }
+    }
+
+    /// Arms QP `i`'s timer for `deadline` unless one at or before it is armed: a timer that
+    /// fires early only makes the QP visited, and the visit arms the real deadline again.
+    pub fn arm_timer(&mut self, i: u32, deadline: Option<u64>) {
+        let Some(t) = deadline else {
+            return;
+        };
+        let Some(qp) = self.qps.get_mut(i) else {
+            return;
+        };
+        if qp.timer_at.is_none_or(|armed| t < armed) {
+            qp.timer_at = Some(t);
+            self.timers.push(std::cmp::Reverse((t, i)));
+        }
+    }
+
+    /// Wakes every QP whose timer is due at `now`.
+    pub fn fire_timers(&mut self, now: u64) {
+        while let Some(&std::cmp::Reverse((t, i))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let due = self.qps.get_mut(i).filter(|q| q.timer_at == Some(t));
+            if let Some(qp) = due {
+                qp.timer_at = None;
+                self.wake(i);
+            }
+        }
+    }
+
+    /// The earliest armed timer (possibly one that will only wake its QP to re-arm).
+    pub fn next_timer(&self) -> Option<u64> {
+        self.timers.peek().map(|r| r.0 .0)
+    }
+
     /// Makes QP `i` visited by the engine (or not) after a state change.
     pub fn set_active(&mut self, i: u32, active: bool) {
+        if active {
+            self.wake(i);
+        }
         let at = self.active.iter().position(|q| *q == i);
         match (at, active) {
             (None, true) => self.active.push(i),

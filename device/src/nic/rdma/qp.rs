@@ -212,6 +212,8 @@ pub(crate) struct QueuePair {
     pub src_port: u16,
     /// A StaR client's connection state (SET_STAR_PEER; `docs/nic-interface.md` §16.6).
     pub star: Option<Box<super::star::StarClient>>,
+    /// The deadline the engine's timer list holds for this QP (`Rdma::timers`).
+    pub timer_at: Option<u64>,
 }
 
 impl Owned for QueuePair {

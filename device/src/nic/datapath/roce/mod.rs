@@ -10,6 +10,13 @@
 //! * Poll: per QP, the responder's owed READ/atomic responses and ACK/NAK go out first, then
 //!   the requester's timers run and it sends new or retransmitted packets; a QP in the error
 //!   state flushes its work queues.
+//! * Scheduling: a pass visits the QPs on the ready list, as a hardware scheduler serves the
+//!   queues with news: a QP goes on it when its doorbell is rung, a packet arrives for it, its
+//!   timer (ACK, RNR, StaR's) comes due, or it had work left when its budget ran out; after any
+//!   command every QP not in RESET is visited once. A pass costs the QPs that have something to
+//!   do, not the connections that exist. Doorbells the host stores to without trapping (a
+//!   vfio-user client's mapped doorbell page) are not seen: while a function's are, every pass
+//!   visits every QP.
 //! * Transmit: frames enter the eSwitch from the QP's vPort like any other traffic, so flow
 //!   rules see and steer them.
 //!
@@ -125,6 +132,8 @@ pub(super) fn receive(
     }
     qp.counters.packets_received += 1;
     qp.counters.bytes_received += pkt.payload.len() as u64;
+    // Whatever the packet does, the QP may have something to send: the next pass visits it.
+    core.rdma.wake(qpi);
     if pkt.info.kind.is_request() {
         responder::receive(core, ctx, qpi, &pkt);
     } else {
@@ -157,13 +166,40 @@ pub(super) fn star_egress_allowed(
     false
 }
 
-/// Runs every QP that is not in RESET; returns the packets sent and entries written.
+/// Runs the QPs on the ready list (every QP not in RESET after a command, or when a function's
+/// doorbells are not seen); returns the packets sent and entries written.
 pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
+    let now = ctx.now();
+    let rdma = &mut core.rdma;
+    rdma.fire_timers(now);
+    for p in ctx.ports {
+        if p.doorbells.sees_every_store() {
+            p.doorbells.take_rung_qps(|slot| rdma.wake(slot));
+        } else {
+            rdma.visit_all = true;
+        }
+    }
+    let mut visiting = std::mem::take(&mut rdma.visiting);
+    visiting.clear();
+    if std::mem::take(&mut rdma.visit_all) {
+        visiting.extend_from_slice(&rdma.active);
+    } else {
+        visiting.extend_from_slice(&rdma.ready);
+    }
+    for &q in &rdma.ready {
+        rdma.queued[q as usize] = false;
+    }
+    rdma.ready.clear();
+    let work = visit(core, ctx, &visiting);
+    core.rdma.visiting = visiting;
+    work
+}
+
+/// One pass over `qps`. A QP that did work, or is flushing (it may be waiting for CQ room),
+/// stays on the ready list; every QP's timer is armed for its earliest deadline.
+fn visit(core: &mut NicCore, ctx: &mut Ctx<'_>, qps: &[u32]) -> usize {
     let mut work = 0;
-    let mut i = 0;
-    while i < core.rdma.active.len() {
-        let qpi = core.rdma.active[i];
-        i += 1;
+    for &qpi in qps {
         let Some(state) = core.rdma.qps.get(qpi).map(|q| q.state) else {
             continue;
         };
@@ -187,6 +223,19 @@ pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
                     .account_context_read(core.rdma.qp_context_bytes);
             }
         }
+        // The state after the visit: a QP that just entered ERR flushes from the next pass.
+        let flushing = core.rdma.qps.get(qpi).map(|q| q.state) == Some(QpState::Err);
+        if done > 0 || flushing {
+            core.rdma.wake(qpi);
+        }
+        let deadline = core.rdma.qps.get(qpi).and_then(|q| {
+            let star = q.star.as_ref().and_then(|s| s.deadline);
+            [q.req.deadline, q.req.rnr_wait_until, star]
+                .into_iter()
+                .flatten()
+                .min()
+        });
+        core.rdma.arm_timer(qpi, deadline);
         work += done;
     }
     work

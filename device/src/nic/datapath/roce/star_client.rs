@@ -780,6 +780,8 @@ pub(super) fn receive(
     congested: bool,
     pkt: &StarPacket<'_>,
 ) {
+    // A WQEP queues work, an answer opens the window: the next pass visits the QP.
+    core.rdma.wake(qpi);
     match pkt.kind {
         StarKind::Wqep => element(core, ctx, qpi, pkt),
         StarKind::Ra | StarKind::Sdp | StarKind::Ea => answer(core, ctx, qpi, congested, pkt),
