@@ -9,12 +9,18 @@
 //!
 //! While it waits on the TCP exchange the card keeps running and answers ARP, since the peer's
 //! kernel resolves our GID when it connects its QP.
+//!
+//! With `stateless` on both ends (two fldemu ends: the real tool knows nothing of it) the
+//! connection is StaR's (`docs/nic-interface.md` §16): the server's QP lives in this process,
+//! its NIC keeps nothing for the connection, and right after its address message the server
+//! writes its offer ([`StarOffer::to_text`]) for the client to connect with.
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use fld_host::verbs::exchange::{read_exact, waiting, write_all, Dest, WaitError, MESSAGE_LEN};
+use fld_host::verbs::star::{StarOffer, StarPort, StarQp, OFFER_END};
 use fld_host::verbs::*;
 
 const DONE: &[u8; 5] = b"done\0";
@@ -34,6 +40,8 @@ pub struct PingpongConfig {
     pub rx_depth: u32,
     pub gid_index: usize,
     pub events: bool,
+    /// A StaR connection, the server's side stateless (both ends must say so).
+    pub stateless: bool,
     /// How long any wait (the peer, a completion) may take.
     pub timeout: Duration,
 }
@@ -49,6 +57,7 @@ impl Default for PingpongConfig {
             rx_depth: 500,
             gid_index: 0,
             events: false,
+            stateless: false,
             timeout: Duration::from_secs(60),
         }
     }
@@ -109,6 +118,12 @@ fn connect(
     my_psn: u32,
     dest: &Dest,
 ) -> Result<()> {
+    ctx.connect_rc(qp, &connection(cfg, my_psn, dest)?)?;
+    Ok(())
+}
+
+/// The tool's values: one READ/atomic each way, hop limit 1, RNR timer 12, timeout 14.
+fn connection(cfg: &PingpongConfig, my_psn: u32, dest: &Dest) -> Result<RcConnection> {
     let mtu = match cfg.mtu {
         256 => 1,
         512 => 2,
@@ -117,8 +132,7 @@ fn connect(
         4096 => 5,
         _ => return Err(PingpongError::Exchange("MTU must be 256..4096".into())),
     };
-    // The tool's values: one READ/atomic each way, hop limit 1, RNR timer 12, timeout 14.
-    let c = RcConnection {
+    Ok(RcConnection {
         sgid_index: cfg.gid_index as u8,
         hop_limit: 1,
         path_mtu: mtu,
@@ -127,9 +141,59 @@ fn connect(
         max_rd_atomic: 1,
         max_dest_rd_atomic: 1,
         ..RcConnection::new(dest.qpn, dest.gid)
-    };
-    ctx.connect_rc(qp, &c)?;
-    Ok(())
+    })
+}
+
+/// This end's QP: the RC QP, or a StaR server's QP in this process with its port.
+enum PingQp<'a> {
+    Rc(&'a mut Qp),
+    Star {
+        port: Box<StarPort>,
+        qp: StarQp,
+        started: Instant,
+    },
+}
+
+impl PingQp<'_> {
+    fn qp_num(&self) -> u32 {
+        match self {
+            PingQp::Rc(q) => q.qp_num(),
+            PingQp::Star { qp, .. } => qp.qp_num(),
+        }
+    }
+
+    fn post_send(&mut self, wr: SendWr<'_>) -> Result<()> {
+        match self {
+            PingQp::Rc(q) => q.post_send(&[wr])?,
+            PingQp::Star { port, qp, started } => {
+                // No inline data: the client fetches the bytes by GDs.
+                let wr = SendWr {
+                    inline: false,
+                    ..wr
+                };
+                qp.post_send(port, &[wr], started.elapsed().as_nanos() as u64)?
+            }
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, wrs: &[(u64, &[Sge])]) -> Result<()> {
+        match self {
+            PingQp::Rc(q) => q.post_recv(wrs)?,
+            PingQp::Star { port, qp, started } => {
+                qp.post_recv(port, wrs, started.elapsed().as_nanos() as u64)?
+            }
+        }
+        Ok(())
+    }
+
+    /// The StaR server driver's own work (EAs taken, WQEPs sent again).
+    fn progress(&mut self) -> Result<()> {
+        if let PingQp::Star { port, started, .. } = self {
+            port.progress(started.elapsed().as_nanos() as u64)?;
+        }
+        Ok(())
+    }
 }
 
 /// One end of the ping-pong on `ctx`'s device. `out` gets the tool's lines. The QP's transport
@@ -177,7 +241,7 @@ fn run_counted(
             sq_sig_all: false,
         },
     )?;
-    let bounced = bounce(ctx, cfg, out, &mut qp, &mut cq, &channel, &mr);
+    let bounced = bounce(ctx, cfg, out, (&pd, &mut qp), &mut cq, &channel, &mr);
     if let Ok(c) = ctx.qp_counters(&qp) {
         *qp_counters = c;
     }
@@ -185,27 +249,53 @@ fn run_counted(
     ctx.destroy_qp(qp)?;
     ctx.destroy_cq(cq)?;
     ctx.dereg_mr(mr)?;
+    if cfg.stateless {
+        ctx.star_release(&pd)?;
+    }
     ctx.dealloc_pd(pd)?;
     Ok(report)
 }
 
 /// The exchange of addresses and the SENDs back and forth on a QP in RESET.
+#[allow(clippy::too_many_arguments)]
 fn bounce(
     ctx: &mut Context,
     cfg: &PingpongConfig,
     out: &mut dyn Write,
-    qp: &mut Qp,
+    (pd, rc_qp): (&Pd, &mut Qp),
     cq: &mut Cq,
     channel: &CompChannel,
     mr: &Mr,
 ) -> Result<PingpongReport> {
     let deadline = || Instant::now() + cfg.timeout;
     let inline = if cfg.size <= 64 { cfg.size as u32 } else { 0 };
-    // INIT with no remote access, as the tool does, before posting the receives.
-    ctx.init_rc(qp, 0)?;
+    let star_server = cfg.stateless && cfg.server.is_none();
+    let mut qp = match star_server {
+        false => PingQp::Rc(rc_qp),
+        true => {
+            let mut port = Box::new(ctx.star_port(2 * cfg.rx_depth + 8)?);
+            let cap = QpCap {
+                max_send_wr: 1,
+                max_recv_wr: cfg.rx_depth,
+                ..Default::default()
+            };
+            let qp = ctx.create_star_qp(&mut port, cq, cq, cap, &[mr])?;
+            PingQp::Star {
+                port,
+                qp,
+                started: Instant::now(),
+            }
+        }
+    };
     let sge = [mr.sge(0, cfg.size)];
     let recv: Vec<(u64, &[Sge])> = (0..cfg.rx_depth).map(|_| (RECV_WRID, &sge[..])).collect();
-    qp.post_recv(&recv)?;
+    // INIT with no remote access, as the tool does, before posting the receives. A StaR end
+    // posts them once connected: its client's QP takes the server's regions first, and the
+    // server's QP has nowhere to send its WQEPs before.
+    if let (PingQp::Rc(q), false) = (&mut qp, cfg.stateless) {
+        ctx.init_rc(q, 0)?;
+        q.post_recv(&recv)?;
+    }
     let mut routs = cfg.rx_depth as i64;
     if cfg.events {
         cq.req_notify()?;
@@ -244,10 +334,19 @@ fn bounce(
                     }
                 }
             };
-            write_all(ctx, &mut s, DONE, deadline())?;
             let remote = Dest::parse(&msg).ok_or(PingpongError::Exchange("bad message".into()))?;
+            match &mut qp {
+                PingQp::Rc(q) if cfg.stateless => {
+                    let offer = read_offer(ctx, &mut s, deadline())?;
+                    let c = connection(cfg, local.psn, &remote)?;
+                    ctx.connect_star_client(pd, q, &offer, &c)?;
+                    q.post_recv(&recv)?;
+                }
+                PingQp::Rc(q) => connect(ctx, q, cfg, local.psn, &remote)?,
+                PingQp::Star { .. } => unreachable!("a client's QP is an RC QP"),
+            }
+            write_all(ctx, &mut s, DONE, deadline())?;
             writeln!(out, "  remote address: {}", remote.describe()).ok();
-            connect(ctx, qp, cfg, local.psn, &remote)?;
             remote
         }
         None => {
@@ -260,8 +359,40 @@ fn bounce(
             s.set_nonblocking(true)?;
             read_exact(ctx, &mut s, &mut msg, deadline())?;
             let remote = Dest::parse(&msg).ok_or(PingpongError::Exchange("bad message".into()))?;
-            connect(ctx, qp, cfg, local.psn, &remote)?;
+            let offer = match &mut qp {
+                PingQp::Rc(q) => {
+                    connect(ctx, q, cfg, local.psn, &remote)?;
+                    None
+                }
+                PingQp::Star { qp: sq, .. } => {
+                    let ip = fld_abi::wire::roce::gid_is_ipv4(&remote.gid)
+                        .then(|| {
+                            [
+                                remote.gid[12],
+                                remote.gid[13],
+                                remote.gid[14],
+                                remote.gid[15],
+                            ]
+                        })
+                        .ok_or(PingpongError::Exchange(
+                            "a StaR client needs an IPv4 address".into(),
+                        ))?;
+                    let dmac = ctx.resolve(ip, cfg.timeout)?;
+                    let c = RcConnection {
+                        dmac,
+                        ..connection(cfg, local.psn, &remote)?
+                    };
+                    ctx.connect_star_server(sq, remote.qpn, &c)?;
+                    Some(sq.offer().to_text())
+                }
+            };
+            if offer.is_some() {
+                qp.post_recv(&recv)?;
+            }
             write_all(ctx, &mut s, &local.message(), deadline())?;
+            if let Some(text) = offer {
+                write_all(ctx, &mut s, text.as_bytes(), deadline())?;
+            }
             let mut done = [0u8; DONE.len()];
             read_exact(ctx, &mut s, &mut done, deadline())?;
             writeln!(out, "  remote address: {}", remote.describe()).ok();
@@ -273,7 +404,7 @@ fn bounce(
     send.inline = inline > 0;
     let mut pending = RECV_WRID;
     if cfg.server.is_some() {
-        qp.post_send(&[send])?;
+        qp.post_send(send)?;
         pending |= SEND_WRID;
     }
     let start = Instant::now();
@@ -286,6 +417,7 @@ fn bounce(
             events += 1;
             cq.req_notify()?;
         }
+        qp.progress()?;
         let n = cq.poll(&mut wc);
         if n == 0 {
             if last_progress.elapsed() > cfg.timeout {
@@ -325,7 +457,7 @@ fn bounce(
             }
             pending &= !w.wr_id;
             if scnt < cfg.iters && pending == 0 {
-                qp.post_send(&[send])?;
+                qp.post_send(send)?;
                 pending = RECV_WRID | SEND_WRID;
             }
         }
@@ -362,10 +494,22 @@ fn bounce(
     const QUIET: Duration = Duration::from_millis(500);
     let linger = Instant::now();
     let mut quiet_since = Instant::now();
-    let mut seen = ctx.query_qp_counters(qp)?.packets_received.get();
+    // A StaR server has no QP on its NIC: the requests its NIC served stand for the packets.
+    let received = |ctx: &mut Context, qp: &mut PingQp<'_>| -> Result<u64> {
+        qp.progress()?;
+        Ok(match qp {
+            PingQp::Rc(q) => ctx.query_qp_counters(q)?.packets_received.get(),
+            PingQp::Star { .. } => ctx
+                .port_counters()?
+                .iter()
+                .find(|(n, _)| *n == "star_served")
+                .map_or(0, |c| c.1),
+        })
+    };
+    let mut seen = received(ctx, &mut qp)?;
     while quiet_since.elapsed() < QUIET && linger.elapsed() < Duration::from_secs(10) {
         ctx.serve_neighbors()?;
-        let now_seen = ctx.query_qp_counters(qp)?.packets_received.get();
+        let now_seen = received(ctx, &mut qp)?;
         if now_seen != seen {
             seen = now_seen;
             quiet_since = Instant::now();
@@ -382,4 +526,20 @@ fn psn_seed() -> u32 {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     t.wrapping_mul(2654435761) ^ std::process::id()
+}
+
+/// The server's StaR offer that follows its address message, read to its last line.
+fn read_offer(ctx: &mut Context, s: &mut TcpStream, end: Instant) -> Result<StarOffer> {
+    let mut text = Vec::new();
+    let last = format!("{OFFER_END}\n");
+    while !text.ends_with(last.as_bytes()) {
+        if text.len() > 1 << 16 {
+            return Err(PingpongError::Exchange("no end to the StaR offer".into()));
+        }
+        let mut b = [0u8; 1];
+        read_exact(ctx, s, &mut b, end)?;
+        text.push(b[0]);
+    }
+    StarOffer::from_text(&String::from_utf8_lossy(&text))
+        .map_err(|l| PingpongError::Exchange(format!("bad StaR offer line {l:?}")))
 }

@@ -28,8 +28,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use fld_driver::star::StarRegion;
-use fld_host::verbs::star::{StarHeld, StarOffer, StarPort, StarQp};
+use fld_host::verbs::star::{StarHeld, StarOffer, StarPort, StarQp, OFFER_END};
 use fld_host::verbs::*;
 
 use crate::testbed::rdma::{bw_endpoint, BwOp, BwResult, RX_DEPTH, TX_DEPTH};
@@ -268,76 +267,24 @@ impl Peer {
         local.qpn = qp.qp_num();
         let offer = qp.offer().clone();
         self.send_line(&format!("{} star\n", local.line().trim_end()))?;
-        self.send_line(&format!(
-            "STAR {:x} {:x} {:x}\n",
-            offer.qpn, offer.send_cqn, offer.recv_cqn
-        ))?;
-        for r in &offer.regions {
-            let pages: Vec<String> = r.pages.iter().map(|p| format!("{p:x}")).collect();
-            self.send_line(&format!(
-                "REGION {:x} {:x} {:x} {:x} {} {}\n",
-                r.key,
-                r.addr,
-                r.length,
-                r.access,
-                r.log_page_size,
-                pages.join(",")
-            ))?;
-        }
-        self.send_line("OFFERED\n")?;
+        self.send_line(&offer.to_text())?;
         self.star = Some(StarEnd::Server(Box::new((port, qp))));
         Ok(())
     }
 
     /// The client reads the server's StaR offer.
     fn read_offer(&mut self) -> Result<StarOffer> {
-        let bad = |l: &str| PeerError::Protocol(format!("bad StaR offer line {l:?}"));
-        let hex32 = |s: Option<&str>| s.and_then(|s| u32::from_str_radix(s, 16).ok());
-        let hex64 = |s: Option<&str>| s.and_then(|s| u64::from_str_radix(s, 16).ok());
-        let line = self.read_line()?;
-        let mut f = line.split_whitespace();
-        let (Some("STAR"), Some(qpn), Some(send_cqn), Some(recv_cqn)) =
-            (f.next(), hex32(f.next()), hex32(f.next()), hex32(f.next()))
-        else {
-            return Err(bad(&line));
-        };
-        let mut offer = StarOffer {
-            qpn,
-            send_cqn,
-            recv_cqn,
-            regions: Vec::new(),
-        };
+        let mut text = String::new();
         loop {
             let line = self.read_line()?;
-            if line == "OFFERED" {
-                return Ok(offer);
+            text += &line;
+            text.push('\n');
+            if line == OFFER_END {
+                break;
             }
-            let mut f = line.split_whitespace();
-            let region = (|| {
-                (f.next()? == "REGION").then_some(())?;
-                let (key, addr, length, access) = (
-                    hex32(f.next())?,
-                    hex64(f.next())?,
-                    hex64(f.next())?,
-                    hex32(f.next())?,
-                );
-                let log_page_size = f.next()?.parse().ok()?;
-                let pages = f
-                    .next()?
-                    .split(',')
-                    .map(|p| u64::from_str_radix(p, 16).ok())
-                    .collect::<Option<Vec<u64>>>()?;
-                Some(StarRegion {
-                    key,
-                    addr,
-                    length,
-                    access,
-                    log_page_size,
-                    pages,
-                })
-            })();
-            offer.regions.push(region.ok_or_else(|| bad(&line))?);
         }
+        StarOffer::from_text(&text)
+            .map_err(|l| PeerError::Protocol(format!("bad StaR offer line {l:?}")))
     }
 
     /// A StaR server's driver work (EAs, WQEPs sent again); nothing for others.

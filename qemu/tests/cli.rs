@@ -727,6 +727,36 @@ fn rc_bw_two_processes_report_both_ends() {
     assert!(counter(&served, "qp", "bytes_received") >= 2101 * 1024);
 }
 
+/// `rc-pingpong --stateless`: the ping-pong over a StaR connection between two processes, with
+/// loss on the client's side: the server's NIC served every request without a QP (no context
+/// looked up), the client sent lost requests again, and both ends counted every message.
+#[test]
+fn rc_pingpong_two_processes_over_a_stateless_connection() {
+    let (server_link, client_link) = udp_link();
+    let common = format!(
+        "-p {} -n 50 -s 1500 --json --timeout 30 --stateless",
+        free_tcp_port()
+    );
+    let server = Background::spawn(&a(&format!(
+        "rc-pingpong --link {server_link} --ip 192.168.77.1 {common}"
+    )));
+    let client = json(&a(&format!(
+        "rc-pingpong 127.0.0.1 --link {client_link} --ip 192.168.77.2 {common} \
+         --loss 0.1 --seed 5"
+    )));
+    let out = server.wait();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let served = output_json(&out);
+    for v in [&client, &served] {
+        assert_eq!(v["iters"], 50);
+        assert_eq!(v["bytes"], 2 * 50 * 1500);
+    }
+    assert!(counter(&served, "port", "star_served") >= 100, "{served}");
+    assert_eq!(counter(&served, "port", "qp_cache_misses"), 0);
+    assert_eq!(counter(&served, "port", "qp_cache_hits"), 0);
+    assert!(counter(&client, "qp", "retransmitted") > 0, "{client}");
+}
+
 /// `--stateless`: a StaR connection between the two processes. The server's NIC serves the
 /// client's WRITEs, READs and SENDs statelessly (its counters say so; its QP-context cache is
 /// never consulted), every byte checked; one end alone asking for it is refused.

@@ -159,4 +159,11 @@ fn a_shared_region_takes_the_clients_writes_until_it_is_withdrawn() {
         k.iter().find(|(n, _)| *n == "star_tx_blocked").unwrap().1,
         0
     );
+    // The client ends its side: the server's regions it held go (they would keep the PD), and
+    // so do its security module's entries for that server.
+    let c = &mut m[1].ctx;
+    c.destroy_qp(cqp).unwrap();
+    c.star_release(&cpd).unwrap();
+    c.dereg_mr(cmr).unwrap();
+    c.dealloc_pd(cpd).unwrap();
 }

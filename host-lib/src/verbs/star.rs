@@ -59,6 +59,84 @@ pub struct StarOffer {
     pub regions: Vec<StarRegion>,
 }
 
+/// The last line of an offer's text.
+pub const OFFER_END: &str = "OFFERED";
+
+impl StarOffer {
+    /// The offer as text lines, for a setup exchange over a byte stream (`rc-bw`,
+    /// `rc-pingpong`): `STAR <qpn> <send_cqn> <recv_cqn>`, one `REGION <key> <addr> <length>
+    /// <access> <log_page_size> <page,page,...>` per region, then `OFFERED`. Numbers in hex but
+    /// the page size's log.
+    pub fn to_text(&self) -> String {
+        let mut t = format!(
+            "STAR {:x} {:x} {:x}\n",
+            self.qpn, self.send_cqn, self.recv_cqn
+        );
+        for r in &self.regions {
+            let pages: Vec<String> = r.pages.iter().map(|p| format!("{p:x}")).collect();
+            t += &format!(
+                "REGION {:x} {:x} {:x} {:x} {} {}\n",
+                r.key,
+                r.addr,
+                r.length,
+                r.access,
+                r.log_page_size,
+                pages.join(",")
+            );
+        }
+        t + OFFER_END + "\n"
+    }
+
+    /// An offer from its text ([`Self::to_text`]'s lines, `OFFERED` optional); the first line
+    /// that does not parse, as the error.
+    pub fn from_text(text: &str) -> std::result::Result<StarOffer, String> {
+        let hex32 = |s: Option<&str>| s.and_then(|s| u32::from_str_radix(s, 16).ok());
+        let hex64 = |s: Option<&str>| s.and_then(|s| u64::from_str_radix(s, 16).ok());
+        let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+        let first = lines.next().unwrap_or_default();
+        let mut f = first.split_whitespace();
+        let (Some("STAR"), Some(qpn), Some(send_cqn), Some(recv_cqn)) =
+            (f.next(), hex32(f.next()), hex32(f.next()), hex32(f.next()))
+        else {
+            return Err(first.to_string());
+        };
+        let mut offer = StarOffer {
+            qpn,
+            send_cqn,
+            recv_cqn,
+            regions: Vec::new(),
+        };
+        for line in lines.take_while(|l| *l != OFFER_END) {
+            let mut f = line.split_whitespace();
+            let region = (|| {
+                (f.next()? == "REGION").then_some(())?;
+                let (key, addr, length, access) = (
+                    hex32(f.next())?,
+                    hex64(f.next())?,
+                    hex64(f.next())?,
+                    hex32(f.next())?,
+                );
+                let log_page_size = f.next()?.parse().ok()?;
+                let pages = f
+                    .next()?
+                    .split(',')
+                    .map(|p| u64::from_str_radix(p, 16).ok())
+                    .collect::<Option<Vec<u64>>>()?;
+                Some(StarRegion {
+                    key,
+                    addr,
+                    length,
+                    access,
+                    log_page_size,
+                    pages,
+                })
+            })();
+            offer.regions.push(region.ok_or_else(|| line.to_string())?);
+        }
+        Ok(offer)
+    }
+}
+
 /// A function serving StaR connections: its WQEP send queue, its control CQ, its QPs.
 pub struct StarPort {
     server: StarServer,
@@ -217,12 +295,17 @@ pub struct StarHeld {
 pub(super) struct StarState {
     /// (PD, server key) → the server's GID and the region held.
     held: HashMap<(u32, u32), ([u8; 16], MemoryRegion)>,
-    allowed: std::collections::HashSet<(u8, [u8; 16], u64, u64, u32)>,
+    /// The security module's entries this context installed, and their ids.
+    allowed: HashMap<GuardKey, u32>,
     /// Client: where the NIC hands over the servers' region updates, and each connection's
     /// PD and server by client QP number.
     updates: Option<StarUpdates>,
     connections: HashMap<u32, (u32, [u8; 16])>,
 }
+
+/// A security module entry as a context keeps it: kinds, the server's GID, the bus range
+/// (start, end) and the CQ.
+type GuardKey = (u8, [u8; 16], u64, u64, u32);
 
 /// The security module's kinds a server region's entries allow: RDPs and GDs.
 fn data_kinds() -> u8 {
@@ -238,13 +321,48 @@ impl Context {
         range: std::ops::Range<u64>,
         cqn: u32,
     ) -> Result<()> {
-        if self
+        let at = (kinds, dst, range.start, range.end, cqn);
+        if !self.star.allowed.contains_key(&at) {
+            let f = self.nic.vport();
+            let id = self.nic.star_guard_add(f, kinds, dst, range, cqn)?;
+            self.star.allowed.insert(at, id);
+        }
+        Ok(())
+    }
+
+    /// Client: ends the StaR connections of `pd`'s QPs (destroy them first or after; they can
+    /// reach the servers no more). The servers' regions held in `pd` are deregistered, and the
+    /// security module's entries for a server no other connection of this context reaches are
+    /// removed, so nothing of the connection outlives it. Call it before deallocating the PD.
+    pub fn star_release(&mut self, pd: &Pd) -> Result<()> {
+        self.star.connections.retain(|_, (p, _)| *p != pd.handle);
+        let mine: Vec<(u32, u32)> = self
+            .star
+            .held
+            .keys()
+            .filter(|(p, _)| *p == pd.handle)
+            .copied()
+            .collect();
+        for k in mine {
+            if let Some((_, mr)) = self.star.held.remove(&k) {
+                self.nic.deregister_mr(mr)?;
+            }
+        }
+        let wqep = star_guard_kind(StarKind::Wqep.opcode());
+        let still: std::collections::HashSet<[u8; 16]> =
+            self.star.connections.values().map(|(_, s)| *s).collect();
+        let gone: Vec<(GuardKey, u32)> = self
             .star
             .allowed
-            .insert((kinds, dst, range.start, range.end, cqn))
-        {
-            let f = self.nic.vport();
-            self.nic.star_guard_add(f, kinds, dst, range, cqn)?;
+            .iter()
+            // A client's entries (a server's own, for its WQEPs, stay).
+            .filter(|(k, _)| k.0 & wqep == 0 && !still.contains(&k.1))
+            .map(|(k, id)| (*k, *id))
+            .collect();
+        let f = self.nic.vport();
+        for (k, id) in gone {
+            self.star.allowed.remove(&k);
+            self.nic.star_guard_del(f, id)?;
         }
         Ok(())
     }
@@ -449,5 +567,39 @@ impl Context {
             }
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An offer crosses a text exchange whole; a damaged line is named.
+    #[test]
+    fn an_offer_reads_back_from_its_text() {
+        let offer = StarOffer {
+            qpn: STAR_QPN_BASE + 3,
+            send_cqn: 7,
+            recv_cqn: 8,
+            regions: vec![StarRegion {
+                key: 0x1234_5601,
+                addr: 0x7f00_0000_1000,
+                length: 8193,
+                access: 0xf,
+                log_page_size: 12,
+                pages: vec![0x8000_0000, 0x8000_3000, 0x8000_1000],
+            }],
+        };
+        let text = offer.to_text();
+        assert_eq!(
+            text,
+            "STAR 800003 7 8\nREGION 12345601 7f0000001000 2001 f 12 80000000,80003000,80001000\nOFFERED\n"
+        );
+        assert_eq!(StarOffer::from_text(&text), Ok(offer));
+        assert_eq!(
+            StarOffer::from_text("STAR 1 2 3\nREGION 1 2 3\nOFFERED\n"),
+            Err("REGION 1 2 3".to_string())
+        );
+        assert_eq!(StarOffer::from_text("HELLO"), Err("HELLO".to_string()));
     }
 }

@@ -51,6 +51,11 @@ pub struct RcPingpongArgs {
     /// Sleep on completion events instead of polling.
     #[arg(short = 'e', long)]
     pub events: bool,
+    /// A StaR connection (`docs/nic-interface.md` §16): the server's NIC keeps no state for
+    /// it. Both ends must be fldemu and both must say so (the real tool's exchange cannot
+    /// carry the server's offer).
+    #[arg(long)]
+    pub stateless: bool,
     /// GID index of the local port.
     #[arg(short = 'g', long = "gid-idx", default_value_t = 0)]
     pub gid_idx: usize,
@@ -185,6 +190,7 @@ pub fn run(a: RcPingpongArgs) -> CmdResult {
         rx_depth: a.rx_depth,
         gid_index: a.gid_idx,
         events: a.events,
+        stateless: a.stateless,
         timeout: std::time::Duration::from_secs(a.timeout),
     };
     let run = pingpong::run(&mut ctx, &cfg, &mut std::io::stdout());
