@@ -184,6 +184,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The server QP behind a [`StarQp`], once connected.
+fn connected(qp: &mut Option<StarServerQp>) -> Result<&mut StarServerQp> {
+    qp.as_mut()
+        .ok_or(VerbsError::Invalid("the StaR QP is not connected"))
+}
+
 /// A StaR connection's QP at the server, in host software.
 pub struct StarQp {
     qp: Arc<Mutex<Option<StarServerQp>>>,
@@ -207,9 +213,7 @@ impl StarQp {
     /// taken (the client fetches the data by GDs).
     pub fn post_send(&mut self, port: &mut StarPort, wrs: &[SendWr<'_>], now: u64) -> Result<()> {
         let mut guard = lock(&self.qp);
-        let q = guard
-            .as_mut()
-            .ok_or(VerbsError::Invalid("the StaR QP is not connected"))?;
+        let q = connected(&mut guard)?;
         for wr in wrs {
             if wr.sg_list.len() > self.cap.max_send_sge as usize {
                 return Err(VerbsError::Invalid("more SGEs than the QP takes"));
@@ -249,9 +253,7 @@ impl StarQp {
         now: u64,
     ) -> Result<()> {
         let mut guard = lock(&self.qp);
-        let q = guard
-            .as_mut()
-            .ok_or(VerbsError::Invalid("the StaR QP is not connected"))?;
+        let q = connected(&mut guard)?;
         q.post_region_update(&mut port.server, op, &mr.region.star_region(), now)?;
         Ok(())
     }
@@ -269,9 +271,7 @@ impl StarQp {
         now: u64,
     ) -> Result<()> {
         let mut guard = lock(&self.qp);
-        let q = guard
-            .as_mut()
-            .ok_or(VerbsError::Invalid("the StaR QP is not connected"))?;
+        let q = connected(&mut guard)?;
         for (wr_id, sges) in wrs {
             if sges.len() > self.cap.max_recv_sge as usize {
                 return Err(VerbsError::Invalid("more SGEs than the QP takes"));

@@ -129,21 +129,30 @@ fn timers(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) -> usize {
         return 1;
     }
     qp.req.retry_left -= 1;
+    // Everything unanswered goes again, so no fast retransmission is owed any more.
+    star.marked_lost = 0;
     let again: Vec<Pending> = star
         .window
-        .iter()
+        .iter_mut()
         .filter(|p| !p.answered)
-        .copied()
+        .map(|p| {
+            p.resend = false;
+            *p
+        })
         .collect();
+    send_again(core, ctx, qpi, again)
+}
+
+/// Sends `requests` again as they were (requests are idempotent at a stateless server);
+/// returns how many left.
+fn send_again(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, requests: Vec<Pending>) -> usize {
     let mut sent = 0;
-    for p in again {
+    for p in requests {
         let ok = match p.carries {
             Carries::Cqep => send_cqep(core, ctx, qpi, p.op, Some(p.psn)),
             Carries::Data { offset, .. } => send_data(core, ctx, qpi, p.op, offset, Some(p.psn)),
         };
-        if ok {
-            sent += 1;
-        }
+        sent += usize::from(ok);
     }
     if let Some(qp) = core.rdma.qps.get_mut(qpi) {
         qp.counters.retransmitted += sent as u64;
@@ -1052,18 +1061,7 @@ fn resend_lost(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> usize {
             *p
         })
         .collect();
-    let mut sent = 0;
-    for p in lost {
-        let ok = match p.carries {
-            Carries::Cqep => send_cqep(core, ctx, qpi, p.op, Some(p.psn)),
-            Carries::Data { offset, .. } => send_data(core, ctx, qpi, p.op, offset, Some(p.psn)),
-        };
-        sent += usize::from(ok);
-    }
-    if let Some(qp) = core.rdma.qps.get_mut(qpi) {
-        qp.counters.retransmitted += sent as u64;
-    }
-    sent
+    send_again(core, ctx, qpi, lost)
 }
 
 /// Later answers after which an unanswered request counts as lost.
