@@ -19,6 +19,8 @@ pub mod eswitch;
 pub mod packet;
 mod queues;
 pub(crate) mod rdma;
+/// LEFT's reorder structures and the receivers it is compared with (`rdma::reorder`).
+pub use rdma::reorder;
 pub mod rss;
 mod star_guard;
 #[cfg(test)]

@@ -129,6 +129,10 @@ fn print_report(r: &Report, speed: &Speed) {
                 "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
                 "request", "conns", "MRPC/s", "Gbit/s", "QPC miss", "MTT miss"
             ),
+            "reorder_memory" => println!(
+                "{:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  reference",
+                "conns", "total KB", "conns KB", "pool KB", "caches KB", "gather KB"
+            ),
             _ => println!(
                 "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
                 "bytes", "conns", "Mmsg/s", "Gbit/s", "QPC miss", "MTT miss"
@@ -159,6 +163,15 @@ fn print_report(r: &Report, speed: &Speed) {
                     m("rtt_p99_us"),
                     m("rtt_mean_us"),
                     m("mismatches")
+                ),
+                "reorder_memory" => println!(
+                    "{:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {reference}",
+                    p.connections,
+                    m("memory_kb"),
+                    m("connections_kb"),
+                    m("pool_kb"),
+                    m("caches_kb"),
+                    m("gather_kb")
                 ),
                 _ => println!(
                     "{:>8} {:>6} {:>10.3} {:>10.2} {:>10} {:>10}  {reference}",

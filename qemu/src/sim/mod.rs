@@ -27,10 +27,11 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use card::{CardTiming, SimHost};
 use events::{Event, EventQueue, Ps, PS_PER_NS};
 use fld_abi::nic::mtu_code;
+use fld_device::nic::reorder::ReceiverMode;
 use fld_host::verbs::star::ConnectionMode;
 use network::{Network, NetworkReport};
 use params::*;
-use workload::{EchoLatency, RpcRate, Workload, WriteLatency, WriteRate};
+use workload::{EchoLatency, ReorderMemory, RpcRate, Workload, WriteLatency, WriteRate};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -171,6 +172,23 @@ pub enum WorkloadSpec {
         #[serde(default)]
         reference: Vec<Reference>,
     },
+    /// LEFT's Figure 7: the on-chip memory a receiver keeps for its connections, counted from
+    /// the reorder structures the NIC builds for that receiver (no traffic runs).
+    ReorderMemory {
+        #[serde(default)]
+        title: Option<String>,
+        /// The receiver: "gbn", "irn", "melo+", "left-", "left" or "ideal"; it names the curve
+        /// unless `series` does.
+        mode: String,
+        #[serde(default)]
+        series: Option<String>,
+        connections: Vec<u32>,
+        /// The bandwidth-delay product in packets (the bitmaps' sizing).
+        #[serde(default = "default_bdp")]
+        bdp: u32,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
     /// StaR §4.2's RPC test: one RPC outstanding per connection, request and answer by SEND.
     RpcRate {
         #[serde(default)]
@@ -242,6 +260,9 @@ impl WorkloadSpec {
             | WorkloadSpec::EchoLatency { series, .. }
             | WorkloadSpec::WriteRate { series, .. }
             | WorkloadSpec::RpcRate { series, .. } => series,
+            WorkloadSpec::ReorderMemory { series, mode, .. } => {
+                return series.clone().unwrap_or_else(|| mode.clone())
+            }
         };
         s.clone().unwrap_or_else(|| "fldemu sim".into())
     }
@@ -260,6 +281,10 @@ fn default_request() -> usize {
 fn default_response() -> usize {
     1400
 }
+fn default_bdp() -> u32 {
+    512
+}
+
 fn default_mtu() -> u32 {
     1024
 }
@@ -384,6 +409,13 @@ impl Scenario {
                 | WorkloadSpec::EchoLatency { client, server, .. } => {
                     host_index(client)?;
                     host_index(server)?;
+                }
+                WorkloadSpec::ReorderMemory { mode, .. } => {
+                    if ReceiverMode::from_series(mode).is_none() {
+                        return Err(SimError::Scenario(format!(
+                            "mode = {mode:?}: gbn, irn, melo+, left-, left or ideal"
+                        )));
+                    }
                 }
                 WorkloadSpec::WriteRate {
                     clients, server, x, ..
@@ -749,6 +781,17 @@ pub fn run(
                 "connections",
                 reference.clone(),
             ),
+            WorkloadSpec::ReorderMemory {
+                title, reference, ..
+            } => (
+                title
+                    .clone()
+                    .unwrap_or_else(|| "On-chip reorder memory".into()),
+                "reorder_memory",
+                "memory_kb",
+                "connections",
+                reference.clone(),
+            ),
         };
         let series = spec.series();
         // Each point: its message size and which client each connection runs from.
@@ -787,6 +830,9 @@ pub fn run(
             } => {
                 let cs: Vec<usize> = clients.iter().map(|c| index(c)).collect();
                 cases.extend(connections.iter().map(|&n| (*request, deal(&cs, n))));
+            }
+            WorkloadSpec::ReorderMemory { connections, .. } => {
+                cases.extend(connections.iter().map(|&n| (0, vec![0; n as usize])));
             }
         }
         for (pi, (size, conn_clients)) in cases.iter().enumerate() {
@@ -883,6 +929,12 @@ pub fn run(
                         mtu_code(*mtu).expect("checked by resolve"),
                         stateless.mode(),
                     )?;
+                    (sim, Box::new(w))
+                }
+                WorkloadSpec::ReorderMemory { mode, bdp, .. } => {
+                    let sim = Sim::new(&r, seed, s.limit_ms, 1, 0)?;
+                    let mode = ReceiverMode::from_series(mode).expect("checked by resolve");
+                    let w = ReorderMemory::new(mode, connections, *bdp);
                     (sim, Box::new(w))
                 }
             };

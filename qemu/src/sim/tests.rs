@@ -674,3 +674,26 @@ fn auto_adaptation_serves_statefully_within_the_cache_and_statelessly_past_it() 
     let server = &auto.points[1].cards["server"];
     assert!(server.qp_cache_misses <= 300 + 30, "{server:?}");
 }
+
+/// LEFT Figure 7 from the scenario: each receiver's on-chip memory as the NIC's reorder
+/// structures count it — IRN's 5-BDP bitmaps grow 323 B a connection; the pooled receivers a
+/// pointer and a PSN (4 B); LEFT's caches and gather queues add a constant, so at 5,000
+/// connections LEFT needs under 2 % of IRN's memory (the paper: 1.7 %).
+#[test]
+fn left_fig7_memory_of_each_receiver_from_the_scenario() {
+    let (r, _) = results(include_str!("../../scenarios/left-fig7.toml"));
+    let at = |series: &str, n: u64| {
+        r.workloads
+            .iter()
+            .find(|w| w.series == series)
+            .and_then(|w| w.points.iter().find(|p| p.connections == n))
+            .map(|p| p.metrics["memory_kb"])
+            .expect("the point ran")
+    };
+    assert_eq!(at("irn", 5000), 5000.0 * (5.0 * 512.0 + 24.0) / 8000.0);
+    for n in [1, 1000, 5000] {
+        assert!(at("left", n) > at("left-", n) && at("left-", n) > at("melo+", n));
+    }
+    assert!(at("left", 5000) / at("irn", 5000) < 0.02);
+    assert!((at("melo+", 5000) - at("melo+", 1000) - 4000.0 * 4.0 / 1000.0).abs() < 1e-9);
+}

@@ -1156,3 +1156,42 @@ impl Workload for EchoLatency {
         ]
     }
 }
+
+/// LEFT's Figure 7 at one connection count: the on-chip memory of a receiver's reorder
+/// structures, as the NIC builds them (`fld_device::nic::reorder::on_chip_bits`). Nothing runs.
+pub struct ReorderMemory {
+    bits: fld_device::nic::reorder::OnChipBits,
+}
+
+impl ReorderMemory {
+    pub fn new(mode: fld_device::nic::reorder::ReceiverMode, connections: u64, bdp: u32) -> Self {
+        ReorderMemory {
+            bits: fld_device::nic::reorder::on_chip_bits(mode, connections, bdp),
+        }
+    }
+}
+
+impl Workload for ReorderMemory {
+    fn starters(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
+    fn wake(&mut self, _: usize, _: Ps, _: &mut [SimHost]) -> Result<Option<Ps>, SimError> {
+        Ok(None)
+    }
+
+    fn finished(&self) -> bool {
+        true
+    }
+
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        let kb = |bits: u64| bits as f64 / 8.0 / 1000.0;
+        vec![
+            ("memory_kb", self.bits.kilobytes()),
+            ("connections_kb", kb(self.bits.connections)),
+            ("pool_kb", kb(self.bits.pool)),
+            ("caches_kb", kb(self.bits.caches)),
+            ("gather_kb", kb(self.bits.gather)),
+        ]
+    }
+}

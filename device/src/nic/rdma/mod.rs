@@ -15,6 +15,7 @@
 pub mod cache;
 pub(crate) mod memory;
 pub(crate) mod qp;
+pub mod reorder;
 pub(crate) mod star;
 
 use fld_abi::nic::{mkey, PKEY_TABLE_ENTRIES, ROCE_ADDRESS_ENTRIES};

@@ -1,0 +1,166 @@
+//! Out-of-order packet reordering in the RNIC's receive path: LEFT (Zhang et al., APNet '24,
+//! §3, Figure 2) and the receivers it is compared with (§4.2, §4.3).
+//!
+//! LEFT's four blocks, as Figure 2 draws them:
+//! * the **reorder logic** places an out-of-order packet where it belongs and records it, so it
+//!   no longer triggers a retransmission (its placement lives in the RoCE receive stage);
+//! * the **dual-state bitmap pool** records it ([`pool`], Algorithm 1);
+//! * the **gather queues** hold deeply reordered connections' packets a little ([`gather`],
+//!   Algorithm 2);
+//! * the **scheduler** sends a packet down the fast path straight to the reorder logic, or down
+//!   the slow path through the gather queues ([`select_path`], Algorithm 3).
+//!
+//! [`ReceiverMode`] names the receivers of the paper's comparison, and [`on_chip_bits`] counts
+//! what each keeps on chip for a number of connections — Figure 7's quantity, from the sizes of
+//! the structures this module allocates.
+//!
+//! Left out so far: the RoCE receive stage that drives these structures, and their timing in
+//! the virtual-time runner.
+
+pub mod gather;
+pub mod pool;
+
+use gather::GatherConfig;
+use pool::PoolConfig;
+
+/// How a receiver treats a packet ahead of the PSN it expects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReceiverMode {
+    /// IBA's RC: NAK the first out-of-order packet, drop the rest (go-back-N).
+    GoBackN,
+    /// IRN (Mittal et al., SIGCOMM '18): a bitmap of its own per connection, 5 BDP long.
+    Irn,
+    /// MELO with the PSN-triggered retransmission off (the paper's MELO+): the shared pool
+    /// alone, every out-of-order packet walking it.
+    MeloPlus,
+    /// LEFT without its gather queues.
+    LeftMinus,
+    /// LEFT: pool, caches, gather queues and the fast/slow scheduler.
+    Left,
+    /// A reorderer that records anything in 10 ns with unbounded memory.
+    Ideal,
+}
+
+impl ReceiverMode {
+    /// The mode a scenario's `series` names.
+    pub fn from_series(name: &str) -> Option<Self> {
+        [
+            ReceiverMode::GoBackN,
+            ReceiverMode::Irn,
+            ReceiverMode::MeloPlus,
+            ReceiverMode::LeftMinus,
+            ReceiverMode::Left,
+            ReceiverMode::Ideal,
+        ]
+        .into_iter()
+        .find(|m| m.series() == name)
+    }
+
+    /// The name a scenario's `series` gives it.
+    pub fn series(self) -> &'static str {
+        match self {
+            ReceiverMode::GoBackN => "gbn",
+            ReceiverMode::Irn => "irn",
+            ReceiverMode::MeloPlus => "melo+",
+            ReceiverMode::LeftMinus => "left-",
+            ReceiverMode::Left => "left",
+            ReceiverMode::Ideal => "ideal",
+        }
+    }
+
+    /// The bitmap pool this mode uses (`bdp`: bandwidth-delay product in packets).
+    pub fn pool(self, bdp: u32) -> Option<PoolConfig> {
+        match self {
+            ReceiverMode::MeloPlus => Some(PoolConfig::pool_only(bdp)),
+            ReceiverMode::LeftMinus | ReceiverMode::Left => Some(PoolConfig::left(bdp)),
+            _ => None,
+        }
+    }
+
+    /// The gather queues this mode uses.
+    pub fn gather(self) -> Option<GatherConfig> {
+        (self == ReceiverMode::Left).then_some(GatherConfig::LEFT)
+    }
+}
+
+/// The scheduler's choice for a packet (§3.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// Straight to the reorder logic.
+    Fast,
+    /// Through the gather queues first.
+    Slow,
+}
+
+/// Algorithm 3: an in-order packet, or one whose pool walk `T_pool` stays under `T_max`, takes
+/// the fast path; the rest the slow one. `offset`: the packet's PSN minus `RCV_NXT`. The
+/// algorithm's listing computes `T_pool` without Algorithm 1's factor of 5 ns per block; both
+/// compare it with the same `T_max`, so the factor is taken here as in Algorithm 1.
+pub fn select_path(cfg: &PoolConfig, offset: u32) -> Path {
+    if offset == 0 || cfg.t_pool_ns(offset) < u64::from(cfg.t_max_ns) {
+        Path::Fast
+    } else {
+        Path::Slow
+    }
+}
+
+/// Bits of on-chip state, by structure (Figure 7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OnChipBits {
+    /// Per connection: where its bitmap starts and the PSN it stands for (or, IRN, the whole
+    /// bitmap).
+    pub connections: u64,
+    /// The pool's blocks, their next pointers and the availability bitmap.
+    pub pool: u64,
+    /// The bitmap caches with their owner, base and head.
+    pub caches: u64,
+    /// The gather FIFOs' packet descriptors and their owner, count and time.
+    pub gather: u64,
+}
+
+impl OnChipBits {
+    pub fn total(&self) -> u64 {
+        self.connections + self.pool + self.caches + self.gather
+    }
+
+    /// In kilobytes (1,000 bytes), as Figure 7 plots them.
+    pub fn kilobytes(&self) -> f64 {
+        self.total() as f64 / 8.0 / 1000.0
+    }
+}
+
+/// Bits of a PSN and of a QP number.
+const PSN_BITS: u64 = 24;
+const QPN_BITS: u64 = 24;
+/// A gathered packet's descriptor: its QP, its PSN, where its payload was placed (a 64-bit
+/// address) and its length (16 bits).
+const DESCRIPTOR_BITS: u64 = QPN_BITS + PSN_BITS + 64 + 16;
+
+/// What `mode` keeps on chip for `connections` connections with bandwidth-delay product `bdp`
+/// packets: the structures are built as a receiver of that mode builds them and asked their
+/// size (as FLD's Table 3 counts FLD's).
+pub fn on_chip_bits(mode: ReceiverMode, connections: u64, bdp: u32) -> OnChipBits {
+    match mode {
+        ReceiverMode::GoBackN | ReceiverMode::Ideal => OnChipBits::default(),
+        // Each connection: its 5-BDP bitmap and the PSN of its first bit.
+        ReceiverMode::Irn => OnChipBits {
+            connections: connections * (5 * u64::from(bdp) + PSN_BITS),
+            ..Default::default()
+        },
+        _ => {
+            let pool = pool::BitmapPool::new(mode.pool(bdp).expect("a pooled mode"));
+            let (pool_bits, cache_bits) = pool.on_chip_bits(connections);
+            OnChipBits {
+                connections: connections * pool.connection_bits(),
+                pool: pool_bits,
+                caches: cache_bits,
+                gather: mode.gather().map_or(0, |g| {
+                    gather::GatherQueues::<()>::new(g).on_chip_bits(connections, DESCRIPTOR_BITS)
+                }),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
