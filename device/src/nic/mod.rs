@@ -72,6 +72,11 @@ pub struct NicConfig {
     /// Receive WQEs each RQ reads ahead (`docs/nic-interface.md` §7.5), at most
     /// `RX_PREFETCH_DEPTH` (4); 0 fetches each WQE when its frame arrives.
     pub rx_prefetch_depth: usize,
+    /// How RC responders treat a packet ahead of the PSN they expect (LEFT §3.1): go-back-N
+    /// (IBA), or placed and recorded by a reorder unit of that kind.
+    pub receiver: reorder::ReceiverMode,
+    /// The bandwidth-delay product in packets the reorder unit is sized for.
+    pub reorder_bdp: u32,
 }
 
 impl Default for NicConfig {
@@ -93,6 +98,8 @@ impl Default for NicConfig {
             mtt_cache_entries: DEFAULT_MTT_CACHE_ENTRIES,
             qp_context_bytes: DEFAULT_QP_CONTEXT_BYTES,
             rx_prefetch_depth: queues::RX_PREFETCH_DEPTH,
+            receiver: reorder::ReceiverMode::GoBackN,
+            reorder_bdp: 512,
         }
     }
 }
@@ -223,6 +230,20 @@ impl Nic {
     /// the start of the next one.
     pub fn wait_for_pass(&self) {
         drop(self.shared.lock());
+    }
+
+    /// What the reorder unit did (none with a go-back-N receiver), and the pool blocks in use.
+    pub fn reorder_counters(&self) -> reorder::ReorderCounters {
+        self.shared
+            .lock()
+            .rdma
+            .reorder
+            .as_ref()
+            .map(|r| reorder::ReorderCounters {
+                blocks_in_use: r.pool.taken - r.pool.returned,
+                ..r.counters
+            })
+            .unwrap_or_default()
     }
 
     /// Hit/miss counts of the QP-context and memory-translation caches.
@@ -581,6 +602,7 @@ impl NicCore {
                     config.mtt_cache_entries,
                     config.qp_context_bytes,
                 ),
+                reorder::ReorderUnit::new(config.receiver, config.reorder_bdp),
             ),
             flow_entry_count: 0,
             wire: Box::new(NullWire::default()),

@@ -97,6 +97,8 @@ struct Snapshot {
     reads_ahead: u64,
     qp: (u64, u64),
     mtt: (u64, u64),
+    /// Time the receive pipeline waited on the reorder unit's bitmaps (LEFT §4.2), ns.
+    reorder_ns: u64,
 }
 
 /// What one engine batch did and when its effects appear.
@@ -184,6 +186,11 @@ impl SimHost {
                 qp_cache_entries: nic.qp_cache_entries,
                 mtt_cache_entries: nic.mtt_cache_entries,
                 qp_context_bytes: nic.qp_context_bytes,
+                receiver: fld_device::nic::reorder::ReceiverMode::from_series(&nic.receiver)
+                    .ok_or(VerbsError::Invalid(
+                        "nic.receiver: gbn, irn, melo+, left-, left or ideal",
+                    ))?,
+                reorder_bdp: nic.reorder_bdp,
                 ..Default::default()
             },
             ..Default::default()
@@ -243,6 +250,7 @@ impl SimHost {
             reads_ahead: self.card.nic.rx_prefetch_counters().reads,
             qp: (qp.hits, qp.misses),
             mtt: (mtt.hits, mtt.misses),
+            reorder_ns: self.card.nic.reorder_counters().stall_ns,
         }
     }
 
@@ -289,6 +297,7 @@ impl SimHost {
         let reads_ahead = s.reads_ahead - self.last.reads_ahead;
         let qp_misses = s.qp.1 - self.last.qp.1;
         let mtt_misses = s.mtt.1 - self.last.mtt.1;
+        let reorder = (s.reorder_ns - self.last.reorder_ns) * PS_PER_NS;
         let t = &mut self.timing;
         t.qp_cache_hits += s.qp.0 - self.last.qp.0;
         t.qp_cache_misses += qp_misses;
@@ -305,7 +314,9 @@ impl SimHost {
         let packets = sent.len() as u64 + received;
         let pipeline = packets * self.nic.packet_ns * PS_PER_NS;
         let misses = qp_misses + mtt_misses;
-        let stall = misses * read_latency;
+        // The pipeline waits for each bitmap operation (LEFT §4.2: "the RNIC processing" drops
+        // as bitmap latency grows), as it waits for a context or a translation.
+        let stall = misses * read_latency + reorder;
         // Dependent reads per packet (WQE, then payload), each a round trip; misses' reads are
         // the stall above, reads ahead are on no packet's path.
         let plain_reads = reads.saturating_sub(misses + reads_ahead);

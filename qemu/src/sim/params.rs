@@ -87,6 +87,12 @@ pub struct NicParams {
     /// Bytes a QP-context miss reads from host memory. Default 256 (a ConnectX QPC is a few
     /// hundred bytes; StaR §3.1 sizes the parts of a connection's state in tens of bytes).
     pub qp_context_bytes: u32,
+    /// How the RC responder treats a packet ahead of the PSN it expects: "gbn" (IBA's
+    /// go-back-N, the default) or a reorder unit — "irn", "melo+", "left-", "left", "ideal"
+    /// (LEFT §4.2; single-packet WRITEs are reordered, other messages go back N).
+    pub receiver: String,
+    /// The bandwidth-delay product, in packets, the reorder unit is sized for. Default 512.
+    pub reorder_bdp: u32,
 }
 
 impl Default for NicParams {
@@ -98,6 +104,8 @@ impl Default for NicParams {
             qp_cache_entries: nic::DEFAULT_QP_CACHE_ENTRIES,
             mtt_cache_entries: nic::DEFAULT_MTT_CACHE_ENTRIES,
             qp_context_bytes: nic::DEFAULT_QP_CONTEXT_BYTES,
+            receiver: "gbn".into(),
+            reorder_bdp: 512,
         }
     }
 }

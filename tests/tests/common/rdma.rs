@@ -195,12 +195,17 @@ pub fn one_card(b_access: u32, t: Transport) -> Pair {
 /// A and B on function 0 of two cards whose uplinks are joined by a cable, each direction
 /// behind `faults` (with its own seed).
 pub fn two_cards(faults: Faults, t: Transport) -> Pair {
+    two_cards_with(faults, t, NicConfig::default())
+}
+
+/// As [`two_cards`], the cards' NICs configured as `nic` says (their card numbers aside).
+pub fn two_cards_with(faults: Faults, t: Transport, nic: NicConfig) -> Pair {
     let cards: Vec<Arc<Card>> = (0..2)
         .map(|i| {
             Card::new(CardConfig {
                 nic: NicConfig {
                     card_id: i + 1,
-                    ..Default::default()
+                    ..nic.clone()
                 },
                 ..Default::default()
             })

@@ -522,6 +522,11 @@ fn modify_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
         _ => {}
     }
     rdma.set_active(index, to != QpState::Reset);
+    if to == QpState::Reset {
+        if let Some(r) = rdma.reorder.as_mut() {
+            r.pool.forget(index);
+        }
+    }
     Ok(0)
 }
 
@@ -550,6 +555,9 @@ fn destroy_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
     };
     c.core.rdma.set_active(index, false);
     c.core.rdma.qp_cache.invalidate(|&i| i == index);
+    if let Some(r) = c.core.rdma.reorder.as_mut() {
+        r.pool.forget(index);
+    }
     c.core.rdma.pds.drop_ref(qp.pd);
     c.core.cqs.drop_ref(qp.send_cqn);
     c.core.cqs.drop_ref(qp.recv_cqn);

@@ -126,6 +126,8 @@ pub(crate) struct Rdma {
     /// The next pass visits every active QP: a command ran (any may change what a QP can do),
     /// or a function's doorbells are in memory the host maps (its stores are not seen).
     pub visit_all: bool,
+    /// The reorder unit out-of-order packets go through (LEFT §3); none: go-back-N.
+    pub reorder: Option<reorder::ReorderUnit>,
     /// The variant byte of the next key (so a reused region index gets a new key).
     pub key_variant: u8,
     /// IPv4 identification of the next RoCE packet.
@@ -160,6 +162,7 @@ impl Rdma {
         max_qps: u32,
         max_frame: usize,
         (qp_cache, mtt_cache, qp_context_bytes): (usize, usize, u32),
+        reorder: Option<reorder::ReorderUnit>,
     ) -> Self {
         Rdma {
             pds: Slab::new(MAX_PDS),
@@ -178,6 +181,7 @@ impl Rdma {
             visiting: Vec::new(),
             timers: Default::default(),
             visit_all: false,
+            reorder,
             key_variant: 0,
             ip_ident: 0,
             frame: vec![0; max_frame],
@@ -311,6 +315,9 @@ impl Rdma {
         let qps = &self.qps;
         self.active.retain(|i| qps.get(*i).is_some());
         self.qp_cache.invalidate(|i| qps.get(*i).is_none());
+        if let Some(r) = self.reorder.as_mut() {
+            r.pool.forget_unless(|i| qps.get(i).is_some());
+        }
         self.srqs.remove_owned_by(function);
         self.mrs.remove_owned_by(function);
         self.peers.retain(|(f, _, _), _| *f != function);

@@ -29,6 +29,7 @@ use super::{complete, enter_error, fetch_recv_wqe, qp_event, scatter, transmit, 
 use super::{Ctx, NicCore};
 use crate::nic::rdma::memory::{self, AccessError};
 use crate::nic::rdma::qp::{Inbound, Owed, QueuePair, ReadAtomic};
+use crate::nic::rdma::reorder::pool::Recorded;
 
 const ACK: u8 = CREDITS_UNLIMITED;
 const fn nak_syndrome(code: u8) -> u8 {
@@ -75,6 +76,12 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
     };
     let psn = pkt.headers.bth.psn;
     let d = psn_delta(psn, qp.resp.expected_psn);
+    if d > 0 && reorderable(core.rdma.reorder.is_some(), pkt) {
+        return ahead(core, ctx, qpi, pkt);
+    }
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
     if d > 0 {
         if qp.resp.nak_sent {
             qp.counters.dropped += 1;
@@ -92,12 +99,108 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
         return;
     }
     qp.resp.nak_sent = false;
+    let before = qp.resp.expected_psn;
     match pkt.info.kind {
         MessageKind::Send => send(core, ctx, qpi, pkt),
         MessageKind::Write => write(core, ctx, qpi, pkt),
         MessageKind::ReadRequest => read_request(core, qpi, pkt),
         MessageKind::CompareSwap | MessageKind::FetchAdd => atomic(core, ctx, qpi, pkt),
         _ => {}
+    }
+    catch_up(core, qpi, before);
+}
+
+/// Whether a packet ahead of the expected PSN is placed and recorded instead of NAKed: with a
+/// reorder unit, a single-packet WRITE without immediate (its RETH names where it goes, and it
+/// completes nothing at the responder). Other packets ahead go back N as IBA says.
+fn reorderable(unit: bool, pkt: &IbPacket<'_>) -> bool {
+    unit && pkt.info.kind == MessageKind::Write
+        && pkt.info.position == Position::Only
+        && pkt.headers.imm.is_none()
+}
+
+/// LEFT's reorder logic (§3.1) for a packet ahead of the expected PSN: recorded in the reorder
+/// unit, and if it is new, placed where its RETH says, with no ACK and no NAK (an ACK would
+/// cover the packets still missing). A packet the unit has no room for is dropped with a
+/// sequence NAK (§3.5); one it holds already is dropped.
+fn ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
+    let psn = pkt.headers.bth.psn;
+    let rdma = &mut core.rdma;
+    let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(qpi)) else {
+        return;
+    };
+    match unit.record(qpi, psn, qp.resp.expected_psn) {
+        Recorded::New(..) => place_ahead(core, ctx, qpi, pkt),
+        Recorded::Duplicate(..) => qp.counters.duplicates += 1,
+        Recorded::Refused => {
+            if qp.resp.nak_sent {
+                qp.counters.dropped += 1;
+            } else {
+                qp.resp.nak_sent = true;
+                qp.counters.seq_naks_sent += 1;
+                let e = qp.resp.expected_psn;
+                owe(qp, e, nak_syndrome(nak::PSN_SEQUENCE_ERROR));
+            }
+        }
+    }
+}
+
+/// Places a single-packet WRITE that arrived ahead, with the checks an in-order one gets.
+fn place_ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    let psn = pkt.headers.bth.psn;
+    let mtu = mtu_bytes(qp.attr.path_mtu).unwrap_or(1024) as usize;
+    let Some(reth) = pkt.headers.reth else {
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    };
+    if qp.attr.access_flags.get() & access::REMOTE_WRITE == 0
+        || pkt.payload.len() > mtu
+        || reth.dma_length as usize != pkt.payload.len()
+    {
+        return fatal(qp, psn, nak::INVALID_REQUEST);
+    }
+    let (va, len) = (reth.virtual_address, pkt.payload.len() as u64);
+    let target = match remote_target(core, qpi, reth.rkey, va, len, access::REMOTE_WRITE) {
+        Ok(t) => t,
+        Err(_) => {
+            if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+                fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
+            }
+            return;
+        }
+    };
+    let owner = core.rdma.qps.get(qpi).map_or(0, |q| q.owner);
+    if !pkt.payload.is_empty()
+        && target
+            .write(ctx.dma(owner), &core.rdma.mtt_cache, va, pkt.payload)
+            .is_err()
+    {
+        if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+            fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
+        }
+    }
+}
+
+/// After an in-order packet moved the expected PSN on from `before`: the packets the reorder
+/// unit recorded right behind it are done too — the expected PSN and the MSN move past them
+/// (each is one single-packet message) and one ACK covers them all.
+fn catch_up(core: &mut NicCore, qpi: u32, before: u32) {
+    let rdma = &mut core.rdma;
+    let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(qpi)) else {
+        return;
+    };
+    let expected = qp.resp.expected_psn;
+    if expected == before || !unit.pool.has_bitmap(qpi) {
+        return;
+    }
+    let next = unit.pool.advance(qpi, expected);
+    let passed = psn_delta(next, expected);
+    if passed > 0 {
+        qp.resp.msn = psn_add(qp.resp.msn, passed as u32);
+        qp.resp.expected_psn = next;
+        owe(qp, psn_add(next, 0xff_ffff), ACK);
     }
 }
 

@@ -14,8 +14,15 @@
 //! what each keeps on chip for a number of connections — Figure 7's quantity, from the sizes of
 //! the structures this module allocates.
 //!
-//! Left out so far: the RoCE receive stage that drives these structures, and their timing in
-//! the virtual-time runner.
+//! On the receive path (`NicConfig::receiver`), a responder with a reorder unit places a
+//! single-packet WRITE that arrives ahead, records it here, and moves its expected PSN past the
+//! recorded packets when the gap closes (`datapath/roce/responder.rs`); the time each bitmap
+//! operation took is a stall the virtual-time runner charges.
+//!
+//! Left out so far: reordering multi-packet messages and SENDs (their later packets do not say
+//! where they go; they go back N), the gather queues on the receive path (LEFT records as
+//! LEFT− does), selective retransmission (§3.5: loss is recovered by the sender's timeout),
+//! IRN's per-connection bound on the receive path (it behaves as the ideal reorderer).
 
 pub mod gather;
 pub mod pool;
@@ -159,6 +166,84 @@ pub fn on_chip_bits(mode: ReceiverMode, connections: u64, bdp: u32) -> OnChipBit
                 }),
             }
         }
+    }
+}
+
+/// The reorder unit of a NIC whose responders do not go back N: its bitmap pool, and what it
+/// did. (The gather queues are not yet on the receive path: LEFT's records go straight to the
+/// pool, as LEFT−'s do.)
+pub struct ReorderUnit {
+    pub mode: ReceiverMode,
+    pub pool: pool::BitmapPool,
+    pub counters: ReorderCounters,
+}
+
+/// What a reorder unit did, over its life.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReorderCounters {
+    /// Out-of-order packets placed and recorded.
+    pub recorded: u64,
+    /// Out-of-order packets refused (no room: dropped and NAKed, §3.5).
+    pub refused: u64,
+    /// Packets found already recorded (dropped).
+    pub duplicates: u64,
+    /// Time the receive pipeline waited on the bitmap structures, ns.
+    pub stall_ns: u64,
+    /// Cache hits, pool walks and swaps.
+    pub cache: u64,
+    pub pool: u64,
+    pub swaps: u64,
+    /// Pool blocks taken and not given back (filled in when the counters are read).
+    pub blocks_in_use: u64,
+}
+
+impl ReorderUnit {
+    /// The unit `mode` needs, sized for `bdp` packets; none for go-back-N.
+    pub fn new(mode: ReceiverMode, bdp: u32) -> Option<Self> {
+        let cfg = match mode {
+            ReceiverMode::GoBackN => return None,
+            // Unbounded and uniform: an access always costs the ideal 10 ns (IRN's per-QP
+            // bitmaps on chip cost the same; their 5-BDP bound is what `on_chip_bits` counts).
+            ReceiverMode::Ideal | ReceiverMode::Irn => PoolConfig {
+                block_bits: 64,
+                blocks: 1 << 16,
+                caches: 0,
+                cache_bits: 64,
+                t_max_ns: u32::MAX,
+                cache_ns: 10,
+                first_block_ns: 10,
+                next_block_ns: 0,
+            },
+            m => m.pool(bdp).expect("a pooled mode"),
+        };
+        Some(ReorderUnit {
+            mode,
+            pool: pool::BitmapPool::new(cfg),
+            counters: ReorderCounters::default(),
+        })
+    }
+
+    /// Records packet `psn` of QP `qp` expecting `rcv_nxt`; whether it is new (to be placed),
+    /// and the time it cost is added to the stall.
+    pub fn record(&mut self, qp: u32, psn: u32, rcv_nxt: u32) -> pool::Recorded {
+        let r = self.pool.record(qp, psn, rcv_nxt);
+        let c = &mut self.counters;
+        match r {
+            pool::Recorded::New(a, ns) | pool::Recorded::Duplicate(a, ns) => {
+                c.stall_ns += u64::from(ns);
+                match a {
+                    pool::Access::Cache => c.cache += 1,
+                    pool::Access::Pool(_) => c.pool += 1,
+                    pool::Access::Swap { .. } => c.swaps += 1,
+                }
+                match r {
+                    pool::Recorded::New(..) => c.recorded += 1,
+                    _ => c.duplicates += 1,
+                }
+            }
+            pool::Recorded::Refused => c.refused += 1,
+        }
+        r
     }
 }
 

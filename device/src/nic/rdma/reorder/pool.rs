@@ -619,6 +619,14 @@ impl BitmapPool {
         next
     }
 
+    /// Forgets every connection `keep` says is gone (a function reset).
+    pub fn forget_unless(&mut self, keep: impl Fn(Conn) -> bool) {
+        let gone: Vec<Conn> = self.conns.keys().copied().filter(|&c| !keep(c)).collect();
+        for c in gone {
+            self.forget(c);
+        }
+    }
+
     /// `conn` is gone (its QP destroyed or reset): its bitmap goes.
     pub fn forget(&mut self, conn: Conn) {
         if let Some(b) = self.conns.remove(&conn) {
