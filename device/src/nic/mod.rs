@@ -77,6 +77,9 @@ pub struct NicConfig {
     pub receiver: reorder::ReceiverMode,
     /// The bandwidth-delay product in packets the reorder unit is sized for.
     pub reorder_bdp: u32,
+    /// The receive pipeline's time per packet a bitmap operation overlaps, ns (40: a 1 KB
+    /// packet at 200 Gbit/s, LEFT §2.2).
+    pub reorder_budget_ns: u32,
 }
 
 impl Default for NicConfig {
@@ -100,6 +103,7 @@ impl Default for NicConfig {
             rx_prefetch_depth: queues::RX_PREFETCH_DEPTH,
             receiver: reorder::ReceiverMode::GoBackN,
             reorder_bdp: 512,
+            reorder_budget_ns: 40,
         }
     }
 }
@@ -602,7 +606,11 @@ impl NicCore {
                     config.mtt_cache_entries,
                     config.qp_context_bytes,
                 ),
-                reorder::ReorderUnit::new(config.receiver, config.reorder_bdp),
+                reorder::ReorderUnit::new(
+                    config.receiver,
+                    config.reorder_bdp,
+                    config.reorder_budget_ns,
+                ),
             ),
             flow_entry_count: 0,
             wire: Box::new(NullWire::default()),

@@ -70,10 +70,10 @@ pub fn run(a: SimArgs) -> CmdResult {
 }
 
 fn x_of(w: &WorkloadResult, p: &Point) -> f64 {
-    if w.x == "connections" {
-        p.connections as f64
-    } else {
-        p.size as f64
+    match w.x.as_str() {
+        "connections" => p.connections as f64,
+        "rtt_ratio" => p.rtt_ratio.unwrap_or(f64::NAN),
+        _ => p.size as f64,
     }
 }
 
@@ -133,6 +133,10 @@ fn print_report(r: &Report, speed: &Speed) {
                 "{:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  reference",
                 "conns", "total KB", "conns KB", "pool KB", "caches KB", "gather KB"
             ),
+            _ if w.x == "rtt_ratio" => println!(
+                "{:>8} {:>6} {:>10} {:>10} {:>10}  reference",
+                "RTT x", "conns", "Gbit/s", "of line", "Mmsg/s"
+            ),
             _ => println!(
                 "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
                 "bytes", "conns", "Mmsg/s", "Gbit/s", "QPC miss", "MTT miss"
@@ -163,6 +167,14 @@ fn print_report(r: &Report, speed: &Speed) {
                     m("rtt_p99_us"),
                     m("rtt_mean_us"),
                     m("mismatches")
+                ),
+                _ if w.x == "rtt_ratio" => println!(
+                    "{:>8} {:>6} {:>10.2} {:>10.3} {:>10.3}  {reference}",
+                    p.rtt_ratio.unwrap_or(f64::NAN),
+                    p.connections,
+                    m("gbps"),
+                    m("throughput_ratio"),
+                    m("mops")
                 ),
                 "reorder_memory" => println!(
                     "{:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {reference}",
@@ -237,15 +249,17 @@ fn plot(r: &Report, path: &std::path::Path) -> Result<(), Box<dyn std::error::Er
             }
             Chart {
                 title,
-                x_label: if first.x == "connections" {
-                    "connections"
-                } else {
-                    "message size (bytes)"
+                x_label: match first.x.as_str() {
+                    "connections" => "connections",
+                    "rtt_ratio" => "RTT of the slow path / the fast path's",
+                    _ => "message size (bytes)",
                 },
                 y_label: match first.metric.as_str() {
                     "latency_us" => "one-way latency (us)",
                     "rtt_us" => "round trip (us)",
                     "mrps" => "RPCs per second (millions)",
+                    "memory_kb" => "on-chip memory (KB)",
+                    "throughput_ratio" => "goodput / line rate",
                     _ => "messages per second (millions)",
                 },
                 log2_x: true,

@@ -86,6 +86,12 @@ pub struct CardTiming {
     /// Time the engine was busy, and the part of it spent stalled on cache misses, ns.
     pub busy_ns: u64,
     pub stall_ns: u64,
+    /// The reorder unit (LEFT §3.2): out-of-order packets recorded in a bitmap cache, by a
+    /// pool walk, or after a swap into a cache; its stall beyond the per-packet budget, ns.
+    pub reorder_cache: u64,
+    pub reorder_pool: u64,
+    pub reorder_swaps: u64,
+    pub reorder_stall_ns: u64,
 }
 
 /// The counters a batch is measured against.
@@ -99,6 +105,20 @@ struct Snapshot {
     mtt: (u64, u64),
     /// Time the receive pipeline waited on the reorder unit's bitmaps (LEFT §4.2), ns.
     reorder_ns: u64,
+}
+
+impl SimHost {
+    /// What the reorder unit did over the run, into the timing report.
+    pub fn note_reorder(&mut self) {
+        let k = self.card.nic.reorder_counters();
+        let t = &mut self.timing;
+        (
+            t.reorder_cache,
+            t.reorder_pool,
+            t.reorder_swaps,
+            t.reorder_stall_ns,
+        ) = (k.cache, k.pool, k.swaps, k.stall_ns);
+    }
 }
 
 /// What one engine batch did and when its effects appear.
@@ -191,6 +211,7 @@ impl SimHost {
                         "nic.receiver: gbn, irn, melo+, left-, left or ideal",
                     ))?,
                 reorder_bdp: nic.reorder_bdp,
+                reorder_budget_ns: nic.reorder_budget_ns,
                 ..Default::default()
             },
             ..Default::default()

@@ -166,9 +166,20 @@ pub enum WorkloadSpec {
         /// connections)`), so that many connections still reach their steady state.
         #[serde(default)]
         per_connection: u64,
-        /// The plotted x axis: "size" (message bytes) or "connections".
+        /// The plotted x axis: "size" (message bytes), "connections" or "rtt_ratio".
         #[serde(default = "default_axis")]
         x: String,
+        /// LEFT's Figure 6: one point per ratio, the last link between the two nodes of
+        /// `slow_link` made that many times slower (propagation) than the first one; the
+        /// first size and QP count are used.
+        #[serde(default)]
+        rtt_ratios: Vec<f64>,
+        #[serde(default)]
+        slow_link: Option<[String; 2]>,
+        /// Every card's receiver for this workload (`nic.receiver`'s values), so one scenario
+        /// compares receivers side by side.
+        #[serde(default)]
+        receiver: Option<String>,
         #[serde(default)]
         reference: Vec<Reference>,
     },
@@ -355,6 +366,24 @@ fn layered<T: Serialize + DeserializeOwned + Default>(
     T::deserialize(toml::Value::Table(t)).map_err(|e| SimError::Scenario(format!("{what}: {e}")))
 }
 
+/// `r` with the last link between the two nodes of `ends` `ratio` times as slow (propagation)
+/// as the first one between them.
+fn slower_path(r: &Resolved, ends: &[String; 2], ratio: f64) -> Resolved {
+    let mut r = r.clone();
+    let joins = |l: &([String; 2], LinkParams)| {
+        (l.0[0] == ends[0] && l.0[1] == ends[1]) || (l.0[0] == ends[1] && l.0[1] == ends[0])
+    };
+    let base = r
+        .links
+        .iter()
+        .find(|l| joins(l))
+        .map(|l| l.1.propagation_ns);
+    if let (Some(base), Some(last)) = (base, r.links.iter_mut().rev().find(|l| joins(l))) {
+        last.1.propagation_ns = (base as f64 * ratio).round() as u64;
+    }
+    r
+}
+
 /// Every element's resolved parameters.
 #[derive(Clone, Debug, Serialize)]
 pub struct Resolved {
@@ -418,16 +447,44 @@ impl Scenario {
                     }
                 }
                 WorkloadSpec::WriteRate {
-                    clients, server, x, ..
+                    clients,
+                    server,
+                    x,
+                    rtt_ratios,
+                    slow_link,
+                    receiver,
+                    ..
                 } => {
                     for c in clients {
                         host_index(c)?;
                     }
+                    if let Some(m) = receiver.as_deref() {
+                        if ReceiverMode::from_series(m).is_none() {
+                            return Err(SimError::Scenario(format!(
+                                "receiver = {m:?}: gbn, irn, melo+, left-, left or ideal"
+                            )));
+                        }
+                    }
                     host_index(server)?;
-                    if x != "size" && x != "connections" {
+                    if x != "size" && x != "connections" && x != "rtt_ratio" {
                         return Err(SimError::Scenario(format!(
-                            "x = {x:?}: \"size\" or \"connections\""
+                            "x = {x:?}: \"size\", \"connections\" or \"rtt_ratio\""
                         )));
+                    }
+                    if !rtt_ratios.is_empty() {
+                        let joins = |l: &&([String; 2], LinkParams), e: &[String; 2]| {
+                            (l.0[0] == e[0] && l.0[1] == e[1]) || (l.0[0] == e[1] && l.0[1] == e[0])
+                        };
+                        let n = slow_link
+                            .as_ref()
+                            .map_or(0, |e| links.iter().filter(|l| joins(l, e)).count());
+                        if n < 2 || rtt_ratios.iter().any(|r| r.is_nan() || *r < 1.0) {
+                            return Err(SimError::Scenario(
+                                "rtt_ratios (each >= 1) need slow_link naming two nodes joined \
+                                 by two links or more"
+                                    .into(),
+                            ));
+                        }
                     }
                     if clients.is_empty() {
                         return Err(SimError::Scenario("a workload without clients".into()));
@@ -663,6 +720,9 @@ impl Sim {
 pub struct Point {
     pub size: usize,
     pub connections: u64,
+    /// LEFT Figure 6's x: how many times slower the slow path is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtt_ratio: Option<f64>,
     /// The curve the point belongs to (the workload's `series`).
     pub series: String,
     pub metrics: BTreeMap<String, f64>,
@@ -764,11 +824,15 @@ pub fn run(
                     .clone()
                     .unwrap_or_else(|| "RDMA WRITE message rate".into()),
                 "write_rate",
-                "mops",
-                if x == "connections" {
-                    "connections"
+                if x == "rtt_ratio" {
+                    "throughput_ratio"
                 } else {
-                    "size"
+                    "mops"
+                },
+                match x.as_str() {
+                    "connections" => "connections",
+                    "rtt_ratio" => "rtt_ratio",
+                    _ => "size",
                 },
                 reference.clone(),
             ),
@@ -805,10 +869,17 @@ pub fn run(
                 qps_per_client,
                 connections,
                 clients,
+                rtt_ratios,
                 ..
             } => {
                 let cs: Vec<usize> = clients.iter().map(|c| index(c)).collect();
-                if connections.is_empty() {
+                if !rtt_ratios.is_empty() {
+                    let q = qps_per_client.first().copied().unwrap_or(1).max(1) as usize;
+                    let per: Vec<usize> =
+                        cs.iter().flat_map(|&c| std::iter::repeat_n(c, q)).collect();
+                    let size = sizes.first().copied().unwrap_or(1024);
+                    cases.extend(rtt_ratios.iter().map(|_| (size, per.clone())));
+                } else if connections.is_empty() {
                     for &q in qps_per_client {
                         let per: Vec<usize> = cs
                             .iter()
@@ -884,12 +955,24 @@ pub fn run(
                     messages,
                     per_connection,
                     stateless,
+                    rtt_ratios,
+                    slow_link,
+                    receiver,
                     ..
                 } => {
                     let messages = (*messages).max(per_connection * connections);
                     let conns = connections as usize;
+                    let mut point_r = match (rtt_ratios.get(pi), slow_link) {
+                        (Some(&ratio), Some(ends)) => slower_path(&r, ends, ratio),
+                        _ => r.clone(),
+                    };
+                    if let Some(m) = receiver {
+                        for h in &mut point_r.hosts {
+                            h.1.receiver = m.clone();
+                        }
+                    }
                     let mut sim = Sim::new(
-                        &r,
+                        &point_r,
                         seed,
                         s.limit_ms,
                         conns,
@@ -939,22 +1022,42 @@ pub fn run(
                 }
             };
             let virtual_ps = sim.run(w.as_mut())?;
-            let metrics: BTreeMap<String, f64> = w
+            let mut metrics: BTreeMap<String, f64> = w
                 .metrics()
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect();
+            let rtt_ratio = match spec {
+                WorkloadSpec::WriteRate {
+                    rtt_ratios, server, ..
+                } => rtt_ratios.get(pi).map(|&ratio| {
+                    // Goodput as a fraction of the receiver's line (Figure 6's y).
+                    let line = r
+                        .links
+                        .iter()
+                        .find(|l| l.0.contains(server))
+                        .map_or(f64::NAN, |l| l.1.gbps);
+                    let gbps = metrics.get("gbps").copied().unwrap_or(0.0);
+                    metrics.insert("throughput_ratio".into(), gbps / line);
+                    ratio
+                }),
+                _ => None,
+            };
             let p = Point {
                 size,
                 connections,
+                rtt_ratio,
                 series: series.clone(),
                 metrics,
                 virtual_ns: virtual_ps / PS_PER_NS,
                 events: sim.events(),
                 cards: sim
                     .hosts
-                    .iter()
-                    .map(|h| (h.name.clone(), h.timing))
+                    .iter_mut()
+                    .map(|h| {
+                        h.note_reorder();
+                        (h.name.clone(), h.timing)
+                    })
                     .collect(),
                 network: sim.network(),
             };

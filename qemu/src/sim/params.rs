@@ -93,6 +93,10 @@ pub struct NicParams {
     pub receiver: String,
     /// The bandwidth-delay product, in packets, the reorder unit is sized for. Default 512.
     pub reorder_bdp: u32,
+    /// The time per received packet a bitmap operation overlaps before it stalls the pipeline,
+    /// ns. Default 40: LEFT §2.2, "all operations should converge within 40 ns (when receiving a
+    /// 1 KB packet at a 200 Gbps bandwidth)".
+    pub reorder_budget_ns: u32,
 }
 
 impl Default for NicParams {
@@ -106,6 +110,7 @@ impl Default for NicParams {
             qp_context_bytes: nic::DEFAULT_QP_CONTEXT_BYTES,
             receiver: "gbn".into(),
             reorder_bdp: 512,
+            reorder_budget_ns: 40,
         }
     }
 }

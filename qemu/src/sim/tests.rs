@@ -677,7 +677,7 @@ fn auto_adaptation_serves_statefully_within_the_cache_and_statelessly_past_it() 
 
 /// LEFT Figure 7 from the scenario: each receiver's on-chip memory as the NIC's reorder
 /// structures count it — IRN's 5-BDP bitmaps grow 323 B a connection; the pooled receivers a
-/// pointer and a PSN (4 B); LEFT's caches and gather queues add a constant, so at 5,000
+/// pointer and a PSN (33 bits); LEFT's caches and gather queues add a constant, so at 5,000
 /// connections LEFT needs under 2 % of IRN's memory (the paper: 1.7 %).
 #[test]
 fn left_fig7_memory_of_each_receiver_from_the_scenario() {
@@ -695,5 +695,42 @@ fn left_fig7_memory_of_each_receiver_from_the_scenario() {
         assert!(at("left", n) > at("left-", n) && at("left-", n) > at("melo+", n));
     }
     assert!(at("left", 5000) / at("irn", 5000) < 0.02);
-    assert!((at("melo+", 5000) - at("melo+", 1000) - 4000.0 * 4.0 / 1000.0).abs() < 1e-9);
+    // A pointer to one of 256 blocks (9 bits) and a PSN (24) a connection.
+    assert!((at("melo+", 5000) - at("melo+", 1000) - 4000.0 * 33.0 / 8000.0).abs() < 1e-9);
+}
+
+/// LEFT Figure 6, reduced: with both paths alike every receiver runs near the line; with one
+/// path 32 times slower go-back-N collapses (every sprayed packet ahead is NAKed), MELO+'s
+/// long pool walks stall the pipeline, and LEFT's caches keep it near the line.
+#[test]
+fn left_fig6_reorder_units_against_go_back_n_on_two_sprayed_paths() {
+    let text = include_str!("../../scenarios/left-fig6.toml")
+        .replace("rtt_ratios = [1, 2, 4, 8, 16, 32]", "rtt_ratios = [1, 32]")
+        .replace("messages = 40000", "messages = 12000");
+    let mut s = Scenario::parse(&text).unwrap();
+    s.workload
+        .retain(|w| ["gbn", "melo+", "left"].contains(&w.series().as_str()));
+    let (r, _) = run(&s, |_, _| {}).unwrap();
+    let at = |series: &str, i: usize| {
+        let w = r.workloads.iter().find(|w| w.series == series).unwrap();
+        w.points[i].metrics["throughput_ratio"]
+    };
+    for m in ["gbn", "melo+", "left"] {
+        assert!(at(m, 0) > 0.85, "{m} with equal paths: {}", at(m, 0));
+    }
+    assert!(at("gbn", 1) < 0.05, "{}", at("gbn", 1));
+    assert!(at("left", 1) > 0.85, "{}", at("left", 1));
+    assert!(
+        at("melo+", 1) < at("left", 1) - 0.1,
+        "{} {}",
+        at("melo+", 1),
+        at("left", 1)
+    );
+    let left = &r
+        .workloads
+        .iter()
+        .find(|w| w.series == "left")
+        .unwrap()
+        .points[1];
+    assert!(left.cards["receiver"].reorder_cache > 0);
 }

@@ -50,14 +50,14 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
-    /// The configuration of §3.5 and §4.1: a 2 Kbit pool (the paper's "8b*128*2", read as 128
-    /// blocks of 16 packets), three caches of half a BDP, `T_max` 40 ns (§3.1: the latency of
+    /// The configuration of §3.5 and §4.1: a 2 Kbit pool (the paper's "8b*128*2", read as 256
+    /// blocks of 8 packets), three caches of half a BDP, `T_max` 40 ns (§3.1: the latency of
     /// deeply reordered connections "converges within 40ns"), the FPGA timings of §4.2. `bdp`:
     /// the bandwidth-delay product in packets (the paper's baseline counts 512).
     pub fn left(bdp: u32) -> Self {
         PoolConfig {
-            block_bits: 16,
-            blocks: 128,
+            block_bits: 8,
+            blocks: 256,
             caches: 3,
             cache_bits: (bdp / 2).next_multiple_of(64).max(64),
             t_max_ns: 40,

@@ -15,22 +15,22 @@ const R: u32 = 1000;
 #[test]
 fn algorithm_1_caches_first_then_the_pool_then_a_swap() {
     let cfg = PoolConfig::left(BDP);
-    assert_eq!((cfg.caches, cfg.cache_bits, cfg.block_bits), (3, 256, 16));
+    assert_eq!((cfg.caches, cfg.cache_bits, cfg.block_bits), (3, 256, 8));
     let mut p = BitmapPool::new(cfg);
     for conn in 1..=3 {
         assert_eq!(p.record(conn, R + 5, R), Recorded::New(Access::Cache, 10));
     }
     // Conn 1 gets a second packet: its cache now holds two.
     assert_eq!(p.record(1, R + 6, R), Recorded::New(Access::Cache, 10));
-    // No cache left: 5 ahead is one block away, 40 ahead the third block.
+    // No cache left: 5 ahead is in the first block, 40 ahead in the sixth.
     assert_eq!(p.record(4, R + 5, R), Recorded::New(Access::Pool(1), 15));
-    assert_eq!(p.record(4, R + 40, R), Recorded::New(Access::Pool(3), 25));
+    assert_eq!(p.record(4, R + 40, R), Recorded::New(Access::Pool(6), 40));
     assert_eq!(
         p.record(4, R + 40, R),
-        Recorded::Duplicate(Access::Pool(3), 25)
+        Recorded::Duplicate(Access::Pool(6), 40)
     );
-    assert_eq!(cfg.blocks - p.free_blocks(), 3);
-    // 200 ahead: T_pool = 5 x 200 / 16 = 62 ns >= 40: conn 5 swaps into the least-occupied
+    assert_eq!(cfg.blocks - p.free_blocks(), 6);
+    // 200 ahead: T_pool = 5 x 200 / 8 = 125 ns >= 40: conn 5 swaps into the least-occupied
     // cache (conn 2's, one packet; conn 1's has two), whose one block is written back.
     assert_eq!(
         p.record(5, R + 200, R),
@@ -43,17 +43,17 @@ fn algorithm_1_caches_first_then_the_pool_then_a_swap() {
         )
     );
     assert!(p.in_cache(5) && !p.in_cache(2) && p.in_cache(1));
-    // Conn 4 reordered deep too: its three blocks are read into the least-occupied cache —
+    // Conn 4 reordered deep too: its six blocks are read into the least-occupied cache —
     // conn 5's, one packet like conn 3's and found first — whose packet 200 ahead is written
-    // back as 13 blocks; the longer walk of the two is the cost.
+    // back as 26 blocks; the longer walk of the two is the cost.
     assert_eq!(
         p.record(4, R + 130, R),
         Recorded::New(
             Access::Swap {
-                read: 3,
-                written: 13
+                read: 6,
+                written: 26
             },
-            15 + 12 * 5 + 10
+            15 + 25 * 5 + 10
         )
     );
     assert!(p.in_cache(4) && !p.in_cache(5) && p.in_cache(3));
@@ -71,7 +71,7 @@ fn catching_up_returns_every_block_and_cache() {
             assert!(matches!(p.record(conn, R + k, R), Recorded::New(..)));
         }
     }
-    assert!(p.free_blocks() < 128);
+    assert!(p.free_blocks() < 256);
     for conn in 1..=5 {
         // PSN R arrives: RCV_NXT runs over 1..3 and stops at the gap at 4.
         assert_eq!(p.advance(conn, R + 1), R + 4);
@@ -80,7 +80,7 @@ fn catching_up_returns_every_block_and_cache() {
         assert_eq!(p.advance(conn, R + 40), R + 41);
         assert!(!p.has_bitmap(conn), "nothing left out of order");
     }
-    assert_eq!(p.free_blocks(), 128);
+    assert_eq!(p.free_blocks(), 256);
     assert_eq!(p.taken, p.returned);
     assert!(p.taken > 0);
 }
@@ -113,7 +113,7 @@ fn exhaustion_refuses_until_the_connection_recovers() {
     };
     let mut p = BitmapPool::new(tiny);
     assert_eq!(p.record(7, R + 1, R), Recorded::New(Access::Pool(1), 15));
-    assert_eq!(p.record(7, R + 20, R), Recorded::New(Access::Pool(2), 20));
+    assert_eq!(p.record(7, R + 12, R), Recorded::New(Access::Pool(2), 20));
     assert_eq!(p.record(7, R + 40, R), Recorded::Refused, "a third block");
     assert_eq!(
         p.record(8, R + 1, R),
@@ -133,10 +133,10 @@ fn without_caches_every_packet_walks_the_pool() {
     assert_eq!(p.record(1, R + 1, R), Recorded::New(Access::Pool(1), 15));
     assert_eq!(
         p.record(1, R + 511, R),
-        Recorded::New(Access::Pool(32), 15 + 31 * 5)
+        Recorded::New(Access::Pool(64), 15 + 63 * 5)
     );
     p.forget(1);
-    assert_eq!(p.free_blocks(), 128);
+    assert_eq!(p.free_blocks(), 256);
 }
 
 /// Algorithm 2: a connection's packets gather in its FIFO until `out_cnt`; a connection that
@@ -172,14 +172,14 @@ fn algorithm_2_gathers_releases_and_resolves_conflicts() {
 }
 
 /// Algorithm 3: in-order packets and those a short pool walk away take the fast path; with
-/// 16-packet blocks and T_max = 40 ns the slow path starts 128 packets ahead.
+/// 8-packet blocks and T_max = 40 ns the slow path starts 64 packets ahead.
 #[test]
 fn algorithm_3_fast_until_the_walk_reaches_t_max() {
     let cfg = PoolConfig::left(BDP);
     assert_eq!(select_path(&cfg, 0), Path::Fast);
     assert_eq!(select_path(&cfg, 1), Path::Fast);
-    assert_eq!(select_path(&cfg, 127), Path::Fast);
-    assert_eq!(select_path(&cfg, 128), Path::Slow);
+    assert_eq!(select_path(&cfg, 63), Path::Fast);
+    assert_eq!(select_path(&cfg, 64), Path::Slow);
     assert_eq!(select_path(&cfg, 500), Path::Slow);
 }
 
@@ -205,6 +205,6 @@ fn figure_7_on_chip_memory_by_mode() {
     assert!((extra(10) - extra(5000)).abs() < 0.01);
     let g = on_chip_bits(ReceiverMode::Left, 5000, BDP);
     assert_eq!(g.gather, 8 * (8 * (24 + 24 + 64 + 16) + 13 + 4 + 32));
-    assert_eq!(g.pool, 128 * (16 + 8) + 128);
-    assert_eq!(g.connections, 5000 * (8 + 24));
+    assert_eq!(g.pool, 256 * (8 + 9) + 256);
+    assert_eq!(g.connections, 5000 * (9 + 24));
 }
