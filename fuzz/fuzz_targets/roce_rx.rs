@@ -9,7 +9,8 @@
 //! for its send, receive and memory queues (well-formed region updates or not), and RAs, SDPs
 //! and EAs answering anything, reach it. Everything the card sends back must be a RoCE or StaR
 //! packet to the peer with a valid ICRC; nothing is written outside mapped memory; a reset and
-//! a bring-up move verified RDMA traffic.
+//! a bring-up move verified RDMA traffic. The first byte chooses the responders' receiver:
+//! go-back-N, or a reorder unit placing single-packet WRITEs that arrive ahead.
 #![no_main]
 
 use fld_abi::nic::{
@@ -29,7 +30,8 @@ use fld_abi::wire::roce::{
 };
 use fld_abi::wire::udp_offsets;
 use fld_device::wire::{link, Wire};
-use fld_fuzz::{assert_rdma_recovers, small_rdma_nic, Input};
+use fld_device::nic::reorder::ReceiverMode;
+use fld_fuzz::{assert_rdma_recovers, small_rdma_nic_with, Input};
 use libfuzzer_sys::fuzz_target;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::IntoBytes;
@@ -41,7 +43,15 @@ const PSN: u32 = 0x10;
 const BUF: usize = 32 << 10;
 
 fuzz_target!(|data: &[u8]| {
-    let mut h = small_rdma_nic();
+    // The first byte picks the RC responders' receiver: go-back-N or a reorder unit, whose
+    // pool and caches the packets ahead then fill, swap and run out (LEFT §3).
+    let receiver = match data.first().copied().unwrap_or(0) % 4 {
+        0 | 1 => ReceiverMode::GoBackN,
+        2 => ReceiverMode::Left,
+        _ => ReceiverMode::MeloPlus,
+    };
+    let data = data.get(1..).unwrap_or_default();
+    let mut h = small_rdma_nic_with(receiver);
     let (uplink, mut peer) = link(256);
     h.nic.set_uplink(Box::new(uplink));
     let mut now = 0u64;

@@ -299,8 +299,16 @@ pub fn assert_fld_recovers(h: &mut MockHost) {
 /// A NIC with small RDMA limits too (4 QPs, 2 SRQs per function), so exhaustion is a few
 /// commands away.
 pub fn small_rdma_nic() -> MockHost {
+    small_rdma_nic_with(fld_device::nic::reorder::ReceiverMode::GoBackN)
+}
+
+/// [`small_rdma_nic`] whose RC responders treat packets ahead as `receiver` says (a reorder
+/// unit, LEFT §3), with a pool small enough for the input to run it out.
+pub fn small_rdma_nic_with(receiver: fld_device::nic::reorder::ReceiverMode) -> MockHost {
     MockHost::nic(
         NicConfig {
+            receiver,
+            reorder_bdp: 64,
             max_sqs: 16,
             max_rqs: 16,
             max_cqs: 16,
