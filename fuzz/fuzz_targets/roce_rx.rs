@@ -21,16 +21,16 @@ use fld_abi::nic::{
     WQE_OP_SEND,
 };
 use fld_abi::wire::roce::star::{
-    StarCq, StarData, StarHeaders, StarKind, StarPacket, StarQueue, StarRegionOp,
-    StarRegionUpdate, StarWqe,
+    StarCq, StarData, StarHeaders, StarKind, StarPacket, StarQueue, StarRegionOp, StarRegionUpdate,
+    StarWqe,
 };
 use fld_abi::wire::roce::{
     self, ipv4_gid, AckKind, Aeth, AtomicAckEth, AtomicEth, BthRepr, IbHeaders, IbPacket, ImmDt,
     Reth, RoceAddress,
 };
 use fld_abi::wire::udp_offsets;
-use fld_device::wire::{link, Wire};
 use fld_device::nic::reorder::ReceiverMode;
+use fld_device::wire::{link, Wire};
 use fld_fuzz::{assert_rdma_recovers, small_rdma_nic_with, Input};
 use libfuzzer_sys::fuzz_target;
 use zerocopy::little_endian::{U16, U32, U64};
@@ -150,7 +150,11 @@ fuzz_target!(|data: &[u8]| {
                 let len = u32::from(input.u16()) % 4200;
                 if kind == StarKind::Wqep {
                     headers.wqe = Some(StarWqe {
-                        queue: input.pick(&[StarQueue::Send, StarQueue::Receive, StarQueue::Memory]),
+                        queue: input.pick(&[
+                            StarQueue::Send,
+                            StarQueue::Receive,
+                            StarQueue::Memory,
+                        ]),
                         index: input.u16(),
                     });
                 }
