@@ -80,6 +80,9 @@ pub struct NicConfig {
     /// The receive pipeline's time per packet a bitmap operation overlaps, ns (40: a 1 KB
     /// packet at 200 Gbit/s, LEFT §2.2).
     pub reorder_budget_ns: u32,
+    /// Packets one QP may send per engine visit before the next QP's turn (64; 1 arbitrates
+    /// between QPs packet by packet).
+    pub qp_budget: usize,
 }
 
 impl Default for NicConfig {
@@ -104,6 +107,7 @@ impl Default for NicConfig {
             receiver: reorder::ReceiverMode::GoBackN,
             reorder_bdp: 512,
             reorder_budget_ns: 40,
+            qp_budget: 64,
         }
     }
 }
@@ -544,7 +548,7 @@ impl PciFunction for NicFunction {
 
 /// Everything behind the NIC's lock.
 pub(crate) struct NicCore {
-    config: NicConfig,
+    pub(crate) config: NicConfig,
     eqs: Slab<EventQueue>,
     cqs: Slab<CompletionQueue>,
     sqs: Slab<SendQueue>,

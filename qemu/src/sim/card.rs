@@ -212,6 +212,7 @@ impl SimHost {
                     ))?,
                 reorder_bdp: nic.reorder_bdp,
                 reorder_budget_ns: nic.reorder_budget_ns,
+                qp_budget: nic.qp_budget,
                 ..Default::default()
             },
             ..Default::default()

@@ -97,6 +97,9 @@ pub struct NicParams {
     /// ns. Default 40: LEFT §2.2, "all operations should converge within 40 ns (when receiving a
     /// 1 KB packet at a 200 Gbps bandwidth)".
     pub reorder_budget_ns: u32,
+    /// Packets one QP sends per engine visit before the next QP's turn. Default 64; 1
+    /// interleaves the QPs packet by packet, as a scheduler arbitrating per packet does.
+    pub qp_budget: usize,
 }
 
 impl Default for NicParams {
@@ -111,6 +114,7 @@ impl Default for NicParams {
             receiver: "gbn".into(),
             reorder_bdp: 512,
             reorder_budget_ns: 40,
+            qp_budget: 64,
         }
     }
 }

@@ -701,7 +701,8 @@ fn left_fig7_memory_of_each_receiver_from_the_scenario() {
 
 /// LEFT Figure 6, reduced: with both paths alike every receiver runs near the line; with one
 /// path 32 times slower go-back-N collapses (every sprayed packet ahead is NAKed), MELO+'s
-/// long pool walks stall the pipeline, and LEFT's caches keep it near the line.
+/// long pool walks stall the pipeline, LEFT−'s caches thrash between the five interleaved
+/// connections, and LEFT's gather queues keep its caches hitting, near the line.
 #[test]
 fn left_fig6_reorder_units_against_go_back_n_on_two_sprayed_paths() {
     let text = include_str!("../../scenarios/left-fig6.toml")
@@ -709,22 +710,29 @@ fn left_fig6_reorder_units_against_go_back_n_on_two_sprayed_paths() {
         .replace("messages = 40000", "messages = 12000");
     let mut s = Scenario::parse(&text).unwrap();
     s.workload
-        .retain(|w| ["gbn", "melo+", "left"].contains(&w.series().as_str()));
+        .retain(|w| ["gbn", "melo+", "left-", "left"].contains(&w.series().as_str()));
     let (r, _) = run(&s, |_, _| {}).unwrap();
     let at = |series: &str, i: usize| {
         let w = r.workloads.iter().find(|w| w.series == series).unwrap();
         w.points[i].metrics["throughput_ratio"]
     };
-    for m in ["gbn", "melo+", "left"] {
+    for m in ["gbn", "melo+", "left-", "left"] {
         assert!(at(m, 0) > 0.85, "{m} with equal paths: {}", at(m, 0));
     }
-    assert!(at("gbn", 1) < 0.05, "{}", at("gbn", 1));
+    assert!(at("gbn", 1) < 0.2, "{}", at("gbn", 1));
     assert!(at("left", 1) > 0.85, "{}", at("left", 1));
+    // Without gathering the caches thrash; without caches the walks are long.
     assert!(
-        at("melo+", 1) < at("left", 1) - 0.1,
+        at("left-", 1) < at("left", 1) - 0.05,
+        "{} {}",
+        at("left-", 1),
+        at("left", 1)
+    );
+    assert!(
+        at("melo+", 1) < at("left-", 1),
         "{} {}",
         at("melo+", 1),
-        at("left", 1)
+        at("left-", 1)
     );
     let left = &r
         .workloads

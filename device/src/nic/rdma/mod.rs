@@ -288,9 +288,18 @@ impl Rdma {
         }
     }
 
-    /// The earliest armed timer (possibly one that will only wake its QP to re-arm).
+    /// The earliest armed timer (possibly one that will only wake its QP to re-arm), or the
+    /// reorder unit's gather timeout.
     pub fn next_timer(&self) -> Option<u64> {
-        self.timers.peek().map(|r| r.0 .0)
+        let gather = self
+            .reorder
+            .as_ref()
+            .and_then(|u| u.gather.as_ref())
+            .and_then(|g| g.next_deadline());
+        [self.timers.peek().map(|r| r.0 .0), gather]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Makes QP `i` visited by the engine (or not) after a state change.

@@ -41,9 +41,6 @@ use fld_abi::nic::*;
 use fld_abi::wire::roce::{self, IbPacket, RoceAddress, TransportHeaders};
 use fld_abi::wire::{ipv4, udp};
 
-/// Packets one QP may send per poll (fairness between QPs).
-const QP_BUDGET: usize = 64;
-
 /// Whether a frame delivered to `vport` belongs to that function's RDMA transport.
 pub(super) fn claims(core: &NicCore, vport: u16, p: &ParsedFrame) -> bool {
     p.l4 == L4Kind::Udp
@@ -170,6 +167,17 @@ pub(super) fn star_egress_allowed(
 /// doorbells are not seen); returns the packets sent and entries written.
 pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
     let now = ctx.now();
+    // Gather queues whose first packet has waited long enough hand their batches on.
+    let due = core
+        .rdma
+        .reorder
+        .as_mut()
+        .and_then(|u| u.gather.as_mut())
+        .filter(|g| g.next_deadline().is_some_and(|t| t <= now))
+        .map(|g| g.expire(now));
+    if let Some(batches) = due {
+        responder::record_gathered(core, batches);
+    }
     let rdma = &mut core.rdma;
     rdma.fire_timers(now);
     for p in ctx.ports {
@@ -199,6 +207,8 @@ pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
 /// stays on the ready list; every QP's timer is armed for its earliest deadline.
 fn visit(core: &mut NicCore, ctx: &mut Ctx<'_>, qps: &[u32]) -> usize {
     let mut work = 0;
+    // Packets one QP may send per visit (fairness between QPs).
+    let budget = core.config.qp_budget.max(1);
     for &qpi in qps {
         let Some(state) = core.rdma.qps.get(qpi).map(|q| q.state) else {
             continue;
@@ -206,12 +216,11 @@ fn visit(core: &mut NicCore, ctx: &mut Ctx<'_>, qps: &[u32]) -> usize {
         let star = core.rdma.qps.get(qpi).is_some_and(|q| q.star.is_some());
         let done = match state {
             // A StaR client runs both ends' transport (§16.6).
-            QpState::Rts if star => star_client::run(core, ctx, qpi, QP_BUDGET),
+            QpState::Rts if star => star_client::run(core, ctx, qpi, budget),
             QpState::Rtr | QpState::Sqd | QpState::Sqe if star => 0,
-            QpState::Rtr => responder::respond(core, ctx, qpi, QP_BUDGET),
+            QpState::Rtr => responder::respond(core, ctx, qpi, budget),
             QpState::Rts | QpState::Sqd | QpState::Sqe => {
-                responder::respond(core, ctx, qpi, QP_BUDGET)
-                    + requester::run(core, ctx, qpi, QP_BUDGET)
+                responder::respond(core, ctx, qpi, budget) + requester::run(core, ctx, qpi, budget)
             }
             QpState::Err => flush(core, ctx, qpi),
             QpState::Reset | QpState::Init => 0,

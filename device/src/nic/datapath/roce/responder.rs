@@ -125,10 +125,23 @@ fn reorderable(unit: bool, pkt: &IbPacket<'_>) -> bool {
 /// sequence NAK (§3.5); one it holds already is dropped.
 fn ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     let psn = pkt.headers.bth.psn;
+    let now = ctx.now();
     let rdma = &mut core.rdma;
     let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(qpi)) else {
         return;
     };
+    if unit.slow_path(psn, qp.resp.expected_psn) {
+        // LEFT's slow path (§3.3-3.4): placed now, recorded when its connection's batch leaves
+        // the gather queues — several records in a row after one cache swap.
+        unit.counters.gathered += 1;
+        let batches = unit
+            .gather
+            .as_mut()
+            .map(|g| g.push(qpi, psn, now))
+            .unwrap_or_default();
+        place_ahead(core, ctx, qpi, pkt);
+        return record_gathered(core, batches);
+    }
     match unit.record(qpi, psn, qp.resp.expected_psn) {
         Recorded::New(..) => place_ahead(core, ctx, qpi, pkt),
         Recorded::Duplicate(..) => qp.counters.duplicates += 1,
@@ -180,6 +193,40 @@ fn place_ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'
         if let Some(qp) = core.rdma.qps.get_mut(qpi) {
             fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
         }
+    }
+}
+
+/// Records batches the gather queues released, each connection's packets in a row, and lets
+/// each connection's expected PSN catch up with what is now recorded.
+pub(super) fn record_gathered(
+    core: &mut NicCore,
+    batches: Vec<crate::nic::rdma::reorder::gather::Batch<u32>>,
+) {
+    for b in batches {
+        let rdma = &mut core.rdma;
+        let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(b.conn)) else {
+            continue;
+        };
+        if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            continue;
+        }
+        for psn in b.packets {
+            match unit.record(b.conn, psn, qp.resp.expected_psn) {
+                Recorded::Refused => {
+                    // No room after all (§3.5): NAKed; the sender sends it again.
+                    if !qp.resp.nak_sent {
+                        qp.resp.nak_sent = true;
+                        qp.counters.seq_naks_sent += 1;
+                        let e = qp.resp.expected_psn;
+                        owe(qp, e, nak_syndrome(nak::PSN_SEQUENCE_ERROR));
+                    }
+                }
+                Recorded::Duplicate(..) | Recorded::New(..) => {}
+            }
+        }
+        let expected = qp.resp.expected_psn;
+        catch_up(core, b.conn, psn_add(expected, 0xff_ffff));
+        core.rdma.wake(b.conn);
     }
 }
 

@@ -15,14 +15,17 @@
 //! the structures this module allocates.
 //!
 //! On the receive path (`NicConfig::receiver`), a responder with a reorder unit places a
-//! single-packet WRITE that arrives ahead, records it here, and moves its expected PSN past the
-//! recorded packets when the gap closes (`datapath/roce/responder.rs`); the time each bitmap
-//! operation took is a stall the virtual-time runner charges.
+//! single-packet WRITE that arrives ahead and records it here. LEFT's slow-path packets are
+//! placed at once and recorded when their connection's batch leaves the gather queues. When
+//! the gap closes, the responder moves its expected PSN past the recorded packets
+//! (`datapath/roce/responder.rs`). What a bitmap operation takes beyond the pipeline's
+//! per-packet budget is a stall the virtual-time runner charges.
 //!
-//! Left out so far: reordering multi-packet messages and SENDs (their later packets do not say
-//! where they go; they go back N), the gather queues on the receive path (LEFT records as
-//! LEFT− does), selective retransmission (§3.5: loss is recovered by the sender's timeout),
-//! IRN's per-connection bound on the receive path (it behaves as the ideal reorderer).
+//! Left out so far:
+//! - reordering multi-packet messages and SENDs: their later packets do not say where they
+//!   go, so they go back N;
+//! - selective retransmission (§3.5): loss is recovered by the sender's timeout;
+//! - IRN's per-connection bound on the receive path: it behaves as the ideal reorderer.
 
 pub mod gather;
 pub mod pool;
@@ -169,12 +172,14 @@ pub fn on_chip_bits(mode: ReceiverMode, connections: u64, bdp: u32) -> OnChipBit
     }
 }
 
-/// The reorder unit of a NIC whose responders do not go back N: its bitmap pool, and what it
-/// did. (The gather queues are not yet on the receive path: LEFT's records go straight to the
-/// pool, as LEFT−'s do.)
+/// The reorder unit of a NIC whose responders do not go back N: its bitmap pool, LEFT's gather
+/// queues, and what it did.
 pub struct ReorderUnit {
     pub mode: ReceiverMode,
     pub pool: pool::BitmapPool,
+    /// LEFT's gather queues (§3.3): the PSNs of slow-path packets, already placed, waiting to
+    /// be recorded a connection at a time.
+    pub gather: Option<gather::GatherQueues<u32>>,
     pub counters: ReorderCounters,
     /// The pipeline's time per packet, ns: a bitmap operation within it overlaps the packet's
     /// other work; only what it takes beyond stalls the pipeline (LEFT §2.2: every operation
@@ -201,6 +206,8 @@ pub struct ReorderCounters {
     pub swaps: u64,
     /// Pool blocks taken and not given back (filled in when the counters are read).
     pub blocks_in_use: u64,
+    /// Packets that took the slow path through the gather queues.
+    pub gathered: u64,
 }
 
 impl ReorderUnit {
@@ -225,10 +232,18 @@ impl ReorderUnit {
         };
         Some(ReorderUnit {
             mode,
+            gather: mode.gather().map(gather::GatherQueues::new),
             pool: pool::BitmapPool::new(cfg),
             counters: ReorderCounters::default(),
             budget_ns,
         })
+    }
+
+    /// Whether packet `psn` of a QP expecting `rcv_nxt` goes through the gather queues
+    /// (Algorithm 3's slow path); only LEFT has them.
+    pub fn slow_path(&self, psn: u32, rcv_nxt: u32) -> bool {
+        let offset = psn.wrapping_sub(rcv_nxt) & 0xff_ffff;
+        self.gather.is_some() && select_path(self.pool.config(), offset) == Path::Slow
     }
 
     /// Records packet `psn` of QP `qp` expecting `rcv_nxt`; whether it is new (to be placed),
