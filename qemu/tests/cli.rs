@@ -727,6 +727,39 @@ fn rc_bw_two_processes_report_both_ends() {
     assert!(counter(&served, "qp", "bytes_received") >= 2101 * 1024);
 }
 
+/// `rc-bw --receiver left` between two processes whose UDP link holds back 30 % of the
+/// client's frames (LEFT §3): the server's reorder unit places the 1 KB WRITEs that arrive
+/// ahead — no sequence NAK, every byte checked — where go-back-N on the same link NAKs and
+/// resends several times as much.
+#[test]
+fn rc_bw_two_processes_with_a_reorder_unit_on_a_reordering_link() {
+    let run = |receiver: &str| {
+        let (server_link, client_link) = udp_link();
+        let common = format!("-p {} --timeout 30 --json", free_tcp_port());
+        let server = Background::spawn(&a(&format!(
+            "rc-bw --link {server_link} --ip 10.8.0.1 --receiver {receiver} {common}"
+        )));
+        let client = json(&a(&format!(
+            "rc-bw 127.0.0.1 --link {client_link} --ip 10.8.0.2 --reorder 0.3 {common} \
+             --ops write --size-min 1024 --size-max 1024 --bytes 1048576"
+        )));
+        let out = server.wait();
+        assert!(out.status.success(), "{}", stderr(&out));
+        (client, output_json(&out))
+    };
+    let (client, served) = run("left");
+    assert_eq!(counter(&served, "qp", "out_of_sequence"), 0, "{served}");
+    // A datagram the busy machine's sockets lose costs a timeout and a resend either way.
+    let left_resent = counter(&client, "qp", "retransmitted");
+    let (client, served) = run("gbn");
+    assert!(counter(&served, "qp", "out_of_sequence") > 0, "{served}");
+    let gbn_resent = counter(&client, "qp", "retransmitted");
+    assert!(
+        gbn_resent > 4 * left_resent.max(1),
+        "{gbn_resent} against {left_resent}"
+    );
+}
+
 /// `rc-pingpong --stateless`: the ping-pong over a StaR connection between two processes, with
 /// loss on the client's side: the server's NIC served every request without a QP (no context
 /// looked up), the client sent lost requests again, and both ends counted every message.

@@ -52,6 +52,15 @@ pub struct RcBwArgs {
     /// no state for it, the client's NIC runs both ends' transport. Both ends must say so.
     #[arg(long, requires = "link")]
     pub stateless: bool,
+    /// With `--link`: how this card's RC responders treat a packet ahead of the PSN they
+    /// expect — `gbn` (IBA's go-back-N) or a reorder unit (`irn`, `melo+`, `left-`, `left`,
+    /// `ideal`; LEFT §3: single-packet WRITEs are placed and recorded, not NAKed).
+    #[arg(long, requires = "link", default_value = "gbn")]
+    pub receiver: String,
+    /// With `--link`: the fraction of this card's outgoing frames held back behind up to 8
+    /// later ones (the link's fault injection), to exercise a reorder unit.
+    #[arg(long, requires = "link")]
+    pub reorder: Option<f64>,
     /// Print the cards' counters after the runs: each QP's retransmissions, NAKs and drops,
     /// each port's RoCE drops by reason and Ethernet drops. `--json` always carries them
     /// (`card_counters`).
@@ -167,8 +176,19 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
     }
     let sizes = a.sizes()?;
     let ip = a.ip.unwrap_or(DEFAULT_RC_BW_IP);
-    let (dev, _keep) =
-        fld_qemu::testbed::card_on_link(link, ip, fld_device::wire::Faults::default(), None)?;
+    let (dev, _keep) = fld_qemu::testbed::card_on_link_with(
+        link,
+        ip,
+        fld_device::wire::Faults {
+            reorder: a.reorder.unwrap_or(0.0),
+            reorder_depth: 8,
+            seed: 1,
+            ..Default::default()
+        },
+        None,
+        fld_device::nic::reorder::ReceiverMode::from_series(&a.receiver)
+            .ok_or("--receiver: gbn, irn, melo+, left-, left or ideal")?,
+    )?;
     let mut ctx = fld_host::verbs::Context::open(dev)?;
     ctx.add_ip(ip)?;
     let timeout = std::time::Duration::from_secs(a.timeout.unwrap_or(60));

@@ -354,6 +354,23 @@ pub fn card_on_link(
     faults: fld_device::wire::Faults,
     pcap: Option<&std::path::Path>,
 ) -> Result<LinkedCard, Box<dyn std::error::Error>> {
+    card_on_link_with(
+        link,
+        ip,
+        faults,
+        pcap,
+        fld_device::nic::reorder::ReceiverMode::GoBackN,
+    )
+}
+
+/// [`card_on_link`] whose RC responders treat packets ahead as `receiver` says (LEFT §3).
+pub fn card_on_link_with(
+    link: &str,
+    ip: std::net::IpAddr,
+    faults: fld_device::wire::Faults,
+    pcap: Option<&std::path::Path>,
+    receiver: fld_device::nic::reorder::ReceiverMode,
+) -> Result<LinkedCard, Box<dyn std::error::Error>> {
     let card_id = match ip {
         std::net::IpAddr::V4(v) => u16::from_be_bytes([v.octets()[2], v.octets()[3]]),
         std::net::IpAddr::V6(v) => u16::from_be_bytes([v.octets()[14], v.octets()[15]]),
@@ -361,6 +378,7 @@ pub fn card_on_link(
     let card = Card::new(CardConfig {
         nic: fld_device::nic::NicConfig {
             card_id,
+            receiver,
             ..Default::default()
         },
         ..Default::default()
