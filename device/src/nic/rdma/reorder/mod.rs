@@ -24,8 +24,10 @@
 //! Left out so far:
 //! - reordering multi-packet messages and SENDs: their later packets do not say where they
 //!   go, so they go back N;
-//! - selective retransmission (§3.5): loss is recovered by the sender's timeout;
-//! - IRN's per-connection bound on the receive path: it behaves as the ideal reorderer.
+//! - selective retransmission (§3.5): loss is recovered by the sender's timeout.
+//!
+//! IRN is modelled as the ideal reorderer bounded at 5 BDP ahead per connection: its bitmaps
+//! are on chip, one per connection, so an access costs what the ideal one does.
 
 pub mod gather;
 pub mod pool;
@@ -185,6 +187,8 @@ pub struct ReorderUnit {
     /// other work; only what it takes beyond stalls the pipeline (LEFT §2.2: every operation
     /// "should converge within 40 ns" at 200 Gbit/s and 1 KB packets).
     pub budget_ns: u32,
+    /// IRN: how far ahead a connection's own bitmap reaches (5 BDP), packets.
+    irn_reach: u32,
 }
 
 /// What a reorder unit did, over its life.
@@ -236,6 +240,7 @@ impl ReorderUnit {
             pool: pool::BitmapPool::new(cfg),
             counters: ReorderCounters::default(),
             budget_ns,
+            irn_reach: 5 * bdp,
         })
     }
 
@@ -249,7 +254,12 @@ impl ReorderUnit {
     /// Records packet `psn` of QP `qp` expecting `rcv_nxt`; whether it is new (to be placed),
     /// and the time it cost is added to the stall.
     pub fn record(&mut self, qp: u32, psn: u32, rcv_nxt: u32) -> pool::Recorded {
-        let r = self.pool.record(qp, psn, rcv_nxt);
+        // IRN's bitmap is the connection's own, 5 BDP long: nothing beyond it fits.
+        let offset = psn.wrapping_sub(rcv_nxt) & 0xff_ffff;
+        let r = match self.mode == ReceiverMode::Irn && offset >= self.irn_reach {
+            true => pool::Recorded::Refused,
+            false => self.pool.record(qp, psn, rcv_nxt),
+        };
         let c = &mut self.counters;
         match r {
             pool::Recorded::New(a, ns) | pool::Recorded::Duplicate(a, ns) => {

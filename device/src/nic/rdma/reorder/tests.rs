@@ -208,3 +208,16 @@ fn figure_7_on_chip_memory_by_mode() {
     assert_eq!(g.pool, 256 * (8 + 9) + 256);
     assert_eq!(g.connections, 5000 * (9 + 24));
 }
+
+/// IRN's receive path: any connection records up to 5 BDP ahead at the ideal 10 ns, and
+/// nothing beyond (its own bitmap ends there); the ideal reorderer has no such end.
+#[test]
+fn irn_reaches_five_bdp_ahead_and_no_further() {
+    let mut irn = ReorderUnit::new(ReceiverMode::Irn, 64, 40).expect("a unit");
+    assert!(matches!(irn.record(1, R + 319, R), Recorded::New(_, 10)));
+    assert_eq!(irn.record(1, R + 320, R), Recorded::Refused);
+    assert_eq!(irn.counters.refused, 1);
+    let mut ideal = ReorderUnit::new(ReceiverMode::Ideal, 64, 40).expect("a unit");
+    assert!(matches!(ideal.record(1, R + 5000, R), Recorded::New(_, 10)));
+    assert!(ReorderUnit::new(ReceiverMode::GoBackN, 64, 40).is_none());
+}
