@@ -15,6 +15,24 @@ use fld_device::wire::Faults;
 const MESSAGES: usize = 256;
 const SIZE: usize = 1024;
 
+/// A WRITEs `MESSAGES` messages of `SIZE` bytes of a pattern (`seed`) to consecutive places
+/// of B's buffer, every one signalled or only the last, and the pair runs until idle; returns
+/// what was written.
+fn write_all(p: &mut Pair, seed: u8, signal_each: bool) -> Vec<u8> {
+    let data = pattern(MESSAGES * SIZE, seed);
+    p.a.fill(0, &data);
+    for i in 0..MESSAGES {
+        let sge = [p.a.sge(i * SIZE, SIZE)];
+        let remote = Some((p.b.va(i * SIZE), p.b.mr.key));
+        let mut w = wr(WQE_OP_RDMA_WRITE, &sge, remote, 0);
+        w.signal = signal_each || i + 1 == MESSAGES;
+        p.a.qp.post_send(&w).unwrap();
+    }
+    p.a.qp.ring_send_doorbell();
+    p.run();
+    data
+}
+
 /// A sends `MESSAGES` single-packet WRITEs of `SIZE` bytes to consecutive places of B's buffer
 /// over a cable that holds back 40 % of packets by up to 16 places; returns what B's QP
 /// counted (NAKs sent, duplicates) and what A's resent.
@@ -30,21 +48,7 @@ fn writes_over_a_reordering_cable(receiver: ReceiverMode) -> (u64, u64, Pair) {
         ..Default::default()
     };
     let mut p = two_cards_with(faults, Transport::default(), nic);
-    let data = pattern(MESSAGES * SIZE, 5);
-    p.a.fill(0, &data);
-    for i in 0..MESSAGES {
-        let sge = [p.a.sge(i * SIZE, SIZE)];
-        let mut w = wr(
-            WQE_OP_RDMA_WRITE,
-            &sge,
-            Some((p.b.va(i * SIZE), p.b.mr.key)),
-            0,
-        );
-        w.signal = i + 1 == MESSAGES;
-        p.a.qp.post_send(&w).unwrap();
-    }
-    p.a.qp.ring_send_doorbell();
-    p.run();
+    let data = write_all(&mut p, 5, false);
     let c = p.a.completions();
     assert_eq!(c.len(), 1, "{receiver:?}");
     assert_eq!((c[0].opcode(), c[0].syndrome), (CQE_REQ, 0), "{receiver:?}");
@@ -115,21 +119,7 @@ fn reordered_and_lost_writes_recover_by_timeout() {
             ..Default::default()
         };
         let mut p = two_cards_with(faults, t, nic);
-        let data = pattern(MESSAGES * SIZE, 9);
-        p.a.fill(0, &data);
-        for i in 0..MESSAGES {
-            let sge = [p.a.sge(i * SIZE, SIZE)];
-            let mut w = wr(
-                WQE_OP_RDMA_WRITE,
-                &sge,
-                Some((p.b.va(i * SIZE), p.b.mr.key)),
-                0,
-            );
-            w.signal = true;
-            p.a.qp.post_send(&w).unwrap();
-        }
-        p.a.qp.ring_send_doorbell();
-        p.run();
+        let data = write_all(&mut p, 9, true);
         let c = p.a.completions();
         assert_eq!(c.len(), MESSAGES, "{mode:?}");
         assert!(c.iter().all(|c| c.opcode() == CQE_REQ && c.syndrome == 0));

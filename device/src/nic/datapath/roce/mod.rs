@@ -359,6 +359,46 @@ fn complete(
     post_cqe(core, ctx, cqn, cqe, cqe_opcode)
 }
 
+/// Send WQEs posted to QP `qpi` beyond its fetch counter `fetch`, as its doorbell says (`owner`'s
+/// page, a ring of `2^log_size` basic blocks). A doorbell claiming more than the ring holds is
+/// counted and puts the QP in error; `None` then, and `Some(0)` when nothing is posted.
+fn posted_send_wqes(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    qpi: u32,
+    (owner, log_size, fetch): (u16, u8, u32),
+) -> Option<u32> {
+    let pi = ctx.doorbell(owner, db::slot(db::QP_SQ_BASE, qpi)) & db::PI_MASK;
+    let pending = pi.wrapping_sub(fetch) & db::PI_MASK;
+    if pending > 1 << log_size {
+        core.bad_doorbells += 1;
+        enter_error(core, ctx, qpi);
+        return None;
+    }
+    Some(pending)
+}
+
+/// A send WQE at basic-block `counter` (`nbb` blocks, its control segment if it could be read)
+/// that cannot be carried out: its error CQE, the fetch counter past it, the QP in error.
+fn fail_send_wqe(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    qpi: u32,
+    (counter, nbb): (u32, u32),
+    ctrl: Option<CtrlSeg>,
+    status: u8,
+) {
+    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+        return;
+    };
+    qp.req.fetch_counter = counter.wrapping_add(nbb);
+    let cqn = qp.send_cqn;
+    let (index, op) = ctrl.map_or((counter as u16, 0), |c| (c.wqe_index.get(), c.opcode));
+    log::debug!("QP {qpi}: WQE {index} fails with status {status:#x}");
+    complete(core, ctx, qpi, cqn, CQE_REQ_ERR, status, index, 0, op, 0, 0);
+    enter_error(core, ctx, qpi);
+}
+
 /// Whether `cqn` has room for `n` more entries (without counting an overflow).
 fn cq_room(core: &NicCore, cqn: u32, n: u32) -> bool {
     core.cqs.get(cqn).is_some_and(|c| c.ring.room() >= n)

@@ -24,6 +24,7 @@ use fld_abi::wire::roce::{
 };
 
 use super::{complete, enter_error, fetch_send_wqe, gather, qp_event, scatter, transmit};
+use super::{fail_send_wqe, posted_send_wqes};
 use super::{Ctx, NicCore};
 use crate::nic::rdma::memory;
 use crate::nic::rdma::qp::SendOp;
@@ -258,16 +259,10 @@ fn start_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
         return false;
     }
     let (owner, log_size, fetch) = (qp.owner, qp.sq.log_size, r.fetch_counter);
-    let pi = ctx.doorbell(owner, db::slot(db::QP_SQ_BASE, qpi)) & db::PI_MASK;
-    let pending = pi.wrapping_sub(fetch) & db::PI_MASK;
-    if pending == 0 {
-        return false;
-    }
-    if pending > 1 << log_size {
-        core.bad_doorbells += 1;
-        enter_error(core, ctx, qpi);
-        return false;
-    }
+    let pending = match posted_send_wqes(core, ctx, qpi, (owner, log_size, fetch)) {
+        Some(0) | None => return false,
+        Some(n) => n,
+    };
     let Some(nbb) = fetch_send_wqe(core, ctx, qpi, fetch, pending) else {
         return fail_wqe(
             core,
@@ -408,15 +403,7 @@ fn fail_wqe(
     // The WQEs started before it complete first (flushed), keeping posting order.
     let started = core.rdma.qps.get(qpi).map_or(0, |q| q.req.ops.len());
     flush_oldest(core, ctx, qpi, started);
-    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
-        return false;
-    };
-    qp.req.fetch_counter = counter.wrapping_add(nbb);
-    let cqn = qp.send_cqn;
-    let (index, op) = ctrl.map_or((counter as u16, 0), |c| (c.wqe_index.get(), c.opcode));
-    log::debug!("QP {qpi}: WQE {index} fails with status {status:#x}");
-    complete(core, ctx, qpi, cqn, CQE_REQ_ERR, status, index, 0, op, 0, 0);
-    enter_error(core, ctx, qpi);
+    fail_send_wqe(core, ctx, qpi, (counter, nbb), ctrl, status);
     false
 }
 

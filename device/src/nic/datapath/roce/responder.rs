@@ -83,13 +83,8 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
         return;
     };
     if d > 0 {
-        if qp.resp.nak_sent {
+        if !nak_sequence(qp) {
             qp.counters.dropped += 1;
-        } else {
-            qp.resp.nak_sent = true;
-            qp.counters.seq_naks_sent += 1;
-            let e = qp.resp.expected_psn;
-            owe(qp, e, nak_syndrome(nak::PSN_SEQUENCE_ERROR));
         }
         return;
     }
@@ -107,7 +102,27 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
         MessageKind::CompareSwap | MessageKind::FetchAdd => atomic(core, ctx, qpi, pkt),
         _ => {}
     }
-    catch_up(core, qpi, before);
+    if core
+        .rdma
+        .qps
+        .get(qpi)
+        .is_some_and(|q| q.resp.expected_psn != before)
+    {
+        catch_up(core, qpi);
+    }
+}
+
+/// A packet ahead of the expected PSN that is not taken: the sequence NAK at the expected PSN,
+/// once per gap (IBA 9.7.5.1.2). Whether it was owed now (false: one is out already).
+fn nak_sequence(qp: &mut QueuePair) -> bool {
+    if qp.resp.nak_sent {
+        return false;
+    }
+    qp.resp.nak_sent = true;
+    qp.counters.seq_naks_sent += 1;
+    let e = qp.resp.expected_psn;
+    owe(qp, e, nak_syndrome(nak::PSN_SEQUENCE_ERROR));
+    true
 }
 
 /// Whether a packet ahead of the expected PSN is placed and recorded instead of NAKed: with a
@@ -146,13 +161,8 @@ fn ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
         Recorded::New(..) => place_ahead(core, ctx, qpi, pkt),
         Recorded::Duplicate(..) => qp.counters.duplicates += 1,
         Recorded::Refused => {
-            if qp.resp.nak_sent {
+            if !nak_sequence(qp) {
                 qp.counters.dropped += 1;
-            } else {
-                qp.resp.nak_sent = true;
-                qp.counters.seq_naks_sent += 1;
-                let e = qp.resp.expected_psn;
-                owe(qp, e, nak_syndrome(nak::PSN_SEQUENCE_ERROR));
             }
         }
     }
@@ -211,35 +221,26 @@ pub(super) fn record_gathered(
             continue;
         }
         for psn in b.packets {
-            match unit.record(b.conn, psn, qp.resp.expected_psn) {
-                Recorded::Refused => {
-                    // No room after all (§3.5): NAKed; the sender sends it again.
-                    if !qp.resp.nak_sent {
-                        qp.resp.nak_sent = true;
-                        qp.counters.seq_naks_sent += 1;
-                        let e = qp.resp.expected_psn;
-                        owe(qp, e, nak_syndrome(nak::PSN_SEQUENCE_ERROR));
-                    }
-                }
-                Recorded::Duplicate(..) | Recorded::New(..) => {}
+            if unit.record(b.conn, psn, qp.resp.expected_psn) == Recorded::Refused {
+                // No room after all (§3.5): NAKed; the sender sends it again.
+                nak_sequence(qp);
             }
         }
-        let expected = qp.resp.expected_psn;
-        catch_up(core, b.conn, psn_add(expected, 0xff_ffff));
+        catch_up(core, b.conn);
         core.rdma.wake(b.conn);
     }
 }
 
-/// After an in-order packet moved the expected PSN on from `before`: the packets the reorder
-/// unit recorded right behind it are done too — the expected PSN and the MSN move past them
-/// (each is one single-packet message) and one ACK covers them all.
-fn catch_up(core: &mut NicCore, qpi: u32, before: u32) {
+/// The packets the reorder unit recorded right from the expected PSN on are done: the expected
+/// PSN and the MSN move past them (each is one single-packet message) and one ACK covers them
+/// all. Run when the expected PSN moved, or when gathered packets were recorded.
+fn catch_up(core: &mut NicCore, qpi: u32) {
     let rdma = &mut core.rdma;
     let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(qpi)) else {
         return;
     };
     let expected = qp.resp.expected_psn;
-    if expected == before || !unit.pool.has_bitmap(qpi) {
+    if !unit.pool.has_bitmap(qpi) {
         return;
     }
     let next = unit.pool.advance(qpi, expected);

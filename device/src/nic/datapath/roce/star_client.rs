@@ -49,6 +49,7 @@ use zerocopy::little_endian::{U16, U32};
 use zerocopy::IntoBytes;
 
 use super::{complete, enter_error, fetch_recv_wqe, fetch_send_wqe, gather, scatter, transmit};
+use super::{fail_send_wqe, posted_send_wqes};
 use super::{Ctx, NicCore};
 use crate::nic::rdma::memory::{self, AccessError, Target};
 use crate::nic::rdma::star::*;
@@ -311,23 +312,16 @@ fn start_client_op(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
         qp.pd,
         qp.signal_all,
     );
-    let pi = ctx.doorbell(owner, db::slot(db::QP_SQ_BASE, qpi)) & db::PI_MASK;
-    let pending = pi.wrapping_sub(fetch) & db::PI_MASK;
-    if pending == 0 {
-        return false;
-    }
-    if pending > 1 << log_size {
-        core.bad_doorbells += 1;
-        enter_error(core, ctx, qpi);
-        return false;
-    }
+    let pending = match posted_send_wqes(core, ctx, qpi, (owner, log_size, fetch)) {
+        Some(0) | None => return false,
+        Some(n) => n,
+    };
     let Some(nbb) = fetch_send_wqe(core, ctx, qpi, fetch, pending) else {
-        fail_wqe(
+        fail_send_wqe(
             core,
             ctx,
             qpi,
-            fetch,
-            1,
+            (fetch, 1),
             None,
             rdma_status::LOCAL_QP_OPERATION,
         );
@@ -336,12 +330,11 @@ fn start_client_op(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
     let view = match RdmaWqeView::new_checked(&core.rdma.wqe[..nbb as usize * WQEBB]) {
         Ok(v) if v.ctrl.wqebbs() <= pending => v,
         _ => {
-            fail_wqe(
+            fail_send_wqe(
                 core,
                 ctx,
                 qpi,
-                fetch,
-                nbb,
+                (fetch, nbb),
                 None,
                 rdma_status::LOCAL_QP_OPERATION,
             );
@@ -355,12 +348,11 @@ fn start_client_op(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
         WQE_OP_SEND | WQE_OP_SEND_IMM => OpKind::ClientSend,
         WQE_OP_RDMA_READ => OpKind::ClientRead,
         _ => {
-            fail_wqe(
+            fail_send_wqe(
                 core,
                 ctx,
                 qpi,
-                fetch,
-                nbb,
+                (fetch, nbb),
                 Some(ctrl),
                 rdma_status::REMOTE_INVALID_REQUEST,
             );
@@ -371,12 +363,11 @@ fn start_client_op(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
     let read = kind == OpKind::ClientRead;
     let (length, local, inline_len) = match view.data() {
         WqeDataView::Inline(_) if read => {
-            fail_wqe(
+            fail_send_wqe(
                 core,
                 ctx,
                 qpi,
-                fetch,
-                nbb,
+                (fetch, nbb),
                 Some(ctrl),
                 rdma_status::LOCAL_QP_OPERATION,
             );
@@ -385,12 +376,11 @@ fn start_client_op(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
         WqeDataView::Inline(d) => (d.len() as u64, SgeList::default(), d.len() as u16),
         WqeDataView::Gather(_) => {
             let Some(list) = SgeList::of(view.sges()) else {
-                fail_wqe(
+                fail_send_wqe(
                     core,
                     ctx,
                     qpi,
-                    fetch,
-                    nbb,
+                    (fetch, nbb),
                     Some(ctrl),
                     rdma_status::LOCAL_LENGTH,
                 );
@@ -411,12 +401,11 @@ fn start_client_op(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
                 .is_ok()
             });
             if !ok {
-                fail_wqe(
+                fail_send_wqe(
                     core,
                     ctx,
                     qpi,
-                    fetch,
-                    nbb,
+                    (fetch, nbb),
                     Some(ctrl),
                     rdma_status::LOCAL_PROTECTION,
                 );
@@ -426,12 +415,11 @@ fn start_client_op(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
         }
     };
     if length > 1 << 31 {
-        fail_wqe(
+        fail_send_wqe(
             core,
             ctx,
             qpi,
-            fetch,
-            nbb,
+            (fetch, nbb),
             Some(ctrl),
             rdma_status::LOCAL_LENGTH,
         );
@@ -1176,26 +1164,6 @@ fn fail_client(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, id: u64, status:
             0,
         );
     }
-    enter_error(core, ctx, qpi);
-}
-
-/// A WQE that cannot start: its error completion, and the QP enters ERR.
-fn fail_wqe(
-    core: &mut NicCore,
-    ctx: &mut Ctx<'_>,
-    qpi: u32,
-    counter: u32,
-    nbb: u32,
-    ctrl: Option<CtrlSeg>,
-    status: u8,
-) {
-    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
-        return;
-    };
-    qp.req.fetch_counter = counter.wrapping_add(nbb);
-    let cqn = qp.send_cqn;
-    let (index, op) = ctrl.map_or((counter as u16, 0), |c| (c.wqe_index.get(), c.opcode));
-    complete(core, ctx, qpi, cqn, CQE_REQ_ERR, status, index, 0, op, 0, 0);
     enter_error(core, ctx, qpi);
 }
 
