@@ -219,6 +219,22 @@ pub(crate) struct StarClient {
 }
 
 impl StarClient {
+    /// A new request of operation `op` carrying `carries`: its PSN, and in the window, tracked
+    /// before it leaves (its answer may arrive while it is sent, from a server on this NIC).
+    pub fn track(&mut self, op: u64, carries: Carries) -> u32 {
+        let psn = self.next_psn;
+        self.next_psn = fld_abi::wire::roce::psn_add(psn, 1);
+        self.window.push_back(Pending {
+            psn,
+            op,
+            carries,
+            answered: false,
+            passed: 0,
+            resend: false,
+        });
+        psn
+    }
+
     pub fn new(server_send_cqn: u32, server_recv_cqn: u32, update_rq: Option<u32>) -> Self {
         StarClient {
             update_rq,

@@ -594,18 +594,7 @@ fn send_data(
     let psn = match psn {
         Some(p) => p,
         None => {
-            // A new request: tracked before it leaves (its answer may arrive while it is sent,
-            // from a server on this NIC).
-            let p = star.next_psn;
-            star.next_psn = psn_add(p, 1);
-            star.window.push_back(Pending {
-                psn: p,
-                op: id,
-                carries: Carries::Data { offset, len: n },
-                answered: false,
-                passed: 0,
-                resend: false,
-            });
+            let p = star.track(id, Carries::Data { offset, len: n });
             if let Some(o) = star.op_mut(id) {
                 o.sent = offset + n;
             }
@@ -686,16 +675,7 @@ fn send_cqep(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, id: u64, psn: Opti
     let psn = match psn {
         Some(p) => p,
         None => {
-            let p = star.next_psn;
-            star.next_psn = psn_add(p, 1);
-            star.window.push_back(Pending {
-                psn: p,
-                op: id,
-                carries: Carries::Cqep,
-                answered: false,
-                passed: 0,
-                resend: false,
-            });
+            let p = star.track(id, Carries::Cqep);
             let seq = star.next_cqep;
             star.next_cqep = seq.wrapping_add(1);
             if let Some(o) = star.op_mut(id) {
