@@ -771,8 +771,12 @@ impl MockHost {
 
     /// An RC QP on NIC function `f` (see [`MockQp`]): a PD, an EQ and a CQ, a registered region
     /// of `buf_len` bytes whose MTT is in host memory, GID entry 0 = `ip` with the function's
-    /// MAC, and the QP in RESET.
+    /// MAC, and the QP in RESET — an out-of-order one (`QP_FLAG_OUT_OF_ORDER`) when the card
+    /// has a reorder unit.
     pub fn create_rdma_qp(&self, f: u16, ip: [u8; 4], buf_len: usize) -> MockQp {
+        let caps = self.command(f, op::QUERY_CAPS, &[]);
+        let reorders =
+            Caps::read_from_prefix(&caps.out).is_ok_and(|(c, _)| c.receiver != receiver::GO_BACK_N);
         let pd = self.create(f, op::CREATE_PD, &ObjectIn::new(0));
         let buf = self.alloc(buf_len);
         let pages = mtt_pages(buf, buf_len as u64, 12);
@@ -818,7 +822,7 @@ impl MockHost {
                 log_sq_size: log_sq,
                 log_rq_size: log_rq,
                 log_rq_stride: log_stride,
-                flags: QP_FLAG_SIGNAL_ALL,
+                flags: QP_FLAG_SIGNAL_ALL | if reorders { QP_FLAG_OUT_OF_ORDER } else { 0 },
                 rsvd: [0; 4],
             },
         );

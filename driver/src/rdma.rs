@@ -60,6 +60,8 @@ pub struct QpCaps {
     pub max_recv_sge: u32,
     /// A CQE for every send WQE.
     pub signal_all: bool,
+    /// Packets may arrive out of order (multipath): `QP_FLAG_OUT_OF_ORDER`, on both ends.
+    pub out_of_order: bool,
 }
 
 impl Default for QpCaps {
@@ -69,6 +71,7 @@ impl Default for QpCaps {
             log_rq_size: 8,
             max_recv_sge: 1,
             signal_all: false,
+            out_of_order: false,
         }
     }
 }
@@ -361,6 +364,10 @@ impl NicDriver {
                 log_rq_stride,
                 flags: if caps.signal_all {
                     QP_FLAG_SIGNAL_ALL
+                } else {
+                    0
+                } | if caps.out_of_order {
+                    QP_FLAG_OUT_OF_ORDER
                 } else {
                     0
                 },

@@ -9,8 +9,9 @@
 //! for its send, receive and memory queues (well-formed region updates or not), and RAs, SDPs
 //! and EAs answering anything, reach it. Everything the card sends back must be a RoCE or StaR
 //! packet to the peer with a valid ICRC; nothing is written outside mapped memory; a reset and
-//! a bring-up move verified RDMA traffic. The first byte chooses the responders' receiver:
-//! go-back-N, or a reorder unit placing single-packet WRITEs that arrive ahead.
+//! a bring-up move verified RDMA traffic. The first byte chooses the card's receiver:
+//! go-back-N, or a reorder unit whose out-of-order QPs place or keep whatever arrives ahead and
+//! take responses out of order (`docs/nic-interface.md` §17).
 #![no_main]
 
 use fld_abi::nic::{

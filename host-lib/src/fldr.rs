@@ -519,6 +519,7 @@ impl FldrClient {
                     max_inline_data: 0,
                 },
                 sq_sig_all: true,
+                out_of_order: false,
             },
         )?;
         ctx.init_rc(&qp, 0)?;

@@ -239,6 +239,7 @@ fn run_counted(
                 max_inline_data: inline,
             },
             sq_sig_all: false,
+            out_of_order: false,
         },
     )?;
     let bounced = bounce(ctx, cfg, out, (&pd, &mut qp), &mut cq, &channel, &mr);

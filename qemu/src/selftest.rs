@@ -542,6 +542,7 @@ fn verbs_end(dev: Arc<dyn PciDevice>, ip: [u8; 4]) -> Result<VerbsEnd, String> {
                 srq: None,
                 cap: QpCap::default(),
                 sq_sig_all: true,
+                out_of_order: false,
             },
         )
         .map_err(err("QP"))?;

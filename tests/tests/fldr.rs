@@ -391,6 +391,7 @@ fn a_queue_pair_the_nic_fails_is_reported_to_the_control_plane() {
                 srq: None,
                 cap: QpCap::default(),
                 sq_sig_all: true,
+                out_of_order: false,
             },
         )
         .unwrap();

@@ -102,6 +102,7 @@ fn a_shared_region_takes_the_clients_writes_until_it_is_withdrawn() {
                 srq: None,
                 cap: QpCap::default(),
                 sq_sig_all: false,
+                out_of_order: false,
             },
         )
         .unwrap();

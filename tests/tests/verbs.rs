@@ -123,6 +123,7 @@ fn side(
                     ..Default::default()
                 },
                 sq_sig_all: false,
+                out_of_order: false,
             },
         )
         .unwrap();

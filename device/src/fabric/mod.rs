@@ -987,6 +987,13 @@ impl DmaPort<'_> {
         self.count_read(at, len, None);
     }
 
+    /// Counts a write of `len` bytes to the device's private memory in the host (a reorder
+    /// buffer slot, say), kept on the device like the context memory: the TLPs, no data.
+    pub fn account_context_write(&mut self, len: u64) {
+        let at = len.next_power_of_two();
+        self.count_write(at, len, None);
+    }
+
     /// Whether `[addr, addr + len)` is reachable, without accessing it.
     pub fn probe(&mut self, addr: u64, len: usize) -> bool {
         self.route(addr, len).is_ok()

@@ -249,6 +249,7 @@ impl Nic {
             .as_ref()
             .map(|r| reorder::ReorderCounters {
                 blocks_in_use: r.pool.taken - r.pool.returned,
+                buffer_held: r.buffer.len() as u64,
                 ..r.counters
             })
             .unwrap_or_default()
@@ -660,7 +661,7 @@ impl NicCore {
             max_wqe_ds: U16::new(MAX_WQE_DS),
             max_inline_header: U16::new(MAX_INLINE_HEADER),
             max_flow_table_level: MAX_FLOW_LEVEL,
-            rsvd: 0,
+            receiver: c.receiver.caps_code(),
             max_mtu: U32::new(c.mtu),
             vport: U16::new(function),
             is_eswitch_manager: (function == 0) as u8,

@@ -709,6 +709,10 @@ pub struct QpInitAttr<'a> {
     pub srq: Option<&'a Srq>,
     pub cap: QpCap,
     pub sq_sig_all: bool,
+    /// The connection tolerates reordering (multipath): its packets may arrive out of order
+    /// and are reordered by the card (both ends set it; mlx5's out-of-order data placement).
+    /// Refused on a card whose QUERY_CAPS `receiver` is go-back-N.
+    pub out_of_order: bool,
 }
 
 /// An open device (ibv_context): one NIC function.
@@ -744,6 +748,12 @@ impl Context {
 
     pub fn mac(&self) -> [u8; 6] {
         self.nic.mac()
+    }
+
+    /// Whether the card reorders packets of out-of-order QPs ([`QpInitAttr::out_of_order`]):
+    /// QUERY_CAPS names a reorder unit.
+    pub fn reorders(&self) -> bool {
+        self.nic.caps().receiver != fld_abi::nic::receiver::GO_BACK_N
     }
 
     /// ibv_query_port (port 1, the only one).
@@ -921,6 +931,7 @@ impl Context {
             log_rq_size: cap.max_recv_wr.max(1).next_power_of_two().trailing_zeros() as u8,
             max_recv_sge: cap.max_recv_sge.max(1),
             signal_all: init.sq_sig_all,
+            out_of_order: init.out_of_order,
         };
         let qp = self.nic.create_qp(
             pd.handle,

@@ -73,6 +73,7 @@ fn rc_qp(ctx: &mut Context, e: &End, send_wr: u32) -> Result<Qp, VerbsError> {
                 max_inline_data: MAX_INLINE,
             },
             sq_sig_all: false,
+            out_of_order: ctx.reorders(),
         },
     )
 }
@@ -932,6 +933,7 @@ fn rpc_qp(ctx: &mut Context, e: &End) -> Result<Qp, VerbsError> {
                 max_inline_data: 0,
             },
             sq_sig_all: false,
+            out_of_order: ctx.reorders(),
         },
     )
 }

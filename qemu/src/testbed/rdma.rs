@@ -114,6 +114,7 @@ pub fn bw_endpoint(
                 max_inline_data: 0,
             },
             sq_sig_all: false,
+            out_of_order: ctx.reorders(),
         },
     )?;
     Ok((pd, mr, cq, qp))

@@ -101,6 +101,7 @@ pub const CAPS: QpCaps = QpCaps {
     log_rq_size: 10,
     max_recv_sge: 4,
     signal_all: false,
+    out_of_order: false,
 };
 
 /// The transport parameters of a connection.
@@ -226,8 +227,13 @@ pub fn two_cards_with(faults: Faults, t: Transport, nic: NicConfig) -> Pair {
         .iter()
         .map(|c| InProcessHost::new(c.clone(), 64 << 20).unwrap())
         .collect();
-    let a = open_end(&hosts[0], 0, [10, 0, 0, 1], access::ALL, CAPS);
-    let b = open_end(&hosts[1], 0, [10, 0, 0, 2], access::ALL, CAPS);
+    // With a reorder unit on the cards, the connection is an out-of-order one.
+    let caps = QpCaps {
+        out_of_order: nic.receiver != fld_device::nic::reorder::ReceiverMode::GoBackN,
+        ..CAPS
+    };
+    let a = open_end(&hosts[0], 0, [10, 0, 0, 1], access::ALL, caps);
+    let b = open_end(&hosts[1], 0, [10, 0, 0, 2], access::ALL, caps);
     finish(cards, hosts, a, b, t)
 }
 

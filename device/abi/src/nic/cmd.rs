@@ -285,6 +285,24 @@ pub mod not_permitted {
     pub const STAR_GUARD_NOT_MANAGER: u32 = 0x32;
 }
 
+/// QUERY_CAPS `receiver`: how the card's responders treat an RC packet ahead of the expected
+/// PSN on a QP that tolerates reordering (LEFT, Zhang et al., APNet '24, and the receivers it
+/// is compared with).
+pub mod receiver {
+    /// IBA's RC: a sequence NAK, the packet dropped; no reorder unit.
+    pub const GO_BACK_N: u8 = 0;
+    /// IRN: a bitmap of its own per connection, 5 BDP long.
+    pub const IRN: u8 = 1;
+    /// A shared bitmap pool alone (MELO without PSN-triggered retransmission).
+    pub const MELO_PLUS: u8 = 2;
+    /// LEFT's dual-state pool without its gather queues.
+    pub const LEFT_MINUS: u8 = 3;
+    /// LEFT: dual-state pool, gather queues and fast/slow scheduler.
+    pub const LEFT: u8 = 4;
+    /// Unbounded, every record in one cycle (a reference, not a design).
+    pub const IDEAL: u8 = 5;
+}
+
 /// First 16 bytes of every command input.
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
@@ -330,7 +348,9 @@ pub struct Caps {
     pub max_wqe_ds: U16,
     pub max_inline_header: U16,
     pub max_flow_table_level: u8,
-    pub rsvd: u8,
+    /// The reorder unit RC responders of [`super::QP_FLAG_OUT_OF_ORDER`] QPs use, a
+    /// [`receiver`] value ([`receiver::GO_BACK_N`]: none, the flag is refused).
+    pub receiver: u8,
     pub max_mtu: U32,
     pub vport: U16,
     pub is_eswitch_manager: u8,

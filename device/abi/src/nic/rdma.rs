@@ -158,7 +158,7 @@ pub struct CreateQpIn {
     pub log_rq_size: u8,
     /// log2 bytes of a receive WQE: 16 bytes per scatter entry, 4 (one entry) ..= 9 (32).
     pub log_rq_stride: u8,
-    /// [`QP_FLAG_SIGNAL_ALL`].
+    /// [`QP_FLAG_SIGNAL_ALL`], [`QP_FLAG_MULTI_PACKET_RQ`], [`QP_FLAG_OUT_OF_ORDER`].
     pub flags: u8,
     pub rsvd: [u8; 4],
 }
@@ -173,6 +173,13 @@ pub const QP_FLAG_SIGNAL_ALL: u8 = 1 << 0;
 /// ring of its own; no room in the RQ is an RNR NAK. Incoming WRITE, READ and atomics need
 /// access rights as usual.
 pub const QP_FLAG_MULTI_PACKET_RQ: u8 = 1 << 1;
+/// The QP tolerates packets out of order (multipath; `docs/nic-interface.md` §17), as both ends
+/// of a connection must agree, like mlx5's out-of-order data placement: its responder places
+/// and records a request that arrives ahead of the expected PSN with the card's reorder unit
+/// (QUERY_CAPS `receiver`) instead of NAKing it, and its requester answers a sequence NAK by
+/// sending the one packet named again rather than everything from it. CREATE_QP with it on a
+/// card without a reorder unit fails with BAD_PARAM (`QP_FLAGS`).
+pub const QP_FLAG_OUT_OF_ORDER: u8 = 1 << 2;
 pub const MIN_LOG_RQ_STRIDE: u8 = 4;
 pub const MAX_LOG_RQ_STRIDE: u8 = 9;
 /// QP numbers start here (0 and 1 are InfiniBand's management QPs); number `QPN_BASE + i` uses

@@ -363,7 +363,12 @@ fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
     let (send_cqn, recv_cqn) = (i.send_cqn.get(), i.recv_cqn.get());
     c.core.cqs.owned(send_cqn, f)?;
     c.core.cqs.owned(recv_cqn, f)?;
-    if i.flags & !(QP_FLAG_SIGNAL_ALL | QP_FLAG_MULTI_PACKET_RQ) != 0 {
+    if i.flags & !(QP_FLAG_SIGNAL_ALL | QP_FLAG_MULTI_PACKET_RQ | QP_FLAG_OUT_OF_ORDER) != 0 {
+        return fail(CmdStatus::BadParam, bad_param::QP_FLAGS);
+    }
+    let out_of_order = i.flags & QP_FLAG_OUT_OF_ORDER != 0;
+    if out_of_order && c.core.rdma.reorder.is_none() {
+        // Fail closed: without a reorder unit the QP would silently go back N.
         return fail(CmdStatus::BadParam, bad_param::QP_FLAGS);
     }
     let (srq, packet_rq) = match i.srqn.get() {
@@ -417,6 +422,7 @@ fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         },
         rq_counter: 0,
         signal_all: i.flags & QP_FLAG_SIGNAL_ALL != 0,
+        out_of_order,
         attr: QpAttr::default(),
         req: Requester::with_capacity(PREALLOCATED_OPS.min(1 << i.log_sq_size)),
         resp: Default::default(),
@@ -524,7 +530,7 @@ fn modify_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
     rdma.set_active(index, to != QpState::Reset);
     if to == QpState::Reset {
         if let Some(r) = rdma.reorder.as_mut() {
-            r.pool.forget(index);
+            r.forget(index);
         }
     }
     Ok(0)
@@ -556,7 +562,7 @@ fn destroy_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
     c.core.rdma.set_active(index, false);
     c.core.rdma.qp_cache.invalidate(|&i| i == index);
     if let Some(r) = c.core.rdma.reorder.as_mut() {
-        r.pool.forget(index);
+        r.forget(index);
     }
     c.core.rdma.pds.drop_ref(qp.pd);
     c.core.cqs.drop_ref(qp.send_cqn);

@@ -325,7 +325,7 @@ impl Rdma {
         self.active.retain(|i| qps.get(*i).is_some());
         self.qp_cache.invalidate(|i| qps.get(*i).is_none());
         if let Some(r) = self.reorder.as_mut() {
-            r.pool.forget_unless(|i| qps.get(i).is_some());
+            r.forget_unless(|i| qps.get(i).is_some());
         }
         self.srqs.remove_owned_by(function);
         self.mrs.remove_owned_by(function);

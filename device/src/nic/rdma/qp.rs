@@ -111,6 +111,12 @@ pub(crate) struct Requester {
     /// stream that arrive beyond it are the same loss, not new ones (no retry is spent on them)
     /// until the response at it arrives.
     pub rewound_to: Option<u32>,
+    /// An out-of-order QP's selective retransmission (LEFT §3.5): the one packet a sequence
+    /// NAK named, sent again before the cursor goes on where it was.
+    pub resend: Option<u32>,
+    /// An out-of-order QP's ACK that arrived before a READ response or atomic ACK it covers:
+    /// applied again once that response is in.
+    pub ack_overtook: Option<u32>,
 }
 
 impl Requester {
@@ -200,6 +206,9 @@ pub(crate) struct QueuePair {
     /// Receive WQEs consumed.
     pub rq_counter: u32,
     pub signal_all: bool,
+    /// `QP_FLAG_OUT_OF_ORDER`: packets ahead go to the reorder unit, and a sequence NAK
+    /// resends one packet (LEFT §3.1, §3.5).
+    pub out_of_order: bool,
     pub attr: QpAttr,
     pub req: Requester,
     pub resp: Responder,

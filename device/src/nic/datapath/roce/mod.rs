@@ -176,7 +176,7 @@ pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
         .filter(|g| g.next_deadline().is_some_and(|t| t <= now))
         .map(|g| g.expire(now));
     if let Some(batches) = due {
-        responder::record_gathered(core, batches);
+        responder::record_gathered(core, ctx, batches);
     }
     let rdma = &mut core.rdma;
     rdma.fire_timers(now);

@@ -8,6 +8,9 @@
 //!   whose responses did not arrive, or the local ACK timer (4.096 µs × 2^timeout) sends again
 //!   from the oldest unacknowledged PSN; each costs one of `retry_cnt` tries (restored by
 //!   progress), and running out completes the WQE with RETRY_EXCEEDED and the QP enters ERR.
+//! * Selective retransmission (an out-of-order QP, LEFT §3.5): its responder keeps what
+//!   arrives after a missing packet, so a sequence NAK sends only the packet it names again;
+//!   the local ACK timer still goes back to the oldest unacknowledged PSN.
 //! * RNR NAK: wait the timer the NAK names (IBA Table 45), then send again from its PSN, at most
 //!   `rnr_retry` times (7: forever), else RNR_RETRY_EXCEEDED.
 //! * Remote access, invalid request and remote operational NAKs complete the WQE with the
@@ -28,6 +31,7 @@ use super::{fail_send_wqe, posted_send_wqes};
 use super::{Ctx, NicCore};
 use crate::nic::rdma::memory;
 use crate::nic::rdma::qp::SendOp;
+use crate::nic::rdma::reorder::RESPONSES;
 
 /// Packets that may be sent and not yet acknowledged.
 pub(super) const WINDOW: i32 = 256;
@@ -101,6 +105,7 @@ fn timers(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) {
     if let Some(qp) = core.rdma.qps.get_mut(qpi) {
         let una = qp.req.unacked_psn;
         qp.req.rewound_to = None;
+        qp.req.resend = None;
         seek(qp, una);
         qp.req.deadline = roce::ack_timeout_ns(timeout).map(|t| now + t);
     }
@@ -229,6 +234,14 @@ fn step(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) -> Step {
     if qp.req.rnr_wait_until.is_some() || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
         return Step::Idle;
     }
+    if qp.req.resend.is_some() {
+        if let Some(step) = resend_one(core, ctx, qpi, now) {
+            return step;
+        }
+    }
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return Step::Idle;
+    };
     if qp.req.cursor_op >= qp.req.ops.len() && !start_wqe(core, ctx, qpi) {
         return Step::Idle;
     }
@@ -242,6 +255,31 @@ fn step(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) -> Step {
             Step::Idle
         }
     }
+}
+
+/// Selective retransmission (LEFT §3.5): the packet a sequence NAK named is sent again alone,
+/// and the cursor goes back to where it was. None when it was acknowledged since.
+fn resend_one(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) -> Option<Step> {
+    let qp = core.rdma.qps.get_mut(qpi)?;
+    let psn = qp.req.resend.take()?;
+    let r = &qp.req;
+    if psn_delta(psn, r.unacked_psn) < 0 || psn_delta(psn, r.sent_high) >= 0 {
+        return None;
+    }
+    let cursor = (r.cursor_op, r.cursor_packet);
+    seek(qp, psn);
+    let at = qp.req.cursor_op;
+    let sent = send_at_cursor(core, ctx, qpi, now);
+    if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+        (qp.req.cursor_op, qp.req.cursor_packet) = cursor;
+    }
+    Some(match sent {
+        Ok(_) => Step::Sent,
+        Err(status) => {
+            fail_op(core, ctx, qpi, at, status);
+            Step::Idle
+        }
+    })
 }
 
 /// Fetches and checks the next posted WQE and appends it to the outstanding ops. False when
@@ -535,8 +573,96 @@ fn send_at_cursor(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, now: u64) -> 
     Ok(sent)
 }
 
-/// A response (ACK, NAK, READ response, atomic ACK) for QP `qpi`.
+/// A response (ACK, NAK, READ response, atomic ACK) for QP `qpi`. On an out-of-order QP a
+/// READ response or atomic ACK ahead of the one awaited waits in the reorder buffer and is
+/// taken when its turn comes (its data says where it goes, but the READ completes and
+/// acknowledges in PSN order); a lost one is sent again after the local ACK timeout.
 pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return;
+    };
+    let reorders = qp.out_of_order && core.rdma.reorder.is_some();
+    let ordered = matches!(
+        pkt.info.kind,
+        MessageKind::ReadResponse | MessageKind::AtomicAcknowledge
+    );
+    if reorders && ordered {
+        let psn = pkt.headers.bth.psn;
+        match awaited_response(qp) {
+            Some(e) if psn_delta(psn, e) > 0 => return keep_response(core, ctx, qpi, pkt),
+            Some(e) if psn == e => {
+                if let Some(u) = core.rdma.reorder.as_mut().filter(|u| !u.buffer.is_empty()) {
+                    u.buffer.discard(qpi | RESPONSES, psn);
+                }
+            }
+            _ => {}
+        }
+    }
+    respond_to(core, ctx, qpi, pkt);
+    if reorders {
+        take_kept_responses(core, ctx, qpi);
+    }
+}
+
+/// The PSN of the next READ response or atomic ACK awaited: the first missing response of the
+/// oldest READ or atomic not yet answered.
+fn awaited_response(qp: &crate::nic::rdma::qp::QueuePair) -> Option<u32> {
+    qp.req
+        .ops
+        .iter()
+        .find(|o| o.is_read_or_atomic() && !o.done)
+        .map(|o| psn_add(o.first_psn, o.responses))
+}
+
+/// Keeps a response that overtook the awaited one (its DMA write to the reorder buffer is
+/// charged); no room drops it, to be recovered by the local ACK timeout.
+fn keep_response(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
+    let owner = core.rdma.qps.get(qpi).map_or(0, |q| q.owner);
+    let Some(unit) = core.rdma.reorder.as_mut() else {
+        return;
+    };
+    match unit.buffer.keep(qpi | RESPONSES, pkt) {
+        Ok(()) => {
+            unit.counters.kept += 1;
+            let len = pkt.headers.len() + pkt.payload.len();
+            ctx.dma(owner).account_context_write(len as u64);
+        }
+        Err(_) => {
+            if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+                qp.counters.dropped += 1;
+            }
+        }
+    }
+}
+
+/// Takes the kept responses whose turn has come, in PSN order.
+fn take_kept_responses(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) {
+    loop {
+        let Some(qp) = core.rdma.qps.get(qpi) else {
+            return;
+        };
+        let (Some(awaited), owner) = (awaited_response(qp), qp.owner) else {
+            return;
+        };
+        let Some(unit) = core.rdma.reorder.as_mut().filter(|u| !u.buffer.is_empty()) else {
+            return;
+        };
+        let Some(held) = unit.buffer.take(qpi | RESPONSES, awaited) else {
+            return;
+        };
+        ctx.dma(owner).account_context_read(held.wire_len() as u64);
+        respond_to(core, ctx, qpi, &held.packet());
+        if let Some(u) = core.rdma.reorder.as_mut() {
+            u.buffer.recycle(held);
+        }
+        if core.rdma.qps.get(qpi).and_then(awaited_response) == Some(awaited) {
+            return;
+        }
+    }
+}
+
+/// Handles a response in its turn.
+fn respond_to(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     let now = ctx.now();
     let Some(qp) = core.rdma.qps.get_mut(qpi) else {
         return;
@@ -581,7 +707,12 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
                             }
                             if spend_retry(core, ctx, qpi, rdma_status::RETRY_EXCEEDED) {
                                 if let Some(qp) = core.rdma.qps.get_mut(qpi) {
-                                    seek(qp, psn);
+                                    if qp.out_of_order {
+                                        // The responder holds what came after `psn`.
+                                        qp.req.resend = Some(psn);
+                                    } else {
+                                        seek(qp, psn);
+                                    }
                                 }
                             }
                             return;
@@ -756,7 +887,10 @@ fn progress(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32, now: u64)
         qp.req.unacked_psn = psn_add(psn, 1);
         forward(qp, now);
     }
-    complete_done(core, ctx, qpi, now);
+    match qp.req.ack_overtook.take() {
+        Some(a) if psn_delta(a, psn) > 0 => acknowledge(core, ctx, qpi, a, now),
+        _ => complete_done(core, ctx, qpi, now),
+    }
 }
 
 /// Forward progress (IBA 9.7.6.1.4): the retry counters are whole again and the ACK timer
@@ -790,8 +924,19 @@ fn acknowledge(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, psn: u32, now: u
         if psn_delta(missing, qp.req.unacked_psn) > 0 {
             qp.req.unacked_psn = missing;
         }
+        // On an out-of-order QP the response may only be late: the ACK overtook it, and
+        // counts again once the response is in.
+        let late = qp.out_of_order;
+        if late {
+            let r = &mut qp.req;
+            if r.ack_overtook.is_none_or(|a| psn_delta(psn, a) > 0) {
+                r.ack_overtook = Some(psn);
+            }
+        }
         complete_done(core, ctx, qpi, now);
-        implied_nak(core, ctx, qpi, missing);
+        if !late {
+            implied_nak(core, ctx, qpi, missing);
+        }
         return;
     }
     qp.req.unacked_psn = psn_add(psn, 1);

@@ -16,6 +16,11 @@
 //!   NAK remote access error, nothing written; a receive WQE too small → local length error on
 //!   the receive WQE and NAK invalid request; a receive WQE with a bad lkey → local protection
 //!   error and NAK remote operational error. After the NAK the QP enters ERR.
+//! * An out-of-order QP (`QP_FLAG_OUT_OF_ORDER`) on a card with a reorder unit takes a request
+//!   ahead of the expected PSN instead of NAKing it (LEFT §3.1): recorded in the unit's bitmap,
+//!   placed at once when it says where it goes (a single-packet WRITE), else kept in the
+//!   reorder buffer and executed in PSN order when the gap closes. No room is a sequence NAK
+//!   (§3.5); a packet a bandwidth-delay product ahead NAKs the missing one once (§3.5).
 //! * Responses are owed, not sent at once: [`respond`] sends READ responses and atomic ACKs in
 //!   PSN order, then the newest owed ACK/NAK — which therefore acknowledges a whole batch.
 
@@ -76,7 +81,8 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
     };
     let psn = pkt.headers.bth.psn;
     let d = psn_delta(psn, qp.resp.expected_psn);
-    if d > 0 && reorderable(core.rdma.reorder.is_some(), pkt) {
+    let reorders = qp.out_of_order && core.rdma.reorder.is_some();
+    if d > 0 && reorders {
         return ahead(core, ctx, qpi, pkt);
     }
     let Some(qp) = core.rdma.qps.get_mut(qpi) else {
@@ -94,21 +100,33 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
         return;
     }
     qp.resp.nak_sent = false;
-    let before = qp.resp.expected_psn;
+    if reorders {
+        // A copy kept while it was ahead (its gathered record still pending) is this one.
+        if let Some(u) = core.rdma.reorder.as_mut().filter(|u| !u.buffer.is_empty()) {
+            u.buffer.discard(qpi, psn);
+        }
+    }
+    let before = psn;
+    execute(core, ctx, qpi, pkt);
+    if reorders
+        && core
+            .rdma
+            .qps
+            .get(qpi)
+            .is_some_and(|q| q.resp.expected_psn != before)
+    {
+        catch_up(core, ctx, qpi);
+    }
+}
+
+/// Executes the request at the expected PSN.
+fn execute(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     match pkt.info.kind {
         MessageKind::Send => send(core, ctx, qpi, pkt),
         MessageKind::Write => write(core, ctx, qpi, pkt),
         MessageKind::ReadRequest => read_request(core, qpi, pkt),
         MessageKind::CompareSwap | MessageKind::FetchAdd => atomic(core, ctx, qpi, pkt),
         _ => {}
-    }
-    if core
-        .rdma
-        .qps
-        .get(qpi)
-        .is_some_and(|q| q.resp.expected_psn != before)
-    {
-        catch_up(core, qpi);
     }
 }
 
@@ -125,91 +143,127 @@ fn nak_sequence(qp: &mut QueuePair) -> bool {
     true
 }
 
-/// Whether a packet ahead of the expected PSN is placed and recorded instead of NAKed: with a
-/// reorder unit, a single-packet WRITE without immediate (its RETH names where it goes, and it
-/// completes nothing at the responder). Other packets ahead go back N as IBA says.
-fn reorderable(unit: bool, pkt: &IbPacket<'_>) -> bool {
-    unit && pkt.info.kind == MessageKind::Write
+/// Whether a packet ahead says where its data goes, so it is placed as it arrives: a
+/// single-packet WRITE without immediate (its RETH names the place, and it completes nothing
+/// at the responder). Every other request ahead waits in the reorder buffer.
+fn placed_on_arrival(pkt: &IbPacket<'_>) -> bool {
+    pkt.info.kind == MessageKind::Write
         && pkt.info.position == Position::Only
         && pkt.headers.imm.is_none()
 }
 
-/// LEFT's reorder logic (§3.1) for a packet ahead of the expected PSN: recorded in the reorder
-/// unit, and if it is new, placed where its RETH says, with no ACK and no NAK (an ACK would
-/// cover the packets still missing). A packet the unit has no room for is dropped with a
-/// sequence NAK (§3.5); one it holds already is dropped.
+/// LEFT's reorder logic (§3.1) for a packet ahead of the expected PSN on an out-of-order QP:
+/// recorded in the reorder unit's bitmap and, if it is new, placed where its RETH says or kept
+/// in the reorder buffer until the gap closes — with no ACK (an ACK would cover the packets
+/// still missing) and no NAK. A packet the unit has no room for is dropped with a sequence NAK
+/// (§3.5); one it holds already is dropped. A packet a bandwidth-delay product ahead shows the
+/// expected one lost: one sequence NAK at the expected PSN asks for it alone (§3.5).
 fn ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     let psn = pkt.headers.bth.psn;
     let now = ctx.now();
+    let direct = placed_on_arrival(pkt);
     let rdma = &mut core.rdma;
     let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(qpi)) else {
         return;
     };
-    if unit.slow_path(psn, qp.resp.expected_psn) {
-        // LEFT's slow path (§3.3-3.4): placed now, recorded when its connection's batch leaves
-        // the gather queues — several records in a row after one cache swap.
+    let expected = qp.resp.expected_psn;
+    if psn_delta(psn, expected) >= unit.loss_reach as i32 && nak_sequence(qp) {
+        unit.counters.loss_naks += 1;
+    }
+    if !direct && unit.buffer.holds(qpi, psn) {
+        qp.counters.duplicates += 1;
+        return;
+    }
+    if !direct && !unit.buffer.fits(pkt) {
+        unit.counters.refused += 1;
+        return refuse(qp);
+    }
+    if unit.slow_path(psn, expected) {
+        // LEFT's slow path (§3.3-3.4): placed or kept now, recorded when its connection's
+        // batch leaves the gather queues — several records in a row after one cache swap.
         unit.counters.gathered += 1;
         let batches = unit
             .gather
             .as_mut()
             .map(|g| g.push(qpi, psn, now))
             .unwrap_or_default();
-        place_ahead(core, ctx, qpi, pkt);
-        return record_gathered(core, batches);
+        arrive_ahead(core, ctx, qpi, pkt, direct);
+        return record_gathered(core, ctx, batches);
     }
-    match unit.record(qpi, psn, qp.resp.expected_psn) {
-        Recorded::New(..) => place_ahead(core, ctx, qpi, pkt),
+    match unit.record(qpi, psn, expected) {
+        Recorded::New(..) => arrive_ahead(core, ctx, qpi, pkt, direct),
         Recorded::Duplicate(..) => qp.counters.duplicates += 1,
-        Recorded::Refused => {
-            if !nak_sequence(qp) {
-                qp.counters.dropped += 1;
-            }
+        Recorded::Refused => refuse(qp),
+    }
+}
+
+/// A packet ahead with no room for it: dropped, the expected PSN NAKed once (§3.5).
+fn refuse(qp: &mut QueuePair) {
+    if !nak_sequence(qp) {
+        qp.counters.dropped += 1;
+    }
+}
+
+/// A recorded packet ahead is placed (`direct`, when its checks pass) or kept in the reorder
+/// buffer, whose DMA write the runner is charged. One that fails a check is kept too, so the
+/// check fails again when its turn comes and the NAK names its own PSN with everything before
+/// it received.
+fn arrive_ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>, direct: bool) {
+    if direct && place_ahead(core, ctx, qpi, pkt) {
+        return;
+    }
+    let owner = core.rdma.qps.get(qpi).map_or(0, |q| q.owner);
+    let Some(unit) = core.rdma.reorder.as_mut() else {
+        return;
+    };
+    match unit.buffer.keep(qpi, pkt) {
+        Ok(()) => {
+            unit.counters.kept += 1;
+            let len = pkt.headers.len() + pkt.payload.len();
+            ctx.dma(owner).account_context_write(len as u64);
+        }
+        // Checked before it was recorded; should it happen, the connection's record goes (a
+        // bit without its packet would be taken as a placed WRITE) and the sender's timeout
+        // sends everything again.
+        Err(_) => {
+            unit.counters.refused += 1;
+            unit.pool.forget(qpi);
         }
     }
 }
 
-/// Places a single-packet WRITE that arrived ahead, with the checks an in-order one gets.
-fn place_ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
-    let Some(qp) = core.rdma.qps.get_mut(qpi) else {
-        return;
+/// Places a single-packet WRITE that arrived ahead, when it passes the checks an in-order one
+/// gets; whether it did.
+fn place_ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) -> bool {
+    let Some(qp) = core.rdma.qps.get(qpi) else {
+        return false;
     };
-    let psn = pkt.headers.bth.psn;
     let mtu = mtu_bytes(qp.attr.path_mtu).unwrap_or(1024) as usize;
     let Some(reth) = pkt.headers.reth else {
-        return fatal(qp, psn, nak::INVALID_REQUEST);
+        return false;
     };
     if qp.attr.access_flags.get() & access::REMOTE_WRITE == 0
         || pkt.payload.len() > mtu
         || reth.dma_length as usize != pkt.payload.len()
     {
-        return fatal(qp, psn, nak::INVALID_REQUEST);
+        return false;
     }
     let (va, len) = (reth.virtual_address, pkt.payload.len() as u64);
-    let target = match remote_target(core, qpi, reth.rkey, va, len, access::REMOTE_WRITE) {
-        Ok(t) => t,
-        Err(_) => {
-            if let Some(qp) = core.rdma.qps.get_mut(qpi) {
-                fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
-            }
-            return;
-        }
+    let Ok(target) = remote_target(core, qpi, reth.rkey, va, len, access::REMOTE_WRITE) else {
+        return false;
     };
-    let owner = core.rdma.qps.get(qpi).map_or(0, |q| q.owner);
-    if !pkt.payload.is_empty()
-        && target
+    let owner = qp.owner;
+    pkt.payload.is_empty()
+        || target
             .write(ctx.dma(owner), &core.rdma.mtt_cache, va, pkt.payload)
-            .is_err()
-    {
-        if let Some(qp) = core.rdma.qps.get_mut(qpi) {
-            fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
-        }
-    }
+            .is_ok()
 }
 
 /// Records batches the gather queues released, each connection's packets in a row, and lets
 /// each connection's expected PSN catch up with what is now recorded.
 pub(super) fn record_gathered(
     core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
     batches: Vec<crate::nic::rdma::reorder::gather::Batch<u32>>,
 ) {
     for b in batches {
@@ -221,35 +275,109 @@ pub(super) fn record_gathered(
             continue;
         }
         for psn in b.packets {
+            if psn_delta(psn, qp.resp.expected_psn) < 0 {
+                // Taken in order meanwhile (a copy sent again arrived first).
+                unit.buffer.discard(b.conn, psn);
+                continue;
+            }
             if unit.record(b.conn, psn, qp.resp.expected_psn) == Recorded::Refused {
                 // No room after all (§3.5): NAKed; the sender sends it again.
+                unit.buffer.discard(b.conn, psn);
                 nak_sequence(qp);
             }
         }
-        catch_up(core, b.conn);
+        catch_up(core, ctx, b.conn);
         core.rdma.wake(b.conn);
     }
 }
 
-/// The packets the reorder unit recorded right from the expected PSN on are done: the expected
-/// PSN and the MSN move past them (each is one single-packet message) and one ACK covers them
-/// all. Run when the expected PSN moved, or when gathered packets were recorded.
-fn catch_up(core: &mut NicCore, qpi: u32) {
-    let rdma = &mut core.rdma;
-    let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(qpi)) else {
+/// The packets the reorder unit recorded right from the expected PSN on are taken in order:
+/// a placed single-packet WRITE is one message done; a kept packet is read back from the
+/// reorder buffer and executed as if it had just arrived (a READ moves the expected PSN past
+/// its responses' PSNs, and the walk goes on from there). Run when the expected PSN moved, or
+/// when gathered packets were recorded. A kept packet that cannot be taken now (no receive
+/// WQE: an RNR NAK at its PSN, or an error) ends the walk; the packets recorded after it are
+/// forgotten, to come again behind it.
+fn catch_up(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) {
+    let Some(start) = core.rdma.qps.get(qpi).map(|q| q.resp.expected_psn) else {
         return;
     };
-    let expected = qp.resp.expected_psn;
-    if !unit.pool.has_bitmap(qpi) {
-        return;
+    loop {
+        let rdma = &mut core.rdma;
+        let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(qpi)) else {
+            return;
+        };
+        if !unit.pool.has_bitmap(qpi) {
+            break;
+        }
+        let from = qp.resp.expected_psn;
+        let next = unit.pool.advance(qpi, from);
+        if next == from {
+            break;
+        }
+        match walk(core, ctx, qpi, from, next) {
+            Ok(()) => continue,
+            Err(stopped) => {
+                // What the walk did not reach comes again behind the packet that stopped it.
+                if let Some(unit) = core.rdma.reorder.as_mut() {
+                    let mut p = psn_add(stopped, 1);
+                    while psn_delta(p, next) < 0 {
+                        unit.buffer.discard(qpi, p);
+                        p = psn_add(p, 1);
+                    }
+                }
+                break;
+            }
+        }
     }
-    let next = unit.pool.advance(qpi, expected);
-    let passed = psn_delta(next, expected);
-    if passed > 0 {
-        qp.resp.msn = psn_add(qp.resp.msn, passed as u32);
-        qp.resp.expected_psn = next;
-        owe(qp, psn_add(next, 0xff_ffff), ACK);
+    if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+        if qp.resp.expected_psn != start {
+            qp.resp.nak_sent = false;
+        }
     }
+}
+
+/// Takes the recorded packets `from .. next` in order (see [`catch_up`]); `Err(psn)`: the
+/// packet at `psn` stopped the walk.
+fn walk(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, from: u32, next: u32) -> Result<(), u32> {
+    let mut psn = from;
+    while psn_delta(psn, next) < 0 {
+        let rdma = &mut core.rdma;
+        let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(qpi)) else {
+            return Err(psn);
+        };
+        let owner = qp.owner;
+        match unit.buffer.take(qpi, psn) {
+            None if qp.resp.inbound.is_some() => {
+                // A single-packet WRITE inside another message: out of sequence.
+                fatal(qp, psn, nak::INVALID_REQUEST);
+                return Err(psn);
+            }
+            None => {
+                qp.resp.msn = psn_add(qp.resp.msn, 1);
+                qp.resp.expected_psn = psn_add(psn, 1);
+                owe(qp, psn, ACK);
+            }
+            Some(held) => {
+                ctx.dma(owner).account_context_read(held.wire_len() as u64);
+                execute(core, ctx, qpi, &held.packet());
+                if let Some(u) = core.rdma.reorder.as_mut() {
+                    u.buffer.recycle(held);
+                }
+                let Some(q) = core.rdma.qps.get(qpi) else {
+                    return Err(psn);
+                };
+                if q.resp.expected_psn == psn || q.resp.error_after_nak {
+                    return Err(psn);
+                }
+            }
+        }
+        let Some(q) = core.rdma.qps.get(qpi) else {
+            return Err(psn);
+        };
+        psn = q.resp.expected_psn;
+    }
+    Ok(())
 }
 
 /// The payload rules of IBA 9.7.5.1.3: FIRST and MIDDLE carry exactly one MTU, LAST and ONLY at

@@ -14,21 +14,25 @@
 //! what each keeps on chip for a number of connections — Figure 7's quantity, from the sizes of
 //! the structures this module allocates.
 //!
-//! On the receive path (`NicConfig::receiver`), a responder with a reorder unit places a
-//! single-packet WRITE that arrives ahead and records it here. LEFT's slow-path packets are
-//! placed at once and recorded when their connection's batch leaves the gather queues. When
-//! the gap closes, the responder moves its expected PSN past the recorded packets
+//! On the receive path, the card's unit (`NicConfig::receiver`) serves the QPs created with
+//! `QP_FLAG_OUT_OF_ORDER`; the others go back N beside them. A request ahead of the expected
+//! PSN is recorded here and either placed at once (a single-packet WRITE names its address) or
+//! kept in the reorder [`buffer`] until the gap closes and executed then, in PSN order — SENDs,
+//! multi-packet WRITEs, immediates, READs and atomics alike. LEFT's slow-path packets are
+//! placed or kept at once and recorded when their connection's batch leaves the gather queues.
+//! When the gap closes, the responder moves its expected PSN past the recorded packets
 //! (`datapath/roce/responder.rs`). What a bitmap operation takes beyond the pipeline's
-//! per-packet budget is a stall the virtual-time runner charges.
+//! per-packet budget is a stall the virtual-time runner charges. Loss is recovered
+//! selectively (§3.5): a packet one BDP past a missing one NAKs it once, and the requester of
+//! an out-of-order QP sends that one packet again; the sender's timeout covers the rest.
 //!
-//! Left out so far:
-//! - reordering multi-packet messages and SENDs: their later packets do not say where they
-//!   go, so they go back N;
-//! - selective retransmission (§3.5): loss is recovered by the sender's timeout.
+//! Left out: IRN's per-packet placement headers (see [`buffer`]); the sender's own
+//! MP-RDMA-style trigger (here the receiver's bitmap span triggers, as LEFT says).
 //!
 //! IRN is modelled as the ideal reorderer bounded at 5 BDP ahead per connection: its bitmaps
 //! are on chip, one per connection, so an access costs what the ideal one does.
 
+pub mod buffer;
 pub mod gather;
 pub mod pool;
 
@@ -77,6 +81,19 @@ impl ReceiverMode {
             ReceiverMode::LeftMinus => "left-",
             ReceiverMode::Left => "left",
             ReceiverMode::Ideal => "ideal",
+        }
+    }
+
+    /// QUERY_CAPS's code for this mode (`fld_abi::nic::receiver`).
+    pub fn caps_code(self) -> u8 {
+        use fld_abi::nic::receiver as r;
+        match self {
+            ReceiverMode::GoBackN => r::GO_BACK_N,
+            ReceiverMode::Irn => r::IRN,
+            ReceiverMode::MeloPlus => r::MELO_PLUS,
+            ReceiverMode::LeftMinus => r::LEFT_MINUS,
+            ReceiverMode::Left => r::LEFT,
+            ReceiverMode::Ideal => r::IDEAL,
         }
     }
 
@@ -174,6 +191,16 @@ pub fn on_chip_bits(mode: ReceiverMode, connections: u64, bdp: u32) -> OnChipBit
     }
 }
 
+/// Marks a QP's response stream in the reorder buffer: READ responses and atomic ACKs that
+/// overtook earlier ones wait there (key `qp | RESPONSES`) beside its requests (key `qp`).
+pub const RESPONSES: u32 = 1 << 31;
+
+/// Packets the reorder buffer holds at most, in bandwidth-delay products: IRN's 5-BDP reach
+/// with room to spare, host memory being plentiful where on-chip memory is not.
+const BUFFER_BDPS: usize = 8;
+/// The largest payload of a packet (a 4096-byte path MTU).
+const MAX_PAYLOAD_BYTES: usize = 4096;
+
 /// The reorder unit of a NIC whose responders do not go back N: its bitmap pool, LEFT's gather
 /// queues, and what it did.
 pub struct ReorderUnit {
@@ -189,6 +216,13 @@ pub struct ReorderUnit {
     pub budget_ns: u32,
     /// IRN: how far ahead a connection's own bitmap reaches (5 BDP), packets.
     irn_reach: u32,
+    /// Packets ahead that do not say where they go, until the gap closes ([`buffer`]).
+    pub buffer: buffer::ReorderBuffer,
+    /// How far ahead of the expected PSN a packet shows that the packet expected was lost, not
+    /// late: one bandwidth-delay product, since multipath reordering stays within it (§3.5,
+    /// after MP-RDMA's bitmap-size trigger). The responder then NAKs the expected PSN once,
+    /// and an out-of-order requester sends that packet alone again.
+    pub loss_reach: u32,
 }
 
 /// What a reorder unit did, over its life.
@@ -210,8 +244,15 @@ pub struct ReorderCounters {
     pub swaps: u64,
     /// Pool blocks taken and not given back (filled in when the counters are read).
     pub blocks_in_use: u64,
+    /// Packets the reorder buffer holds now (filled in when the counters are read).
+    pub buffer_held: u64,
     /// Packets that took the slow path through the gather queues.
     pub gathered: u64,
+    /// Packets ahead kept in the reorder buffer (the rest were placed on arrival).
+    pub kept: u64,
+    /// Sequence NAKs sent because a packet arrived a bandwidth-delay product past a missing
+    /// one (selective retransmission, §3.5).
+    pub loss_naks: u64,
 }
 
 impl ReorderUnit {
@@ -241,7 +282,22 @@ impl ReorderUnit {
             counters: ReorderCounters::default(),
             budget_ns,
             irn_reach: 5 * bdp,
+            buffer: buffer::ReorderBuffer::new(BUFFER_BDPS * bdp as usize, MAX_PAYLOAD_BYTES),
+            loss_reach: bdp,
         })
+    }
+
+    /// QP `conn` was reset or destroyed: its bitmap and kept packets (requests and
+    /// responses) go.
+    pub fn forget(&mut self, conn: u32) {
+        self.pool.forget(conn);
+        self.buffer.forget_unless(|c| c & !RESPONSES != conn);
+    }
+
+    /// Only the QPs `keep` says yes to remain (a function reset).
+    pub fn forget_unless(&mut self, keep: impl Fn(u32) -> bool) {
+        self.pool.forget_unless(&keep);
+        self.buffer.forget_unless(|c| keep(c & !RESPONSES));
     }
 
     /// Whether packet `psn` of a QP expecting `rcv_nxt` goes through the gather queues
