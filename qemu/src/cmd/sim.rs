@@ -73,6 +73,7 @@ fn x_of(w: &WorkloadResult, p: &Point) -> f64 {
     match w.x.as_str() {
         "connections" => p.connections as f64,
         "rtt_ratio" => p.rtt_ratio.unwrap_or(f64::NAN),
+        "load" => p.load.unwrap_or(f64::NAN),
         _ => p.size as f64,
     }
 }
@@ -137,6 +138,10 @@ fn print_report(r: &Report, speed: &Speed) {
                 "{:>8} {:>6} {:>10} {:>10} {:>10}  reference",
                 "RTT x", "conns", "Gbit/s", "of line", "Mmsg/s"
             ),
+            "flows" => println!(
+                "{:>6} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}  reference",
+                "load", "flows", "flow rate", "of offer", "FCT us", "p50 us", "p99 us", "OoO"
+            ),
             _ => println!(
                 "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
                 "bytes", "conns", "Mmsg/s", "Gbit/s", "QPC miss", "MTT miss"
@@ -175,6 +180,17 @@ fn print_report(r: &Report, speed: &Speed) {
                     m("gbps"),
                     m("throughput_ratio"),
                     m("mops")
+                ),
+                "flows" => println!(
+                    "{:>6.2} {:>6} {:>10.2} {:>10.3} {:>10.2} {:>10.2} {:>10.2} {:>8.3}  {reference}",
+                    p.load.unwrap_or(f64::NAN),
+                    m("flows"),
+                    m("flow_rate_ratio"),
+                    m("throughput_ratio"),
+                    m("fct_avg_us"),
+                    m("fct_p50_us"),
+                    m("fct_p99_us"),
+                    m("out_of_order_share")
                 ),
                 "reorder_memory" => println!(
                     "{:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {reference}",
@@ -252,6 +268,7 @@ fn plot(r: &Report, path: &std::path::Path) -> Result<(), Box<dyn std::error::Er
                 x_label: match first.x.as_str() {
                     "connections" => "connections",
                     "rtt_ratio" => "RTT of the slow path / the fast path's",
+                    "load" => "offered load (share of the senders' line rate)",
                     _ => "message size (bytes)",
                 },
                 y_label: match first.metric.as_str() {
@@ -259,10 +276,14 @@ fn plot(r: &Report, path: &std::path::Path) -> Result<(), Box<dyn std::error::Er
                     "rtt_us" => "round trip (us)",
                     "mrps" => "RPCs per second (millions)",
                     "memory_kb" => "on-chip memory (KB)",
+                    "throughput_ratio" if first.kind == "flows" => "throughput / offered",
+                    "flow_rate_ratio" => "flow size / FCT, share of the line rate",
                     "throughput_ratio" => "goodput / line rate",
+                    "fct_avg_us" => "mean flow completion time (us)",
+                    "fct_p99_us" => "p99 flow completion time (us)",
                     _ => "messages per second (millions)",
                 },
-                log2_x: true,
+                log2_x: first.x != "load",
                 series,
             }
         })

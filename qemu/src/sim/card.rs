@@ -92,6 +92,12 @@ pub struct CardTiming {
     pub reorder_pool: u64,
     pub reorder_swaps: u64,
     pub reorder_stall_ns: u64,
+    /// Packets ahead the reorder unit had no room for (dropped, RNR NAKed; §3.5).
+    pub reorder_refused: u64,
+    /// RC requests that arrived ahead of the PSN expected (QUERY_RDMA_COUNTERS
+    /// `rx_out_of_order`), and all the RoCE packets received.
+    pub rx_out_of_order: u64,
+    pub roce_packets_received: u64,
 }
 
 /// The counters a batch is measured against.
@@ -108,8 +114,13 @@ struct Snapshot {
 }
 
 impl SimHost {
-    /// What the reorder unit did over the run, into the timing report.
+    /// What the reorder unit did over the run, and how much arrived out of order, into the
+    /// timing report.
     pub fn note_reorder(&mut self) {
+        if let Ok(c) = self.ctx.driver().query_rdma_counters() {
+            self.timing.rx_out_of_order = c.rx_out_of_order.get();
+            self.timing.roce_packets_received = c.rx_packets.get();
+        }
         let k = self.card.nic.reorder_counters();
         let t = &mut self.timing;
         (
@@ -117,7 +128,8 @@ impl SimHost {
             t.reorder_pool,
             t.reorder_swaps,
             t.reorder_stall_ns,
-        ) = (k.cache, k.pool, k.swaps, k.stall_ns);
+            t.reorder_refused,
+        ) = (k.cache, k.pool, k.swaps, k.stall_ns, k.refused);
     }
 }
 

@@ -31,7 +31,7 @@ use fld_device::nic::reorder::ReceiverMode;
 use fld_host::verbs::star::ConnectionMode;
 use network::{Network, NetworkReport};
 use params::*;
-use workload::{EchoLatency, ReorderMemory, RpcRate, Workload, WriteLatency, WriteRate};
+use workload::{EchoLatency, Flows, ReorderMemory, RpcRate, Workload, WriteLatency, WriteRate};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -200,6 +200,36 @@ pub enum WorkloadSpec {
         #[serde(default)]
         reference: Vec<Reference>,
     },
+    /// Open-loop flows (LEFT Figure 1; Figures 4–5 in spirit): sender `senders[i]` has one RC
+    /// connection to `receivers[i % len]` and starts flows (one WRITE each, of a size drawn from
+    /// `sizes`) as a Poisson process at each of `loads` of its line rate.
+    Flows {
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        series: Option<String>,
+        senders: Vec<String>,
+        receivers: Vec<String>,
+        sizes: Vec<usize>,
+        loads: Vec<f64>,
+        /// Flows per sender per point.
+        #[serde(default = "default_flows")]
+        flows: usize,
+        /// Every card's receiver (as `write_rate`'s).
+        #[serde(default)]
+        receiver: Option<String>,
+        /// Every switch's path choice for this workload: "ecmp", "flowlet", "spray" or
+        /// "random" (the switches' own otherwise).
+        #[serde(default)]
+        path: Option<PathChoice>,
+        /// The metric plotted: "flow_rate_ratio" (each flow's size over its completion time,
+        /// as a share of the line rate, averaged), "throughput_ratio" (throughput got over
+        /// offered), "fct_avg_us" or "fct_p99_us".
+        #[serde(default = "default_flow_metric")]
+        metric: String,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
     /// StaR §4.2's RPC test: one RPC outstanding per connection, request and answer by SEND.
     RpcRate {
         #[serde(default)]
@@ -270,7 +300,8 @@ impl WorkloadSpec {
             WorkloadSpec::WriteLatency { series, .. }
             | WorkloadSpec::EchoLatency { series, .. }
             | WorkloadSpec::WriteRate { series, .. }
-            | WorkloadSpec::RpcRate { series, .. } => series,
+            | WorkloadSpec::RpcRate { series, .. }
+            | WorkloadSpec::Flows { series, .. } => series,
             WorkloadSpec::ReorderMemory { series, mode, .. } => {
                 return series.clone().unwrap_or_else(|| mode.clone())
             }
@@ -368,6 +399,14 @@ fn layered<T: Serialize + DeserializeOwned + Default>(
 
 /// `r` with the last link between the two nodes of `ends` `ratio` times as slow (propagation)
 /// as the first one between them.
+/// The line rate of `host`'s link, Gbit/s.
+fn line_gbps(r: &Resolved, host: &str) -> f64 {
+    r.links
+        .iter()
+        .find(|l| l.0.iter().any(|e| e == host))
+        .map_or(f64::NAN, |l| l.1.gbps)
+}
+
 fn slower_path(r: &Resolved, ends: &[String; 2], ratio: f64) -> Resolved {
     let mut r = r.clone();
     let joins = |l: &([String; 2], LinkParams)| {
@@ -490,6 +529,45 @@ impl Scenario {
                         return Err(SimError::Scenario("a workload without clients".into()));
                     }
                 }
+                WorkloadSpec::Flows {
+                    senders,
+                    receivers,
+                    sizes,
+                    loads,
+                    receiver,
+                    metric,
+                    ..
+                } => {
+                    for h in senders.iter().chain(receivers) {
+                        host_index(h)?;
+                    }
+                    if senders.is_empty() || receivers.is_empty() || sizes.contains(&0) {
+                        return Err(SimError::Scenario(
+                            "flows need senders, receivers and sizes > 0".into(),
+                        ));
+                    }
+                    if sizes.is_empty() || loads.iter().any(|l| !(*l > 0.0 && *l <= 1.0)) {
+                        return Err(SimError::Scenario("flows: loads in (0, 1]".into()));
+                    }
+                    if let Some(m) = receiver.as_deref() {
+                        if ReceiverMode::from_series(m).is_none() {
+                            return Err(SimError::Scenario(format!(
+                                "receiver = {m:?}: gbn, irn, melo+, left-, left or ideal"
+                            )));
+                        }
+                    }
+                    let metrics = [
+                        "flow_rate_ratio",
+                        "throughput_ratio",
+                        "fct_avg_us",
+                        "fct_p99_us",
+                    ];
+                    if !metrics.contains(&metric.as_str()) {
+                        return Err(SimError::Scenario(format!(
+                            "metric = {metric:?}: one of {metrics:?}"
+                        )));
+                    }
+                }
                 WorkloadSpec::RpcRate {
                     clients,
                     server,
@@ -532,6 +610,14 @@ pub struct Sim {
 }
 
 /// Host memory of a simulated machine: room for the rings of `qps` queue pairs and buffers.
+fn default_flows() -> usize {
+    200
+}
+
+fn default_flow_metric() -> String {
+    "flow_rate_ratio".into()
+}
+
 fn memory_for(qps: usize, buffers: usize) -> usize {
     (64 << 20) + qps * (48 << 10) + 2 * buffers
 }
@@ -723,6 +809,9 @@ pub struct Point {
     /// LEFT Figure 6's x: how many times slower the slow path is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rtt_ratio: Option<f64>,
+    /// LEFT Figure 1's x: the offered load as a share of the senders' line rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
     /// The curve the point belongs to (the workload's `series`).
     pub series: String,
     pub metrics: BTreeMap<String, f64>,
@@ -836,6 +925,18 @@ pub fn run(
                 },
                 reference.clone(),
             ),
+            WorkloadSpec::Flows {
+                title,
+                reference,
+                metric,
+                ..
+            } => (
+                title.clone().unwrap_or_else(|| "Open-loop flows".into()),
+                "flows",
+                metric.as_str(),
+                "load",
+                reference.clone(),
+            ),
             WorkloadSpec::RpcRate {
                 title, reference, ..
             } => (
@@ -905,10 +1006,19 @@ pub fn run(
             WorkloadSpec::ReorderMemory { connections, .. } => {
                 cases.extend(connections.iter().map(|&n| (0, vec![0; n as usize])));
             }
+            WorkloadSpec::Flows { senders, loads, .. } => {
+                let cs: Vec<usize> = senders.iter().map(|c| index(c)).collect();
+                cases.extend(loads.iter().map(|_| (0, cs.clone())));
+            }
         }
         for (pi, (size, conn_clients)) in cases.iter().enumerate() {
             let size = *size;
-            let seed = point_seed(s.seed, wi, pi);
+            // Open-loop flows compare curves on the same arrivals (common random numbers): their
+            // seed is the point's alone, whatever the workload.
+            let seed = match spec {
+                WorkloadSpec::Flows { .. } => point_seed(s.seed, usize::MAX >> 32, pi),
+                _ => point_seed(s.seed, wi, pi),
+            };
             let connections = conn_clients.len().max(1) as u64;
             let (mut sim, mut w): (Sim, Box<dyn Workload>) = match spec {
                 WorkloadSpec::WriteLatency {
@@ -1014,6 +1124,51 @@ pub fn run(
                     )?;
                     (sim, Box::new(w))
                 }
+                WorkloadSpec::Flows {
+                    senders,
+                    receivers,
+                    sizes,
+                    loads,
+                    flows,
+                    receiver,
+                    path,
+                    ..
+                } => {
+                    let mut point_r = r.clone();
+                    if let Some(m) = receiver {
+                        for h in &mut point_r.hosts {
+                            h.1.receiver = m.clone();
+                        }
+                    }
+                    if let Some(p) = path {
+                        for sw in &mut point_r.switches {
+                            sw.1.path = *p;
+                        }
+                    }
+                    let pairs: Vec<(usize, usize)> = senders
+                        .iter()
+                        .enumerate()
+                        .map(|(i, h)| (index(h), index(&receivers[i % receivers.len()])))
+                        .collect();
+                    let line = line_gbps(&r, &senders[0]);
+                    let largest = sizes.iter().copied().max().unwrap_or(1);
+                    let mut sim = Sim::new(
+                        &point_r,
+                        seed,
+                        s.limit_ms,
+                        2 * pairs.len(),
+                        2 * pairs.len() * largest.next_multiple_of(4096),
+                    )?;
+                    let w = Flows::new(
+                        &mut sim.hosts,
+                        &pairs,
+                        sizes,
+                        (loads[pi], line),
+                        *flows,
+                        seed,
+                    )?;
+                    (sim, Box::new(w))
+                }
                 WorkloadSpec::ReorderMemory { mode, bdp, .. } => {
                     let sim = Sim::new(&r, seed, s.limit_ms, 1, 0)?;
                     let mode = ReceiverMode::from_series(mode).expect("checked by resolve");
@@ -1032,33 +1187,49 @@ pub fn run(
                     rtt_ratios, server, ..
                 } => rtt_ratios.get(pi).map(|&ratio| {
                     // Goodput as a fraction of the receiver's line (Figure 6's y).
-                    let line = r
-                        .links
-                        .iter()
-                        .find(|l| l.0.contains(server))
-                        .map_or(f64::NAN, |l| l.1.gbps);
+                    let line = line_gbps(&r, server);
                     let gbps = metrics.get("gbps").copied().unwrap_or(0.0);
                     metrics.insert("throughput_ratio".into(), gbps / line);
                     ratio
                 }),
                 _ => None,
             };
+            let load = match spec {
+                WorkloadSpec::Flows { loads, .. } => loads.get(pi).copied(),
+                _ => None,
+            };
+            let cards: BTreeMap<String, CardTiming> = sim
+                .hosts
+                .iter_mut()
+                .map(|h| {
+                    h.note_reorder();
+                    (h.name.clone(), h.timing)
+                })
+                .collect();
+            if let WorkloadSpec::Flows { receivers, .. } = spec {
+                // Figure 1's other quantity: the share of the receivers' packets that came out
+                // of order.
+                let (ahead, all) = receivers
+                    .iter()
+                    .filter_map(|r| cards.get(r))
+                    .fold((0, 0), |a, c| {
+                        (a.0 + c.rx_out_of_order, a.1 + c.roce_packets_received)
+                    });
+                metrics.insert(
+                    "out_of_order_share".into(),
+                    ahead as f64 / all.max(1) as f64,
+                );
+            }
             let p = Point {
                 size,
                 connections,
                 rtt_ratio,
+                load,
                 series: series.clone(),
                 metrics,
                 virtual_ns: virtual_ps / PS_PER_NS,
                 events: sim.events(),
-                cards: sim
-                    .hosts
-                    .iter_mut()
-                    .map(|h| {
-                        h.note_reorder();
-                        (h.name.clone(), h.timing)
-                    })
-                    .collect(),
+                cards,
                 network: sim.network(),
             };
             speed.events += p.events;

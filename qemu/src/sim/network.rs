@@ -63,6 +63,12 @@ struct Switch {
     counters: Vec<QueueCounters>,
     /// Destination MAC to the egress ports on a shortest path to it.
     routes: HashMap<[u8; 6], Vec<usize>>,
+    /// Destination MAC to this switch's hops to it and the egress ports on a path one hop
+    /// longer (a neighbour as far from it as this switch): adaptive routing's non-minimal
+    /// choices.
+    detours: HashMap<[u8; 6], (u64, Vec<usize>)>,
+    /// MACs of the hosts plugged into this switch: their packets start here.
+    local: std::collections::HashSet<[u8; 6]>,
     /// Flowlet table: flow hash to (last packet time, chosen port).
     flowlets: HashMap<u64, (Ps, usize)>,
     spray_next: usize,
@@ -156,6 +162,8 @@ impl Network {
                     queue_bytes: Vec::new(),
                     counters: Vec::new(),
                     routes: HashMap::new(),
+                    detours: HashMap::new(),
+                    local: Default::default(),
                     flowlets: HashMap::new(),
                     spray_next: 0,
                     unroutable: 0,
@@ -226,15 +234,24 @@ impl Network {
             if dist[x] == usize::MAX {
                 continue;
             }
-            let ports: Vec<usize> = (0..self.nodes[x].plugs.len())
-                .filter(|&i| {
-                    let p = self.nodes[x].plugs[i];
-                    let y = self.links[p.link].ends[1 - p.end];
-                    dist[y] + 1 == dist[x]
-                })
+            let hosts = self.hosts;
+            let neighbour = |i: usize| {
+                let p = self.nodes[x].plugs[i];
+                self.links[p.link].ends[1 - p.end]
+            };
+            let plugs = self.nodes[x].plugs.len();
+            let ports: Vec<usize> = (0..plugs)
+                .filter(|&i| dist[neighbour(i)] + 1 == dist[x])
+                .collect();
+            let detours: Vec<usize> = (0..plugs)
+                .filter(|&i| neighbour(i) >= hosts && dist[neighbour(i)] == dist[x])
                 .collect();
             if let Some(s) = &mut self.nodes[x].switch {
                 s.routes.insert(mac, ports);
+                s.detours.insert(mac, (dist[x] as u64, detours));
+                if dist[x] == 1 {
+                    s.local.insert(mac);
+                }
             }
         }
     }
@@ -298,11 +315,11 @@ impl Network {
     }
 
     fn forward(&mut self, q: &mut EventQueue, now: Ps, node: usize, mut frame: Vec<u8>) {
-        let dst = EthernetFrame::new_checked(&frame[..])
+        let addrs = EthernetFrame::new_checked(&frame[..])
             .ok()
-            .map(|e| e.dst_addr());
+            .map(|e| (e.dst_addr(), e.src_addr()));
         let hash = flow_hash(&frame);
-        let Some(out) = dst.and_then(|d| self.choose_port(now, node, d, hash)) else {
+        let Some(out) = addrs.and_then(|a| self.choose_port(now, node, a, hash)) else {
             self.unroutable(node, frame);
             return;
         };
@@ -340,20 +357,31 @@ impl Network {
         );
     }
 
-    /// The egress port of switch `node` for a frame to `dst` of flow `hash`.
-    fn choose_port(&mut self, now: Ps, node: usize, dst: [u8; 6], hash: u64) -> Option<usize> {
+    /// The egress port of switch `node` for a frame from `src` to `dst` of flow `hash`.
+    fn choose_port(
+        &mut self,
+        now: Ps,
+        node: usize,
+        (dst, src): ([u8; 6], [u8; 6]),
+        hash: u64,
+    ) -> Option<usize> {
         let rng = &mut self.rng;
         let sw = self.nodes[node].switch.as_mut()?;
         let ports = sw.routes.get(&dst).filter(|p| !p.is_empty())?;
+        if sw.params.path == PathChoice::Adaptive {
+            return Some(adaptive_port(sw, ports, dst, src));
+        }
         if ports.len() == 1 {
             return Some(ports[0]);
         }
         Some(match sw.params.path {
+            PathChoice::Adaptive => unreachable!("chosen above"),
             PathChoice::Ecmp => ports[(hash % ports.len() as u64) as usize],
             PathChoice::Spray => {
                 sw.spray_next = sw.spray_next.wrapping_add(1);
                 ports[sw.spray_next % ports.len()]
             }
+            PathChoice::Random => ports[rng.usize(..ports.len())],
             PathChoice::Flowlet => {
                 let gap = sw.params.flowlet_gap_ns * PS_PER_NS;
                 let e = sw.flowlets.entry(hash).or_insert((now, usize::MAX));
@@ -493,4 +521,27 @@ pub fn mark_ce(frame: &mut [u8]) -> bool {
     ip.fill_checksum();
     debug_assert!(ipv4::HEADER_LEN <= ip.header_len());
     true
+}
+
+/// UGAL-L (Kim et al., ISCA '08) at the source's switch: the least-queued shortest path,
+/// unless the least-queued path one hop longer costs less in queue × hops by more than the
+/// threshold. Elsewhere (and with no longer path) the least-queued shortest path; ties go to
+/// the first port, so an idle fabric keeps a flow on one path.
+fn adaptive_port(sw: &Switch, ports: &[usize], dst: [u8; 6], src: [u8; 6]) -> usize {
+    let least = |ps: &[usize]| ps.iter().copied().min_by_key(|&p| sw.queue_bytes[p]);
+    let minimal = least(ports).expect("a route has ports");
+    let Some((hops, detours)) = sw.detours.get(&dst).filter(|_| sw.local.contains(&src)) else {
+        return minimal;
+    };
+    let Some(detour) = least(detours) else {
+        return minimal;
+    };
+    let (h_min, h_nm) = (*hops, hops + 1);
+    let cost_min = sw.queue_bytes[minimal] * h_min;
+    let cost_nm = sw.queue_bytes[detour] * h_nm + sw.params.adaptive_threshold_bytes;
+    if cost_min <= cost_nm {
+        minimal
+    } else {
+        detour
+    }
 }

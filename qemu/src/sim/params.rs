@@ -150,6 +150,14 @@ pub enum PathChoice {
     Flowlet,
     /// Round robin per packet (packet spraying).
     Spray,
+    /// A uniformly random port per packet (random packet spraying, Dixit et al., INFOCOM '13).
+    Random,
+    /// Per-packet adaptive routing, UGAL-L at the source's switch (Kim et al., ISCA '08, the
+    /// dragonfly's routing): a packet takes the least-queued shortest path unless a path one hop
+    /// longer is cheaper by queue × hops beyond `adaptive_threshold_bytes`. Idle, everything
+    /// goes minimal and in order; as load grows, packets spill onto the longer paths and arrive
+    /// out of order. Switches further along take the least-queued shortest path.
+    Adaptive,
 }
 
 /// An output-queued switch.
@@ -171,6 +179,10 @@ pub struct SwitchParams {
     /// Default 20,000: above the 2–20 us path-RTT differences LEFT cites (§2.2), so a flowlet
     /// switch does not reorder.
     pub flowlet_gap_ns: u64,
+    /// Adaptive routing's bias towards the shortest paths (UGAL's threshold), bytes.
+    /// Default 32,768 (assumed: 32 packets of 1 KB, a little under a BDP at 200 Gbit/s and
+    /// 2 us).
+    pub adaptive_threshold_bytes: u64,
 }
 
 impl Default for SwitchParams {
@@ -181,6 +193,7 @@ impl Default for SwitchParams {
             forwarding_ns: 300,
             path: PathChoice::Ecmp,
             flowlet_gap_ns: 20_000,
+            adaptive_threshold_bytes: 32 << 10,
         }
     }
 }

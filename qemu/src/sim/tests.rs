@@ -249,6 +249,73 @@ fn path_choice_per_flow_flowlet_and_packet() {
     assert!(loose.iter().filter(|&&n| n > 0).count() > 1, "{loose:?}");
 }
 
+/// Random spraying: every parallel link gets a share, none the same share by design.
+#[test]
+fn random_spraying_uses_every_path() {
+    let random = parallel_paths(PathChoice::Random, 1, 400, 10);
+    assert!(random.iter().all(|&n| n > 50), "{random:?}");
+    assert_eq!(random.iter().sum::<u64>(), 400);
+}
+
+/// Adaptive routing (UGAL-L at the source's switch): frames from host a to b go s1 -> s2
+/// directly, or one hop longer through s3. Paced below the line, every frame takes the
+/// direct link; a burst that queues past the threshold on it spills onto the detour, and only
+/// s1 (where a's frames enter) detours: s3 forwards straight to s2.
+#[test]
+fn adaptive_routing_takes_the_longer_path_only_when_the_short_one_queues() {
+    let run = |gap_ns: u64, frames: u16| {
+        let hosts = names(&["a", "b"]);
+        let sw = SwitchParams {
+            path: PathChoice::Adaptive,
+            forwarding_ns: 0,
+            adaptive_threshold_bytes: 4096,
+            ..Default::default()
+        };
+        let l = |a: &str, b: &str| ([a.to_string(), b.to_string()], link(100.0, 0));
+        let links = vec![
+            l("a", "s1"),
+            l("s1", "s2"),
+            l("s1", "s3"),
+            l("s3", "s2"),
+            l("s2", "b"),
+        ];
+        let switches = [
+            ("s1".to_string(), sw.clone()),
+            ("s2".to_string(), sw.clone()),
+            ("s3".to_string(), sw),
+        ];
+        let mut net = Network::new(&hosts, &switches, &links, 7).unwrap();
+        net.add_host_mac(0, MAC[0]);
+        net.add_host_mac(1, MAC[1]);
+        let mut q = EventQueue::default();
+        for i in 0..frames {
+            q.schedule(
+                u64::from(i) * gap_ns * 1000,
+                Event::FrameArrives {
+                    node: 2,
+                    frame: frame(1000, MAC[1], 0, 1000),
+                },
+            );
+        }
+        assert_eq!(drain(&mut net, &mut q).len(), frames as usize);
+        let on = |from: &str, to: &str| {
+            net.report()
+                .lines
+                .iter()
+                .filter(|x| x.from == from && x.to == to)
+                .map(|x| x.counters.frames)
+                .sum::<u64>()
+        };
+        (on("s1", "s2"), on("s1", "s3"), on("s3", "s2"))
+    };
+    // 1,000-byte frames every 200 ns on a 100 Gbit/s line (81 ns each): no queue.
+    assert_eq!(run(200, 100), (100, 0, 0));
+    // All at once: the direct link's queue passes 4 KB × 2/3 and frames spill over.
+    let (direct, detour, onward) = run(0, 100);
+    assert!(direct > 50 && detour > 10, "{direct} {detour}");
+    assert_eq!((direct + detour, onward), (100, detour));
+}
+
 const SMALL: &str = r#"
 name = "small"
 seed = 5
@@ -741,4 +808,67 @@ fn left_fig6_reorder_units_against_go_back_n_on_two_sprayed_paths() {
         .unwrap()
         .points[1];
     assert!(left.cards["receiver"].reorder_cache > 0);
+}
+
+/// LEFT Figure 1, reduced: under per-packet adaptive routing go-back-N's flows take over twice
+/// as long as with IRN's or LEFT's receiver at every load, and get less of the line; the
+/// receivers do see packets out of order.
+#[test]
+fn left_fig1_go_back_n_collapses_under_per_packet_rerouting() {
+    let text = include_str!("../../scenarios/left-fig1.toml")
+        .replace(
+            "loads = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]",
+            "loads = [0.3, 0.7]",
+        )
+        .replace("flows = 150", "flows = 40");
+    let s = Scenario::parse(&text).unwrap();
+    let (r, _) = run(&s, |_, _| {}).unwrap();
+    let at = |series: &str, i: usize, m: &str| {
+        let w = r.workloads.iter().find(|w| w.series == series).unwrap();
+        w.points[i].metrics[m]
+    };
+    for i in 0..2 {
+        let (gbn, irn, left) = (
+            at("gbn", i, "fct_avg_us"),
+            at("irn", i, "fct_avg_us"),
+            at("left", i, "fct_avg_us"),
+        );
+        assert!(gbn > 2.0 * left && gbn > 2.0 * irn, "{gbn} {irn} {left}");
+        assert!(at("left", i, "out_of_order_share") > 0.05);
+        assert!(at("gbn", i, "flow_rate_ratio") < at("left", i, "flow_rate_ratio"));
+    }
+}
+
+/// The leaf-spine FCT run, reduced: at 40 % load per-flow ECMP collides flows on spines and
+/// its flows take far longer than sprayed ones; the Figure 4 and 5 curves of one series are the
+/// same run (common random numbers), so their points agree.
+#[test]
+fn left_fct_spraying_beats_a_single_path() {
+    let text = include_str!("../../scenarios/left-fct.toml")
+        .replace("loads = [0.2, 0.4, 0.6, 0.8]", "loads = [0.4]")
+        .replace("flows = 100", "flows = 40");
+    let mut s = Scenario::parse(&text).unwrap();
+    s.workload
+        .retain(|w| ["per-flow, gbn", "per-packet, left"].contains(&w.series().as_str()));
+    let (r, _) = run(&s, |_, _| {}).unwrap();
+    let fct = |series: &str, metric: &str| {
+        r.workloads
+            .iter()
+            .find(|w| w.series == series && w.metric == metric)
+            .unwrap()
+            .points[0]
+            .metrics[metric]
+    };
+    let (flow, packet) = (
+        fct("per-flow, gbn", "fct_avg_us"),
+        fct("per-packet, left", "fct_avg_us"),
+    );
+    assert!(packet * 2.0 < flow, "{packet} {flow}");
+    let p99 = |series: &str| fct(series, "fct_p99_us");
+    assert!(p99("per-packet, left") < p99("per-flow, gbn"));
+    let same = |series: &str| {
+        let w: Vec<_> = r.workloads.iter().filter(|w| w.series == series).collect();
+        w[0].points[0].metrics == w[1].points[0].metrics
+    };
+    assert!(same("per-flow, gbn") && same("per-packet, left"));
 }

@@ -10,6 +10,9 @@
 //!   (perftest's CQ moderation), until every QP sent its share.
 //! * [`RpcRate`]: StaR's RPC test (§4.2): one request and one answer in flight per
 //!   connection, both by SEND into pre-posted receives.
+//! * [`Flows`]: open-loop flows, one WRITE each, arriving as a Poisson process at a share of
+//!   the senders' line rate; flow completion times and the throughput got for what was offered
+//!   (LEFT Figure 1, and its Figures 4–5 in spirit).
 //! * [`EchoLatency`]: Ethernet on the burst API (`rx_burst`/`tx_burst`): FlexDriver's CPU echo
 //!   (Table 6), one frame in flight, round trip per frame.
 
@@ -79,7 +82,7 @@ fn rc_qp(ctx: &mut Context, e: &End, send_wr: u32) -> Result<Qp, VerbsError> {
 }
 
 /// Connects QP `qa` of host `a` and `qb` of host `b` to each other (no ARP: each side is told
-/// the other's MAC). Packets carry ECT(0) so switches can mark them.
+/// the other's MAC). Packets carry ECT(0) so switches can mark them; the RNR timer is 10 us.
 fn connect(
     hosts: &mut [SimHost],
     (a, qa): (usize, &Qp),
@@ -90,10 +93,13 @@ fn connect(
         let (mac, ip) = (hosts[peer].mac, hosts[peer].ip);
         let ctx = &mut hosts[me].ctx;
         ctx.init_rc(q, access::REMOTE)?;
+        // A 10 us RNR timer (IBA code 1): an out-of-order connection's responder answers a
+        // full reorder unit with an RNR NAK, and the sender should not idle long for it.
         let c = RcConnection {
             dmac: mac,
             traffic_class: 0b10,
             path_mtu,
+            min_rnr_timer: 1,
             ..RcConnection::new(pq.qp_num(), ipv4_gid(ip))
         };
         ctx.connect_rc(q, &c)?;
@@ -1194,6 +1200,244 @@ impl Workload for ReorderMemory {
             ("pool_kb", kb(self.bits.pool)),
             ("caches_kb", kb(self.bits.caches)),
             ("gather_kb", kb(self.bits.gather)),
+        ]
+    }
+}
+
+/// Send WRs a flow connection holds; more flows wait in the application, their time counted.
+const FLOW_SQ_DEPTH: u32 = 256;
+
+/// One sender's open-loop flows: when each arrives, how big it is, when it completed.
+struct FlowSender {
+    host: usize,
+    qp: Qp,
+    /// Where this sender writes in its receiver's buffer.
+    remote_addr: u64,
+    rkey: u32,
+    arrivals: Vec<(Ps, usize)>,
+    posted: usize,
+    completed: usize,
+    fct: Vec<Ps>,
+    /// Each completed flow's rate (its size over its FCT) as a share of the line rate.
+    rate: Vec<f64>,
+}
+
+/// Open-loop flows (LEFT Figure 1, and Figures 4–5 in spirit): each sender has one RC
+/// connection to its receiver and starts flows as a Poisson process — each flow one WRITE of a
+/// size drawn from `sizes` — at `load` of its line rate on average, whatever the network does.
+/// A flow completes when its WRITE's completion is polled; its flow completion time (FCT) runs
+/// from its arrival, waiting in the application included. The figures: FCTs (mean, median,
+/// p99); the throughput the senders got as a fraction of what they offered — the span over
+/// which the flows arrived over the span until the last completed; and the connections'
+/// throughput — each flow's size over its FCT as a share of the line rate, averaged.
+pub struct Flows {
+    senders: Vec<FlowSender>,
+    by_host: Vec<Option<usize>>,
+    ends: Vec<Option<End>>,
+    bytes: u64,
+    first_arrival: Ps,
+    last_arrival: Ps,
+    last_completion: Ps,
+    line_gbps: f64,
+}
+
+impl Flows {
+    /// Sender `pairs[i].0` sends to `pairs[i].1` at `load` of `line_gbps`; `flows` flows each,
+    /// sizes drawn from `sizes` with `seed`.
+    pub fn new(
+        hosts: &mut [SimHost],
+        pairs: &[(usize, usize)],
+        sizes: &[usize],
+        (load, line_gbps): (f64, f64),
+        flows: usize,
+        seed: u64,
+    ) -> Result<Self, SimError> {
+        let largest = sizes.iter().copied().max().unwrap_or(1).max(1);
+        let mean = sizes.iter().sum::<usize>() as f64 / sizes.len().max(1) as f64;
+        let slot = largest.next_multiple_of(4096);
+        let mut ends: Vec<Option<End>> = (0..hosts.len()).map(|_| None).collect();
+        let fan_in = |r: usize| pairs.iter().filter(|p| p.1 == r).count();
+        for &(s, r) in pairs {
+            if ends[s].is_none() {
+                ends[s] = Some(end(&mut hosts[s].ctx, slot, 2 * FLOW_SQ_DEPTH)?);
+            }
+            if ends[r].is_none() {
+                ends[r] = Some(end(&mut hosts[r].ctx, slot * fan_in(r), 64)?);
+            }
+        }
+        let mut rng = fastrand::Rng::with_seed(seed);
+        // Mean gap between arrivals for `load` of the line, in ps.
+        let gap_ps = mean * 8.0 / (load.max(1e-6) * line_gbps) * 1e3;
+        let mut senders = Vec::new();
+        let mut by_host = vec![None; hosts.len()];
+        let mut taken = vec![0u64; hosts.len()];
+        for &(s, r) in pairs {
+            let qs = flow_qp(&mut hosts[s].ctx, ends[s].as_ref().expect("made above"))?;
+            let qr = flow_qp(&mut hosts[r].ctx, ends[r].as_ref().expect("made above"))?;
+            connect(hosts, (s, &qs), (r, &qr), DEFAULT_PATH_MTU)?;
+            std::mem::forget(qr);
+            let mut t = 0.0f64;
+            let arrivals = (0..flows)
+                .map(|_| {
+                    t += -gap_ps * (1.0 - rng.f64()).ln();
+                    (t as Ps, sizes[rng.usize(..sizes.len())])
+                })
+                .collect();
+            let re = ends[r].as_ref().expect("made above");
+            by_host[s] = Some(senders.len());
+            senders.push(FlowSender {
+                host: s,
+                qp: qs,
+                remote_addr: re.mr.addr() + taken[r] * slot as u64,
+                rkey: re.mr.rkey(),
+                arrivals,
+                posted: 0,
+                completed: 0,
+                fct: Vec::with_capacity(flows),
+                rate: Vec::with_capacity(flows),
+            });
+            taken[r] += 1;
+        }
+        Ok(Flows {
+            bytes: senders
+                .iter()
+                .flat_map(|s| s.arrivals.iter().map(|a| a.1 as u64))
+                .sum(),
+            first_arrival: senders
+                .iter()
+                .filter_map(|s| s.arrivals.first().map(|a| a.0))
+                .min()
+                .unwrap_or(0),
+            last_arrival: senders
+                .iter()
+                .filter_map(|s| s.arrivals.last().map(|a| a.0))
+                .max()
+                .unwrap_or(0),
+            last_completion: 0,
+            line_gbps,
+            senders,
+            by_host,
+            ends,
+        })
+    }
+}
+
+fn flow_qp(ctx: &mut Context, e: &End) -> Result<Qp, VerbsError> {
+    ctx.create_qp(
+        &e.pd,
+        &QpInitAttr {
+            send_cq: &e.cq,
+            recv_cq: &e.cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: FLOW_SQ_DEPTH,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+            out_of_order: ctx.reorders(),
+        },
+    )
+}
+
+impl Workload for Flows {
+    fn starters(&self) -> Vec<usize> {
+        self.senders.iter().map(|s| s.host).collect()
+    }
+
+    fn wake(
+        &mut self,
+        host: usize,
+        now: Ps,
+        hosts: &mut [SimHost],
+    ) -> Result<Option<Ps>, SimError> {
+        let Some(i) = self.by_host.get(host).copied().flatten() else {
+            return Ok(None);
+        };
+        let h = &mut hosts[host];
+        let t = h.cpu_begin(now);
+        let e = self.ends[host].as_mut().expect("sender end");
+        let s = &mut self.senders[i];
+        let mut wc = [Wc::EMPTY; 64];
+        loop {
+            let n = reap(&mut e.cq, &mut wc)?;
+            if n == 0 {
+                break;
+            }
+            for w in &wc[..n] {
+                let (arrival, size) = s.arrivals[w.wr_id as usize];
+                let fct = t.saturating_sub(arrival).max(1);
+                s.fct.push(fct);
+                // bits per ps = Tbit/s: over the line's Gbit/s.
+                s.rate
+                    .push(size as f64 * 8.0 / fct as f64 * 1e3 / self.line_gbps);
+                s.completed += 1;
+                self.last_completion = self.last_completion.max(t);
+            }
+        }
+        // Every flow that has arrived goes out, as far as the send queue has room.
+        let mut posted = 0;
+        while s.posted < s.arrivals.len()
+            && s.arrivals[s.posted].0 <= t
+            && s.posted - s.completed < FLOW_SQ_DEPTH as usize
+        {
+            let size = s.arrivals[s.posted].1;
+            let sge = [e.mr.sge(0, size)];
+            let mut wr = SendWr::new(
+                s.posted as u64,
+                WrOpcode::RdmaWrite {
+                    remote_addr: s.remote_addr,
+                    rkey: s.rkey,
+                },
+                &sge,
+            );
+            wr.signaled = true;
+            s.qp.post_send(&[wr])?;
+            s.posted += 1;
+            posted += 1;
+        }
+        if posted > 0 {
+            h.cpu_post(posted);
+        }
+        // Wake at the next arrival (a full send queue waits for completions instead).
+        let next = s
+            .arrivals
+            .get(s.posted)
+            .filter(|_| s.posted - s.completed < FLOW_SQ_DEPTH as usize)
+            .map(|a| a.0.max(h.cpu_free));
+        Ok(next)
+    }
+
+    fn finished(&self) -> bool {
+        self.senders.iter().all(|s| s.completed == s.arrivals.len())
+    }
+
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        let fct: Vec<Ps> = self.senders.iter().flat_map(|s| s.fct.clone()).collect();
+        let Some(p) = Percentiles::of(&fct) else {
+            return Vec::new();
+        };
+        // Throughput got over throughput offered: the flows arrived over one span and were done
+        // over another (an ideal fabric ends them as they arrive, a ratio of 1).
+        let done = self
+            .last_completion
+            .saturating_sub(self.first_arrival)
+            .max(1);
+        let offered = self.last_arrival.saturating_sub(self.first_arrival).max(1);
+        let gbps = self.bytes as f64 * 8.0 / (done as f64 / 1e3);
+        vec![
+            ("fct_avg_us", p.mean),
+            ("fct_p50_us", p.median),
+            ("fct_p99_us", p.p99),
+            ("gbps", gbps),
+            ("throughput_ratio", offered as f64 / done as f64),
+            (
+                "flow_rate_ratio",
+                self.senders.iter().flat_map(|s| &s.rate).sum::<f64>() / fct.len() as f64,
+            ),
+            ("flows", fct.len() as f64),
         ]
     }
 }

@@ -448,13 +448,16 @@ pub struct RdmaCountersOut {
     /// SQE), whose contexts compete for the NIC's QP-context cache
     /// ([`super::Caps::qp_context_cache`]).
     pub qp_contexts_connected: U64,
+    /// RC requests that arrived ahead of the PSN their QP expected: placed or kept by the
+    /// reorder unit of an out-of-order QP, NAKed or dropped by a go-back-N one (§17).
+    pub rx_out_of_order: U64,
 }
 
 impl RdmaCountersOut {
     /// The counters by the names tools print: Linux rxe's and mlx5's hw_counters where one
     /// exists (`rcvd_pkts`, `sent_pkts`, `rx_icrc_encapsulated`, `bad_pkey_cntr`), the card's
     /// own otherwise.
-    pub fn named(&self) -> [(&'static str, u64); 17] {
+    pub fn named(&self) -> [(&'static str, u64); 18] {
         [
             ("rcvd_pkts", self.rx_packets.get()),
             ("sent_pkts", self.tx_packets.get()),
@@ -473,6 +476,7 @@ impl RdmaCountersOut {
             ("star_dma_errors", self.star_dma_errors.get()),
             ("star_tx_blocked", self.star_tx_blocked.get()),
             ("qp_contexts_connected", self.qp_contexts_connected.get()),
+            ("rx_out_of_order", self.rx_out_of_order.get()),
         ]
     }
 }

@@ -689,6 +689,7 @@ fn query_counters(c: &mut Cmd<'_, '_>, _body: &[u8], out: &mut [u8]) -> CmdResul
             star_dma_errors: u(k.star_dma_errors),
             star_tx_blocked: u(k.star_tx_blocked),
             qp_contexts_connected: u(connected),
+            rx_out_of_order: u(k.rx_out_of_order),
         },
     )
 }

@@ -72,6 +72,7 @@ pub(crate) struct RoceCounters {
     pub star_refused: u64,
     pub star_dma_errors: u64,
     pub star_tx_blocked: u64,
+    pub rx_out_of_order: u64,
 }
 
 /// A function's stateless (StaR) server settings (`docs/nic-interface.md` §16): function-wide,

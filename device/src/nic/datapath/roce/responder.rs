@@ -19,8 +19,9 @@
 //! * An out-of-order QP (`QP_FLAG_OUT_OF_ORDER`) on a card with a reorder unit takes a request
 //!   ahead of the expected PSN instead of NAKing it (LEFT §3.1): recorded in the unit's bitmap,
 //!   placed at once when it says where it goes (a single-packet WRITE), else kept in the
-//!   reorder buffer and executed in PSN order when the gap closes. No room is a sequence NAK
-//!   (§3.5); a packet a bandwidth-delay product ahead NAKs the missing one once (§3.5).
+//!   reorder buffer and executed in PSN order when the gap closes. No room is an RNR NAK at
+//!   the expected PSN, so the requester goes back there (§3.5); a packet a bandwidth-delay
+//!   product ahead NAKs the missing one once, which the requester sends alone (§3.5).
 //! * Responses are owed, not sent at once: [`respond`] sends READ responses and atomic ACKs in
 //!   PSN order, then the newest owed ACK/NAK — which therefore acknowledges a whole batch.
 
@@ -82,6 +83,12 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
     let psn = pkt.headers.bth.psn;
     let d = psn_delta(psn, qp.resp.expected_psn);
     let reorders = qp.out_of_order && core.rdma.reorder.is_some();
+    if d > 0 {
+        let vport = usize::from(qp.owner);
+        if let Some(c) = core.rdma.counters.get_mut(vport) {
+            c.rx_out_of_order += 1;
+        }
+    }
     if d > 0 && reorders {
         return ahead(core, ctx, qpi, pkt);
     }
@@ -197,11 +204,20 @@ fn ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     }
 }
 
-/// A packet ahead with no room for it: dropped, the expected PSN NAKed once (§3.5).
+/// A packet ahead with no room for it (§3.5): dropped, and the expected PSN answered once
+/// with an RNR NAK — the receiver has no resources for what follows it — so the requester
+/// waits the QP's RNR timer and sends again from there (a sequence NAK would have an
+/// out-of-order requester resend only the packet it names, and the dropped ones would wait
+/// for its timeout). While the connection is refused, what comes again in order is taken.
 fn refuse(qp: &mut QueuePair) {
-    if !nak_sequence(qp) {
+    if qp.resp.nak_sent {
         qp.counters.dropped += 1;
+        return;
     }
+    qp.resp.nak_sent = true;
+    qp.counters.rnr_naks_sent += 1;
+    let (e, t) = (qp.resp.expected_psn, qp.attr.min_rnr_timer);
+    owe(qp, e, rnr_syndrome(t));
 }
 
 /// A recorded packet ahead is placed (`direct`, when its checks pass) or kept in the reorder
@@ -267,23 +283,26 @@ pub(super) fn record_gathered(
     batches: Vec<crate::nic::rdma::reorder::gather::Batch<u32>>,
 ) {
     for b in batches {
-        let rdma = &mut core.rdma;
-        let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(b.conn)) else {
-            continue;
-        };
-        if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-            continue;
-        }
         for psn in b.packets {
-            if psn_delta(psn, qp.resp.expected_psn) < 0 {
+            let rdma = &mut core.rdma;
+            let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(b.conn)) else {
+                break;
+            };
+            if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+                break;
+            }
+            let d = psn_delta(psn, qp.resp.expected_psn);
+            if d < 0 {
                 // Taken in order meanwhile (a copy sent again arrived first).
                 unit.buffer.discard(b.conn, psn);
-                continue;
-            }
-            if unit.record(b.conn, psn, qp.resp.expected_psn) == Recorded::Refused {
-                // No room after all (§3.5): NAKed; the sender sends it again.
+            } else if d == 0 {
+                // Its turn came while it waited in the gather queue: taken now, as a walk
+                // over it would (placed, or kept and executed).
+                let _ = walk(core, ctx, b.conn, psn, psn_add(psn, 1));
+            } else if unit.record(b.conn, psn, qp.resp.expected_psn) == Recorded::Refused {
+                // No room after all (§3.5): dropped; the sender sends it again.
                 unit.buffer.discard(b.conn, psn);
-                nak_sequence(qp);
+                refuse(qp);
             }
         }
         catch_up(core, ctx, b.conn);
@@ -307,12 +326,18 @@ fn catch_up(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) {
         let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(qpi)) else {
             return;
         };
-        if !unit.pool.has_bitmap(qpi) {
-            break;
-        }
         let from = qp.resp.expected_psn;
-        let next = unit.pool.advance(qpi, from);
+        let next = match unit.pool.has_bitmap(qpi) {
+            true => unit.pool.advance(qpi, from),
+            false => from,
+        };
         if next == from {
+            // A kept packet its bitmap lost (an eviction the pool had no room for) is taken
+            // all the same when its turn comes.
+            if unit.buffer.holds(qpi, from) && walk(core, ctx, qpi, from, psn_add(from, 1)).is_ok()
+            {
+                continue;
+            }
             break;
         }
         match walk(core, ctx, qpi, from, next) {

@@ -44,7 +44,9 @@ use pool::PoolConfig;
 pub enum ReceiverMode {
     /// IBA's RC: NAK the first out-of-order packet, drop the rest (go-back-N).
     GoBackN,
-    /// IRN (Mittal et al., SIGCOMM '18): a bitmap of its own per connection, 5 BDP long.
+    /// IRN (Mittal et al., SIGCOMM '18): a bitmap of its own per connection, 5 BDP long, and
+    /// a NAK on the first packet out of order, for the sender to resend the missing one
+    /// (PSN-triggered selective retransmission).
     Irn,
     /// MELO with the PSN-triggered retransmission off (the paper's MELO+): the shared pool
     /// alone, every out-of-order packet walking it.
@@ -220,8 +222,9 @@ pub struct ReorderUnit {
     pub buffer: buffer::ReorderBuffer,
     /// How far ahead of the expected PSN a packet shows that the packet expected was lost, not
     /// late: one bandwidth-delay product, since multipath reordering stays within it (§3.5,
-    /// after MP-RDMA's bitmap-size trigger). The responder then NAKs the expected PSN once,
-    /// and an out-of-order requester sends that packet alone again.
+    /// after MP-RDMA's bitmap-size trigger); IRN takes any packet ahead as the sign (1). The
+    /// responder then NAKs the expected PSN once, and an out-of-order requester sends that
+    /// packet alone again.
     pub loss_reach: u32,
 }
 
@@ -283,7 +286,9 @@ impl ReorderUnit {
             budget_ns,
             irn_reach: 5 * bdp,
             buffer: buffer::ReorderBuffer::new(BUFFER_BDPS * bdp as usize, MAX_PAYLOAD_BYTES),
-            loss_reach: bdp,
+            // IRN's receiver NAKs on the first packet out of order (PSN-triggered selective
+            // retransmission, the trigger MELO+ and LEFT drop); the others wait a BDP.
+            loss_reach: if mode == ReceiverMode::Irn { 1 } else { bdp },
         })
     }
 
