@@ -730,28 +730,34 @@ fn rc_bw_two_processes_report_both_ends() {
 /// `rc-bw --receiver left` between two processes whose UDP link holds back 30 % of the
 /// client's frames (LEFT §3): the server's reorder unit places the 1 KB WRITEs that arrive
 /// ahead — no sequence NAK, every byte checked — where go-back-N on the same link NAKs and
-/// resends several times as much.
+/// resends several times as much. Multi-packet SENDs and READ requests reordered the same way
+/// wait in the reorder buffer and are taken in order: every SEND's bytes arrive CRC-exact,
+/// still without a sequence NAK.
 #[test]
 fn rc_bw_two_processes_with_a_reorder_unit_on_a_reordering_link() {
-    let run = |receiver: &str| {
+    let run = |receiver: &str, ops: &str| {
         let (server_link, client_link) = udp_link();
         let common = format!("-p {} --timeout 30 --json", free_tcp_port());
         let server = Background::spawn(&a(&format!(
             "rc-bw --link {server_link} --ip 10.8.0.1 --receiver {receiver} {common}"
         )));
         let client = json(&a(&format!(
-            "rc-bw 127.0.0.1 --link {client_link} --ip 10.8.0.2 --reorder 0.3 {common} \
-             --ops write --size-min 1024 --size-max 1024 --bytes 1048576"
+            "rc-bw 127.0.0.1 --link {client_link} --ip 10.8.0.2 --reorder 0.3 {common} {ops}"
         )));
         let out = server.wait();
         assert!(out.status.success(), "{}", stderr(&out));
         (client, output_json(&out))
     };
-    let (client, served) = run("left");
+    let sends = "--ops send,read --size-min 4096 --size-max 16384 --bytes 262144";
+    let (_, served) = run("left", sends);
+    assert_eq!(counter(&served, "qp", "out_of_sequence"), 0, "{served}");
+    assert!(counter(&served, "port", "rx_out_of_order") > 0, "{served}");
+    let writes = "--ops write --size-min 1024 --size-max 1024 --bytes 1048576";
+    let (client, served) = run("left", writes);
     assert_eq!(counter(&served, "qp", "out_of_sequence"), 0, "{served}");
     // A datagram the busy machine's sockets lose costs a timeout and a resend either way.
     let left_resent = counter(&client, "qp", "retransmitted");
-    let (client, served) = run("gbn");
+    let (client, served) = run("gbn", writes);
     assert!(counter(&served, "qp", "out_of_sequence") > 0, "{served}");
     let gbn_resent = counter(&client, "qp", "retransmitted");
     assert!(

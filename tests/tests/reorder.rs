@@ -1,8 +1,10 @@
-//! LEFT's reorder logic on the RoCE receive path (§3.1): with a reorder unit, single-packet
-//! WRITEs that arrive ahead of the expected PSN are placed where their RETH says and recorded,
-//! not NAKed; the expected PSN jumps over them when the gap closes. Two cards on a cable that
-//! reorders heavily: every receiver delivers byte-exact, go-back-N by NAKs and retransmission,
-//! the reorder units without either, and their pools give every block back.
+//! LEFT's reorder logic on the RoCE receive path (§3.1, §3.5) between two cards on a cable that
+//! reorders heavily, for every receiver: single-packet WRITEs ahead of the expected PSN are
+//! placed where their RETH says; SENDs, multi-packet WRITEs, immediates, READs and atomics wait
+//! in the reorder buffer and are executed in PSN order. Everything arrives byte-exact and
+//! completes in order; go-back-N gets there by NAKs and resending, the reorder units without
+//! either, by selective retransmission under loss, and by an RNR NAK and a go-back when they
+//! run out of room; their pools give every block back. The receiver is a QP's choice.
 
 mod common;
 
@@ -379,7 +381,13 @@ fn every_kind_of_request_reordered_and_lost_is_delivered_once() {
     };
     let mut gbn = mixed_over_a_reordering_cable(ReceiverMode::GoBackN, 0.02, 8);
     let gbn_resent = resent(&mut gbn);
-    for mode in [ReceiverMode::Left, ReceiverMode::MeloPlus] {
+    for mode in [
+        ReceiverMode::Left,
+        ReceiverMode::LeftMinus,
+        ReceiverMode::MeloPlus,
+        ReceiverMode::Irn,
+        ReceiverMode::Ideal,
+    ] {
         let mut p = mixed_over_a_reordering_cable(mode, 0.02, 8);
         let k = p.cards[1].nic.reorder_counters();
         assert!(k.loss_naks > 0, "{mode:?}: {k:?}");
@@ -389,6 +397,43 @@ fn every_kind_of_request_reordered_and_lost_is_delivered_once() {
             resent(&mut p) * 2 < gbn_resent,
             "{mode:?}: {} resent, go-back-N {gbn_resent}",
             resent(&mut p)
+        );
+    }
+}
+
+/// Exhaustion (§3.5): reorder units sized for a 2-packet BDP — LEFT's caches hold 64 packets,
+/// IRN's bitmap reaches 10 — on a cable that holds frames back by up to 120 places run out of
+/// room again and again. Each refusal drops the packet and answers the expected PSN with an
+/// RNR NAK; the sender goes back after the RNR timer, and every WRITE still lands once, in
+/// order, with every block given back.
+#[test]
+fn an_exhausted_reorder_unit_refuses_and_the_sender_goes_back() {
+    for mode in [ReceiverMode::Left, ReceiverMode::Irn] {
+        let faults = Faults {
+            reorder: 0.3,
+            reorder_depth: 120,
+            seed: 13,
+            ..Default::default()
+        };
+        let nic = NicConfig {
+            receiver: mode,
+            reorder_bdp: 2,
+            ..Default::default()
+        };
+        let mut p = two_cards_with(faults, Transport::default(), nic);
+        let data = write_all(&mut p, 7, true);
+        assert!(p.b.read(0, data.len()) == data, "{mode:?}");
+        let c = p.a.completions();
+        assert_eq!(c.len(), MESSAGES, "{mode:?}");
+        assert!(c.iter().all(|c| c.syndrome == 0), "{mode:?}");
+        let k = p.cards[1].nic.reorder_counters();
+        assert!(k.refused > 0 && k.blocks_in_use == 0, "{mode:?}: {k:?}");
+        let qb = p.b.nic.query_qp(p.b.qp.qpn).unwrap().counters;
+        assert!(qb.rnr_naks_sent.get() > 0, "{mode:?}: {qb:?}");
+        let qa = p.a.nic.query_qp(p.a.qp.qpn).unwrap().counters;
+        assert!(
+            qa.rnr_naks_received.get() > 0 && qa.retransmitted.get() > 0,
+            "{mode:?}: {qa:?}"
         );
     }
 }

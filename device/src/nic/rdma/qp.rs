@@ -182,6 +182,9 @@ pub(crate) struct Responder {
     /// A sequence-error NAK was sent; until the expected PSN arrives, later packets are dropped
     /// without another NAK (IBA 9.7.5.1.2: one NAK per sequence error).
     pub nak_sent: bool,
+    /// An out-of-order QP refused a packet ahead for lack of room and owes (or sent) an RNR NAK
+    /// at the expected PSN; until that PSN arrives, nothing more is NAKed.
+    pub refused: bool,
     /// READ and atomic requests executed, oldest first, at most `max_dest_rd_atomic`.
     pub reads: VecDeque<ReadAtomic>,
     /// After the owed NAK goes out, the QP enters the error state (remote access and invalid

@@ -107,6 +107,7 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
         return;
     }
     qp.resp.nak_sent = false;
+    qp.resp.refused = false;
     if reorders {
         // A copy kept while it was ahead (its gathered record still pending) is this one.
         if let Some(u) = core.rdma.reorder.as_mut().filter(|u| !u.buffer.is_empty()) {
@@ -210,14 +211,20 @@ fn ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
 /// out-of-order requester resend only the packet it names, and the dropped ones would wait
 /// for its timeout). While the connection is refused, what comes again in order is taken.
 fn refuse(qp: &mut QueuePair) {
-    if qp.resp.nak_sent {
+    if qp.resp.refused || qp.resp.error_after_nak {
         qp.counters.dropped += 1;
         return;
     }
+    // Once per gap, even after a sequence NAK for it (IRN NAKs on the first packet ahead):
+    // the sender must go back, not resend one packet. It replaces a sequence NAK not yet sent.
+    qp.resp.refused = true;
     qp.resp.nak_sent = true;
     qp.counters.rnr_naks_sent += 1;
     let (e, t) = (qp.resp.expected_psn, qp.attr.min_rnr_timer);
-    owe(qp, e, rnr_syndrome(t));
+    qp.resp.owed = Some(Owed {
+        psn: e,
+        syndrome: rnr_syndrome(t),
+    });
 }
 
 /// A recorded packet ahead is placed (`direct`, when its checks pass) or kept in the reorder
@@ -358,6 +365,7 @@ fn catch_up(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) {
     if let Some(qp) = core.rdma.qps.get_mut(qpi) {
         if qp.resp.expected_psn != start {
             qp.resp.nak_sent = false;
+            qp.resp.refused = false;
         }
     }
 }
