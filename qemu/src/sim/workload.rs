@@ -62,6 +62,20 @@ fn end(ctx: &mut Context, buf: usize, cq_entries: u32) -> Result<End, VerbsError
 }
 
 fn rc_qp(ctx: &mut Context, e: &End, send_wr: u32) -> Result<Qp, VerbsError> {
+    qp_on(ctx, e, send_wr, 1, MAX_INLINE)
+}
+
+/// An RC QP on end `e` whose send and receive queues hold `send_wr` and `recv_wr`, one
+/// scatter/gather entry each, inline data up to `inline` bytes; an out-of-order one when the
+/// card reorders.
+fn qp_on(
+    ctx: &mut Context,
+    e: &End,
+    send_wr: u32,
+    recv_wr: u32,
+    inline: u32,
+) -> Result<Qp, VerbsError> {
+    let out_of_order = ctx.reorders();
     ctx.create_qp(
         &e.pd,
         &QpInitAttr {
@@ -70,13 +84,13 @@ fn rc_qp(ctx: &mut Context, e: &End, send_wr: u32) -> Result<Qp, VerbsError> {
             srq: None,
             cap: QpCap {
                 max_send_wr: send_wr,
-                max_recv_wr: 1,
+                max_recv_wr: recv_wr,
                 max_send_sge: 1,
                 max_recv_sge: 1,
-                max_inline_data: MAX_INLINE,
+                max_inline_data: inline,
             },
             sq_sig_all: false,
-            out_of_order: ctx.reorders(),
+            out_of_order,
         },
     )
 }
@@ -925,23 +939,7 @@ fn rpc_wr_id(conn: usize, slot: u64) -> u64 {
 }
 
 fn rpc_qp(ctx: &mut Context, e: &End) -> Result<Qp, VerbsError> {
-    ctx.create_qp(
-        &e.pd,
-        &QpInitAttr {
-            send_cq: &e.cq,
-            recv_cq: &e.cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 2 * RPC_SIGNAL_EVERY as u32,
-                max_recv_wr: RPC_RECEIVES as u32,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-            out_of_order: ctx.reorders(),
-        },
-    )
+    qp_on(ctx, e, 2 * RPC_SIGNAL_EVERY as u32, RPC_RECEIVES as u32, 0)
 }
 
 impl Workload for RpcRate {
@@ -1272,8 +1270,20 @@ impl Flows {
         let mut by_host = vec![None; hosts.len()];
         let mut taken = vec![0u64; hosts.len()];
         for &(s, r) in pairs {
-            let qs = flow_qp(&mut hosts[s].ctx, ends[s].as_ref().expect("made above"))?;
-            let qr = flow_qp(&mut hosts[r].ctx, ends[r].as_ref().expect("made above"))?;
+            let qs = qp_on(
+                &mut hosts[s].ctx,
+                ends[s].as_ref().expect("made above"),
+                FLOW_SQ_DEPTH,
+                1,
+                0,
+            )?;
+            let qr = qp_on(
+                &mut hosts[r].ctx,
+                ends[r].as_ref().expect("made above"),
+                1,
+                1,
+                0,
+            )?;
             connect(hosts, (s, &qs), (r, &qr), DEFAULT_PATH_MTU)?;
             std::mem::forget(qr);
             let mut t = 0.0f64;
@@ -1320,26 +1330,6 @@ impl Flows {
             ends,
         })
     }
-}
-
-fn flow_qp(ctx: &mut Context, e: &End) -> Result<Qp, VerbsError> {
-    ctx.create_qp(
-        &e.pd,
-        &QpInitAttr {
-            send_cq: &e.cq,
-            recv_cq: &e.cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: FLOW_SQ_DEPTH,
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-            out_of_order: ctx.reorders(),
-        },
-    )
 }
 
 impl Workload for Flows {
