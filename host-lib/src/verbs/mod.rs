@@ -20,6 +20,7 @@ mod memory;
 pub mod neighbor;
 mod queue_pair;
 pub mod star;
+pub mod unload;
 
 pub use completion::*;
 pub use memory::*;
@@ -81,6 +82,8 @@ pub struct Context {
     /// StaR: the servers' regions this function holds, by (PD, server key), and the security
     /// module entries it installed — each once, however many connections need it.
     star: star::StarState,
+    /// uRDMA: every region registered here, for the unload path's checks (`unload`).
+    umtt: unload::UMtt,
 }
 
 impl Context {
@@ -96,6 +99,7 @@ impl Context {
             gids: [None; ROCE_ADDRESS_ENTRIES as usize],
             neighbors: neighbor::Neighbors::default(),
             star: Default::default(),
+            umtt: Default::default(),
         })
     }
 
@@ -203,11 +207,20 @@ impl Context {
     pub fn reg_mr(&mut self, pd: &Pd, len: usize, access: u32) -> Result<Mr> {
         let buf = self.nic.device().dma_alloc(len.max(1))?;
         let region = self.nic.register_mr(pd.handle, &buf, access)?;
-        Ok(Mr { region, buf })
+        let mr = Mr { region, buf };
+        self.umtt.register(pd.handle, &mr);
+        Ok(mr)
     }
 
     pub fn dereg_mr(&mut self, mr: Mr) -> Result<()> {
+        self.umtt.deregister(mr.rkey());
         Ok(self.nic.deregister_mr(mr.region)?)
+    }
+
+    /// uRDMA's map of this context's registrations (§3.1), which the unload path checks a
+    /// WRITE against as the RNIC would.
+    pub fn umtt(&self) -> &unload::UMtt {
+        &self.umtt
     }
 
     pub fn create_comp_channel(&mut self) -> CompChannel {

@@ -1,0 +1,186 @@
+//! uRDMA's unload path (§3.1), its security parity: the target's uMTT refuses an unloaded
+//! WRITE exactly when the RNIC refuses the same WRITE offloaded — an unknown or deregistered
+//! key, a region of another PD, one without remote write, a range past its end — and where
+//! both take it, the uMTT's copy leaves the same bytes the RNIC's placement does.
+
+use std::sync::Arc;
+
+use fld_device::card::{Card, CardConfig};
+use fld_driver::inprocess::InProcessHost;
+use fld_host::verbs::unload::{read_slot, write_slot, Refusal};
+use fld_host::verbs::*;
+
+/// Two functions of one card, each a context with an address.
+fn contexts() -> (Arc<Card>, Context, Context) {
+    let card = Card::new(CardConfig::default());
+    let host = InProcessHost::new(card.clone(), 64 << 20).unwrap();
+    let open = |f: u16, ip: [u8; 4]| {
+        let mut ctx = Context::open(host.device(card.nic.function_id(f).unwrap())).unwrap();
+        ctx.add_ip(std::net::Ipv4Addr::from(ip).into()).unwrap();
+        ctx
+    };
+    let (a, b) = (open(0, [10, 1, 0, 1]), open(1, [10, 1, 0, 2]));
+    (card, a, b)
+}
+
+fn qp(ctx: &mut Context, pd: &Pd, cq: &Cq) -> Qp {
+    ctx.create_qp(
+        pd,
+        &QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: true,
+            out_of_order: false,
+        },
+    )
+    .unwrap()
+}
+
+/// Connects `qa` on `a` and `qb` on `b`.
+fn connect(a: &mut Context, qa: &Qp, b: &mut Context, qb: &Qp) {
+    let (ga, gb) = (a.query_gid(1, 0).unwrap(), b.query_gid(1, 0).unwrap());
+    let (ma, mb) = (a.mac(), b.mac());
+    for (ctx, q, peer, gid, mac) in [(&mut *a, qa, qb, gb, mb), (&mut *b, qb, qa, ga, ma)] {
+        ctx.init_rc(q, access::REMOTE_WRITE).unwrap();
+        let c = RcConnection {
+            dmac: mac,
+            ..RcConnection::new(peer.qp_num(), gid)
+        };
+        ctx.connect_rc(q, &c).unwrap();
+    }
+}
+
+/// The offloaded WRITE's answer: A writes `len` bytes of `src` at `addr` with `rkey` on a fresh
+/// connection to B (an error ends a connection) and waits for its completion.
+#[allow(clippy::too_many_arguments)]
+fn offloaded(
+    card: &Card,
+    (a, pa, cqa, src): (&mut Context, &Pd, &mut Cq, &Mr),
+    (b, pb, cqb): (&mut Context, &Pd, &Cq),
+    rkey: u32,
+    addr: u64,
+    len: usize,
+) -> WcStatus {
+    let mut qa = qp(a, pa, cqa);
+    let qb = qp(b, pb, cqb);
+    connect(a, &qa, b, &qb);
+    let sge = [src.sge(0, len)];
+    let wr = SendWr::new(
+        7,
+        WrOpcode::RdmaWrite {
+            remote_addr: addr,
+            rkey,
+        },
+        &sge,
+    );
+    qa.post_send(&[wr]).unwrap();
+    let mut wc = [Wc::EMPTY; 4];
+    for _ in 0..10_000 {
+        card.poll();
+        if cqa.poll(&mut wc) > 0 {
+            return wc[0].status;
+        }
+    }
+    panic!("no completion");
+}
+
+#[test]
+fn the_umtt_refuses_what_the_rnic_refuses_and_places_what_it_places() {
+    let (card, mut a, mut b) = contexts();
+    let pa = a.alloc_pd().unwrap();
+    let mut cqa = a.create_cq(64, None).unwrap();
+    let src = a.reg_mr(&pa, 4096, access::LOCAL_WRITE).unwrap();
+    let data: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+    src.write(0, &data);
+
+    let pb = b.alloc_pd().unwrap();
+    let cqb = b.create_cq(64, None).unwrap();
+    let open = b
+        .reg_mr(&pb, 8192, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .unwrap();
+    let read_only = b.reg_mr(&pb, 4096, access::REMOTE_READ).unwrap();
+    let other_pd = b.alloc_pd().unwrap();
+    let foreign = b
+        .reg_mr(&other_pd, 4096, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .unwrap();
+    let gone = b
+        .reg_mr(&pb, 4096, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .unwrap();
+    let (gone_key, gone_addr) = (gone.rkey(), gone.addr());
+    b.dereg_mr(gone).unwrap();
+
+    let cases: [(&str, u32, u64, usize, Result<(), Refusal>); 6] = [
+        ("in range", open.rkey(), open.addr() + 100, 64, Ok(())),
+        (
+            "unknown key",
+            0x00ab_cdef,
+            open.addr(),
+            16,
+            Err(Refusal::UnknownKey),
+        ),
+        (
+            "deregistered",
+            gone_key,
+            gone_addr,
+            16,
+            Err(Refusal::UnknownKey),
+        ),
+        (
+            "another PD",
+            foreign.rkey(),
+            foreign.addr(),
+            16,
+            Err(Refusal::OtherPd),
+        ),
+        (
+            "no write right",
+            read_only.rkey(),
+            read_only.addr(),
+            16,
+            Err(Refusal::NoWriteRight),
+        ),
+        (
+            "past the end",
+            open.rkey(),
+            open.addr() + 8180,
+            16,
+            Err(Refusal::OutOfRange),
+        ),
+    ];
+    for (what, rkey, addr, len, want) in cases {
+        let umtt = b.umtt().check(pb.handle, rkey, addr, len as u64);
+        assert_eq!(umtt, want, "{what}: the uMTT");
+        let rnic = offloaded(
+            &card,
+            (&mut a, &pa, &mut cqa, &src),
+            (&mut b, &pb, &cqb),
+            rkey,
+            addr,
+            len,
+        );
+        let expected = umtt.map_or_else(|r| r.status(), |()| WcStatus::Success);
+        assert_eq!(rnic, expected, "{what}: the RNIC answers as the uMTT");
+    }
+
+    // Where both take it, the same bytes: the RNIC placed the 64 bytes at +100; the unloaded
+    // copy, through a staging slot, places them at +4196.
+    let mut slot = [0u8; 128];
+    let n = write_slot(&mut slot, open.addr() + 4196, &data).unwrap();
+    let (dest, payload) = read_slot(&slot, n).unwrap();
+    b.umtt()
+        .place(pb.handle, open.rkey(), dest, payload)
+        .unwrap();
+    let (mut offloaded, mut unloaded) = ([0u8; 64], [0u8; 64]);
+    open.read(100, &mut offloaded);
+    open.read(4196, &mut unloaded);
+    assert_eq!(offloaded, unloaded);
+    assert_eq!(&unloaded[..], &data[..]);
+    // A refused placement writes nothing.
+    assert_eq!(
+        b.umtt()
+            .place(pb.handle, open.rkey(), open.addr() + 8190, &data),
+        Err(Refusal::OutOfRange)
+    );
+}
