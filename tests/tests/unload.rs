@@ -86,6 +86,9 @@ fn offloaded(
     panic!("no completion");
 }
 
+/// A WRITE to try both ways: what it is, its key, address and length, and the uMTT's answer.
+type Case = (&'static str, u32, u64, usize, Result<(), Refusal>);
+
 #[test]
 fn the_umtt_refuses_what_the_rnic_refuses_and_places_what_it_places() {
     let (card, mut a, mut b) = contexts();
@@ -111,7 +114,7 @@ fn the_umtt_refuses_what_the_rnic_refuses_and_places_what_it_places() {
     let (gone_key, gone_addr) = (gone.rkey(), gone.addr());
     b.dereg_mr(gone).unwrap();
 
-    let cases: [(&str, u32, u64, usize, Result<(), Refusal>); 6] = [
+    let cases: [Case; 6] = [
         ("in range", open.rkey(), open.addr() + 100, 64, Ok(())),
         (
             "unknown key",
