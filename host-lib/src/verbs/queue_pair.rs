@@ -186,6 +186,17 @@ impl Qp {
         self.post_wqe(wr, data)
     }
 
+    /// Posts `wr` carrying `bytes` inline (its SGEs ignored) and rings the doorbell: what the
+    /// unload path sends without staging it in a registered buffer first.
+    pub(super) fn post_inline_bytes(&mut self, wr: &SendWr<'_>, bytes: &[u8]) -> Result<()> {
+        if bytes.len() > self.cap.max_inline_data as usize || bytes.len() > MAX_INLINE_DATA {
+            return Err(VerbsError::Invalid("inline data beyond max_inline_data"));
+        }
+        self.post_wqe(wr, WqeData::Inline(bytes))?;
+        self.qp.ring_send_doorbell();
+        Ok(())
+    }
+
     fn post_wqe(&mut self, wr: &SendWr<'_>, data: WqeData<'_>) -> Result<()> {
         let wqe = rdma_wqe(wr, data, self.sq_sig_all);
         let blocks = wqebbs(wqe.ds_count());

@@ -10,17 +10,34 @@
 //!   length comes from the receive completion. [`write_slot`] is its one writer, [`read_slot`]
 //!   its one reader.
 //!
-//! Left out so far: the staging buffer's exchange at setup, the initiator's slot cursor and
-//! credits, the decision module (§3.2), the in-RNIC variant (§5) and completion parity.
+//! The two ends of a connection's unload path:
+//! * [`UnloadTarget`] owns the QP's private staging buffer (registered once, so its
+//!   translations stay in the RNIC's cache) and a receive per slot. For each WRITE WITH
+//!   IMMEDIATE that completes, it reads the slot, checks the WRITE against the uMTT, copies
+//!   the data to its destination, and reposts the receive. Every half ring it writes how many
+//!   slots it has taken into the initiator's credit word.
+//! * [`UnloadInitiator`] writes each unloaded WRITE into the next slot and never past the
+//!   slots the target has not taken yet (back-pressure: [`VerbsError::QueueFull`]).
+//!
+//! Ordering: unloaded WRITEs are placed in the order they were sent, but after the target's
+//! CPU takes them, so an offloaded WRITE sent later may land first (§5: no ordering parity).
+//!
+//! Left out so far: the decision module (§3.2), the in-RNIC variant (§5), and completion
+//! parity. A refused unloaded WRITE is dropped and counted at the target; the initiator's
+//! completion still says success, where the offload path would fail it (§5's parity).
 
 use std::collections::HashMap;
 
 use fld_driver::DmaBuffer;
 
-use super::{access, Mr, WcStatus};
+use super::{
+    access, Context, Mr, Pd, Qp, Result, SendWr, Sge, VerbsError, Wc, WcOpcode, WcStatus, WrOpcode,
+};
 
 /// Bytes before an unloaded WRITE's data in its staging slot: the destination address.
 pub const SLOT_HEADER: usize = 8;
+/// The largest staging slot: only small WRITEs are unloaded (§3.2), and a slot goes inline.
+pub const MAX_SLOT_BYTES: u32 = 256;
 
 /// Writes an unloaded WRITE of `data` to `dest` into `slot`; the bytes the WRITE WITH
 /// IMMEDIATE carries, or `None` when it does not fit.
@@ -98,7 +115,13 @@ impl UMtt {
 
     /// The RNIC's checks for a remote WRITE of `len` bytes at `addr` with `rkey`, arriving on a
     /// QP of PD `pd`.
-    pub fn check(&self, pd: u32, rkey: u32, addr: u64, len: u64) -> Result<(), Refusal> {
+    pub fn check(
+        &self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+    ) -> std::result::Result<(), Refusal> {
         let r = self.regions.get(&rkey).ok_or(Refusal::UnknownKey)?;
         if r.pd != pd {
             return Err(Refusal::OtherPd);
@@ -115,10 +138,221 @@ impl UMtt {
 
     /// Checks an unloaded WRITE and, if the RNIC would have taken it, copies `data` to `addr`
     /// (the memcpy that replaces the RNIC's placement).
-    pub fn place(&self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), Refusal> {
+    pub fn place(
+        &self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        data: &[u8],
+    ) -> std::result::Result<(), Refusal> {
         self.check(pd, rkey, addr, data.len() as u64)?;
         let r = &self.regions[&rkey];
         r.buf.write((addr - r.addr) as usize, data);
+        Ok(())
+    }
+}
+
+/// What the target gives the initiator at setup (with the QP's own numbers): where its
+/// staging buffer is and how it is cut, and what the initiator gives back: where to write
+/// credits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StagingOffer {
+    pub addr: u64,
+    pub rkey: u32,
+    pub slots: u32,
+    pub slot_bytes: u32,
+}
+
+/// The initiator's credit word: the target writes the count of slots it has taken there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreditWord {
+    pub addr: u64,
+    pub rkey: u32,
+}
+
+/// The wr_id the unload path's own credit WRITEs carry (above any the application uses).
+pub const CREDIT_WR_ID: u64 = u64::MAX - 1;
+
+/// The target's end of a QP's unload path.
+pub struct UnloadTarget {
+    staging: Mr,
+    pd: u32,
+    slots: u32,
+    slot_bytes: u32,
+    taken: u64,
+    credited: u64,
+    credit: Option<CreditWord>,
+    /// Unloaded WRITEs placed, and refused by the uMTT (dropped, as the RNIC drops them).
+    pub placed: u64,
+    pub refused: u64,
+}
+
+impl UnloadTarget {
+    /// A staging buffer of `slots` slots of `slot_bytes` in `pd`, and a receive for each on
+    /// `qp` (a WRITE WITH IMMEDIATE consumes one).
+    pub fn new(
+        ctx: &mut Context,
+        pd: &Pd,
+        qp: &mut Qp,
+        slots: u32,
+        slot_bytes: u32,
+    ) -> Result<Self> {
+        let slots = slots.max(2);
+        let slot_bytes = slot_bytes.clamp(SLOT_HEADER as u32 + 1, MAX_SLOT_BYTES);
+        let staging = ctx.reg_mr(
+            pd,
+            slots as usize * slot_bytes as usize,
+            access::LOCAL_WRITE | access::REMOTE_WRITE,
+        )?;
+        for i in 0..slots {
+            qp.post_recv(&[(u64::from(i), &[][..])])?;
+        }
+        Ok(UnloadTarget {
+            staging,
+            pd: pd.handle,
+            slots,
+            slot_bytes,
+            taken: 0,
+            credited: 0,
+            credit: None,
+            placed: 0,
+            refused: 0,
+        })
+    }
+
+    pub fn offer(&self) -> StagingOffer {
+        StagingOffer {
+            addr: self.staging.addr(),
+            rkey: self.staging.rkey(),
+            slots: self.slots,
+            slot_bytes: self.slot_bytes,
+        }
+    }
+
+    /// Where the initiator wants its credits.
+    pub fn set_credit_word(&mut self, c: CreditWord) {
+        self.credit = Some(c);
+    }
+
+    /// Whether `wc` (polled from the QP's receive CQ) is an unloaded WRITE's.
+    pub fn is_unloaded(wc: &Wc) -> bool {
+        wc.opcode == WcOpcode::RecvRdmaWithImm
+    }
+
+    /// Takes the unloaded WRITE `wc` completed: reads its slot, checks it against the uMTT and
+    /// copies it (or drops it, as the RNIC would: its refusal is returned), reposts the slot's
+    /// receive and, every half ring, returns credits.
+    pub fn take(&mut self, ctx: &Context, qp: &mut Qp, wc: &Wc) -> Result<Option<Refusal>> {
+        let slot = (self.taken % u64::from(self.slots)) as usize;
+        let size = self.slot_bytes as usize;
+        let mut buf = [0u8; MAX_SLOT_BYTES as usize];
+        let bytes = &mut buf[..size];
+        self.staging.read(slot * size, bytes);
+        let rkey = wc.imm_data.unwrap_or(0);
+        let refusal = match read_slot(bytes, wc.byte_len as usize) {
+            Some((dest, data)) => ctx.umtt().place(self.pd, rkey, dest, data).err(),
+            // Shorter than its header: nothing names a place.
+            None => Some(Refusal::OutOfRange),
+        };
+        match refusal {
+            None => self.placed += 1,
+            Some(_) => self.refused += 1,
+        }
+        self.taken += 1;
+        qp.post_recv(&[(slot as u64, &[][..])])?;
+        if self.taken - self.credited >= u64::from(self.slots / 2) {
+            self.return_credits(qp)?;
+        }
+        Ok(refusal)
+    }
+
+    /// Writes the count of slots taken into the initiator's credit word.
+    pub fn return_credits(&mut self, qp: &mut Qp) -> Result<()> {
+        let Some(c) = self.credit else {
+            return Ok(());
+        };
+        let mut wr = SendWr::new(
+            CREDIT_WR_ID,
+            WrOpcode::RdmaWrite {
+                remote_addr: c.addr,
+                rkey: c.rkey,
+            },
+            &[],
+        );
+        // Signalled, so its send-queue slot is freed when it completes (the completion carries
+        // [`CREDIT_WR_ID`]; the application's loop passes it over).
+        wr.signaled = true;
+        qp.post_inline_bytes(&wr, &self.taken.to_le_bytes())?;
+        self.credited = self.taken;
+        Ok(())
+    }
+}
+
+/// The initiator's end of a QP's unload path.
+pub struct UnloadInitiator {
+    offer: StagingOffer,
+    credits: Mr,
+    sent: u64,
+}
+
+impl UnloadInitiator {
+    /// The path to the target's staging buffer `offer`, with a credit word registered in
+    /// `pd` for the target to write.
+    pub fn new(ctx: &mut Context, pd: &Pd, offer: StagingOffer) -> Result<Self> {
+        let credits = ctx.reg_mr(pd, 8, access::LOCAL_WRITE | access::REMOTE_WRITE)?;
+        credits.write(0, &0u64.to_le_bytes());
+        Ok(UnloadInitiator {
+            offer,
+            credits,
+            sent: 0,
+        })
+    }
+
+    pub fn credit_word(&self) -> CreditWord {
+        CreditWord {
+            addr: self.credits.addr(),
+            rkey: self.credits.rkey(),
+        }
+    }
+
+    /// Slots the target has not taken yet.
+    pub fn in_flight(&self) -> u64 {
+        let mut b = [0u8; 8];
+        self.credits.read(0, &mut b);
+        self.sent.saturating_sub(u64::from_le_bytes(b))
+    }
+
+    /// Sends `data` for `dest` (with `rkey`) unloaded: a WRITE WITH IMMEDIATE into the next
+    /// staging slot, inline. [`VerbsError::QueueFull`] when every slot still holds a WRITE the
+    /// target has not taken; `Invalid` when it does not fit a slot or the QP's inline data.
+    pub fn post(
+        &mut self,
+        qp: &mut Qp,
+        wr_id: u64,
+        dest: u64,
+        rkey: u32,
+        data: &[u8],
+    ) -> Result<()> {
+        if self.in_flight() >= u64::from(self.offer.slots) {
+            return Err(VerbsError::QueueFull);
+        }
+        let mut slot = [0u8; MAX_SLOT_BYTES as usize];
+        let size = (self.offer.slot_bytes as usize).min(slot.len());
+        let n = write_slot(&mut slot[..size], dest, data).ok_or(VerbsError::Invalid(
+            "an unloaded WRITE larger than a staging slot",
+        ))?;
+        let at = self.sent % u64::from(self.offer.slots);
+        let wr = SendWr::new(
+            wr_id,
+            WrOpcode::RdmaWriteWithImm {
+                remote_addr: self.offer.addr + at * u64::from(self.offer.slot_bytes),
+                rkey: self.offer.rkey,
+                imm: rkey,
+            },
+            &[] as &[Sge],
+        );
+        qp.post_inline_bytes(&wr, &slot[..n])?;
+        self.sent += 1;
         Ok(())
     }
 }
