@@ -15,6 +15,7 @@
 //! handles beyond the QP's address vector, multicast.
 
 mod completion;
+pub mod decision;
 pub mod exchange;
 mod memory;
 pub mod neighbor;
