@@ -119,6 +119,14 @@ pub(crate) struct Requester {
     pub ack_overtook: Option<u32>,
 }
 
+impl Responder {
+    /// The expected PSN moved: the next gap may be NAKed (or refused) once again.
+    pub fn gap_closed(&mut self) {
+        self.nak_sent = false;
+        self.refused = false;
+    }
+}
+
 impl Requester {
     /// A requester whose operation queue holds `ops` started WQEs before it grows.
     pub fn with_capacity(ops: usize) -> Self {

@@ -36,6 +36,7 @@ use super::{Ctx, NicCore};
 use crate::nic::packet::{self, L3Kind, L4Kind, ParsedFrame};
 use crate::nic::rdma::memory::{self, AccessError};
 use crate::nic::rdma::qp::QueuePair;
+use crate::nic::rdma::reorder::buffer::{Held, NotKept};
 use crate::nic::rdma::Rdma;
 use fld_abi::nic::*;
 use fld_abi::wire::roce::{self, IbPacket, RoceAddress, TransportHeaders};
@@ -723,6 +724,49 @@ fn fetch_recv_wqe(
     let stride = 1usize << ring.log_stride;
     let slot = ring.addr + u64::from(counter & ((1 << ring.log_size) - 1)) * stride as u64;
     ctx.dma(qp.owner).read(slot, &mut out[..stride]).is_ok()
+}
+
+/// Keeps `pkt` in the reorder buffer as `conn`'s (a QP's requests, or `qp | RESPONSES` for its
+/// responses), charging the DMA write into the buffer's host memory to function `owner`.
+pub(super) fn keep_in_reorder_buffer(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    owner: u16,
+    conn: u32,
+    pkt: &IbPacket<'_>,
+) -> Result<(), NotKept> {
+    let unit = core.rdma.reorder.as_mut().ok_or(NotKept::NoRoom)?;
+    unit.buffer.keep(conn, pkt)?;
+    unit.counters.kept += 1;
+    let len = pkt.headers.len() + pkt.payload.len();
+    ctx.dma(owner).account_context_write(len as u64);
+    Ok(())
+}
+
+/// Takes `conn`'s packet at `psn` back out of the reorder buffer, if kept, charging the DMA
+/// read to function `owner`; give it back with [`recycle_kept`] once handled.
+pub(super) fn take_from_reorder_buffer(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    owner: u16,
+    conn: u32,
+    psn: u32,
+) -> Option<Held> {
+    let unit = core
+        .rdma
+        .reorder
+        .as_mut()
+        .filter(|u| !u.buffer.is_empty())?;
+    let held = unit.buffer.take(conn, psn)?;
+    ctx.dma(owner).account_context_read(held.wire_len() as u64);
+    Some(held)
+}
+
+/// A packet taken from the reorder buffer was handled: its slot is free again.
+pub(super) fn recycle_kept(core: &mut NicCore, held: Held) {
+    if let Some(u) = core.rdma.reorder.as_mut() {
+        u.buffer.recycle(held);
+    }
 }
 
 use zerocopy::FromBytes;

@@ -28,6 +28,7 @@ use fld_abi::wire::roce::{
 
 use super::{complete, enter_error, fetch_send_wqe, gather, qp_event, scatter, transmit};
 use super::{fail_send_wqe, posted_send_wqes};
+use super::{keep_in_reorder_buffer, recycle_kept, take_from_reorder_buffer};
 use super::{Ctx, NicCore};
 use crate::nic::rdma::memory;
 use crate::nic::rdma::qp::SendOp;
@@ -581,7 +582,8 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
     let Some(qp) = core.rdma.qps.get(qpi) else {
         return;
     };
-    let reorders = qp.out_of_order && core.rdma.reorder.is_some();
+    // CREATE_QP gives the flag only on a card with a reorder unit.
+    let reorders = qp.out_of_order;
     let ordered = matches!(
         pkt.info.kind,
         MessageKind::ReadResponse | MessageKind::AtomicAcknowledge
@@ -618,19 +620,9 @@ fn awaited_response(qp: &crate::nic::rdma::qp::QueuePair) -> Option<u32> {
 /// charged); no room drops it, to be recovered by the local ACK timeout.
 fn keep_response(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     let owner = core.rdma.qps.get(qpi).map_or(0, |q| q.owner);
-    let Some(unit) = core.rdma.reorder.as_mut() else {
-        return;
-    };
-    match unit.buffer.keep(qpi | RESPONSES, pkt) {
-        Ok(()) => {
-            unit.counters.kept += 1;
-            let len = pkt.headers.len() + pkt.payload.len();
-            ctx.dma(owner).account_context_write(len as u64);
-        }
-        Err(_) => {
-            if let Some(qp) = core.rdma.qps.get_mut(qpi) {
-                qp.counters.dropped += 1;
-            }
+    if keep_in_reorder_buffer(core, ctx, owner, qpi | RESPONSES, pkt).is_err() {
+        if let Some(qp) = core.rdma.qps.get_mut(qpi) {
+            qp.counters.dropped += 1;
         }
     }
 }
@@ -644,17 +636,12 @@ fn take_kept_responses(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) {
         let (Some(awaited), owner) = (awaited_response(qp), qp.owner) else {
             return;
         };
-        let Some(unit) = core.rdma.reorder.as_mut().filter(|u| !u.buffer.is_empty()) else {
+        let Some(held) = take_from_reorder_buffer(core, ctx, owner, qpi | RESPONSES, awaited)
+        else {
             return;
         };
-        let Some(held) = unit.buffer.take(qpi | RESPONSES, awaited) else {
-            return;
-        };
-        ctx.dma(owner).account_context_read(held.wire_len() as u64);
         respond_to(core, ctx, qpi, &held.packet());
-        if let Some(u) = core.rdma.reorder.as_mut() {
-            u.buffer.recycle(held);
-        }
+        recycle_kept(core, held);
         if core.rdma.qps.get(qpi).and_then(awaited_response) == Some(awaited) {
             return;
         }

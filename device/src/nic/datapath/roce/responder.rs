@@ -32,6 +32,7 @@ use fld_abi::wire::roce::{
 };
 
 use super::{complete, enter_error, fetch_recv_wqe, qp_event, scatter, transmit, ScatterError};
+use super::{keep_in_reorder_buffer, recycle_kept, take_from_reorder_buffer};
 use super::{Ctx, NicCore};
 use crate::nic::rdma::memory::{self, AccessError};
 use crate::nic::rdma::qp::{Inbound, Owed, QueuePair, ReadAtomic};
@@ -82,7 +83,8 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
     };
     let psn = pkt.headers.bth.psn;
     let d = psn_delta(psn, qp.resp.expected_psn);
-    let reorders = qp.out_of_order && core.rdma.reorder.is_some();
+    // CREATE_QP gives the flag only on a card with a reorder unit.
+    let reorders = qp.out_of_order;
     if d > 0 {
         let vport = usize::from(qp.owner);
         if let Some(c) = core.rdma.counters.get_mut(vport) {
@@ -106,8 +108,7 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
         duplicate(core, qpi, pkt);
         return;
     }
-    qp.resp.nak_sent = false;
-    qp.resp.refused = false;
+    qp.resp.gap_closed();
     if reorders {
         // A copy kept while it was ahead (its gathered record still pending) is this one.
         if let Some(u) = core.rdma.reorder.as_mut().filter(|u| !u.buffer.is_empty()) {
@@ -163,8 +164,8 @@ fn placed_on_arrival(pkt: &IbPacket<'_>) -> bool {
 /// LEFT's reorder logic (§3.1) for a packet ahead of the expected PSN on an out-of-order QP:
 /// recorded in the reorder unit's bitmap and, if it is new, placed where its RETH says or kept
 /// in the reorder buffer until the gap closes — with no ACK (an ACK would cover the packets
-/// still missing) and no NAK. A packet the unit has no room for is dropped with a sequence NAK
-/// (§3.5); one it holds already is dropped. A packet a bandwidth-delay product ahead shows the
+/// still missing) and no NAK. A packet the unit has no room for is dropped with an RNR NAK
+/// ([`refuse`], §3.5); one it holds already is dropped. A packet a bandwidth-delay product ahead shows the
 /// expected one lost: one sequence NAK at the expected PSN asks for it alone (§3.5).
 fn ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
     let psn = pkt.headers.bth.psn;
@@ -236,19 +237,11 @@ fn arrive_ahead(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<
         return;
     }
     let owner = core.rdma.qps.get(qpi).map_or(0, |q| q.owner);
-    let Some(unit) = core.rdma.reorder.as_mut() else {
-        return;
-    };
-    match unit.buffer.keep(qpi, pkt) {
-        Ok(()) => {
-            unit.counters.kept += 1;
-            let len = pkt.headers.len() + pkt.payload.len();
-            ctx.dma(owner).account_context_write(len as u64);
-        }
+    if keep_in_reorder_buffer(core, ctx, owner, qpi, pkt).is_err() {
         // Checked before it was recorded; should it happen, the connection's record goes (a
         // bit without its packet would be taken as a placed WRITE) and the sender's timeout
         // sends everything again.
-        Err(_) => {
+        if let Some(unit) = core.rdma.reorder.as_mut() {
             unit.counters.refused += 1;
             unit.pool.forget(qpi);
         }
@@ -364,8 +357,7 @@ fn catch_up(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) {
     }
     if let Some(qp) = core.rdma.qps.get_mut(qpi) {
         if qp.resp.expected_psn != start {
-            qp.resp.nak_sent = false;
-            qp.resp.refused = false;
+            qp.resp.gap_closed();
         }
     }
 }
@@ -375,28 +367,26 @@ fn catch_up(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) {
 fn walk(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, from: u32, next: u32) -> Result<(), u32> {
     let mut psn = from;
     while psn_delta(psn, next) < 0 {
-        let rdma = &mut core.rdma;
-        let (Some(unit), Some(qp)) = (rdma.reorder.as_mut(), rdma.qps.get_mut(qpi)) else {
+        let Some(owner) = core.rdma.qps.get(qpi).map(|q| q.owner) else {
             return Err(psn);
         };
-        let owner = qp.owner;
-        match unit.buffer.take(qpi, psn) {
-            None if qp.resp.inbound.is_some() => {
-                // A single-packet WRITE inside another message: out of sequence.
-                fatal(qp, psn, nak::INVALID_REQUEST);
-                return Err(psn);
-            }
+        match take_from_reorder_buffer(core, ctx, owner, qpi, psn) {
             None => {
+                let Some(qp) = core.rdma.qps.get_mut(qpi) else {
+                    return Err(psn);
+                };
+                if qp.resp.inbound.is_some() {
+                    // A single-packet WRITE inside another message: out of sequence.
+                    fatal(qp, psn, nak::INVALID_REQUEST);
+                    return Err(psn);
+                }
                 qp.resp.msn = psn_add(qp.resp.msn, 1);
                 qp.resp.expected_psn = psn_add(psn, 1);
                 owe(qp, psn, ACK);
             }
             Some(held) => {
-                ctx.dma(owner).account_context_read(held.wire_len() as u64);
                 execute(core, ctx, qpi, &held.packet());
-                if let Some(u) = core.rdma.reorder.as_mut() {
-                    u.buffer.recycle(held);
-                }
+                recycle_kept(core, held);
                 let Some(q) = core.rdma.qps.get(qpi) else {
                     return Err(psn);
                 };
