@@ -218,8 +218,8 @@ pub enum WorkloadSpec {
         /// Every card's receiver (as `write_rate`'s).
         #[serde(default)]
         receiver: Option<String>,
-        /// Every switch's path choice for this workload: "ecmp", "flowlet", "spray" or
-        /// "random" (the switches' own otherwise).
+        /// Every switch's path choice for this workload: "ecmp", "flowlet", "spray", "random"
+        /// or "adaptive" (the switches' own otherwise).
         #[serde(default)]
         path: Option<PathChoice>,
         /// The metric plotted: "flow_rate_ratio" (each flow's size over its completion time,
@@ -397,8 +397,25 @@ fn layered<T: Serialize + DeserializeOwned + Default>(
     T::deserialize(toml::Value::Table(t)).map_err(|e| SimError::Scenario(format!("{what}: {e}")))
 }
 
-/// `r` with the last link between the two nodes of `ends` `ratio` times as slow (propagation)
-/// as the first one between them.
+/// A workload's `receiver` key, if any, names a receiver mode.
+fn check_receiver(receiver: Option<&str>) -> Result<(), SimError> {
+    match receiver {
+        Some(m) if ReceiverMode::from_series(m).is_none() => Err(SimError::Scenario(format!(
+            "receiver = {m:?}: gbn, irn, melo+, left-, left or ideal"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Every card of `r` gets the workload's `receiver`, if it names one.
+fn set_receiver(r: &mut Resolved, receiver: Option<&str>) {
+    if let Some(m) = receiver {
+        for h in &mut r.hosts {
+            h.1.receiver = m.into();
+        }
+    }
+}
+
 /// The line rate of `host`'s link, Gbit/s.
 fn line_gbps(r: &Resolved, host: &str) -> f64 {
     r.links
@@ -407,6 +424,8 @@ fn line_gbps(r: &Resolved, host: &str) -> f64 {
         .map_or(f64::NAN, |l| l.1.gbps)
 }
 
+/// `r` with the last link between the two nodes of `ends` `ratio` times as slow (propagation)
+/// as the first one between them.
 fn slower_path(r: &Resolved, ends: &[String; 2], ratio: f64) -> Resolved {
     let mut r = r.clone();
     let joins = |l: &([String; 2], LinkParams)| {
@@ -497,13 +516,7 @@ impl Scenario {
                     for c in clients {
                         host_index(c)?;
                     }
-                    if let Some(m) = receiver.as_deref() {
-                        if ReceiverMode::from_series(m).is_none() {
-                            return Err(SimError::Scenario(format!(
-                                "receiver = {m:?}: gbn, irn, melo+, left-, left or ideal"
-                            )));
-                        }
-                    }
+                    check_receiver(receiver.as_deref())?;
                     host_index(server)?;
                     if x != "size" && x != "connections" && x != "rtt_ratio" {
                         return Err(SimError::Scenario(format!(
@@ -541,21 +554,19 @@ impl Scenario {
                     for h in senders.iter().chain(receivers) {
                         host_index(h)?;
                     }
-                    if senders.is_empty() || receivers.is_empty() || sizes.contains(&0) {
+                    if senders.is_empty()
+                        || receivers.is_empty()
+                        || sizes.is_empty()
+                        || sizes.contains(&0)
+                    {
                         return Err(SimError::Scenario(
                             "flows need senders, receivers and sizes > 0".into(),
                         ));
                     }
-                    if sizes.is_empty() || loads.iter().any(|l| !(*l > 0.0 && *l <= 1.0)) {
+                    if loads.iter().any(|l| !(*l > 0.0 && *l <= 1.0)) {
                         return Err(SimError::Scenario("flows: loads in (0, 1]".into()));
                     }
-                    if let Some(m) = receiver.as_deref() {
-                        if ReceiverMode::from_series(m).is_none() {
-                            return Err(SimError::Scenario(format!(
-                                "receiver = {m:?}: gbn, irn, melo+, left-, left or ideal"
-                            )));
-                        }
-                    }
+                    check_receiver(receiver.as_deref())?;
                     let metrics = [
                         "flow_rate_ratio",
                         "throughput_ratio",
@@ -609,7 +620,6 @@ pub struct Sim {
     limit: Ps,
 }
 
-/// Host memory of a simulated machine: room for the rings of `qps` queue pairs and buffers.
 fn default_flows() -> usize {
     200
 }
@@ -618,6 +628,7 @@ fn default_flow_metric() -> String {
     "flow_rate_ratio".into()
 }
 
+/// Host memory of a simulated machine: room for the rings of `qps` queue pairs and buffers.
 fn memory_for(qps: usize, buffers: usize) -> usize {
     (64 << 20) + qps * (48 << 10) + 2 * buffers
 }
@@ -1076,11 +1087,7 @@ pub fn run(
                         (Some(&ratio), Some(ends)) => slower_path(&r, ends, ratio),
                         _ => r.clone(),
                     };
-                    if let Some(m) = receiver {
-                        for h in &mut point_r.hosts {
-                            h.1.receiver = m.clone();
-                        }
-                    }
+                    set_receiver(&mut point_r, receiver.as_deref());
                     let mut sim = Sim::new(
                         &point_r,
                         seed,
@@ -1135,11 +1142,7 @@ pub fn run(
                     ..
                 } => {
                     let mut point_r = r.clone();
-                    if let Some(m) = receiver {
-                        for h in &mut point_r.hosts {
-                            h.1.receiver = m.clone();
-                        }
-                    }
+                    set_receiver(&mut point_r, receiver.as_deref());
                     if let Some(p) = path {
                         for sw in &mut point_r.switches {
                             sw.1.path = *p;

@@ -1214,10 +1214,8 @@ struct FlowSender {
     rkey: u32,
     arrivals: Vec<(Ps, usize)>,
     posted: usize,
-    completed: usize,
-    fct: Vec<Ps>,
-    /// Each completed flow's rate (its size over its FCT) as a share of the line rate.
-    rate: Vec<f64>,
+    /// Each completed flow's FCT and size, in completion order.
+    done: Vec<(Ps, usize)>,
 }
 
 /// Open-loop flows (LEFT Figure 1, and Figures 4–5 in spirit): each sender has one RC
@@ -1232,9 +1230,6 @@ pub struct Flows {
     senders: Vec<FlowSender>,
     by_host: Vec<Option<usize>>,
     ends: Vec<Option<End>>,
-    bytes: u64,
-    first_arrival: Ps,
-    last_arrival: Ps,
     last_completion: Ps,
     line_gbps: f64,
 }
@@ -1302,27 +1297,11 @@ impl Flows {
                 rkey: re.mr.rkey(),
                 arrivals,
                 posted: 0,
-                completed: 0,
-                fct: Vec::with_capacity(flows),
-                rate: Vec::with_capacity(flows),
+                done: Vec::with_capacity(flows),
             });
             taken[r] += 1;
         }
         Ok(Flows {
-            bytes: senders
-                .iter()
-                .flat_map(|s| s.arrivals.iter().map(|a| a.1 as u64))
-                .sum(),
-            first_arrival: senders
-                .iter()
-                .filter_map(|s| s.arrivals.first().map(|a| a.0))
-                .min()
-                .unwrap_or(0),
-            last_arrival: senders
-                .iter()
-                .filter_map(|s| s.arrivals.last().map(|a| a.0))
-                .max()
-                .unwrap_or(0),
             last_completion: 0,
             line_gbps,
             senders,
@@ -1358,12 +1337,7 @@ impl Workload for Flows {
             }
             for w in &wc[..n] {
                 let (arrival, size) = s.arrivals[w.wr_id as usize];
-                let fct = t.saturating_sub(arrival).max(1);
-                s.fct.push(fct);
-                // bits per ps = Tbit/s: over the line's Gbit/s.
-                s.rate
-                    .push(size as f64 * 8.0 / fct as f64 * 1e3 / self.line_gbps);
-                s.completed += 1;
+                s.done.push((t.saturating_sub(arrival).max(1), size));
                 self.last_completion = self.last_completion.max(t);
             }
         }
@@ -1371,11 +1345,12 @@ impl Workload for Flows {
         let mut posted = 0;
         while s.posted < s.arrivals.len()
             && s.arrivals[s.posted].0 <= t
-            && s.posted - s.completed < FLOW_SQ_DEPTH as usize
+            && s.posted - s.done.len() < FLOW_SQ_DEPTH as usize
         {
             let size = s.arrivals[s.posted].1;
             let sge = [e.mr.sge(0, size)];
-            let mut wr = SendWr::new(
+            // Signalled (SendWr's default): each flow's completion ends it.
+            let wr = SendWr::new(
                 s.posted as u64,
                 WrOpcode::RdmaWrite {
                     remote_addr: s.remote_addr,
@@ -1383,7 +1358,6 @@ impl Workload for Flows {
                 },
                 &sge,
             );
-            wr.signaled = true;
             s.qp.post_send(&[wr])?;
             s.posted += 1;
             posted += 1;
@@ -1395,37 +1369,44 @@ impl Workload for Flows {
         let next = s
             .arrivals
             .get(s.posted)
-            .filter(|_| s.posted - s.completed < FLOW_SQ_DEPTH as usize)
+            .filter(|_| s.posted - s.done.len() < FLOW_SQ_DEPTH as usize)
             .map(|a| a.0.max(h.cpu_free));
         Ok(next)
     }
 
     fn finished(&self) -> bool {
-        self.senders.iter().all(|s| s.completed == s.arrivals.len())
+        self.senders
+            .iter()
+            .all(|s| s.done.len() == s.arrivals.len())
     }
 
     fn metrics(&self) -> Vec<(&'static str, f64)> {
-        let fct: Vec<Ps> = self.senders.iter().flat_map(|s| s.fct.clone()).collect();
+        let done = || self.senders.iter().flat_map(|s| &s.done);
+        let fct: Vec<Ps> = done().map(|d| d.0).collect();
         let Some(p) = Percentiles::of(&fct) else {
             return Vec::new();
         };
+        let arrivals = || self.senders.iter().flat_map(|s| &s.arrivals);
+        let first_arrival = arrivals().map(|a| a.0).min().unwrap_or(0);
+        let last_arrival = arrivals().map(|a| a.0).max().unwrap_or(0);
+        let bytes: u64 = arrivals().map(|a| a.1 as u64).sum();
         // Throughput got over throughput offered: the flows arrived over one span and were done
         // over another (an ideal fabric ends them as they arrive, a ratio of 1).
-        let done = self
-            .last_completion
-            .saturating_sub(self.first_arrival)
-            .max(1);
-        let offered = self.last_arrival.saturating_sub(self.first_arrival).max(1);
-        let gbps = self.bytes as f64 * 8.0 / (done as f64 / 1e3);
+        let done_span = self.last_completion.saturating_sub(first_arrival).max(1);
+        let offered = last_arrival.saturating_sub(first_arrival).max(1);
+        let gbps = bytes as f64 * 8.0 / (done_span as f64 / 1e3);
+        // A flow's rate: bits per ps = Tbit/s, over the line's Gbit/s.
+        let rate =
+            |&(fct, size): &(Ps, usize)| size as f64 * 8.0 / fct as f64 * 1e3 / self.line_gbps;
         vec![
             ("fct_avg_us", p.mean),
             ("fct_p50_us", p.median),
             ("fct_p99_us", p.p99),
             ("gbps", gbps),
-            ("throughput_ratio", offered as f64 / done as f64),
+            ("throughput_ratio", offered as f64 / done_span as f64),
             (
                 "flow_rate_ratio",
-                self.senders.iter().flat_map(|s| &s.rate).sum::<f64>() / fct.len() as f64,
+                done().map(rate).sum::<f64>() / fct.len() as f64,
             ),
             ("flows", fct.len() as f64),
         ]
