@@ -23,14 +23,15 @@ fn contexts() -> (Arc<Card>, Context, Context) {
     (card, a, b)
 }
 
-fn qp(ctx: &mut Context, pd: &Pd, cq: &Cq) -> Qp {
+/// An RC QP completing every send WQE into `cq`.
+fn qp(ctx: &mut Context, pd: &Pd, cq: &Cq, cap: QpCap) -> Qp {
     ctx.create_qp(
         pd,
         &QpInitAttr {
             send_cq: cq,
             recv_cq: cq,
             srq: None,
-            cap: QpCap::default(),
+            cap,
             sq_sig_all: true,
             out_of_order: false,
         },
@@ -63,8 +64,8 @@ fn offloaded(
     addr: u64,
     len: usize,
 ) -> WcStatus {
-    let mut qa = qp(a, pa, cqa);
-    let qb = qp(b, pb, cqb);
+    let mut qa = qp(a, pa, cqa, QpCap::default());
+    let qb = qp(b, pb, cqb, QpCap::default());
     connect(a, &qa, b, &qb);
     let sge = [src.sge(0, len)];
     let wr = SendWr::new(
@@ -205,19 +206,7 @@ fn unload_pair(a: &mut Context, b: &mut Context) -> (Pd, Cq, Qp, Pd, Cq, Qp) {
     let make = |ctx: &mut Context| {
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(256, None).unwrap();
-        let qp = ctx
-            .create_qp(
-                &pd,
-                &QpInitAttr {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    srq: None,
-                    cap,
-                    sq_sig_all: true,
-                    out_of_order: false,
-                },
-            )
-            .unwrap();
+        let qp = qp(ctx, &pd, &cq, cap);
         (pd, cq, qp)
     };
     let (pa, cqa, qa) = make(a);
