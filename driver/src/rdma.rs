@@ -146,16 +146,61 @@ impl NicDriver {
                 "a region's address must share its buffer's offset in the page",
             ));
         }
-        let length = buffer.len() as u64;
-        let pages = mtt_pages(addr, length, MR_PAGE_SIZE.trailing_zeros() as u8);
-        let mtt = self.dev.dma_alloc(pages as usize * MTT_ENTRY_SIZE)?;
-        let first = buffer.iova() & !(page - 1);
-        for i in 0..pages {
-            mtt.write(
-                i as usize * MTT_ENTRY_SIZE,
-                &(first + i * page).to_le_bytes(),
-            );
+        self.register_pages(pd, buffer, addr, buffer.len() as u64, access)
+    }
+
+    /// Registers `length` bytes of virtual address space from `addr` (page-aligned) whose
+    /// pages are `buffer`'s pages over and over: virtual page `i` is the buffer's page `i`
+    /// modulo its pages — as mapping one file many times would give. The NIC sees one
+    /// translation per virtual page, so a working set of many pages costs it what it costs on
+    /// real memory (uRDMA §4's 2^20 regions of 4 KiB) without the host memory behind them.
+    /// `buffer` must be page-aligned and whole pages.
+    pub fn register_mr_repeating(
+        &mut self,
+        pd: u32,
+        buffer: &DmaBuffer,
+        addr: u64,
+        length: u64,
+        access: u32,
+    ) -> Result<MemoryRegion, DriverError> {
+        let page = MR_PAGE_SIZE;
+        if !addr.is_multiple_of(page)
+            || !buffer.iova().is_multiple_of(page)
+            || buffer.is_empty()
+            || !(buffer.len() as u64).is_multiple_of(page)
+            || length == 0
+        {
+            return Err(DriverError::InvalidArgument(
+                "a repeating region and its buffer must be whole, aligned pages",
+            ));
         }
+        self.register_pages(pd, buffer, addr, length, access)
+    }
+
+    /// Writes the MTT of `length` bytes from `addr` over `buffer`'s pages (repeated when the
+    /// region is longer) and creates the region.
+    fn register_pages(
+        &mut self,
+        pd: u32,
+        buffer: &DmaBuffer,
+        addr: u64,
+        length: u64,
+        access: u32,
+    ) -> Result<MemoryRegion, DriverError> {
+        let page = MR_PAGE_SIZE;
+        let pages = mtt_pages(addr, length, MR_PAGE_SIZE.trailing_zeros() as u8);
+        let first = buffer.iova() & !(page - 1);
+        let backing = mtt_pages(
+            buffer.iova(),
+            buffer.len() as u64,
+            page.trailing_zeros() as u8,
+        );
+        let mut entries = vec![0u8; pages as usize * MTT_ENTRY_SIZE];
+        for (i, e) in entries.chunks_exact_mut(MTT_ENTRY_SIZE).enumerate() {
+            e.copy_from_slice(&(first + (i as u64 % backing) * page).to_le_bytes());
+        }
+        let mtt = self.dev.dma_alloc(entries.len())?;
+        mtt.write(0, &entries);
         let key = self.create(
             op::CREATE_MR,
             &CreateMrIn {

@@ -12,7 +12,8 @@ pub struct Pd {
 }
 
 /// A registered memory region with its memory (ibv_reg_mr over a buffer the library
-/// allocated in DMA-able memory, as `ibv_alloc_buf` would).
+/// allocated in DMA-able memory, as `ibv_alloc_buf` would). A repeating region
+/// ([`super::Context::reg_mr_repeating`]) is longer than its buffer: offsets wrap around it.
 pub struct Mr {
     pub(super) region: MemoryRegion,
     pub(super) buf: DmaBuffer,
@@ -30,10 +31,10 @@ impl Mr {
         self.region.addr
     }
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.region.length as usize
     }
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.region.length == 0
     }
     /// An SGE of `len` bytes at `offset` into the region.
     pub fn sge(&self, offset: usize, len: usize) -> Sge {
@@ -44,9 +45,27 @@ impl Mr {
         }
     }
     pub fn write(&self, offset: usize, data: &[u8]) {
-        self.buf.write(offset, data)
+        write_wrapping(&self.buf, offset, data)
     }
     pub fn read(&self, offset: usize, out: &mut [u8]) {
-        self.buf.read(offset, out)
+        let mut done = 0;
+        while done < out.len() {
+            let at = (offset + done) % self.buf.len();
+            let n = (out.len() - done).min(self.buf.len() - at);
+            self.buf.read(at, &mut out[done..done + n]);
+            done += n;
+        }
+    }
+}
+
+/// Writes `data` at `offset` of a region whose pages repeat `buf` (the identity for a region
+/// as long as its buffer).
+pub(super) fn write_wrapping(buf: &DmaBuffer, offset: usize, data: &[u8]) {
+    let mut done = 0;
+    while done < data.len() {
+        let at = (offset + done) % buf.len();
+        let n = (data.len() - done).min(buf.len() - at);
+        buf.write(at, &data[done..done + n]);
+        done += n;
     }
 }

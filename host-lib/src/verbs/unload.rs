@@ -101,7 +101,7 @@ impl UMtt {
             Registration {
                 pd,
                 addr: mr.addr(),
-                len: mr.len() as u64,
+                len: mr.region.length,
                 access: mr.region.access,
                 buf: mr.buf.clone(),
             },
@@ -147,7 +147,7 @@ impl UMtt {
     ) -> std::result::Result<(), Refusal> {
         self.check(pd, rkey, addr, data.len() as u64)?;
         let r = &self.regions[&rkey];
-        r.buf.write((addr - r.addr) as usize, data);
+        super::memory::write_wrapping(&r.buf, (addr - r.addr) as usize, data);
         Ok(())
     }
 }

@@ -74,6 +74,7 @@ fn x_of(w: &WorkloadResult, p: &Point) -> f64 {
         "connections" => p.connections as f64,
         "rtt_ratio" => p.rtt_ratio.unwrap_or(f64::NAN),
         "load" => p.load.unwrap_or(f64::NAN),
+        "regions" => p.regions.map_or(f64::NAN, |r| r as f64),
         _ => p.size as f64,
     }
 }
@@ -93,9 +94,9 @@ fn print_report(r: &Report, speed: &Speed) {
     println!("parameters:");
     for (name, nic, pcie, cpu) in &r.parameters.hosts {
         println!(
-            "  host {name}: NIC {} ns/packet, QP cache {} x {} B, MTT cache {}; PCIe read {} ns, write {} ns, {} Gbit/s; CPU post {} ns, poll {} ns",
+            "  host {name}: NIC {} ns/packet, QP cache {} x {} B, MTT cache {}; PCIe read {} ns, write {} ns, {} Gbit/s; CPU post {} ns, poll {} ns, unload {} ns",
             nic.packet_ns, nic.qp_cache_entries, nic.qp_context_bytes, nic.mtt_cache_entries,
-            pcie.read_latency_ns, pcie.write_latency_ns, pcie.gbps, cpu.post_ns, cpu.poll_ns
+            pcie.read_latency_ns, pcie.write_latency_ns, pcie.gbps, cpu.post_ns, cpu.poll_ns, cpu.unload_ns
         );
     }
     for (ends, l) in &r.parameters.links {
@@ -129,6 +130,10 @@ fn print_report(r: &Report, speed: &Speed) {
             "rpc_rate" => println!(
                 "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
                 "request", "conns", "MRPC/s", "Gbit/s", "QPC miss", "MTT miss"
+            ),
+            "unload_latency" => println!(
+                "{:>8} {:>10} {:>10} {:>10} {:>10} {:>10}  reference",
+                "regions", "RTT us", "median us", "p99 us", "unloaded", "MTT miss"
             ),
             "reorder_memory" => println!(
                 "{:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  reference",
@@ -191,6 +196,15 @@ fn print_report(r: &Report, speed: &Speed) {
                     m("fct_p50_us"),
                     m("fct_p99_us"),
                     m("out_of_order_share")
+                ),
+                "unload_latency" => println!(
+                    "{:>8} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10}  {reference}",
+                    p.regions.unwrap_or(0),
+                    m("rtt_us"),
+                    m("rtt_median_us"),
+                    m("rtt_p99_us"),
+                    m("unloaded_share"),
+                    mtt
                 ),
                 "reorder_memory" => println!(
                     "{:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {reference}",
@@ -269,6 +283,7 @@ fn plot(r: &Report, path: &std::path::Path) -> Result<(), Box<dyn std::error::Er
                     "connections" => "connections",
                     "rtt_ratio" => "RTT of the slow path / the fast path's",
                     "load" => "offered load (share of the senders' line rate)",
+                    "regions" => "memory regions of 4 KiB",
                     _ => "message size (bytes)",
                 },
                 y_label: match first.metric.as_str() {

@@ -350,7 +350,9 @@ impl SimHost {
         let misses = qp_misses + mtt_misses;
         // The pipeline waits for each bitmap operation (LEFT §4.2: "the RNIC processing" drops
         // as bitmap latency grows), as it waits for a context or a translation.
-        let stall = misses * read_latency + reorder;
+        let stall = (qp_misses + mtt_misses * u64::from(self.nic.mtt_miss_reads.max(1)))
+            * read_latency
+            + reorder;
         // Dependent reads per packet (WQE, then payload), each a round trip; misses' reads are
         // the stall above, reads ahead are on no packet's path.
         let plain_reads = reads.saturating_sub(misses + reads_ahead);
@@ -405,6 +407,11 @@ impl SimHost {
     pub fn cpu_begin(&mut self, now: Ps) -> Ps {
         self.cpu_free = self.cpu_free.max(now) + self.cpu.poll_ns * PS_PER_NS;
         self.cpu_free
+    }
+
+    /// The application took `n` unloaded WRITEs (checked and copied each).
+    pub fn cpu_unload(&mut self, n: u64) {
+        self.cpu_free += n * self.cpu.unload_ns * PS_PER_NS;
     }
 
     /// The application posted `wrs` work requests and rang the doorbell once.

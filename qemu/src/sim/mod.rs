@@ -17,6 +17,7 @@ pub mod network;
 pub mod params;
 #[cfg(test)]
 mod tests;
+pub mod unload_latency;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ use fld_device::nic::reorder::ReceiverMode;
 use fld_host::verbs::star::ConnectionMode;
 use network::{Network, NetworkReport};
 use params::*;
+use unload_latency::{UnloadLatency, UnloadPath, UnloadShape};
 use workload::{EchoLatency, Flows, ReorderMemory, RpcRate, Workload, WriteLatency, WriteRate};
 
 #[derive(Debug, thiserror::Error)]
@@ -230,6 +232,40 @@ pub enum WorkloadSpec {
         #[serde(default)]
         reference: Vec<Reference>,
     },
+    /// uRDMA's Figure 3 (§4): sequential small inline WRITEs from `client` to one of `regions`
+    /// 4 KiB regions of `server` drawn from Zipf(`skew`), each answered by a 32-bit WRITE back;
+    /// the round trip by the path `path` picks: "offload", "unload", "hint" or "frequency"
+    /// (`unload_latency.rs`).
+    UnloadLatency {
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        series: Option<String>,
+        client: String,
+        server: String,
+        path: String,
+        regions: Vec<u64>,
+        #[serde(default = "default_unload_size")]
+        size: usize,
+        #[serde(default = "default_skew")]
+        skew: f64,
+        /// Regions the hint and frequency policies keep offloaded.
+        #[serde(default = "default_hot")]
+        hot: usize,
+        #[serde(default = "default_unload_warmup")]
+        warmup: u64,
+        #[serde(default = "default_unload_iterations")]
+        iterations: u64,
+        /// Draws the frequency monitor counts before the run.
+        #[serde(default = "default_prime")]
+        prime: u64,
+        /// Every card's `nic.mtt_miss_reads` for this workload, so one scenario shows the
+        /// calibrated model beside a costlier translation miss.
+        #[serde(default)]
+        mtt_miss_reads: Option<u32>,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
     /// StaR §4.2's RPC test: one RPC outstanding per connection, request and answer by SEND.
     RpcRate {
         #[serde(default)]
@@ -302,6 +338,9 @@ impl WorkloadSpec {
             | WorkloadSpec::WriteRate { series, .. }
             | WorkloadSpec::RpcRate { series, .. }
             | WorkloadSpec::Flows { series, .. } => series,
+            WorkloadSpec::UnloadLatency { series, path, .. } => {
+                return series.clone().unwrap_or_else(|| path.clone())
+            }
             WorkloadSpec::ReorderMemory { series, mode, .. } => {
                 return series.clone().unwrap_or_else(|| mode.clone())
             }
@@ -317,6 +356,24 @@ fn deal(clients: &[usize], n: u32) -> Vec<usize> {
         .collect()
 }
 
+fn default_unload_size() -> usize {
+    16
+}
+fn default_skew() -> f64 {
+    0.5
+}
+fn default_hot() -> usize {
+    4096
+}
+fn default_unload_warmup() -> u64 {
+    50_000
+}
+fn default_unload_iterations() -> u64 {
+    20000
+}
+fn default_prime() -> u64 {
+    1 << 22
+}
 fn default_request() -> usize {
     2800
 }
@@ -496,6 +553,30 @@ impl Scenario {
                 | WorkloadSpec::EchoLatency { client, server, .. } => {
                     host_index(client)?;
                     host_index(server)?;
+                }
+                WorkloadSpec::UnloadLatency {
+                    client,
+                    server,
+                    path,
+                    regions,
+                    skew,
+                    ..
+                } => {
+                    host_index(client)?;
+                    host_index(server)?;
+                    if UnloadPath::parse(path).is_none() {
+                        return Err(SimError::Scenario(format!(
+                            "path = {path:?}: offload, unload, hint or frequency"
+                        )));
+                    }
+                    if regions.is_empty() || regions.iter().any(|&r| r == 0 || r > 1 << 24) {
+                        return Err(SimError::Scenario(
+                            "unload_latency: regions between 1 and 2^24".into(),
+                        ));
+                    }
+                    if !(*skew > 0.0 && skew.is_finite()) {
+                        return Err(SimError::Scenario("unload_latency: skew > 0".into()));
+                    }
                 }
                 WorkloadSpec::ReorderMemory { mode, .. } => {
                     if ReceiverMode::from_series(mode).is_none() {
@@ -823,6 +904,9 @@ pub struct Point {
     /// LEFT Figure 1's x: the offered load as a share of the senders' line rate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load: Option<f64>,
+    /// uRDMA Figure 3's x: the regions the WRITEs are spread over.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub regions: Option<u64>,
     /// The curve the point belongs to (the workload's `series`).
     pub series: String,
     pub metrics: BTreeMap<String, f64>,
@@ -948,6 +1032,17 @@ pub fn run(
                 "load",
                 reference.clone(),
             ),
+            WorkloadSpec::UnloadLatency {
+                title, reference, ..
+            } => (
+                title
+                    .clone()
+                    .unwrap_or_else(|| "RDMA WRITE round trip over regions".into()),
+                "unload_latency",
+                "rtt_us",
+                "regions",
+                reference.clone(),
+            ),
             WorkloadSpec::RpcRate {
                 title, reference, ..
             } => (
@@ -1021,13 +1116,18 @@ pub fn run(
                 let cs: Vec<usize> = senders.iter().map(|c| index(c)).collect();
                 cases.extend(loads.iter().map(|_| (0, cs.clone())));
             }
+            WorkloadSpec::UnloadLatency { regions, size, .. } => {
+                cases.extend(regions.iter().map(|_| (*size, Vec::new())));
+            }
         }
         for (pi, (size, conn_clients)) in cases.iter().enumerate() {
             let size = *size;
             // Open-loop flows compare curves on the same arrivals (common random numbers): their
-            // seed is the point's alone, whatever the workload.
+            // seed is the point's alone, whatever the workload; so do uRDMA's region draws.
             let seed = match spec {
-                WorkloadSpec::Flows { .. } => point_seed(s.seed, usize::MAX >> 32, pi),
+                WorkloadSpec::Flows { .. } | WorkloadSpec::UnloadLatency { .. } => {
+                    point_seed(s.seed, usize::MAX >> 32, pi)
+                }
                 _ => point_seed(s.seed, wi, pi),
             };
             let connections = conn_clients.len().max(1) as u64;
@@ -1172,6 +1272,44 @@ pub fn run(
                     )?;
                     (sim, Box::new(w))
                 }
+                WorkloadSpec::UnloadLatency {
+                    client,
+                    server,
+                    path,
+                    regions,
+                    skew,
+                    hot,
+                    warmup,
+                    iterations,
+                    prime,
+                    mtt_miss_reads,
+                    ..
+                } => {
+                    let mut point_r = r.clone();
+                    if let Some(n) = mtt_miss_reads {
+                        for h in &mut point_r.hosts {
+                            h.1.mtt_miss_reads = *n;
+                        }
+                    }
+                    let mut sim = Sim::new(&point_r, seed, s.limit_ms, 4, 1 << 20)?;
+                    let shape = UnloadShape {
+                        regions: regions[pi],
+                        size,
+                        skew: *skew,
+                        hot: *hot,
+                        warmup: *warmup,
+                        iterations: *iterations,
+                        prime: *prime,
+                    };
+                    let w = UnloadLatency::new(
+                        &mut sim.hosts,
+                        (index(client), index(server)),
+                        UnloadPath::parse(path).expect("checked by resolve"),
+                        shape,
+                        seed,
+                    )?;
+                    (sim, Box::new(w))
+                }
                 WorkloadSpec::ReorderMemory { mode, bdp, .. } => {
                     let sim = Sim::new(&r, seed, s.limit_ms, 1, 0)?;
                     let mode = ReceiverMode::from_series(mode).expect("checked by resolve");
@@ -1201,6 +1339,10 @@ pub fn run(
                 WorkloadSpec::Flows { loads, .. } => loads.get(pi).copied(),
                 _ => None,
             };
+            let regions = match spec {
+                WorkloadSpec::UnloadLatency { regions, .. } => regions.get(pi).copied(),
+                _ => None,
+            };
             let cards: BTreeMap<String, CardTiming> = sim
                 .hosts
                 .iter_mut()
@@ -1228,6 +1370,7 @@ pub fn run(
                 connections,
                 rtt_ratio,
                 load,
+                regions,
                 series: series.clone(),
                 metrics,
                 virtual_ns: virtual_ps / PS_PER_NS,

@@ -84,6 +84,11 @@ pub struct NicParams {
     /// Memory translations the on-chip cache holds. Default 4096 (assumed; no seed paper states
     /// the size — uRDMA's hint policy keeps the top 4096 regions, §4).
     pub mtt_cache_entries: usize,
+    /// Dependent PCIe reads a translation miss stalls for: 1, the MTT entry, is the mechanism
+    /// the papers describe (uRDMA §2). A NIC whose translation is a walk (a memory-key context,
+    /// then the MTT, each in host memory behind the NIC's own tables) pays more; uRDMA Figure
+    /// 3's scenario shows what ConnectX-5's measured cost implies in a second panel.
+    pub mtt_miss_reads: u32,
     /// Bytes a QP-context miss reads from host memory. Default 256 (a ConnectX QPC is a few
     /// hundred bytes; StaR §3.1 sizes the parts of a connection's state in tens of bytes).
     pub qp_context_bytes: u32,
@@ -110,6 +115,7 @@ impl Default for NicParams {
             latency_ns: 219,
             qp_cache_entries: nic::DEFAULT_QP_CACHE_ENTRIES,
             mtt_cache_entries: nic::DEFAULT_MTT_CACHE_ENTRIES,
+            mtt_miss_reads: 1,
             qp_context_bytes: nic::DEFAULT_QP_CONTEXT_BYTES,
             receiver: "gbn".into(),
             reorder_bdp: 512,
@@ -129,6 +135,12 @@ pub struct HostParams {
     /// CPU time of one look at memory or a CQ that finds something, ns. Default 50 (assumed:
     /// a cache miss on the line the NIC wrote plus the CQE parse).
     pub poll_ns: u64,
+    /// CPU time the target spends on one unloaded WRITE once it has found its completion: the
+    /// uMTT lookup, the copy from the staging slot to its destination (a TLB and cache miss on
+    /// a cold page) and the receive reposted (uRDMA §3.1), ns. Default 914: fitted to uRDMA
+    /// Figure 3's one-region unload point (3.4 us round trip; the model without it gives
+    /// 2.486 us) — the one constant fitted for that figure.
+    pub unload_ns: u64,
 }
 
 impl Default for HostParams {
@@ -136,6 +148,7 @@ impl Default for HostParams {
         HostParams {
             post_ns: 100,
             poll_ns: 50,
+            unload_ns: 914,
         }
     }
 }

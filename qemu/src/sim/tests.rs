@@ -872,3 +872,52 @@ fn left_fct_spraying_beats_a_single_path() {
     };
     assert!(same("per-flow, gbn") && same("per-packet, left"));
 }
+
+/// uRDMA Figure 3 in miniature: one and 65,536 regions, each path. Offloaded WRITEs miss the
+/// target's translation cache once the regions outgrow it and their round trip grows by the
+/// miss; unloaded ones go to the staging buffer, whose translations stay cached, and cost the
+/// same whatever the regions; the hint policy unloads exactly the WRITEs outside the top 4,096
+/// regions — for Zipf(0.5) over 65,536 that is 1 - H(4096)/H(65536) of them.
+#[test]
+fn urdma_offload_misses_grow_with_the_regions_and_unload_stays_flat() {
+    let mut text = String::from(
+        "name = \"urdma\"\n[defaults.link]\npropagation_ns = 10\n\
+         [[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[link]]\nends = [\"a\", \"b\"]\n",
+    );
+    for path in ["offload", "unload", "hint"] {
+        text += &format!(
+            "[[workload]]\nkind = \"unload_latency\"\nclient = \"a\"\nserver = \"b\"\n\
+             path = \"{path}\"\nregions = [1, 65536]\nwarmup = 4000\niterations = 6000\n"
+        );
+    }
+    let (r, _) = results(&text);
+    let rtt = |w: usize, p: usize| r.workloads[w].points[p].metrics["rtt_us"];
+    let m = |w: usize, p: usize, k: &str| r.workloads[w].points[p].metrics[k];
+    let misses = |w: usize, p: usize| r.workloads[w].points[p].cards["b"].mtt_cache_misses;
+    // Offload: one region is all hits; 65,536 regions mostly miss (the cache holds 4,096).
+    assert!(misses(0, 0) < 10, "{}", misses(0, 0));
+    assert!(misses(0, 1) > 6000, "{}", misses(0, 1));
+    let miss_ns = 546.0 / 1000.0;
+    let grown = rtt(0, 1) - rtt(0, 0);
+    assert!(grown > 0.6 * miss_ns && grown < miss_ns, "{grown}");
+    // Unload: every WRITE unloaded and placed, none refused, the same round trip either way,
+    // slower than a hit by the target CPU's unload work (914 ns) and the completion's path.
+    for p in 0..2 {
+        assert_eq!(m(1, p, "unloaded_share"), 1.0);
+        assert_eq!(m(1, p, "unload_refused"), 0.0);
+    }
+    assert!(
+        (rtt(1, 1) - rtt(1, 0)).abs() < 0.01,
+        "{} {}",
+        rtt(1, 0),
+        rtt(1, 1)
+    );
+    assert!(rtt(1, 0) > rtt(0, 0) + 0.9);
+    // Hint: nothing unloaded while every region is in the top 4,096; past it, the share
+    // outside the top.
+    let h = |n: u32| (1..=n).map(|i| f64::from(i).powf(-0.5)).sum::<f64>();
+    let expected = 1.0 - h(4096) / h(65536);
+    assert_eq!(m(2, 0, "unloaded_share"), 0.0);
+    let got = m(2, 1, "unloaded_share");
+    assert!((got - expected).abs() < 0.02, "{got} against {expected}");
+}

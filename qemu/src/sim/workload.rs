@@ -48,13 +48,13 @@ pub trait Workload {
 }
 
 /// One end's verbs objects.
-struct End {
-    pd: Pd,
-    mr: Mr,
-    cq: Cq,
+pub(super) struct End {
+    pub(super) pd: Pd,
+    pub(super) mr: Mr,
+    pub(super) cq: Cq,
 }
 
-fn end(ctx: &mut Context, buf: usize, cq_entries: u32) -> Result<End, VerbsError> {
+pub(super) fn end(ctx: &mut Context, buf: usize, cq_entries: u32) -> Result<End, VerbsError> {
     let pd = ctx.alloc_pd()?;
     let mr = ctx.reg_mr(&pd, buf, access::ALL)?;
     let cq = ctx.create_cq(cq_entries, None)?;
@@ -68,7 +68,7 @@ fn rc_qp(ctx: &mut Context, e: &End, send_wr: u32) -> Result<Qp, VerbsError> {
 /// An RC QP on end `e` whose send and receive queues hold `send_wr` and `recv_wr`, one
 /// scatter/gather entry each, inline data up to `inline` bytes; an out-of-order one when the
 /// card reorders.
-fn qp_on(
+pub(super) fn qp_on(
     ctx: &mut Context,
     e: &End,
     send_wr: u32,
@@ -97,7 +97,7 @@ fn qp_on(
 
 /// Connects QP `qa` of host `a` and `qb` of host `b` to each other (no ARP: each side is told
 /// the other's MAC). Packets carry ECT(0) so switches can mark them; the RNR timer is 10 us.
-fn connect(
+pub(super) fn connect(
     hosts: &mut [SimHost],
     (a, qa): (usize, &Qp),
     (b, qb): (usize, &Qp),
@@ -297,15 +297,15 @@ impl Workload for WriteLatency {
 
 /// The round trips of a ping-pong: the current one (from 1; 0 before the first) and the times
 /// of those done.
-struct Rounds {
+pub(super) struct Rounds {
     iterations: u64,
-    round: u64,
+    pub(super) round: u64,
     started_at: Ps,
-    samples: Vec<Ps>,
+    pub(super) samples: Vec<Ps>,
 }
 
 impl Rounds {
-    fn new(iterations: u64) -> Self {
+    pub(super) fn new(iterations: u64) -> Self {
         Rounds {
             iterations,
             round: 0,
@@ -315,31 +315,31 @@ impl Rounds {
     }
 
     /// Round `round + 1` starts at `t`.
-    fn start_next(&mut self, t: Ps) {
+    pub(super) fn start_next(&mut self, t: Ps) {
         self.round += 1;
         self.started_at = t;
     }
 
     /// The current round ended at `t`; whether another should start.
-    fn end(&mut self, t: Ps) -> bool {
+    pub(super) fn end(&mut self, t: Ps) -> bool {
         self.samples.push(t - self.started_at);
         !self.finished()
     }
 
-    fn finished(&self) -> bool {
+    pub(super) fn finished(&self) -> bool {
         self.samples.len() as u64 >= self.iterations
     }
 }
 
 /// Median, 99th percentile and mean of round trips, in microseconds.
-struct Percentiles {
-    median: f64,
-    p99: f64,
-    mean: f64,
+pub(super) struct Percentiles {
+    pub(super) median: f64,
+    pub(super) p99: f64,
+    pub(super) mean: f64,
 }
 
 impl Percentiles {
-    fn of(samples: &[Ps]) -> Option<Self> {
+    pub(super) fn of(samples: &[Ps]) -> Option<Self> {
         let mut us: Vec<f64> = samples.iter().map(|&p| p as f64 / 1e6).collect();
         us.sort_by(f64::total_cmp);
         let at = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize];
