@@ -21,6 +21,14 @@
 //! `STAR <qpn> <send_cqn> <recv_cqn>`, one `REGION <key> <addr> <length> <access> <log_page>
 //! <page,page,...>` for its buffer (the bus addresses the client will name), and `OFFERED`.
 //!
+//! With `--unload` on both ends, small WRITEs take uRDMA's unload path
+//! (`fld_host::verbs::unload`): the HELLOs end in `unload`; the server, the target, registers a
+//! staging buffer on its QP and sends `STAGING <addr> <rkey> <slots> <slot_bytes>`; the client
+//! answers `CREDIT <addr> <rkey>`, the word the server writes the slots it has taken into. The
+//! client's decision module unloads every WRITE that fits a slot (larger ones stay offloaded);
+//! the server's CPU takes each from its slot, checks it against its uMTT and copies it. The
+//! client's `END <unloaded>` tells the server how many to wait for before it answers `DONE`.
+//!
 //! An end that cannot go on says `ERROR <why>` before it closes, so both ends report the cause.
 //! While an end waits on the control connection its card keeps running and answers ARP.
 
@@ -28,7 +36,11 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use fld_host::verbs::decision::{Decider, Policy};
 use fld_host::verbs::star::{StarHeld, StarOffer, StarPort, StarQp, OFFER_END};
+use fld_host::verbs::unload::{
+    CreditWord, StagingOffer, UnloadInitiator, UnloadTarget, MAX_SLOT_BYTES, SLOT_HEADER,
+};
 use fld_host::verbs::*;
 
 use crate::testbed::rdma::{bw_endpoint, BwOp, BwResult, RX_DEPTH, TX_DEPTH};
@@ -47,6 +59,32 @@ pub enum PeerError {
 }
 
 type Result<T> = std::result::Result<T, PeerError>;
+
+/// How the two ends connect; both must ask for the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerMode {
+    /// An RC connection.
+    Rc,
+    /// StaR's (`--stateless`): the server's NIC keeps no state.
+    Stateless,
+    /// RC with uRDMA's unload path for small WRITEs (`--unload`).
+    Unload,
+}
+
+impl PeerMode {
+    /// The word the HELLO line ends in.
+    fn word(self) -> &'static str {
+        match self {
+            PeerMode::Rc => "",
+            PeerMode::Stateless => " star",
+            PeerMode::Unload => " unload",
+        }
+    }
+}
+
+/// Staging slots of an unload connection, and their size: a 64-byte WRITE and its header fit
+/// the smallest; the largest slot takes what one inline WQE carries.
+const STAGING_SLOTS: u32 = 256;
 
 /// The pattern a run of `size`-byte messages moves (both ends compute it).
 pub fn pattern(size: usize) -> Vec<u8> {
@@ -69,7 +107,17 @@ pub struct Peer {
     rkey: u32,
     /// A StaR connection: the server's port and software QP, or what the client holds.
     star: Option<StarEnd>,
+    /// An unload connection's end.
+    unload: Option<UnloadEnd>,
+    /// Unloaded WRITEs the client announced in the runs before this one.
+    unloaded_before: u64,
     started: Instant,
+}
+
+/// This end of an unload connection.
+enum UnloadEnd {
+    Target(UnloadTarget),
+    Initiator(UnloadInitiator, Decider),
 }
 
 /// This end of a StaR connection.
@@ -130,10 +178,16 @@ impl Peer {
         port: u16,
         buf: usize,
         path_mtu: u8,
-        stateless: bool,
+        mode: PeerMode,
         timeout: Duration,
     ) -> Result<Peer> {
-        let (pd, mr, cq, qp) = bw_endpoint(&mut ctx, buf)?;
+        let stateless = mode == PeerMode::Stateless;
+        let inline = if mode == PeerMode::Unload {
+            MAX_SLOT_BYTES
+        } else {
+            0
+        };
+        let (pd, mr, cq, qp) = bw_endpoint(&mut ctx, buf, inline)?;
         ctx.init_rc(&qp, access::REMOTE)?;
         let deadline = Instant::now() + timeout;
         let ctl = match server {
@@ -190,18 +244,24 @@ impl Peer {
             remote_addr: 0,
             rkey: 0,
             star: None,
+            unload: None,
+            unloaded_before: 0,
             started: Instant::now(),
         };
-        let mode = if stateless { " star" } else { "" };
-        let hello = |h: &Hello| format!("{}{mode}\n", h.line().trim_end());
+        let hello = |h: &Hello| format!("{}{}\n", h.line().trim_end(), mode.word());
         if server.is_some() {
             peer.send_line(&hello(&local))?;
         }
         let line = peer.read_line()?;
         let remote =
             Hello::parse(&line).ok_or_else(|| PeerError::Protocol(format!("bad {line:?}")))?;
-        if line.ends_with(" star") != stateless {
-            let why = "one end asked for a StaR connection (--stateless) and the other did not";
+        let theirs = [PeerMode::Stateless, PeerMode::Unload]
+            .into_iter()
+            .find(|m| line.ends_with(m.word()))
+            .unwrap_or(PeerMode::Rc);
+        if theirs != mode {
+            let why = "the ends asked for different connections (--stateless, --unload or \
+                       neither): both must say the same";
             // Tell the other end why before hanging up, so both name the option.
             let _ = peer.send_line(&format!("ERROR {why}\n"));
             return Err(PeerError::Protocol(why.into()));
@@ -218,7 +278,10 @@ impl Peer {
             (false, _) => {
                 peer.ctx.connect_rc(&peer.qp, &c)?;
                 if server.is_none() {
-                    peer.send_line(&local.line())?;
+                    peer.send_line(&hello(&local))?;
+                }
+                if mode == PeerMode::Unload {
+                    peer.set_up_unload(server.is_some())?;
                 }
             }
             (true, false) => peer.offer_star(&remote, c, local)?,
@@ -230,6 +293,71 @@ impl Peer {
             }
         }
         Ok(peer)
+    }
+
+    /// Trades the staging buffer (the server's) and the credit word (the client's).
+    fn set_up_unload(&mut self, client: bool) -> Result<()> {
+        let number = |f: Option<&str>| f.and_then(|v| u64::from_str_radix(v, 16).ok());
+        if client {
+            let line = self.read_line()?;
+            let mut f = line.split_whitespace();
+            let offer = match (
+                f.next(),
+                number(f.next()),
+                number(f.next()),
+                number(f.next()),
+                number(f.next()),
+            ) {
+                (Some("STAGING"), Some(addr), Some(rkey), Some(slots), Some(slot_bytes)) => {
+                    StagingOffer {
+                        addr,
+                        rkey: rkey as u32,
+                        slots: slots as u32,
+                        slot_bytes: slot_bytes as u32,
+                    }
+                }
+                _ => {
+                    return Err(PeerError::Protocol(format!(
+                        "expected STAGING, got {line:?}"
+                    )))
+                }
+            };
+            let initiator = UnloadInitiator::new(&mut self.ctx, &self._pd, offer)?;
+            let c = initiator.credit_word();
+            self.send_line(&format!("CREDIT {:x} {:x}\n", c.addr, c.rkey))?;
+            let room = offer.slot_bytes.min(MAX_SLOT_BYTES) as usize - SLOT_HEADER;
+            let decider = Decider::new(Policy::Unload, room);
+            self.unload = Some(UnloadEnd::Initiator(initiator, decider));
+        } else {
+            let slots = STAGING_SLOTS.min(RX_DEPTH);
+            let mut target = UnloadTarget::new(
+                &mut self.ctx,
+                &self._pd,
+                &mut self.qp,
+                slots,
+                MAX_SLOT_BYTES,
+            )?;
+            let o = target.offer();
+            self.send_line(&format!(
+                "STAGING {:x} {:x} {:x} {:x}\n",
+                o.addr, o.rkey, o.slots, o.slot_bytes
+            ))?;
+            let line = self.read_line()?;
+            let mut f = line.split_whitespace();
+            match (f.next(), number(f.next()), number(f.next())) {
+                (Some("CREDIT"), Some(addr), Some(rkey)) => target.set_credit_word(CreditWord {
+                    addr,
+                    rkey: rkey as u32,
+                }),
+                _ => {
+                    return Err(PeerError::Protocol(format!(
+                        "expected CREDIT, got {line:?}"
+                    )))
+                }
+            }
+            self.unload = Some(UnloadEnd::Target(target));
+        }
+        Ok(())
     }
 
     /// The server of a StaR connection: its QP in software, connected to the client that said
@@ -364,11 +492,21 @@ impl Peer {
         Ok(())
     }
 
-    /// Completions of this end; an error status fails the run.
+    /// Completions of this end; an error status fails the run. An unload target takes the
+    /// unloaded WRITEs among them.
     fn reap(&mut self, wc: &mut [Wc]) -> Result<usize> {
         let n = self.cq.poll(wc);
         if let Some(w) = wc[..n].iter().find(|w| w.status != WcStatus::Success) {
             return Err(PeerError::Protocol(format!("completion {w:?}")));
+        }
+        if let Some(UnloadEnd::Target(target)) = self.unload.as_mut() {
+            for w in wc[..n].iter().filter(|w| UnloadTarget::is_unloaded(w)) {
+                if let Some(why) = target.take(&self.ctx, &mut self.qp, w)? {
+                    return Err(PeerError::Protocol(format!(
+                        "an unloaded WRITE refused by the uMTT: {why:?}"
+                    )));
+                }
+            }
         }
         Ok(n)
     }
@@ -402,12 +540,25 @@ impl Peer {
         let (mut posted, mut done) = (0u64, 0u64);
         let start = Instant::now();
         let mut last_progress = Instant::now();
+        let mut unloaded = 0u64;
         while done < count {
             while posted < count && posted - done < u64::from(TX_DEPTH) {
                 let mut w = wr;
                 w.signaled = (posted + 1) % MODERATION == 0 || posted + 1 == count;
                 w.wr_id = posted + 1;
-                match self.qp.post_send(&[w]) {
+                let r = match self.unload.as_mut() {
+                    Some(UnloadEnd::Initiator(path, decider)) if op == BwOp::Write => {
+                        if decider.unload(remote_addr, size, false) {
+                            let r = path.post(&mut self.qp, w.wr_id, remote_addr, rkey, &want);
+                            unloaded += u64::from(r.is_ok());
+                            r
+                        } else {
+                            self.qp.post_send(&[w])
+                        }
+                    }
+                    _ => self.qp.post_send(&[w]),
+                };
+                match r {
                     Ok(()) => posted += 1,
                     Err(VerbsError::QueueFull) => break,
                     Err(e) => return Err(e.into()),
@@ -427,7 +578,7 @@ impl Peer {
             }
         }
         if op != BwOp::Send {
-            self.send_line("END\n")?;
+            self.send_line(&format!("END {unloaded}\n"))?;
         }
         // For SEND the run ends when the server has every message.
         let reply = self.read_line()?;
@@ -455,6 +606,32 @@ impl Peer {
             bytes: count * size as u64,
             seconds,
         })
+    }
+
+    /// An unload target: takes unloaded WRITEs until `total` have been taken since the
+    /// connection began (their completions may trail the client's).
+    fn take_unloaded(&mut self, total: u64, wc: &mut [Wc]) -> Result<()> {
+        let taken = |p: &Peer| match &p.unload {
+            Some(UnloadEnd::Target(t)) => t.placed + t.refused,
+            _ => u64::MAX,
+        };
+        let base = self.unloaded_before;
+        let deadline = Instant::now() + self.timeout;
+        while taken(self) < base + total {
+            self.reap(wc)?;
+            self.idle(deadline)?;
+        }
+        self.unloaded_before = base + total;
+        Ok(())
+    }
+
+    /// WRITEs this end unloaded (an initiator) or took from its staging slots (a target).
+    pub fn unloaded(&self) -> u64 {
+        match &self.unload {
+            Some(UnloadEnd::Initiator(path, _)) => path.sent(),
+            Some(UnloadEnd::Target(t)) => t.placed + t.refused,
+            None => 0,
+        }
     }
 
     /// Tells the server to stop.
@@ -530,19 +707,25 @@ impl Peer {
                     self.send_line("READY\n")?;
                     // The card serves the client's requests until it says END (or goes away).
                     let mut polls = 0u32;
-                    loop {
+                    let unloaded = loop {
                         self.progress()?;
                         self.reap(&mut wc)?;
                         polls = polls.wrapping_add(1);
                         if polls.is_multiple_of(64) {
                             if let Some(l) = self.try_line()? {
-                                if l != "END" {
-                                    return Err(PeerError::Protocol(format!("unexpected {l:?}")));
+                                match l.strip_prefix("END").map(|n| n.trim().parse::<u64>()) {
+                                    Some(Ok(n)) => break n,
+                                    Some(Err(_)) if l == "END" => break 0,
+                                    _ => {
+                                        return Err(PeerError::Protocol(format!(
+                                            "unexpected {l:?}"
+                                        )))
+                                    }
                                 }
-                                break;
                             }
                         }
-                    }
+                    };
+                    self.take_unloaded(unloaded, &mut wc)?;
                 }
                 other => return Err(PeerError::Protocol(format!("{other}: unknown operation"))),
             }

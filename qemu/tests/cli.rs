@@ -727,6 +727,38 @@ fn rc_bw_two_processes_report_both_ends() {
     assert!(counter(&served, "qp", "bytes_received") >= 2101 * 1024);
 }
 
+/// `rc-bw --unload` between two processes: the client unloads the 64 and 128-byte WRITEs into
+/// the server's staging slots and its CPU places them (CRC-checked by the run itself); the
+/// 256-byte ones do not fit a slot and stay offloaded. The server took exactly the unloaded
+/// ones from its slots; a READ is refused before anything connects.
+#[test]
+fn rc_bw_two_processes_unload_small_writes() {
+    let (server_link, client_link) = udp_link();
+    let common = format!("-p {} --timeout 30 --json --unload", free_tcp_port());
+    refused(
+        &a(&format!(
+            "rc-bw 127.0.0.1 --link {client_link} {common} --ops read"
+        )),
+        "--unload",
+    );
+    let server = Background::spawn(&a(&format!(
+        "rc-bw --link {server_link} --ip 10.8.0.1 {common}"
+    )));
+    let client = json(&a(&format!(
+        "rc-bw 127.0.0.1 --link {client_link} --ip 10.8.0.2 {common} \
+         --size-min 64 --size-max 256 --bytes 1"
+    )));
+    let out = server.wait();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let served = output_json(&out);
+    assert_eq!(served["served"], true);
+    let rows = client["results"].as_array().expect("results");
+    let sizes: Vec<_> = rows.iter().map(|r| r["size"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [64, 128, 256]);
+    // Warm-up and run per size: 2101 WRITEs; two sizes unloaded.
+    assert_eq!(served["unloaded"], 2 * 2101, "{served}");
+}
+
 /// `rc-bw --receiver left` between two processes whose UDP link holds back 30 % of the
 /// client's frames (LEFT §3): the server's reorder unit places the 1 KB WRITEs that arrive
 /// ahead — no sequence NAK, every byte checked — where go-back-N on the same link NAKs and

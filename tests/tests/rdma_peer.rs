@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use fld_device::wire::Faults;
 use fld_host::verbs::Context;
-use fld_qemu::rdma_peer::Peer;
+use fld_qemu::rdma_peer::{Peer, PeerMode};
 use fld_qemu::testbed::card_on_link;
 use fld_qemu::testbed::rdma::BwOp;
 
@@ -27,11 +27,20 @@ fn two_cards_on_a_udp_link_move_checked_writes_reads_and_sends() {
     let timeout = Duration::from_secs(30);
     let server = std::thread::spawn(move || {
         let (ctx, _keep) = end("udp:47311:127.0.0.1:47312", [10, 31, 0, 1]);
-        let mut peer = Peer::connect(ctx, None, TCP, 1 << 16, 3, false, timeout).unwrap();
+        let mut peer = Peer::connect(ctx, None, TCP, 1 << 16, 3, PeerMode::Rc, timeout).unwrap();
         peer.serve().unwrap();
     });
     let (ctx, _keep) = end("udp:47312:127.0.0.1:47311", [10, 31, 0, 2]);
-    let mut peer = Peer::connect(ctx, Some("127.0.0.1"), TCP, 1 << 16, 3, false, timeout).unwrap();
+    let mut peer = Peer::connect(
+        ctx,
+        Some("127.0.0.1"),
+        TCP,
+        1 << 16,
+        3,
+        PeerMode::Rc,
+        timeout,
+    )
+    .unwrap();
     for op in [BwOp::Write, BwOp::Read, BwOp::Send] {
         for (size, count) in [(1usize, 300u64), (1000, 300), (20_000, 40)] {
             let r = peer.bandwidth(op, size, count).unwrap();
@@ -40,4 +49,43 @@ fn two_cards_on_a_udp_link_move_checked_writes_reads_and_sends() {
     }
     peer.quit().unwrap();
     server.join().unwrap();
+}
+
+/// uRDMA's unload path between the two ends (`--unload`): every WRITE that fits a staging slot
+/// (up to 248 bytes) is unloaded — a WRITE WITH IMMEDIATE into the server's staging ring, taken
+/// by its CPU — and arrives CRC-exact; a 1000-byte WRITE stays offloaded. 600 WRITEs a run
+/// wrap the 256-slot ring twice, so the client waits for the server's credits.
+#[test]
+fn unloaded_writes_arrive_intact_through_the_staging_ring() {
+    const TCP: u16 = 18618;
+    let timeout = Duration::from_secs(30);
+    let server = std::thread::spawn(move || {
+        let (ctx, _keep) = end("udp:47313:127.0.0.1:47314", [10, 32, 0, 1]);
+        let mut peer =
+            Peer::connect(ctx, None, TCP, 1 << 16, 3, PeerMode::Unload, timeout).unwrap();
+        peer.serve().unwrap();
+        peer.unloaded()
+    });
+    let (ctx, _keep) = end("udp:47314:127.0.0.1:47313", [10, 32, 0, 2]);
+    let mut peer = Peer::connect(
+        ctx,
+        Some("127.0.0.1"),
+        TCP,
+        1 << 16,
+        3,
+        PeerMode::Unload,
+        timeout,
+    )
+    .unwrap();
+    let mut expected = 0;
+    for (size, unloaded) in [(1usize, true), (64, true), (248, true), (1000, false)] {
+        let before = peer.unloaded();
+        let r = peer.bandwidth(BwOp::Write, size, 600).unwrap();
+        assert_eq!(r.bytes, 600 * size as u64);
+        let n = peer.unloaded() - before;
+        assert_eq!(n, if unloaded { 600 } else { 0 }, "{size} B");
+        expected += n;
+    }
+    peer.quit().unwrap();
+    assert_eq!(server.join().unwrap(), expected);
 }

@@ -315,6 +315,11 @@ impl UnloadInitiator {
         }
     }
 
+    /// Unloaded WRITEs sent so far.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
     /// Slots the target has not taken yet.
     pub fn in_flight(&self) -> u64 {
         let mut b = [0u8; 8];

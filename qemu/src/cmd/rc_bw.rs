@@ -52,6 +52,12 @@ pub struct RcBwArgs {
     /// no state for it, the client's NIC runs both ends' transport. Both ends must say so.
     #[arg(long, requires = "link")]
     pub stateless: bool,
+    /// With `--link`: uRDMA's unload path — WRITEs small enough for a staging slot (up to 248
+    /// bytes) go as WRITE WITH IMMEDIATE into the server's staging buffer and its CPU places
+    /// them (`fld_host::verbs::unload`); larger ones stay offloaded. WRITE only (the staging
+    /// slots hold the receive queue). Both ends must say so.
+    #[arg(long, requires = "link", conflicts_with = "stateless")]
+    pub unload: bool,
     /// With `--link`: how this card's RC responders treat a packet ahead of the PSN they
     /// expect — `gbn` (IBA's go-back-N) or a reorder unit (`irn`, `melo+`, `left-`, `left`,
     /// `ideal`; LEFT §3: single-packet WRITEs are placed and recorded, not NAKed).
@@ -70,9 +76,12 @@ pub struct RcBwArgs {
 
 impl RcBwArgs {
     fn ops(&self) -> Vec<BwOp> {
-        self.ops
-            .clone()
-            .unwrap_or_else(|| vec![BwOp::Write, BwOp::Read, BwOp::Send])
+        let all = if self.unload {
+            vec![BwOp::Write]
+        } else {
+            vec![BwOp::Write, BwOp::Read, BwOp::Send]
+        };
+        self.ops.clone().unwrap_or(all)
     }
 
     fn sizes(&self) -> Result<Vec<usize>, String> {
@@ -170,10 +179,18 @@ fn bw_op(name: &str) -> Result<BwOp, String> {
 
 /// Two processes: serve, or run every operation and size against the server.
 fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
-    use fld_qemu::rdma_peer::Peer;
+    use fld_qemu::rdma_peer::{Peer, PeerMode};
     if a.server.is_none() {
         a.check_server()?;
     }
+    if a.unload && a.ops().iter().any(|op| *op != BwOp::Write) {
+        return Err("--unload moves WRITEs only: its staging slots take the receive queue".into());
+    }
+    let mode = match (a.stateless, a.unload) {
+        (true, _) => PeerMode::Stateless,
+        (_, true) => PeerMode::Unload,
+        _ => PeerMode::Rc,
+    };
     let sizes = a.sizes()?;
     let ip = a.ip.unwrap_or(DEFAULT_RC_BW_IP);
     let (dev, _keep) = fld_qemu::testbed::card_on_link_with(
@@ -199,7 +216,7 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
         a.port.unwrap_or(fld_qemu::rdma_peer::DEFAULT_PORT),
         buf,
         mtu_code(a.mtu)?,
-        a.stateless,
+        mode,
         timeout,
     )?;
     let mut counters = CardCounters::default();
@@ -209,7 +226,11 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
         if a.json {
             println!(
                 "{}",
-                json!({ "served": served.is_ok(), "card_counters": counters.json() })
+                json!({
+                    "served": served.is_ok(),
+                    "unloaded": peer.unloaded(),
+                    "card_counters": counters.json(),
+                })
             );
         } else if a.stats {
             counters.print();

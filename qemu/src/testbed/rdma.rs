@@ -96,6 +96,7 @@ pub const RX_DEPTH: u32 = 512;
 pub fn bw_endpoint(
     ctx: &mut Context,
     buf: usize,
+    max_inline_data: u32,
 ) -> std::result::Result<(Pd, Mr, Cq, Qp), VerbsError> {
     let pd = ctx.alloc_pd()?;
     let mr = ctx.reg_mr(&pd, buf, access::ALL)?;
@@ -111,7 +112,7 @@ pub fn bw_endpoint(
                 max_recv_wr: RX_DEPTH,
                 max_send_sge: 1,
                 max_recv_sge: 1,
-                max_inline_data: 0,
+                max_inline_data,
             },
             sq_sig_all: false,
             out_of_order: ctx.reorders(),
@@ -135,7 +136,7 @@ fn side(card_id: u16, ip: [u8; 4], buf: usize) -> Result<Side> {
         .ok_or(RdmaBenchError::Failed("no NIC function".into()))?;
     let mut ctx = Context::open(host.device(fid))?;
     ctx.add_ip(std::net::Ipv4Addr::from(ip).into())?;
-    let (pd, mr, cq, qp) = bw_endpoint(&mut ctx, buf)?;
+    let (pd, mr, cq, qp) = bw_endpoint(&mut ctx, buf, 0)?;
     Ok(Side {
         card,
         _host: host,
