@@ -659,6 +659,40 @@ impl RcQueuePair {
             self.rq_pi & db::PI_MASK,
         );
     }
+
+    /// Tells the NIC the host has taken `taken` slots of the QP's staging ring (a count since
+    /// the ring was set, 16 bits wrapping; `docs/nic-interface.md` §18).
+    pub fn staging_taken(&self, taken: u16) {
+        doorbell(
+            &self.dev,
+            db::slot(db::QP_STAGING_BASE, self.qpn - QPN_BASE),
+            u32::from(taken),
+        );
+    }
+}
+
+impl NicDriver {
+    /// Gives QP `qpn` a staging ring of `2^log_slots` slots of `2^log_slot_bytes` bytes at `addr`
+    /// in the region of `lkey` (uRDMA's in-RNIC unload path, §18); `log_slots` 0 takes it away.
+    pub fn set_qp_staging(
+        &mut self,
+        qpn: u32,
+        lkey: u32,
+        addr: u64,
+        log_slots: u8,
+        log_slot_bytes: u8,
+    ) -> Result<(), DriverError> {
+        let input = QpStagingIn {
+            qpn: U32::new(qpn),
+            lkey: U32::new(lkey),
+            addr: U64::new(addr),
+            log_slots,
+            log_slot_bytes,
+            rsvd: [0; 6],
+        };
+        self.command(op::SET_QP_STAGING, zerocopy::IntoBytes::as_bytes(&input), 0)
+            .map(drop)
+    }
 }
 
 impl SharedReceiveQueue {

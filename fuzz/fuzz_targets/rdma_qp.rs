@@ -2,15 +2,16 @@
 //! page size, bounds, access), RoCE address, QP (fuzzed rings and sizes), MODIFY_QP (any mask,
 //! any attributes, any transition), SRQ and counter commands, raw and well-formed send WQEs
 //! (every opcode, remote addresses and keys good or bad, inline data), raw receive WQEs and
-//! doorbells of any value on any QP or SRQ slot — on two live QPs connected across the
+//! doorbells of any value on any QP or SRQ slot, staging rings of any shape on any QP (and their
+//! consumer doorbells) — on two live QPs connected across the
 //! eSwitch, with the NIC clock advancing. Commands get statuses, bad WQEs error completions;
 //! nothing is written outside mapped memory; a reset and a bring-up move verified traffic.
 #![no_main]
 
 use fld_abi::nic::{
     db, op, qp_attr, ArmSrqIn, CreateMrIn, CreateQpIn, CreateSrqIn, ModifyQpIn, ObjectIn, PkeyIn,
-    QpAttr, QpState, RdmaWqe, RoceAddressIn, WqeData, MAX_WQE_BYTES, MTT_ENTRY_SIZE, NO_SRQ,
-    QPN_BASE, WQEBB, WQE_OP_SEND,
+    QpAttr, QpStagingIn, QpState, RdmaWqe, RoceAddressIn, WqeData, MAX_WQE_BYTES, MTT_ENTRY_SIZE,
+    NO_SRQ, QPN_BASE, WQEBB, WQE_OP_SEND,
 };
 use fld_fuzz::{assert_rdma_recovers, small_rdma_nic, Input};
 use libfuzzer_sys::fuzz_target;
@@ -233,6 +234,23 @@ fuzz_target!(|data: &[u8]| {
                     .as_bytes(),
                 );
             }
+            6 if ctl & 0x80 != 0 => {
+                // A staging ring (uRDMA's in-RNIC unload path): any QP, key, place and shape,
+                // often B's own buffer so WRITEs A sends get staged.
+                let staging = QpStagingIn {
+                    qpn: U32::new(id(&mut input, &qpns)),
+                    lkey: U32::new(id(&mut input, &keys)),
+                    addr: U64::new(if ctl & 0x20 != 0 {
+                        b.buf + u64::from(input.u16() % 4096)
+                    } else {
+                        input.u64()
+                    }),
+                    log_slots: input.u8() % 18,
+                    log_slot_bytes: input.u8() % 14,
+                    rsvd: if ctl & 0x10 != 0 { [0; 6] } else { [input.u8(); 6] },
+                };
+                h.command(f, op::SET_QP_STAGING, staging.as_bytes());
+            }
             6 => {
                 let opcode = if ctl & 0x40 != 0 {
                     op::DESTROY_QP
@@ -353,7 +371,12 @@ fuzz_target!(|data: &[u8]| {
             }
             10 => {
                 // Any doorbell slot of the QP and SRQ pages, any value.
-                let base = input.pick(&[db::QP_SQ_BASE, db::QP_RQ_BASE, db::SRQ_BASE]);
+                let base = input.pick(&[
+                    db::QP_SQ_BASE,
+                    db::QP_RQ_BASE,
+                    db::SRQ_BASE,
+                    db::QP_STAGING_BASE,
+                ]);
                 let slot = u32::from(input.u16()) % (db::QP_SLOTS as u32 + 4);
                 h.doorbell(f, db::slot(base, slot), input.u32());
             }

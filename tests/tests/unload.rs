@@ -334,3 +334,174 @@ fn unloaded_and_offloaded_writes_leave_the_same_memory() {
     assert!(blocked > 0, "back-pressure held the initiator");
     assert!(unloaded == offloaded);
 }
+
+/// uRDMA's in-RNIC unload path (§5, `docs/nic-interface.md` §18), end to end on one card's two
+/// functions: B's QP has a staging ring of 8 slots of 64 bytes.
+/// * A WRITE to a page whose translation B's NIC holds (a READ fetched it) is placed at once,
+///   no completion at B; one to a page it does not hold is staged — B's CQ has it, with its
+///   length and rkey, and the page is untouched until B's CPU takes it. A's completion says
+///   success either way.
+/// * A READ of the staged page waits (RNR NAK) until B has taken the slot, then returns the
+///   WRITE's bytes: the offload path's ordering.
+/// * Twelve WRITEs to cold pages while B takes nothing: eight fill the ring, the rest wait; once
+///   B takes, every one lands and the region holds exactly what offloaded WRITEs would leave.
+#[test]
+fn the_nic_stages_writes_it_cannot_translate_and_keeps_their_order() {
+    use fld_host::verbs::unload::StagingRing;
+    let (card, mut a, mut b) = contexts();
+    let pa = a.alloc_pd().unwrap();
+    let mut cqa = a.create_cq(256, None).unwrap();
+    let src = a.reg_mr(&pa, 4096, access::LOCAL_WRITE).unwrap();
+    let pb = b.alloc_pd().unwrap();
+    let mut cqb = b.create_cq(256, None).unwrap();
+    let pages = 32usize;
+    let region = b.reg_mr(&pb, pages * 4096, access::ALL).unwrap();
+    let cap = QpCap {
+        max_send_wr: 64,
+        ..QpCap::default()
+    };
+    let mut qa = qp(&mut a, &pa, &cqa, cap);
+    let qb = qp(&mut b, &pb, &cqb, cap);
+    let (ga, gb) = (a.query_gid(1, 0).unwrap(), b.query_gid(1, 0).unwrap());
+    let (ma, mb) = (a.mac(), b.mac());
+    for (ctx, q, peer, gid, mac) in [(&mut a, &qa, &qb, gb, mb), (&mut b, &qb, &qa, ga, ma)] {
+        ctx.init_rc(q, access::REMOTE).unwrap();
+        let c = RcConnection {
+            dmac: mac,
+            min_rnr_timer: 1,
+            ..RcConnection::new(peer.qp_num(), gid)
+        };
+        ctx.connect_rc(q, &c).unwrap();
+    }
+    // Refused shapes first: slots of 16 bytes, 2^16 slots.
+    for (log_slots, log_bytes) in [(3, 4), (16, 6)] {
+        let e = StagingRing::new(&mut b, &pb, &qb, log_slots, log_bytes).err();
+        assert!(format!("{e:?}").contains("BadParam"), "{e:?}");
+    }
+    let mut ring = StagingRing::new(&mut b, &pb, &qb, 3, 6).unwrap();
+
+    let mut seq = 0u64;
+    let mut post = |qa: &mut Qp, op: WrOpcode, at: usize, len: usize| {
+        seq += 1;
+        let sge = [src.sge(at, len)];
+        qa.post_send(&[SendWr::new(seq, op, &sge)]).unwrap();
+        seq
+    };
+    let page = |p: usize| region.addr() + (p * 4096) as u64;
+    let (rkey, wr) = (region.rkey(), |p: usize, off: u64| WrOpcode::RdmaWrite {
+        remote_addr: page(p) + off,
+        rkey: region.rkey(),
+    });
+    // Polls the card until A has `n` completions; returns them.
+    let await_a = |cqa: &mut Cq, n: usize| -> Vec<Wc> {
+        let mut got = Vec::new();
+        let mut wc = [Wc::EMPTY; 16];
+        for _ in 0..200_000 {
+            card.poll();
+            let k = cqa.poll(&mut wc);
+            got.extend_from_slice(&wc[..k]);
+            if got.len() >= n {
+                return got;
+            }
+        }
+        panic!("{} of {n} completions", got.len());
+    };
+    let staged_at_b = |cqb: &mut Cq| -> Vec<Wc> {
+        let mut wc = [Wc::EMPTY; 16];
+        let n = cqb.poll(&mut wc);
+        wc[..n].to_vec()
+    };
+
+    // A READ of page 0 brings its translation on chip.
+    post(
+        &mut qa,
+        WrOpcode::RdmaRead {
+            remote_addr: page(0),
+            rkey,
+        },
+        2048,
+        16,
+    );
+    await_a(&mut cqa, 1);
+    src.write(0, b"hit: placed now!");
+    post(&mut qa, wr(0, 32), 0, 16);
+    assert_eq!(await_a(&mut cqa, 1)[0].status, WcStatus::Success);
+    let mut got = [0u8; 16];
+    region.read(32, &mut got);
+    assert_eq!(&got, b"hit: placed now!");
+    assert!(staged_at_b(&mut cqb).is_empty());
+
+    src.write(16, b"miss: staged....");
+    post(&mut qa, wr(5, 8), 16, 16);
+    assert_eq!(await_a(&mut cqa, 1)[0].status, WcStatus::Success);
+    let staged = staged_at_b(&mut cqb);
+    assert_eq!(staged.len(), 1);
+    assert!(StagingRing::is_staged(&staged[0]));
+    assert_eq!((staged[0].byte_len, staged[0].imm_data), (16, Some(rkey)));
+    region.read(5 * 4096 + 8, &mut got);
+    assert_eq!(got, [0; 16], "placed before B's CPU took it");
+
+    // The READ waits for B's CPU.
+    let read = post(
+        &mut qa,
+        WrOpcode::RdmaRead {
+            remote_addr: page(5) + 8,
+            rkey,
+        },
+        1024,
+        16,
+    );
+    let mut wc = [Wc::EMPTY; 4];
+    for _ in 0..2000 {
+        card.poll();
+        assert_eq!(cqa.poll(&mut wc), 0, "the READ overtook the staged WRITE");
+    }
+    let rnr = b.qp_counters(&qb).unwrap();
+    let rnr = rnr.iter().find(|c| c.0 == "rnr_naks_sent").unwrap().1;
+    assert!(rnr > 0);
+    assert_eq!(ring.take(&b, &staged[0]), None);
+    ring.release(&qb);
+    let done = await_a(&mut cqa, 1);
+    assert_eq!((done[0].wr_id, done[0].status), (read, WcStatus::Success));
+    src.read(1024, &mut got);
+    assert_eq!(&got, b"miss: staged....");
+
+    // Twelve cold pages, B taking nothing: the ring fills, the rest wait.
+    let mut expected = vec![0u8; pages * 4096];
+    region.read(0, &mut expected);
+    for i in 0..12usize {
+        let bytes: Vec<u8> = (0..24).map(|k| (i * 31 + k) as u8 ^ 0xa5).collect();
+        src.write(64 * i, &bytes);
+        post(&mut qa, wr(10 + i, 100), 64 * i, 24);
+        expected[(10 + i) * 4096 + 100..][..24].copy_from_slice(&bytes);
+    }
+    for _ in 0..5000 {
+        card.poll();
+    }
+    let first = staged_at_b(&mut cqb);
+    assert_eq!(first.len(), 8, "a full ring takes no more");
+    let mut taken = 0;
+    let mut pending = first;
+    let mut done = 0;
+    for _ in 0..200_000 {
+        for w in pending.drain(..) {
+            assert_eq!(ring.take(&b, &w), None);
+            taken += 1;
+        }
+        ring.release(&qb);
+        card.poll();
+        pending = staged_at_b(&mut cqb);
+        done += cqa.poll(&mut wc);
+        if taken == 12 && done == 12 {
+            break;
+        }
+    }
+    assert_eq!((taken, done), (12, 12));
+    let mut now = vec![0u8; pages * 4096];
+    region.read(0, &mut now);
+    assert!(
+        now == expected,
+        "the region differs from the offload path's"
+    );
+    assert_eq!((ring.placed, ring.refused), (13, 0));
+}

@@ -59,6 +59,9 @@ pub enum WcOpcode {
     FetchAdd,
     Recv,
     RecvRdmaWithImm,
+    /// The NIC staged an RDMA WRITE into the QP's staging ring (uRDMA's in-RNIC unload path):
+    /// `wr_id` is the slot's counter, `imm_data` the WRITE's rkey, `byte_len` its data bytes.
+    RecvRdmaStaged,
 }
 
 /// A work completion (ibv_wc).
@@ -191,7 +194,7 @@ impl Cq {
         let status = WcStatus::from_nic(c.syndrome);
         let counter = c.wqe_counter.get() as usize;
         let imm = match c.opcode() {
-            CQE_RESP_SEND_IMM | CQE_RESP_WRITE_IMM => Some(c.imm.get()),
+            CQE_RESP_SEND_IMM | CQE_RESP_WRITE_IMM | CQE_RESP_WRITE_STAGED => Some(c.imm.get()),
             _ => None,
         };
         let is_send = c.is_send();
@@ -209,6 +212,9 @@ impl Cq {
                 _ => WcOpcode::Send,
             };
             (a.ids.send[slot].load(Ordering::Relaxed), op)
+        } else if c.opcode() == CQE_RESP_WRITE_STAGED {
+            // No receive WQE was taken: the slot's counter names it.
+            (counter as u64, WcOpcode::RecvRdmaStaged)
         } else {
             let ids = match (c.flags & cqe_flags::SRQ != 0, &a.srq) {
                 (true, Some(s)) => s,

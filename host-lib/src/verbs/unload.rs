@@ -22,13 +22,18 @@
 //! Ordering: unloaded WRITEs are placed in the order they were sent, but after the target's
 //! CPU takes them, so an offloaded WRITE sent later may land first (§5: no ordering parity).
 //!
-//! Left out so far: the decision module (§3.2), the in-RNIC variant (§5), and completion
-//! parity. A refused unloaded WRITE is dropped and counted at the target; the initiator's
-//! completion still says success, where the offload path would fail it (§5's parity).
+//! [`StagingRing`] is the in-RNIC variant §5 proposes: the NIC stages WRITEs itself, with the
+//! offload path's completions and ordering.
+//!
+//! Left out so far: completion parity on the software path. A refused unloaded WRITE is dropped
+//! and counted at the target; the initiator's completion still says success, where the offload
+//! path would fail it (§5's parity).
 
 use std::collections::HashMap;
 
+use fld_abi::nic::{StagedWrite, STAGED_WRITE_HEADER};
 use fld_driver::DmaBuffer;
+use zerocopy::FromBytes;
 
 use super::{
     access, Context, Mr, Pd, Qp, Result, SendWr, Sge, VerbsError, Wc, WcOpcode, WcStatus, WrOpcode,
@@ -359,6 +364,91 @@ impl UnloadInitiator {
         qp.post_inline_bytes(&wr, &slot[..n])?;
         self.sent += 1;
         Ok(())
+    }
+}
+
+/// uRDMA's in-RNIC unload path (§5, built here; `docs/nic-interface.md` §18): the QP's
+/// staging ring, given to the NIC as a QP attribute. The NIC itself writes a small WRITE whose
+/// translation it does not hold into the next slot and completes it on the QP's receive CQ
+/// ([`WcOpcode::RecvRdmaStaged`]); the host copies it to its destination and returns the
+/// slots. The initiator posts plain WRITEs and sees the offload path's completions; the NIC
+/// keeps later requests waiting while staged WRITEs are not taken, so ordering is the offload
+/// path's too.
+pub struct StagingRing {
+    ring: Mr,
+    pd: u32,
+    log_slots: u8,
+    log_slot_bytes: u8,
+    taken: u64,
+    /// Staged WRITEs copied, and those whose region went away before the copy.
+    pub placed: u64,
+    pub refused: u64,
+}
+
+impl StagingRing {
+    /// A ring of `2^log_slots` slots of `2^log_slot_bytes` bytes in `pd`, set on `qp`.
+    pub fn new(
+        ctx: &mut Context,
+        pd: &Pd,
+        qp: &Qp,
+        log_slots: u8,
+        log_slot_bytes: u8,
+    ) -> Result<Self> {
+        let ring = ctx.reg_mr(
+            pd,
+            (1usize << log_slots) << log_slot_bytes,
+            access::LOCAL_WRITE,
+        )?;
+        ctx.nic.set_qp_staging(
+            qp.qp_num(),
+            ring.lkey(),
+            ring.addr(),
+            log_slots,
+            log_slot_bytes,
+        )?;
+        Ok(StagingRing {
+            ring,
+            pd: pd.handle,
+            log_slots,
+            log_slot_bytes,
+            taken: 0,
+            placed: 0,
+            refused: 0,
+        })
+    }
+
+    /// Whether `wc` (polled from the QP's receive CQ) is a staged WRITE's.
+    pub fn is_staged(wc: &Wc) -> bool {
+        wc.opcode == WcOpcode::RecvRdmaStaged
+    }
+
+    /// Copies the staged WRITE `wc` completed to its destination (the NIC checked it; the
+    /// uMTT still refuses one whose region was deregistered since). The slot is the host's
+    /// again after [`Self::release`].
+    pub fn take(&mut self, ctx: &Context, wc: &Wc) -> Option<Refusal> {
+        let slots = 1u64 << self.log_slots;
+        let at = ((wc.wr_id % slots) << self.log_slot_bytes) as usize;
+        let mut header = [0u8; STAGED_WRITE_HEADER];
+        self.ring.read(at, &mut header);
+        let h = StagedWrite::read_from_bytes(&header).unwrap_or_default();
+        let len = (h.len.get() as usize).min((1usize << self.log_slot_bytes) - header.len());
+        let mut data = [0u8; 1 << fld_abi::nic::MAX_LOG_STAGING_SLOT];
+        self.ring.read(at + header.len(), &mut data[..len]);
+        let refusal = ctx
+            .umtt()
+            .place(self.pd, h.rkey.get(), h.va.get(), &data[..len])
+            .err();
+        match refusal {
+            None => self.placed += 1,
+            Some(_) => self.refused += 1,
+        }
+        self.taken += 1;
+        refusal
+    }
+
+    /// Returns the slots taken so far to the NIC (one doorbell for a batch of takes).
+    pub fn release(&self, qp: &Qp) {
+        qp.qp.staging_taken(self.taken as u16);
     }
 }
 

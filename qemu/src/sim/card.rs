@@ -281,7 +281,8 @@ impl SimHost {
         Snapshot {
             host_link: f.stats(HOST),
             reads: self.functions.iter().map(|&id| f.read_operations(id)).sum(),
-            reads_ahead: self.card.nic.rx_prefetch_counters().reads,
+            // Receive WQEs and translations read ahead of need delay no packet.
+            reads_ahead: self.card.nic.rx_prefetch_counters().reads + mtt.fills,
             qp: (qp.hits, qp.misses),
             mtt: (mtt.hits, mtt.misses),
             reorder_ns: self.card.nic.reorder_counters().stall_ns,

@@ -234,8 +234,8 @@ pub enum WorkloadSpec {
     },
     /// uRDMA's Figure 3 (§4): sequential small inline WRITEs from `client` to one of `regions`
     /// 4 KiB regions of `server` drawn from Zipf(`skew`), each answered by a 32-bit WRITE back;
-    /// the round trip by the path `path` picks: "offload", "unload", "hint" or "frequency"
-    /// (`unload_latency.rs`).
+    /// the round trip by the path `path` picks: "offload", "unload", "hint", "frequency" or
+    /// "rnic" (`unload_latency.rs`).
     UnloadLatency {
         #[serde(default)]
         title: Option<String>,
@@ -566,7 +566,7 @@ impl Scenario {
                     host_index(server)?;
                     if UnloadPath::parse(path).is_none() {
                         return Err(SimError::Scenario(format!(
-                            "path = {path:?}: offload, unload, hint or frequency"
+                            "path = {path:?}: offload, unload, hint, frequency or rnic"
                         )));
                     }
                     if regions.is_empty() || regions.iter().any(|&r| r == 0 || r > 1 << 24) {

@@ -11,7 +11,10 @@
 //!   next slot of B's staging buffer, whose translations stay cached; B's CPU checks it against
 //!   its uMTT and copies it;
 //! * hint / frequency: uRDMA's decision module (`fld_host::verbs::decision`) per WRITE — the
-//!   application keeps its top-`hot` regions offloaded, or the monitor's page counters do.
+//!   application keeps its top-`hot` regions offloaded, or the monitor's page counters do;
+//! * rnic: the in-RNIC variant §5 proposes (`fld_host::verbs::unload::StagingRing`) — A posts
+//!   plain WRITEs; B's NIC stages those whose translation it does not hold into B's staging
+//!   ring, and B's CPU copies them.
 //!
 //! B's regions are one registration of `regions` pages over a single page of host memory
 //! ([`Context::reg_mr_repeating`]): B's RNIC holds one translation per region, as for 2^20 real
@@ -24,7 +27,7 @@
 
 use fld_abi::nic::DEFAULT_PATH_MTU;
 use fld_host::verbs::decision::{Decider, Policy};
-use fld_host::verbs::unload::{UnloadInitiator, UnloadTarget, SLOT_HEADER};
+use fld_host::verbs::unload::{StagingRing, UnloadInitiator, UnloadTarget, SLOT_HEADER};
 use fld_host::verbs::*;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -37,7 +40,8 @@ use super::SimError;
 
 /// The page each region is (4 KiB, the paper's default).
 const REGION_BYTES: u64 = 4096;
-/// Staging slots of B's buffer: an unloaded 16 B WRITE and its header in each.
+/// Staging slots of B's buffer: an unloaded 16 B WRITE and its header in each (the in-RNIC
+/// ring has as many of the same size).
 const STAGING_SLOTS: u32 = 64;
 const SLOT_BYTES: u32 = 64;
 
@@ -50,6 +54,8 @@ pub enum UnloadPath {
     Hint,
     /// The monitor's per-page counters: the `hot` most written pages stay offloaded.
     Frequency,
+    /// Plain WRITEs; B's NIC stages those it cannot translate (the in-RNIC unload path).
+    Rnic,
 }
 
 impl UnloadPath {
@@ -59,13 +65,14 @@ impl UnloadPath {
             "unload" => UnloadPath::Unload,
             "hint" => UnloadPath::Hint,
             "frequency" => UnloadPath::Frequency,
+            "rnic" => UnloadPath::Rnic,
             _ => return None,
         })
     }
 
     fn policy(self) -> Policy {
         match self {
-            UnloadPath::Offload => Policy::Offload,
+            UnloadPath::Offload | UnloadPath::Rnic => Policy::Offload,
             UnloadPath::Unload => Policy::Unload,
             UnloadPath::Hint => Policy::Hint,
             // Set from the primed counters before the first WRITE.
@@ -104,6 +111,8 @@ pub struct UnloadLatency {
     answer: Mr,
     initiator: UnloadInitiator,
     target: UnloadTarget,
+    /// B's staging ring on the in-RNIC path.
+    ring: Option<StagingRing>,
     decider: Decider,
     zipf: Zipf<f64>,
     rng: SmallRng,
@@ -142,6 +151,16 @@ impl UnloadLatency {
             let ctx = &mut hosts[b].ctx;
             UnloadTarget::new(ctx, &eb.pd, &mut qb, STAGING_SLOTS, SLOT_BYTES)?
         };
+        let ring = match path {
+            UnloadPath::Rnic => Some(StagingRing::new(
+                &mut hosts[b].ctx,
+                &eb.pd,
+                &qb,
+                STAGING_SLOTS.trailing_zeros() as u8,
+                SLOT_BYTES.trailing_zeros() as u8,
+            )?),
+            _ => None,
+        };
         let initiator = UnloadInitiator::new(&mut hosts[a].ctx, &ea.pd, target.offer())?;
         let mut target = target;
         target.set_credit_word(initiator.credit_word());
@@ -164,6 +183,7 @@ impl UnloadLatency {
             answer,
             initiator,
             target,
+            ring,
             decider,
             zipf,
             rng,
@@ -261,15 +281,26 @@ impl UnloadLatency {
                 if w.status != WcStatus::Success {
                     return Err(SimError::Failed(format!("completion in error: {w:?}")));
                 }
-                if s == 1 && UnloadTarget::is_unloaded(w) {
-                    let refused = self.target.take(&h.ctx, &mut self.qps[1], w)?;
-                    h.cpu_unload(1);
-                    if let Some(r) = refused {
-                        return Err(SimError::Failed(format!("unloaded WRITE refused: {r:?}")));
+                let refused = match &mut self.ring {
+                    _ if s == 0 => None,
+                    _ if UnloadTarget::is_unloaded(w) => {
+                        h.cpu_unload(1);
+                        self.target.take(&h.ctx, &mut self.qps[1], w)?
                     }
+                    Some(ring) if StagingRing::is_staged(w) => {
+                        h.cpu_unload(1);
+                        ring.take(&h.ctx, w)
+                    }
+                    _ => None,
+                };
+                if let Some(r) = refused {
+                    return Err(SimError::Failed(format!("unloaded WRITE refused: {r:?}")));
                 }
             }
             if n < wc.len() {
+                if let (1, Some(ring)) = (s, &self.ring) {
+                    ring.release(&self.qps[1]);
+                }
                 return Ok(());
             }
         }
@@ -334,11 +365,16 @@ impl Workload for UnloadLatency {
             return Vec::new();
         };
         let all = (self.unloaded + self.offloaded).max(1) as f64;
+        // On the in-RNIC path the NIC, not the initiator, unloads.
+        let unloaded = match &self.ring {
+            Some(r) => r.placed,
+            None => self.unloaded,
+        };
         vec![
             ("rtt_us", rtt.mean),
             ("rtt_median_us", rtt.median),
             ("rtt_p99_us", rtt.p99),
-            ("unloaded_share", self.unloaded as f64 / all),
+            ("unloaded_share", unloaded as f64 / all),
             ("unload_refused", self.target.refused as f64),
         ]
     }

@@ -103,6 +103,7 @@ pub mod op {
     pub const MODIFY_QP: u16 = 0x231;
     pub const QUERY_QP: u16 = 0x232;
     pub const DESTROY_QP: u16 = 0x233;
+    pub const SET_QP_STAGING: u16 = 0x234;
     pub const CREATE_SRQ: u16 = 0x240;
     pub const DESTROY_SRQ: u16 = 0x241;
     pub const QUERY_SRQ: u16 = 0x242;
@@ -272,6 +273,9 @@ pub mod bad_param {
     pub const STAR_FLAGS: u32 = 0x7c;
     /// CREATE_MR: unknown flag bits, or a peer key with no StaR peer flag.
     pub const MR_FLAGS: u32 = 0x7e;
+    /// SET_QP_STAGING: slot size or count out of range, reserved bytes set, or a QP that
+    /// reorders, shares an RQ or is a StaR client.
+    pub const QP_STAGING: u32 = 0x7f;
     /// STAR_GUARD_*: a function number the NIC does not have, no kinds, an empty or inverted
     /// range, or an ENFORCE value other than 0 and 1.
     pub const STAR_GUARD: u32 = 0x7d;

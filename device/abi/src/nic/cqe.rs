@@ -25,6 +25,10 @@ pub const CQE_STAR_EA: u8 = 0x4;
 /// client's update RQ. `qn` is the client QP of the connection; the receive buffer holds the
 /// update (`fld_abi::wire::roce::star::StarRegionUpdate`, `byte_count` bytes).
 pub const CQE_STAR_REGION: u8 = 0x5;
+/// uRDMA's in-RNIC unload path (§18): an RDMA WRITE was written to the QP's staging ring.
+/// `wqe_counter` is the slot's counter (16 bits, wrapping), `byte_count` the WRITE's data
+/// bytes, `imm` its rkey; no receive WQE was taken.
+pub const CQE_RESP_WRITE_STAGED: u8 = 0x6;
 pub const CQE_REQ_ERR: u8 = 0xd;
 pub const CQE_RESP_ERR: u8 = 0xe;
 /// Never written by the device: software initialises rings with it.

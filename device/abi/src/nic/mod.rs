@@ -131,6 +131,9 @@ pub mod db {
     pub const QP_RQ_BASE: u64 = 0x20000;
     /// Shared receive queue producer counter in WQEs (16 bits).
     pub const SRQ_BASE: u64 = 0x30000;
+    /// Queue pair staging-ring consumer counter: slots the host has taken (16 bits), slot
+    /// `qpn - QPN_BASE` (§18).
+    pub const QP_STAGING_BASE: u64 = 0x50000;
     /// Queue pair slots: the most QPs a NIC has.
     pub const QP_SLOTS: u32 = 16384;
     /// WQE-by-MMIO buffers of the Ethernet SQs: [`WQE_BUFFER_STRIDE`] bytes per SQ number

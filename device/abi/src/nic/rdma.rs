@@ -503,6 +503,49 @@ pub struct StarPeerIn {
     pub update_rqn: U32,
 }
 
+/// SET_QP_STAGING input (`docs/nic-interface.md` §18): the QP's staging ring, uRDMA's
+/// in-RNIC unload path (Faster Offloads by Unloading them, §5). From then on the responder
+/// writes a single-packet RDMA WRITE (without immediate, at most a slot's data) whose
+/// translation is not in its cache into the ring's next slot — a [`StagedWrite`] then the data —
+/// instead of fetching the translation, and completes it on the QP's receive CQ
+/// ([`super::CQE_RESP_WRITE_STAGED`]); the host copies it and stores the slots it has taken to
+/// the QP's staging doorbell ([`super::db::QP_STAGING_BASE`]). While any staged WRITE is not
+/// taken, every later request of the QP waits (RNR NAK) unless it can be staged too, so the
+/// order of WRITEs and later requests is the offload path's. `log_slots` 0 turns the ring off.
+/// The ring is `2^log_slots` slots of `2^log_slot_bytes` bytes at `addr`, in the region of
+/// `lkey` (the QP's PD, local write).
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug)]
+pub struct QpStagingIn {
+    pub qpn: U32,
+    pub lkey: U32,
+    pub addr: U64,
+    pub log_slots: u8,
+    pub log_slot_bytes: u8,
+    pub rsvd: [u8; 6],
+}
+
+/// The smallest and largest staging slot (32 bytes to a page).
+pub const MIN_LOG_STAGING_SLOT: u8 = 5;
+pub const MAX_LOG_STAGING_SLOT: u8 = 12;
+/// The most staging slots (the doorbell's 16-bit counter covers twice as many).
+pub const MAX_LOG_STAGING_SLOTS: u8 = 15;
+
+/// What a staging slot starts with: the WRITE's destination as the requester named it. The
+/// data follows; the NIC has checked the key, the PD, the rights and the range.
+#[repr(C)]
+#[derive(
+    FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy, Default, Debug, PartialEq, Eq,
+)]
+pub struct StagedWrite {
+    pub va: U64,
+    pub rkey: U32,
+    pub len: U32,
+}
+
+/// Bytes of [`StagedWrite`] at the start of a staging slot.
+pub const STAGED_WRITE_HEADER: usize = core::mem::size_of::<StagedWrite>();
+
 /// [`StarPeerIn::update_rqn`]: the client takes no memory-table updates.
 pub const STAR_NO_RQ: u32 = u32::MAX;
 

@@ -38,6 +38,7 @@ pub(super) const HANDLERS: &[(u16, Handler)] = &[
     (op::STAR_GUARD_DEL, star_guard_del),
     (op::STAR_GUARD_ENFORCE, star_guard_enforce),
     (op::SET_STAR_PEER, set_star_peer),
+    (op::SET_QP_STAGING, set_qp_staging),
 ];
 
 /// MTT entries a region may have (a 64 GiB region of 4 KiB pages).
@@ -355,6 +356,63 @@ fn set_star_peer(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult
     Ok(0)
 }
 
+/// SET_QP_STAGING: the QP's staging ring, uRDMA's in-RNIC unload path (§18); `log_slots` 0
+/// takes it away. The ring must lie in a region of the QP's PD with local write; a QP that
+/// reorders, shares an RQ or is a StaR client has none. The consumer counter starts at 0.
+fn set_qp_staging(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
+    use crate::nic::rdma::staging::Staging;
+    let i: QpStagingIn = input(body)?;
+    let f = c.function;
+    let index = queue_pair(&c.core.rdma, i.qpn.get(), f)?;
+    let qp = c.core.rdma.qps.owned(index, f)?;
+    if i.rsvd != [0; 6] {
+        return fail(CmdStatus::BadParam, bad_param::QP_STAGING);
+    }
+    let staging = if i.log_slots == 0 {
+        None
+    } else {
+        let shape_ok = i.log_slots <= MAX_LOG_STAGING_SLOTS
+            && (MIN_LOG_STAGING_SLOT..=MAX_LOG_STAGING_SLOT).contains(&i.log_slot_bytes);
+        if !shape_ok
+            || qp.out_of_order
+            || qp.srq.is_some()
+            || qp.packet_rq.is_some()
+            || qp.star.is_some()
+        {
+            return fail(CmdStatus::BadParam, bad_param::QP_STAGING);
+        }
+        let s = Staging {
+            lkey: i.lkey.get(),
+            addr: i.addr.get(),
+            log_slots: i.log_slots,
+            log_slot_bytes: i.log_slot_bytes,
+            produced: 0,
+        };
+        // The reserved lkey names bus addresses, not a region: not a ring.
+        let region = (s.lkey != RESERVED_LKEY)
+            .then(|| {
+                crate::nic::rdma::memory::check(
+                    &c.core.rdma.mrs,
+                    f,
+                    qp.pd,
+                    s.lkey,
+                    s.addr,
+                    s.len(),
+                    access::LOCAL_WRITE,
+                    true,
+                )
+            })
+            .and_then(|r| r.ok());
+        if region.is_none() {
+            return fail(CmdStatus::BadResource, s.lkey);
+        }
+        Some(s)
+    };
+    c.core.rdma.qps.owned_mut(index, f)?.staging = staging;
+    c.doorbells.store(db::slot(db::QP_STAGING_BASE, index), 0);
+    Ok(0)
+}
+
 fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
     let i: CreateQpIn = input(body)?;
     let f = c.function;
@@ -431,6 +489,7 @@ fn create_qp(c: &mut Cmd<'_, '_>, body: &[u8], out: &mut [u8]) -> CmdResult {
         last_wqe_reported: false,
         src_port: 0,
         star: None,
+        staging: None,
         timer_at: None,
     };
     let Some(index) = c.core.rdma.qps.insert(qp) else {
@@ -505,6 +564,10 @@ fn modify_qp(c: &mut Cmd<'_, '_>, body: &[u8], _out: &mut [u8]) -> CmdResult {
             if let Some(star) = qp.star.as_deref_mut() {
                 star.reset();
             }
+            if let Some(s) = qp.staging.as_mut() {
+                s.produced = 0;
+            }
+            c.doorbells.store(db::slot(db::QP_STAGING_BASE, index), 0);
             c.doorbells.store(db::slot(db::QP_SQ_BASE, index), 0);
             c.doorbells.store(db::slot(db::QP_RQ_BASE, index), 0);
             c.doorbells.store(

@@ -22,6 +22,8 @@ pub struct CacheCounters {
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
+    /// Entries read in the background ([`LruCache::fill`]): their reads delay no packet.
+    pub fills: u64,
 }
 
 struct Slot<K, V> {
@@ -92,6 +94,19 @@ impl<K: Hash + Eq + Copy, V: Copy> LruCache<K, V> {
             n => self.slots[n as usize].newer = i,
         }
         self.newest = i;
+    }
+
+    /// Whether `key` is held, without counting a hit or a miss or touching its recency (a
+    /// look that decides, not an access).
+    pub fn contains(&self, key: &K) -> bool {
+        self.map.contains_key(key)
+    }
+
+    /// Caches `value` for `key` read in the background, off any packet's path: counted as a
+    /// fill, not a miss.
+    pub fn fill(&mut self, key: K, value: V) {
+        self.counters.fills += 1;
+        self.insert(key, value);
     }
 
     /// The value cached for `key`, counted as a hit (and made the most recent) or a miss.
@@ -251,7 +266,8 @@ mod tests {
             CacheCounters {
                 hits: 3,
                 misses: 1,
-                evictions: 1
+                evictions: 1,
+                fills: 0
             }
         );
     }

@@ -237,6 +237,52 @@ impl Target {
         }
     }
 
+    /// Whether every page of `[va, va + len)` has its translation on chip (a bus target
+    /// needs none).
+    pub fn translated(&self, cache: &SharedMttCache, va: u64, len: usize) -> bool {
+        let Target::Region {
+            owner,
+            start,
+            mtt_addr,
+            log_page_size,
+        } = *self
+        else {
+            return true;
+        };
+        let first = (va >> log_page_size) - (start >> log_page_size);
+        let last = ((va + len.max(1) as u64 - 1) >> log_page_size) - (start >> log_page_size);
+        let cache = cache.borrow();
+        (first..=last).all(|i| cache.contains(&(owner, mtt_addr + i * MTT_ENTRY_SIZE as u64)))
+    }
+
+    /// Reads in the background the translations of `[va, va + len)` the cache lacks, so later
+    /// accesses hit (a staged WRITE's pages: `crate::nic::rdma::staging`). A page whose entry
+    /// cannot be read is left out.
+    pub fn fill(&self, dma: &mut DmaPort<'_>, cache: &SharedMttCache, va: u64, len: usize) {
+        let Target::Region {
+            owner,
+            start,
+            mtt_addr,
+            log_page_size,
+        } = *self
+        else {
+            return;
+        };
+        let first = (va >> log_page_size) - (start >> log_page_size);
+        let last = ((va + len.max(1) as u64 - 1) >> log_page_size) - (start >> log_page_size);
+        for i in first..=last {
+            let entry_addr = mtt_addr + i * MTT_ENTRY_SIZE as u64;
+            if cache.borrow().contains(&(owner, entry_addr)) {
+                continue;
+            }
+            let mut entry = [0u8; MTT_ENTRY_SIZE];
+            if dma.read(entry_addr, &mut entry).is_ok() {
+                let page = u64::from_le_bytes(entry) & !((1u64 << log_page_size) - 1);
+                cache.borrow_mut().fill((owner, entry_addr), page);
+            }
+        }
+    }
+
     /// The bus address of `va` and how many bytes from it are contiguous, at most `max`: the
     /// piece of `[va, va + max)` that one RDP or GD may name.
     pub fn contiguous(

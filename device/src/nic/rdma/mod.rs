@@ -16,6 +16,7 @@ pub mod cache;
 pub(crate) mod memory;
 pub(crate) mod qp;
 pub mod reorder;
+pub(crate) mod staging;
 pub(crate) mod star;
 
 use fld_abi::nic::{mkey, PKEY_TABLE_ENTRIES, ROCE_ADDRESS_ENTRIES};

@@ -231,6 +231,8 @@ pub(crate) struct QueuePair {
     /// The QP's numbers in the UDP source port (A17.3.2 entropy), fixed at RTR.
     pub src_port: u16,
     /// A StaR client's connection state (SET_STAR_PEER; `docs/nic-interface.md` §16.6).
+    /// uRDMA's in-RNIC unload path: the QP's staging ring (SET_QP_STAGING).
+    pub staging: Option<super::staging::Staging>,
     pub star: Option<Box<super::star::StarClient>>,
     /// The deadline the engine's timer list holds for this QP (`Rdma::timers`).
     pub timer_at: Option<u64>,

@@ -25,6 +25,7 @@
 
 mod requester;
 mod responder;
+mod staging;
 mod star;
 mod star_client;
 

@@ -42,11 +42,11 @@ const ACK: u8 = CREDITS_UNLIMITED;
 const fn nak_syndrome(code: u8) -> u8 {
     0x60 | code
 }
-const fn rnr_syndrome(timer: u8) -> u8 {
+pub(super) const fn rnr_syndrome(timer: u8) -> u8 {
     0x20 | (timer & 0x1f)
 }
 
-fn owe(qp: &mut QueuePair, psn: u32, syndrome: u8) {
+pub(super) fn owe(qp: &mut QueuePair, psn: u32, syndrome: u8) {
     // An owed NAK or RNR NAK is not replaced before it is sent: neither by an ACK nor by the
     // sequence NAK that later packets of the same burst earn (they are out of sequence only
     // because of the first NAK; the requester must see the RNR NAK and wait out its timer,
@@ -130,6 +130,9 @@ pub(super) fn receive(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbP
 
 /// Executes the request at the expected PSN.
 fn execute(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
+    if super::staging::must_wait(core, ctx, qpi, pkt) {
+        return;
+    }
     match pkt.info.kind {
         MessageKind::Send => send(core, ctx, qpi, pkt),
         MessageKind::Write => write(core, ctx, qpi, pkt),
@@ -414,7 +417,7 @@ fn length_ok(position: Position, len: usize, mtu: usize) -> bool {
 }
 
 /// The next PSN is expected; ACK this one when asked.
-fn advance(qp: &mut QueuePair, psn: u32, ack_request: bool) {
+pub(super) fn advance(qp: &mut QueuePair, psn: u32, ack_request: bool) {
     qp.resp.expected_psn = psn_add(psn, 1);
     if ack_request {
         owe(qp, psn, ACK);
@@ -733,6 +736,9 @@ fn write(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32, pkt: &IbPacket<'_>) {
             return fatal(qp, psn, nak::REMOTE_ACCESS_ERROR);
         }
     };
+    if super::staging::stage(core, ctx, qpi, pkt, &target, (va, rkey)) {
+        return;
+    }
     // WRITE with immediate needs a receive WQE; without one, nothing of this packet happens. A
     // QP on a multi-packet RQ has none to give: an invalid request.
     let qp = core.rdma.qps.get_mut(qpi).expect("present");
