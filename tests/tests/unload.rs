@@ -44,7 +44,7 @@ fn connect(a: &mut Context, qa: &Qp, b: &mut Context, qb: &Qp) {
     let (ga, gb) = (a.query_gid(1, 0).unwrap(), b.query_gid(1, 0).unwrap());
     let (ma, mb) = (a.mac(), b.mac());
     for (ctx, q, peer, gid, mac) in [(&mut *a, qa, qb, gb, mb), (&mut *b, qb, qa, ga, ma)] {
-        ctx.init_rc(q, access::REMOTE_WRITE).unwrap();
+        ctx.init_rc(q, access::REMOTE).unwrap();
         let c = RcConnection {
             dmac: mac,
             ..RcConnection::new(peer.qp_num(), gid)
@@ -504,4 +504,155 @@ fn the_nic_stages_writes_it_cannot_translate_and_keeps_their_order() {
         "the region differs from the offload path's"
     );
     assert_eq!((ring.placed, ring.refused), (13, 0));
+}
+
+/// Completion and ordering parity on the software path (`fld_host::verbs::urdma::UnloadQp`):
+/// the application posts, on its own QP, a WRITE the decision module unloads, one with a key
+/// B never registered (unloaded too), a WRITE too large to unload, and a READ of the first
+/// WRITE's bytes. Its CQ shows exactly what the offload path would: four completions in post
+/// order, the bad key's a remote access error, and the READ returns the unloaded WRITE's bytes
+/// — it was held back (QueueFull) until B's CPU had placed them. The secondary QP's own
+/// completions never show; an unsignalled unloaded WRITE completes silently.
+#[test]
+fn an_unload_qp_completes_and_orders_as_the_offload_path() {
+    use fld_host::verbs::decision::{Decider, Policy};
+    use fld_host::verbs::urdma::UnloadQp;
+    let (card, mut a, mut b) = contexts();
+    // The application's QPs, and a second pair for the unload events.
+    // The secondary QPs are in the application's PDs: the uMTT checks an unloaded WRITE as
+    // the RNIC would check it arriving on the application's QP.
+    let (pa, mut cqa, mut qa, pb, _cqb, _qb) = unload_pair(&mut a, &mut b);
+    let cap = QpCap {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let side_cqa = a.create_cq(256, None).unwrap();
+    let mut side_cqb = b.create_cq(256, None).unwrap();
+    let side_qa = qp(&mut a, &pa, &side_cqa, cap);
+    let mut side_qb = qp(&mut b, &pb, &side_cqb, cap);
+    connect(&mut a, &side_qa, &mut b, &side_qb);
+    let mem = b.reg_mr(&pb, 8192, access::ALL).unwrap();
+    let mut target = UnloadTarget::new(&mut b, &pb, &mut side_qb, 8, 64).unwrap();
+    let init = UnloadInitiator::new(&mut a, &pa, target.offer()).unwrap();
+    target.set_credit_word(init.credit_word());
+    target.set_credit_every(1);
+    let mut uqp = UnloadQp::new(
+        &qa,
+        side_qa,
+        side_cqa,
+        init,
+        Decider::new(Policy::Unload, 64),
+    );
+
+    let src = a.reg_mr(&pa, 8192, access::ALL).unwrap();
+    src.write(0, b"unloaded, placed by B's CPU.....");
+    src.write(64, &[0x5a; 1024]);
+    let at = |off: u64| mem.addr() + off;
+    let small = [src.sge(0, 32)];
+    let large = [src.sge(64, 1024)];
+    let back = [src.sge(4096, 32)];
+    let wrs = [
+        SendWr::new(
+            1,
+            WrOpcode::RdmaWrite {
+                remote_addr: at(100),
+                rkey: mem.rkey(),
+            },
+            &small,
+        ),
+        SendWr {
+            signaled: false,
+            ..SendWr::new(
+                2,
+                WrOpcode::RdmaWrite {
+                    remote_addr: at(200),
+                    rkey: mem.rkey(),
+                },
+                &small,
+            )
+        },
+        SendWr::new(
+            3,
+            WrOpcode::RdmaWrite {
+                remote_addr: at(300),
+                rkey: 0xdead_beef,
+            },
+            &small,
+        ),
+        SendWr::new(
+            4,
+            WrOpcode::RdmaWrite {
+                remote_addr: at(2048),
+                rkey: mem.rkey(),
+            },
+            &large,
+        ),
+        SendWr::new(
+            5,
+            WrOpcode::RdmaRead {
+                remote_addr: at(100),
+                rkey: mem.rkey(),
+            },
+            &back,
+        ),
+    ];
+    let mut next = 0;
+    let mut got = Vec::new();
+    let mut held_back = 0;
+    let mut wc = [Wc::EMPTY; 16];
+    for round in 0..100_000 {
+        if next < wrs.len() {
+            match uqp.post_send(&a, &mut qa, &wrs[next..next + 1]) {
+                Ok(()) => next += 1,
+                Err(VerbsError::QueueFull) => held_back += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        card.poll();
+        // B's CPU is slow: it takes what its staging QP received every 500th round, long
+        // after a READ posted at once would have been answered.
+        if round % 500 != 499 {
+            let n = uqp.poll(&mut cqa, &mut wc);
+            got.extend(wc[..n].iter().map(|w| (w.wr_id, w.status)));
+            continue;
+        }
+        let n = side_cqb.poll(&mut wc);
+        for w in &wc[..n] {
+            if UnloadTarget::is_unloaded(w) {
+                target.take(&b, &mut side_qb, w).unwrap();
+            }
+        }
+        let n = uqp.poll(&mut cqa, &mut wc);
+        got.extend(wc[..n].iter().map(|w| (w.wr_id, w.status)));
+        if got.len() == 4 && next == wrs.len() {
+            break;
+        }
+    }
+    assert_eq!(
+        got,
+        [
+            (1, WcStatus::Success),
+            (3, WcStatus::RemAccessErr),
+            (4, WcStatus::Success),
+            (5, WcStatus::Success),
+        ]
+    );
+    assert!(
+        held_back > 0,
+        "the large WRITE waited for the unloaded ones"
+    );
+    let mut read = [0u8; 32];
+    src.read(4096, &mut read);
+    assert_eq!(&read, b"unloaded, placed by B's CPU.....");
+    let mut placed = [0u8; 32];
+    mem.read(200, &mut placed);
+    assert_eq!(&placed, b"unloaded, placed by B's CPU.....");
+    let mut large = [0u8; 1024];
+    mem.read(2048, &mut large);
+    assert_eq!(large, [0x5a; 1024]);
+    assert_eq!((target.placed, target.refused), (2, 1));
+    assert_eq!(uqp.outstanding(), 0);
 }

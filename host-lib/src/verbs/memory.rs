@@ -48,13 +48,18 @@ impl Mr {
         write_wrapping(&self.buf, offset, data)
     }
     pub fn read(&self, offset: usize, out: &mut [u8]) {
-        let mut done = 0;
-        while done < out.len() {
-            let at = (offset + done) % self.buf.len();
-            let n = (out.len() - done).min(self.buf.len() - at);
-            self.buf.read(at, &mut out[done..done + n]);
-            done += n;
-        }
+        read_wrapping(&self.buf, offset, out)
+    }
+}
+
+/// Reads `out.len()` bytes at `offset` of a region whose pages repeat `buf`.
+pub(super) fn read_wrapping(buf: &DmaBuffer, offset: usize, out: &mut [u8]) {
+    let mut done = 0;
+    while done < out.len() {
+        let at = (offset + done) % buf.len();
+        let n = (out.len() - done).min(buf.len() - at);
+        buf.read(at, &mut out[done..done + n]);
+        done += n;
     }
 }
 

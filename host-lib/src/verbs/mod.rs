@@ -22,6 +22,7 @@ pub mod neighbor;
 mod queue_pair;
 pub mod star;
 pub mod unload;
+pub mod urdma;
 
 pub use completion::*;
 pub use memory::*;

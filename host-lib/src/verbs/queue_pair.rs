@@ -53,6 +53,9 @@ pub struct SendWr<'a> {
     pub solicited: bool,
     pub fence: bool,
     pub inline: bool,
+    /// uRDMA's hint (§3.2): this WRITE stays on the offload path under the hint policy
+    /// (`decision::Policy::Hint`, through `urdma::UnloadQp`); a plain QP ignores it.
+    pub keep_offloaded: bool,
 }
 
 impl<'a> SendWr<'a> {
@@ -65,6 +68,7 @@ impl<'a> SendWr<'a> {
             solicited: false,
             fence: false,
             inline: false,
+            keep_offloaded: false,
         }
     }
 }

@@ -22,12 +22,14 @@
 //! Ordering: unloaded WRITEs are placed in the order they were sent, but after the target's
 //! CPU takes them, so an offloaded WRITE sent later may land first (§5: no ordering parity).
 //!
+//! The target returns, with each credit, a verdict per slot (placed, or why the uMTT refused
+//! it), so an initiator can complete each unloaded WRITE as the offload path would
+//! (`super::urdma::UnloadQp`: completion and ordering parity). Used alone, the initiator's
+//! completion of a refused unloaded WRITE says success — the WRITE WITH IMMEDIATE itself
+//! arrived — and the refusal is counted at the target.
+//!
 //! [`StagingRing`] is the in-RNIC variant §5 proposes: the NIC stages WRITEs itself, with the
 //! offload path's completions and ordering.
-//!
-//! Left out so far: completion parity on the software path. A refused unloaded WRITE is dropped
-//! and counted at the target; the initiator's completion still says success, where the offload
-//! path would fail it (§5's parity).
 
 use std::collections::HashMap;
 
@@ -80,6 +82,29 @@ impl Refusal {
     /// What the initiator's completion says, as for the offloaded WRITE.
     pub fn status(self) -> WcStatus {
         WcStatus::RemAccessErr
+    }
+
+    /// The verdict byte the target returns for a slot: 0 placed, else the refusal.
+    fn verdict(r: Option<Refusal>) -> u8 {
+        match r {
+            None => 0,
+            Some(Refusal::UnknownKey) => 1,
+            Some(Refusal::OtherPd) => 2,
+            Some(Refusal::NoWriteRight) => 3,
+            Some(Refusal::OutOfRange) => 4,
+        }
+    }
+
+    /// The refusal a verdict byte names (an unknown byte, as a peer can send anything, is
+    /// read as a refusal: nothing says the WRITE was placed).
+    fn of_verdict(b: u8) -> Option<Refusal> {
+        match b {
+            0 => None,
+            1 => Some(Refusal::UnknownKey),
+            2 => Some(Refusal::OtherPd),
+            3 => Some(Refusal::NoWriteRight),
+            _ => Some(Refusal::OutOfRange),
+        }
     }
 }
 
@@ -141,6 +166,21 @@ impl UMtt {
         Ok(())
     }
 
+    /// Reads `out.len()` bytes at `addr` of this context's region `lkey` (an SGE of a WRITE
+    /// about to be unloaded); `false` when the range is not in the region.
+    pub fn gather(&self, lkey: u32, addr: u64, out: &mut [u8]) -> bool {
+        let Some(r) = self.regions.get(&lkey) else {
+            return false;
+        };
+        let inside = addr
+            .checked_sub(r.addr)
+            .is_some_and(|off| off + out.len() as u64 <= r.len);
+        if inside {
+            super::memory::read_wrapping(&r.buf, (addr - r.addr) as usize, out);
+        }
+        inside
+    }
+
     /// Checks an unloaded WRITE and, if the RNIC would have taken it, copies `data` to `addr`
     /// (the memcpy that replaces the RNIC's placement).
     pub fn place(
@@ -168,7 +208,9 @@ pub struct StagingOffer {
     pub slot_bytes: u32,
 }
 
-/// The initiator's credit word: the target writes the count of slots it has taken there.
+/// The initiator's credit area: the count of slots the target has taken (8 bytes,
+/// little-endian), then a verdict byte per slot — 0 when the slot's WRITE was placed, else why
+/// the uMTT refused it — which the target writes before the count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CreditWord {
     pub addr: u64,
@@ -187,6 +229,10 @@ pub struct UnloadTarget {
     taken: u64,
     credited: u64,
     credit: Option<CreditWord>,
+    /// Slots taken between credit returns.
+    credit_every: u32,
+    /// The verdict of each slot's last WRITE, returned with the credits.
+    verdicts: Vec<u8>,
     /// Unloaded WRITEs placed, and refused by the uMTT (dropped, as the RNIC drops them).
     pub placed: u64,
     pub refused: u64,
@@ -220,9 +266,18 @@ impl UnloadTarget {
             taken: 0,
             credited: 0,
             credit: None,
+            credit_every: slots / 2,
+            verdicts: vec![0; slots as usize],
             placed: 0,
             refused: 0,
         })
+    }
+
+    /// Returns credits (and verdicts) every `n` slots taken instead of every half ring: 1 for
+    /// an initiator that reports each WRITE's completion only when it is placed
+    /// (`super::urdma::UnloadQp`).
+    pub fn set_credit_every(&mut self, n: u32) {
+        self.credit_every = n.clamp(1, self.slots / 2);
     }
 
     pub fn offer(&self) -> StagingOffer {
@@ -263,23 +318,41 @@ impl UnloadTarget {
             None => self.placed += 1,
             Some(_) => self.refused += 1,
         }
+        self.verdicts[slot] = Refusal::verdict(refusal);
         self.taken += 1;
         qp.post_recv(&[(slot as u64, &[][..])])?;
-        if self.taken - self.credited >= u64::from(self.slots / 2) {
+        if self.taken - self.credited >= u64::from(self.credit_every) {
             self.return_credits(qp)?;
         }
         Ok(refusal)
     }
 
-    /// Writes the count of slots taken into the initiator's credit word.
+    /// Writes the verdicts of the slots taken since the last return, then their count, into
+    /// the initiator's credit area (RC executes the WRITEs in order: the count lands last).
     pub fn return_credits(&mut self, qp: &mut Qp) -> Result<()> {
         let Some(c) = self.credit else {
             return Ok(());
         };
+        let slots = u64::from(self.slots);
+        let mut from = self.credited;
+        while from < self.taken {
+            // Up to the ring's end, at most 64 verdicts a WRITE (inline).
+            let at = from % slots;
+            let n = (self.taken - from).min(slots - at).min(64);
+            let bytes = &self.verdicts[at as usize..(at + n) as usize];
+            self.credit_write(qp, c, 8 + at, bytes)?;
+            from += n;
+        }
+        self.credit_write(qp, c, 0, &self.taken.to_le_bytes())?;
+        self.credited = self.taken;
+        Ok(())
+    }
+
+    fn credit_write(&self, qp: &mut Qp, c: CreditWord, offset: u64, bytes: &[u8]) -> Result<()> {
         let mut wr = SendWr::new(
             CREDIT_WR_ID,
             WrOpcode::RdmaWrite {
-                remote_addr: c.addr,
+                remote_addr: c.addr + offset,
                 rkey: c.rkey,
             },
             &[],
@@ -287,9 +360,7 @@ impl UnloadTarget {
         // Signalled, so its send-queue slot is freed when it completes (the completion carries
         // [`CREDIT_WR_ID`]; the application's loop passes it over).
         wr.signaled = true;
-        qp.post_inline_bytes(&wr, &self.taken.to_le_bytes())?;
-        self.credited = self.taken;
-        Ok(())
+        qp.post_inline_bytes(&wr, bytes)
     }
 }
 
@@ -304,7 +375,11 @@ impl UnloadInitiator {
     /// The path to the target's staging buffer `offer`, with a credit word registered in
     /// `pd` for the target to write.
     pub fn new(ctx: &mut Context, pd: &Pd, offer: StagingOffer) -> Result<Self> {
-        let credits = ctx.reg_mr(pd, 8, access::LOCAL_WRITE | access::REMOTE_WRITE)?;
+        let credits = ctx.reg_mr(
+            pd,
+            8 + offer.slots as usize,
+            access::LOCAL_WRITE | access::REMOTE_WRITE,
+        )?;
         credits.write(0, &0u64.to_le_bytes());
         Ok(UnloadInitiator {
             offer,
@@ -327,9 +402,23 @@ impl UnloadInitiator {
 
     /// Slots the target has not taken yet.
     pub fn in_flight(&self) -> u64 {
+        self.sent.saturating_sub(self.credited())
+    }
+
+    /// Slots the target says it has taken (never more than were sent: a peer can write
+    /// anything there).
+    pub fn credited(&self) -> u64 {
         let mut b = [0u8; 8];
         self.credits.read(0, &mut b);
-        self.sent.saturating_sub(u64::from_le_bytes(b))
+        u64::from_le_bytes(b).min(self.sent)
+    }
+
+    /// The target's verdict on the WRITE sent `n`-th (from 0), once credited: `None` placed.
+    pub fn verdict(&self, n: u64) -> Option<Refusal> {
+        let mut b = [0u8];
+        self.credits
+            .read(8 + (n % u64::from(self.offer.slots)) as usize, &mut b);
+        Refusal::of_verdict(b[0])
     }
 
     /// Sends `data` for `dest` (with `rkey`) unloaded: a WRITE WITH IMMEDIATE into the next

@@ -34,10 +34,12 @@ pub fn run(a: SimArgs) -> CmdResult {
     let json = a.json;
     let (report, speed) = sim::run(&s, |title, p| {
         if !json {
+            let what = match p.regions {
+                Some(r) => format!("{} B x {r} regions", p.size),
+                None => format!("{} B x {} connections", p.size, p.connections),
+            };
             eprintln!(
-                "  {title}: {} B x {} connections done ({} events, {:.1} us virtual)",
-                p.size,
-                p.connections,
+                "  {title}: {what} done ({} events, {:.1} us virtual)",
                 p.events,
                 p.virtual_ns as f64 / 1e3
             );

@@ -137,9 +137,9 @@ pub struct HostParams {
     pub poll_ns: u64,
     /// CPU time the target spends on one unloaded WRITE once it has found its completion: the
     /// uMTT lookup, the copy from the staging slot to its destination (a TLB and cache miss on
-    /// a cold page) and the receive reposted (uRDMA §3.1), ns. Default 914: fitted to uRDMA
+    /// a cold page) and the receive reposted (uRDMA §3.1), ns. Default 912: fitted to uRDMA
     /// Figure 3's one-region unload point (3.4 us round trip; the model without it gives
-    /// 2.486 us) — the one constant fitted for that figure.
+    /// 2.488 us) — the one constant fitted for that figure.
     pub unload_ns: u64,
 }
 
@@ -148,7 +148,7 @@ impl Default for HostParams {
         HostParams {
             post_ns: 100,
             poll_ns: 50,
-            unload_ns: 914,
+            unload_ns: 912,
         }
     }
 }

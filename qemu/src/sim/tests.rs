@@ -901,7 +901,7 @@ fn urdma_offload_misses_grow_with_the_regions_and_unload_stays_flat() {
     let grown = rtt(0, 1) - rtt(0, 0);
     assert!(grown > 0.6 * miss_ns && grown < miss_ns, "{grown}");
     // Unload: every WRITE unloaded and placed, none refused, the same round trip either way,
-    // slower than a hit by the target CPU's unload work (914 ns) and the completion's path.
+    // slower than a hit by the target CPU's unload work (912 ns) and the completion's path.
     for p in 0..2 {
         assert_eq!(m(1, p, "unloaded_share"), 1.0);
         assert_eq!(m(1, p, "unload_refused"), 0.0);
