@@ -41,12 +41,18 @@ fn qp(ctx: &mut Context, pd: &Pd, cq: &Cq, cap: QpCap) -> Qp {
 
 /// Connects `qa` on `a` and `qb` on `b`.
 fn connect(a: &mut Context, qa: &Qp, b: &mut Context, qb: &Qp) {
+    connect_with_rnr(a, qa, b, qb, RcConnection::new(0, [0; 16]).min_rnr_timer);
+}
+
+/// Connects `qa` on `a` and `qb` on `b`, the responders' RNR timer IBA code `rnr`.
+fn connect_with_rnr(a: &mut Context, qa: &Qp, b: &mut Context, qb: &Qp, rnr: u8) {
     let (ga, gb) = (a.query_gid(1, 0).unwrap(), b.query_gid(1, 0).unwrap());
     let (ma, mb) = (a.mac(), b.mac());
     for (ctx, q, peer, gid, mac) in [(&mut *a, qa, qb, gb, mb), (&mut *b, qb, qa, ga, ma)] {
         ctx.init_rc(q, access::REMOTE).unwrap();
         let c = RcConnection {
             dmac: mac,
+            min_rnr_timer: rnr,
             ..RcConnection::new(peer.qp_num(), gid)
         };
         ctx.connect_rc(q, &c).unwrap();
@@ -362,17 +368,8 @@ fn the_nic_stages_writes_it_cannot_translate_and_keeps_their_order() {
     };
     let mut qa = qp(&mut a, &pa, &cqa, cap);
     let qb = qp(&mut b, &pb, &cqb, cap);
-    let (ga, gb) = (a.query_gid(1, 0).unwrap(), b.query_gid(1, 0).unwrap());
-    let (ma, mb) = (a.mac(), b.mac());
-    for (ctx, q, peer, gid, mac) in [(&mut a, &qa, &qb, gb, mb), (&mut b, &qb, &qa, ga, ma)] {
-        ctx.init_rc(q, access::REMOTE).unwrap();
-        let c = RcConnection {
-            dmac: mac,
-            min_rnr_timer: 1,
-            ..RcConnection::new(peer.qp_num(), gid)
-        };
-        ctx.connect_rc(q, &c).unwrap();
-    }
+    // A 10 us RNR timer: requests that wait for B's CPU come again soon.
+    connect_with_rnr(&mut a, &qa, &mut b, &qb, 1);
     // Refused shapes first: slots of 16 bytes, 2^16 slots.
     for (log_slots, log_bytes) in [(3, 4), (16, 6)] {
         let e = StagingRing::new(&mut b, &pb, &qb, log_slots, log_bytes).err();

@@ -240,6 +240,16 @@ impl Target {
     /// Whether every page of `[va, va + len)` has its translation on chip (a bus target
     /// needs none).
     pub fn translated(&self, cache: &SharedMttCache, va: u64, len: usize) -> bool {
+        let Some((owner, _, entries)) = self.entries(va, len) else {
+            return true;
+        };
+        let cache = cache.borrow();
+        entries.into_iter().all(|e| cache.contains(&(owner, e)))
+    }
+
+    /// A region's owner, page size and the bus addresses of the MTT entries of the pages
+    /// `[va, va + len)` touches; `None` for a bus target.
+    fn entries(&self, va: u64, len: usize) -> Option<(u16, u8, impl IntoIterator<Item = u64>)> {
         let Target::Region {
             owner,
             start,
@@ -247,31 +257,22 @@ impl Target {
             log_page_size,
         } = *self
         else {
-            return true;
+            return None;
         };
         let first = (va >> log_page_size) - (start >> log_page_size);
         let last = ((va + len.max(1) as u64 - 1) >> log_page_size) - (start >> log_page_size);
-        let cache = cache.borrow();
-        (first..=last).all(|i| cache.contains(&(owner, mtt_addr + i * MTT_ENTRY_SIZE as u64)))
+        let entries = (first..=last).map(move |i| mtt_addr + i * MTT_ENTRY_SIZE as u64);
+        Some((owner, log_page_size, entries))
     }
 
     /// Reads in the background the translations of `[va, va + len)` the cache lacks, so later
     /// accesses hit (a staged WRITE's pages: `crate::nic::rdma::staging`). A page whose entry
     /// cannot be read is left out.
     pub fn fill(&self, dma: &mut DmaPort<'_>, cache: &SharedMttCache, va: u64, len: usize) {
-        let Target::Region {
-            owner,
-            start,
-            mtt_addr,
-            log_page_size,
-        } = *self
-        else {
+        let Some((owner, log_page_size, entries)) = self.entries(va, len) else {
             return;
         };
-        let first = (va >> log_page_size) - (start >> log_page_size);
-        let last = ((va + len.max(1) as u64 - 1) >> log_page_size) - (start >> log_page_size);
-        for i in first..=last {
-            let entry_addr = mtt_addr + i * MTT_ENTRY_SIZE as u64;
+        for entry_addr in entries {
             if cache.borrow().contains(&(owner, entry_addr)) {
                 continue;
             }
