@@ -111,7 +111,7 @@ impl GuestPaths {
             .ok_or_else(|| "no kernel in the guest root".into())
     }
 
-    fn modules_dir(&self) -> Result<PathBuf> {
+    pub fn modules_dir(&self) -> Result<PathBuf> {
         let kernel = self.kernel()?;
         let version = kernel
             .file_name()
@@ -228,47 +228,105 @@ const RDMA_PACKAGES: [&str; 5] = [
 
 /// Whether the RDMA packages are in the provisioned root.
 pub fn rdma_installed(paths: &GuestPaths) -> bool {
-    std::fs::read_to_string(paths.cache.join("rdma-ready"))
-        .is_ok_and(|m| m == RDMA_PACKAGES.join(","))
+    installed(paths, "rdma-ready", &RDMA_PACKAGES)
 }
 
 /// Adds the RDMA packages to the provisioned root, once (cached with it).
 pub fn setup_rdma(paths: &GuestPaths) -> Result<()> {
-    if rdma_installed(paths) {
+    install(paths, "rdma-ready", &RDMA_PACKAGES, "RDMA packages", None)
+}
+
+/// What building a kernel module for the guest's kernel takes, besides its headers.
+const DRIVER_BUILD_PACKAGES: [&str; 3] = ["gcc", "make", "ethtool"];
+
+/// The guest kernel's release (`uname -r` in the guest): the root's one modules directory.
+pub fn kernel_release(paths: &GuestPaths) -> Result<String> {
+    let dir = paths.modules_dir()?;
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_string)
+        .ok_or_else(|| format!("{}: no kernel release", dir.display()))
+}
+
+/// Adds the guest kernel's headers, a compiler and ethtool to the provisioned root, once
+/// (cached with it): what `driver/linux/` is built with, in the root, for the guest's kernel.
+pub fn setup_driver_build(paths: &GuestPaths) -> Result<String> {
+    let release = kernel_release(paths)?;
+    let headers = format!("linux-headers-{release}");
+    let mut packages = vec![headers.as_str()];
+    packages.extend(DRIVER_BUILD_PACKAGES);
+    // The root's QEMU came from trixie-backports with its libelf; the headers' kbuild needs
+    // libdw of the same version, which only backports has.
+    install(
+        paths,
+        "driver-build-ready",
+        &packages,
+        "kernel headers and compiler",
+        Some("trixie-backports"),
+    )?;
+    Ok(release)
+}
+
+/// Whether `packages` were installed into the root (recorded in `marker`).
+fn installed(paths: &GuestPaths, marker: &str, packages: &[&str]) -> bool {
+    std::fs::read_to_string(paths.cache.join(marker)).is_ok_and(|m| m == packages.join(","))
+}
+
+/// Installs `packages` into the provisioned root once, recorded in `marker`, preferring the
+/// `suite` (apt's target release) when given.
+fn install(
+    paths: &GuestPaths,
+    marker: &str,
+    packages: &[&str],
+    what: &str,
+    suite: Option<&str>,
+) -> Result<()> {
+    if installed(paths, marker, packages) {
         return Ok(());
     }
-    let marker = paths.cache.join("rdma-ready");
-    let recipe = RDMA_PACKAGES.join(",");
     prereq::guest_provisioned(paths)?;
-    let log = child::fresh_log(&paths.cache, "setup-rdma")?;
-    let in_root = |args: &[&str]| {
-        let mut c = Command::new("chroot");
-        c.arg(&paths.root)
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-        c
-    };
+    let log = child::fresh_log(&paths.cache, &format!("setup-{marker}"))?;
     let started = Instant::now();
     say(format!(
         "installing {} into the guest root",
-        RDMA_PACKAGES.join(" ")
+        packages.join(" ")
     ));
     step(
-        &mut in_root(&["apt-get", "update", "-q"]),
+        &mut in_root(paths, &["apt-get", "update", "-q"]),
         "apt-get update",
         &log,
     )?;
     let mut args = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];
-    args.extend(RDMA_PACKAGES);
-    step(&mut in_root(&args), "install the RDMA packages", &log)?;
-    step(&mut in_root(&["apt-get", "clean"]), "apt-get clean", &log)?;
-    std::fs::write(&marker, recipe).map_err(|e| e.to_string())?;
+    if let Some(suite) = suite {
+        args.extend(["-t", suite]);
+    }
+    args.extend(packages);
+    step(
+        &mut in_root(paths, &args),
+        &format!("install the {what}"),
+        &log,
+    )?;
+    step(
+        &mut in_root(paths, &["apt-get", "clean"]),
+        "apt-get clean",
+        &log,
+    )?;
+    std::fs::write(paths.cache.join(marker), packages.join(",")).map_err(|e| e.to_string())?;
     say(format!(
-        "RDMA packages installed in {:.0} s",
+        "{what} installed in {:.0} s",
         started.elapsed().as_secs_f64()
     ));
     Ok(())
+}
+
+/// `args` run inside the guest root (chroot), non-interactive.
+pub fn in_root(paths: &GuestPaths, args: &[&str]) -> Command {
+    let mut c = Command::new("chroot");
+    c.arg(&paths.root)
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    c
 }
 
 fn report_qemu(paths: &GuestPaths) -> Result<Qemu> {

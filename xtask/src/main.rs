@@ -12,13 +12,19 @@
 //!   `fldemu rc-pingpong` over a `-netdev dgram` link (see [`rxe`]).
 //! * `profile`     — instructions per echoed packet per stage of the path, under callgrind (see
 //!   [`profile`]).
+//! * `test-linux-driver` — the Linux kernel driver built for the guest's kernel and loaded on
+//!   the card in the guest (see [`linux_driver`]).
+//! * `c-header`    — writes (or with `--check` verifies) the C header of the card's interface
+//!   the C drivers include, generated from `fld_abi` (see [`cheader`]).
 //!
 //! Each command checks what it needs before it starts (see [`prereq`]), and every program it
 //! starts is reported, if it fails, with its exit status and its log's last lines (see
 //! [`child`]).
 
+mod cheader;
 mod child;
 mod guest;
+mod linux_driver;
 mod prereq;
 mod profile;
 mod rxe;
@@ -42,6 +48,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Write driver/linux/fldnic_abi.h from fld-abi (`--check`: fail if it is stale).
+    CHeader {
+        #[arg(long)]
+        check: bool,
+    },
     /// The CI sequence: tests, demo, model figures and a short benchmark.
     Ci,
     /// `fldemu demo` in release mode; arguments are passed on.
@@ -111,6 +122,12 @@ enum Cmd {
     /// loss; a capture dissected by tshark. Pass/fail per run.
     TestRxe {
         #[arg(long, default_value_t = 900)]
+        timeout: u64,
+    },
+    /// The Linux kernel driver (driver/linux/fldnic) built for the guest's kernel and loaded on
+    /// the card in the guest: netdevs, ethtool, unload/reload, a clean dmesg.
+    TestLinuxDriver {
+        #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
 }
@@ -575,6 +592,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: Result<bool, String> = match cli.cmd {
         Cmd::Ci => ci().map(|()| true),
+        Cmd::CHeader { check } => cheader::run(&workspace(), check),
         Cmd::Demo { args } => {
             let a: Vec<&str> = args.iter().map(String::as_str).collect();
             fldemu(&[&["demo"], a.as_slice()].concat()).map(|()| true)
@@ -602,6 +620,8 @@ fn main() -> ExitCode {
         Cmd::TestRxe { timeout } => rxe::prerequisites(&guest::GuestPaths::new())
             .and_then(|()| build_fldemu())
             .and_then(|()| rxe::test_rxe(&workspace(), timeout)),
+        Cmd::TestLinuxDriver { timeout } => linux_driver::prerequisites()
+            .and_then(|()| linux_driver::test_linux_driver(&workspace(), timeout)),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

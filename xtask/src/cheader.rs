@@ -1,0 +1,252 @@
+//! `cargo xtask c-header`: the C view of the card's interface for the drivers the ecosystem
+//! fixes in C (the Linux kernel module under `driver/linux/`, later the rdma-core provider and the
+//! DPDK PMD), generated from `fld_abi` so the formats are defined once. Every struct is emitted
+//! with its fields in order and a `_Static_assert` per field offset and per size, computed here
+//! from the Rust layout: a header that disagrees with the Rust types does not compile.
+//!
+//! Types are the ones both kernel and user space get from `<linux/types.h>`: `__u8`, `__le16`,
+//! `__le32`, `__le64`.
+//!
+//! `--check` compares instead of writing, and fails when the committed header is stale.
+
+use std::fmt::Write as _;
+use std::mem::{offset_of, size_of};
+use std::path::Path;
+
+use fld_abi::nic::{self, db, op, reg, Caps, CmdInHeader, CmdOutHeader, CmdStatus};
+
+/// Where the header lives, relative to the workspace.
+pub const HEADER: &str = "driver/linux/fldnic_abi.h";
+
+/// `(C name, value)` constants.
+type Consts = &'static [(&'static str, u64)];
+
+/// One field: name, C type, array length (0: not an array), Rust offset.
+struct Field(&'static str, &'static str, usize, usize);
+
+/// A struct: C name, fields, Rust size.
+struct Struct(&'static str, Vec<Field>, usize);
+
+/// The fields of `$ty` as `name: ctype` or `name: ctype[n]`, offsets taken from Rust.
+macro_rules! c_struct {
+    ($cname:literal, $ty:ty, { $($f:ident : $cty:literal $([$n:literal])?),* $(,)? }) => {
+        Struct(
+            $cname,
+            vec![$(Field(stringify!($f), $cty, 0 $(+ $n)?, offset_of!($ty, $f))),*],
+            size_of::<$ty>(),
+        )
+    };
+}
+
+const PCI: Consts = &[
+    ("FLDNIC_PCI_VENDOR_ID", fld_abi::pci::PCI_VENDOR_ID as u64),
+    ("FLDNIC_PCI_DEVICE_ID", nic::NIC_DEVICE_ID as u64),
+    ("FLDNIC_BAR_CONTROL", nic::BAR_CONTROL as u64),
+    ("FLDNIC_BAR_DOORBELL", nic::BAR_DOORBELL as u64),
+    ("FLDNIC_BAR_MSIX", nic::BAR_MSIX as u64),
+    ("FLDNIC_BAR_CONTROL_SIZE", nic::BAR_CONTROL_SIZE),
+    ("FLDNIC_BAR_DOORBELL_SIZE", nic::BAR_DOORBELL_SIZE),
+];
+
+const REGISTERS: Consts = &[
+    ("FLDNIC_REG_FW_VERSION", reg::FW_VERSION),
+    ("FLDNIC_REG_CMD_INTERFACE_REV", reg::CMD_INTERFACE_REV),
+    ("FLDNIC_REG_DEVICE_STATUS", reg::DEVICE_STATUS),
+    ("FLDNIC_REG_DEVICE_RESET", reg::DEVICE_RESET),
+    ("FLDNIC_REG_CMD_IN_ADDR_LO", reg::CMD_IN_ADDR_LO),
+    ("FLDNIC_REG_CMD_IN_ADDR_HI", reg::CMD_IN_ADDR_HI),
+    ("FLDNIC_REG_CMD_OUT_ADDR_LO", reg::CMD_OUT_ADDR_LO),
+    ("FLDNIC_REG_CMD_OUT_ADDR_HI", reg::CMD_OUT_ADDR_HI),
+    ("FLDNIC_REG_CMD_IN_LEN", reg::CMD_IN_LEN),
+    ("FLDNIC_REG_CMD_OUT_LEN", reg::CMD_OUT_LEN),
+    ("FLDNIC_REG_CMD_DOORBELL", reg::CMD_DOORBELL),
+    ("FLDNIC_REG_CMD_STATUS", reg::CMD_STATUS),
+    ("FLDNIC_REG_VPORT_NUMBER", reg::VPORT_NUMBER),
+    ("FLDNIC_REG_MAC_LO", reg::MAC_LO),
+    ("FLDNIC_REG_MAC_HI", reg::MAC_HI),
+    ("FLDNIC_INTERFACE_REV", nic::INTERFACE_REV as u64),
+    ("FLDNIC_STATUS_READY", nic::STATUS_READY as u64),
+    ("FLDNIC_STATUS_FATAL", nic::STATUS_FATAL as u64),
+    ("FLDNIC_RESET_MAGIC", nic::RESET_MAGIC as u64),
+    ("FLDNIC_CMD_STATUS_DONE", nic::CMD_STATUS_DONE as u64),
+    ("FLDNIC_CMD_MAX_LEN", nic::CMD_MAX_LEN as u64),
+    ("FLDNIC_CMD_HEADER_LEN", nic::CMD_HEADER_LEN as u64),
+];
+
+const OPCODES: Consts = &[
+    ("FLDNIC_OP_QUERY_CAPS", op::QUERY_CAPS as u64),
+    ("FLDNIC_OP_CREATE_EQ", op::CREATE_EQ as u64),
+    ("FLDNIC_OP_DESTROY_EQ", op::DESTROY_EQ as u64),
+    ("FLDNIC_OP_CREATE_CQ", op::CREATE_CQ as u64),
+    ("FLDNIC_OP_DESTROY_CQ", op::DESTROY_CQ as u64),
+    ("FLDNIC_OP_CREATE_SQ", op::CREATE_SQ as u64),
+    ("FLDNIC_OP_DESTROY_SQ", op::DESTROY_SQ as u64),
+    ("FLDNIC_OP_MODIFY_SQ", op::MODIFY_SQ as u64),
+    ("FLDNIC_OP_CREATE_RQ", op::CREATE_RQ as u64),
+    ("FLDNIC_OP_DESTROY_RQ", op::DESTROY_RQ as u64),
+    ("FLDNIC_OP_MODIFY_RQ", op::MODIFY_RQ as u64),
+    ("FLDNIC_OP_QUERY_VPORT", op::QUERY_VPORT as u64),
+    ("FLDNIC_OP_CREATE_PD", op::CREATE_PD as u64),
+    ("FLDNIC_OP_CREATE_MR", op::CREATE_MR as u64),
+    ("FLDNIC_OP_SET_ROCE_ADDRESS", op::SET_ROCE_ADDRESS as u64),
+    ("FLDNIC_OP_CREATE_QP", op::CREATE_QP as u64),
+    ("FLDNIC_OP_MODIFY_QP", op::MODIFY_QP as u64),
+    ("FLDNIC_OP_DESTROY_QP", op::DESTROY_QP as u64),
+];
+
+const STATUSES: Consts = &[
+    ("FLDNIC_CMD_OK", CmdStatus::Ok as u64),
+    ("FLDNIC_CMD_BAD_OPCODE", CmdStatus::BadOpcode as u64),
+    ("FLDNIC_CMD_BAD_PARAM", CmdStatus::BadParam as u64),
+    ("FLDNIC_CMD_BAD_STATE", CmdStatus::BadState as u64),
+    ("FLDNIC_CMD_BAD_RESOURCE", CmdStatus::BadResource as u64),
+    ("FLDNIC_CMD_RESOURCE_BUSY", CmdStatus::ResourceBusy as u64),
+    ("FLDNIC_CMD_EXCEED_LIMIT", CmdStatus::ExceedLimit as u64),
+    ("FLDNIC_CMD_NOT_PERMITTED", CmdStatus::NotPermitted as u64),
+    (
+        "FLDNIC_CMD_BAD_INPUT_LENGTH",
+        CmdStatus::BadInputLength as u64,
+    ),
+    (
+        "FLDNIC_CMD_BAD_OUTPUT_LENGTH",
+        CmdStatus::BadOutputLength as u64,
+    ),
+];
+
+const DOORBELLS: Consts = &[
+    ("FLDNIC_DB_SQ_BASE", db::SQ_BASE),
+    ("FLDNIC_DB_RQ_BASE", db::RQ_BASE),
+    ("FLDNIC_DB_CQ_BASE", db::CQ_BASE),
+    ("FLDNIC_DB_EQ_BASE", db::EQ_BASE),
+];
+
+fn structs() -> Vec<Struct> {
+    vec![
+        c_struct!("fldnic_cmd_in_header", CmdInHeader, {
+            opcode: "__le16", op_mod: "__le16", rsvd: "__u8"[12],
+        }),
+        c_struct!("fldnic_cmd_out_header", CmdOutHeader, {
+            status: "__u8", rsvd: "__u8"[3], syndrome: "__le32", rsvd2: "__u8"[8],
+        }),
+        c_struct!("fldnic_caps", Caps, {
+            max_sqs: "__le32", max_rqs: "__le32", max_cqs: "__le32", max_eqs: "__le32",
+            max_log_sq_size: "__u8", max_log_rq_size: "__u8", max_log_cq_size: "__u8",
+            max_log_eq_size: "__u8", min_log_stride_size: "__u8", max_log_stride_size: "__u8",
+            min_log_strides: "__u8", max_log_strides: "__u8", max_flow_tables: "__le32",
+            max_flow_entries: "__le32", max_rss_groups: "__le32", max_rss_indirection: "__le16",
+            rss_key_len: "__le16", msix_vectors: "__le16", max_wqe_ds: "__le16",
+            max_inline_header: "__le16", max_flow_table_level: "__u8", receiver: "__u8",
+            max_mtu: "__le32", vport: "__le16", is_eswitch_manager: "__u8", rsvd2: "__u8",
+            qp_context_cache: "__le32",
+        }),
+    ]
+}
+
+/// The header's text.
+pub fn render() -> String {
+    let mut s = String::new();
+    s.push_str(
+        "/* SPDX-License-Identifier: (GPL-2.0 OR MIT) */\n\
+         /*\n\
+         \x20* The fldemu card's host interface for C drivers: registers, commands and their\n\
+         \x20* layouts (docs/nic-interface.md). Generated from the fld-abi crate by\n\
+         \x20* `cargo xtask c-header`; do not edit.\n\
+         \x20*/\n\
+         #ifndef FLDNIC_ABI_H\n#define FLDNIC_ABI_H\n\n\
+         #include <linux/types.h>\n\
+         #ifdef __KERNEL__\n#include <linux/stddef.h>\n#else\n#include <stddef.h>\n#endif\n",
+    );
+    for (title, consts) in [
+        ("PCI identity and BARs", PCI),
+        ("Control registers (BAR0)", REGISTERS),
+        ("Command opcodes", OPCODES),
+        ("Command statuses (fldnic_cmd_out_header.status)", STATUSES),
+        ("Doorbell pages (BAR2)", DOORBELLS),
+    ] {
+        let _ = writeln!(s, "\n/* {title} */");
+        for (name, value) in consts {
+            let _ = writeln!(s, "#define {name} {value:#x}");
+        }
+    }
+    for Struct(name, fields, size) in structs() {
+        let _ = writeln!(s, "\nstruct {name} {{");
+        for Field(f, ty, n, _) in &fields {
+            match n {
+                0 => writeln!(s, "\t{ty} {f};"),
+                n => writeln!(s, "\t{ty} {f}[{n}];"),
+            }
+            .ok();
+        }
+        let _ = writeln!(s, "}};");
+        let _ = writeln!(
+            s,
+            "_Static_assert(sizeof(struct {name}) == {size}, \"{name}: size\");"
+        );
+        for Field(f, _, _, off) in &fields {
+            let _ = writeln!(
+                s,
+                "_Static_assert(offsetof(struct {name}, {f}) == {off}, \"{name}.{f}\");"
+            );
+        }
+    }
+    s.push_str("\n#endif /* FLDNIC_ABI_H */\n");
+    s
+}
+
+/// Writes the header under `workspace`, or with `check` says whether the committed one is
+/// current.
+pub fn run(workspace: &Path, check: bool) -> Result<bool, String> {
+    let path = workspace.join(HEADER);
+    let text = render();
+    if check {
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        if committed != text {
+            eprintln!("xtask: {HEADER} is stale: run `cargo xtask c-header`");
+            return Ok(false);
+        }
+        return Ok(true);
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("wrote {HEADER}");
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field of every struct is emitted at its Rust offset, in order, without overlap,
+    /// and the fields cover the whole struct (no hidden padding the C compiler would lay out
+    /// differently).
+    #[test]
+    fn fields_tile_each_struct() {
+        let width = |ty: &str| match ty {
+            "__u8" => 1,
+            "__le16" => 2,
+            "__le32" => 4,
+            "__le64" => 8,
+            other => panic!("type {other}"),
+        };
+        for Struct(name, fields, size) in structs() {
+            let mut at = 0;
+            for Field(f, ty, n, off) in &fields {
+                assert_eq!(*off, at, "{name}.{f}");
+                at += width(ty) * (*n).max(1);
+            }
+            assert_eq!(at, size, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_committed_header_is_current() {
+        let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let committed = std::fs::read_to_string(ws.join(HEADER)).unwrap_or_default();
+        assert!(
+            committed == render(),
+            "{HEADER} is stale: run `cargo xtask c-header`"
+        );
+    }
+}

@@ -1,0 +1,138 @@
+//! `cargo xtask test-linux-driver`: the card's Linux kernel driver (`driver/linux/fldnic`) built
+//! for the guest's own kernel and loaded in the guest on the card (docs/linux-driver.md).
+//!
+//! 1. The guest root gets the guest kernel's headers, gcc, make and ethtool, once (cached with
+//!    the root, see [`guest::setup_driver_build`]).
+//! 2. The module is built in the root (a chroot: the same compiler and headers Debian built the
+//!    kernel with) and lands in `target/release/linux/`, which the guest sees as `/opt/linux/`.
+//! 3. The guest boots with the card attached and runs [`SCRIPT`]: the module binds both NIC
+//!    functions, each gets a netdev with the card's MAC and `ethtool -i` says `fldnic`; the
+//!    module is removed and loaded again three times; `dmesg` shows no BUG, Oops or WARNING.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::guest::{self, GuestPaths, RunOptions};
+
+/// What the guest runs; it ends by printing [`PASSED`] when every check held.
+const SCRIPT: &str = r#"
+fail() { echo "FAIL: $*"; dmesg | tail -30; exit 1; }
+functions() { ls -d /sys/bus/pci/drivers/fldnic/0000:* 2>/dev/null | wc -l; }
+insmod /opt/linux/fldnic.ko || fail "insmod"
+[ "$(functions)" = 2 ] || fail "bound $(functions) NIC functions, not 2"
+macs=""
+for f in /sys/bus/pci/drivers/fldnic/0000:*; do
+    ifc=$(ls "$f/net") || fail "no netdev under $f"
+    mac=$(cat "/sys/class/net/$ifc/address")
+    echo "netdev $ifc $(basename "$f") $mac"
+    ethtool -i "$ifc" | grep -qx 'driver: fldnic' || fail "ethtool -i $ifc"
+    ethtool -i "$ifc" | grep -qx "bus-info: $(basename "$f")" || fail "bus-info of $ifc"
+    ip link set "$ifc" up || fail "ip link set $ifc up"
+    [ "$(cat /sys/class/net/$ifc/carrier)" = 0 ] || fail "$ifc has a carrier without rings"
+    case " $macs " in *" $mac "*) fail "two functions with MAC $mac" ;; esac
+    macs="$macs $mac"
+done
+for i in 1 2 3; do
+    rmmod fldnic || fail "rmmod, round $i"
+    [ "$(functions)" = 0 ] || fail "still bound after rmmod"
+    insmod /opt/linux/fldnic.ko || fail "insmod, round $i"
+    [ "$(functions)" = 2 ] || fail "bound $(functions) after insmod, round $i"
+done
+rmmod fldnic || fail "last rmmod"
+if dmesg | grep -E 'BUG|Oops|WARNING|Call Trace|general protection'; then fail "dmesg"; fi
+dmesg | grep -E 'fldnic' | tail -4
+echo LINUX-DRIVER-PASSED
+"#;
+
+const PASSED: &str = "LINUX-DRIVER-PASSED";
+
+/// Builds the module in the guest root for `release`; returns where the guest finds it.
+fn build_module(paths: &GuestPaths, workspace: &Path, release: &str) -> Result<(), String> {
+    let scratch = paths.root.join("tmp/fldnic-build");
+    let _ = std::fs::remove_dir_all(&scratch);
+    copy_dir(&workspace.join("driver/linux"), &scratch)?;
+    let log = crate::logs().join("linux-driver-build.log");
+    let kdir = format!("/usr/src/linux-headers-{release}");
+    let mut make = guest::in_root(
+        paths,
+        &["make", "-C", &kdir, "M=/tmp/fldnic-build/fldnic", "modules"],
+    );
+    let out = make.output().map_err(|e| format!("make: {e}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::write(&log, &text);
+    if !out.status.success() {
+        eprint!("{text}");
+        return Err(format!("the module did not build (log: {})", log.display()));
+    }
+    let dest = workspace.join("target/release/linux");
+    std::fs::create_dir_all(&dest).map_err(|e| e.to_string())?;
+    std::fs::copy(scratch.join("fldnic/fldnic.ko"), dest.join("fldnic.ko"))
+        .map_err(|e| format!("fldnic.ko: {e}"))?;
+    println!("xtask: built fldnic.ko for {release}");
+    Ok(())
+}
+
+/// Copies the files of `from` into `to` (recursively).
+fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    for entry in std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))? {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let path = entry.path();
+        let target = to.join(entry.file_name());
+        if path.is_dir() {
+            copy_dir(&path, &target)?;
+        } else {
+            std::fs::copy(&path, &target).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The whole test; whether it passed.
+pub fn test_linux_driver(workspace: &Path, timeout: u64) -> Result<bool, String> {
+    let paths = GuestPaths::new();
+    let qemu = guest::setup(&paths)?;
+    let release = guest::setup_driver_build(&paths)?;
+    // The committed C header must be the one fld-abi gives.
+    if !crate::cheader::run(workspace, true)? {
+        return Ok(false);
+    }
+    build_module(&paths, workspace, &release)?;
+    crate::build_fldemu()?;
+    let out = guest::run_guest(
+        paths,
+        qemu,
+        workspace,
+        "echo",
+        &RunOptions {
+            command: Some(SCRIPT.to_string()),
+            timeout: Duration::from_secs(timeout),
+            kill_after: None,
+            reset_during: None,
+        },
+    )?;
+    print!("{}", out.output);
+    let passed = out.exit_code == Some(0) && out.output.contains(PASSED);
+    if !passed {
+        out.show_logs();
+    }
+    println!(
+        "test-linux-driver: {}",
+        if passed { "passed" } else { "FAILED" }
+    );
+    Ok(passed)
+}
+
+/// Whether `chroot` is there (the build runs in the guest root).
+pub fn prerequisites() -> Result<(), String> {
+    Command::new("chroot")
+        .arg("--version")
+        .output()
+        .map(drop)
+        .map_err(|e| format!("chroot: {e}"))
+}
