@@ -85,11 +85,27 @@
 #define FLDNIC_DB_CQ_BASE 0x2000
 #define FLDNIC_DB_EQ_BASE 0x3000
 
+/* Queue entry formats */
+#define FLDNIC_CQE_SIZE 0x40
+#define FLDNIC_EQE_SIZE 0x40
+#define FLDNIC_INVALID_OWNER_BYTE 0xf1
+#define FLDNIC_CQE_REQ 0x0
+#define FLDNIC_CQE_RESP_SEND 0x2
+#define FLDNIC_CQE_REQ_ERR 0xd
+#define FLDNIC_CQE_RESP_ERR 0xe
+#define FLDNIC_WQEBB 0x40
+#define FLDNIC_DS_SIZE 0x10
+#define FLDNIC_WQE_OP_SEND 0xa
+#define FLDNIC_CE_ALWAYS 0x8
+#define FLDNIC_CS_L3 0x1
+#define FLDNIC_CS_L4 0x2
+#define FLDNIC_QUEUE_READY 0x1
+
 struct fldnic_cmd_in_header {
 	__le16 opcode;
 	__le16 op_mod;
 	__u8 rsvd[12];
-};
+} __attribute__((packed));
 _Static_assert(sizeof(struct fldnic_cmd_in_header) == 16, "fldnic_cmd_in_header: size");
 _Static_assert(offsetof(struct fldnic_cmd_in_header, opcode) == 0, "fldnic_cmd_in_header.opcode");
 _Static_assert(offsetof(struct fldnic_cmd_in_header, op_mod) == 2, "fldnic_cmd_in_header.op_mod");
@@ -100,7 +116,7 @@ struct fldnic_cmd_out_header {
 	__u8 rsvd[3];
 	__le32 syndrome;
 	__u8 rsvd2[8];
-};
+} __attribute__((packed));
 _Static_assert(sizeof(struct fldnic_cmd_out_header) == 16, "fldnic_cmd_out_header: size");
 _Static_assert(offsetof(struct fldnic_cmd_out_header, status) == 0, "fldnic_cmd_out_header.status");
 _Static_assert(offsetof(struct fldnic_cmd_out_header, rsvd) == 1, "fldnic_cmd_out_header.rsvd");
@@ -135,7 +151,7 @@ struct fldnic_caps {
 	__u8 is_eswitch_manager;
 	__u8 rsvd2;
 	__le32 qp_context_cache;
-};
+} __attribute__((packed));
 _Static_assert(sizeof(struct fldnic_caps) == 60, "fldnic_caps: size");
 _Static_assert(offsetof(struct fldnic_caps, max_sqs) == 0, "fldnic_caps.max_sqs");
 _Static_assert(offsetof(struct fldnic_caps, max_rqs) == 4, "fldnic_caps.max_rqs");
@@ -164,5 +180,191 @@ _Static_assert(offsetof(struct fldnic_caps, vport) == 52, "fldnic_caps.vport");
 _Static_assert(offsetof(struct fldnic_caps, is_eswitch_manager) == 54, "fldnic_caps.is_eswitch_manager");
 _Static_assert(offsetof(struct fldnic_caps, rsvd2) == 55, "fldnic_caps.rsvd2");
 _Static_assert(offsetof(struct fldnic_caps, qp_context_cache) == 56, "fldnic_caps.qp_context_cache");
+
+struct fldnic_object_in {
+	__le32 id;
+	__u8 rsvd[4];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_object_in) == 8, "fldnic_object_in: size");
+_Static_assert(offsetof(struct fldnic_object_in, id) == 0, "fldnic_object_in.id");
+_Static_assert(offsetof(struct fldnic_object_in, rsvd) == 4, "fldnic_object_in.rsvd");
+
+struct fldnic_create_out {
+	__le32 id;
+	__u8 rsvd[4];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_create_out) == 8, "fldnic_create_out: size");
+_Static_assert(offsetof(struct fldnic_create_out, id) == 0, "fldnic_create_out.id");
+_Static_assert(offsetof(struct fldnic_create_out, rsvd) == 4, "fldnic_create_out.rsvd");
+
+struct fldnic_create_eq_in {
+	__le64 addr;
+	__u8 log_size;
+	__u8 rsvd;
+	__le16 msix_vector;
+	__u8 rsvd2[4];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_create_eq_in) == 16, "fldnic_create_eq_in: size");
+_Static_assert(offsetof(struct fldnic_create_eq_in, addr) == 0, "fldnic_create_eq_in.addr");
+_Static_assert(offsetof(struct fldnic_create_eq_in, log_size) == 8, "fldnic_create_eq_in.log_size");
+_Static_assert(offsetof(struct fldnic_create_eq_in, rsvd) == 9, "fldnic_create_eq_in.rsvd");
+_Static_assert(offsetof(struct fldnic_create_eq_in, msix_vector) == 10, "fldnic_create_eq_in.msix_vector");
+_Static_assert(offsetof(struct fldnic_create_eq_in, rsvd2) == 12, "fldnic_create_eq_in.rsvd2");
+
+struct fldnic_create_cq_in {
+	__le64 addr;
+	__le32 eqn;
+	__u8 log_size;
+	__u8 rsvd[3];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_create_cq_in) == 16, "fldnic_create_cq_in: size");
+_Static_assert(offsetof(struct fldnic_create_cq_in, addr) == 0, "fldnic_create_cq_in.addr");
+_Static_assert(offsetof(struct fldnic_create_cq_in, eqn) == 8, "fldnic_create_cq_in.eqn");
+_Static_assert(offsetof(struct fldnic_create_cq_in, log_size) == 12, "fldnic_create_cq_in.log_size");
+_Static_assert(offsetof(struct fldnic_create_cq_in, rsvd) == 13, "fldnic_create_cq_in.rsvd");
+
+struct fldnic_create_sq_in {
+	__le64 addr;
+	__le32 cqn;
+	__u8 log_size;
+	__u8 flags;
+	__u8 rsvd[2];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_create_sq_in) == 16, "fldnic_create_sq_in: size");
+_Static_assert(offsetof(struct fldnic_create_sq_in, addr) == 0, "fldnic_create_sq_in.addr");
+_Static_assert(offsetof(struct fldnic_create_sq_in, cqn) == 8, "fldnic_create_sq_in.cqn");
+_Static_assert(offsetof(struct fldnic_create_sq_in, log_size) == 12, "fldnic_create_sq_in.log_size");
+_Static_assert(offsetof(struct fldnic_create_sq_in, flags) == 13, "fldnic_create_sq_in.flags");
+_Static_assert(offsetof(struct fldnic_create_sq_in, rsvd) == 14, "fldnic_create_sq_in.rsvd");
+
+struct fldnic_create_rq_in {
+	__le64 addr;
+	__le32 cqn;
+	__u8 log_size;
+	__u8 rq_type;
+	__u8 log_stride_size;
+	__u8 log_strides;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_create_rq_in) == 16, "fldnic_create_rq_in: size");
+_Static_assert(offsetof(struct fldnic_create_rq_in, addr) == 0, "fldnic_create_rq_in.addr");
+_Static_assert(offsetof(struct fldnic_create_rq_in, cqn) == 8, "fldnic_create_rq_in.cqn");
+_Static_assert(offsetof(struct fldnic_create_rq_in, log_size) == 12, "fldnic_create_rq_in.log_size");
+_Static_assert(offsetof(struct fldnic_create_rq_in, rq_type) == 13, "fldnic_create_rq_in.rq_type");
+_Static_assert(offsetof(struct fldnic_create_rq_in, log_stride_size) == 14, "fldnic_create_rq_in.log_stride_size");
+_Static_assert(offsetof(struct fldnic_create_rq_in, log_strides) == 15, "fldnic_create_rq_in.log_strides");
+
+struct fldnic_modify_queue_in {
+	__le32 id;
+	__u8 new_state;
+	__u8 rsvd[3];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_modify_queue_in) == 8, "fldnic_modify_queue_in: size");
+_Static_assert(offsetof(struct fldnic_modify_queue_in, id) == 0, "fldnic_modify_queue_in.id");
+_Static_assert(offsetof(struct fldnic_modify_queue_in, new_state) == 4, "fldnic_modify_queue_in.new_state");
+_Static_assert(offsetof(struct fldnic_modify_queue_in, rsvd) == 5, "fldnic_modify_queue_in.rsvd");
+
+struct fldnic_eqe {
+	__u8 event_type;
+	__u8 subtype;
+	__u8 rsvd[2];
+	__le32 data;
+	__u8 rsvd2[55];
+	__u8 owner;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_eqe) == 64, "fldnic_eqe: size");
+_Static_assert(offsetof(struct fldnic_eqe, event_type) == 0, "fldnic_eqe.event_type");
+_Static_assert(offsetof(struct fldnic_eqe, subtype) == 1, "fldnic_eqe.subtype");
+_Static_assert(offsetof(struct fldnic_eqe, rsvd) == 2, "fldnic_eqe.rsvd");
+_Static_assert(offsetof(struct fldnic_eqe, data) == 4, "fldnic_eqe.data");
+_Static_assert(offsetof(struct fldnic_eqe, rsvd2) == 8, "fldnic_eqe.rsvd2");
+_Static_assert(offsetof(struct fldnic_eqe, owner) == 63, "fldnic_eqe.owner");
+
+struct fldnic_cqe {
+	__le32 flow_tag;
+	__le32 rss_hash;
+	__le32 byte_count;
+	__le16 wqe_counter;
+	__le16 stride_index;
+	__le16 consumed_strides;
+	__u8 csum;
+	__u8 flags;
+	__le32 qn;
+	__le64 timestamp;
+	__le32 metadata;
+	__le16 vport;
+	__le32 imm;
+	__u8 wqe_opcode;
+	__u8 rsvd[18];
+	__u8 syndrome;
+	__u8 rsvd2;
+	__u8 op_own;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_cqe) == 64, "fldnic_cqe: size");
+_Static_assert(offsetof(struct fldnic_cqe, flow_tag) == 0, "fldnic_cqe.flow_tag");
+_Static_assert(offsetof(struct fldnic_cqe, rss_hash) == 4, "fldnic_cqe.rss_hash");
+_Static_assert(offsetof(struct fldnic_cqe, byte_count) == 8, "fldnic_cqe.byte_count");
+_Static_assert(offsetof(struct fldnic_cqe, wqe_counter) == 12, "fldnic_cqe.wqe_counter");
+_Static_assert(offsetof(struct fldnic_cqe, stride_index) == 14, "fldnic_cqe.stride_index");
+_Static_assert(offsetof(struct fldnic_cqe, consumed_strides) == 16, "fldnic_cqe.consumed_strides");
+_Static_assert(offsetof(struct fldnic_cqe, csum) == 18, "fldnic_cqe.csum");
+_Static_assert(offsetof(struct fldnic_cqe, flags) == 19, "fldnic_cqe.flags");
+_Static_assert(offsetof(struct fldnic_cqe, qn) == 20, "fldnic_cqe.qn");
+_Static_assert(offsetof(struct fldnic_cqe, timestamp) == 24, "fldnic_cqe.timestamp");
+_Static_assert(offsetof(struct fldnic_cqe, metadata) == 32, "fldnic_cqe.metadata");
+_Static_assert(offsetof(struct fldnic_cqe, vport) == 36, "fldnic_cqe.vport");
+_Static_assert(offsetof(struct fldnic_cqe, imm) == 38, "fldnic_cqe.imm");
+_Static_assert(offsetof(struct fldnic_cqe, wqe_opcode) == 42, "fldnic_cqe.wqe_opcode");
+_Static_assert(offsetof(struct fldnic_cqe, rsvd) == 43, "fldnic_cqe.rsvd");
+_Static_assert(offsetof(struct fldnic_cqe, syndrome) == 61, "fldnic_cqe.syndrome");
+_Static_assert(offsetof(struct fldnic_cqe, rsvd2) == 62, "fldnic_cqe.rsvd2");
+_Static_assert(offsetof(struct fldnic_cqe, op_own) == 63, "fldnic_cqe.op_own");
+
+struct fldnic_ctrl_seg {
+	__u8 opcode;
+	__u8 rsvd;
+	__le16 wqe_index;
+	__u8 ds_count;
+	__u8 fm_ce_se;
+	__le16 rsvd2;
+	__le32 sqn;
+	__le32 imm;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_ctrl_seg) == 16, "fldnic_ctrl_seg: size");
+_Static_assert(offsetof(struct fldnic_ctrl_seg, opcode) == 0, "fldnic_ctrl_seg.opcode");
+_Static_assert(offsetof(struct fldnic_ctrl_seg, rsvd) == 1, "fldnic_ctrl_seg.rsvd");
+_Static_assert(offsetof(struct fldnic_ctrl_seg, wqe_index) == 2, "fldnic_ctrl_seg.wqe_index");
+_Static_assert(offsetof(struct fldnic_ctrl_seg, ds_count) == 4, "fldnic_ctrl_seg.ds_count");
+_Static_assert(offsetof(struct fldnic_ctrl_seg, fm_ce_se) == 5, "fldnic_ctrl_seg.fm_ce_se");
+_Static_assert(offsetof(struct fldnic_ctrl_seg, rsvd2) == 6, "fldnic_ctrl_seg.rsvd2");
+_Static_assert(offsetof(struct fldnic_ctrl_seg, sqn) == 8, "fldnic_ctrl_seg.sqn");
+_Static_assert(offsetof(struct fldnic_ctrl_seg, imm) == 12, "fldnic_ctrl_seg.imm");
+
+struct fldnic_eth_seg {
+	__u8 cs_flags;
+	__u8 flags;
+	__u8 rsvd[2];
+	__u8 rsvd2[6];
+	__le16 mss;
+	__le16 inline_hdr_size;
+	__u8 inline_start[2];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_eth_seg) == 16, "fldnic_eth_seg: size");
+_Static_assert(offsetof(struct fldnic_eth_seg, cs_flags) == 0, "fldnic_eth_seg.cs_flags");
+_Static_assert(offsetof(struct fldnic_eth_seg, flags) == 1, "fldnic_eth_seg.flags");
+_Static_assert(offsetof(struct fldnic_eth_seg, rsvd) == 2, "fldnic_eth_seg.rsvd");
+_Static_assert(offsetof(struct fldnic_eth_seg, rsvd2) == 4, "fldnic_eth_seg.rsvd2");
+_Static_assert(offsetof(struct fldnic_eth_seg, mss) == 10, "fldnic_eth_seg.mss");
+_Static_assert(offsetof(struct fldnic_eth_seg, inline_hdr_size) == 12, "fldnic_eth_seg.inline_hdr_size");
+_Static_assert(offsetof(struct fldnic_eth_seg, inline_start) == 14, "fldnic_eth_seg.inline_start");
+
+struct fldnic_data_seg {
+	__le32 byte_count;
+	__le32 lkey;
+	__le64 addr;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_data_seg) == 16, "fldnic_data_seg: size");
+_Static_assert(offsetof(struct fldnic_data_seg, byte_count) == 0, "fldnic_data_seg.byte_count");
+_Static_assert(offsetof(struct fldnic_data_seg, lkey) == 4, "fldnic_data_seg.lkey");
+_Static_assert(offsetof(struct fldnic_data_seg, addr) == 8, "fldnic_data_seg.addr");
 
 #endif /* FLDNIC_ABI_H */

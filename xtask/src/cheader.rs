@@ -5,7 +5,8 @@
 //! from the Rust layout: a header that disagrees with the Rust types does not compile.
 //!
 //! Types are the ones both kernel and user space get from `<linux/types.h>`: `__u8`, `__le16`,
-//! `__le32`, `__le64`.
+//! `__le32`, `__le64`. Structs are packed, as the Rust ones are (their little-endian fields are
+//! byte-aligned: a CQE's `imm` sits at offset 38).
 //!
 //! `--check` compares instead of writing, and fails when the committed header is stale.
 
@@ -13,7 +14,11 @@ use std::fmt::Write as _;
 use std::mem::{offset_of, size_of};
 use std::path::Path;
 
-use fld_abi::nic::{self, db, op, reg, Caps, CmdInHeader, CmdOutHeader, CmdStatus};
+use fld_abi::nic::{
+    self, db, op, reg, Caps, CmdInHeader, CmdOutHeader, CmdStatus, CreateCqIn, CreateEqIn,
+    CreateOut, CreateRqIn, CreateSqIn, CtrlSeg, Cqe, DataSeg, Eqe, EthSeg, ModifyQueueIn,
+    ObjectIn,
+};
 
 /// Where the header lives, relative to the workspace.
 pub const HEADER: &str = "driver/linux/fldnic_abi.h";
@@ -120,6 +125,23 @@ const DOORBELLS: Consts = &[
     ("FLDNIC_DB_EQ_BASE", db::EQ_BASE),
 ];
 
+const FORMATS: Consts = &[
+    ("FLDNIC_CQE_SIZE", nic::CQE_SIZE as u64),
+    ("FLDNIC_EQE_SIZE", nic::EQE_SIZE as u64),
+    ("FLDNIC_INVALID_OWNER_BYTE", nic::INVALID_OWNER_BYTE as u64),
+    ("FLDNIC_CQE_REQ", nic::CQE_REQ as u64),
+    ("FLDNIC_CQE_RESP_SEND", nic::CQE_RESP_SEND as u64),
+    ("FLDNIC_CQE_REQ_ERR", nic::CQE_REQ_ERR as u64),
+    ("FLDNIC_CQE_RESP_ERR", nic::CQE_RESP_ERR as u64),
+    ("FLDNIC_WQEBB", nic::WQEBB as u64),
+    ("FLDNIC_DS_SIZE", nic::DS_SIZE as u64),
+    ("FLDNIC_WQE_OP_SEND", nic::WQE_OP_SEND as u64),
+    ("FLDNIC_CE_ALWAYS", nic::CE_ALWAYS as u64),
+    ("FLDNIC_CS_L3", nic::CS_L3 as u64),
+    ("FLDNIC_CS_L4", nic::CS_L4 as u64),
+    ("FLDNIC_QUEUE_READY", nic::QueueState::Ready as u64),
+];
+
 fn structs() -> Vec<Struct> {
     vec![
         c_struct!("fldnic_cmd_in_header", CmdInHeader, {
@@ -138,6 +160,47 @@ fn structs() -> Vec<Struct> {
             max_inline_header: "__le16", max_flow_table_level: "__u8", receiver: "__u8",
             max_mtu: "__le32", vport: "__le16", is_eswitch_manager: "__u8", rsvd2: "__u8",
             qp_context_cache: "__le32",
+        }),
+        c_struct!("fldnic_object_in", ObjectIn, { id: "__le32", rsvd: "__u8"[4] }),
+        c_struct!("fldnic_create_out", CreateOut, { id: "__le32", rsvd: "__u8"[4] }),
+        c_struct!("fldnic_create_eq_in", CreateEqIn, {
+            addr: "__le64", log_size: "__u8", rsvd: "__u8", msix_vector: "__le16",
+            rsvd2: "__u8"[4],
+        }),
+        c_struct!("fldnic_create_cq_in", CreateCqIn, {
+            addr: "__le64", eqn: "__le32", log_size: "__u8", rsvd: "__u8"[3],
+        }),
+        c_struct!("fldnic_create_sq_in", CreateSqIn, {
+            addr: "__le64", cqn: "__le32", log_size: "__u8", flags: "__u8", rsvd: "__u8"[2],
+        }),
+        c_struct!("fldnic_create_rq_in", CreateRqIn, {
+            addr: "__le64", cqn: "__le32", log_size: "__u8", rq_type: "__u8",
+            log_stride_size: "__u8", log_strides: "__u8",
+        }),
+        c_struct!("fldnic_modify_queue_in", ModifyQueueIn, {
+            id: "__le32", new_state: "__u8", rsvd: "__u8"[3],
+        }),
+        c_struct!("fldnic_eqe", Eqe, {
+            event_type: "__u8", subtype: "__u8", rsvd: "__u8"[2], data: "__le32",
+            rsvd2: "__u8"[55], owner: "__u8",
+        }),
+        c_struct!("fldnic_cqe", Cqe, {
+            flow_tag: "__le32", rss_hash: "__le32", byte_count: "__le32", wqe_counter: "__le16",
+            stride_index: "__le16", consumed_strides: "__le16", csum: "__u8", flags: "__u8",
+            qn: "__le32", timestamp: "__le64", metadata: "__le32", vport: "__le16",
+            imm: "__le32", wqe_opcode: "__u8", rsvd: "__u8"[18], syndrome: "__u8",
+            rsvd2: "__u8", op_own: "__u8",
+        }),
+        c_struct!("fldnic_ctrl_seg", CtrlSeg, {
+            opcode: "__u8", rsvd: "__u8", wqe_index: "__le16", ds_count: "__u8",
+            fm_ce_se: "__u8", rsvd2: "__le16", sqn: "__le32", imm: "__le32",
+        }),
+        c_struct!("fldnic_eth_seg", EthSeg, {
+            cs_flags: "__u8", flags: "__u8", rsvd: "__u8"[2], rsvd2: "__u8"[6], mss: "__le16",
+            inline_hdr_size: "__le16", inline_start: "__u8"[2],
+        }),
+        c_struct!("fldnic_data_seg", DataSeg, {
+            byte_count: "__le32", lkey: "__le32", addr: "__le64",
         }),
     ]
 }
@@ -162,6 +225,7 @@ pub fn render() -> String {
         ("Command opcodes", OPCODES),
         ("Command statuses (fldnic_cmd_out_header.status)", STATUSES),
         ("Doorbell pages (BAR2)", DOORBELLS),
+        ("Queue entry formats", FORMATS),
     ] {
         let _ = writeln!(s, "\n/* {title} */");
         for (name, value) in consts {
@@ -177,7 +241,7 @@ pub fn render() -> String {
             }
             .ok();
         }
-        let _ = writeln!(s, "}};");
+        let _ = writeln!(s, "}} __attribute__((packed));");
         let _ = writeln!(
             s,
             "_Static_assert(sizeof(struct {name}) == {size}, \"{name}: size\");"
