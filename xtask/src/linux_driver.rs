@@ -6,8 +6,9 @@
 //! 2. The module is built in the root (a chroot: the same compiler and headers Debian built the
 //!    kernel with) and lands in `target/release/linux/`, which the guest sees as `/opt/linux/`.
 //! 3. The guest boots with the card attached and runs [`SCRIPT`]: the module binds both NIC
-//!    functions, each gets a netdev with the card's MAC and `ethtool -i` says `fldnic`; the
-//!    module is removed and loaded again three times; `dmesg` shows no BUG, Oops or WARNING.
+//!    functions, each gets a netdev with the card's MAC and `ethtool -i` says `fldnic`; a
+//!    function-level reset of each while bound brings it back; the module is removed and
+//!    loaded again three times; `dmesg` shows no BUG, Oops or WARNING.
 
 use std::path::Path;
 use std::process::Command;
@@ -33,6 +34,11 @@ for f in /sys/bus/pci/drivers/fldnic/0000:*; do
     case " $macs " in *" $mac "*) fail "two functions with MAC $mac" ;; esac
     macs="$macs $mac"
 done
+for f in /sys/bus/pci/drivers/fldnic/0000:*; do
+    bdf=$(basename "$f")
+    echo 1 > "/sys/bus/pci/devices/$bdf/reset" || fail "function reset of $bdf"
+done
+[ "$(dmesg | grep -c 'function reset done')" = 2 ] || fail "both functions back after a reset"
 for i in 1 2 3; do
     rmmod fldnic || fail "rmmod, round $i"
     [ "$(functions)" = 0 ] || fail "still bound after rmmod"

@@ -8,6 +8,8 @@
  * (docs/nic-interface.md §2): the input and output buffers are DMA memory, a token written
  * to the doorbell register starts the command and the status register says when it is done.
  *
+ * A function-level reset while bound detaches the netdev and brings the function back.
+ *
  * Not yet: the data path (rings, NAPI, RSS, offloads) — until then the carrier stays off and
  * transmitted frames are dropped and counted — interrupts, and the RoCE ib_device.
  */
@@ -21,6 +23,7 @@
 #include <linux/mutex.h>
 #include <linux/netdevice.h>
 #include <linux/pci.h>
+#include <linux/rtnetlink.h>
 
 #include "fldnic_abi.h"
 
@@ -353,6 +356,45 @@ static void fldnic_remove(struct pci_dev *pdev)
 	pci_disable_device(pdev);
 }
 
+/*
+ * A function-level reset while bound (`echo 1 > /sys/bus/pci/devices/.../reset`): the card
+ * drops everything the function made. The netdev is detached across it, and the command
+ * interface is checked and the capabilities read again after it.
+ */
+static void fldnic_reset_prepare(struct pci_dev *pdev)
+{
+	struct fldnic *nic = pci_get_drvdata(pdev);
+
+	rtnl_lock();
+	netif_device_detach(nic->netdev);
+	rtnl_unlock();
+}
+
+static void fldnic_reset_done(struct pci_dev *pdev)
+{
+	struct fldnic *nic = pci_get_drvdata(pdev);
+	int err;
+
+	pci_set_master(pdev);
+	err = fldnic_reset(nic);
+	if (!err)
+		err = fldnic_exec(nic, FLDNIC_OP_QUERY_CAPS, NULL, 0, &nic->caps,
+				  sizeof(nic->caps));
+	if (err) {
+		netdev_err(nic->netdev, "not usable after the function reset: %d\n", err);
+		return;
+	}
+	rtnl_lock();
+	netif_device_attach(nic->netdev);
+	rtnl_unlock();
+	netdev_info(nic->netdev, "function reset done\n");
+}
+
+static const struct pci_error_handlers fldnic_err_handlers = {
+	.reset_prepare = fldnic_reset_prepare,
+	.reset_done = fldnic_reset_done,
+};
+
 static const struct pci_device_id fldnic_ids[] = {
 	{ PCI_DEVICE(FLDNIC_PCI_VENDOR_ID, FLDNIC_PCI_DEVICE_ID) },
 	{ }
@@ -364,6 +406,7 @@ static struct pci_driver fldnic_driver = {
 	.id_table = fldnic_ids,
 	.probe = fldnic_probe,
 	.remove = fldnic_remove,
+	.err_handler = &fldnic_err_handlers,
 };
 module_pci_driver(fldnic_driver);
 
