@@ -60,6 +60,11 @@
 #define FLDNIC_OP_DESTROY_RQ 0x141
 #define FLDNIC_OP_MODIFY_RQ 0x143
 #define FLDNIC_OP_QUERY_VPORT 0x180
+#define FLDNIC_OP_CREATE_FLOW_TABLE 0x160
+#define FLDNIC_OP_DESTROY_FLOW_TABLE 0x161
+#define FLDNIC_OP_SET_FLOW_TABLE_ROOT 0x162
+#define FLDNIC_OP_CREATE_FLOW_ENTRY 0x170
+#define FLDNIC_OP_DESTROY_FLOW_ENTRY 0x171
 #define FLDNIC_OP_CREATE_PD 0x200
 #define FLDNIC_OP_CREATE_MR 0x210
 #define FLDNIC_OP_SET_ROCE_ADDRESS 0x220
@@ -84,6 +89,11 @@
 #define FLDNIC_DB_RQ_BASE 0x1000
 #define FLDNIC_DB_CQ_BASE 0x2000
 #define FLDNIC_DB_EQ_BASE 0x3000
+#define FLDNIC_DB_PI_MASK 0xffff
+#define FLDNIC_DB_CI_MASK 0xffffff
+#define FLDNIC_DB_ARM_SN_SHIFT 0x1c
+#define FLDNIC_DB_ARM_SN_MASK 0x3
+#define FLDNIC_DB_ARM 0x80000000
 
 /* Queue entry formats */
 #define FLDNIC_CQE_SIZE 0x40
@@ -100,6 +110,23 @@
 #define FLDNIC_CS_L3 0x1
 #define FLDNIC_CS_L4 0x2
 #define FLDNIC_QUEUE_READY 0x1
+#define FLDNIC_CE_ON_ERROR 0x0
+#define FLDNIC_RECV_WQE_SIZE 0x10
+#define FLDNIC_RQ_TYPE_REGULAR 0x0
+#define FLDNIC_RESERVED_LKEY 0x0
+#define FLDNIC_EQE_COMPLETION 0x0
+#define FLDNIC_EQE_CQ_ERROR 0x4
+#define FLDNIC_EQE_QUEUE_ERROR 0x13
+#define FLDNIC_CQE_CSUM_L3_OK 0x2
+#define FLDNIC_CQE_CSUM_L4_OK 0x8
+#define FLDNIC_CQE_CSUM_L4_PRESENT 0x4
+
+/* Receive steering */
+#define FLDNIC_TABLE_KIND_NIC_RX 0x1
+#define FLDNIC_MISS_DROP 0x1
+#define FLDNIC_NO_TABLE 0xffffffff
+#define FLDNIC_ACTION_FWD_RQ 0x2
+#define FLDNIC_FLOW_MATCH_LEN 0x50
 
 struct fldnic_cmd_in_header {
 	__le16 opcode;
@@ -356,6 +383,92 @@ _Static_assert(offsetof(struct fldnic_eth_seg, rsvd2) == 4, "fldnic_eth_seg.rsvd
 _Static_assert(offsetof(struct fldnic_eth_seg, mss) == 10, "fldnic_eth_seg.mss");
 _Static_assert(offsetof(struct fldnic_eth_seg, inline_hdr_size) == 12, "fldnic_eth_seg.inline_hdr_size");
 _Static_assert(offsetof(struct fldnic_eth_seg, inline_start) == 14, "fldnic_eth_seg.inline_start");
+
+struct fldnic_query_vport_in {
+	__le16 vport;
+	__u8 rsvd[6];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_query_vport_in) == 8, "fldnic_query_vport_in: size");
+_Static_assert(offsetof(struct fldnic_query_vport_in, vport) == 0, "fldnic_query_vport_in.vport");
+_Static_assert(offsetof(struct fldnic_query_vport_in, rsvd) == 2, "fldnic_query_vport_in.rsvd");
+
+struct fldnic_query_vport_out {
+	__u8 mac[6];
+	__u8 up;
+	__u8 rsvd;
+	__le64 tx_packets;
+	__le64 tx_bytes;
+	__le64 rx_packets;
+	__le64 rx_bytes;
+	__le64 rx_steering_drops;
+	__le64 rx_no_steering;
+	__le64 rx_out_of_buffer;
+	__le64 tx_malformed;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_query_vport_out) == 72, "fldnic_query_vport_out: size");
+_Static_assert(offsetof(struct fldnic_query_vport_out, mac) == 0, "fldnic_query_vport_out.mac");
+_Static_assert(offsetof(struct fldnic_query_vport_out, up) == 6, "fldnic_query_vport_out.up");
+_Static_assert(offsetof(struct fldnic_query_vport_out, rsvd) == 7, "fldnic_query_vport_out.rsvd");
+_Static_assert(offsetof(struct fldnic_query_vport_out, tx_packets) == 8, "fldnic_query_vport_out.tx_packets");
+_Static_assert(offsetof(struct fldnic_query_vport_out, tx_bytes) == 16, "fldnic_query_vport_out.tx_bytes");
+_Static_assert(offsetof(struct fldnic_query_vport_out, rx_packets) == 24, "fldnic_query_vport_out.rx_packets");
+_Static_assert(offsetof(struct fldnic_query_vport_out, rx_bytes) == 32, "fldnic_query_vport_out.rx_bytes");
+_Static_assert(offsetof(struct fldnic_query_vport_out, rx_steering_drops) == 40, "fldnic_query_vport_out.rx_steering_drops");
+_Static_assert(offsetof(struct fldnic_query_vport_out, rx_no_steering) == 48, "fldnic_query_vport_out.rx_no_steering");
+_Static_assert(offsetof(struct fldnic_query_vport_out, rx_out_of_buffer) == 56, "fldnic_query_vport_out.rx_out_of_buffer");
+_Static_assert(offsetof(struct fldnic_query_vport_out, tx_malformed) == 64, "fldnic_query_vport_out.tx_malformed");
+
+struct fldnic_create_flow_table_in {
+	__u8 kind;
+	__u8 level;
+	__u8 miss;
+	__u8 rsvd;
+	__le32 miss_table;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_create_flow_table_in) == 8, "fldnic_create_flow_table_in: size");
+_Static_assert(offsetof(struct fldnic_create_flow_table_in, kind) == 0, "fldnic_create_flow_table_in.kind");
+_Static_assert(offsetof(struct fldnic_create_flow_table_in, level) == 1, "fldnic_create_flow_table_in.level");
+_Static_assert(offsetof(struct fldnic_create_flow_table_in, miss) == 2, "fldnic_create_flow_table_in.miss");
+_Static_assert(offsetof(struct fldnic_create_flow_table_in, rsvd) == 3, "fldnic_create_flow_table_in.rsvd");
+_Static_assert(offsetof(struct fldnic_create_flow_table_in, miss_table) == 4, "fldnic_create_flow_table_in.miss_table");
+
+struct fldnic_set_root_in {
+	__u8 kind;
+	__u8 rsvd[3];
+	__le32 table;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_set_root_in) == 8, "fldnic_set_root_in: size");
+_Static_assert(offsetof(struct fldnic_set_root_in, kind) == 0, "fldnic_set_root_in.kind");
+_Static_assert(offsetof(struct fldnic_set_root_in, rsvd) == 1, "fldnic_set_root_in.rsvd");
+_Static_assert(offsetof(struct fldnic_set_root_in, table) == 4, "fldnic_set_root_in.table");
+
+struct fldnic_create_flow_entry_in {
+	__le32 table;
+	__le16 priority;
+	__le16 rsvd;
+	__u8 mask[80];
+	__u8 value[80];
+	__le32 actions;
+	__le16 vport;
+	__le16 rsvd2;
+	__le32 dest;
+	__le32 flow_tag;
+	__le32 meter;
+	__le32 encap;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_create_flow_entry_in) == 192, "fldnic_create_flow_entry_in: size");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, table) == 0, "fldnic_create_flow_entry_in.table");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, priority) == 4, "fldnic_create_flow_entry_in.priority");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, rsvd) == 6, "fldnic_create_flow_entry_in.rsvd");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, mask) == 8, "fldnic_create_flow_entry_in.mask");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, value) == 88, "fldnic_create_flow_entry_in.value");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, actions) == 168, "fldnic_create_flow_entry_in.actions");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, vport) == 172, "fldnic_create_flow_entry_in.vport");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, rsvd2) == 174, "fldnic_create_flow_entry_in.rsvd2");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, dest) == 176, "fldnic_create_flow_entry_in.dest");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, flow_tag) == 180, "fldnic_create_flow_entry_in.flow_tag");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, meter) == 184, "fldnic_create_flow_entry_in.meter");
+_Static_assert(offsetof(struct fldnic_create_flow_entry_in, encap) == 188, "fldnic_create_flow_entry_in.encap");
 
 struct fldnic_data_seg {
 	__le32 byte_count;

@@ -15,9 +15,10 @@ use std::mem::{offset_of, size_of};
 use std::path::Path;
 
 use fld_abi::nic::{
-    self, db, op, reg, Caps, CmdInHeader, CmdOutHeader, CmdStatus, CreateCqIn, CreateEqIn,
-    CreateOut, CreateRqIn, CreateSqIn, CtrlSeg, Cqe, DataSeg, Eqe, EthSeg, ModifyQueueIn,
-    ObjectIn,
+    self, action, cqe_csum, db, op, reg, Caps, CmdInHeader, CmdOutHeader, CmdStatus, Cqe,
+    CreateCqIn, CreateEqIn, CreateFlowEntryIn, CreateFlowTableIn, CreateOut, CreateRqIn,
+    CreateSqIn, CtrlSeg, DataSeg, Eqe, EthSeg, ModifyQueueIn, ObjectIn, QueryVportIn,
+    QueryVportOut, SetRootIn,
 };
 
 /// Where the header lives, relative to the workspace.
@@ -91,6 +92,20 @@ const OPCODES: Consts = &[
     ("FLDNIC_OP_DESTROY_RQ", op::DESTROY_RQ as u64),
     ("FLDNIC_OP_MODIFY_RQ", op::MODIFY_RQ as u64),
     ("FLDNIC_OP_QUERY_VPORT", op::QUERY_VPORT as u64),
+    ("FLDNIC_OP_CREATE_FLOW_TABLE", op::CREATE_FLOW_TABLE as u64),
+    (
+        "FLDNIC_OP_DESTROY_FLOW_TABLE",
+        op::DESTROY_FLOW_TABLE as u64,
+    ),
+    (
+        "FLDNIC_OP_SET_FLOW_TABLE_ROOT",
+        op::SET_FLOW_TABLE_ROOT as u64,
+    ),
+    ("FLDNIC_OP_CREATE_FLOW_ENTRY", op::CREATE_FLOW_ENTRY as u64),
+    (
+        "FLDNIC_OP_DESTROY_FLOW_ENTRY",
+        op::DESTROY_FLOW_ENTRY as u64,
+    ),
     ("FLDNIC_OP_CREATE_PD", op::CREATE_PD as u64),
     ("FLDNIC_OP_CREATE_MR", op::CREATE_MR as u64),
     ("FLDNIC_OP_SET_ROCE_ADDRESS", op::SET_ROCE_ADDRESS as u64),
@@ -123,6 +138,11 @@ const DOORBELLS: Consts = &[
     ("FLDNIC_DB_RQ_BASE", db::RQ_BASE),
     ("FLDNIC_DB_CQ_BASE", db::CQ_BASE),
     ("FLDNIC_DB_EQ_BASE", db::EQ_BASE),
+    ("FLDNIC_DB_PI_MASK", db::PI_MASK as u64),
+    ("FLDNIC_DB_CI_MASK", db::CI_MASK as u64),
+    ("FLDNIC_DB_ARM_SN_SHIFT", db::ARM_SN_SHIFT as u64),
+    ("FLDNIC_DB_ARM_SN_MASK", db::ARM_SN_MASK as u64),
+    ("FLDNIC_DB_ARM", db::ARM as u64),
 ];
 
 const FORMATS: Consts = &[
@@ -140,6 +160,24 @@ const FORMATS: Consts = &[
     ("FLDNIC_CS_L3", nic::CS_L3 as u64),
     ("FLDNIC_CS_L4", nic::CS_L4 as u64),
     ("FLDNIC_QUEUE_READY", nic::QueueState::Ready as u64),
+    ("FLDNIC_CE_ON_ERROR", nic::CE_ON_ERROR as u64),
+    ("FLDNIC_RECV_WQE_SIZE", nic::RECV_WQE_SIZE as u64),
+    ("FLDNIC_RQ_TYPE_REGULAR", nic::RQ_TYPE_REGULAR as u64),
+    ("FLDNIC_RESERVED_LKEY", nic::RESERVED_LKEY as u64),
+    ("FLDNIC_EQE_COMPLETION", nic::EQE_COMPLETION as u64),
+    ("FLDNIC_EQE_CQ_ERROR", nic::EQE_CQ_ERROR as u64),
+    ("FLDNIC_EQE_QUEUE_ERROR", nic::EQE_QUEUE_ERROR as u64),
+    ("FLDNIC_CQE_CSUM_L3_OK", cqe_csum::L3_OK as u64),
+    ("FLDNIC_CQE_CSUM_L4_OK", cqe_csum::L4_OK as u64),
+    ("FLDNIC_CQE_CSUM_L4_PRESENT", cqe_csum::L4_PRESENT as u64),
+];
+
+const STEERING: Consts = &[
+    ("FLDNIC_TABLE_KIND_NIC_RX", nic::TABLE_KIND_NIC_RX as u64),
+    ("FLDNIC_MISS_DROP", nic::MISS_DROP as u64),
+    ("FLDNIC_NO_TABLE", nic::NO_TABLE as u64),
+    ("FLDNIC_ACTION_FWD_RQ", action::FWD_RQ as u64),
+    ("FLDNIC_FLOW_MATCH_LEN", nic::FLOW_MATCH_LEN as u64),
 ];
 
 fn structs() -> Vec<Struct> {
@@ -199,6 +237,24 @@ fn structs() -> Vec<Struct> {
             cs_flags: "__u8", flags: "__u8", rsvd: "__u8"[2], rsvd2: "__u8"[6], mss: "__le16",
             inline_hdr_size: "__le16", inline_start: "__u8"[2],
         }),
+        c_struct!("fldnic_query_vport_in", QueryVportIn, { vport: "__le16", rsvd: "__u8"[6] }),
+        c_struct!("fldnic_query_vport_out", QueryVportOut, {
+            mac: "__u8"[6], up: "__u8", rsvd: "__u8", tx_packets: "__le64", tx_bytes: "__le64",
+            rx_packets: "__le64", rx_bytes: "__le64", rx_steering_drops: "__le64",
+            rx_no_steering: "__le64", rx_out_of_buffer: "__le64", tx_malformed: "__le64",
+        }),
+        c_struct!("fldnic_create_flow_table_in", CreateFlowTableIn, {
+            kind: "__u8", level: "__u8", miss: "__u8", rsvd: "__u8", miss_table: "__le32",
+        }),
+        c_struct!("fldnic_set_root_in", SetRootIn, {
+            kind: "__u8", rsvd: "__u8"[3], table: "__le32",
+        }),
+        // The match layout (`FlowMatch`) is carried as bytes: a match-all entry is all zeros.
+        c_struct!("fldnic_create_flow_entry_in", CreateFlowEntryIn, {
+            table: "__le32", priority: "__le16", rsvd: "__le16", mask: "__u8"[80],
+            value: "__u8"[80], actions: "__le32", vport: "__le16", rsvd2: "__le16",
+            dest: "__le32", flow_tag: "__le32", meter: "__le32", encap: "__le32",
+        }),
         c_struct!("fldnic_data_seg", DataSeg, {
             byte_count: "__le32", lkey: "__le32", addr: "__le64",
         }),
@@ -226,6 +282,7 @@ pub fn render() -> String {
         ("Command statuses (fldnic_cmd_out_header.status)", STATUSES),
         ("Doorbell pages (BAR2)", DOORBELLS),
         ("Queue entry formats", FORMATS),
+        ("Receive steering", STEERING),
     ] {
         let _ = writeln!(s, "\n/* {title} */");
         for (name, value) in consts {

@@ -236,8 +236,9 @@ pub fn setup_rdma(paths: &GuestPaths) -> Result<()> {
     install(paths, "rdma-ready", &RDMA_PACKAGES, "RDMA packages", None)
 }
 
-/// What building a kernel module for the guest's kernel takes, besides its headers.
-const DRIVER_BUILD_PACKAGES: [&str; 3] = ["gcc", "make", "ethtool"];
+/// What building a kernel module for the guest's kernel takes, besides its headers, and the
+/// stock tools its test runs on it.
+const DRIVER_BUILD_PACKAGES: [&str; 5] = ["gcc", "make", "ethtool", "iputils-ping", "iperf3"];
 
 /// The guest kernel's release (`uname -r` in the guest): the root's one modules directory.
 pub fn kernel_release(paths: &GuestPaths) -> Result<String> {

@@ -6,8 +6,10 @@
 //! 2. The module is built in the root (a chroot: the same compiler and headers Debian built the
 //!    kernel with) and lands in `target/release/linux/`, which the guest sees as `/opt/linux/`.
 //! 3. The guest boots with the card attached and runs [`SCRIPT`]: the module binds both NIC
-//!    functions, each gets a netdev with the card's MAC and `ethtool -i` says `fldnic`; a
-//!    function-level reset of each while bound brings it back; the module is removed and
+//!    functions, each gets a netdev with the card's MAC and `ethtool -i` says `fldnic`; the
+//!    two functions in two network namespaces reach each other through the card's eSwitch
+//!    (ARP, `ping` at MTU 1500 and 9000, `iperf3`); a function-level reset of each while bound
+//!    (interfaces up) brings it back; the module is removed and
 //!    loaded again three times; `dmesg` shows no BUG, Oops or WARNING.
 
 use std::path::Path;
@@ -23,6 +25,7 @@ functions() { ls -d /sys/bus/pci/drivers/fldnic/0000:* 2>/dev/null | wc -l; }
 insmod /opt/linux/fldnic.ko || fail "insmod"
 [ "$(functions)" = 2 ] || fail "bound $(functions) NIC functions, not 2"
 macs=""
+ifcs=""
 for f in /sys/bus/pci/drivers/fldnic/0000:*; do
     ifc=$(ls "$f/net") || fail "no netdev under $f"
     mac=$(cat "/sys/class/net/$ifc/address")
@@ -30,10 +33,29 @@ for f in /sys/bus/pci/drivers/fldnic/0000:*; do
     ethtool -i "$ifc" | grep -qx 'driver: fldnic' || fail "ethtool -i $ifc"
     ethtool -i "$ifc" | grep -qx "bus-info: $(basename "$f")" || fail "bus-info of $ifc"
     ip link set "$ifc" up || fail "ip link set $ifc up"
-    [ "$(cat /sys/class/net/$ifc/carrier)" = 0 ] || fail "$ifc has a carrier without rings"
+    [ "$(cat /sys/class/net/$ifc/carrier)" = 1 ] || fail "$ifc has no carrier"
     case " $macs " in *" $mac "*) fail "two functions with MAC $mac" ;; esac
     macs="$macs $mac"
+    ifcs="$ifcs $ifc"
 done
+# The two functions in two namespaces, through the card's eSwitch: ARP, ping, iperf3.
+# (The root is read-only: namespaces are named under a tmpfs.)
+mount -t tmpfs run /run || fail "tmpfs on /run"
+set -- $ifcs
+ip netns add a && ip netns add b || fail "netns"
+ip link set "$1" netns a && ip link set "$2" netns b || fail "move to netns"
+ip -n a addr add 10.77.0.1/24 dev "$1" && ip -n a link set "$1" up && ip -n a link set lo up
+ip -n b addr add 10.77.0.2/24 dev "$2" && ip -n b link set "$2" up && ip -n b link set lo up
+ip netns exec a ping -c 5 -i 0.2 -W 3 10.77.0.2 || fail "ping between the functions"
+ip netns exec a ping -c 3 -s 8000 -M do -W 3 10.77.0.2 && fail "8000 B went through a 1500 B MTU"
+ip -n a link set "$1" mtu 9000 && ip -n b link set "$2" mtu 9000 || fail "MTU 9000"
+ip netns exec a ping -c 3 -s 8000 -M do -W 3 10.77.0.2 || fail "ping of 8000 B at MTU 9000"
+ip netns exec b iperf3 -s -1 -D -B 10.77.0.2 || fail "iperf3 server"
+sleep 1
+ip netns exec a iperf3 -c 10.77.0.2 -t 3 -f m | tee /tmp/iperf3.txt || fail "iperf3"
+grep -q receiver /tmp/iperf3.txt || fail "iperf3 summary"
+ip -n a link set "$1" netns 1 && ip -n b link set "$2" netns 1 || fail "back from netns"
+ip link set "$1" up && ip link set "$2" up
 for f in /sys/bus/pci/drivers/fldnic/0000:*; do
     bdf=$(basename "$f")
     echo 1 > "/sys/bus/pci/devices/$bdf/reset" || fail "function reset of $bdf"

@@ -2,21 +2,31 @@
 /*
  * fldnic: Linux driver for the NIC functions of the fldemu card (docs/linux-driver.md).
  *
- * This part binds a NIC function, checks its command interface, resets it to a clean state,
- * reads its capabilities and registers an Ethernet netdev with the MAC address the card gives
- * the function, with ethtool driver information. Commands go through the BAR0 mailbox
- * (docs/nic-interface.md §2): the input and output buffers are DMA memory, a token written
- * to the doorbell register starts the command and the status register says when it is done.
+ * It binds a NIC function, checks its command interface, resets it to a clean state, reads its
+ * capabilities and registers an Ethernet netdev with the MAC address the card gives the
+ * function. Commands go through the BAR0 mailbox (docs/nic-interface.md §2): the input and
+ * output buffers are DMA memory, a token written to the doorbell register starts the command
+ * and the status register says when it is done.
+ *
+ * The data path, made at open: one event queue on MSI-X vector 0, a send queue and a receive
+ * queue with a completion queue each (rings in DMA memory, doorbells in BAR2), and a receive
+ * table whose one entry sends every frame of the vPort to the receive queue. NAPI polls both
+ * CQs; the CQs and the EQ are armed again when it is done (docs/nic-interface.md §4, §8).
  *
  * A function-level reset while bound detaches the netdev and brings the function back.
  *
- * Not yet: the data path (rings, NAPI, RSS, offloads) — until then the carrier stays off and
- * transmitted frames are dropped and counted — interrupts, and the RoCE ib_device.
+ * The card's receive checksum verdict is passed on (RXCSUM); frames are copied in and out of
+ * buffers mapped once per queue, so any skb shape can be sent (SG).
+ *
+ * Not yet: several queues with RSS, send checksum and segmentation offloads, and the RoCE
+ * ib_device.
  */
 
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/etherdevice.h>
+#include <linux/if_vlan.h>
+#include <linux/interrupt.h>
 #include <linux/ethtool.h>
 #include <linux/io.h>
 #include <linux/module.h>
@@ -35,6 +45,55 @@
 #define FLDNIC_RESET_TIMEOUT_MS 5000
 /* Ethernet frames above 9000 bytes of MTU are not offered, whatever the card takes. */
 #define FLDNIC_MAX_MTU 9000
+/* Ring sizes (log2): 64 events, 256 sends, 256 receives and as many completions each. */
+#define FLDNIC_LOG_EQ 6
+#define FLDNIC_LOG_TXQ 8
+#define FLDNIC_LOG_RXQ 8
+/*
+ * Frame buffers: one per ring slot, each holding the largest frame the MTU allows (and a VLAN
+ * tag), in DMA memory mapped once when the queue is made. Frames are copied in and out: under
+ * a virtual IOMMU every streaming mapping costs the host a round trip, and the device may be
+ * told of a WQE before it learns of the mapping its buffer needs (seen as DMA_ERROR sends).
+ */
+#define FLDNIC_LOG_BUF 14	/* 16 KiB: the largest frame at MTU 9000 */
+/* BAR2 bytes the Ethernet doorbells span (SQ, RQ, CQ and EQ pages). */
+#define FLDNIC_DB_PAGES (FLDNIC_DB_EQ_BASE + 0x1000)
+
+/* A ring in DMA memory the device reads or writes. */
+struct fldnic_ring {
+	void *buf;
+	dma_addr_t dma;
+	size_t bytes;
+	u8 log_size;
+};
+
+/* An event or completion queue: its ring, number and consumer counter. */
+struct fldnic_cq {
+	struct fldnic_ring ring;
+	u32 num;
+	u32 ci;
+	u32 arm_sn;
+	u32 db;		/* its consumer doorbell's offset in BAR2 */
+};
+
+struct fldnic_txq {
+	struct fldnic_ring ring;
+	struct fldnic_cq cq;
+	u32 sqn;
+	u32 pi;		/* WQEs posted */
+	u32 done;	/* WQEs completed */
+	struct fldnic_ring bufs;	/* one frame buffer per slot */
+	u32 *len;	/* bytes of the frame in each slot */
+};
+
+struct fldnic_rxq {
+	struct fldnic_ring ring;
+	struct fldnic_cq cq;
+	u32 rqn;
+	u32 pi;		/* buffers posted */
+	u32 done;	/* buffers completed */
+	struct fldnic_ring bufs;	/* one frame buffer per slot */
+};
 
 struct fldnic_cmd {
 	struct mutex lock;	/* one command at a time */
@@ -49,9 +108,18 @@ struct fldnic {
 	struct pci_dev *pdev;
 	struct net_device *netdev;
 	void __iomem *bar0;
+	void __iomem *db;	/* the doorbell pages of BAR2 the rings use */
 	struct fldnic_cmd cmd;
 	struct fldnic_caps caps;
 	u32 fw_version;
+	struct napi_struct napi;
+	struct fldnic_cq eq;
+	struct fldnic_txq tx;
+	struct fldnic_rxq rx;
+	u32 flow_table;
+	u32 flow_entry;
+	bool up;
+	bool running_before_reset;
 };
 
 static u32 fldnic_rd(struct fldnic *nic, u32 reg)
@@ -180,24 +248,438 @@ static int fldnic_reset(struct fldnic *nic)
 	}
 }
 
+static int fldnic_ring_alloc(struct fldnic *nic, struct fldnic_ring *r, size_t entry, u8 log_size)
+{
+	r->log_size = log_size;
+	r->bytes = entry << log_size;
+	r->buf = dma_alloc_coherent(&nic->pdev->dev, r->bytes, &r->dma, GFP_KERNEL);
+	return r->buf ? 0 : -ENOMEM;
+}
+
+static void fldnic_ring_free(struct fldnic *nic, struct fldnic_ring *r)
+{
+	if (r->buf)
+		dma_free_coherent(&nic->pdev->dev, r->bytes, r->buf, r->dma);
+	r->buf = NULL;
+}
+
+/* Marks every entry of an event or completion ring as never written. */
+static void fldnic_ring_init_owner(struct fldnic_ring *r, size_t entry)
+{
+	u32 i;
+
+	for (i = 0; i < (1U << r->log_size); i++)
+		((u8 *)r->buf)[i * entry + entry - 1] = FLDNIC_INVALID_OWNER_BYTE;
+}
+
+/* The consumer doorbell word: the counter, and the bits of the last arm (§4). */
+static void fldnic_cq_update(struct fldnic *nic, struct fldnic_cq *q, bool arm)
+{
+	u32 v;
+
+	if (arm)
+		q->arm_sn++;
+	v = (q->ci & FLDNIC_DB_CI_MASK) |
+	    ((q->arm_sn & FLDNIC_DB_ARM_SN_MASK) << FLDNIC_DB_ARM_SN_SHIFT);
+	if (q->arm_sn)
+		v |= FLDNIC_DB_ARM;
+	iowrite32(v, nic->db + q->db);
+}
+
+/* The entry at the consumer counter, if the device wrote it on this pass over the ring. */
+static void *fldnic_cq_peek(struct fldnic_cq *q, size_t entry)
+{
+	u8 *e = q->ring.buf + (q->ci & ((1U << q->ring.log_size) - 1)) * entry;
+	u8 own = READ_ONCE(e[entry - 1]);
+
+	if ((own & 1) != ((q->ci >> q->ring.log_size) & 1) || (own >> 4) == 0xf)
+		return NULL;
+	/* The entry is read after its owner byte said it is new. */
+	dma_rmb();
+	return e;
+}
+
+static int fldnic_create(struct fldnic *nic, u16 opcode, const void *in, size_t len, u32 *id)
+{
+	struct fldnic_create_out out;
+	int err = fldnic_exec(nic, opcode, in, len, &out, sizeof(out));
+
+	if (!err)
+		*id = le32_to_cpu(out.id);
+	return err;
+}
+
+static void fldnic_destroy(struct fldnic *nic, u16 opcode, u32 id)
+{
+	struct fldnic_object_in in = { .id = cpu_to_le32(id) };
+
+	fldnic_exec(nic, opcode, &in, sizeof(in), NULL, 0);
+}
+
+static int fldnic_create_cq(struct fldnic *nic, struct fldnic_cq *cq, u8 log_size)
+{
+	struct fldnic_create_cq_in in = {};
+	int err;
+
+	err = fldnic_ring_alloc(nic, &cq->ring, FLDNIC_CQE_SIZE, log_size);
+	if (err)
+		return err;
+	fldnic_ring_init_owner(&cq->ring, FLDNIC_CQE_SIZE);
+	in.addr = cpu_to_le64(cq->ring.dma);
+	in.eqn = cpu_to_le32(nic->eq.num);
+	in.log_size = log_size;
+	err = fldnic_create(nic, FLDNIC_OP_CREATE_CQ, &in, sizeof(in), &cq->num);
+	if (err)
+		return err;
+	cq->ci = 0;
+	cq->arm_sn = 0;
+	cq->db = FLDNIC_DB_CQ_BASE + 4 * cq->num;
+	return 0;
+}
+
+/* Gives the device the next slot of the receive ring, its buffer the slot's own. */
+static void fldnic_rx_post(struct fldnic *nic)
+{
+	struct fldnic_rxq *rx = &nic->rx;
+	u32 slot = rx->pi & ((1U << rx->ring.log_size) - 1);
+	struct fldnic_data_seg *wqe = rx->ring.buf + slot * FLDNIC_RECV_WQE_SIZE;
+
+	wqe->byte_count = cpu_to_le32(1U << FLDNIC_LOG_BUF);
+	wqe->lkey = cpu_to_le32(FLDNIC_RESERVED_LKEY);
+	wqe->addr = cpu_to_le64(rx->bufs.dma + ((dma_addr_t)slot << FLDNIC_LOG_BUF));
+	rx->pi++;
+}
+
+static void fldnic_rx_doorbell(struct fldnic *nic)
+{
+	/* The WQEs are in memory before the device reads the new producer counter. */
+	dma_wmb();
+	iowrite32(nic->rx.pi & FLDNIC_DB_PI_MASK, nic->db + FLDNIC_DB_RQ_BASE + 4 * nic->rx.rqn);
+}
+
+/* Send completions: each frees the WQEs up to the one it names. */
+static void fldnic_tx_complete(struct fldnic *nic)
+{
+	struct fldnic_txq *tx = &nic->tx;
+	struct fldnic_cqe *cqe;
+	u32 mask = (1U << tx->ring.log_size) - 1;
+	unsigned int packets = 0, bytes = 0;
+
+	while ((cqe = fldnic_cq_peek(&tx->cq, FLDNIC_CQE_SIZE))) {
+		u16 last = le16_to_cpu(cqe->wqe_counter);
+		u8 op = cqe->op_own >> 4;
+
+		tx->cq.ci++;
+		if (op == FLDNIC_CQE_REQ_ERR) {
+			nic->netdev->stats.tx_errors++;
+			net_warn_ratelimited("%s: send error, syndrome %#x, WQE %u\n",
+					     nic->netdev->name, cqe->syndrome, last);
+		}
+		while ((u16)tx->done != (u16)(last + 1) && tx->done != tx->pi) {
+			packets++;
+			bytes += tx->len[tx->done & mask];
+			tx->done++;
+		}
+	}
+	nic->netdev->stats.tx_packets += packets;
+	nic->netdev->stats.tx_bytes += bytes;
+	if (netif_queue_stopped(nic->netdev) && tx->pi - tx->done < (1U << tx->ring.log_size))
+		netif_wake_queue(nic->netdev);
+}
+
+/* Receive completions, up to @budget frames handed to the stack. */
+static int fldnic_rx_complete(struct fldnic *nic, int budget)
+{
+	struct fldnic_rxq *rx = &nic->rx;
+	u32 mask = (1U << rx->ring.log_size) - 1;
+	struct fldnic_cqe *cqe;
+	int n = 0;
+
+	while (n < budget && (cqe = fldnic_cq_peek(&rx->cq, FLDNIC_CQE_SIZE))) {
+		u32 slot = rx->done & mask;
+		u32 len = le32_to_cpu(cqe->byte_count);
+		u8 op = cqe->op_own >> 4;
+		struct sk_buff *skb;
+
+		rx->cq.ci++;
+		rx->done++;
+		if (op != FLDNIC_CQE_RESP_SEND || len > (1U << FLDNIC_LOG_BUF) || len < ETH_HLEN) {
+			nic->netdev->stats.rx_errors++;
+			continue;
+		}
+		skb = napi_alloc_skb(&nic->napi, len);
+		if (!skb) {
+			nic->netdev->stats.rx_dropped++;
+			continue;
+		}
+		skb_put_data(skb, rx->bufs.buf + ((size_t)slot << FLDNIC_LOG_BUF), len);
+		skb->protocol = eth_type_trans(skb, nic->netdev);
+		/* The card checked the TCP/UDP checksum (and the IPv4 header's on the way). */
+		if ((nic->netdev->features & NETIF_F_RXCSUM) &&
+		    (cqe->csum & (FLDNIC_CQE_CSUM_L4_PRESENT | FLDNIC_CQE_CSUM_L4_OK)) ==
+		    (FLDNIC_CQE_CSUM_L4_PRESENT | FLDNIC_CQE_CSUM_L4_OK))
+			skb->ip_summed = CHECKSUM_UNNECESSARY;
+		nic->netdev->stats.rx_packets++;
+		nic->netdev->stats.rx_bytes += len;
+		napi_gro_receive(&nic->napi, skb);
+		n++;
+	}
+	while (rx->pi - rx->done < (1U << rx->ring.log_size))
+		fldnic_rx_post(nic);
+	fldnic_rx_doorbell(nic);
+	return n;
+}
+
+static int fldnic_poll(struct napi_struct *napi, int budget)
+{
+	struct fldnic *nic = container_of(napi, struct fldnic, napi);
+	int done;
+
+	/* The events only said which CQs to look at; both are looked at. */
+	while (fldnic_cq_peek(&nic->eq, FLDNIC_EQE_SIZE))
+		nic->eq.ci++;
+	fldnic_tx_complete(nic);
+	done = fldnic_rx_complete(nic, budget);
+	fldnic_cq_update(nic, &nic->tx.cq, false);
+	if (done < budget && napi_complete_done(napi, done)) {
+		fldnic_cq_update(nic, &nic->tx.cq, true);
+		fldnic_cq_update(nic, &nic->rx.cq, true);
+		fldnic_cq_update(nic, &nic->eq, true);
+	} else {
+		fldnic_cq_update(nic, &nic->rx.cq, false);
+	}
+	return done;
+}
+
+static irqreturn_t fldnic_irq(int irq, void *data)
+{
+	struct fldnic *nic = data;
+
+	napi_schedule_irqoff(&nic->napi);
+	return IRQ_HANDLED;
+}
+
+/* Tears down what fldnic_up made, in reverse order; safe on a partial setup. */
+static void fldnic_down(struct fldnic *nic)
+{
+	struct fldnic_set_root_in root = {
+		.kind = FLDNIC_TABLE_KIND_NIC_RX,
+		.table = cpu_to_le32(FLDNIC_NO_TABLE),
+	};
+	if (nic->flow_table) {
+		fldnic_exec(nic, FLDNIC_OP_SET_FLOW_TABLE_ROOT, &root, sizeof(root), NULL, 0);
+		if (nic->flow_entry)
+			fldnic_destroy(nic, FLDNIC_OP_DESTROY_FLOW_ENTRY, nic->flow_entry);
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_FLOW_TABLE, nic->flow_table);
+	}
+	nic->flow_entry = 0;
+	nic->flow_table = 0;
+	if (nic->tx.sqn)
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_SQ, nic->tx.sqn);
+	if (nic->rx.rqn)
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_RQ, nic->rx.rqn);
+	if (nic->tx.cq.num)
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_CQ, nic->tx.cq.num);
+	if (nic->rx.cq.num)
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_CQ, nic->rx.cq.num);
+	if (nic->eq.num)
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_EQ, nic->eq.num);
+	nic->tx.sqn = nic->rx.rqn = nic->tx.cq.num = nic->rx.cq.num = nic->eq.num = 0;
+
+	kfree(nic->tx.len);
+	nic->tx.len = NULL;
+	fldnic_ring_free(nic, &nic->tx.bufs);
+	fldnic_ring_free(nic, &nic->rx.bufs);
+	fldnic_ring_free(nic, &nic->tx.ring);
+	fldnic_ring_free(nic, &nic->rx.ring);
+	fldnic_ring_free(nic, &nic->tx.cq.ring);
+	fldnic_ring_free(nic, &nic->rx.cq.ring);
+	fldnic_ring_free(nic, &nic->eq.ring);
+}
+
+/*
+ * Makes the event queue, the send and receive queues with their completion queues, fills the
+ * receive ring and steers every frame of the vPort to it.
+ */
+static int fldnic_up(struct fldnic *nic)
+{
+	struct fldnic_create_eq_in eq = {};
+	struct fldnic_create_sq_in sq = {};
+	struct fldnic_create_rq_in rq = {};
+	struct fldnic_create_flow_table_in table = {};
+	struct fldnic_create_flow_entry_in *entry;
+	struct fldnic_set_root_in root = {};
+	u32 ntx = 1U << FLDNIC_LOG_TXQ, nrx = 1U << FLDNIC_LOG_RXQ;
+	int err;
+
+	err = fldnic_ring_alloc(nic, &nic->eq.ring, FLDNIC_EQE_SIZE, FLDNIC_LOG_EQ);
+	if (err)
+		return err;
+	fldnic_ring_init_owner(&nic->eq.ring, FLDNIC_EQE_SIZE);
+	eq.addr = cpu_to_le64(nic->eq.ring.dma);
+	eq.log_size = FLDNIC_LOG_EQ;
+	eq.msix_vector = cpu_to_le16(0);
+	err = fldnic_create(nic, FLDNIC_OP_CREATE_EQ, &eq, sizeof(eq), &nic->eq.num);
+	if (err)
+		return err;
+	nic->eq.ci = 0;
+	nic->eq.arm_sn = 0;
+	nic->eq.db = FLDNIC_DB_EQ_BASE + 4 * nic->eq.num;
+
+	err = fldnic_create_cq(nic, &nic->tx.cq, FLDNIC_LOG_TXQ);
+	if (err)
+		return err;
+	err = fldnic_create_cq(nic, &nic->rx.cq, FLDNIC_LOG_RXQ);
+	if (err)
+		return err;
+
+	nic->tx.len = kcalloc(ntx, sizeof(*nic->tx.len), GFP_KERNEL);
+	if (!nic->tx.len)
+		return -ENOMEM;
+	err = fldnic_ring_alloc(nic, &nic->tx.bufs, 1U << FLDNIC_LOG_BUF, FLDNIC_LOG_TXQ);
+	if (err)
+		return err;
+	err = fldnic_ring_alloc(nic, &nic->rx.bufs, 1U << FLDNIC_LOG_BUF, FLDNIC_LOG_RXQ);
+	if (err)
+		return err;
+
+	err = fldnic_ring_alloc(nic, &nic->tx.ring, FLDNIC_WQEBB, FLDNIC_LOG_TXQ);
+	if (err)
+		return err;
+	sq.addr = cpu_to_le64(nic->tx.ring.dma);
+	sq.cqn = cpu_to_le32(nic->tx.cq.num);
+	sq.log_size = FLDNIC_LOG_TXQ;
+	err = fldnic_create(nic, FLDNIC_OP_CREATE_SQ, &sq, sizeof(sq), &nic->tx.sqn);
+	if (err)
+		return err;
+	nic->tx.pi = nic->tx.done = 0;
+
+	err = fldnic_ring_alloc(nic, &nic->rx.ring, FLDNIC_RECV_WQE_SIZE, FLDNIC_LOG_RXQ);
+	if (err)
+		return err;
+	rq.addr = cpu_to_le64(nic->rx.ring.dma);
+	rq.cqn = cpu_to_le32(nic->rx.cq.num);
+	rq.log_size = FLDNIC_LOG_RXQ;
+	rq.rq_type = FLDNIC_RQ_TYPE_REGULAR;
+	err = fldnic_create(nic, FLDNIC_OP_CREATE_RQ, &rq, sizeof(rq), &nic->rx.rqn);
+	if (err)
+		return err;
+	nic->rx.pi = nic->rx.done = 0;
+	while (nic->rx.pi < nrx)
+		fldnic_rx_post(nic);
+	fldnic_rx_doorbell(nic);
+
+	table.kind = FLDNIC_TABLE_KIND_NIC_RX;
+	table.miss = FLDNIC_MISS_DROP;
+	err = fldnic_create(nic, FLDNIC_OP_CREATE_FLOW_TABLE, &table, sizeof(table),
+			    &nic->flow_table);
+	if (err)
+		return err;
+	entry = kzalloc(sizeof(*entry), GFP_KERNEL);
+	if (!entry)
+		return -ENOMEM;
+	/* An all-zero mask matches every frame. */
+	entry->table = cpu_to_le32(nic->flow_table);
+	entry->actions = cpu_to_le32(FLDNIC_ACTION_FWD_RQ);
+	entry->dest = cpu_to_le32(nic->rx.rqn);
+	err = fldnic_create(nic, FLDNIC_OP_CREATE_FLOW_ENTRY, entry, sizeof(*entry),
+			    &nic->flow_entry);
+	kfree(entry);
+	if (err)
+		return err;
+	root.kind = FLDNIC_TABLE_KIND_NIC_RX;
+	root.table = cpu_to_le32(nic->flow_table);
+	return fldnic_exec(nic, FLDNIC_OP_SET_FLOW_TABLE_ROOT, &root, sizeof(root), NULL, 0);
+}
+
+/* Whether the card says the vPort's link is up. */
+static bool fldnic_link_up(struct fldnic *nic)
+{
+	struct fldnic_query_vport_in in = { .vport = nic->caps.vport };
+	struct fldnic_query_vport_out out;
+
+	return !fldnic_exec(nic, FLDNIC_OP_QUERY_VPORT, &in, sizeof(in), &out, sizeof(out)) &&
+	       out.up;
+}
+
 static int fldnic_open(struct net_device *ndev)
 {
-	/* No rings yet: the link is down until the data path exists. */
-	netif_carrier_off(ndev);
+	struct fldnic *nic = netdev_priv(ndev);
+	int err;
+
+	err = fldnic_up(nic);
+	if (err) {
+		netdev_err(ndev, "rings not made: %d\n", err);
+		fldnic_down(nic);
+		return err;
+	}
+	napi_enable(&nic->napi);
+	nic->up = true;
+	fldnic_cq_update(nic, &nic->tx.cq, true);
+	fldnic_cq_update(nic, &nic->rx.cq, true);
+	fldnic_cq_update(nic, &nic->eq, true);
+	if (fldnic_link_up(nic))
+		netif_carrier_on(ndev);
+	else
+		netif_carrier_off(ndev);
 	netif_start_queue(ndev);
 	return 0;
 }
 
 static int fldnic_stop(struct net_device *ndev)
 {
+	struct fldnic *nic = netdev_priv(ndev);
+
 	netif_stop_queue(ndev);
+	netif_carrier_off(ndev);
+	if (nic->up) {
+		napi_disable(&nic->napi);
+		nic->up = false;
+	}
+	fldnic_down(nic);
 	return 0;
 }
 
 static netdev_tx_t fldnic_start_xmit(struct sk_buff *skb, struct net_device *ndev)
 {
-	ndev->stats.tx_dropped++;
-	dev_kfree_skb_any(skb);
+	struct fldnic *nic = netdev_priv(ndev);
+	struct fldnic_txq *tx = &nic->tx;
+	u32 slot = tx->pi & ((1U << tx->ring.log_size) - 1);
+	struct fldnic_ctrl_seg *ctrl = tx->ring.buf + slot * FLDNIC_WQEBB;
+	struct fldnic_eth_seg *eth = (void *)ctrl + FLDNIC_DS_SIZE;
+	struct fldnic_data_seg *data = (void *)ctrl + 2 * FLDNIC_DS_SIZE;
+	void *buf = tx->bufs.buf + ((size_t)slot << FLDNIC_LOG_BUF);
+
+	if (skb->len < ETH_HLEN || skb->len > (1U << FLDNIC_LOG_BUF) ||
+	    skb_copy_bits(skb, 0, buf, skb->len)) {
+		ndev->stats.tx_dropped++;
+		dev_kfree_skb_any(skb);
+		return NETDEV_TX_OK;
+	}
+	tx->len[slot] = skb->len;
+	memset(ctrl, 0, FLDNIC_WQEBB);
+	ctrl->opcode = FLDNIC_WQE_OP_SEND;
+	ctrl->wqe_index = cpu_to_le16(tx->pi);
+	ctrl->ds_count = 3;
+	ctrl->fm_ce_se = FLDNIC_CE_ALWAYS;
+	ctrl->sqn = cpu_to_le32(tx->sqn);
+	eth->inline_hdr_size = 0;
+	data->byte_count = cpu_to_le32(tx->len[slot]);
+	data->lkey = cpu_to_le32(FLDNIC_RESERVED_LKEY);
+	data->addr = cpu_to_le64(tx->bufs.dma + ((dma_addr_t)slot << FLDNIC_LOG_BUF));
+	tx->pi++;
+	skb_tx_timestamp(skb);
+	dev_consume_skb_any(skb);
+	/* The WQE is in memory before the device reads the new producer counter. */
+	dma_wmb();
+	iowrite32(tx->pi & FLDNIC_DB_PI_MASK, nic->db + FLDNIC_DB_SQ_BASE + 4 * tx->sqn);
+	if (tx->pi - tx->done >= (1U << tx->ring.log_size)) {
+		netif_stop_queue(ndev);
+		/* A completion that freed room in between would not wake the queue. */
+		smp_mb();
+		if (tx->pi - READ_ONCE(tx->done) < (1U << tx->ring.log_size))
+			netif_wake_queue(ndev);
+	}
 	return NETDEV_TX_OK;
 }
 
@@ -289,6 +771,12 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_unmap;
 	}
 	nic->fw_version = fldnic_rd(nic, FLDNIC_REG_FW_VERSION);
+	/* The SQ, RQ, CQ and EQ doorbell pages: the first four of BAR2. */
+	nic->db = pci_iomap(pdev, FLDNIC_BAR_DOORBELL, FLDNIC_DB_PAGES);
+	if (!nic->db) {
+		err = -ENOMEM;
+		goto err_unmap;
+	}
 	err = fldnic_cmd_init(nic);
 	if (err)
 		goto err_cmd;
@@ -313,6 +801,9 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	} else {
 		eth_hw_addr_set(ndev, mac);
 	}
+	/* Frames are copied into the send buffers: any skb shape goes. */
+	ndev->hw_features = NETIF_F_SG | NETIF_F_RXCSUM;
+	ndev->features = ndev->hw_features;
 	ndev->netdev_ops = &fldnic_netdev_ops;
 	ndev->ethtool_ops = &fldnic_ethtool_ops;
 	ndev->min_mtu = ETH_MIN_MTU;
@@ -321,15 +812,30 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		ndev->max_mtu = ETH_DATA_LEN;
 	netif_carrier_off(ndev);
 
+	err = pci_alloc_irq_vectors(pdev, 1, 1, PCI_IRQ_MSIX);
+	if (err < 0)
+		goto err_cmd;
+	netif_napi_add(ndev, &nic->napi, fldnic_poll);
+	err = request_irq(pci_irq_vector(pdev, 0), fldnic_irq, 0, DRV_NAME, nic);
+	if (err)
+		goto err_vectors;
+
 	err = register_netdev(ndev);
 	if (err)
-		goto err_cmd;
+		goto err_irq;
 	netdev_info(ndev, "vport %u, MAC %pM, firmware %u.%u\n", le16_to_cpu(nic->caps.vport),
 		    ndev->dev_addr, nic->fw_version >> 16, nic->fw_version & 0xffff);
 	return 0;
 
+err_irq:
+	free_irq(pci_irq_vector(pdev, 0), nic);
+err_vectors:
+	netif_napi_del(&nic->napi);
+	pci_free_irq_vectors(pdev);
 err_cmd:
 	fldnic_cmd_free(nic);
+	if (nic->db)
+		pci_iounmap(pdev, nic->db);
 err_unmap:
 	pci_iounmap(pdev, nic->bar0);
 err_netdev:
@@ -347,9 +853,13 @@ static void fldnic_remove(struct pci_dev *pdev)
 	struct net_device *ndev = nic->netdev;
 
 	unregister_netdev(ndev);
+	free_irq(pci_irq_vector(pdev, 0), nic);
+	netif_napi_del(&nic->napi);
+	pci_free_irq_vectors(pdev);
 	/* Nothing the function made outlives the driver; a failed reset is only logged. */
 	fldnic_reset(nic);
 	fldnic_cmd_free(nic);
+	pci_iounmap(pdev, nic->db);
 	pci_iounmap(pdev, nic->bar0);
 	free_netdev(ndev);
 	pci_release_regions(pdev);
@@ -366,6 +876,9 @@ static void fldnic_reset_prepare(struct pci_dev *pdev)
 	struct fldnic *nic = pci_get_drvdata(pdev);
 
 	rtnl_lock();
+	nic->running_before_reset = netif_running(nic->netdev);
+	if (nic->running_before_reset)
+		dev_close(nic->netdev);
 	netif_device_detach(nic->netdev);
 	rtnl_unlock();
 }
@@ -386,8 +899,13 @@ static void fldnic_reset_done(struct pci_dev *pdev)
 	}
 	rtnl_lock();
 	netif_device_attach(nic->netdev);
+	if (nic->running_before_reset)
+		err = dev_open(nic->netdev, NULL);
 	rtnl_unlock();
-	netdev_info(nic->netdev, "function reset done\n");
+	if (err)
+		netdev_err(nic->netdev, "not reopened after the function reset: %d\n", err);
+	else
+		netdev_info(nic->netdev, "function reset done\n");
 }
 
 static const struct pci_error_handlers fldnic_err_handlers = {
