@@ -66,6 +66,7 @@
 #define FLDNIC_OP_CREATE_FLOW_ENTRY 0x170
 #define FLDNIC_OP_DESTROY_FLOW_ENTRY 0x171
 #define FLDNIC_OP_CREATE_PD 0x200
+#define FLDNIC_OP_DESTROY_PD 0x201
 #define FLDNIC_OP_CREATE_MR 0x210
 #define FLDNIC_OP_SET_ROCE_ADDRESS 0x220
 #define FLDNIC_OP_CREATE_QP 0x230
@@ -127,6 +128,11 @@
 #define FLDNIC_NO_TABLE 0xffffffff
 #define FLDNIC_ACTION_FWD_RQ 0x2
 #define FLDNIC_FLOW_MATCH_LEN 0x50
+
+/* RDMA */
+#define FLDNIC_ROCE_ADDRESS_ENTRIES 0x10
+#define FLDNIC_ROCE_ADDRESS_VALID 0x1
+#define FLDNIC_PKEY_TABLE_ENTRIES 0x40
 
 struct fldnic_cmd_in_header {
 	__le16 opcode;
@@ -469,6 +475,22 @@ _Static_assert(offsetof(struct fldnic_create_flow_entry_in, dest) == 176, "fldni
 _Static_assert(offsetof(struct fldnic_create_flow_entry_in, flow_tag) == 180, "fldnic_create_flow_entry_in.flow_tag");
 _Static_assert(offsetof(struct fldnic_create_flow_entry_in, meter) == 184, "fldnic_create_flow_entry_in.meter");
 _Static_assert(offsetof(struct fldnic_create_flow_entry_in, encap) == 188, "fldnic_create_flow_entry_in.encap");
+
+struct fldnic_roce_address_in {
+	__le16 index;
+	__u8 flags;
+	__u8 rsvd[5];
+	__u8 gid[16];
+	__u8 mac[6];
+	__u8 rsvd2[2];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_roce_address_in) == 32, "fldnic_roce_address_in: size");
+_Static_assert(offsetof(struct fldnic_roce_address_in, index) == 0, "fldnic_roce_address_in.index");
+_Static_assert(offsetof(struct fldnic_roce_address_in, flags) == 2, "fldnic_roce_address_in.flags");
+_Static_assert(offsetof(struct fldnic_roce_address_in, rsvd) == 3, "fldnic_roce_address_in.rsvd");
+_Static_assert(offsetof(struct fldnic_roce_address_in, gid) == 8, "fldnic_roce_address_in.gid");
+_Static_assert(offsetof(struct fldnic_roce_address_in, mac) == 24, "fldnic_roce_address_in.mac");
+_Static_assert(offsetof(struct fldnic_roce_address_in, rsvd2) == 30, "fldnic_roce_address_in.rsvd2");
 
 struct fldnic_data_seg {
 	__le32 byte_count;

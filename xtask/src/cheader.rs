@@ -18,7 +18,7 @@ use fld_abi::nic::{
     self, action, cqe_csum, db, op, reg, Caps, CmdInHeader, CmdOutHeader, CmdStatus, Cqe,
     CreateCqIn, CreateEqIn, CreateFlowEntryIn, CreateFlowTableIn, CreateOut, CreateRqIn,
     CreateSqIn, CtrlSeg, DataSeg, Eqe, EthSeg, ModifyQueueIn, ObjectIn, QueryVportIn,
-    QueryVportOut, SetRootIn,
+    QueryVportOut, RoceAddressIn, SetRootIn,
 };
 
 /// Where the header lives, relative to the workspace.
@@ -107,6 +107,7 @@ const OPCODES: Consts = &[
         op::DESTROY_FLOW_ENTRY as u64,
     ),
     ("FLDNIC_OP_CREATE_PD", op::CREATE_PD as u64),
+    ("FLDNIC_OP_DESTROY_PD", op::DESTROY_PD as u64),
     ("FLDNIC_OP_CREATE_MR", op::CREATE_MR as u64),
     ("FLDNIC_OP_SET_ROCE_ADDRESS", op::SET_ROCE_ADDRESS as u64),
     ("FLDNIC_OP_CREATE_QP", op::CREATE_QP as u64),
@@ -170,6 +171,15 @@ const FORMATS: Consts = &[
     ("FLDNIC_CQE_CSUM_L3_OK", cqe_csum::L3_OK as u64),
     ("FLDNIC_CQE_CSUM_L4_OK", cqe_csum::L4_OK as u64),
     ("FLDNIC_CQE_CSUM_L4_PRESENT", cqe_csum::L4_PRESENT as u64),
+];
+
+const RDMA: Consts = &[
+    (
+        "FLDNIC_ROCE_ADDRESS_ENTRIES",
+        nic::ROCE_ADDRESS_ENTRIES as u64,
+    ),
+    ("FLDNIC_ROCE_ADDRESS_VALID", nic::ROCE_ADDRESS_VALID as u64),
+    ("FLDNIC_PKEY_TABLE_ENTRIES", nic::PKEY_TABLE_ENTRIES as u64),
 ];
 
 const STEERING: Consts = &[
@@ -255,6 +265,10 @@ fn structs() -> Vec<Struct> {
             value: "__u8"[80], actions: "__le32", vport: "__le16", rsvd2: "__le16",
             dest: "__le32", flow_tag: "__le32", meter: "__le32", encap: "__le32",
         }),
+        c_struct!("fldnic_roce_address_in", RoceAddressIn, {
+            index: "__le16", flags: "__u8", rsvd: "__u8"[5], gid: "__u8"[16], mac: "__u8"[6],
+            rsvd2: "__u8"[2],
+        }),
         c_struct!("fldnic_data_seg", DataSeg, {
             byte_count: "__le32", lkey: "__le32", addr: "__le64",
         }),
@@ -283,6 +297,7 @@ pub fn render() -> String {
         ("Doorbell pages (BAR2)", DOORBELLS),
         ("Queue entry formats", FORMATS),
         ("Receive steering", STEERING),
+        ("RDMA", RDMA),
     ] {
         let _ = writeln!(s, "\n/* {title} */");
         for (name, value) in consts {

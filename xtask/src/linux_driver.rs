@@ -6,7 +6,8 @@
 //! 2. The module is built in the root (a chroot: the same compiler and headers Debian built the
 //!    kernel with) and lands in `target/release/linux/`, which the guest sees as `/opt/linux/`.
 //! 3. The guest boots with the card attached and runs [`SCRIPT`]: the module binds both NIC
-//!    functions, each gets a netdev with the card's MAC and `ethtool -i` says `fldnic`; the
+//!    functions, each gets a netdev with the card's MAC and `ethtool -i` says `fldnic`, and a
+//!    RoCE device whose GID table follows the netdev's IPv4 addresses; the
 //!    two functions in two network namespaces reach each other through the card's eSwitch
 //!    (ARP, `ping` at MTU 1500 and 9000, `iperf3`); a function-level reset of each while bound
 //!    (interfaces up) brings it back; the module is removed and
@@ -22,6 +23,7 @@ use crate::guest::{self, GuestPaths, RunOptions};
 const SCRIPT: &str = r#"
 fail() { echo "FAIL: $*"; dmesg | tail -30; exit 1; }
 functions() { ls -d /sys/bus/pci/drivers/fldnic/0000:* 2>/dev/null | wc -l; }
+modprobe ib_core || fail "modprobe ib_core"
 insmod /opt/linux/fldnic.ko || fail "insmod"
 [ "$(functions)" = 2 ] || fail "bound $(functions) NIC functions, not 2"
 macs=""
@@ -38,6 +40,27 @@ for f in /sys/bus/pci/drivers/fldnic/0000:*; do
     macs="$macs $mac"
     ifcs="$ifcs $ifc"
 done
+# A RoCE device on each function, linked to its netdev; an IPv4 address on the netdev becomes
+# a RoCEv2 GID (::ffff:a.b.c.d) the driver writes into the card's RoCE address table, and
+# leaves it with the address.
+set -- $ifcs
+[ "$(ls /sys/class/infiniband | grep -c fldnic)" = 2 ] || fail "two RoCE devices"
+rdma link show | grep -q "netdev $1" || fail "rdma link: no device on $1"
+dev=$(ls /sys/class/infiniband/ | while read d; do
+    [ "$(cat /sys/class/infiniband/$d/ports/1/gid_attrs/ndevs/0 2>/dev/null)" = "$1" ] && echo $d; done)
+[ -n "$dev" ] || fail "no RoCE device on $1"
+[ "$(cat /sys/class/infiniband/$dev/ports/1/state)" = "4: ACTIVE" ] || fail "port of $dev not ACTIVE"
+ip addr add 10.78.0.1/24 dev "$1" || fail "address on $1"
+sleep 1
+v2gid() { grep -l '0000:0000:0000:0000:0000:ffff:0a4e:0001' /sys/class/infiniband/$dev/ports/1/gids/* 2>/dev/null | head -1; }
+g=$(v2gid)
+[ -n "$g" ] || fail "no GID for 10.78.0.1 on $dev"
+grep -q 'RoCE v2' "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/$(basename "$g")" ||
+    grep -rl 'RoCE v2' /sys/class/infiniband/$dev/ports/1/gid_attrs/types/ >/dev/null || fail "no RoCE v2 GID"
+echo "gid $dev $(basename "$g") $(cat "$g")"
+ip addr del 10.78.0.1/24 dev "$1"
+sleep 1
+[ -z "$(v2gid)" ] || fail "GID of 10.78.0.1 stayed after the address went"
 # The two functions in two namespaces, through the card's eSwitch: ARP, ping, iperf3.
 # (The root is read-only: namespaces are named under a tmpfs.)
 mount -t tmpfs run /run || fail "tmpfs on /run"
@@ -65,10 +88,12 @@ for i in 1 2 3; do
     rmmod fldnic || fail "rmmod, round $i"
     [ "$(functions)" = 0 ] || fail "still bound after rmmod"
     insmod /opt/linux/fldnic.ko || fail "insmod, round $i"
+    [ "$(ls /sys/class/infiniband | grep -c fldnic)" = 2 ] || fail "RoCE devices, round $i"
     [ "$(functions)" = 2 ] || fail "bound $(functions) after insmod, round $i"
 done
 rmmod fldnic || fail "last rmmod"
 if dmesg | grep -E 'BUG|Oops|WARNING|Call Trace|general protection'; then fail "dmesg"; fi
+if dmesg | grep -E 'fldnic.*command .*(status|answer|delivered)'; then fail "a command failed"; fi
 dmesg | grep -E 'fldnic' | tail -4
 echo LINUX-DRIVER-PASSED
 "#;

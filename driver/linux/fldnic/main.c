@@ -35,7 +35,7 @@
 #include <linux/pci.h>
 #include <linux/rtnetlink.h>
 
-#include "fldnic_abi.h"
+#include "fldnic.h"
 
 #define DRV_NAME "fldnic"
 
@@ -58,69 +58,6 @@
 #define FLDNIC_LOG_BUF 14	/* 16 KiB: the largest frame at MTU 9000 */
 /* BAR2 bytes the Ethernet doorbells span (SQ, RQ, CQ and EQ pages). */
 #define FLDNIC_DB_PAGES (FLDNIC_DB_EQ_BASE + 0x1000)
-
-/* A ring in DMA memory the device reads or writes. */
-struct fldnic_ring {
-	void *buf;
-	dma_addr_t dma;
-	size_t bytes;
-	u8 log_size;
-};
-
-/* An event or completion queue: its ring, number and consumer counter. */
-struct fldnic_cq {
-	struct fldnic_ring ring;
-	u32 num;
-	u32 ci;
-	u32 arm_sn;
-	u32 db;		/* its consumer doorbell's offset in BAR2 */
-};
-
-struct fldnic_txq {
-	struct fldnic_ring ring;
-	struct fldnic_cq cq;
-	u32 sqn;
-	u32 pi;		/* WQEs posted */
-	u32 done;	/* WQEs completed */
-	struct fldnic_ring bufs;	/* one frame buffer per slot */
-	u32 *len;	/* bytes of the frame in each slot */
-};
-
-struct fldnic_rxq {
-	struct fldnic_ring ring;
-	struct fldnic_cq cq;
-	u32 rqn;
-	u32 pi;		/* buffers posted */
-	u32 done;	/* buffers completed */
-	struct fldnic_ring bufs;	/* one frame buffer per slot */
-};
-
-struct fldnic_cmd {
-	struct mutex lock;	/* one command at a time */
-	void *in;
-	void *out;
-	dma_addr_t in_dma;
-	dma_addr_t out_dma;
-	u16 token;
-};
-
-struct fldnic {
-	struct pci_dev *pdev;
-	struct net_device *netdev;
-	void __iomem *bar0;
-	void __iomem *db;	/* the doorbell pages of BAR2 the rings use */
-	struct fldnic_cmd cmd;
-	struct fldnic_caps caps;
-	u32 fw_version;
-	struct napi_struct napi;
-	struct fldnic_cq eq;
-	struct fldnic_txq tx;
-	struct fldnic_rxq rx;
-	u32 flow_table;
-	u32 flow_entry;
-	bool up;
-	bool running_before_reset;
-};
 
 static u32 fldnic_rd(struct fldnic *nic, u32 reg)
 {
@@ -163,8 +100,8 @@ static int fldnic_status_errno(u8 status)
  * @out_len bytes of output after the header to @out. A status other than OK becomes an errno
  * and is logged with its syndrome.
  */
-static int fldnic_exec(struct fldnic *nic, u16 opcode, const void *in, size_t in_len,
-		       void *out, size_t out_len)
+int fldnic_exec(struct fldnic *nic, u16 opcode, const void *in, size_t in_len, void *out,
+		size_t out_len)
 {
 	struct fldnic_cmd *cmd = &nic->cmd;
 	struct fldnic_cmd_in_header *ih = cmd->in;
@@ -299,7 +236,7 @@ static void *fldnic_cq_peek(struct fldnic_cq *q, size_t entry)
 	return e;
 }
 
-static int fldnic_create(struct fldnic *nic, u16 opcode, const void *in, size_t len, u32 *id)
+int fldnic_create(struct fldnic *nic, u16 opcode, const void *in, size_t len, u32 *id)
 {
 	struct fldnic_create_out out;
 	int err = fldnic_exec(nic, opcode, in, len, &out, sizeof(out));
@@ -309,7 +246,7 @@ static int fldnic_create(struct fldnic *nic, u16 opcode, const void *in, size_t 
 	return err;
 }
 
-static void fldnic_destroy(struct fldnic *nic, u16 opcode, u32 id)
+void fldnic_destroy(struct fldnic *nic, u16 opcode, u32 id)
 {
 	struct fldnic_object_in in = { .id = cpu_to_le32(id) };
 
@@ -459,6 +396,18 @@ static irqreturn_t fldnic_irq(int irq, void *data)
 	return IRQ_HANDLED;
 }
 
+/* Marks every object of the data path as not made. */
+static void fldnic_forget_objects(struct fldnic *nic)
+{
+	nic->flow_entry = FLDNIC_NONE;
+	nic->flow_table = FLDNIC_NONE;
+	nic->tx.sqn = FLDNIC_NONE;
+	nic->rx.rqn = FLDNIC_NONE;
+	nic->tx.cq.num = FLDNIC_NONE;
+	nic->rx.cq.num = FLDNIC_NONE;
+	nic->eq.num = FLDNIC_NONE;
+}
+
 /* Tears down what fldnic_up made, in reverse order; safe on a partial setup. */
 static void fldnic_down(struct fldnic *nic)
 {
@@ -466,25 +415,24 @@ static void fldnic_down(struct fldnic *nic)
 		.kind = FLDNIC_TABLE_KIND_NIC_RX,
 		.table = cpu_to_le32(FLDNIC_NO_TABLE),
 	};
-	if (nic->flow_table) {
+	/* Object numbers start at 0: FLDNIC_NONE says "not made". */
+	if (nic->flow_table != FLDNIC_NONE) {
 		fldnic_exec(nic, FLDNIC_OP_SET_FLOW_TABLE_ROOT, &root, sizeof(root), NULL, 0);
-		if (nic->flow_entry)
+		if (nic->flow_entry != FLDNIC_NONE)
 			fldnic_destroy(nic, FLDNIC_OP_DESTROY_FLOW_ENTRY, nic->flow_entry);
 		fldnic_destroy(nic, FLDNIC_OP_DESTROY_FLOW_TABLE, nic->flow_table);
 	}
-	nic->flow_entry = 0;
-	nic->flow_table = 0;
-	if (nic->tx.sqn)
+	if (nic->tx.sqn != FLDNIC_NONE)
 		fldnic_destroy(nic, FLDNIC_OP_DESTROY_SQ, nic->tx.sqn);
-	if (nic->rx.rqn)
+	if (nic->rx.rqn != FLDNIC_NONE)
 		fldnic_destroy(nic, FLDNIC_OP_DESTROY_RQ, nic->rx.rqn);
-	if (nic->tx.cq.num)
+	if (nic->tx.cq.num != FLDNIC_NONE)
 		fldnic_destroy(nic, FLDNIC_OP_DESTROY_CQ, nic->tx.cq.num);
-	if (nic->rx.cq.num)
+	if (nic->rx.cq.num != FLDNIC_NONE)
 		fldnic_destroy(nic, FLDNIC_OP_DESTROY_CQ, nic->rx.cq.num);
-	if (nic->eq.num)
+	if (nic->eq.num != FLDNIC_NONE)
 		fldnic_destroy(nic, FLDNIC_OP_DESTROY_EQ, nic->eq.num);
-	nic->tx.sqn = nic->rx.rqn = nic->tx.cq.num = nic->rx.cq.num = nic->eq.num = 0;
+	fldnic_forget_objects(nic);
 
 	kfree(nic->tx.len);
 	nic->tx.len = NULL;
@@ -511,6 +459,8 @@ static int fldnic_up(struct fldnic *nic)
 	struct fldnic_set_root_in root = {};
 	u32 ntx = 1U << FLDNIC_LOG_TXQ, nrx = 1U << FLDNIC_LOG_RXQ;
 	int err;
+
+	fldnic_forget_objects(nic);
 
 	err = fldnic_ring_alloc(nic, &nic->eq.ring, FLDNIC_EQE_SIZE, FLDNIC_LOG_EQ);
 	if (err)
@@ -825,6 +775,10 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_irq;
 	netdev_info(ndev, "vport %u, MAC %pM, firmware %u.%u\n", le16_to_cpu(nic->caps.vport),
 		    ndev->dev_addr, nic->fw_version >> 16, nic->fw_version & 0xffff);
+	/* The netdev works without its RoCE device; a failure is only logged. */
+	err = fldnic_ib_add(nic);
+	if (err)
+		netdev_warn(ndev, "no RoCE device: %d\n", err);
 	return 0;
 
 err_irq:
@@ -852,6 +806,7 @@ static void fldnic_remove(struct pci_dev *pdev)
 	struct fldnic *nic = pci_get_drvdata(pdev);
 	struct net_device *ndev = nic->netdev;
 
+	fldnic_ib_remove(nic);
 	unregister_netdev(ndev);
 	free_irq(pci_irq_vector(pdev, 0), nic);
 	netif_napi_del(&nic->napi);

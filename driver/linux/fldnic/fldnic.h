@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What the parts of fldnic share: the function's state and its command interface
+ * (main.c), and the RoCE ib_device on it (ib.c).
+ */
+#ifndef FLDNIC_H
+#define FLDNIC_H
+
+#include <linux/mutex.h>
+#include <linux/netdevice.h>
+#include <linux/pci.h>
+
+#include "fldnic_abi.h"
+
+struct fldnic_ib;
+
+/* An object number that names nothing (the card numbers its objects from 0). */
+#define FLDNIC_NONE U32_MAX
+
+struct fldnic_cmd {
+	struct mutex lock;	/* one command at a time */
+	void *in;
+	void *out;
+	dma_addr_t in_dma;
+	dma_addr_t out_dma;
+	u16 token;
+};
+
+/* A ring in DMA memory the device reads or writes. */
+struct fldnic_ring {
+	void *buf;
+	dma_addr_t dma;
+	size_t bytes;
+	u8 log_size;
+};
+
+/* An event or completion queue: its ring, number and consumer counter. */
+struct fldnic_cq {
+	struct fldnic_ring ring;
+	u32 num;
+	u32 ci;
+	u32 arm_sn;
+	u32 db;		/* its consumer doorbell's offset in BAR2 */
+};
+
+struct fldnic_txq {
+	struct fldnic_ring ring;
+	struct fldnic_cq cq;
+	u32 sqn;
+	u32 pi;		/* WQEs posted */
+	u32 done;	/* WQEs completed */
+	struct fldnic_ring bufs;	/* one frame buffer per slot */
+	u32 *len;	/* bytes of the frame in each slot */
+};
+
+struct fldnic_rxq {
+	struct fldnic_ring ring;
+	struct fldnic_cq cq;
+	u32 rqn;
+	u32 pi;		/* buffers posted */
+	u32 done;	/* buffers completed */
+	struct fldnic_ring bufs;	/* one frame buffer per slot */
+};
+
+struct fldnic {
+	struct pci_dev *pdev;
+	struct net_device *netdev;
+	void __iomem *bar0;
+	void __iomem *db;	/* the doorbell pages of BAR2 the rings use */
+	struct fldnic_cmd cmd;
+	struct fldnic_caps caps;
+	u32 fw_version;
+	struct napi_struct napi;
+	struct fldnic_cq eq;
+	struct fldnic_txq tx;
+	struct fldnic_rxq rx;
+	u32 flow_table;
+	u32 flow_entry;
+	bool up;
+	bool running_before_reset;
+	struct fldnic_ib *ib;	/* the RoCE device on this function (ib.c) */
+};
+
+int fldnic_exec(struct fldnic *nic, u16 opcode, const void *in, size_t in_len, void *out,
+		size_t out_len);
+int fldnic_create(struct fldnic *nic, u16 opcode, const void *in, size_t len, u32 *id);
+void fldnic_destroy(struct fldnic *nic, u16 opcode, u32 id);
+
+int fldnic_ib_add(struct fldnic *nic);
+void fldnic_ib_remove(struct fldnic *nic);
+
+#endif /* FLDNIC_H */
