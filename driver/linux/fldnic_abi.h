@@ -502,4 +502,17 @@ _Static_assert(offsetof(struct fldnic_data_seg, byte_count) == 0, "fldnic_data_s
 _Static_assert(offsetof(struct fldnic_data_seg, lkey) == 4, "fldnic_data_seg.lkey");
 _Static_assert(offsetof(struct fldnic_data_seg, addr) == 8, "fldnic_data_seg.addr");
 
+/* QUERY_VPORT's counters by their ethtool names: { name, offset of the __le64 in
+ * struct fldnic_query_vport_out }. */
+#define FLDNIC_VPORT_STATS 8
+#define FLDNIC_VPORT_STAT_TABLE \
+	{ "rx_packets", 24 }, \
+	{ "rx_bytes", 32 }, \
+	{ "tx_packets", 8 }, \
+	{ "tx_bytes", 16 }, \
+	{ "rx_steering_drops", 40 }, \
+	{ "rx_steer_missed_packets", 48 }, \
+	{ "rx_out_of_buffer", 56 }, \
+	{ "tx_malformed", 64 },
+
 #endif /* FLDNIC_ABI_H */

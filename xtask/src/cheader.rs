@@ -275,6 +275,29 @@ fn structs() -> Vec<Struct> {
     ]
 }
 
+/// QUERY_VPORT's counters as tools name them (`QueryVportOut::named`, mlx5's ethtool names),
+/// each with the offset of its field: every counter set to its own offset, `named` says which
+/// name reads which.
+fn vport_stats() -> Vec<(&'static str, u64)> {
+    use zerocopy::IntoBytes;
+    let mut out = QueryVportOut::default();
+    let base = out.as_bytes().as_ptr() as usize;
+    for f in [
+        &mut out.tx_packets,
+        &mut out.tx_bytes,
+        &mut out.rx_packets,
+        &mut out.rx_bytes,
+        &mut out.rx_steering_drops,
+        &mut out.rx_no_steering,
+        &mut out.rx_out_of_buffer,
+        &mut out.tx_malformed,
+    ] {
+        let at = (f as *const _ as usize) - base;
+        *f = zerocopy::little_endian::U64::new(at as u64);
+    }
+    out.named().to_vec()
+}
+
 /// The header's text.
 pub fn render() -> String {
     let mut s = String::new();
@@ -324,6 +347,18 @@ pub fn render() -> String {
                 "_Static_assert(offsetof(struct {name}, {f}) == {off}, \"{name}.{f}\");"
             );
         }
+    }
+    let stats = vport_stats();
+    let _ = writeln!(
+        s,
+        "\n/* QUERY_VPORT's counters by their ethtool names: {{ name, offset of the __le64 in\n \
+         * struct fldnic_query_vport_out }}. */\n#define FLDNIC_VPORT_STATS {}\n\
+         #define FLDNIC_VPORT_STAT_TABLE \\",
+        stats.len()
+    );
+    for (i, (name, off)) in stats.iter().enumerate() {
+        let more = if i + 1 < stats.len() { " \\" } else { "" };
+        let _ = writeln!(s, "\t{{ \"{name}\", {off} }},{more}");
     }
     s.push_str("\n#endif /* FLDNIC_ABI_H */\n");
     s

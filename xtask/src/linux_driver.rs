@@ -77,6 +77,11 @@ ip netns exec b iperf3 -s -1 -D -B 10.77.0.2 || fail "iperf3 server"
 sleep 1
 ip netns exec a iperf3 -c 10.77.0.2 -t 3 -f m | tee /tmp/iperf3.txt || fail "iperf3"
 grep -q receiver /tmp/iperf3.txt || fail "iperf3 summary"
+# The card's own counters of the receiving vPort (ethtool -S, QUERY_VPORT) saw the run.
+ip netns exec b ethtool -S "$2" | tee /tmp/stats.txt
+rx=$(awk '/ rx_packets:/ {print $2}' /tmp/stats.txt)
+[ "${rx:-0}" -gt 10000 ] || fail "the card counted ${rx:-no} received packets"
+ip netns exec b ethtool -l "$2" | grep -q 'Combined:.*1' || fail "ethtool -l"
 ip -n a link set "$1" netns 1 && ip -n b link set "$2" netns 1 || fail "back from netns"
 ip link set "$1" up && ip link set "$2" up
 for f in /sys/bus/pci/drivers/fldnic/0000:*; do

@@ -34,6 +34,7 @@
 #include <linux/netdevice.h>
 #include <linux/pci.h>
 #include <linux/rtnetlink.h>
+#include <linux/unaligned.h>
 
 #include "fldnic.h"
 
@@ -650,9 +651,56 @@ static void fldnic_get_drvinfo(struct net_device *ndev, struct ethtool_drvinfo *
 		 nic->fw_version >> 16, nic->fw_version & 0xffff);
 }
 
+/* The card's counters of the function's vPort (QUERY_VPORT), by their ethtool names. */
+static const struct {
+	const char *name;
+	unsigned int offset;
+} fldnic_vport_stats[FLDNIC_VPORT_STATS] = { FLDNIC_VPORT_STAT_TABLE };
+
+static int fldnic_get_sset_count(struct net_device *ndev, int sset)
+{
+	return sset == ETH_SS_STATS ? FLDNIC_VPORT_STATS : -EOPNOTSUPP;
+}
+
+static void fldnic_get_strings(struct net_device *ndev, u32 sset, u8 *data)
+{
+	unsigned int i;
+
+	if (sset != ETH_SS_STATS)
+		return;
+	for (i = 0; i < FLDNIC_VPORT_STATS; i++)
+		ethtool_puts(&data, fldnic_vport_stats[i].name);
+}
+
+static void fldnic_get_ethtool_stats(struct net_device *ndev, struct ethtool_stats *stats,
+				     u64 *data)
+{
+	struct fldnic *nic = netdev_priv(ndev);
+	struct fldnic_query_vport_in in = { .vport = nic->caps.vport };
+	struct fldnic_query_vport_out out;
+	unsigned int i;
+
+	if (fldnic_exec(nic, FLDNIC_OP_QUERY_VPORT, &in, sizeof(in), &out, sizeof(out))) {
+		memset(data, 0, FLDNIC_VPORT_STATS * sizeof(*data));
+		return;
+	}
+	for (i = 0; i < FLDNIC_VPORT_STATS; i++)
+		data[i] = get_unaligned_le64((u8 *)&out + fldnic_vport_stats[i].offset);
+}
+
+static void fldnic_get_channels(struct net_device *ndev, struct ethtool_channels *ch)
+{
+	ch->max_combined = 1;
+	ch->combined_count = 1;
+}
+
 static const struct ethtool_ops fldnic_ethtool_ops = {
 	.get_drvinfo = fldnic_get_drvinfo,
 	.get_link = ethtool_op_get_link,
+	.get_sset_count = fldnic_get_sset_count,
+	.get_strings = fldnic_get_strings,
+	.get_ethtool_stats = fldnic_get_ethtool_stats,
+	.get_channels = fldnic_get_channels,
 };
 
 static int fldnic_cmd_init(struct fldnic *nic)
