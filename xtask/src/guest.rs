@@ -236,9 +236,22 @@ pub fn setup_rdma(paths: &GuestPaths) -> Result<()> {
     install(paths, "rdma-ready", &RDMA_PACKAGES, "RDMA packages", None)
 }
 
-/// What building a kernel module for the guest's kernel takes, besides its headers, and the
-/// stock tools its test runs on it.
-const DRIVER_BUILD_PACKAGES: [&str; 5] = ["gcc", "make", "ethtool", "iputils-ping", "iperf3"];
+/// What building the kernel module (besides the kernel's headers) and the rdma-core provider
+/// (against rdma-core's own source) takes, and the stock tools the test runs on the card.
+const DRIVER_BUILD_PACKAGES: [&str; 12] = [
+    "gcc",
+    "make",
+    "libc6-dev",
+    "cmake",
+    "ninja-build",
+    "pkg-config",
+    "python3-minimal",
+    "libnl-3-dev",
+    "libnl-route-3-dev",
+    "ethtool",
+    "iputils-ping",
+    "iperf3",
+];
 
 /// The guest kernel's release (`uname -r` in the guest): the root's one modules directory.
 pub fn kernel_release(paths: &GuestPaths) -> Result<String> {

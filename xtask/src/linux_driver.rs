@@ -4,10 +4,12 @@
 //! 1. The guest root gets the guest kernel's headers, gcc, make and ethtool, once (cached with
 //!    the root, see [`guest::setup_driver_build`]).
 //! 2. The module is built in the root (a chroot: the same compiler and headers Debian built the
-//!    kernel with) and lands in `target/release/linux/`, which the guest sees as `/opt/linux/`.
+//!    kernel with), and the rdma-core provider against Debian's rdma-core source there; both
+//!    land in `target/release/linux/`, which the guest sees as `/opt/linux/`.
 //! 3. The guest boots with the card attached and runs [`SCRIPT`]: the module binds both NIC
 //!    functions, each gets a netdev with the card's MAC and `ethtool -i` says `fldnic`, and a
-//!    RoCE device whose GID table follows the netdev's IPv4 addresses; the
+//!    RoCE device whose GID table follows the netdev's IPv4 addresses, which stock
+//!    `ibv_devices` and `ibv_devinfo` see through the provider; the
 //!    two functions in two network namespaces reach each other through the card's eSwitch
 //!    (ARP, `ping` at MTU 1500 and 9000, `iperf3`); a function-level reset of each while bound
 //!    (interfaces up) brings it back; the module is removed and
@@ -23,7 +25,9 @@ use crate::guest::{self, GuestPaths, RunOptions};
 const SCRIPT: &str = r#"
 fail() { echo "FAIL: $*"; dmesg | tail -30; exit 1; }
 functions() { ls -d /sys/bus/pci/drivers/fldnic/0000:* 2>/dev/null | wc -l; }
-modprobe ib_core || fail "modprobe ib_core"
+modprobe ib_core && modprobe ib_uverbs || fail "modprobe ib_core ib_uverbs"
+# libibverbs finds the provider by path (the root is not changed).
+export RDMAV_DRIVERS=/opt/linux/libfldnic
 insmod /opt/linux/fldnic.ko || fail "insmod"
 [ "$(functions)" = 2 ] || fail "bound $(functions) NIC functions, not 2"
 macs=""
@@ -58,6 +62,15 @@ g=$(v2gid)
 grep -q 'RoCE v2' "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/$(basename "$g")" ||
     grep -rl 'RoCE v2' /sys/class/infiniband/$dev/ports/1/gid_attrs/types/ >/dev/null || fail "no RoCE v2 GID"
 echo "gid $dev $(basename "$g") $(cat "$g")"
+# Stock rdma-core tools through the provider: the devices, the port, the GID.
+ibv_devices | tee /tmp/devices.txt
+[ "$(grep -c fldnic_ /tmp/devices.txt)" = 2 ] || fail "ibv_devices does not list both devices"
+ibv_devinfo -v -d "$dev" > /tmp/devinfo.txt || fail "ibv_devinfo -d $dev"
+grep -E 'vendor_id|state:|link_layer|fw_ver|GID\[' /tmp/devinfo.txt
+grep -q 'vendor_id:.*0xfff0' /tmp/devinfo.txt || fail "ibv_devinfo: vendor"
+grep -q 'state:.*PORT_ACTIVE' /tmp/devinfo.txt || fail "ibv_devinfo: port not active"
+grep -q 'link_layer:.*Ethernet' /tmp/devinfo.txt || fail "ibv_devinfo: link layer"
+grep -q '::ffff:10.78.0.1, RoCE v2' /tmp/devinfo.txt || fail "ibv_devinfo: no RoCE v2 GID"
 ip addr del 10.78.0.1/24 dev "$1"
 sleep 1
 [ -z "$(v2gid)" ] || fail "GID of 10.78.0.1 stayed after the address went"
@@ -135,6 +148,135 @@ fn build_module(paths: &GuestPaths, workspace: &Path, release: &str) -> Result<(
     Ok(())
 }
 
+/// rdma-core's version in the guest root's Debian (its providers' private ABI is 34): the
+/// provider is built against this source and loads into Debian's own libibverbs.
+const RDMA_CORE: &str = "rdma-core-56.1";
+const RDMA_CORE_TARBALL: &str = "rdma-core_56.1.orig.tar.gz";
+
+/// Builds `libfldnic-rdmav34.so` (driver/rdma-core/fldnic) in the guest root against rdma-core's
+/// Debian source, fetched once with `apt-get source` (its `.dsc` answers 404; the tarball is
+/// all the build needs) and configured once; lands in `target/release/linux/`.
+fn build_provider(paths: &GuestPaths, workspace: &Path) -> Result<(), String> {
+    let src_dir = paths.root.join("tmp/rdma-src");
+    let tree = src_dir.join(RDMA_CORE);
+    let log = crate::logs().join("rdma-provider-build.log");
+    let run = |args: &[&str], what: &str| -> Result<(), String> {
+        let out = guest::in_root(paths, args)
+            .output()
+            .map_err(|e| format!("{what}: {e}"))?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = std::fs::write(&log, &text);
+        if out.status.success() {
+            return Ok(());
+        }
+        eprint!("{text}");
+        Err(format!("{what} failed (log: {})", log.display()))
+    };
+    if !src_dir.join(RDMA_CORE_TARBALL).exists() {
+        let sources = paths.root.join("etc/apt/sources.list.d/fldemu-src.sources");
+        std::fs::write(
+            &sources,
+            "Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: trixie\n\
+             Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+        )
+        .map_err(|e| format!("{}: {e}", sources.display()))?;
+        run(&["apt-get", "update", "-q"], "apt-get update (sources)")?;
+        std::fs::create_dir_all(&src_dir).map_err(|e| e.to_string())?;
+        // The .dsc 404s, so apt-get fails after fetching the tarball: the tarball decides
+        // (apt's output is in the log).
+        let fetched = guest::in_root(
+            paths,
+            &[
+                "sh",
+                "-c",
+                "cd /tmp/rdma-src && apt-get source --download-only rdma-core",
+            ],
+        )
+        .output()
+        .map_err(|e| format!("apt-get source: {e}"))?;
+        let _ = std::fs::write(
+            &log,
+            [fetched.stdout.as_slice(), fetched.stderr.as_slice()].concat(),
+        );
+        if !src_dir.join(RDMA_CORE_TARBALL).exists() {
+            return Err(format!(
+                "{RDMA_CORE_TARBALL} was not fetched (log: {})",
+                log.display()
+            ));
+        }
+    }
+    if !tree.join("CMakeLists.txt").exists() {
+        run(
+            &[
+                "tar",
+                "-C",
+                "/tmp/rdma-src",
+                "-xzf",
+                &format!("/tmp/rdma-src/{RDMA_CORE_TARBALL}"),
+            ],
+            "unpack rdma-core",
+        )?;
+    }
+    // The provider and the generated header it includes (as ../../linux/ from its directory).
+    let provider = tree.join("providers/fldnic");
+    let _ = std::fs::remove_dir_all(&provider);
+    copy_dir(&workspace.join("driver/rdma-core/fldnic"), &provider)?;
+    std::fs::create_dir_all(tree.join("linux")).map_err(|e| e.to_string())?;
+    std::fs::copy(
+        workspace.join(crate::cheader::HEADER),
+        tree.join("linux/fldnic_abi.h"),
+    )
+    .map_err(|e| format!("fldnic_abi.h: {e}"))?;
+    let lists = tree.join("CMakeLists.txt");
+    let text = std::fs::read_to_string(&lists).map_err(|e| e.to_string())?;
+    if !text.contains("providers/fldnic") {
+        let patched = text.replacen(
+            "add_subdirectory(providers/efa)\n",
+            "add_subdirectory(providers/efa)\nadd_subdirectory(providers/fldnic)\n",
+            1,
+        );
+        std::fs::write(&lists, patched).map_err(|e| e.to_string())?;
+    }
+    let build = format!("/tmp/rdma-src/{RDMA_CORE}/build");
+    if !paths.root.join(&build[1..]).join("build.ninja").exists() {
+        run(
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "mkdir -p {build} && cd {build} && cmake -GNinja -DNO_PYVERBS=1 \
+                     -DNO_MAN_PAGES=1 -DCMAKE_POLICY_VERSION_MINIMUM=3.5 .."
+                ),
+            ],
+            "configure rdma-core",
+        )?;
+    }
+    run(
+        &[
+            "sh",
+            "-c",
+            &format!("cd {build} && ninja lib/libfldnic-rdmav34.so"),
+        ],
+        "build the provider",
+    )?;
+    let dest = workspace.join("target/release/linux");
+    std::fs::create_dir_all(&dest).map_err(|e| e.to_string())?;
+    std::fs::copy(
+        paths
+            .root
+            .join(&build[1..])
+            .join("lib/libfldnic-rdmav34.so"),
+        dest.join("libfldnic-rdmav34.so"),
+    )
+    .map_err(|e| format!("libfldnic-rdmav34.so: {e}"))?;
+    println!("xtask: built libfldnic-rdmav34.so against {RDMA_CORE}");
+    Ok(())
+}
+
 /// Copies the files of `from` into `to` (recursively).
 fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
     std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
@@ -155,12 +297,14 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
 pub fn test_linux_driver(workspace: &Path, timeout: u64) -> Result<bool, String> {
     let paths = GuestPaths::new();
     let qemu = guest::setup(&paths)?;
+    guest::setup_rdma(&paths)?;
     let release = guest::setup_driver_build(&paths)?;
     // The committed C header must be the one fld-abi gives.
     if !crate::cheader::run(workspace, true)? {
         return Ok(false);
     }
     build_module(&paths, workspace, &release)?;
+    build_provider(&paths, workspace)?;
     crate::build_fldemu()?;
     let out = guest::run_guest(
         paths,

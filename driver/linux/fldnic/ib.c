@@ -71,7 +71,8 @@ static int fldnic_query_device(struct ib_device *ibdev, struct ib_device_attr *a
 	attr->max_qp_rd_atom = FLDNIC_IB_MAX_RD_ATOMIC;
 	attr->max_qp_init_rd_atom = FLDNIC_IB_MAX_RD_ATOMIC;
 	attr->atomic_cap = IB_ATOMIC_HCA;
-	attr->max_pkeys = FLDNIC_PKEY_TABLE_ENTRIES;
+	/* The port shows the default partition alone (query_pkey). */
+	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
 	return 0;
 }
@@ -216,6 +217,10 @@ int fldnic_ib_add(struct fldnic *nic)
 	ib->ibdev.node_type = RDMA_NODE_IB_CA;
 	ib->ibdev.phys_port_cnt = 1;
 	ib->ibdev.num_comp_vectors = 1;
+	/* The PCI function is the device's parent: libibverbs matches its provider by the
+	 * function's modalias.
+	 */
+	ib->ibdev.dev.parent = &nic->pdev->dev;
 	strscpy(ib->ibdev.node_desc, "fldnic", sizeof(ib->ibdev.node_desc));
 	addrconf_addr_eui48((u8 *)&ib->ibdev.node_guid, nic->netdev->dev_addr);
 	ib_set_device_ops(&ib->ibdev, &fldnic_ib_ops);
