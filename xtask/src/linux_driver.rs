@@ -86,6 +86,7 @@ ip netns exec a ping -c 5 -i 0.2 -W 3 10.77.0.2 || fail "ping between the functi
 ip netns exec a ping -c 3 -s 8000 -M do -W 3 10.77.0.2 && fail "8000 B went through a 1500 B MTU"
 ip -n a link set "$1" mtu 9000 && ip -n b link set "$2" mtu 9000 || fail "MTU 9000"
 ip netns exec a ping -c 3 -s 8000 -M do -W 3 10.77.0.2 || fail "ping of 8000 B at MTU 9000"
+ip netns exec a ethtool -k "$1" | grep -q '^tx-checksumming: on' || fail "send checksum offload off"
 ip netns exec b iperf3 -s -1 -D -B 10.77.0.2 || fail "iperf3 server"
 sleep 1
 ip netns exec a iperf3 -c 10.77.0.2 -t 3 -f m | tee /tmp/iperf3.txt || fail "iperf3"

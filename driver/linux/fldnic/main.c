@@ -15,11 +15,11 @@
  *
  * A function-level reset while bound detaches the netdev and brings the function back.
  *
- * The card's receive checksum verdict is passed on (RXCSUM); frames are copied in and out of
- * buffers mapped once per queue, so any skb shape can be sent (SG).
+ * The card inserts TCP/UDP checksums on send (IP_CSUM, IPV6_CSUM) and its receive checksum
+ * verdict is passed on (RXCSUM); frames are copied in and out of buffers mapped once per
+ * queue, so any skb shape can be sent (SG).
  *
- * Not yet: several queues with RSS, send checksum and segmentation offloads, and the RoCE
- * ib_device.
+ * Not yet: several queues with RSS, segmentation offload, recovery of a send queue in error.
  */
 
 #include <linux/delay.h>
@@ -615,6 +615,11 @@ static netdev_tx_t fldnic_start_xmit(struct sk_buff *skb, struct net_device *nde
 	ctrl->fm_ce_se = FLDNIC_CE_ALWAYS;
 	ctrl->sqn = cpu_to_le32(tx->sqn);
 	eth->inline_hdr_size = 0;
+	/* The stack left the TCP/UDP checksum to the card, which computes it whatever the
+	 * field holds (docs/nic-interface.md §6).
+	 */
+	if (skb->ip_summed == CHECKSUM_PARTIAL)
+		eth->cs_flags = FLDNIC_CS_L4;
 	data->byte_count = cpu_to_le32(tx->len[slot]);
 	data->lkey = cpu_to_le32(FLDNIC_RESERVED_LKEY);
 	data->addr = cpu_to_le64(tx->bufs.dma + ((dma_addr_t)slot << FLDNIC_LOG_BUF));
@@ -800,7 +805,7 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		eth_hw_addr_set(ndev, mac);
 	}
 	/* Frames are copied into the send buffers: any skb shape goes. */
-	ndev->hw_features = NETIF_F_SG | NETIF_F_RXCSUM;
+	ndev->hw_features = NETIF_F_SG | NETIF_F_RXCSUM | NETIF_F_IP_CSUM | NETIF_F_IPV6_CSUM;
 	ndev->features = ndev->hw_features;
 	ndev->netdev_ops = &fldnic_netdev_ops;
 	ndev->ethtool_ops = &fldnic_ethtool_ops;
