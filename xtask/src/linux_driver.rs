@@ -12,7 +12,8 @@
 //!    `ibv_devices` and `ibv_devinfo` see through the provider; the
 //!    two functions in two network namespaces reach each other through the card's eSwitch
 //!    (ARP, `ping` at MTU 1500 and 9000, `iperf3`); a function-level reset of each while bound
-//!    (interfaces up) brings it back; the module is removed and
+//!    (interfaces up) brings it back; a send the card refuses (debugfs fault injection) is
+//!    recovered; the module is removed and
 //!    loaded again three times; `dmesg` shows no BUG, Oops or WARNING.
 
 use std::path::Path;
@@ -32,6 +33,7 @@ insmod /opt/linux/fldnic.ko || fail "insmod"
 [ "$(functions)" = 2 ] || fail "bound $(functions) NIC functions, not 2"
 macs=""
 ifcs=""
+bdfs=""
 for f in /sys/bus/pci/drivers/fldnic/0000:*; do
     ifc=$(ls "$f/net") || fail "no netdev under $f"
     mac=$(cat "/sys/class/net/$ifc/address")
@@ -43,6 +45,7 @@ for f in /sys/bus/pci/drivers/fldnic/0000:*; do
     case " $macs " in *" $mac "*) fail "two functions with MAC $mac" ;; esac
     macs="$macs $mac"
     ifcs="$ifcs $ifc"
+    bdfs="$bdfs $(basename "$f")"
 done
 # A RoCE device on each function, linked to its netdev; an IPv4 address on the netdev becomes
 # a RoCEv2 GID (::ffff:a.b.c.d) the driver writes into the card's RoCE address table, and
@@ -96,6 +99,16 @@ ip netns exec b ethtool -S "$2" | tee /tmp/stats.txt
 rx=$(awk '/ rx_packets:/ {print $2}' /tmp/stats.txt)
 [ "${rx:-0}" -gt 10000 ] || fail "the card counted ${rx:-no} received packets"
 ip netns exec b ethtool -l "$2" | grep -q 'Combined:.*1' || fail "ethtool -l"
+# A send the card refuses (debugfs fault injection: a WQE with a key it does not know) puts
+# the send queue in ERROR; the driver recovers it (MODIFY_SQ) and traffic goes on.
+mount -t debugfs none /sys/kernel/debug || fail "debugfs"
+first_bdf=$(echo $bdfs | cut -d' ' -f1)
+echo 1 > "/sys/kernel/debug/fldnic/$first_bdf/inject_send_error" || fail "inject a send error"
+ip netns exec a ping -c 3 -i 0.3 -W 2 10.77.0.2 > /dev/null
+ip netns exec a ping -c 3 -W 3 10.77.0.2 || fail "no traffic after a send error"
+dmesg | grep -q "$1: send error, syndrome" || fail "the injected send error was not seen"
+dmesg | grep -q "$1: send queue recovered" || fail "the send queue was not recovered"
+dmesg | grep -E "send error|send queue recovered"
 ip -n a link set "$1" netns 1 && ip -n b link set "$2" netns 1 || fail "back from netns"
 ip link set "$1" up && ip link set "$2" up
 for f in /sys/bus/pci/drivers/fldnic/0000:*; do

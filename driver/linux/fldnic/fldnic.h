@@ -9,6 +9,7 @@
 #include <linux/mutex.h>
 #include <linux/netdevice.h>
 #include <linux/pci.h>
+#include <linux/workqueue.h>
 
 #include "fldnic_abi.h"
 
@@ -78,6 +79,11 @@ struct fldnic {
 	u32 flow_entry;
 	bool up;
 	bool running_before_reset;
+	/* A send error put the SQ in ERROR: tx_recover brings it back (MODIFY_SQ). */
+	struct work_struct tx_recover;
+	/* Fault injection (debugfs): the next send WQE names a key the card refuses. */
+	atomic_t inject_send_error;
+	struct dentry *debugfs;
 	struct fldnic_ib *ib;	/* the RoCE device on this function (ib.c) */
 };
 

@@ -19,9 +19,13 @@
  * verdict is passed on (RXCSUM); frames are copied in and out of buffers mapped once per
  * queue, so any skb shape can be sent (SG).
  *
- * Not yet: several queues with RSS, segmentation offload, recovery of a send queue in error.
+ * A send error (the SQ enters ERROR) is recovered by MODIFY_SQ from a work item; debugfs's
+ * inject_send_error makes the next send WQE one the card refuses, to exercise it.
+ *
+ * Not yet: several queues with RSS, segmentation offload.
  */
 
+#include <linux/debugfs.h>
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/etherdevice.h>
@@ -312,6 +316,9 @@ static void fldnic_tx_complete(struct fldnic *nic)
 			nic->netdev->stats.tx_errors++;
 			net_warn_ratelimited("%s: send error, syndrome %#x, WQE %u\n",
 					     nic->netdev->name, cqe->syndrome, last);
+			/* The SQ is in ERROR and takes nothing more until it is recovered. */
+			netif_stop_queue(nic->netdev);
+			schedule_work(&nic->tx_recover);
 		}
 		while ((u16)tx->done != (u16)(last + 1) && tx->done != tx->pi) {
 			packets++;
@@ -321,8 +328,43 @@ static void fldnic_tx_complete(struct fldnic *nic)
 	}
 	nic->netdev->stats.tx_packets += packets;
 	nic->netdev->stats.tx_bytes += bytes;
-	if (netif_queue_stopped(nic->netdev) && tx->pi - tx->done < (1U << tx->ring.log_size))
+	if (netif_queue_stopped(nic->netdev) && tx->pi - tx->done < (1U << tx->ring.log_size) &&
+	    !work_pending(&nic->tx_recover))
 		netif_wake_queue(nic->netdev);
+}
+
+/*
+ * Brings a send queue in ERROR back (docs/nic-interface.md §3.14): MODIFY_SQ to READY sets
+ * the card's consumer counter and doorbell to 0 and discards the WQEs that were outstanding,
+ * without completions; the driver counts them dropped and posts again from slot 0.
+ */
+static void fldnic_tx_recover(struct work_struct *work)
+{
+	struct fldnic *nic = container_of(work, struct fldnic, tx_recover);
+	struct net_device *ndev = nic->netdev;
+	struct fldnic_modify_queue_in in = {};
+	int err;
+
+	rtnl_lock();
+	if (!netif_running(ndev) || !nic->up)
+		goto out;
+	netif_tx_disable(ndev);
+	napi_disable(&nic->napi);
+	in.id = cpu_to_le32(nic->tx.sqn);
+	in.new_state = FLDNIC_QUEUE_READY;
+	err = fldnic_exec(nic, FLDNIC_OP_MODIFY_SQ, &in, sizeof(in), NULL, 0);
+	ndev->stats.tx_dropped += nic->tx.pi - nic->tx.done;
+	nic->tx.pi = 0;
+	nic->tx.done = 0;
+	napi_enable(&nic->napi);
+	if (err) {
+		netdev_err(ndev, "send queue not recovered: %d\n", err);
+		goto out;
+	}
+	netif_wake_queue(ndev);
+	netdev_info(ndev, "send queue recovered\n");
+out:
+	rtnl_unlock();
 }
 
 /* Receive completions, up to @budget frames handed to the stack. */
@@ -622,6 +664,8 @@ static netdev_tx_t fldnic_start_xmit(struct sk_buff *skb, struct net_device *nde
 		eth->cs_flags = FLDNIC_CS_L4;
 	data->byte_count = cpu_to_le32(tx->len[slot]);
 	data->lkey = cpu_to_le32(FLDNIC_RESERVED_LKEY);
+	if (unlikely(atomic_xchg(&nic->inject_send_error, 0)))
+		data->lkey = cpu_to_le32(U32_MAX);
 	data->addr = cpu_to_le64(tx->bufs.dma + ((dma_addr_t)slot << FLDNIC_LOG_BUF));
 	tx->pi++;
 	skb_tx_timestamp(skb);
@@ -707,6 +751,24 @@ static const struct ethtool_ops fldnic_ethtool_ops = {
 	.get_ethtool_stats = fldnic_get_ethtool_stats,
 	.get_channels = fldnic_get_channels,
 };
+
+/* debugfs: writing to inject_send_error makes the next send WQE one the card refuses. */
+static ssize_t fldnic_inject_write(struct file *file, const char __user *buf, size_t len,
+				   loff_t *pos)
+{
+	struct fldnic *nic = file->private_data;
+
+	atomic_set(&nic->inject_send_error, 1);
+	return len;
+}
+
+static const struct file_operations fldnic_inject_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = fldnic_inject_write,
+};
+
+static struct dentry *fldnic_debugfs_root;
 
 static int fldnic_cmd_init(struct fldnic *nic)
 {
@@ -815,6 +877,7 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		ndev->max_mtu = ETH_DATA_LEN;
 	netif_carrier_off(ndev);
 
+	INIT_WORK(&nic->tx_recover, fldnic_tx_recover);
 	err = pci_alloc_irq_vectors(pdev, 1, 1, PCI_IRQ_MSIX);
 	if (err < 0)
 		goto err_cmd;
@@ -828,6 +891,8 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_irq;
 	netdev_info(ndev, "vport %u, MAC %pM, firmware %u.%u\n", le16_to_cpu(nic->caps.vport),
 		    ndev->dev_addr, nic->fw_version >> 16, nic->fw_version & 0xffff);
+	nic->debugfs = debugfs_create_dir(pci_name(pdev), fldnic_debugfs_root);
+	debugfs_create_file("inject_send_error", 0200, nic->debugfs, nic, &fldnic_inject_fops);
 	/* The netdev works without its RoCE device; a failure is only logged. */
 	err = fldnic_ib_add(nic);
 	if (err)
@@ -859,8 +924,10 @@ static void fldnic_remove(struct pci_dev *pdev)
 	struct fldnic *nic = pci_get_drvdata(pdev);
 	struct net_device *ndev = nic->netdev;
 
+	debugfs_remove_recursive(nic->debugfs);
 	fldnic_ib_remove(nic);
 	unregister_netdev(ndev);
+	cancel_work_sync(&nic->tx_recover);
 	free_irq(pci_irq_vector(pdev, 0), nic);
 	netif_napi_del(&nic->napi);
 	pci_free_irq_vectors(pdev);
@@ -934,7 +1001,25 @@ static struct pci_driver fldnic_driver = {
 	.remove = fldnic_remove,
 	.err_handler = &fldnic_err_handlers,
 };
-module_pci_driver(fldnic_driver);
+static int __init fldnic_init(void)
+{
+	int err;
+
+	fldnic_debugfs_root = debugfs_create_dir(DRV_NAME, NULL);
+	err = pci_register_driver(&fldnic_driver);
+	if (err)
+		debugfs_remove_recursive(fldnic_debugfs_root);
+	return err;
+}
+
+static void __exit fldnic_exit(void)
+{
+	pci_unregister_driver(&fldnic_driver);
+	debugfs_remove_recursive(fldnic_debugfs_root);
+}
+
+module_init(fldnic_init);
+module_exit(fldnic_exit);
 
 MODULE_DESCRIPTION("fldemu card NIC functions");
 MODULE_LICENSE("GPL");
