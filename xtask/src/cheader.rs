@@ -150,6 +150,7 @@ const FORMATS: Consts = &[
     ("FLDNIC_CQE_SIZE", nic::CQE_SIZE as u64),
     ("FLDNIC_EQE_SIZE", nic::EQE_SIZE as u64),
     ("FLDNIC_INVALID_OWNER_BYTE", nic::INVALID_OWNER_BYTE as u64),
+    ("FLDNIC_CQE_INVALID", nic::CQE_INVALID as u64),
     ("FLDNIC_CQE_REQ", nic::CQE_REQ as u64),
     ("FLDNIC_CQE_RESP_SEND", nic::CQE_RESP_SEND as u64),
     ("FLDNIC_CQE_REQ_ERR", nic::CQE_REQ_ERR as u64),
@@ -279,22 +280,22 @@ fn structs() -> Vec<Struct> {
 /// each with the offset of its field: every counter set to its own offset, `named` says which
 /// name reads which.
 fn vport_stats() -> Vec<(&'static str, u64)> {
-    use zerocopy::IntoBytes;
     let mut out = QueryVportOut::default();
-    let base = out.as_bytes().as_ptr() as usize;
-    for f in [
-        &mut out.tx_packets,
-        &mut out.tx_bytes,
-        &mut out.rx_packets,
-        &mut out.rx_bytes,
-        &mut out.rx_steering_drops,
-        &mut out.rx_no_steering,
-        &mut out.rx_out_of_buffer,
-        &mut out.tx_malformed,
-    ] {
-        let at = (f as *const _ as usize) - base;
-        *f = zerocopy::little_endian::U64::new(at as u64);
+    macro_rules! at_own_offset {
+        ($($f:ident),*) => {
+            $(out.$f = zerocopy::little_endian::U64::new(offset_of!(QueryVportOut, $f) as u64);)*
+        };
     }
+    at_own_offset!(
+        tx_packets,
+        tx_bytes,
+        rx_packets,
+        rx_bytes,
+        rx_steering_drops,
+        rx_no_steering,
+        rx_out_of_buffer,
+        tx_malformed
+    );
     out.named().to_vec()
 }
 

@@ -169,14 +169,7 @@ pub fn setup(paths: &GuestPaths) -> Result<Qemu> {
         sources,
     )
     .map_err(|e| e.to_string())?;
-    let in_root = |args: &[&str]| {
-        let mut c = Command::new("chroot");
-        c.arg(&partial)
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-        c
-    };
+    let in_root = |args: &[&str]| chroot(&partial, args);
     say("apt-get update (trixie, trixie-backports)");
     step(
         &mut in_root(&["apt-get", "update", "-q"]),
@@ -335,8 +328,13 @@ fn install(
 
 /// `args` run inside the guest root (chroot), non-interactive.
 pub fn in_root(paths: &GuestPaths, args: &[&str]) -> Command {
+    chroot(&paths.root, args)
+}
+
+/// `args` run inside the root at `root` (chroot), non-interactive.
+fn chroot(root: &Path, args: &[&str]) -> Command {
     let mut c = Command::new("chroot");
-    c.arg(&paths.root)
+    c.arg(root)
         .args(args)
         .env("DEBIAN_FRONTEND", "noninteractive")
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");

@@ -17,9 +17,9 @@
 //!    loaded again three times; `dmesg` shows no BUG, Oops or WARNING.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
+use crate::child::{self, Echo};
 use crate::guest::{self, GuestPaths, RunOptions};
 
 /// What the guest runs; it ends by printing [`PASSED`] when every check held.
@@ -132,28 +132,22 @@ echo LINUX-DRIVER-PASSED
 
 const PASSED: &str = "LINUX-DRIVER-PASSED";
 
-/// Builds the module in the guest root for `release`; returns where the guest finds it.
+/// Builds the module in the guest root for `release`; it lands in `target/release/linux/`.
 fn build_module(paths: &GuestPaths, workspace: &Path, release: &str) -> Result<(), String> {
     let scratch = paths.root.join("tmp/fldnic-build");
     let _ = std::fs::remove_dir_all(&scratch);
     copy_dir(&workspace.join("driver/linux"), &scratch)?;
-    let log = crate::logs().join("linux-driver-build.log");
+    let log = child::fresh_log(&crate::logs(), "linux-driver-build")?;
     let kdir = format!("/usr/src/linux-headers-{release}");
-    let mut make = guest::in_root(
-        paths,
-        &["make", "-C", &kdir, "M=/tmp/fldnic-build/fldnic", "modules"],
-    );
-    let out = make.output().map_err(|e| format!("make: {e}"))?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = std::fs::write(&log, &text);
-    if !out.status.success() {
-        eprint!("{text}");
-        return Err(format!("the module did not build (log: {})", log.display()));
-    }
+    child::run(
+        &mut guest::in_root(
+            paths,
+            &["make", "-C", &kdir, "M=/tmp/fldnic-build/fldnic", "modules"],
+        ),
+        "build the kernel module",
+        &log,
+        Echo::Quiet,
+    )?;
     let dest = workspace.join("target/release/linux");
     std::fs::create_dir_all(&dest).map_err(|e| e.to_string())?;
     std::fs::copy(scratch.join("fldnic/fldnic.ko"), dest.join("fldnic.ko"))
@@ -173,22 +167,9 @@ const RDMA_CORE_TARBALL: &str = "rdma-core_56.1.orig.tar.gz";
 fn build_provider(paths: &GuestPaths, workspace: &Path) -> Result<(), String> {
     let src_dir = paths.root.join("tmp/rdma-src");
     let tree = src_dir.join(RDMA_CORE);
-    let log = crate::logs().join("rdma-provider-build.log");
-    let run = |args: &[&str], what: &str| -> Result<(), String> {
-        let out = guest::in_root(paths, args)
-            .output()
-            .map_err(|e| format!("{what}: {e}"))?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let _ = std::fs::write(&log, &text);
-        if out.status.success() {
-            return Ok(());
-        }
-        eprint!("{text}");
-        Err(format!("{what} failed (log: {})", log.display()))
+    let log = child::fresh_log(&crate::logs(), "rdma-provider-build")?;
+    let run = |args: &[&str], what: &str| {
+        child::run(&mut guest::in_root(paths, args), what, &log, Echo::Quiet).map(drop)
     };
     if !src_dir.join(RDMA_CORE_TARBALL).exists() {
         let sources = paths.root.join("etc/apt/sources.list.d/fldemu-src.sources");
@@ -202,20 +183,19 @@ fn build_provider(paths: &GuestPaths, workspace: &Path) -> Result<(), String> {
         std::fs::create_dir_all(&src_dir).map_err(|e| e.to_string())?;
         // The .dsc 404s, so apt-get fails after fetching the tarball: the tarball decides
         // (apt's output is in the log).
-        let fetched = guest::in_root(
-            paths,
-            &[
-                "sh",
-                "-c",
-                "cd /tmp/rdma-src && apt-get source --download-only rdma-core",
-            ],
-        )
-        .output()
-        .map_err(|e| format!("apt-get source: {e}"))?;
-        let _ = std::fs::write(
+        child::run_logged(
+            &mut guest::in_root(
+                paths,
+                &[
+                    "sh",
+                    "-c",
+                    "cd /tmp/rdma-src && apt-get source --download-only rdma-core",
+                ],
+            ),
+            "apt-get source rdma-core",
             &log,
-            [fetched.stdout.as_slice(), fetched.stderr.as_slice()].concat(),
-        );
+            Echo::Quiet,
+        )?;
         if !src_dir.join(RDMA_CORE_TARBALL).exists() {
             return Err(format!(
                 "{RDMA_CORE_TARBALL} was not fetched (log: {})",
@@ -342,13 +322,4 @@ pub fn test_linux_driver(workspace: &Path, timeout: u64) -> Result<bool, String>
         if passed { "passed" } else { "FAILED" }
     );
     Ok(passed)
-}
-
-/// Whether `chroot` is there (the build runs in the guest root).
-pub fn prerequisites() -> Result<(), String> {
-    Command::new("chroot")
-        .arg("--version")
-        .output()
-        .map(drop)
-        .map_err(|e| format!("chroot: {e}"))
 }

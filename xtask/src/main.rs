@@ -620,7 +620,7 @@ fn main() -> ExitCode {
         Cmd::TestRxe { timeout } => rxe::prerequisites(&guest::GuestPaths::new())
             .and_then(|()| build_fldemu())
             .and_then(|()| rxe::test_rxe(&workspace(), timeout)),
-        Cmd::TestLinuxDriver { timeout } => linux_driver::prerequisites()
+        Cmd::TestLinuxDriver { timeout } => prereq::test_linux_driver(&guest::GuestPaths::new())
             .and_then(|()| linux_driver::test_linux_driver(&workspace(), timeout)),
     };
     match result {

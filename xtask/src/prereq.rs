@@ -287,6 +287,13 @@ pub fn guest_run(host: &Host, paths: &GuestPaths, accel: &str) -> Result<(), Str
     checks.finish("guest-run")
 }
 
+/// `cargo xtask test-linux-driver`: the guest (its root gets what the build needs itself).
+pub fn test_linux_driver(paths: &GuestPaths) -> Result<(), String> {
+    let mut checks = Checks::default();
+    checks.add(guest_provisioned(paths));
+    checks.finish("test-linux-driver")
+}
+
 /// `cargo xtask bench-guest`: the guest.
 pub fn bench_guest(paths: &GuestPaths) -> Result<(), String> {
     let mut checks = Checks::default();

@@ -234,7 +234,7 @@ static void *fldnic_cq_peek(struct fldnic_cq *q, size_t entry)
 	u8 *e = q->ring.buf + (q->ci & ((1U << q->ring.log_size) - 1)) * entry;
 	u8 own = READ_ONCE(e[entry - 1]);
 
-	if ((own & 1) != ((q->ci >> q->ring.log_size) & 1) || (own >> 4) == 0xf)
+	if ((own & 1) != ((q->ci >> q->ring.log_size) & 1) || (own >> 4) == FLDNIC_CQE_INVALID)
 		return NULL;
 	/* The entry is read after its owner byte said it is new. */
 	dma_rmb();

@@ -133,7 +133,6 @@ impl UnloadLatency {
         shape: UnloadShape,
         seed: u64,
     ) -> Result<Self, SimError> {
-        let bad = |what: &str| SimError::Scenario(format!("unload_latency: {what}"));
         let size = shape.size.clamp(4, (SLOT_BYTES as usize) - SLOT_HEADER);
         let ea = end(&mut hosts[a].ctx, 4096, 1024)?;
         let eb = end(&mut hosts[b].ctx, 4096, 1024)?;
@@ -147,10 +146,13 @@ impl UnloadLatency {
         )?;
         let answer = hosts[a].ctx.reg_mr(&ea.pd, 64, access::ALL)?;
         connect(hosts, (a, &qa), (b, &qb), DEFAULT_PATH_MTU)?;
-        let target = {
-            let ctx = &mut hosts[b].ctx;
-            UnloadTarget::new(ctx, &eb.pd, &mut qb, STAGING_SLOTS, SLOT_BYTES)?
-        };
+        let mut target = UnloadTarget::new(
+            &mut hosts[b].ctx,
+            &eb.pd,
+            &mut qb,
+            STAGING_SLOTS,
+            SLOT_BYTES,
+        )?;
         let ring = match path {
             UnloadPath::Rnic => Some(StagingRing::new(
                 &mut hosts[b].ctx,
@@ -162,9 +164,9 @@ impl UnloadLatency {
             _ => None,
         };
         let initiator = UnloadInitiator::new(&mut hosts[a].ctx, &ea.pd, target.offer())?;
-        let mut target = target;
         target.set_credit_word(initiator.credit_word());
-        let zipf = Zipf::new(shape.regions.max(1) as f64, shape.skew).map_err(|_| bad("skew"))?;
+        let zipf = Zipf::new(shape.regions.max(1) as f64, shape.skew)
+            .map_err(|_| SimError::Scenario("unload_latency: skew".into()))?;
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut decider = Decider::new(path.policy(), size);
         if path == UnloadPath::Frequency {
@@ -209,7 +211,7 @@ impl UnloadLatency {
         let data = &mut data[..self.shape.size];
         data[..4].copy_from_slice(&(self.round() as u32).to_le_bytes());
         let hot = self.region < self.shape.hot as u64;
-        let sent = self.warm + self.rounds.round;
+        let sent = self.round();
         if matches!(self.decider.policy, Policy::Frequency { .. })
             && sent.is_multiple_of(RETHRESHOLD_EVERY)
         {
