@@ -68,10 +68,16 @@
 #define FLDNIC_OP_CREATE_PD 0x200
 #define FLDNIC_OP_DESTROY_PD 0x201
 #define FLDNIC_OP_CREATE_MR 0x210
+#define FLDNIC_OP_DESTROY_MR 0x211
 #define FLDNIC_OP_SET_ROCE_ADDRESS 0x220
 #define FLDNIC_OP_CREATE_QP 0x230
 #define FLDNIC_OP_MODIFY_QP 0x231
+#define FLDNIC_OP_QUERY_QP 0x232
 #define FLDNIC_OP_DESTROY_QP 0x233
+#define FLDNIC_OP_CREATE_SRQ 0x240
+#define FLDNIC_OP_DESTROY_SRQ 0x241
+#define FLDNIC_OP_ARM_SRQ 0x243
+#define FLDNIC_OP_QUERY_RDMA_COUNTERS 0x250
 
 /* Command statuses (fldnic_cmd_out_header.status) */
 #define FLDNIC_CMD_OK 0x0
@@ -95,6 +101,10 @@
 #define FLDNIC_DB_ARM_SN_SHIFT 0x1c
 #define FLDNIC_DB_ARM_SN_MASK 0x3
 #define FLDNIC_DB_ARM 0x80000000
+#define FLDNIC_DB_QP_SQ_BASE 0x10000
+#define FLDNIC_DB_QP_RQ_BASE 0x20000
+#define FLDNIC_DB_SRQ_BASE 0x30000
+#define FLDNIC_DB_QP_SLOTS 0x4000
 
 /* Queue entry formats */
 #define FLDNIC_CQE_SIZE 0x40
@@ -134,6 +144,78 @@
 #define FLDNIC_ROCE_ADDRESS_ENTRIES 0x10
 #define FLDNIC_ROCE_ADDRESS_VALID 0x1
 #define FLDNIC_PKEY_TABLE_ENTRIES 0x40
+#define FLDNIC_QPN_BASE 0x100
+#define FLDNIC_NO_SRQ 0xffffffff
+#define FLDNIC_QP_FLAG_SIGNAL_ALL 0x1
+#define FLDNIC_MIN_LOG_RQ_STRIDE 0x4
+#define FLDNIC_MAX_LOG_RQ_STRIDE 0x9
+#define FLDNIC_MIN_LOG_MR_PAGE 0xc
+#define FLDNIC_MAX_LOG_MR_PAGE 0x1e
+#define FLDNIC_MTT_ENTRY_SIZE 0x8
+#define FLDNIC_MAX_RD_ATOMIC 0x10
+#define FLDNIC_MAX_INLINE_DATA 0x200
+#define FLDNIC_MAX_SEND_SGE 0x1e
+#define FLDNIC_INLINE_SEG 0x80000000
+#define FLDNIC_RECV_SGE_END 0x100
+#define FLDNIC_ACCESS_LOCAL_WRITE 0x1
+#define FLDNIC_ACCESS_REMOTE_WRITE 0x2
+#define FLDNIC_ACCESS_REMOTE_READ 0x4
+#define FLDNIC_ACCESS_REMOTE_ATOMIC 0x8
+#define FLDNIC_QPS_RESET 0x0
+#define FLDNIC_QPS_INIT 0x1
+#define FLDNIC_QPS_RTR 0x2
+#define FLDNIC_QPS_RTS 0x3
+#define FLDNIC_QPS_SQD 0x4
+#define FLDNIC_QPS_SQE 0x5
+#define FLDNIC_QPS_ERR 0x6
+#define FLDNIC_QP_ATTR_STATE 0x1
+#define FLDNIC_QP_ATTR_CUR_STATE 0x2
+#define FLDNIC_QP_ATTR_ACCESS_FLAGS 0x8
+#define FLDNIC_QP_ATTR_PKEY_INDEX 0x10
+#define FLDNIC_QP_ATTR_PORT 0x20
+#define FLDNIC_QP_ATTR_AV 0x80
+#define FLDNIC_QP_ATTR_PATH_MTU 0x100
+#define FLDNIC_QP_ATTR_TIMEOUT 0x200
+#define FLDNIC_QP_ATTR_RETRY_CNT 0x400
+#define FLDNIC_QP_ATTR_RNR_RETRY 0x800
+#define FLDNIC_QP_ATTR_RQ_PSN 0x1000
+#define FLDNIC_QP_ATTR_MAX_QP_RD_ATOMIC 0x2000
+#define FLDNIC_QP_ATTR_MIN_RNR_TIMER 0x8000
+#define FLDNIC_QP_ATTR_SQ_PSN 0x10000
+#define FLDNIC_QP_ATTR_MAX_DEST_RD_ATOMIC 0x20000
+#define FLDNIC_QP_ATTR_DEST_QPN 0x100000
+#define FLDNIC_QP_ATTR_KNOWN 0x13bfbb
+#define FLDNIC_WQE_OP_RDMA_WRITE 0x8
+#define FLDNIC_WQE_OP_RDMA_WRITE_IMM 0x9
+#define FLDNIC_WQE_OP_SEND_IMM 0xb
+#define FLDNIC_WQE_OP_RDMA_READ 0x10
+#define FLDNIC_WQE_OP_ATOMIC_CS 0x11
+#define FLDNIC_WQE_OP_ATOMIC_FA 0x12
+#define FLDNIC_WQE_SOLICITED 0x2
+#define FLDNIC_WQE_FENCE 0x20
+#define FLDNIC_CQE_RESP_WRITE_IMM 0x1
+#define FLDNIC_CQE_RESP_SEND_IMM 0x3
+#define FLDNIC_CQE_FLAG_QP 0x8
+#define FLDNIC_CQE_FLAG_SRQ 0x10
+#define FLDNIC_CQE_FLAG_SOLICITED 0x20
+#define FLDNIC_EQE_QP_EVENT 0x20
+#define FLDNIC_EQE_SRQ_LIMIT 0x21
+#define FLDNIC_QP_EVENT_FATAL 0x1
+#define FLDNIC_QP_EVENT_SQ_DRAINED 0x2
+#define FLDNIC_QP_EVENT_COMM_ESTABLISHED 0x3
+#define FLDNIC_QP_EVENT_LAST_WQE_REACHED 0x4
+#define FLDNIC_WC_SUCCESS 0x0
+#define FLDNIC_WC_LOCAL_LENGTH 0x1
+#define FLDNIC_WC_LOCAL_QP_OPERATION 0x2
+#define FLDNIC_WC_LOCAL_PROTECTION 0x4
+#define FLDNIC_WC_WR_FLUSH 0x5
+#define FLDNIC_WC_BAD_RESPONSE 0x10
+#define FLDNIC_WC_LOCAL_ACCESS 0x11
+#define FLDNIC_WC_REMOTE_INVALID_REQUEST 0x12
+#define FLDNIC_WC_REMOTE_ACCESS 0x13
+#define FLDNIC_WC_REMOTE_OPERATION 0x14
+#define FLDNIC_WC_RETRY_EXCEEDED 0x15
+#define FLDNIC_WC_RNR_RETRY_EXCEEDED 0x16
 
 struct fldnic_cmd_in_header {
 	__le16 opcode;
@@ -503,8 +585,177 @@ _Static_assert(offsetof(struct fldnic_data_seg, byte_count) == 0, "fldnic_data_s
 _Static_assert(offsetof(struct fldnic_data_seg, lkey) == 4, "fldnic_data_seg.lkey");
 _Static_assert(offsetof(struct fldnic_data_seg, addr) == 8, "fldnic_data_seg.addr");
 
-/* QUERY_VPORT's counters by their ethtool names: { name, offset of the __le64 in
- * struct fldnic_query_vport_out }. */
+struct fldnic_remote_addr_seg {
+	__le64 addr;
+	__le32 rkey;
+	__le32 rsvd;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_remote_addr_seg) == 16, "fldnic_remote_addr_seg: size");
+_Static_assert(offsetof(struct fldnic_remote_addr_seg, addr) == 0, "fldnic_remote_addr_seg.addr");
+_Static_assert(offsetof(struct fldnic_remote_addr_seg, rkey) == 8, "fldnic_remote_addr_seg.rkey");
+_Static_assert(offsetof(struct fldnic_remote_addr_seg, rsvd) == 12, "fldnic_remote_addr_seg.rsvd");
+
+struct fldnic_atomic_seg {
+	__le64 swap_add;
+	__le64 compare;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_atomic_seg) == 16, "fldnic_atomic_seg: size");
+_Static_assert(offsetof(struct fldnic_atomic_seg, swap_add) == 0, "fldnic_atomic_seg.swap_add");
+_Static_assert(offsetof(struct fldnic_atomic_seg, compare) == 8, "fldnic_atomic_seg.compare");
+
+struct fldnic_create_mr_in {
+	__le32 pd;
+	__le32 access;
+	__le64 start;
+	__le64 length;
+	__le64 mtt_addr;
+	__u8 log_page_size;
+	__u8 flags;
+	__u8 rsvd[2];
+	__le32 peer_key;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_create_mr_in) == 40, "fldnic_create_mr_in: size");
+_Static_assert(offsetof(struct fldnic_create_mr_in, pd) == 0, "fldnic_create_mr_in.pd");
+_Static_assert(offsetof(struct fldnic_create_mr_in, access) == 4, "fldnic_create_mr_in.access");
+_Static_assert(offsetof(struct fldnic_create_mr_in, start) == 8, "fldnic_create_mr_in.start");
+_Static_assert(offsetof(struct fldnic_create_mr_in, length) == 16, "fldnic_create_mr_in.length");
+_Static_assert(offsetof(struct fldnic_create_mr_in, mtt_addr) == 24, "fldnic_create_mr_in.mtt_addr");
+_Static_assert(offsetof(struct fldnic_create_mr_in, log_page_size) == 32, "fldnic_create_mr_in.log_page_size");
+_Static_assert(offsetof(struct fldnic_create_mr_in, flags) == 33, "fldnic_create_mr_in.flags");
+_Static_assert(offsetof(struct fldnic_create_mr_in, rsvd) == 34, "fldnic_create_mr_in.rsvd");
+_Static_assert(offsetof(struct fldnic_create_mr_in, peer_key) == 36, "fldnic_create_mr_in.peer_key");
+
+struct fldnic_create_qp_in {
+	__le32 pd;
+	__le32 send_cqn;
+	__le32 recv_cqn;
+	__le32 srqn;
+	__le64 sq_addr;
+	__le64 rq_addr;
+	__u8 log_sq_size;
+	__u8 log_rq_size;
+	__u8 log_rq_stride;
+	__u8 flags;
+	__u8 rsvd[4];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_create_qp_in) == 40, "fldnic_create_qp_in: size");
+_Static_assert(offsetof(struct fldnic_create_qp_in, pd) == 0, "fldnic_create_qp_in.pd");
+_Static_assert(offsetof(struct fldnic_create_qp_in, send_cqn) == 4, "fldnic_create_qp_in.send_cqn");
+_Static_assert(offsetof(struct fldnic_create_qp_in, recv_cqn) == 8, "fldnic_create_qp_in.recv_cqn");
+_Static_assert(offsetof(struct fldnic_create_qp_in, srqn) == 12, "fldnic_create_qp_in.srqn");
+_Static_assert(offsetof(struct fldnic_create_qp_in, sq_addr) == 16, "fldnic_create_qp_in.sq_addr");
+_Static_assert(offsetof(struct fldnic_create_qp_in, rq_addr) == 24, "fldnic_create_qp_in.rq_addr");
+_Static_assert(offsetof(struct fldnic_create_qp_in, log_sq_size) == 32, "fldnic_create_qp_in.log_sq_size");
+_Static_assert(offsetof(struct fldnic_create_qp_in, log_rq_size) == 33, "fldnic_create_qp_in.log_rq_size");
+_Static_assert(offsetof(struct fldnic_create_qp_in, log_rq_stride) == 34, "fldnic_create_qp_in.log_rq_stride");
+_Static_assert(offsetof(struct fldnic_create_qp_in, flags) == 35, "fldnic_create_qp_in.flags");
+_Static_assert(offsetof(struct fldnic_create_qp_in, rsvd) == 36, "fldnic_create_qp_in.rsvd");
+
+struct fldnic_qp_attr {
+	__u8 qp_state;
+	__u8 cur_state;
+	__u8 path_mtu;
+	__u8 timeout;
+	__u8 retry_cnt;
+	__u8 rnr_retry;
+	__u8 min_rnr_timer;
+	__u8 max_rd_atomic;
+	__u8 max_dest_rd_atomic;
+	__u8 port;
+	__u8 sgid_index;
+	__u8 hop_limit;
+	__u8 traffic_class;
+	__u8 rsvd;
+	__le16 pkey_index;
+	__le32 access_flags;
+	__le32 rq_psn;
+	__le32 sq_psn;
+	__le32 dest_qpn;
+	__le32 flow_label;
+	__u8 dgid[16];
+	__u8 dmac[6];
+	__u8 rsvd2[6];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_qp_attr) == 64, "fldnic_qp_attr: size");
+_Static_assert(offsetof(struct fldnic_qp_attr, qp_state) == 0, "fldnic_qp_attr.qp_state");
+_Static_assert(offsetof(struct fldnic_qp_attr, cur_state) == 1, "fldnic_qp_attr.cur_state");
+_Static_assert(offsetof(struct fldnic_qp_attr, path_mtu) == 2, "fldnic_qp_attr.path_mtu");
+_Static_assert(offsetof(struct fldnic_qp_attr, timeout) == 3, "fldnic_qp_attr.timeout");
+_Static_assert(offsetof(struct fldnic_qp_attr, retry_cnt) == 4, "fldnic_qp_attr.retry_cnt");
+_Static_assert(offsetof(struct fldnic_qp_attr, rnr_retry) == 5, "fldnic_qp_attr.rnr_retry");
+_Static_assert(offsetof(struct fldnic_qp_attr, min_rnr_timer) == 6, "fldnic_qp_attr.min_rnr_timer");
+_Static_assert(offsetof(struct fldnic_qp_attr, max_rd_atomic) == 7, "fldnic_qp_attr.max_rd_atomic");
+_Static_assert(offsetof(struct fldnic_qp_attr, max_dest_rd_atomic) == 8, "fldnic_qp_attr.max_dest_rd_atomic");
+_Static_assert(offsetof(struct fldnic_qp_attr, port) == 9, "fldnic_qp_attr.port");
+_Static_assert(offsetof(struct fldnic_qp_attr, sgid_index) == 10, "fldnic_qp_attr.sgid_index");
+_Static_assert(offsetof(struct fldnic_qp_attr, hop_limit) == 11, "fldnic_qp_attr.hop_limit");
+_Static_assert(offsetof(struct fldnic_qp_attr, traffic_class) == 12, "fldnic_qp_attr.traffic_class");
+_Static_assert(offsetof(struct fldnic_qp_attr, rsvd) == 13, "fldnic_qp_attr.rsvd");
+_Static_assert(offsetof(struct fldnic_qp_attr, pkey_index) == 14, "fldnic_qp_attr.pkey_index");
+_Static_assert(offsetof(struct fldnic_qp_attr, access_flags) == 16, "fldnic_qp_attr.access_flags");
+_Static_assert(offsetof(struct fldnic_qp_attr, rq_psn) == 20, "fldnic_qp_attr.rq_psn");
+_Static_assert(offsetof(struct fldnic_qp_attr, sq_psn) == 24, "fldnic_qp_attr.sq_psn");
+_Static_assert(offsetof(struct fldnic_qp_attr, dest_qpn) == 28, "fldnic_qp_attr.dest_qpn");
+_Static_assert(offsetof(struct fldnic_qp_attr, flow_label) == 32, "fldnic_qp_attr.flow_label");
+_Static_assert(offsetof(struct fldnic_qp_attr, dgid) == 36, "fldnic_qp_attr.dgid");
+_Static_assert(offsetof(struct fldnic_qp_attr, dmac) == 52, "fldnic_qp_attr.dmac");
+_Static_assert(offsetof(struct fldnic_qp_attr, rsvd2) == 58, "fldnic_qp_attr.rsvd2");
+
+struct fldnic_modify_qp_in {
+	__le32 qpn;
+	__le32 attr_mask;
+	struct fldnic_qp_attr attr;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_modify_qp_in) == 72, "fldnic_modify_qp_in: size");
+_Static_assert(offsetof(struct fldnic_modify_qp_in, qpn) == 0, "fldnic_modify_qp_in.qpn");
+_Static_assert(offsetof(struct fldnic_modify_qp_in, attr_mask) == 4, "fldnic_modify_qp_in.attr_mask");
+_Static_assert(offsetof(struct fldnic_modify_qp_in, attr) == 8, "fldnic_modify_qp_in.attr");
+
+struct fldnic_query_qp_out {
+	struct fldnic_qp_attr attr;
+	__le32 next_psn;
+	__le32 unacked_psn;
+	__le32 expected_psn;
+	__le32 rsvd;
+	__u8 counters[120];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_query_qp_out) == 200, "fldnic_query_qp_out: size");
+_Static_assert(offsetof(struct fldnic_query_qp_out, attr) == 0, "fldnic_query_qp_out.attr");
+_Static_assert(offsetof(struct fldnic_query_qp_out, next_psn) == 64, "fldnic_query_qp_out.next_psn");
+_Static_assert(offsetof(struct fldnic_query_qp_out, unacked_psn) == 68, "fldnic_query_qp_out.unacked_psn");
+_Static_assert(offsetof(struct fldnic_query_qp_out, expected_psn) == 72, "fldnic_query_qp_out.expected_psn");
+_Static_assert(offsetof(struct fldnic_query_qp_out, rsvd) == 76, "fldnic_query_qp_out.rsvd");
+_Static_assert(offsetof(struct fldnic_query_qp_out, counters) == 80, "fldnic_query_qp_out.counters");
+
+struct fldnic_create_srq_in {
+	__le32 pd;
+	__le32 rsvd;
+	__le64 addr;
+	__u8 log_size;
+	__u8 log_stride;
+	__u8 rsvd2[6];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_create_srq_in) == 24, "fldnic_create_srq_in: size");
+_Static_assert(offsetof(struct fldnic_create_srq_in, pd) == 0, "fldnic_create_srq_in.pd");
+_Static_assert(offsetof(struct fldnic_create_srq_in, rsvd) == 4, "fldnic_create_srq_in.rsvd");
+_Static_assert(offsetof(struct fldnic_create_srq_in, addr) == 8, "fldnic_create_srq_in.addr");
+_Static_assert(offsetof(struct fldnic_create_srq_in, log_size) == 16, "fldnic_create_srq_in.log_size");
+_Static_assert(offsetof(struct fldnic_create_srq_in, log_stride) == 17, "fldnic_create_srq_in.log_stride");
+_Static_assert(offsetof(struct fldnic_create_srq_in, rsvd2) == 18, "fldnic_create_srq_in.rsvd2");
+
+struct fldnic_arm_srq_in {
+	__le32 srqn;
+	__le32 limit;
+	__le32 eqn;
+	__le32 rsvd;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_arm_srq_in) == 16, "fldnic_arm_srq_in: size");
+_Static_assert(offsetof(struct fldnic_arm_srq_in, srqn) == 0, "fldnic_arm_srq_in.srqn");
+_Static_assert(offsetof(struct fldnic_arm_srq_in, limit) == 4, "fldnic_arm_srq_in.limit");
+_Static_assert(offsetof(struct fldnic_arm_srq_in, eqn) == 8, "fldnic_arm_srq_in.eqn");
+_Static_assert(offsetof(struct fldnic_arm_srq_in, rsvd) == 12, "fldnic_arm_srq_in.rsvd");
+
+/* QUERY_VPORT's counters (struct fldnic_query_vport_out) by their tool names: { name, offset of the __le64 }. */
 #define FLDNIC_VPORT_STATS 8
 #define FLDNIC_VPORT_STAT_TABLE \
 	{ "rx_packets", 24 }, \
@@ -515,5 +766,30 @@ _Static_assert(offsetof(struct fldnic_data_seg, addr) == 8, "fldnic_data_seg.add
 	{ "rx_steer_missed_packets", 48 }, \
 	{ "rx_out_of_buffer", 56 }, \
 	{ "tx_malformed", 64 },
+
+/* QUERY_RDMA_COUNTERS's output length. */
+#define FLDNIC_RDMA_COUNTERS_LEN 144
+
+/* QUERY_RDMA_COUNTERS's counters by their tool names: { name, offset of the __le64 }. */
+#define FLDNIC_RDMA_STATS 18
+#define FLDNIC_RDMA_STAT_TABLE \
+	{ "rcvd_pkts", 0 }, \
+	{ "sent_pkts", 40 }, \
+	{ "rx_icrc_encapsulated", 8 }, \
+	{ "bad_pkey_cntr", 88 }, \
+	{ "rx_unknown_qp", 16 }, \
+	{ "rx_malformed", 24 }, \
+	{ "rx_qp_not_ready", 32 }, \
+	{ "rx_wrong_source", 48 }, \
+	{ "qp_cache_hits", 56 }, \
+	{ "qp_cache_misses", 64 }, \
+	{ "mtt_cache_hits", 72 }, \
+	{ "mtt_cache_misses", 80 }, \
+	{ "star_served", 96 }, \
+	{ "star_refused", 104 }, \
+	{ "star_dma_errors", 112 }, \
+	{ "star_tx_blocked", 120 }, \
+	{ "qp_contexts_connected", 128 }, \
+	{ "rx_out_of_order", 136 },
 
 #endif /* FLDNIC_ABI_H */

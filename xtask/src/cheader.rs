@@ -15,10 +15,12 @@ use std::mem::{offset_of, size_of};
 use std::path::Path;
 
 use fld_abi::nic::{
-    self, action, cqe_csum, db, op, reg, Caps, CmdInHeader, CmdOutHeader, CmdStatus, Cqe,
-    CreateCqIn, CreateEqIn, CreateFlowEntryIn, CreateFlowTableIn, CreateOut, CreateRqIn,
-    CreateSqIn, CtrlSeg, DataSeg, Eqe, EthSeg, ModifyQueueIn, ObjectIn, QueryVportIn,
-    QueryVportOut, RoceAddressIn, SetRootIn,
+    self, access, action, cqe_csum, cqe_flags, db, op, qp_attr, qp_event, rdma_status, reg,
+    ArmSrqIn, AtomicSeg, Caps, CmdInHeader, CmdOutHeader, CmdStatus, Cqe, CreateCqIn, CreateEqIn,
+    CreateFlowEntryIn, CreateFlowTableIn, CreateMrIn, CreateOut, CreateQpIn, CreateRqIn,
+    CreateSqIn, CreateSrqIn, CtrlSeg, DataSeg, Eqe, EthSeg, ModifyQpIn, ModifyQueueIn, ObjectIn,
+    QpAttr, QpState, QueryQpOut, QueryVportIn, QueryVportOut, RdmaCountersOut, RemoteAddrSeg,
+    RoceAddressIn, SetRootIn,
 };
 
 /// Where the header lives, relative to the workspace.
@@ -109,10 +111,19 @@ const OPCODES: Consts = &[
     ("FLDNIC_OP_CREATE_PD", op::CREATE_PD as u64),
     ("FLDNIC_OP_DESTROY_PD", op::DESTROY_PD as u64),
     ("FLDNIC_OP_CREATE_MR", op::CREATE_MR as u64),
+    ("FLDNIC_OP_DESTROY_MR", op::DESTROY_MR as u64),
     ("FLDNIC_OP_SET_ROCE_ADDRESS", op::SET_ROCE_ADDRESS as u64),
     ("FLDNIC_OP_CREATE_QP", op::CREATE_QP as u64),
     ("FLDNIC_OP_MODIFY_QP", op::MODIFY_QP as u64),
+    ("FLDNIC_OP_QUERY_QP", op::QUERY_QP as u64),
     ("FLDNIC_OP_DESTROY_QP", op::DESTROY_QP as u64),
+    ("FLDNIC_OP_CREATE_SRQ", op::CREATE_SRQ as u64),
+    ("FLDNIC_OP_DESTROY_SRQ", op::DESTROY_SRQ as u64),
+    ("FLDNIC_OP_ARM_SRQ", op::ARM_SRQ as u64),
+    (
+        "FLDNIC_OP_QUERY_RDMA_COUNTERS",
+        op::QUERY_RDMA_COUNTERS as u64,
+    ),
 ];
 
 const STATUSES: Consts = &[
@@ -144,6 +155,10 @@ const DOORBELLS: Consts = &[
     ("FLDNIC_DB_ARM_SN_SHIFT", db::ARM_SN_SHIFT as u64),
     ("FLDNIC_DB_ARM_SN_MASK", db::ARM_SN_MASK as u64),
     ("FLDNIC_DB_ARM", db::ARM as u64),
+    ("FLDNIC_DB_QP_SQ_BASE", db::QP_SQ_BASE),
+    ("FLDNIC_DB_QP_RQ_BASE", db::QP_RQ_BASE),
+    ("FLDNIC_DB_SRQ_BASE", db::SRQ_BASE),
+    ("FLDNIC_DB_QP_SLOTS", db::QP_SLOTS as u64),
 ];
 
 const FORMATS: Consts = &[
@@ -181,6 +196,114 @@ const RDMA: Consts = &[
     ),
     ("FLDNIC_ROCE_ADDRESS_VALID", nic::ROCE_ADDRESS_VALID as u64),
     ("FLDNIC_PKEY_TABLE_ENTRIES", nic::PKEY_TABLE_ENTRIES as u64),
+    ("FLDNIC_QPN_BASE", nic::QPN_BASE as u64),
+    ("FLDNIC_NO_SRQ", nic::NO_SRQ as u64),
+    ("FLDNIC_QP_FLAG_SIGNAL_ALL", nic::QP_FLAG_SIGNAL_ALL as u64),
+    ("FLDNIC_MIN_LOG_RQ_STRIDE", nic::MIN_LOG_RQ_STRIDE as u64),
+    ("FLDNIC_MAX_LOG_RQ_STRIDE", nic::MAX_LOG_RQ_STRIDE as u64),
+    ("FLDNIC_MIN_LOG_MR_PAGE", nic::MIN_LOG_MR_PAGE as u64),
+    ("FLDNIC_MAX_LOG_MR_PAGE", nic::MAX_LOG_MR_PAGE as u64),
+    ("FLDNIC_MTT_ENTRY_SIZE", nic::MTT_ENTRY_SIZE as u64),
+    ("FLDNIC_MAX_RD_ATOMIC", nic::MAX_RD_ATOMIC as u64),
+    ("FLDNIC_MAX_INLINE_DATA", nic::MAX_INLINE_DATA as u64),
+    ("FLDNIC_MAX_SEND_SGE", nic::MAX_SEND_SGE as u64),
+    ("FLDNIC_INLINE_SEG", nic::INLINE_SEG as u64),
+    ("FLDNIC_RECV_SGE_END", nic::RECV_SGE_END as u64),
+    ("FLDNIC_ACCESS_LOCAL_WRITE", access::LOCAL_WRITE as u64),
+    ("FLDNIC_ACCESS_REMOTE_WRITE", access::REMOTE_WRITE as u64),
+    ("FLDNIC_ACCESS_REMOTE_READ", access::REMOTE_READ as u64),
+    ("FLDNIC_ACCESS_REMOTE_ATOMIC", access::REMOTE_ATOMIC as u64),
+    ("FLDNIC_QPS_RESET", QpState::Reset as u64),
+    ("FLDNIC_QPS_INIT", QpState::Init as u64),
+    ("FLDNIC_QPS_RTR", QpState::Rtr as u64),
+    ("FLDNIC_QPS_RTS", QpState::Rts as u64),
+    ("FLDNIC_QPS_SQD", QpState::Sqd as u64),
+    ("FLDNIC_QPS_SQE", QpState::Sqe as u64),
+    ("FLDNIC_QPS_ERR", QpState::Err as u64),
+    ("FLDNIC_QP_ATTR_STATE", qp_attr::STATE as u64),
+    ("FLDNIC_QP_ATTR_CUR_STATE", qp_attr::CUR_STATE as u64),
+    ("FLDNIC_QP_ATTR_ACCESS_FLAGS", qp_attr::ACCESS_FLAGS as u64),
+    ("FLDNIC_QP_ATTR_PKEY_INDEX", qp_attr::PKEY_INDEX as u64),
+    ("FLDNIC_QP_ATTR_PORT", qp_attr::PORT as u64),
+    ("FLDNIC_QP_ATTR_AV", qp_attr::AV as u64),
+    ("FLDNIC_QP_ATTR_PATH_MTU", qp_attr::PATH_MTU as u64),
+    ("FLDNIC_QP_ATTR_TIMEOUT", qp_attr::TIMEOUT as u64),
+    ("FLDNIC_QP_ATTR_RETRY_CNT", qp_attr::RETRY_CNT as u64),
+    ("FLDNIC_QP_ATTR_RNR_RETRY", qp_attr::RNR_RETRY as u64),
+    ("FLDNIC_QP_ATTR_RQ_PSN", qp_attr::RQ_PSN as u64),
+    (
+        "FLDNIC_QP_ATTR_MAX_QP_RD_ATOMIC",
+        qp_attr::MAX_QP_RD_ATOMIC as u64,
+    ),
+    (
+        "FLDNIC_QP_ATTR_MIN_RNR_TIMER",
+        qp_attr::MIN_RNR_TIMER as u64,
+    ),
+    ("FLDNIC_QP_ATTR_SQ_PSN", qp_attr::SQ_PSN as u64),
+    (
+        "FLDNIC_QP_ATTR_MAX_DEST_RD_ATOMIC",
+        qp_attr::MAX_DEST_RD_ATOMIC as u64,
+    ),
+    ("FLDNIC_QP_ATTR_DEST_QPN", qp_attr::DEST_QPN as u64),
+    ("FLDNIC_QP_ATTR_KNOWN", qp_attr::KNOWN as u64),
+    ("FLDNIC_WQE_OP_RDMA_WRITE", nic::WQE_OP_RDMA_WRITE as u64),
+    (
+        "FLDNIC_WQE_OP_RDMA_WRITE_IMM",
+        nic::WQE_OP_RDMA_WRITE_IMM as u64,
+    ),
+    ("FLDNIC_WQE_OP_SEND_IMM", nic::WQE_OP_SEND_IMM as u64),
+    ("FLDNIC_WQE_OP_RDMA_READ", nic::WQE_OP_RDMA_READ as u64),
+    ("FLDNIC_WQE_OP_ATOMIC_CS", nic::WQE_OP_ATOMIC_CS as u64),
+    ("FLDNIC_WQE_OP_ATOMIC_FA", nic::WQE_OP_ATOMIC_FA as u64),
+    ("FLDNIC_WQE_SOLICITED", nic::WQE_SOLICITED as u64),
+    ("FLDNIC_WQE_FENCE", nic::WQE_FENCE as u64),
+    ("FLDNIC_CQE_RESP_WRITE_IMM", nic::CQE_RESP_WRITE_IMM as u64),
+    ("FLDNIC_CQE_RESP_SEND_IMM", nic::CQE_RESP_SEND_IMM as u64),
+    ("FLDNIC_CQE_FLAG_QP", cqe_flags::QP as u64),
+    ("FLDNIC_CQE_FLAG_SRQ", cqe_flags::SRQ as u64),
+    ("FLDNIC_CQE_FLAG_SOLICITED", cqe_flags::SOLICITED as u64),
+    ("FLDNIC_EQE_QP_EVENT", nic::EQE_QP_EVENT as u64),
+    ("FLDNIC_EQE_SRQ_LIMIT", nic::EQE_SRQ_LIMIT as u64),
+    ("FLDNIC_QP_EVENT_FATAL", qp_event::FATAL as u64),
+    ("FLDNIC_QP_EVENT_SQ_DRAINED", qp_event::SQ_DRAINED as u64),
+    (
+        "FLDNIC_QP_EVENT_COMM_ESTABLISHED",
+        qp_event::COMM_ESTABLISHED as u64,
+    ),
+    (
+        "FLDNIC_QP_EVENT_LAST_WQE_REACHED",
+        qp_event::LAST_WQE_REACHED as u64,
+    ),
+    ("FLDNIC_WC_SUCCESS", rdma_status::SUCCESS as u64),
+    ("FLDNIC_WC_LOCAL_LENGTH", rdma_status::LOCAL_LENGTH as u64),
+    (
+        "FLDNIC_WC_LOCAL_QP_OPERATION",
+        rdma_status::LOCAL_QP_OPERATION as u64,
+    ),
+    (
+        "FLDNIC_WC_LOCAL_PROTECTION",
+        rdma_status::LOCAL_PROTECTION as u64,
+    ),
+    ("FLDNIC_WC_WR_FLUSH", rdma_status::WR_FLUSH as u64),
+    ("FLDNIC_WC_BAD_RESPONSE", rdma_status::BAD_RESPONSE as u64),
+    ("FLDNIC_WC_LOCAL_ACCESS", rdma_status::LOCAL_ACCESS as u64),
+    (
+        "FLDNIC_WC_REMOTE_INVALID_REQUEST",
+        rdma_status::REMOTE_INVALID_REQUEST as u64,
+    ),
+    ("FLDNIC_WC_REMOTE_ACCESS", rdma_status::REMOTE_ACCESS as u64),
+    (
+        "FLDNIC_WC_REMOTE_OPERATION",
+        rdma_status::REMOTE_OPERATION as u64,
+    ),
+    (
+        "FLDNIC_WC_RETRY_EXCEEDED",
+        rdma_status::RETRY_EXCEEDED as u64,
+    ),
+    (
+        "FLDNIC_WC_RNR_RETRY_EXCEEDED",
+        rdma_status::RNR_RETRY_EXCEEDED as u64,
+    ),
 ];
 
 const STEERING: Consts = &[
@@ -273,30 +396,81 @@ fn structs() -> Vec<Struct> {
         c_struct!("fldnic_data_seg", DataSeg, {
             byte_count: "__le32", lkey: "__le32", addr: "__le64",
         }),
+        c_struct!("fldnic_remote_addr_seg", RemoteAddrSeg, {
+            addr: "__le64", rkey: "__le32", rsvd: "__le32",
+        }),
+        c_struct!("fldnic_atomic_seg", AtomicSeg, { swap_add: "__le64", compare: "__le64" }),
+        c_struct!("fldnic_create_mr_in", CreateMrIn, {
+            pd: "__le32", access: "__le32", start: "__le64", length: "__le64",
+            mtt_addr: "__le64", log_page_size: "__u8", flags: "__u8", rsvd: "__u8"[2],
+            peer_key: "__le32",
+        }),
+        c_struct!("fldnic_create_qp_in", CreateQpIn, {
+            pd: "__le32", send_cqn: "__le32", recv_cqn: "__le32", srqn: "__le32",
+            sq_addr: "__le64", rq_addr: "__le64", log_sq_size: "__u8", log_rq_size: "__u8",
+            log_rq_stride: "__u8", flags: "__u8", rsvd: "__u8"[4],
+        }),
+        c_struct!("fldnic_qp_attr", QpAttr, {
+            qp_state: "__u8", cur_state: "__u8", path_mtu: "__u8", timeout: "__u8",
+            retry_cnt: "__u8", rnr_retry: "__u8", min_rnr_timer: "__u8", max_rd_atomic: "__u8",
+            max_dest_rd_atomic: "__u8", port: "__u8", sgid_index: "__u8", hop_limit: "__u8",
+            traffic_class: "__u8", rsvd: "__u8", pkey_index: "__le16", access_flags: "__le32",
+            rq_psn: "__le32", sq_psn: "__le32", dest_qpn: "__le32", flow_label: "__le32",
+            dgid: "__u8"[16], dmac: "__u8"[6], rsvd2: "__u8"[6],
+        }),
+        c_struct!("fldnic_modify_qp_in", ModifyQpIn, {
+            qpn: "__le32", attr_mask: "__le32", attr: "struct fldnic_qp_attr",
+        }),
+        // The per-QP counters (`QpCounters`) are carried as bytes.
+        c_struct!("fldnic_query_qp_out", QueryQpOut, {
+            attr: "struct fldnic_qp_attr", next_psn: "__le32", unacked_psn: "__le32",
+            expected_psn: "__le32", rsvd: "__le32", counters: "__u8"[120],
+        }),
+        c_struct!("fldnic_create_srq_in", CreateSrqIn, {
+            pd: "__le32", rsvd: "__le32", addr: "__le64", log_size: "__u8", log_stride: "__u8",
+            rsvd2: "__u8"[6],
+        }),
+        c_struct!("fldnic_arm_srq_in", ArmSrqIn, {
+            srqn: "__le32", limit: "__le32", eqn: "__le32", rsvd: "__le32",
+        }),
     ]
 }
 
-/// QUERY_VPORT's counters as tools name them (`QueryVportOut::named`, mlx5's ethtool names),
-/// each with the offset of its field: every counter set to its own offset, `named` says which
-/// name reads which.
-fn vport_stats() -> Vec<(&'static str, u64)> {
-    let mut out = QueryVportOut::default();
-    macro_rules! at_own_offset {
-        ($($f:ident),*) => {
-            $(out.$f = zerocopy::little_endian::U64::new(offset_of!(QueryVportOut, $f) as u64);)*
-        };
+/// A counter block's counters by the names tools print (`named`), each with the offset of its
+/// little-endian 64-bit field: every 8-byte word of a block is set to its own offset, and
+/// `named` says which name reads which.
+fn stat_offsets<T: zerocopy::IntoBytes + zerocopy::FromBytes + Default>(
+    named: impl Fn(&T) -> Vec<(&'static str, u64)>,
+) -> Vec<(&'static str, u64)> {
+    let mut block = T::default();
+    for (i, word) in block.as_mut_bytes().chunks_exact_mut(8).enumerate() {
+        word.copy_from_slice(&((i * 8) as u64).to_le_bytes());
     }
-    at_own_offset!(
-        tx_packets,
-        tx_bytes,
-        rx_packets,
-        rx_bytes,
-        rx_steering_drops,
-        rx_no_steering,
-        rx_out_of_buffer,
-        tx_malformed
+    named(&block)
+}
+
+/// QUERY_VPORT's counters (mlx5's ethtool names).
+fn vport_stats() -> Vec<(&'static str, u64)> {
+    stat_offsets(|o: &QueryVportOut| o.named().to_vec())
+}
+
+/// QUERY_RDMA_COUNTERS's counters (rxe's and mlx5's hw_counters names where one exists).
+fn rdma_stats() -> Vec<(&'static str, u64)> {
+    stat_offsets(|o: &RdmaCountersOut| o.named().to_vec())
+}
+
+/// A `{ name, offset }` table as a C macro.
+fn stat_table(s: &mut String, what: &str, count: &str, table: &str, stats: &[(&str, u64)]) {
+    let _ = writeln!(
+        s,
+        "\n/* {what} by their tool names: {{ name, offset of the __le64 }}. */\n\
+         #define {count} {}\n#define {table} \\",
+        stats.len()
     );
-    out.named().to_vec()
+    for (i, (name, off)) in stats.iter().enumerate() {
+        let more = if i + 1 < stats.len() { " \\" } else { "" };
+        let _ = writeln!(s, "\t{{ \"{name}\", {off} }},{more}");
+    }
 }
 
 /// The header's text.
@@ -349,18 +523,25 @@ pub fn render() -> String {
             );
         }
     }
-    let stats = vport_stats();
+    stat_table(
+        &mut s,
+        "QUERY_VPORT's counters (struct fldnic_query_vport_out)",
+        "FLDNIC_VPORT_STATS",
+        "FLDNIC_VPORT_STAT_TABLE",
+        &vport_stats(),
+    );
     let _ = writeln!(
         s,
-        "\n/* QUERY_VPORT's counters by their ethtool names: {{ name, offset of the __le64 in\n \
-         * struct fldnic_query_vport_out }}. */\n#define FLDNIC_VPORT_STATS {}\n\
-         #define FLDNIC_VPORT_STAT_TABLE \\",
-        stats.len()
+        "\n/* QUERY_RDMA_COUNTERS's output length. */\n#define FLDNIC_RDMA_COUNTERS_LEN {}",
+        size_of::<RdmaCountersOut>()
     );
-    for (i, (name, off)) in stats.iter().enumerate() {
-        let more = if i + 1 < stats.len() { " \\" } else { "" };
-        let _ = writeln!(s, "\t{{ \"{name}\", {off} }},{more}");
-    }
+    stat_table(
+        &mut s,
+        "QUERY_RDMA_COUNTERS's counters",
+        "FLDNIC_RDMA_STATS",
+        "FLDNIC_RDMA_STAT_TABLE",
+        &rdma_stats(),
+    );
     s.push_str("\n#endif /* FLDNIC_ABI_H */\n");
     s
 }
@@ -400,6 +581,7 @@ mod tests {
             "__le16" => 2,
             "__le32" => 4,
             "__le64" => 8,
+            "struct fldnic_qp_attr" => size_of::<QpAttr>(),
             other => panic!("type {other}"),
         };
         for Struct(name, fields, size) in structs() {

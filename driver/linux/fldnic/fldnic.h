@@ -85,12 +85,19 @@ struct fldnic {
 	atomic_t inject_send_error;
 	struct dentry *debugfs;
 	struct fldnic_ib *ib;	/* the RoCE device on this function (ib.c) */
+	int nvec;		/* MSI-X vectors allocated */
 };
 
 int fldnic_exec(struct fldnic *nic, u16 opcode, const void *in, size_t in_len, void *out,
 		size_t out_len);
 int fldnic_create(struct fldnic *nic, u16 opcode, const void *in, size_t len, u32 *id);
 void fldnic_destroy(struct fldnic *nic, u16 opcode, u32 id);
+
+int fldnic_ring_alloc(struct fldnic *nic, struct fldnic_ring *r, size_t entry, u8 log_size);
+void fldnic_ring_free(struct fldnic *nic, struct fldnic_ring *r);
+void fldnic_ring_init_owner(struct fldnic_ring *r, size_t entry);
+void fldnic_cq_update(struct fldnic *nic, struct fldnic_cq *q, bool arm);
+void *fldnic_cq_peek(struct fldnic_cq *q, size_t entry);
 
 int fldnic_ib_add(struct fldnic *nic);
 void fldnic_ib_remove(struct fldnic *nic);

@@ -160,8 +160,9 @@ int fldnic_exec(struct fldnic *nic, u16 opcode, const void *in, size_t in_len, v
 	rmb();
 	err = fldnic_status_errno(oh->status);
 	if (err) {
-		dev_warn(&nic->pdev->dev, "command %#x: status %#x, syndrome %#x\n",
-			 opcode, oh->status, le32_to_cpu(oh->syndrome));
+		/* Programs can ask for what the card refuses: said, not flooded. */
+		dev_warn_ratelimited(&nic->pdev->dev, "command %#x: status %#x, syndrome %#x\n",
+				     opcode, oh->status, le32_to_cpu(oh->syndrome));
 		goto out;
 	}
 	if (out_len)
@@ -190,7 +191,7 @@ static int fldnic_reset(struct fldnic *nic)
 	}
 }
 
-static int fldnic_ring_alloc(struct fldnic *nic, struct fldnic_ring *r, size_t entry, u8 log_size)
+int fldnic_ring_alloc(struct fldnic *nic, struct fldnic_ring *r, size_t entry, u8 log_size)
 {
 	r->log_size = log_size;
 	r->bytes = entry << log_size;
@@ -198,7 +199,7 @@ static int fldnic_ring_alloc(struct fldnic *nic, struct fldnic_ring *r, size_t e
 	return r->buf ? 0 : -ENOMEM;
 }
 
-static void fldnic_ring_free(struct fldnic *nic, struct fldnic_ring *r)
+void fldnic_ring_free(struct fldnic *nic, struct fldnic_ring *r)
 {
 	if (r->buf)
 		dma_free_coherent(&nic->pdev->dev, r->bytes, r->buf, r->dma);
@@ -206,7 +207,7 @@ static void fldnic_ring_free(struct fldnic *nic, struct fldnic_ring *r)
 }
 
 /* Marks every entry of an event or completion ring as never written. */
-static void fldnic_ring_init_owner(struct fldnic_ring *r, size_t entry)
+void fldnic_ring_init_owner(struct fldnic_ring *r, size_t entry)
 {
 	u32 i;
 
@@ -215,7 +216,7 @@ static void fldnic_ring_init_owner(struct fldnic_ring *r, size_t entry)
 }
 
 /* The consumer doorbell word: the counter, and the bits of the last arm (§4). */
-static void fldnic_cq_update(struct fldnic *nic, struct fldnic_cq *q, bool arm)
+void fldnic_cq_update(struct fldnic *nic, struct fldnic_cq *q, bool arm)
 {
 	u32 v;
 
@@ -229,7 +230,7 @@ static void fldnic_cq_update(struct fldnic *nic, struct fldnic_cq *q, bool arm)
 }
 
 /* The entry at the consumer counter, if the device wrote it on this pass over the ring. */
-static void *fldnic_cq_peek(struct fldnic_cq *q, size_t entry)
+void *fldnic_cq_peek(struct fldnic_cq *q, size_t entry)
 {
 	u8 *e = q->ring.buf + (q->ci & ((1U << q->ring.log_size) - 1)) * entry;
 	u8 own = READ_ONCE(e[entry - 1]);
@@ -878,9 +879,11 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	netif_carrier_off(ndev);
 
 	INIT_WORK(&nic->tx_recover, fldnic_tx_recover);
-	err = pci_alloc_irq_vectors(pdev, 1, 1, PCI_IRQ_MSIX);
+	/* Vector 0 for the netdev's queues, vector 1 for the RoCE device's events. */
+	err = pci_alloc_irq_vectors(pdev, 1, 2, PCI_IRQ_MSIX);
 	if (err < 0)
 		goto err_cmd;
+	nic->nvec = err;
 	netif_napi_add(ndev, &nic->napi, fldnic_poll);
 	err = request_irq(pci_irq_vector(pdev, 0), fldnic_irq, 0, DRV_NAME, nic);
 	if (err)
@@ -950,6 +953,8 @@ static void fldnic_reset_prepare(struct pci_dev *pdev)
 {
 	struct fldnic *nic = pci_get_drvdata(pdev);
 
+	/* The RoCE device's users are disassociated while the card still answers commands. */
+	fldnic_ib_remove(nic);
 	rtnl_lock();
 	nic->running_before_reset = netif_running(nic->netdev);
 	if (nic->running_before_reset)
@@ -981,6 +986,9 @@ static void fldnic_reset_done(struct pci_dev *pdev)
 		netdev_err(nic->netdev, "not reopened after the function reset: %d\n", err);
 	else
 		netdev_info(nic->netdev, "function reset done\n");
+	err = fldnic_ib_add(nic);
+	if (err)
+		netdev_warn(nic->netdev, "no RoCE device after the function reset: %d\n", err);
 }
 
 static const struct pci_error_handlers fldnic_err_handlers = {
