@@ -722,6 +722,17 @@ impl ServedCard {
         workspace: &Path,
         accel: &str,
     ) -> Result<ServedCard> {
+        Self::start_with(paths, qemu, workspace, accel, &[])
+    }
+
+    /// [`ServedCard::start`] with more arguments for `fldemu serve` (an `--uplink`, say).
+    pub fn start_with(
+        paths: GuestPaths,
+        qemu: Qemu,
+        workspace: &Path,
+        accel: &str,
+        serve_args: &[String],
+    ) -> Result<ServedCard> {
         prereq::guest_provisioned(&paths)?;
         let release = workspace.join("target/release");
         let fldemu = release.join("fldemu");
@@ -737,6 +748,7 @@ impl ServedCard {
         serve
             .args(["serve", "--accel", accel, "--socket-dir"])
             .arg(&sockets)
+            .args(serve_args)
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
@@ -771,6 +783,11 @@ impl ServedCard {
     /// Boots the guest with every function attached, runs the command (or a shell), and waits
     /// until the guest powers off, the timeout passes, or `kill_after` ends it.
     pub fn boot(&mut self, opts: &RunOptions) -> Result<GuestOutcome> {
+        self.boot_with(opts, &[])
+    }
+
+    /// [`ServedCard::boot`] with more QEMU arguments (a NIC on the card's uplink, say).
+    pub fn boot_with(&mut self, opts: &RunOptions, qemu_args: &[String]) -> Result<GuestOutcome> {
         self.boots += 1;
         let run = self.dir.join(format!("boot{}", self.boots));
         let devices: Vec<String> = SOCKETS
@@ -784,6 +801,7 @@ impl ServedCard {
                     ),
                 ]
             })
+            .chain(qemu_args.iter().cloned())
             .collect();
         let mut outcome = boot_vm(
             &self.paths,

@@ -31,15 +31,64 @@ use std::time::Duration;
 use crate::child::{self, Echo};
 use crate::guest::{self, GuestPaths, RunOptions};
 
-/// What the guest runs; it ends by printing [`PASSED`] when every check held.
-const SCRIPT: &str = r#"
+/// Shell functions every guest script of this test starts with.
+const HELPERS: &str = r#"
 fail() { echo "FAIL: $*"; dmesg | tail -30; exit 1; }
 functions() { ls -d /sys/bus/pci/drivers/fldnic/0000:* 2>/dev/null | wc -l; }
-modprobe ib_core && modprobe ib_uverbs || fail "modprobe ib_core ib_uverbs"
-# libibverbs finds the provider by path (the root is not changed).
-export RDMAV_DRIVERS=/opt/linux/libfldnic
-insmod /opt/linux/fldnic.ko || fail "insmod"
-[ "$(functions)" = 2 ] || fail "bound $(functions) NIC functions, not 2"
+# Loads the RoCE core and the module; both NIC functions must bind.
+load() {
+    modprobe ib_core && modprobe ib_uverbs || fail "modprobe ib_core ib_uverbs"
+    # libibverbs finds the provider by path (the root is not changed).
+    export RDMAV_DRIVERS=/opt/linux/libfldnic
+    insmod /opt/linux/fldnic.ko || fail "insmod"
+    [ "$(functions)" = 2 ] || fail "bound $(functions) NIC functions, not 2"
+}
+netdevs() { for f in /sys/bus/pci/drivers/fldnic/0000:*; do ls "$f/net"; done; }
+roce_dev() { for d in $(ls /sys/class/infiniband); do
+    [ "$(cat /sys/class/infiniband/$d/ports/1/gid_attrs/ndevs/0 2>/dev/null)" = "$1" ] && echo $d; done; }
+v2_gid() { for g in /sys/class/infiniband/$1/ports/1/gids/*; do
+    i=$(basename $g)
+    grep -q "$2" $g && grep -q 'RoCE v2' /sys/class/infiniband/$1/ports/1/gid_attrs/types/$i 2>/dev/null && echo $i && return
+    done; }
+# namespaces IF_A IF_B: the two functions' netdevs into namespaces a and b (10.77.0.1 and .2;
+# the root is read-only, so namespaces are named under a tmpfs), and their RoCE devices and
+# RoCEv2 GID indices as da/ga and db/gb.
+namespaces() {
+    mount | grep -q ' /run ' || mount -t tmpfs run /run || fail "tmpfs on /run"
+    ip netns add a && ip netns add b || fail "netns"
+    ip link set "$1" netns a && ip link set "$2" netns b || fail "move to netns"
+    ip -n a addr add 10.77.0.1/24 dev "$1" && ip -n a link set "$1" up && ip -n a link set lo up
+    ip -n b addr add 10.77.0.2/24 dev "$2" && ip -n b link set "$2" up && ip -n b link set lo up
+    sleep 1
+    da=$(roce_dev "$1"); db=$(roce_dev "$2")
+    ga=$(v2_gid "$da" ffff:0a4d:0001); gb=$(v2_gid "$db" ffff:0a4d:0002)
+    [ -n "$ga" ] && [ -n "$gb" ] || fail "RoCE v2 GIDs of 10.77.0.1 ($da: $ga) and 10.77.0.2 ($db: $gb)"
+    echo "roce $da gid $ga, $db gid $gb"
+}
+stat() { rdma statistic show link "$1/1" | tr ' ' '\n' | grep -A1 -x "$2" | tail -1; }
+# pair_run SERVER_NS SERVER_DEV SERVER_GID CLIENT_NS CLIENT_DEV CLIENT_GID SERVER_IP TOOL GID_OPT
+# ARGS...: TOOL's server, then its client; both must exit 0. card_pair TOOL GID_OPT ARGS...: the
+# server on function b, the client on function a.
+# in_ns NS COMMAND...: COMMAND in namespace NS, or in the initial one for "root".
+in_ns() { ns=$1; shift; if [ "$ns" = root ]; then "$@"; else ip netns exec "$ns" "$@"; fi; }
+pair_run() {
+    sns=$1 sdev=$2 sgid=$3 cns=$4 cdev=$5 cgid=$6 sip=$7 tool=$8 gopt=$9; shift 9
+    in_ns $sns timeout 60 $tool -d "$sdev" $gopt "$sgid" "$@" > /tmp/server.txt 2>&1 &
+    server=$!
+    sleep 1
+    in_ns $cns timeout 60 $tool -d "$cdev" $gopt "$cgid" "$@" $sip > /tmp/client.txt 2>&1
+    client=$?
+    wait $server
+    serverrc=$?
+    cat /tmp/client.txt
+    [ $client = 0 ] && [ $serverrc = 0 ] || { cat /tmp/server.txt; fail "$tool $* $cdev -> $sdev (client $client, server $serverrc)"; }
+}
+card_pair() { pair_run b "$db" "$gb" a "$da" "$ga" 10.77.0.2 "$@"; }
+"#;
+
+/// What the guest runs first; it ends by printing [`PASSED`] when every check held.
+const SCRIPT: &str = r#"
+load
 macs=""
 ifcs=""
 bdfs=""
@@ -88,12 +137,8 @@ sleep 1
 [ -z "$(v2gid)" ] || fail "GID of 10.78.0.1 stayed after the address went"
 # The two functions in two namespaces, through the card's eSwitch: ARP, ping, iperf3.
 # (The root is read-only: namespaces are named under a tmpfs.)
-mount -t tmpfs run /run || fail "tmpfs on /run"
 set -- $ifcs
-ip netns add a && ip netns add b || fail "netns"
-ip link set "$1" netns a && ip link set "$2" netns b || fail "move to netns"
-ip -n a addr add 10.77.0.1/24 dev "$1" && ip -n a link set "$1" up && ip -n a link set lo up
-ip -n b addr add 10.77.0.2/24 dev "$2" && ip -n b link set "$2" up && ip -n b link set lo up
+namespaces "$1" "$2"
 ip netns exec a ping -c 5 -i 0.2 -W 3 10.77.0.2 || fail "ping between the functions"
 ip netns exec a ping -c 3 -s 8000 -M do -W 3 10.77.0.2 && fail "8000 B went through a 1500 B MTU"
 ip -n a link set "$1" mtu 9000 && ip -n b link set "$2" mtu 9000 || fail "MTU 9000"
@@ -120,50 +165,26 @@ dmesg | grep -q "$1: send queue recovered" || fail "the send queue was not recov
 dmesg | grep -E "send error|send queue recovered"
 # RDMA between the two functions, each RoCE device used from its netdev's namespace, through
 # the provider: a verbs program's good and bad input, then rdma-core's and perftest's tools.
-roce_dev() { for d in $(ls /sys/class/infiniband); do
-    [ "$(cat /sys/class/infiniband/$d/ports/1/gid_attrs/ndevs/0 2>/dev/null)" = "$1" ] && echo $d; done; }
-v2_gid() { for g in /sys/class/infiniband/$1/ports/1/gids/*; do
-    i=$(basename $g)
-    grep -q "$2" $g && grep -q 'RoCE v2' /sys/class/infiniband/$1/ports/1/gid_attrs/types/$i 2>/dev/null && echo $i && return
-    done; }
-da=$(roce_dev "$1"); db=$(roce_dev "$2")
-ga=$(v2_gid "$da" ffff:0a4d:0001); gb=$(v2_gid "$db" ffff:0a4d:0002)
-[ -n "$ga" ] && [ -n "$gb" ] || fail "RoCE v2 GIDs of 10.77.0.1 ($da: $ga) and 10.77.0.2 ($db: $gb)"
-echo "roce $da gid $ga, $db gid $gb"
-stat() { rdma statistic show link "$1/1" | tr ' ' '\n' | grep -A1 -x "$2" | tail -1; }
 unknown_before=$(stat "$db" rx_unknown_qp)
 # Until here every command succeeded; verbs_checks asks for things the card refuses.
 if dmesg | grep -E 'fldnic.*command .*status'; then fail "a command failed"; fi
 ip netns exec a timeout 120 /opt/linux/verbs_checks "$da" "$ga" "$db" "$gb" || fail "verbs_checks"
 [ $(( $(stat "$db" rx_unknown_qp) - unknown_before )) -ge 3 ] ||
     fail "the card did not count the packets to a QP that does not exist"
-# pair_run TOOL ARGS...: TOOL's server on function b (namespace b), its client on a; both pass.
-pair_run() {
-    tool=$1; shift
-    ip netns exec b timeout 60 $tool -d "$db" "$@" > /tmp/server.txt 2>&1 &
-    server=$!
-    sleep 1
-    ip netns exec a timeout 60 $tool -d "$da" "$@" 10.77.0.2 > /tmp/client.txt 2>&1
-    client=$?
-    wait $server
-    serverrc=$?
-    cat /tmp/client.txt
-    [ $client = 0 ] && [ $serverrc = 0 ] || { cat /tmp/server.txt; fail "$tool $* (client $client, server $serverrc)"; }
-}
-pair_run ibv_rc_pingpong -g "$ga" -n 500 -c
+card_pair ibv_rc_pingpong -g -n 500 -c
 grep -q '500 iters' /tmp/client.txt || fail "ibv_rc_pingpong: 500 iterations"
-pair_run ibv_rc_pingpong -g "$ga" -n 500 -c -e -s 65536
-pair_run ibv_srq_pingpong -g "$ga" -n 200 -q 8
+card_pair ibv_rc_pingpong -g -n 500 -c -e -s 65536
+card_pair ibv_srq_pingpong -g -n 200 -q 8
 sent_before=$(stat "$da" sent_pkts)
 for t in ib_write_bw ib_send_bw ib_read_bw ib_atomic_bw; do
-    pair_run $t -x "$ga" -D 2
+    card_pair $t -x -D 2
     bw=$(awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $4 }' /tmp/client.txt | tail -1)
     awk -v bw="${bw:-0}" 'BEGIN { exit !(bw > 0) }' || fail "$t: no bandwidth in its report"
 done
-pair_run ib_read_lat -x "$ga" -D 2
+card_pair ib_read_lat -x -D 2
 lat=$(awk '$1 == 2 && NF >= 4 { print $3 }' /tmp/client.txt | tail -1)
 awk -v lat="${lat:-0}" 'BEGIN { exit !(lat > 0) }' || fail "ib_read_lat: no latency in its report"
-pair_run ib_write_lat -x "$ga" -n 2000
+card_pair ib_write_lat -x -n 2000
 [ $(( $(stat "$da" sent_pkts) - sent_before )) -gt 100000 ] || fail "the card's sent_pkts did not follow perftest"
 rdma statistic show link "$da/1"
 # The RoCE device goes away under running programs: a function reset, then rmmod, while
@@ -183,7 +204,24 @@ wait
 sleep 1
 db=$(roce_dev "$2"); gb=$(v2_gid "$db" ffff:0a4d:0002)
 [ -n "$gb" ] || fail "no GID on $db after the reset"
-pair_run ibv_rc_pingpong -g "$ga" -n 100 -c
+card_pair ibv_rc_pingpong -g -n 100 -c
+# One end on the card, the other Linux soft-RoCE (rxe) on a virtio NIC across the card's uplink
+# (the eSwitch sends frames for unknown MACs there; a UDP link carries them to QEMU's NIC).
+modprobe virtio_net && modprobe rdma_rxe || fail "virtio_net, rdma_rxe"
+sleep 1
+up_if=$(for i in /sys/class/net/*; do [ "$(cat $i/address)" = "52:54:00:77:00:03" ] && basename $i; done)
+[ -n "$up_if" ] || fail "no NIC on the card's uplink"
+rdma link add rxe0 type rxe netdev "$up_if" || fail "rdma link add rxe0"
+ip addr add 10.77.0.3/24 dev "$up_if" && ip link set "$up_if" up || fail "address on $up_if"
+for t in $(seq 1 50); do gc=$(v2_gid rxe0 ffff:0a4d:0003); [ -n "$gc" ] && break; sleep 0.2; done
+[ -n "$gc" ] || fail "no RoCE v2 GID on rxe0"
+ip netns exec a ping -c 3 -i 0.3 -W 3 10.77.0.3 || fail "ping across the card's uplink"
+pair_run root rxe0 "$gc" a "$da" "$ga" 10.77.0.3 ibv_rc_pingpong -g -n 500 -c
+pair_run a "$da" "$ga" root rxe0 "$gc" 10.77.0.1 ibv_rc_pingpong -g -n 500 -c -e -s 16384
+pair_run root rxe0 "$gc" a "$da" "$ga" 10.77.0.3 ib_send_bw -x -D 2
+pair_run a "$da" "$ga" root rxe0 "$gc" 10.77.0.1 ib_write_bw -x -D 2
+pair_run root rxe0 "$gc" a "$da" "$ga" 10.77.0.3 ib_read_lat -x -n 1000 -o 16
+rdma link delete rxe0
 traffic
 rmmod fldnic || fail "rmmod under RDMA traffic"
 wait
@@ -211,7 +249,38 @@ dmesg | grep -E 'fldnic' | tail -4
 echo LINUX-DRIVER-PASSED
 "#;
 
+/// The second boot: RDMA traffic between the functions until QEMU is killed under it.
+const TRAFFIC_UNTIL_KILLED: &str = r#"
+load
+set -- $(netdevs)
+namespaces "$1" "$2"
+ip netns exec b ib_write_bw -d "$db" -x "$gb" -D 600 > /dev/null 2>&1 &
+sleep 1
+ip netns exec a ib_write_bw -d "$da" -x "$ga" -D 600 10.77.0.2 > /dev/null 2>&1 &
+sleep 3
+[ "$(stat "$da" sent_pkts)" -gt 0 ] || fail "no RDMA traffic"
+echo TRAFFIC-RUNNING
+wait
+"#;
+
+/// The third boot, after the kill: the card serves the new guest's RDMA as before.
+const AFTER_KILL: &str = r#"
+load
+set -- $(netdevs)
+namespaces "$1" "$2"
+ip netns exec a timeout 120 /opt/linux/verbs_checks "$da" "$ga" "$db" "$gb" || fail "verbs_checks"
+card_pair ibv_rc_pingpong -g -n 200 -c
+if dmesg | grep -E 'BUG|Oops|WARNING|Call Trace|general protection'; then fail "dmesg"; fi
+echo AFTER-KILL-PASSED
+"#;
+
 const PASSED: &str = "LINUX-DRIVER-PASSED";
+
+/// The card's end of its uplink (UDP, one frame per datagram) and the guest NIC's end.
+const CARD_UDP: u16 = 47913;
+const GUEST_UDP: u16 = 47914;
+/// The guest's NIC on the card's uplink, where soft-RoCE runs ([`SCRIPT`] finds it by this).
+const UPLINK_PEER_MAC: &str = "52:54:00:77:00:03";
 
 /// Builds the module in the guest root for `release`; it lands in `target/release/linux/`.
 fn build_module(paths: &GuestPaths, workspace: &Path, release: &str) -> Result<(), String> {
@@ -405,22 +474,59 @@ pub fn test_linux_driver(workspace: &Path, timeout: u64) -> Result<bool, String>
     build_module(&paths, workspace, &release)?;
     build_provider(&paths, workspace)?;
     crate::build_fldemu()?;
-    let out = guest::run_guest(
+    let mut served = guest::ServedCard::start_with(
         paths,
         qemu,
         workspace,
         "echo",
-        &RunOptions {
-            command: Some(SCRIPT.to_string()),
-            timeout: Duration::from_secs(timeout),
-            kill_after: None,
-            reset_during: None,
-        },
+        &[
+            "--uplink".into(),
+            format!("udp:127.0.0.1:{CARD_UDP}:127.0.0.1:{GUEST_UDP}"),
+        ],
     )?;
-    print!("{}", out.output);
-    let passed = out.exit_code == Some(0) && out.output.contains(PASSED);
+    let uplink_nic = [
+        "-netdev".to_string(),
+        format!(
+            "dgram,id=uplink,local.type=inet,local.host=127.0.0.1,local.port={GUEST_UDP},\
+             remote.type=inet,remote.host=127.0.0.1,remote.port={CARD_UDP}"
+        ),
+        "-device".to_string(),
+        format!("virtio-net-pci,netdev=uplink,mac={UPLINK_PEER_MAC}"),
+    ];
+    let run = |script: &str, kill_after: Option<Duration>| RunOptions {
+        command: Some(format!("{HELPERS}{script}")),
+        timeout: Duration::from_secs(timeout),
+        kill_after,
+        reset_during: None,
+    };
+    let first = served.boot_with(&run(SCRIPT, None), &uplink_nic)?;
+    print!("{}", first.output);
+    let mut passed = first.exit_code == Some(0) && first.output.contains(PASSED);
     if !passed {
-        out.show_logs();
+        first.show_logs();
+    }
+    if passed {
+        eprintln!("xtask: boot 2: QEMU killed under RDMA traffic between the functions");
+        let killed = served.boot(&run(TRAFFIC_UNTIL_KILLED, Some(Duration::from_secs(30))))?;
+        let running = killed.output.contains("TRAFFIC-RUNNING");
+        let alive = served.server_alive();
+        println!(
+            "killed under RDMA traffic: traffic ran {running}, QEMU killed {}, card still served {alive}",
+            killed.killed()
+        );
+        passed = running && killed.killed() && alive;
+        if !passed {
+            killed.show_logs();
+        }
+    }
+    if passed {
+        eprintln!("xtask: boot 3: the next guest's RDMA on the same card");
+        let again = served.boot(&run(AFTER_KILL, None))?;
+        print!("{}", again.output);
+        passed = again.exit_code == Some(0) && again.output.contains("AFTER-KILL-PASSED");
+        if !passed {
+            again.show_logs();
+        }
     }
     println!(
         "test-linux-driver: {}",

@@ -30,6 +30,11 @@ pub struct ServeArgs {
     /// clock.
     #[arg(long)]
     pub rtl_clock_mhz: Option<f64>,
+    /// The NIC's uplink: `udp:LOCAL_PORT:HOST:PORT` (one Ethernet frame per datagram, QEMU's
+    /// `-netdev dgram` encapsulation: a guest's NIC, or another fldemu, on the other end) or
+    /// `tap:NAME`. Without it, frames the eSwitch sends to the uplink are dropped.
+    #[arg(long)]
+    pub uplink: Option<String>,
 }
 
 #[derive(Clone)]
@@ -56,6 +61,10 @@ fn parse_serve_accel(s: &str) -> Result<ServeAccel, String> {
 
 pub fn run(a: ServeArgs) -> CmdResult {
     let card = Card::new(Default::default());
+    if let Some(link) = &a.uplink {
+        card.nic.set_uplink(fld_qemu::wires::open_link(link)?);
+        eprintln!("fldemu: uplink {link}");
+    }
     if !matches!(a.accel, ServeAccel::Rtl(_)) {
         if a.vcd.is_some() {
             return Err(
