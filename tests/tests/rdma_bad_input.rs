@@ -179,6 +179,39 @@ fn a_bad_icrc_or_an_unknown_qp_is_a_silent_counted_drop() {
     assert_eq!(l.end.state(), QpState::Rts, "none of it touched the QP");
 }
 
+/// A datagram for QP1 (the GSI) is not the RDMA engine's: it walks the function's receive
+/// tables like any Ethernet frame (here none: a counted steering miss), so a driver can run the
+/// GSI in software; the engine neither counts it nor calls it an unknown QP.
+#[test]
+fn a_datagram_for_qp1_is_left_to_the_receive_tables() {
+    let mut l = lone(access::ALL, Transport::default());
+    let vport = l.end.nic.vport();
+    let before = l.end.nic.query_vport(vport).unwrap();
+    let mut h = IbHeaders {
+        bth: bth(roce::opcode::SEND_ONLY, 0, false),
+        ..Default::default()
+    };
+    h.bth.dest_qp = roce::GSI_QPN;
+    h.bth.pkey = roce::DEFAULT_PKEY;
+    let addr = l.address_from(PEER_MAC, PEER_IP);
+    let mut f = vec![0u8; 512];
+    let n = addr.emit(&h, &[0x5a; 256], 1, &mut f).unwrap();
+    l.inject(&f[..n]);
+    let after = l.end.nic.query_vport(vport).unwrap();
+    assert_eq!(after.rx_no_steering.get(), before.rx_no_steering.get() + 1);
+    let c = l.counters();
+    assert_eq!(c.rx_packets.get(), 0, "not the engine's");
+    assert_eq!(c.rx_unknown_qp.get(), 0);
+    assert!(l.replies().is_empty());
+    // The same datagram for the QP's own number is the engine's.
+    h.bth.dest_qp = l.end.qp.qpn;
+    let n = addr.emit(&h, &[0x5a; 256], 2, &mut f).unwrap();
+    l.inject(&f[..n]);
+    assert_eq!(l.counters().rx_packets.get(), 1);
+    let after2 = l.end.nic.query_vport(vport).unwrap();
+    assert_eq!(after2.rx_no_steering.get(), after.rx_no_steering.get());
+}
+
 /// A packet naming the QP from another address than its peer's — another tenant forging its
 /// way onto a connection — is dropped and counted before it touches the QP: no write, no NAK,
 /// and the peer's own next request (same PSN) is executed as if nothing happened.

@@ -231,7 +231,7 @@ pub fn setup_rdma(paths: &GuestPaths) -> Result<()> {
 
 /// What building the kernel module (besides the kernel's headers) and the rdma-core provider
 /// (against rdma-core's own source) takes, and the stock tools the test runs on the card.
-const DRIVER_BUILD_PACKAGES: [&str; 12] = [
+const DRIVER_BUILD_PACKAGES: [&str; 13] = [
     "gcc",
     "make",
     "libc6-dev",
@@ -244,6 +244,7 @@ const DRIVER_BUILD_PACKAGES: [&str; 12] = [
     "ethtool",
     "iputils-ping",
     "iperf3",
+    "rdmacm-utils",
 ];
 
 /// The guest kernel's release (`uname -r` in the guest): the root's one modules directory.

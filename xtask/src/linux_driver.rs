@@ -19,11 +19,15 @@
 //!    errno, and the card's `rdma statistic` counting the packets to the missing QP; stock
 //!    `ibv_rc_pingpong` (polling and `-e`, data checked with `-c`), `ibv_srq_pingpong`, and
 //!    perftest's `ib_write_bw`, `ib_send_bw`, `ib_read_bw`, `ib_atomic_bw`, `ib_read_lat`
-//!    and `ib_write_lat`, with the card's sent-packet counter following them.
+//!    and `ib_write_lat`, with the card's sent-packet counter following them; `rping` and
+//!    perftest `-R` through rdma_cm (the driver's software QP1); then the same tools between
+//!    a function and Linux soft-RoCE on a virtio NIC across the card's uplink.
 //! 5. The device goes away under running programs: a function reset, then `rmmod`, while
 //!    perftest streams; nothing hangs and the device comes back and carries RDMA again. Both
 //!    functions are reset while bound; the module is removed and loaded again three times;
 //!    `dmesg` shows no BUG, Oops or WARNING and every command was answered.
+//! 6. QEMU is killed under RDMA traffic (boot 2); the next guest's RDMA works on the same card
+//!    (boot 3).
 
 use std::path::Path;
 use std::time::Duration;
@@ -37,7 +41,7 @@ fail() { echo "FAIL: $*"; dmesg | tail -30; exit 1; }
 functions() { ls -d /sys/bus/pci/drivers/fldnic/0000:* 2>/dev/null | wc -l; }
 # Loads the RoCE core and the module; both NIC functions must bind.
 load() {
-    modprobe ib_core && modprobe ib_uverbs || fail "modprobe ib_core ib_uverbs"
+    modprobe ib_core && modprobe ib_uverbs && modprobe rdma_ucm || fail "modprobe ib_core ib_uverbs rdma_ucm"
     # libibverbs finds the provider by path (the root is not changed).
     export RDMAV_DRIVERS=/opt/linux/libfldnic
     insmod /opt/linux/fldnic.ko || fail "insmod"
@@ -84,6 +88,19 @@ pair_run() {
     [ $client = 0 ] && [ $serverrc = 0 ] || { cat /tmp/server.txt; fail "$tool $* $cdev -> $sdev (client $client, server $serverrc)"; }
 }
 card_pair() { pair_run b "$db" "$gb" a "$da" "$ga" 10.77.0.2 "$@"; }
+# rping_pair SERVER_NS SERVER_IP CLIENT_NS: rping -v over rdma_cm, ten pings, each checked.
+rping_pair() {
+    in_ns $1 timeout 60 rping -s -a $2 -v -C 10 > /tmp/server.txt 2>&1 &
+    server=$!
+    sleep 1
+    in_ns $3 timeout 60 rping -c -a $2 -v -C 10 > /tmp/client.txt 2>&1
+    client=$?
+    wait $server
+    serverrc=$?
+    tail -2 /tmp/client.txt
+    [ $client = 0 ] && [ $serverrc = 0 ] && grep -q 'ping data: rdma-ping-9: JKLMNOP' /tmp/client.txt ||
+        { cat /tmp/client.txt /tmp/server.txt; fail "rping to $2 (client $client, server $serverrc)"; }
+}
 "#;
 
 /// What the guest runs first; it ends by printing [`PASSED`] when every check held.
@@ -186,6 +203,12 @@ lat=$(awk '$1 == 2 && NF >= 4 { print $3 }' /tmp/client.txt | tail -1)
 awk -v lat="${lat:-0}" 'BEGIN { exit !(lat > 0) }' || fail "ib_read_lat: no latency in its report"
 card_pair ib_write_lat -x -n 2000
 [ $(( $(stat "$da" sent_pkts) - sent_before )) -gt 100000 ] || fail "the card's sent_pkts did not follow perftest"
+# Connections by the kernel's connection manager (rdma_cm), its MADs through QP1 — the
+# driver's GSI on the netdev: rping, and perftest with -R.
+rping_pair b 10.77.0.2 a
+card_pair ib_send_bw -x -D 2 -R
+card_pair ib_read_lat -x -n 1000 -R
+rdma resource show qp | grep -q 'qpn 1 type GSI' || fail "no QP1 on the RoCE devices"
 rdma statistic show link "$da/1"
 # The RoCE device goes away under running programs: a function reset, then rmmod, while
 # perftest streams. The programs end (their doorbells unmapped, their objects destroyed by
@@ -221,6 +244,9 @@ pair_run a "$da" "$ga" root rxe0 "$gc" 10.77.0.1 ibv_rc_pingpong -g -n 500 -c -e
 pair_run root rxe0 "$gc" a "$da" "$ga" 10.77.0.3 ib_send_bw -x -D 2
 pair_run a "$da" "$ga" root rxe0 "$gc" 10.77.0.1 ib_write_bw -x -D 2
 pair_run root rxe0 "$gc" a "$da" "$ga" 10.77.0.3 ib_read_lat -x -n 1000 -o 16
+rping_pair root 10.77.0.3 a
+rping_pair a 10.77.0.1 root
+pair_run root rxe0 "$gc" a "$da" "$ga" 10.77.0.3 ib_write_bw -x -D 2 -R
 rdma link delete rxe0
 traffic
 rmmod fldnic || fail "rmmod under RDMA traffic"
@@ -276,9 +302,14 @@ echo AFTER-KILL-PASSED
 
 const PASSED: &str = "LINUX-DRIVER-PASSED";
 
-/// The card's end of its uplink (UDP, one frame per datagram) and the guest NIC's end.
-const CARD_UDP: u16 = 47913;
-const GUEST_UDP: u16 = 47914;
+/// A UDP port of 127.0.0.1 nobody holds now: the two ends of the card's uplink take one each,
+/// so test runs beside each other (or beside test-rxe) do not collide.
+fn free_udp_port() -> Result<u16, String> {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("a free UDP port: {e}"))
+}
 /// The guest's NIC on the card's uplink, where soft-RoCE runs ([`SCRIPT`] finds it by this).
 const UPLINK_PEER_MAC: &str = "52:54:00:77:00:03";
 
@@ -474,6 +505,14 @@ pub fn test_linux_driver(workspace: &Path, timeout: u64) -> Result<bool, String>
     build_module(&paths, workspace, &release)?;
     build_provider(&paths, workspace)?;
     crate::build_fldemu()?;
+    // The card's end of its uplink (UDP, one frame per datagram) and the guest NIC's end.
+    let card_udp = free_udp_port()?;
+    let guest_udp = loop {
+        let p = free_udp_port()?;
+        if p != card_udp {
+            break p;
+        }
+    };
     let mut served = guest::ServedCard::start_with(
         paths,
         qemu,
@@ -481,14 +520,14 @@ pub fn test_linux_driver(workspace: &Path, timeout: u64) -> Result<bool, String>
         "echo",
         &[
             "--uplink".into(),
-            format!("udp:127.0.0.1:{CARD_UDP}:127.0.0.1:{GUEST_UDP}"),
+            format!("udp:127.0.0.1:{card_udp}:127.0.0.1:{guest_udp}"),
         ],
     )?;
     let uplink_nic = [
         "-netdev".to_string(),
         format!(
-            "dgram,id=uplink,local.type=inet,local.host=127.0.0.1,local.port={GUEST_UDP},\
-             remote.type=inet,remote.host=127.0.0.1,remote.port={CARD_UDP}"
+            "dgram,id=uplink,local.type=inet,local.host=127.0.0.1,local.port={guest_udp},\
+             remote.type=inet,remote.host=127.0.0.1,remote.port={card_udp}"
         ),
         "-device".to_string(),
         format!("virtio-net-pci,netdev=uplink,mac={UPLINK_PEER_MAC}"),

@@ -14,6 +14,7 @@
 #include "fldnic_abi.h"
 
 struct fldnic_ib;
+struct fldnic_gsi;
 
 /* An object number that names nothing (the card numbers its objects from 0). */
 #define FLDNIC_NONE U32_MAX
@@ -86,6 +87,9 @@ struct fldnic {
 	struct dentry *debugfs;
 	struct fldnic_ib *ib;	/* the RoCE device on this function (ib.c) */
 	int nvec;		/* MSI-X vectors allocated */
+	/* QP1 of the RoCE device, which NAPI hands its datagrams to (gsi.c). */
+	spinlock_t gsi_lock;
+	struct fldnic_gsi *gsi;
 };
 
 int fldnic_exec(struct fldnic *nic, u16 opcode, const void *in, size_t in_len, void *out,
@@ -98,6 +102,8 @@ void fldnic_ring_free(struct fldnic *nic, struct fldnic_ring *r);
 void fldnic_ring_init_owner(struct fldnic_ring *r, size_t entry);
 void fldnic_cq_update(struct fldnic *nic, struct fldnic_cq *q, bool arm);
 void *fldnic_cq_peek(struct fldnic_cq *q, size_t entry);
+
+bool fldnic_gsi_rx(struct fldnic *nic, const u8 *frame, unsigned int len);
 
 int fldnic_ib_add(struct fldnic *nic);
 void fldnic_ib_remove(struct fldnic *nic);

@@ -19,18 +19,21 @@
  * - the RDMA event queue, on MSI-X vector 1, turns completion events into completion-channel
  *   notifications and QP, SRQ and CQ events into the verbs' asynchronous events.
  *
+ * - QP1 runs in software over the netdev (gsi.c), so the kernel's MAD layer and connection
+ *   manager work and rdma_cm connects user QPs (rping, perftest -R); kernel consumers get
+ *   software CQs and address handles for it. The device has no DMA device of its own: kernel
+ *   verbs carry virtual addresses, and user memory regions are mapped for the card here.
+ *
  * Every status the card returns becomes an errno (fldnic_exec).
  *
- * Left out: kernel consumers (a CQ or QP made without user data is refused), so no GSI QP and
- * no kernel ULPs, and rdma_cm's connection management (MADs on QP1) with it; UD, UC and XRC
- * QPs; memory windows, fast registration and on-demand paging; CQ resizing. The
- * card's doorbell pages are per function, not per process (no UAR pages): a process that maps
- * one can write the other words on that page (docs/linux-driver.md).
+ * Left out: kernel RC QPs (so no kernel ULPs such as NVMe-oF or iSER); UD, UC and XRC QPs for
+ * users; memory windows, fast registration and on-demand paging; CQ resizing. The card's
+ * doorbell pages are per function, not per process (no UAR pages): a process that maps one
+ * can write the other words on that page (docs/linux-driver.md).
  */
 
 #include <linux/interrupt.h>
 #include <linux/unaligned.h>
-#include <linux/xarray.h>
 #include <rdma/ib_mad.h>
 #include <rdma/ib_umem.h>
 #include <rdma/ib_user_verbs.h>
@@ -39,7 +42,7 @@
 #include <rdma/uverbs_ioctl.h>
 #include <net/addrconf.h>
 
-#include "fldnic.h"
+#include "ib.h"
 #include "../fldnic_uverbs.h"
 
 /* What the card's RDMA engine offers (docs/nic-interface.md §15). */
@@ -56,17 +59,6 @@
 #define FLDNIC_IB_LOG_EQ 10
 /* The RDMA event queue's MSI-X vector; vector 0 is the netdev's. */
 #define FLDNIC_IB_VECTOR 1
-
-struct fldnic_ib {
-	struct ib_device ibdev;
-	struct fldnic *nic;
-	struct fldnic_cq eq;
-	int irq;
-	/* Objects by their card numbers, for the event queue. */
-	struct xarray cqs;
-	struct xarray qps;
-	struct xarray srqs;
-};
 
 struct fldnic_pd {
 	struct ib_pd ibpd;
@@ -99,24 +91,6 @@ struct fldnic_mr {
 	void *mtt;
 	dma_addr_t mtt_dma;
 	size_t mtt_bytes;
-};
-
-struct fldnic_ib_cq {
-	struct ib_cq ibcq;
-	u32 cqn;
-	struct fldnic_mmap *ring;
-	struct fldnic_mmap *db;
-};
-
-struct fldnic_qp {
-	struct ib_qp ibqp;
-	u32 qpn;
-	struct ib_qp_cap cap;	/* as reported at creation */
-	bool signal_all;
-	struct fldnic_mmap *sq;
-	struct fldnic_mmap *rq;
-	struct fldnic_mmap *sq_db;
-	struct fldnic_mmap *rq_db;
 };
 
 struct fldnic_srq {
@@ -198,6 +172,8 @@ static int fldnic_query_device(struct ib_device *ibdev, struct ib_device_attr *a
 	/* The port shows the default partition alone (query_pkey). */
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
+	/* Kernel consumers (QP1) name memory without a region. */
+	attr->kernel_cap_flags = IBK_LOCAL_DMA_LKEY;
 	return 0;
 }
 
@@ -454,6 +430,12 @@ static struct ib_mr *fldnic_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 lengt
 		err = PTR_ERR(mr->umem);
 		goto err_free;
 	}
+	/* The RoCE device has no DMA device (kernel verbs use virtual addresses, gsi.c): the
+	 * pinned pages are mapped for the card here, and unmapped before they are released.
+	 */
+	err = dma_map_sgtable(&nic->pdev->dev, &mr->umem->sgt_append.sgt, DMA_BIDIRECTIONAL, 0);
+	if (err)
+		goto err_release;
 	/* The card takes pages of 2^12..2^30 bytes counted from iova rounded down (§15.2). */
 	pgsz = ib_umem_find_best_pgsz(mr->umem, GENMASK(FLDNIC_MAX_LOG_MR_PAGE,
 							FLDNIC_MIN_LOG_MR_PAGE), iova);
@@ -489,10 +471,31 @@ static struct ib_mr *fldnic_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 lengt
 err_mtt:
 	dma_free_coherent(&nic->pdev->dev, mr->mtt_bytes, mr->mtt, mr->mtt_dma);
 err_umem:
+	dma_unmap_sgtable(&nic->pdev->dev, &mr->umem->sgt_append.sgt, DMA_BIDIRECTIONAL, 0);
+err_release:
 	ib_umem_release(mr->umem);
 err_free:
 	kfree(mr);
 	return ERR_PTR(err);
+}
+
+/*
+ * The kernel's "all of memory" region: the card's reserved key 0 names bus addresses, and QP1
+ * (the one kernel consumer, gsi.c) uses virtual ones. No remote rights: key 0 is never an
+ * rkey (§15.1).
+ */
+static struct ib_mr *fldnic_get_dma_mr(struct ib_pd *ibpd, int access)
+{
+	struct fldnic_mr *mr;
+
+	if (access & ~IB_ACCESS_LOCAL_WRITE)
+		return ERR_PTR(-EOPNOTSUPP);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->ibmr.lkey = FLDNIC_RESERVED_LKEY;
+	mr->ibmr.rkey = FLDNIC_RESERVED_LKEY;
+	return &mr->ibmr;
 }
 
 static int fldnic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
@@ -500,9 +503,15 @@ static int fldnic_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	struct fldnic_mr *mr = container_of(ibmr, struct fldnic_mr, ibmr);
 	struct fldnic *nic = to_nic(ibmr->device);
 
+	if (!mr->umem) {
+		kfree(mr);
+		return 0;
+	}
+
 	/* The key stops working before the MTT and the pages it names go. */
 	fldnic_destroy(nic, FLDNIC_OP_DESTROY_MR, ibmr->lkey);
 	dma_free_coherent(&nic->pdev->dev, mr->mtt_bytes, mr->mtt, mr->mtt_dma);
+	dma_unmap_sgtable(&nic->pdev->dev, &mr->umem->sgt_append.sgt, DMA_BIDIRECTIONAL, 0);
 	ib_umem_release(mr->umem);
 	kfree(mr);
 	return 0;
@@ -522,9 +531,11 @@ static int fldnic_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *at
 	u8 *ring;
 	int err;
 
+	if (attr->flags)
+		return -EINVAL;
 	if (!udata)
-		return -EOPNOTSUPP;
-	if (attr->flags || udata->outlen < sizeof(resp))
+		return fldnic_kcq_create(cq, attr);
+	if (udata->outlen < sizeof(resp))
 		return -EINVAL;
 	if (attr->cqe < 1 || attr->cqe > 1U << FLDNIC_IB_MAX_LOG_CQ)
 		return -EINVAL;
@@ -574,6 +585,10 @@ static int fldnic_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	struct fldnic_ib_cq *cq = container_of(ibcq, struct fldnic_ib_cq, ibcq);
 	struct fldnic_ib *ib = to_ib(ibcq->device);
 
+	if (cq->kcq) {
+		fldnic_kcq_destroy(cq);
+		return 0;
+	}
 	fldnic_destroy(ib->nic, FLDNIC_OP_DESTROY_CQ, cq->cqn);
 	xa_erase(&ib->cqs, cq->cqn);
 	/* The event handler is done with it before the core frees it. */
@@ -608,7 +623,7 @@ static int fldnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	int err;
 
 	if (!udata)
-		return -EOPNOTSUPP;
+		return init->qp_type == IB_QPT_GSI ? fldnic_gsi_create(ib, qp, init) : -EOPNOTSUPP;
 	if (init->qp_type != IB_QPT_RC || init->create_flags)
 		return -EOPNOTSUPP;
 	if (udata->outlen < sizeof(resp))
@@ -720,6 +735,8 @@ static int fldnic_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mas
 	struct fldnic_modify_qp_in in = {};
 	struct fldnic_qp_attr *a = &in.attr;
 
+	if (qp->gsi)
+		return fldnic_gsi_modify(qp, attr, mask);
 	if (mask & ~FLDNIC_QP_ATTR_KNOWN)
 		return -EOPNOTSUPP;
 	in.qpn = cpu_to_le32(qp->qpn);
@@ -768,6 +785,8 @@ static int fldnic_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask
 	struct ib_global_route *grh;
 	int err;
 
+	if (qp->gsi)
+		return fldnic_gsi_query(qp, attr, init);
 	out = kzalloc(sizeof(*out), GFP_KERNEL);
 	if (!out)
 		return -ENOMEM;
@@ -822,6 +841,10 @@ static int fldnic_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	struct fldnic_qp *qp = container_of(ibqp, struct fldnic_qp, ibqp);
 	struct fldnic_ib *ib = to_ib(ibqp->device);
 
+	if (qp->gsi) {
+		fldnic_gsi_destroy(qp);
+		return 0;
+	}
 	fldnic_destroy(ib->nic, FLDNIC_OP_DESTROY_QP, qp->qpn);
 	xa_erase(&ib->qps, qp->qpn);
 	synchronize_irq(ib->irq);
@@ -1092,6 +1115,7 @@ static const struct ib_device_ops fldnic_ib_ops = {
 	.disassociate_ucontext = fldnic_disassociate_ucontext,
 	.mmap = fldnic_mmap,
 	.mmap_free = fldnic_mmap_free,
+	.get_dma_mr = fldnic_get_dma_mr,
 	.reg_user_mr = fldnic_reg_user_mr,
 	.dereg_mr = fldnic_dereg_mr,
 	.create_cq = fldnic_create_cq,
@@ -1103,6 +1127,12 @@ static const struct ib_device_ops fldnic_ib_ops = {
 	.create_srq = fldnic_create_srq,
 	.modify_srq = fldnic_modify_srq,
 	.destroy_srq = fldnic_destroy_srq,
+	.post_send = fldnic_post_send,
+	.post_recv = fldnic_post_recv,
+	.poll_cq = fldnic_poll_cq,
+	.req_notify_cq = fldnic_req_notify_cq,
+	.create_ah = fldnic_create_ah,
+	.destroy_ah = fldnic_destroy_ah,
 	.alloc_hw_port_stats = fldnic_alloc_hw_port_stats,
 	.get_hw_stats = fldnic_get_hw_stats,
 
@@ -1111,6 +1141,7 @@ static const struct ib_device_ops fldnic_ib_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_cq, fldnic_ib_cq, ibcq),
 	INIT_RDMA_OBJ_SIZE(ib_qp, fldnic_qp, ibqp),
 	INIT_RDMA_OBJ_SIZE(ib_srq, fldnic_srq, ibsrq),
+	INIT_RDMA_OBJ_SIZE(ib_ah, fldnic_ah, ibah),
 };
 
 int fldnic_ib_add(struct fldnic *nic)
@@ -1152,7 +1183,9 @@ int fldnic_ib_add(struct fldnic *nic)
 	err = ib_device_set_netdev(&ib->ibdev, nic->netdev, 1);
 	if (err)
 		goto err_irq;
-	err = ib_register_device(&ib->ibdev, "fldnic_%d", &nic->pdev->dev);
+	ib->ibdev.local_dma_lkey = FLDNIC_RESERVED_LKEY;
+	/* No DMA device: kernel verbs (QP1's MADs) carry virtual addresses (gsi.c). */
+	err = ib_register_device(&ib->ibdev, "fldnic_%d", NULL);
 	if (err)
 		goto err_irq;
 	nic->ib = ib;

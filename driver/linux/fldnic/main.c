@@ -388,6 +388,9 @@ static int fldnic_rx_complete(struct fldnic *nic, int budget)
 			nic->netdev->stats.rx_errors++;
 			continue;
 		}
+		/* RoCE datagrams for QP1 are the RoCE device's (gsi.c). */
+		if (fldnic_gsi_rx(nic, rx->bufs.buf + ((size_t)slot << FLDNIC_LOG_BUF), len))
+			continue;
 		skb = napi_alloc_skb(&nic->napi, len);
 		if (!skb) {
 			nic->netdev->stats.rx_dropped++;
@@ -879,6 +882,7 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	netif_carrier_off(ndev);
 
 	INIT_WORK(&nic->tx_recover, fldnic_tx_recover);
+	spin_lock_init(&nic->gsi_lock);
 	/* Vector 0 for the netdev's queues, vector 1 for the RoCE device's events. */
 	err = pci_alloc_irq_vectors(pdev, 1, 2, PCI_IRQ_MSIX);
 	if (err < 0)

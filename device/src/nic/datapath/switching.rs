@@ -189,7 +189,7 @@ fn steer_into_vport(
     frame: &Frame<'_>,
     flow_tag: u32,
 ) {
-    if super::roce::claims(core, vport, &frame.parsed) {
+    if super::roce::claims(core, vport, frame.bytes, &frame.parsed) {
         return super::roce::receive(core, ctx, vport, frame.bytes, &frame.parsed);
     }
     let st = core

@@ -34,6 +34,11 @@ pub const ICRC_LEN: usize = 4;
 pub const PSN_MASK: u32 = 0x00ff_ffff;
 /// Queue pair numbers are 24 bits.
 pub const QPN_MASK: u32 = 0x00ff_ffff;
+/// QP1, the general services interface (IBA 13.5.1): where management datagrams — the
+/// connection manager's MADs — go.
+pub const GSI_QPN: u32 = 1;
+/// The Q_Key of GSI datagrams (IBA 13.5.1.1, the well-known Q_Key `0x80010000`).
+pub const GSI_QKEY: u32 = 0x8001_0000;
 
 /// Reliable-connection opcodes (IBA Table 38; the transport bits 000 are RC).
 pub mod opcode {

@@ -43,14 +43,18 @@ use fld_abi::nic::*;
 use fld_abi::wire::roce::{self, IbPacket, RoceAddress, TransportHeaders};
 use fld_abi::wire::{ipv4, udp};
 
-/// Whether a frame delivered to `vport` belongs to that function's RDMA transport.
-pub(super) fn claims(core: &NicCore, vport: u16, p: &ParsedFrame) -> bool {
+/// Whether a frame delivered to `vport` belongs to that function's RDMA transport. Datagrams
+/// for QP1 (the GSI, IBA 13.5.1) do not: the engine runs reliable connections only, so the
+/// connection manager's MADs walk the vPort's receive tables like any frame, to the driver's
+/// GSI (`docs/nic-interface.md` §15.8).
+pub(super) fn claims(core: &NicCore, vport: u16, bytes: &[u8], p: &ParsedFrame) -> bool {
     p.l4 == L4Kind::Udp
         && p.dst_port == roce::ROCE_V2_PORT
         && !p.malformed
         && core
             .rdma
             .owns_address(vport, &p.dst_ip, p.l3 == L3Kind::Ipv4)
+        && packet::roce_dest_qp(bytes, p) != Some(roce::GSI_QPN)
 }
 
 /// A RoCEv2 frame for `vport`'s transport.
