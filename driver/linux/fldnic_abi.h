@@ -60,6 +60,8 @@
 #define FLDNIC_OP_DESTROY_RQ 0x141
 #define FLDNIC_OP_MODIFY_RQ 0x143
 #define FLDNIC_OP_QUERY_VPORT 0x180
+#define FLDNIC_OP_CREATE_RSS_GROUP 0x150
+#define FLDNIC_OP_DESTROY_RSS_GROUP 0x151
 #define FLDNIC_OP_CREATE_FLOW_TABLE 0x160
 #define FLDNIC_OP_DESTROY_FLOW_TABLE 0x161
 #define FLDNIC_OP_SET_FLOW_TABLE_ROOT 0x162
@@ -138,6 +140,10 @@
 #define FLDNIC_MISS_DROP 0x1
 #define FLDNIC_NO_TABLE 0xffffffff
 #define FLDNIC_ACTION_FWD_RQ 0x2
+#define FLDNIC_ACTION_FWD_RSS 0x4
+#define FLDNIC_RSS_FIELDS_ALL 0xf
+#define FLDNIC_RSS_KEY_LEN 0x28
+#define FLDNIC_RSS_MAX_INDIRECTION 0x100
 #define FLDNIC_FLOW_MATCH_LEN 0x50
 
 /* RDMA */
@@ -506,6 +512,20 @@ _Static_assert(offsetof(struct fldnic_query_vport_out, rx_steering_drops) == 40,
 _Static_assert(offsetof(struct fldnic_query_vport_out, rx_no_steering) == 48, "fldnic_query_vport_out.rx_no_steering");
 _Static_assert(offsetof(struct fldnic_query_vport_out, rx_out_of_buffer) == 56, "fldnic_query_vport_out.rx_out_of_buffer");
 _Static_assert(offsetof(struct fldnic_query_vport_out, tx_malformed) == 64, "fldnic_query_vport_out.tx_malformed");
+
+struct fldnic_create_rss_group_in {
+	__u8 key[40];
+	__u8 hash_fields;
+	__u8 rsvd;
+	__le16 indirection_len;
+	__u8 rsvd2[4];
+} __attribute__((packed));
+_Static_assert(sizeof(struct fldnic_create_rss_group_in) == 48, "fldnic_create_rss_group_in: size");
+_Static_assert(offsetof(struct fldnic_create_rss_group_in, key) == 0, "fldnic_create_rss_group_in.key");
+_Static_assert(offsetof(struct fldnic_create_rss_group_in, hash_fields) == 40, "fldnic_create_rss_group_in.hash_fields");
+_Static_assert(offsetof(struct fldnic_create_rss_group_in, rsvd) == 41, "fldnic_create_rss_group_in.rsvd");
+_Static_assert(offsetof(struct fldnic_create_rss_group_in, indirection_len) == 42, "fldnic_create_rss_group_in.indirection_len");
+_Static_assert(offsetof(struct fldnic_create_rss_group_in, rsvd2) == 44, "fldnic_create_rss_group_in.rsvd2");
 
 struct fldnic_create_flow_table_in {
 	__u8 kind;

@@ -18,9 +18,9 @@ use fld_abi::nic::{
     self, access, action, cqe_csum, cqe_flags, db, op, qp_attr, qp_event, rdma_status, reg,
     ArmSrqIn, AtomicSeg, Caps, CmdInHeader, CmdOutHeader, CmdStatus, Cqe, CreateCqIn, CreateEqIn,
     CreateFlowEntryIn, CreateFlowTableIn, CreateMrIn, CreateOut, CreateQpIn, CreateRqIn,
-    CreateSqIn, CreateSrqIn, CtrlSeg, DataSeg, Eqe, EthSeg, ModifyQpIn, ModifyQueueIn, ObjectIn,
-    QpAttr, QpState, QueryQpOut, QueryVportIn, QueryVportOut, RdmaCountersOut, RemoteAddrSeg,
-    RoceAddressIn, SetRootIn,
+    CreateRssGroupIn, CreateSqIn, CreateSrqIn, CtrlSeg, DataSeg, Eqe, EthSeg, ModifyQpIn,
+    ModifyQueueIn, ObjectIn, QpAttr, QpState, QueryQpOut, QueryVportIn, QueryVportOut,
+    RdmaCountersOut, RemoteAddrSeg, RoceAddressIn, SetRootIn,
 };
 
 /// Where the header lives, relative to the workspace.
@@ -94,6 +94,8 @@ const OPCODES: Consts = &[
     ("FLDNIC_OP_DESTROY_RQ", op::DESTROY_RQ as u64),
     ("FLDNIC_OP_MODIFY_RQ", op::MODIFY_RQ as u64),
     ("FLDNIC_OP_QUERY_VPORT", op::QUERY_VPORT as u64),
+    ("FLDNIC_OP_CREATE_RSS_GROUP", op::CREATE_RSS_GROUP as u64),
+    ("FLDNIC_OP_DESTROY_RSS_GROUP", op::DESTROY_RSS_GROUP as u64),
     ("FLDNIC_OP_CREATE_FLOW_TABLE", op::CREATE_FLOW_TABLE as u64),
     (
         "FLDNIC_OP_DESTROY_FLOW_TABLE",
@@ -311,6 +313,17 @@ const STEERING: Consts = &[
     ("FLDNIC_MISS_DROP", nic::MISS_DROP as u64),
     ("FLDNIC_NO_TABLE", nic::NO_TABLE as u64),
     ("FLDNIC_ACTION_FWD_RQ", action::FWD_RQ as u64),
+    ("FLDNIC_ACTION_FWD_RSS", action::FWD_RSS as u64),
+    ("FLDNIC_RSS_FIELDS_ALL", nic::rss_fields::ALL as u64),
+    // The key is the layout's first field.
+    (
+        "FLDNIC_RSS_KEY_LEN",
+        offset_of!(CreateRssGroupIn, hash_fields) as u64,
+    ),
+    (
+        "FLDNIC_RSS_MAX_INDIRECTION",
+        nic::RSS_MAX_INDIRECTION as u64,
+    ),
     ("FLDNIC_FLOW_MATCH_LEN", nic::FLOW_MATCH_LEN as u64),
 ];
 
@@ -376,6 +389,11 @@ fn structs() -> Vec<Struct> {
             mac: "__u8"[6], up: "__u8", rsvd: "__u8", tx_packets: "__le64", tx_bytes: "__le64",
             rx_packets: "__le64", rx_bytes: "__le64", rx_steering_drops: "__le64",
             rx_no_steering: "__le64", rx_out_of_buffer: "__le64", tx_malformed: "__le64",
+        }),
+        // The indirection table (`indirection_len` RQ numbers, __le32) follows.
+        c_struct!("fldnic_create_rss_group_in", CreateRssGroupIn, {
+            key: "__u8"[40], hash_fields: "__u8", rsvd: "__u8", indirection_len: "__le16",
+            rsvd2: "__u8"[4],
         }),
         c_struct!("fldnic_create_flow_table_in", CreateFlowTableIn, {
             kind: "__u8", level: "__u8", miss: "__u8", rsvd: "__u8", miss_table: "__le32",

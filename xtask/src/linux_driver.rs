@@ -169,7 +169,18 @@ grep -q receiver /tmp/iperf3.txt || fail "iperf3 summary"
 ip netns exec b ethtool -S "$2" | tee /tmp/stats.txt
 rx=$(awk '/ rx_packets:/ {print $2}' /tmp/stats.txt)
 [ "${rx:-0}" -gt 10000 ] || fail "the card counted ${rx:-no} received packets"
-ip netns exec b ethtool -l "$2" | grep -q 'Combined:.*1' || fail "ethtool -l"
+# Several channels: ethtool -L makes four, the card's RSS group spreads parallel TCP streams
+# over their receive queues (the per-channel counters say so), and iperf3 still runs.
+ip netns exec b ethtool -l "$2" | tee /tmp/channels.txt
+[ "$(grep -m1 'Combined:' /tmp/channels.txt | awk '{print $2}')" -ge 2 ] || fail "ethtool -l: one channel at most"
+ip netns exec a ethtool -L "$1" combined 4 && ip netns exec b ethtool -L "$2" combined 4 || fail "ethtool -L combined 4"
+[ "$(ip netns exec b ethtool -l "$2" | grep 'Combined:' | tail -1 | awk '{print $2}')" = 4 ] || fail "four channels"
+ip netns exec b iperf3 -s -1 -D -B 10.77.0.2 || fail "iperf3 server"
+sleep 1
+ip netns exec a iperf3 -c 10.77.0.2 -t 3 -P 8 -f m > /tmp/iperf3.txt || { cat /tmp/iperf3.txt; fail "iperf3 -P 8 over four channels"; }
+grep SUM /tmp/iperf3.txt | tail -2
+ip netns exec b ethtool -S "$2" | grep -E 'rx[0-9]_packets' | tee /tmp/queues.txt
+[ "$(awk '$2 > 100' /tmp/queues.txt | wc -l)" -ge 2 ] || fail "RSS used fewer than two receive queues"
 # A send the card refuses (debugfs fault injection: a WQE with a key it does not know) puts
 # the send queue in ERROR; the driver recovers it (MODIFY_SQ) and traffic goes on.
 mount -t debugfs none /sys/kernel/debug || fail "debugfs"
@@ -209,6 +220,9 @@ rping_pair b 10.77.0.2 a
 card_pair ib_send_bw -x -D 2 -R
 card_pair ib_read_lat -x -n 1000 -R
 rdma resource show qp | grep -q 'qpn 1 type GSI' || fail "no QP1 on the RoCE devices"
+[ "$(stat "$db" gsi_received)" -gt 0 ] && [ "$(stat "$da" gsi_sent)" -gt 0 ] ||
+    fail "QP1's counters did not see the connection manager's datagrams"
+echo "QP1 of $da: sent $(stat "$da" gsi_sent), received $(stat "$da" gsi_received), dropped $(stat "$da" gsi_dropped)"
 rdma statistic show link "$da/1"
 # The RoCE device goes away under running programs: a function reset, then rmmod, while
 # perftest streams. The programs end (their doorbells unmapped, their objects destroyed by

@@ -64,6 +64,34 @@ struct fldnic_rxq {
 	struct fldnic_ring bufs;	/* one frame buffer per slot */
 };
 
+/* Most channels (queue pairs with their EQ and vector) a netdev gets. */
+#define FLDNIC_MAX_CHANNELS 4
+
+/* What a channel counts, summed for the netdev's statistics. */
+struct fldnic_channel_stats {
+	u64 rx_packets;
+	u64 rx_bytes;
+	u64 rx_errors;
+	u64 rx_dropped;
+	u64 tx_packets;
+	u64 tx_bytes;
+	u64 tx_errors;
+	u64 tx_dropped;
+};
+
+/* One of the netdev's channels: an EQ on its own MSI-X vector, a send and a receive queue. */
+struct fldnic_channel {
+	struct fldnic *nic;
+	unsigned int index;	/* also its MSI-X vector and its netdev queue */
+	struct napi_struct napi;
+	struct fldnic_cq eq;
+	struct fldnic_txq tx;
+	struct fldnic_rxq rx;
+	/* A send error put the SQ in ERROR: tx_recover brings it back (MODIFY_SQ). */
+	struct work_struct tx_recover;
+	struct fldnic_channel_stats stats;
+};
+
 struct fldnic {
 	struct pci_dev *pdev;
 	struct net_device *netdev;
@@ -72,21 +100,21 @@ struct fldnic {
 	struct fldnic_cmd cmd;
 	struct fldnic_caps caps;
 	u32 fw_version;
-	struct napi_struct napi;
-	struct fldnic_cq eq;
-	struct fldnic_txq tx;
-	struct fldnic_rxq rx;
+	struct fldnic_channel ch[FLDNIC_MAX_CHANNELS];
+	unsigned int max_channels;	/* what the MSI-X vectors allow */
+	unsigned int channels;		/* in use (ethtool -L) */
+	u32 rss_group;
+	u8 rss_key[FLDNIC_RSS_KEY_LEN];
 	u32 flow_table;
 	u32 flow_entry;
 	bool up;
 	bool running_before_reset;
-	/* A send error put the SQ in ERROR: tx_recover brings it back (MODIFY_SQ). */
-	struct work_struct tx_recover;
 	/* Fault injection (debugfs): the next send WQE names a key the card refuses. */
 	atomic_t inject_send_error;
 	struct dentry *debugfs;
 	struct fldnic_ib *ib;	/* the RoCE device on this function (ib.c) */
 	int nvec;		/* MSI-X vectors allocated */
+	int ib_vector;		/* the RoCE device's events: the vector after the channels' */
 	/* QP1 of the RoCE device, which NAPI hands its datagrams to (gsi.c). */
 	spinlock_t gsi_lock;
 	struct fldnic_gsi *gsi;

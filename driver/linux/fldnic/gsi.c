@@ -326,6 +326,16 @@ int fldnic_gsi_query(struct fldnic_qp *qp, struct ib_qp_attr *attr, struct ib_qp
 	return 0;
 }
 
+/* QP1's datagrams sent, received and dropped, for `rdma statistic` (zeros without QP1). */
+void fldnic_gsi_counters(struct fldnic *nic, u64 out[3])
+{
+	spin_lock_bh(&nic->gsi_lock);
+	out[0] = nic->gsi ? nic->gsi->sent : 0;
+	out[1] = nic->gsi ? nic->gsi->received : 0;
+	out[2] = nic->gsi ? nic->gsi->dropped : 0;
+	spin_unlock_bh(&nic->gsi_lock);
+}
+
 /* The skb's control block: what the send completion needs. */
 struct fldnic_gsi_cb {
 	u64 wr_id;

@@ -16,9 +16,9 @@
  *   space (driver/rdma-core/fldnic);
  * - MODIFY_QP takes the verbs attribute mask as it is (the card's mask bits are IBA's), with the
  *   address vector the core resolved (GID index, destination GID and MAC);
- * - the RDMA event queue, on MSI-X vector 1, turns completion events into completion-channel
- *   notifications and QP, SRQ and CQ events into the verbs' asynchronous events.
- *
+ * - the RDMA event queue, on its own MSI-X vector (after the netdev channels'), turns
+ *   completion events into completion-channel notifications and QP, SRQ and CQ events into
+ *   the verbs' asynchronous events;
  * - QP1 runs in software over the netdev (gsi.c), so the kernel's MAD layer and connection
  *   manager work and rdma_cm connects user QPs (rping, perftest -R); kernel consumers get
  *   software CQs and address handles for it. The device has no DMA device of its own: kernel
@@ -57,8 +57,6 @@
 /* A ring is one physically contiguous allocation. */
 #define FLDNIC_IB_MAX_RING (4U << 20)
 #define FLDNIC_IB_LOG_EQ 10
-/* The RDMA event queue's MSI-X vector; vector 0 is the netdev's. */
-#define FLDNIC_IB_VECTOR 1
 
 struct fldnic_pd {
 	struct ib_pd ibpd;
@@ -974,7 +972,11 @@ static const struct {
 	unsigned int offset;
 } fldnic_rdma_stats[FLDNIC_RDMA_STATS] = { FLDNIC_RDMA_STAT_TABLE };
 
-static struct rdma_stat_desc fldnic_rdma_stat_descs[FLDNIC_RDMA_STATS];
+/* After the card's counters, the driver's own: QP1's datagrams (gsi.c). */
+static const char *const fldnic_gsi_stats[] = { "gsi_sent", "gsi_received", "gsi_dropped" };
+#define FLDNIC_HW_STATS (FLDNIC_RDMA_STATS + ARRAY_SIZE(fldnic_gsi_stats))
+
+static struct rdma_stat_desc fldnic_rdma_stat_descs[FLDNIC_HW_STATS];
 
 static struct rdma_hw_stats *fldnic_alloc_hw_port_stats(struct ib_device *ibdev, u32 port)
 {
@@ -982,7 +984,9 @@ static struct rdma_hw_stats *fldnic_alloc_hw_port_stats(struct ib_device *ibdev,
 
 	for (i = 0; i < FLDNIC_RDMA_STATS; i++)
 		fldnic_rdma_stat_descs[i].name = fldnic_rdma_stats[i].name;
-	return rdma_alloc_hw_stats_struct(fldnic_rdma_stat_descs, FLDNIC_RDMA_STATS,
+	for (i = 0; i < ARRAY_SIZE(fldnic_gsi_stats); i++)
+		fldnic_rdma_stat_descs[FLDNIC_RDMA_STATS + i].name = fldnic_gsi_stats[i];
+	return rdma_alloc_hw_stats_struct(fldnic_rdma_stat_descs, FLDNIC_HW_STATS,
 					  RDMA_HW_STATS_DEFAULT_LIFESPAN);
 }
 
@@ -999,7 +1003,8 @@ static int fldnic_get_hw_stats(struct ib_device *ibdev, struct rdma_hw_stats *st
 		return err;
 	for (i = 0; i < FLDNIC_RDMA_STATS; i++)
 		stats->value[i] = get_unaligned_le64(out + fldnic_rdma_stats[i].offset);
-	return FLDNIC_RDMA_STATS;
+	fldnic_gsi_counters(to_nic(ibdev), &stats->value[FLDNIC_RDMA_STATS]);
+	return FLDNIC_HW_STATS;
 }
 
 /* -------- the RDMA event queue -------- */
@@ -1078,7 +1083,7 @@ static int fldnic_ib_eq_create(struct fldnic_ib *ib)
 	fldnic_ring_init_owner(&ib->eq.ring, FLDNIC_EQE_SIZE);
 	in.addr = cpu_to_le64(ib->eq.ring.dma);
 	in.log_size = FLDNIC_IB_LOG_EQ;
-	in.msix_vector = cpu_to_le16(FLDNIC_IB_VECTOR);
+	in.msix_vector = cpu_to_le16(nic->ib_vector);
 	err = fldnic_create(nic, FLDNIC_OP_CREATE_EQ, &in, sizeof(in), &ib->eq.num);
 	if (err) {
 		fldnic_ring_free(nic, &ib->eq.ring);
@@ -1149,14 +1154,13 @@ int fldnic_ib_add(struct fldnic *nic)
 	struct fldnic_ib *ib;
 	int err;
 
-	if (pci_msix_vec_count(nic->pdev) <= FLDNIC_IB_VECTOR ||
-	    nic->nvec <= FLDNIC_IB_VECTOR)
+	if (nic->ib_vector >= nic->nvec)
 		return -ENOSPC;
 	ib = ib_alloc_device(fldnic_ib, ibdev);
 	if (!ib)
 		return -ENOMEM;
 	ib->nic = nic;
-	ib->irq = pci_irq_vector(nic->pdev, FLDNIC_IB_VECTOR);
+	ib->irq = pci_irq_vector(nic->pdev, nic->ib_vector);
 	xa_init(&ib->cqs);
 	xa_init(&ib->qps);
 	xa_init(&ib->srqs);

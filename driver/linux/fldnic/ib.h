@@ -126,6 +126,7 @@ void fldnic_gsi_destroy(struct fldnic_qp *qp);
 int fldnic_gsi_modify(struct fldnic_qp *qp, struct ib_qp_attr *attr, int mask);
 int fldnic_gsi_query(struct fldnic_qp *qp, struct ib_qp_attr *attr, struct ib_qp_init_attr *init);
 void fldnic_gsi_tx_work(struct work_struct *work);
+void fldnic_gsi_counters(struct fldnic *nic, u64 out[3]);
 int fldnic_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		     const struct ib_send_wr **bad_wr);
 int fldnic_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,

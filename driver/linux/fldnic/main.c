@@ -8,10 +8,13 @@
  * output buffers are DMA memory, a token written to the doorbell register starts the command
  * and the status register says when it is done.
  *
- * The data path, made at open: one event queue on MSI-X vector 0, a send queue and a receive
- * queue with a completion queue each (rings in DMA memory, doorbells in BAR2), and a receive
- * table whose one entry sends every frame of the vPort to the receive queue. NAPI polls both
- * CQs; the CQs and the EQ are armed again when it is done (docs/nic-interface.md §4, §8).
+ * The data path, made at open, is one channel per online CPU (ethtool -L: up to
+ * FLDNIC_MAX_CHANNELS, as the MSI-X vectors allow): an event queue on the channel's own
+ * vector, a send queue and a receive queue with a completion queue each (rings in DMA memory,
+ * doorbells in BAR2), and NAPI on both CQs, arming them and the EQ again when done
+ * (docs/nic-interface.md §4, §8). A receive table's one entry sends every frame of the vPort
+ * to the receive queue, or with several channels to an RSS group over all of them (the card's
+ * Toeplitz hash of addresses and ports, §9.6, passed on as the skb hash).
  *
  * A function-level reset while bound detaches the netdev and brings the function back.
  *
@@ -22,7 +25,7 @@
  * A send error (the SQ enters ERROR) is recovered by MODIFY_SQ from a work item; debugfs's
  * inject_send_error makes the next send WQE one the card refuses, to exercise it.
  *
- * Not yet: several queues with RSS, segmentation offload.
+ * Left out: segmentation offload (the card has none, §14).
  */
 
 #include <linux/debugfs.h>
@@ -259,7 +262,7 @@ void fldnic_destroy(struct fldnic *nic, u16 opcode, u32 id)
 	fldnic_exec(nic, opcode, &in, sizeof(in), NULL, 0);
 }
 
-static int fldnic_create_cq(struct fldnic *nic, struct fldnic_cq *cq, u8 log_size)
+static int fldnic_create_cq(struct fldnic *nic, struct fldnic_cq *cq, u32 eqn, u8 log_size)
 {
 	struct fldnic_create_cq_in in = {};
 	int err;
@@ -269,7 +272,7 @@ static int fldnic_create_cq(struct fldnic *nic, struct fldnic_cq *cq, u8 log_siz
 		return err;
 	fldnic_ring_init_owner(&cq->ring, FLDNIC_CQE_SIZE);
 	in.addr = cpu_to_le64(cq->ring.dma);
-	in.eqn = cpu_to_le32(nic->eq.num);
+	in.eqn = cpu_to_le32(eqn);
 	in.log_size = log_size;
 	err = fldnic_create(nic, FLDNIC_OP_CREATE_CQ, &in, sizeof(in), &cq->num);
 	if (err)
@@ -281,9 +284,9 @@ static int fldnic_create_cq(struct fldnic *nic, struct fldnic_cq *cq, u8 log_siz
 }
 
 /* Gives the device the next slot of the receive ring, its buffer the slot's own. */
-static void fldnic_rx_post(struct fldnic *nic)
+static void fldnic_rx_post(struct fldnic_channel *ch)
 {
-	struct fldnic_rxq *rx = &nic->rx;
+	struct fldnic_rxq *rx = &ch->rx;
 	u32 slot = rx->pi & ((1U << rx->ring.log_size) - 1);
 	struct fldnic_data_seg *wqe = rx->ring.buf + slot * FLDNIC_RECV_WQE_SIZE;
 
@@ -293,17 +296,19 @@ static void fldnic_rx_post(struct fldnic *nic)
 	rx->pi++;
 }
 
-static void fldnic_rx_doorbell(struct fldnic *nic)
+static void fldnic_rx_doorbell(struct fldnic_channel *ch)
 {
 	/* The WQEs are in memory before the device reads the new producer counter. */
 	dma_wmb();
-	iowrite32(nic->rx.pi & FLDNIC_DB_PI_MASK, nic->db + FLDNIC_DB_RQ_BASE + 4 * nic->rx.rqn);
+	iowrite32(ch->rx.pi & FLDNIC_DB_PI_MASK,
+		  ch->nic->db + FLDNIC_DB_RQ_BASE + 4 * ch->rx.rqn);
 }
 
 /* Send completions: each frees the WQEs up to the one it names. */
-static void fldnic_tx_complete(struct fldnic *nic)
+static void fldnic_tx_complete(struct fldnic_channel *ch)
 {
-	struct fldnic_txq *tx = &nic->tx;
+	struct netdev_queue *txq = netdev_get_tx_queue(ch->nic->netdev, ch->index);
+	struct fldnic_txq *tx = &ch->tx;
 	struct fldnic_cqe *cqe;
 	u32 mask = (1U << tx->ring.log_size) - 1;
 	unsigned int packets = 0, bytes = 0;
@@ -314,12 +319,12 @@ static void fldnic_tx_complete(struct fldnic *nic)
 
 		tx->cq.ci++;
 		if (op == FLDNIC_CQE_REQ_ERR) {
-			nic->netdev->stats.tx_errors++;
+			ch->stats.tx_errors++;
 			net_warn_ratelimited("%s: send error, syndrome %#x, WQE %u\n",
-					     nic->netdev->name, cqe->syndrome, last);
+					     ch->nic->netdev->name, cqe->syndrome, last);
 			/* The SQ is in ERROR and takes nothing more until it is recovered. */
-			netif_stop_queue(nic->netdev);
-			schedule_work(&nic->tx_recover);
+			netif_tx_stop_queue(txq);
+			schedule_work(&ch->tx_recover);
 		}
 		while ((u16)tx->done != (u16)(last + 1) && tx->done != tx->pi) {
 			packets++;
@@ -327,11 +332,11 @@ static void fldnic_tx_complete(struct fldnic *nic)
 			tx->done++;
 		}
 	}
-	nic->netdev->stats.tx_packets += packets;
-	nic->netdev->stats.tx_bytes += bytes;
-	if (netif_queue_stopped(nic->netdev) && tx->pi - tx->done < (1U << tx->ring.log_size) &&
-	    !work_pending(&nic->tx_recover))
-		netif_wake_queue(nic->netdev);
+	ch->stats.tx_packets += packets;
+	ch->stats.tx_bytes += bytes;
+	if (netif_tx_queue_stopped(txq) && tx->pi - tx->done < (1U << tx->ring.log_size) &&
+	    !work_pending(&ch->tx_recover))
+		netif_tx_wake_queue(txq);
 }
 
 /*
@@ -341,37 +346,42 @@ static void fldnic_tx_complete(struct fldnic *nic)
  */
 static void fldnic_tx_recover(struct work_struct *work)
 {
-	struct fldnic *nic = container_of(work, struct fldnic, tx_recover);
+	struct fldnic_channel *ch = container_of(work, struct fldnic_channel, tx_recover);
+	struct fldnic *nic = ch->nic;
 	struct net_device *ndev = nic->netdev;
+	struct netdev_queue *txq = netdev_get_tx_queue(ndev, ch->index);
 	struct fldnic_modify_queue_in in = {};
 	int err;
 
 	rtnl_lock();
-	if (!netif_running(ndev) || !nic->up)
+	if (!netif_running(ndev) || !nic->up || ch->index >= nic->channels)
 		goto out;
-	netif_tx_disable(ndev);
-	napi_disable(&nic->napi);
-	in.id = cpu_to_le32(nic->tx.sqn);
+	__netif_tx_lock_bh(txq);
+	netif_tx_stop_queue(txq);
+	__netif_tx_unlock_bh(txq);
+	napi_disable(&ch->napi);
+	in.id = cpu_to_le32(ch->tx.sqn);
 	in.new_state = FLDNIC_QUEUE_READY;
 	err = fldnic_exec(nic, FLDNIC_OP_MODIFY_SQ, &in, sizeof(in), NULL, 0);
-	ndev->stats.tx_dropped += nic->tx.pi - nic->tx.done;
-	nic->tx.pi = 0;
-	nic->tx.done = 0;
-	napi_enable(&nic->napi);
+	ch->stats.tx_dropped += ch->tx.pi - ch->tx.done;
+	ch->tx.pi = 0;
+	ch->tx.done = 0;
+	napi_enable(&ch->napi);
 	if (err) {
-		netdev_err(ndev, "send queue not recovered: %d\n", err);
+		netdev_err(ndev, "send queue %u not recovered: %d\n", ch->index, err);
 		goto out;
 	}
-	netif_wake_queue(ndev);
+	netif_tx_wake_queue(txq);
 	netdev_info(ndev, "send queue recovered\n");
 out:
 	rtnl_unlock();
 }
 
 /* Receive completions, up to @budget frames handed to the stack. */
-static int fldnic_rx_complete(struct fldnic *nic, int budget)
+static int fldnic_rx_complete(struct fldnic_channel *ch, int budget)
 {
-	struct fldnic_rxq *rx = &nic->rx;
+	struct fldnic *nic = ch->nic;
+	struct fldnic_rxq *rx = &ch->rx;
 	u32 mask = (1U << rx->ring.log_size) - 1;
 	struct fldnic_cqe *cqe;
 	int n = 0;
@@ -380,79 +390,115 @@ static int fldnic_rx_complete(struct fldnic *nic, int budget)
 		u32 slot = rx->done & mask;
 		u32 len = le32_to_cpu(cqe->byte_count);
 		u8 op = cqe->op_own >> 4;
+		void *frame = rx->bufs.buf + ((size_t)slot << FLDNIC_LOG_BUF);
 		struct sk_buff *skb;
 
 		rx->cq.ci++;
 		rx->done++;
 		if (op != FLDNIC_CQE_RESP_SEND || len > (1U << FLDNIC_LOG_BUF) || len < ETH_HLEN) {
-			nic->netdev->stats.rx_errors++;
+			ch->stats.rx_errors++;
 			continue;
 		}
 		/* RoCE datagrams for QP1 are the RoCE device's (gsi.c). */
-		if (fldnic_gsi_rx(nic, rx->bufs.buf + ((size_t)slot << FLDNIC_LOG_BUF), len))
+		if (fldnic_gsi_rx(nic, frame, len))
 			continue;
-		skb = napi_alloc_skb(&nic->napi, len);
+		skb = napi_alloc_skb(&ch->napi, len);
 		if (!skb) {
-			nic->netdev->stats.rx_dropped++;
+			ch->stats.rx_dropped++;
 			continue;
 		}
-		skb_put_data(skb, rx->bufs.buf + ((size_t)slot << FLDNIC_LOG_BUF), len);
+		skb_put_data(skb, frame, len);
 		skb->protocol = eth_type_trans(skb, nic->netdev);
+		skb_record_rx_queue(skb, ch->index);
+		/* The card's Toeplitz hash over addresses and ports (§9.6), for RPS and RFS. */
+		if (nic->channels > 1)
+			skb_set_hash(skb, le32_to_cpu(cqe->rss_hash), PKT_HASH_TYPE_L4);
 		/* The card checked the TCP/UDP checksum (and the IPv4 header's on the way). */
 		if ((nic->netdev->features & NETIF_F_RXCSUM) &&
 		    (cqe->csum & (FLDNIC_CQE_CSUM_L4_PRESENT | FLDNIC_CQE_CSUM_L4_OK)) ==
 		    (FLDNIC_CQE_CSUM_L4_PRESENT | FLDNIC_CQE_CSUM_L4_OK))
 			skb->ip_summed = CHECKSUM_UNNECESSARY;
-		nic->netdev->stats.rx_packets++;
-		nic->netdev->stats.rx_bytes += len;
-		napi_gro_receive(&nic->napi, skb);
+		ch->stats.rx_packets++;
+		ch->stats.rx_bytes += len;
+		napi_gro_receive(&ch->napi, skb);
 		n++;
 	}
 	while (rx->pi - rx->done < (1U << rx->ring.log_size))
-		fldnic_rx_post(nic);
-	fldnic_rx_doorbell(nic);
+		fldnic_rx_post(ch);
+	fldnic_rx_doorbell(ch);
 	return n;
 }
 
 static int fldnic_poll(struct napi_struct *napi, int budget)
 {
-	struct fldnic *nic = container_of(napi, struct fldnic, napi);
+	struct fldnic_channel *ch = container_of(napi, struct fldnic_channel, napi);
+	struct fldnic *nic = ch->nic;
 	int done;
 
 	/* The events only said which CQs to look at; both are looked at. */
-	while (fldnic_cq_peek(&nic->eq, FLDNIC_EQE_SIZE))
-		nic->eq.ci++;
-	fldnic_tx_complete(nic);
-	done = fldnic_rx_complete(nic, budget);
-	fldnic_cq_update(nic, &nic->tx.cq, false);
+	while (fldnic_cq_peek(&ch->eq, FLDNIC_EQE_SIZE))
+		ch->eq.ci++;
+	fldnic_tx_complete(ch);
+	done = fldnic_rx_complete(ch, budget);
+	fldnic_cq_update(nic, &ch->tx.cq, false);
 	if (done < budget && napi_complete_done(napi, done)) {
-		fldnic_cq_update(nic, &nic->tx.cq, true);
-		fldnic_cq_update(nic, &nic->rx.cq, true);
-		fldnic_cq_update(nic, &nic->eq, true);
+		fldnic_cq_update(nic, &ch->tx.cq, true);
+		fldnic_cq_update(nic, &ch->rx.cq, true);
+		fldnic_cq_update(nic, &ch->eq, true);
 	} else {
-		fldnic_cq_update(nic, &nic->rx.cq, false);
+		fldnic_cq_update(nic, &ch->rx.cq, false);
 	}
 	return done;
 }
 
 static irqreturn_t fldnic_irq(int irq, void *data)
 {
-	struct fldnic *nic = data;
+	struct fldnic_channel *ch = data;
 
-	napi_schedule_irqoff(&nic->napi);
+	napi_schedule_irqoff(&ch->napi);
 	return IRQ_HANDLED;
 }
 
 /* Marks every object of the data path as not made. */
 static void fldnic_forget_objects(struct fldnic *nic)
 {
+	unsigned int i;
+
 	nic->flow_entry = FLDNIC_NONE;
 	nic->flow_table = FLDNIC_NONE;
-	nic->tx.sqn = FLDNIC_NONE;
-	nic->rx.rqn = FLDNIC_NONE;
-	nic->tx.cq.num = FLDNIC_NONE;
-	nic->rx.cq.num = FLDNIC_NONE;
-	nic->eq.num = FLDNIC_NONE;
+	nic->rss_group = FLDNIC_NONE;
+	for (i = 0; i < FLDNIC_MAX_CHANNELS; i++) {
+		struct fldnic_channel *ch = &nic->ch[i];
+
+		ch->tx.sqn = FLDNIC_NONE;
+		ch->rx.rqn = FLDNIC_NONE;
+		ch->tx.cq.num = FLDNIC_NONE;
+		ch->rx.cq.num = FLDNIC_NONE;
+		ch->eq.num = FLDNIC_NONE;
+	}
+}
+
+static void fldnic_channel_free(struct fldnic *nic, struct fldnic_channel *ch)
+{
+	if (ch->tx.sqn != FLDNIC_NONE)
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_SQ, ch->tx.sqn);
+	if (ch->rx.rqn != FLDNIC_NONE)
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_RQ, ch->rx.rqn);
+	if (ch->tx.cq.num != FLDNIC_NONE)
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_CQ, ch->tx.cq.num);
+	if (ch->rx.cq.num != FLDNIC_NONE)
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_CQ, ch->rx.cq.num);
+	if (ch->eq.num != FLDNIC_NONE)
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_EQ, ch->eq.num);
+	kfree(ch->tx.len);
+	ch->tx.len = NULL;
+	fldnic_ring_free(nic, &ch->tx.bufs);
+	fldnic_ring_free(nic, &ch->rx.bufs);
+	fldnic_ring_free(nic, &ch->tx.ring);
+	fldnic_ring_free(nic, &ch->rx.ring);
+	fldnic_ring_free(nic, &ch->tx.cq.ring);
+	fldnic_ring_free(nic, &ch->rx.cq.ring);
+	fldnic_ring_free(nic, &ch->eq.ring);
 }
 
 /* Tears down what fldnic_up made, in reverse order; safe on a partial setup. */
@@ -462,6 +508,8 @@ static void fldnic_down(struct fldnic *nic)
 		.kind = FLDNIC_TABLE_KIND_NIC_RX,
 		.table = cpu_to_le32(FLDNIC_NO_TABLE),
 	};
+	unsigned int i;
+
 	/* Object numbers start at 0: FLDNIC_NONE says "not made". */
 	if (nic->flow_table != FLDNIC_NONE) {
 		fldnic_exec(nic, FLDNIC_OP_SET_FLOW_TABLE_ROOT, &root, sizeof(root), NULL, 0);
@@ -469,102 +517,138 @@ static void fldnic_down(struct fldnic *nic)
 			fldnic_destroy(nic, FLDNIC_OP_DESTROY_FLOW_ENTRY, nic->flow_entry);
 		fldnic_destroy(nic, FLDNIC_OP_DESTROY_FLOW_TABLE, nic->flow_table);
 	}
-	if (nic->tx.sqn != FLDNIC_NONE)
-		fldnic_destroy(nic, FLDNIC_OP_DESTROY_SQ, nic->tx.sqn);
-	if (nic->rx.rqn != FLDNIC_NONE)
-		fldnic_destroy(nic, FLDNIC_OP_DESTROY_RQ, nic->rx.rqn);
-	if (nic->tx.cq.num != FLDNIC_NONE)
-		fldnic_destroy(nic, FLDNIC_OP_DESTROY_CQ, nic->tx.cq.num);
-	if (nic->rx.cq.num != FLDNIC_NONE)
-		fldnic_destroy(nic, FLDNIC_OP_DESTROY_CQ, nic->rx.cq.num);
-	if (nic->eq.num != FLDNIC_NONE)
-		fldnic_destroy(nic, FLDNIC_OP_DESTROY_EQ, nic->eq.num);
+	if (nic->rss_group != FLDNIC_NONE)
+		fldnic_destroy(nic, FLDNIC_OP_DESTROY_RSS_GROUP, nic->rss_group);
+	for (i = 0; i < FLDNIC_MAX_CHANNELS; i++)
+		fldnic_channel_free(nic, &nic->ch[i]);
 	fldnic_forget_objects(nic);
-
-	kfree(nic->tx.len);
-	nic->tx.len = NULL;
-	fldnic_ring_free(nic, &nic->tx.bufs);
-	fldnic_ring_free(nic, &nic->rx.bufs);
-	fldnic_ring_free(nic, &nic->tx.ring);
-	fldnic_ring_free(nic, &nic->rx.ring);
-	fldnic_ring_free(nic, &nic->tx.cq.ring);
-	fldnic_ring_free(nic, &nic->rx.cq.ring);
-	fldnic_ring_free(nic, &nic->eq.ring);
 }
 
-/*
- * Makes the event queue, the send and receive queues with their completion queues, fills the
- * receive ring and steers every frame of the vPort to it.
- */
-static int fldnic_up(struct fldnic *nic)
+/* One channel: its EQ on its vector, its CQs, the send queue and the filled receive queue. */
+static int fldnic_channel_up(struct fldnic *nic, struct fldnic_channel *ch)
 {
 	struct fldnic_create_eq_in eq = {};
 	struct fldnic_create_sq_in sq = {};
 	struct fldnic_create_rq_in rq = {};
-	struct fldnic_create_flow_table_in table = {};
-	struct fldnic_create_flow_entry_in *entry;
-	struct fldnic_set_root_in root = {};
 	u32 ntx = 1U << FLDNIC_LOG_TXQ, nrx = 1U << FLDNIC_LOG_RXQ;
 	int err;
 
-	fldnic_forget_objects(nic);
-
-	err = fldnic_ring_alloc(nic, &nic->eq.ring, FLDNIC_EQE_SIZE, FLDNIC_LOG_EQ);
+	err = fldnic_ring_alloc(nic, &ch->eq.ring, FLDNIC_EQE_SIZE, FLDNIC_LOG_EQ);
 	if (err)
 		return err;
-	fldnic_ring_init_owner(&nic->eq.ring, FLDNIC_EQE_SIZE);
-	eq.addr = cpu_to_le64(nic->eq.ring.dma);
+	fldnic_ring_init_owner(&ch->eq.ring, FLDNIC_EQE_SIZE);
+	eq.addr = cpu_to_le64(ch->eq.ring.dma);
 	eq.log_size = FLDNIC_LOG_EQ;
-	eq.msix_vector = cpu_to_le16(0);
-	err = fldnic_create(nic, FLDNIC_OP_CREATE_EQ, &eq, sizeof(eq), &nic->eq.num);
+	eq.msix_vector = cpu_to_le16(ch->index);
+	err = fldnic_create(nic, FLDNIC_OP_CREATE_EQ, &eq, sizeof(eq), &ch->eq.num);
 	if (err)
 		return err;
-	nic->eq.ci = 0;
-	nic->eq.arm_sn = 0;
-	nic->eq.db = FLDNIC_DB_EQ_BASE + 4 * nic->eq.num;
+	ch->eq.ci = 0;
+	ch->eq.arm_sn = 0;
+	ch->eq.db = FLDNIC_DB_EQ_BASE + 4 * ch->eq.num;
 
-	err = fldnic_create_cq(nic, &nic->tx.cq, FLDNIC_LOG_TXQ);
+	err = fldnic_create_cq(nic, &ch->tx.cq, ch->eq.num, FLDNIC_LOG_TXQ);
 	if (err)
 		return err;
-	err = fldnic_create_cq(nic, &nic->rx.cq, FLDNIC_LOG_RXQ);
+	err = fldnic_create_cq(nic, &ch->rx.cq, ch->eq.num, FLDNIC_LOG_RXQ);
 	if (err)
 		return err;
 
-	nic->tx.len = kcalloc(ntx, sizeof(*nic->tx.len), GFP_KERNEL);
-	if (!nic->tx.len)
+	ch->tx.len = kcalloc(ntx, sizeof(*ch->tx.len), GFP_KERNEL);
+	if (!ch->tx.len)
 		return -ENOMEM;
-	err = fldnic_ring_alloc(nic, &nic->tx.bufs, 1U << FLDNIC_LOG_BUF, FLDNIC_LOG_TXQ);
+	err = fldnic_ring_alloc(nic, &ch->tx.bufs, 1U << FLDNIC_LOG_BUF, FLDNIC_LOG_TXQ);
 	if (err)
 		return err;
-	err = fldnic_ring_alloc(nic, &nic->rx.bufs, 1U << FLDNIC_LOG_BUF, FLDNIC_LOG_RXQ);
+	err = fldnic_ring_alloc(nic, &ch->rx.bufs, 1U << FLDNIC_LOG_BUF, FLDNIC_LOG_RXQ);
 	if (err)
 		return err;
 
-	err = fldnic_ring_alloc(nic, &nic->tx.ring, FLDNIC_WQEBB, FLDNIC_LOG_TXQ);
+	err = fldnic_ring_alloc(nic, &ch->tx.ring, FLDNIC_WQEBB, FLDNIC_LOG_TXQ);
 	if (err)
 		return err;
-	sq.addr = cpu_to_le64(nic->tx.ring.dma);
-	sq.cqn = cpu_to_le32(nic->tx.cq.num);
+	sq.addr = cpu_to_le64(ch->tx.ring.dma);
+	sq.cqn = cpu_to_le32(ch->tx.cq.num);
 	sq.log_size = FLDNIC_LOG_TXQ;
-	err = fldnic_create(nic, FLDNIC_OP_CREATE_SQ, &sq, sizeof(sq), &nic->tx.sqn);
+	err = fldnic_create(nic, FLDNIC_OP_CREATE_SQ, &sq, sizeof(sq), &ch->tx.sqn);
 	if (err)
 		return err;
-	nic->tx.pi = nic->tx.done = 0;
+	ch->tx.pi = ch->tx.done = 0;
 
-	err = fldnic_ring_alloc(nic, &nic->rx.ring, FLDNIC_RECV_WQE_SIZE, FLDNIC_LOG_RXQ);
+	err = fldnic_ring_alloc(nic, &ch->rx.ring, FLDNIC_RECV_WQE_SIZE, FLDNIC_LOG_RXQ);
 	if (err)
 		return err;
-	rq.addr = cpu_to_le64(nic->rx.ring.dma);
-	rq.cqn = cpu_to_le32(nic->rx.cq.num);
+	rq.addr = cpu_to_le64(ch->rx.ring.dma);
+	rq.cqn = cpu_to_le32(ch->rx.cq.num);
 	rq.log_size = FLDNIC_LOG_RXQ;
 	rq.rq_type = FLDNIC_RQ_TYPE_REGULAR;
-	err = fldnic_create(nic, FLDNIC_OP_CREATE_RQ, &rq, sizeof(rq), &nic->rx.rqn);
+	err = fldnic_create(nic, FLDNIC_OP_CREATE_RQ, &rq, sizeof(rq), &ch->rx.rqn);
 	if (err)
 		return err;
-	nic->rx.pi = nic->rx.done = 0;
-	while (nic->rx.pi < nrx)
-		fldnic_rx_post(nic);
-	fldnic_rx_doorbell(nic);
+	ch->rx.pi = ch->rx.done = 0;
+	while (ch->rx.pi < nrx)
+		fldnic_rx_post(ch);
+	fldnic_rx_doorbell(ch);
+	return 0;
+}
+
+/*
+ * With several channels, an RSS group spreads the vPort's frames over their receive queues by
+ * the card's Toeplitz hash of addresses and ports (§9.6), the indirection table filled round
+ * robin as ethtool's default does; its number is the flow entry's destination.
+ */
+static int fldnic_rss_up(struct fldnic *nic, u32 *dest)
+{
+	unsigned int n = min_t(unsigned int, FLDNIC_RSS_MAX_INDIRECTION,
+			       max_t(unsigned int, le16_to_cpu(nic->caps.max_rss_indirection), 1));
+	struct fldnic_create_rss_group_in *in;
+	__le32 *table;
+	unsigned int i;
+	int err;
+
+	n = rounddown_pow_of_two(n);
+	in = kzalloc(sizeof(*in) + n * sizeof(*table), GFP_KERNEL);
+	if (!in)
+		return -ENOMEM;
+	memcpy(in->key, nic->rss_key, sizeof(in->key));
+	in->hash_fields = FLDNIC_RSS_FIELDS_ALL;
+	in->indirection_len = cpu_to_le16(n);
+	table = (__le32 *)(in + 1);
+	for (i = 0; i < n; i++)
+		table[i] = cpu_to_le32(nic->ch[ethtool_rxfh_indir_default(i, nic->channels)].rx.rqn);
+	err = fldnic_create(nic, FLDNIC_OP_CREATE_RSS_GROUP, in, sizeof(*in) + n * sizeof(*table),
+			    &nic->rss_group);
+	kfree(in);
+	*dest = nic->rss_group;
+	return err;
+}
+
+/*
+ * Makes the channels in use, and steers every frame of the vPort to them: to the one receive
+ * queue, or through an RSS group over all of them.
+ */
+static int fldnic_up(struct fldnic *nic)
+{
+	struct fldnic_create_flow_table_in table = {};
+	struct fldnic_create_flow_entry_in *entry;
+	struct fldnic_set_root_in root = {};
+	u32 action = FLDNIC_ACTION_FWD_RQ, dest;
+	unsigned int i;
+	int err;
+
+	fldnic_forget_objects(nic);
+	for (i = 0; i < nic->channels; i++) {
+		err = fldnic_channel_up(nic, &nic->ch[i]);
+		if (err)
+			return err;
+	}
+	dest = nic->ch[0].rx.rqn;
+	if (nic->channels > 1) {
+		action = FLDNIC_ACTION_FWD_RSS;
+		err = fldnic_rss_up(nic, &dest);
+		if (err)
+			return err;
+	}
 
 	table.kind = FLDNIC_TABLE_KIND_NIC_RX;
 	table.miss = FLDNIC_MISS_DROP;
@@ -577,8 +661,8 @@ static int fldnic_up(struct fldnic *nic)
 		return -ENOMEM;
 	/* An all-zero mask matches every frame. */
 	entry->table = cpu_to_le32(nic->flow_table);
-	entry->actions = cpu_to_le32(FLDNIC_ACTION_FWD_RQ);
-	entry->dest = cpu_to_le32(nic->rx.rqn);
+	entry->actions = cpu_to_le32(action);
+	entry->dest = cpu_to_le32(dest);
 	err = fldnic_create(nic, FLDNIC_OP_CREATE_FLOW_ENTRY, entry, sizeof(*entry),
 			    &nic->flow_entry);
 	kfree(entry);
@@ -602,35 +686,46 @@ static bool fldnic_link_up(struct fldnic *nic)
 static int fldnic_open(struct net_device *ndev)
 {
 	struct fldnic *nic = netdev_priv(ndev);
+	unsigned int i;
 	int err;
 
-	err = fldnic_up(nic);
+	err = netif_set_real_num_tx_queues(ndev, nic->channels);
+	if (!err)
+		err = netif_set_real_num_rx_queues(ndev, nic->channels);
+	if (!err)
+		err = fldnic_up(nic);
 	if (err) {
 		netdev_err(ndev, "rings not made: %d\n", err);
 		fldnic_down(nic);
 		return err;
 	}
-	napi_enable(&nic->napi);
+	for (i = 0; i < nic->channels; i++) {
+		struct fldnic_channel *ch = &nic->ch[i];
+
+		napi_enable(&ch->napi);
+		fldnic_cq_update(nic, &ch->tx.cq, true);
+		fldnic_cq_update(nic, &ch->rx.cq, true);
+		fldnic_cq_update(nic, &ch->eq, true);
+	}
 	nic->up = true;
-	fldnic_cq_update(nic, &nic->tx.cq, true);
-	fldnic_cq_update(nic, &nic->rx.cq, true);
-	fldnic_cq_update(nic, &nic->eq, true);
 	if (fldnic_link_up(nic))
 		netif_carrier_on(ndev);
 	else
 		netif_carrier_off(ndev);
-	netif_start_queue(ndev);
+	netif_tx_start_all_queues(ndev);
 	return 0;
 }
 
 static int fldnic_stop(struct net_device *ndev)
 {
 	struct fldnic *nic = netdev_priv(ndev);
+	unsigned int i;
 
-	netif_stop_queue(ndev);
+	netif_tx_disable(ndev);
 	netif_carrier_off(ndev);
 	if (nic->up) {
-		napi_disable(&nic->napi);
+		for (i = 0; i < nic->channels; i++)
+			napi_disable(&nic->ch[i].napi);
 		nic->up = false;
 	}
 	fldnic_down(nic);
@@ -640,7 +735,9 @@ static int fldnic_stop(struct net_device *ndev)
 static netdev_tx_t fldnic_start_xmit(struct sk_buff *skb, struct net_device *ndev)
 {
 	struct fldnic *nic = netdev_priv(ndev);
-	struct fldnic_txq *tx = &nic->tx;
+	struct fldnic_channel *ch = &nic->ch[skb_get_queue_mapping(skb)];
+	struct netdev_queue *txq = netdev_get_tx_queue(ndev, ch->index);
+	struct fldnic_txq *tx = &ch->tx;
 	u32 slot = tx->pi & ((1U << tx->ring.log_size) - 1);
 	struct fldnic_ctrl_seg *ctrl = tx->ring.buf + slot * FLDNIC_WQEBB;
 	struct fldnic_eth_seg *eth = (void *)ctrl + FLDNIC_DS_SIZE;
@@ -649,7 +746,7 @@ static netdev_tx_t fldnic_start_xmit(struct sk_buff *skb, struct net_device *nde
 
 	if (skb->len < ETH_HLEN || skb->len > (1U << FLDNIC_LOG_BUF) ||
 	    skb_copy_bits(skb, 0, buf, skb->len)) {
-		ndev->stats.tx_dropped++;
+		ch->stats.tx_dropped++;
 		dev_kfree_skb_any(skb);
 		return NETDEV_TX_OK;
 	}
@@ -678,19 +775,40 @@ static netdev_tx_t fldnic_start_xmit(struct sk_buff *skb, struct net_device *nde
 	dma_wmb();
 	iowrite32(tx->pi & FLDNIC_DB_PI_MASK, nic->db + FLDNIC_DB_SQ_BASE + 4 * tx->sqn);
 	if (tx->pi - tx->done >= (1U << tx->ring.log_size)) {
-		netif_stop_queue(ndev);
+		netif_tx_stop_queue(txq);
 		/* A completion that freed room in between would not wake the queue. */
 		smp_mb();
 		if (tx->pi - READ_ONCE(tx->done) < (1U << tx->ring.log_size))
-			netif_wake_queue(ndev);
+			netif_tx_wake_queue(txq);
 	}
 	return NETDEV_TX_OK;
+}
+
+/* The channels' counts, summed. */
+static void fldnic_get_stats64(struct net_device *ndev, struct rtnl_link_stats64 *st)
+{
+	struct fldnic *nic = netdev_priv(ndev);
+	unsigned int i;
+
+	for (i = 0; i < FLDNIC_MAX_CHANNELS; i++) {
+		const struct fldnic_channel_stats *c = &nic->ch[i].stats;
+
+		st->rx_packets += READ_ONCE(c->rx_packets);
+		st->rx_bytes += READ_ONCE(c->rx_bytes);
+		st->rx_errors += READ_ONCE(c->rx_errors);
+		st->rx_dropped += READ_ONCE(c->rx_dropped);
+		st->tx_packets += READ_ONCE(c->tx_packets);
+		st->tx_bytes += READ_ONCE(c->tx_bytes);
+		st->tx_errors += READ_ONCE(c->tx_errors);
+		st->tx_dropped += READ_ONCE(c->tx_dropped);
+	}
 }
 
 static const struct net_device_ops fldnic_netdev_ops = {
 	.ndo_open = fldnic_open,
 	.ndo_stop = fldnic_stop,
 	.ndo_start_xmit = fldnic_start_xmit,
+	.ndo_get_stats64 = fldnic_get_stats64,
 	.ndo_validate_addr = eth_validate_addr,
 };
 
@@ -710,19 +828,31 @@ static const struct {
 	unsigned int offset;
 } fldnic_vport_stats[FLDNIC_VPORT_STATS] = { FLDNIC_VPORT_STAT_TABLE };
 
+/* After the card's counters, each channel's own: what RSS gave each receive queue. */
+static const char *const fldnic_channel_stats[] = { "rx%u_packets", "tx%u_packets" };
+#define FLDNIC_CHANNEL_STATS ARRAY_SIZE(fldnic_channel_stats)
+
 static int fldnic_get_sset_count(struct net_device *ndev, int sset)
 {
-	return sset == ETH_SS_STATS ? FLDNIC_VPORT_STATS : -EOPNOTSUPP;
+	struct fldnic *nic = netdev_priv(ndev);
+
+	if (sset != ETH_SS_STATS)
+		return -EOPNOTSUPP;
+	return FLDNIC_VPORT_STATS + nic->max_channels * FLDNIC_CHANNEL_STATS;
 }
 
 static void fldnic_get_strings(struct net_device *ndev, u32 sset, u8 *data)
 {
-	unsigned int i;
+	struct fldnic *nic = netdev_priv(ndev);
+	unsigned int i, j;
 
 	if (sset != ETH_SS_STATS)
 		return;
 	for (i = 0; i < FLDNIC_VPORT_STATS; i++)
 		ethtool_puts(&data, fldnic_vport_stats[i].name);
+	for (i = 0; i < nic->max_channels; i++)
+		for (j = 0; j < FLDNIC_CHANNEL_STATS; j++)
+			ethtool_sprintf(&data, fldnic_channel_stats[j], i);
 }
 
 static void fldnic_get_ethtool_stats(struct net_device *ndev, struct ethtool_stats *stats,
@@ -733,18 +863,60 @@ static void fldnic_get_ethtool_stats(struct net_device *ndev, struct ethtool_sta
 	struct fldnic_query_vport_out out;
 	unsigned int i;
 
-	if (fldnic_exec(nic, FLDNIC_OP_QUERY_VPORT, &in, sizeof(in), &out, sizeof(out))) {
+	if (fldnic_exec(nic, FLDNIC_OP_QUERY_VPORT, &in, sizeof(in), &out, sizeof(out)))
 		memset(data, 0, FLDNIC_VPORT_STATS * sizeof(*data));
-		return;
+	else
+		for (i = 0; i < FLDNIC_VPORT_STATS; i++)
+			data[i] = get_unaligned_le64((u8 *)&out + fldnic_vport_stats[i].offset);
+	data += FLDNIC_VPORT_STATS;
+	for (i = 0; i < nic->max_channels; i++) {
+		*data++ = READ_ONCE(nic->ch[i].stats.rx_packets);
+		*data++ = READ_ONCE(nic->ch[i].stats.tx_packets);
 	}
-	for (i = 0; i < FLDNIC_VPORT_STATS; i++)
-		data[i] = get_unaligned_le64((u8 *)&out + fldnic_vport_stats[i].offset);
 }
 
 static void fldnic_get_channels(struct net_device *ndev, struct ethtool_channels *ch)
 {
-	ch->max_combined = 1;
-	ch->combined_count = 1;
+	struct fldnic *nic = netdev_priv(ndev);
+
+	ch->max_combined = nic->max_channels;
+	ch->combined_count = nic->channels;
+}
+
+/* ethtool -L combined N: the interface, if up, is made again with N channels. */
+static int fldnic_set_channels(struct net_device *ndev, struct ethtool_channels *ch)
+{
+	struct fldnic *nic = netdev_priv(ndev);
+	bool running = netif_running(ndev);
+	int err = 0;
+
+	if (!ch->combined_count || ch->rx_count || ch->tx_count || ch->other_count ||
+	    ch->combined_count > nic->max_channels)
+		return -EINVAL;
+	if (ch->combined_count == nic->channels)
+		return 0;
+	if (running)
+		fldnic_stop(ndev);
+	nic->channels = ch->combined_count;
+	if (running)
+		err = fldnic_open(ndev);
+	return err;
+}
+
+static u32 fldnic_get_rxfh_key_size(struct net_device *ndev)
+{
+	return FLDNIC_RSS_KEY_LEN;
+}
+
+/* The Toeplitz key and the hash function (§9.6); the table is ethtool's default spread. */
+static int fldnic_get_rxfh(struct net_device *ndev, struct ethtool_rxfh_param *rxfh)
+{
+	struct fldnic *nic = netdev_priv(ndev);
+
+	rxfh->hfunc = ETH_RSS_HASH_TOP;
+	if (rxfh->key)
+		memcpy(rxfh->key, nic->rss_key, sizeof(nic->rss_key));
+	return 0;
 }
 
 static const struct ethtool_ops fldnic_ethtool_ops = {
@@ -754,6 +926,9 @@ static const struct ethtool_ops fldnic_ethtool_ops = {
 	.get_strings = fldnic_get_strings,
 	.get_ethtool_stats = fldnic_get_ethtool_stats,
 	.get_channels = fldnic_get_channels,
+	.set_channels = fldnic_set_channels,
+	.get_rxfh_key_size = fldnic_get_rxfh_key_size,
+	.get_rxfh = fldnic_get_rxfh,
 };
 
 /* debugfs: writing to inject_send_error makes the next send WQE one the card refuses. */
@@ -803,6 +978,7 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	struct fldnic *nic;
 	u8 mac[ETH_ALEN];
 	u32 rev, lo, hi;
+	unsigned int i, irqs = 0;
 	int err;
 
 	err = pci_enable_device(pdev);
@@ -816,7 +992,7 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_disable;
 	pci_set_master(pdev);
 
-	ndev = alloc_etherdev(sizeof(*nic));
+	ndev = alloc_etherdev_mqs(sizeof(*nic), FLDNIC_MAX_CHANNELS, FLDNIC_MAX_CHANNELS);
 	if (!ndev) {
 		err = -ENOMEM;
 		goto err_regions;
@@ -881,17 +1057,32 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		ndev->max_mtu = ETH_DATA_LEN;
 	netif_carrier_off(ndev);
 
-	INIT_WORK(&nic->tx_recover, fldnic_tx_recover);
 	spin_lock_init(&nic->gsi_lock);
-	/* Vector 0 for the netdev's queues, vector 1 for the RoCE device's events. */
-	err = pci_alloc_irq_vectors(pdev, 1, 2, PCI_IRQ_MSIX);
+	/*
+	 * One vector per channel, as many channels as the vectors allow (up to
+	 * FLDNIC_MAX_CHANNELS), then one for the RoCE device's events. A channel per online CPU
+	 * is used at first; ethtool -L takes up to the maximum.
+	 */
+	err = pci_alloc_irq_vectors(pdev, 2, FLDNIC_MAX_CHANNELS + 1, PCI_IRQ_MSIX);
 	if (err < 0)
 		goto err_cmd;
 	nic->nvec = err;
-	netif_napi_add(ndev, &nic->napi, fldnic_poll);
-	err = request_irq(pci_irq_vector(pdev, 0), fldnic_irq, 0, DRV_NAME, nic);
-	if (err)
-		goto err_vectors;
+	nic->max_channels = nic->nvec - 1;
+	nic->ib_vector = nic->max_channels;
+	nic->channels = min_t(unsigned int, nic->max_channels, num_online_cpus());
+	netdev_rss_key_fill(nic->rss_key, sizeof(nic->rss_key));
+	for (i = 0; i < nic->max_channels; i++) {
+		struct fldnic_channel *ch = &nic->ch[i];
+
+		ch->nic = nic;
+		ch->index = i;
+		INIT_WORK(&ch->tx_recover, fldnic_tx_recover);
+		netif_napi_add(ndev, &ch->napi, fldnic_poll);
+		err = request_irq(pci_irq_vector(pdev, i), fldnic_irq, 0, DRV_NAME, ch);
+		if (err)
+			goto err_irq;
+		irqs = i + 1;
+	}
 
 	err = register_netdev(ndev);
 	if (err)
@@ -907,9 +1098,11 @@ static int fldnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	return 0;
 
 err_irq:
-	free_irq(pci_irq_vector(pdev, 0), nic);
-err_vectors:
-	netif_napi_del(&nic->napi);
+	for (i = 0; i < nic->max_channels; i++) {
+		if (i < irqs)
+			free_irq(pci_irq_vector(pdev, i), &nic->ch[i]);
+		netif_napi_del(&nic->ch[i].napi);
+	}
 	pci_free_irq_vectors(pdev);
 err_cmd:
 	fldnic_cmd_free(nic);
@@ -930,13 +1123,16 @@ static void fldnic_remove(struct pci_dev *pdev)
 {
 	struct fldnic *nic = pci_get_drvdata(pdev);
 	struct net_device *ndev = nic->netdev;
+	unsigned int i;
 
 	debugfs_remove_recursive(nic->debugfs);
 	fldnic_ib_remove(nic);
 	unregister_netdev(ndev);
-	cancel_work_sync(&nic->tx_recover);
-	free_irq(pci_irq_vector(pdev, 0), nic);
-	netif_napi_del(&nic->napi);
+	for (i = 0; i < nic->max_channels; i++) {
+		cancel_work_sync(&nic->ch[i].tx_recover);
+		free_irq(pci_irq_vector(pdev, i), &nic->ch[i]);
+		netif_napi_del(&nic->ch[i].napi);
+	}
 	pci_free_irq_vectors(pdev);
 	/* Nothing the function made outlives the driver; a failed reset is only logged. */
 	fldnic_reset(nic);
