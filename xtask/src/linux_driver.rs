@@ -587,3 +587,129 @@ pub fn test_linux_driver(workspace: &Path, timeout: u64) -> Result<bool, String>
     );
     Ok(passed)
 }
+
+/// What `bench-linux-driver` runs in the guest: perftest between the functions over the
+/// kernel driver and the provider, one line per point; `fldemu rc-bw` on two in-process cards
+/// in the same guest (its JSON line); iperf3 with one stream and with eight over four channels.
+const BENCH: &str = r#"
+load
+set -- $(netdevs)
+namespaces "$1" "$2"
+for op in write send read; do
+    for size in 64 1024 4096 16384 65536; do
+        card_pair ib_${op}_bw -x -s $size -D 2 --report_gbits > /dev/null
+        gbps=$(awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $4 }' /tmp/client.txt | tail -1)
+        echo "bench perftest $op $size ${gbps:-0}"
+    done
+done
+echo "bench rc-bw $(fldemu rc-bw --ops write,send,read --size-min 64 --size-max 65536 --bytes 16777216 --json | tail -1)"
+ip netns exec b iperf3 -s -D -B 10.77.0.2 || fail "iperf3 server"
+sleep 1
+ip netns exec a iperf3 -c 10.77.0.2 -t 5 -J > /tmp/one.json || fail "iperf3"
+ip netns exec a ethtool -L "$1" combined 4 && ip netns exec b ethtool -L "$2" combined 4 || fail "ethtool -L"
+sleep 1
+ip netns exec b iperf3 -s -D -B 10.77.0.2 -p 5202 || fail "iperf3 server"
+sleep 1
+ip netns exec a iperf3 -c 10.77.0.2 -p 5202 -t 5 -P 8 -J > /tmp/eight.json || fail "iperf3 -P 8"
+echo "bench iperf3 1 $(grep -A8 '"sum_received"' /tmp/one.json | awk -F: '/bits_per_second/ { gsub(/[ ,]/, "", $2); print $2; exit }')"
+echo "bench iperf3 8 $(grep -A8 '"sum_received"' /tmp/eight.json | awk -F: '/bits_per_second/ { gsub(/[ ,]/, "", $2); print $2; exit }')"
+echo BENCH-DONE
+"#;
+
+/// One perftest point: operation, message size, Gbit/s.
+struct PerftestPoint {
+    op: String,
+    size: u64,
+    gbps: f64,
+}
+
+/// `bench-linux-driver`: builds as [`test_linux_driver`] does, boots once with [`BENCH`], and
+/// prints perftest's bandwidth through the guest's own stack beside `rc-bw`'s in the same guest
+/// and iperf3's, as a table or one JSON object.
+pub fn bench_linux_driver(workspace: &Path, timeout: u64, json: bool) -> Result<bool, String> {
+    let paths = GuestPaths::new();
+    let qemu = guest::setup(&paths)?;
+    guest::setup_rdma(&paths)?;
+    let release = guest::setup_driver_build(&paths)?;
+    build_module(&paths, workspace, &release)?;
+    build_provider(&paths, workspace)?;
+    crate::build_fldemu()?;
+    let mut served = guest::ServedCard::start(paths, qemu, workspace, "echo")?;
+    let out = served.boot(&RunOptions {
+        command: Some(format!("{HELPERS}{BENCH}")),
+        timeout: Duration::from_secs(timeout),
+        kill_after: None,
+        reset_during: None,
+    })?;
+    if out.exit_code != Some(0) || !out.output.contains("BENCH-DONE") {
+        print!("{}", out.output);
+        out.show_logs();
+        return Ok(false);
+    }
+    let mut perftest = Vec::new();
+    let mut rc_bw = serde_json::Value::Null;
+    let mut iperf = Vec::new();
+    for line in out.output.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["bench", "perftest", op, size, gbps] => perftest.push(PerftestPoint {
+                op: op.to_string(),
+                size: size.parse().unwrap_or(0),
+                gbps: gbps.parse().unwrap_or(0.0),
+            }),
+            ["bench", "rc-bw", ..] => {
+                rc_bw = serde_json::from_str(line.trim_start_matches("bench rc-bw "))
+                    .unwrap_or(serde_json::Value::Null)
+            }
+            ["bench", "iperf3", streams, bps] => {
+                iperf.push((streams.to_string(), bps.parse::<f64>().unwrap_or(0.0) / 1e9))
+            }
+            _ => {}
+        }
+    }
+    let rc_point = |op: &str, size: u64| {
+        rc_bw["results"].as_array().and_then(|r| {
+            r.iter()
+                .find(|p| p["op"] == op && p["size"] == size)
+                .and_then(|p| p["gbps"].as_f64())
+        })
+    };
+    if json {
+        let points: Vec<serde_json::Value> = perftest
+            .iter()
+            .map(|p| {
+                serde_json::json!({ "op": p.op, "size": p.size, "perftest_gbps": p.gbps,
+                                    "rc_bw_in_guest_gbps": rc_point(&p.op, p.size) })
+            })
+            .collect();
+        let iperf: Vec<serde_json::Value> = iperf
+            .iter()
+            .map(|(n, g)| serde_json::json!({ "streams": n, "gbps": g }))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "perftest": points, "iperf3": iperf, "rc_bw": rc_bw })
+        );
+    } else {
+        println!(
+            "{:>6} {:>7} {:>16} {:>20} {:>8}",
+            "op", "size", "perftest Gbit/s", "rc-bw in guest Gbit/s", "ratio"
+        );
+        for p in &perftest {
+            let rc = rc_point(&p.op, p.size);
+            let ratio = rc.filter(|r| *r > 0.0).map(|r| p.gbps / r);
+            println!(
+                "{:>6} {:>7} {:>16.2} {:>20} {:>8}",
+                p.op,
+                p.size,
+                p.gbps,
+                rc.map_or("-".into(), |r| format!("{r:.3}")),
+                ratio.map_or("-".into(), |r| format!("{r:.1}"))
+            );
+        }
+        for (streams, gbps) in &iperf {
+            println!("iperf3 through the netdev, {streams} stream(s): {gbps:.2} Gbit/s");
+        }
+    }
+    Ok(true)
+}

@@ -14,6 +14,8 @@
 //!   [`profile`]).
 //! * `test-linux-driver` — the Linux kernel driver built for the guest's kernel and loaded on
 //!   the card in the guest (see [`linux_driver`]).
+//! * `bench-linux-driver` — perftest through that driver beside `fldemu rc-bw` and iperf3, in
+//!   the guest, in one boot.
 //! * `c-header`    — writes (or with `--check` verifies) the C header of the card's interface
 //!   the C drivers include, generated from `fld_abi` (see [`cheader`]).
 //!
@@ -124,8 +126,21 @@ enum Cmd {
         #[arg(long, default_value_t = 900)]
         timeout: u64,
     },
-    /// The Linux kernel driver (driver/linux/fldnic) built for the guest's kernel and loaded on
-    /// the card in the guest: netdevs, ethtool, unload/reload, a clean dmesg.
+    /// RDMA bandwidth in the guest through its own stack — perftest's ib_write_bw, ib_send_bw
+    /// and ib_read_bw between the card's two functions over fldnic.ko and libfldnic — beside
+    /// `fldemu rc-bw` (two in-process cards inside the same guest) and iperf3 through the
+    /// netdev (one stream, and eight over four channels), in one boot.
+    BenchLinuxDriver {
+        #[arg(long, default_value_t = 1200)]
+        timeout: u64,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The Linux kernel driver (driver/linux/fldnic) and rdma-core provider built for the
+    /// guest and loaded on the card: netdevs, ethtool, RSS, RDMA through stock rdma-core and
+    /// perftest (between the functions and against rxe, rdma_cm too), bad input, resets and
+    /// unloads under traffic, QEMU killed under traffic, a clean dmesg.
     TestLinuxDriver {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
@@ -622,6 +637,10 @@ fn main() -> ExitCode {
             .and_then(|()| rxe::test_rxe(&workspace(), timeout)),
         Cmd::TestLinuxDriver { timeout } => prereq::test_linux_driver(&guest::GuestPaths::new())
             .and_then(|()| linux_driver::test_linux_driver(&workspace(), timeout)),
+        Cmd::BenchLinuxDriver { timeout, json } => {
+            prereq::test_linux_driver(&guest::GuestPaths::new())
+                .and_then(|()| linux_driver::bench_linux_driver(&workspace(), timeout, json))
+        }
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
