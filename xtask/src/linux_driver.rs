@@ -59,7 +59,7 @@ v2_gid() { for g in /sys/class/infiniband/$1/ports/1/gids/*; do
 # RoCEv2 GID indices as da/ga and db/gb.
 namespaces() {
     mount | grep -q ' /run ' || mount -t tmpfs run /run || fail "tmpfs on /run"
-    ip netns add a && ip netns add b || fail "netns"
+    for ns in a b; do [ -e /run/netns/$ns ] || ip netns add $ns || fail "netns $ns"; done
     ip link set "$1" netns a && ip link set "$2" netns b || fail "move to netns"
     ip -n a addr add 10.77.0.1/24 dev "$1" && ip -n a link set "$1" up && ip -n a link set lo up
     ip -n b addr add 10.77.0.2/24 dev "$2" && ip -n b link set "$2" up && ip -n b link set lo up
@@ -227,10 +227,12 @@ rdma statistic show link "$da/1"
 # The RoCE device goes away under running programs: a function reset, then rmmod, while
 # perftest streams. The programs end (their doorbells unmapped, their objects destroyed by
 # the core), nothing hangs, and the device comes back and works.
+# A program whose device went away is left in user space (its doorbells unmapped, its
+# verbs failing): a killable process, which `timeout` ends, never a task stuck in the kernel.
 traffic() {
-    ip netns exec b timeout 60 ib_write_bw -d "$db" -x "$gb" -D 6 > /dev/null 2>&1 &
+    ip netns exec b timeout 12 ib_write_bw -d "$db" -x "$gb" -D 6 > /dev/null 2>&1 &
     sleep 1
-    ip netns exec a timeout 60 ib_write_bw -d "$da" -x "$ga" -D 6 10.77.0.2 > /dev/null 2>&1 &
+    ip netns exec a timeout 12 ib_write_bw -d "$da" -x "$ga" -D 6 10.77.0.2 > /dev/null 2>&1 &
     sleep 2
 }
 traffic
@@ -253,6 +255,9 @@ ip addr add 10.77.0.3/24 dev "$up_if" && ip link set "$up_if" up || fail "addres
 for t in $(seq 1 50); do gc=$(v2_gid rxe0 ffff:0a4d:0003); [ -n "$gc" ] && break; sleep 0.2; done
 [ -n "$gc" ] || fail "no RoCE v2 GID on rxe0"
 ip netns exec a ping -c 3 -i 0.3 -W 3 10.77.0.3 || fail "ping across the card's uplink"
+iperf3 -s -1 -D -B 10.77.0.3 || fail "iperf3 server beyond the uplink"
+sleep 1
+ip netns exec a iperf3 -c 10.77.0.3 -t 2 -f m | grep -E 'sender|receiver' || fail "iperf3 across the card's uplink"
 pair_run root rxe0 "$gc" a "$da" "$ga" 10.77.0.3 ibv_rc_pingpong -g -n 500 -c
 pair_run a "$da" "$ga" root rxe0 "$gc" 10.77.0.1 ibv_rc_pingpong -g -n 500 -c -e -s 16384
 pair_run root rxe0 "$gc" a "$da" "$ga" 10.77.0.3 ib_send_bw -x -D 2
@@ -275,9 +280,17 @@ for f in /sys/bus/pci/drivers/fldnic/0000:*; do
     echo 1 > "/sys/bus/pci/devices/$bdf/reset" || fail "function reset of $bdf"
 done
 [ "$(dmesg | grep -c 'function reset done')" = 3 ] || fail "both functions back after a reset"
+# Unload and load again, three rounds, each under RDMA traffic between the functions and a
+# ping flood across the namespaces.
 for i in 1 2 3; do
-    rmmod fldnic || fail "rmmod, round $i"
+    set -- $(netdevs)
+    namespaces "$1" "$2"
+    traffic
+    ip netns exec a timeout 10 ping -f -c 100000 -W 1 10.77.0.2 > /dev/null 2>&1 &
+    sleep 1
+    rmmod fldnic || fail "rmmod under traffic, round $i"
     [ "$(functions)" = 0 ] || fail "still bound after rmmod"
+    wait
     insmod /opt/linux/fldnic.ko || fail "insmod, round $i"
     [ "$(ls /sys/class/infiniband | grep -c fldnic)" = 2 ] || fail "RoCE devices, round $i"
     [ "$(functions)" = 2 ] || fail "bound $(functions) after insmod, round $i"
