@@ -602,8 +602,9 @@ pub fn test_linux_driver(workspace: &Path, timeout: u64) -> Result<bool, String>
 }
 
 /// What `bench-linux-driver` runs in the guest: perftest between the functions over the
-/// kernel driver and the provider, one line per point; `fldemu rc-bw` on two in-process cards
-/// in the same guest (its JSON line); iperf3 with one stream and with eight over four channels.
+/// kernel driver and the provider, one line per point; `fldemu rc-bw` and `rc-lat` on two
+/// in-process cards in the same guest (their JSON lines); perftest's READ latency; iperf3 with
+/// one stream and with eight over four channels.
 const BENCH: &str = r#"
 load
 set -- $(netdevs)
@@ -616,6 +617,13 @@ for op in write send read; do
     done
 done
 echo "bench rc-bw $(fldemu rc-bw --ops write,send,read --size-min 64 --size-max 65536 --bytes 16777216 --json | tail -1)"
+# Latency: READ needs no CPU at the responder, so two programs on one vCPU do not take turns.
+for size in 64 4096; do
+    card_pair ib_read_lat -x -s $size -n 2000 > /dev/null
+    lat=$(awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $5 }' /tmp/client.txt | tail -1)
+    echo "bench perftest-lat read $size ${lat:-0}"
+done
+echo "bench rc-lat $(fldemu rc-lat --size-min 64 --size-max 4096 --iters 2000 --json | tail -1)"
 ip netns exec b iperf3 -s -D -B 10.77.0.2 || fail "iperf3 server"
 sleep 1
 ip netns exec a iperf3 -c 10.77.0.2 -t 5 -J > /tmp/one.json || fail "iperf3"
@@ -662,6 +670,8 @@ pub fn bench_linux_driver(workspace: &Path, timeout: u64, json: bool) -> Result<
     let mut perftest = Vec::new();
     let mut rc_bw = serde_json::Value::Null;
     let mut iperf = Vec::new();
+    let mut read_lat = Vec::new();
+    let mut rc_lat = serde_json::Value::Null;
     for line in out.output.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
@@ -672,6 +682,14 @@ pub fn bench_linux_driver(workspace: &Path, timeout: u64, json: bool) -> Result<
             }),
             ["bench", "rc-bw", ..] => {
                 rc_bw = serde_json::from_str(line.trim_start_matches("bench rc-bw "))
+                    .unwrap_or(serde_json::Value::Null)
+            }
+            ["bench", "perftest-lat", _, size, us] => read_lat.push((
+                size.parse::<u64>().unwrap_or(0),
+                us.parse::<f64>().unwrap_or(0.0),
+            )),
+            ["bench", "rc-lat", ..] => {
+                rc_lat = serde_json::from_str(line.trim_start_matches("bench rc-lat "))
                     .unwrap_or(serde_json::Value::Null)
             }
             ["bench", "iperf3", streams, bps] => {
@@ -699,9 +717,14 @@ pub fn bench_linux_driver(workspace: &Path, timeout: u64, json: bool) -> Result<
             .iter()
             .map(|(n, g)| serde_json::json!({ "streams": n, "gbps": g }))
             .collect();
+        let lat: Vec<serde_json::Value> = read_lat
+            .iter()
+            .map(|(size, us)| serde_json::json!({ "size": size, "ib_read_lat_typical_us": us }))
+            .collect();
         println!(
             "{}",
-            serde_json::json!({ "perftest": points, "iperf3": iperf, "rc_bw": rc_bw })
+            serde_json::json!({ "perftest": points, "ib_read_lat": lat, "iperf3": iperf,
+                                "rc_bw": rc_bw, "rc_lat": rc_lat })
         );
     } else {
         println!(
@@ -718,6 +741,17 @@ pub fn bench_linux_driver(workspace: &Path, timeout: u64, json: bool) -> Result<
                 p.gbps,
                 rc.map_or("-".into(), |r| format!("{r:.3}")),
                 ratio.map_or("-".into(), |r| format!("{r:.1}"))
+            );
+        }
+        for (size, us) in &read_lat {
+            let rc = rc_lat["results"].as_array().and_then(|r| {
+                r.iter()
+                    .find(|p| p["size"] == *size)
+                    .and_then(|p| p["median_us"].as_f64())
+            });
+            println!(
+                "ib_read_lat {size} B: {us:.2} us typical; rc-lat (SEND, one way) in guest: {}",
+                rc.map_or("-".into(), |r| format!("{r:.2} us median"))
             );
         }
         for (streams, gbps) in &iperf {

@@ -130,6 +130,7 @@ void fldnic_ring_free(struct fldnic *nic, struct fldnic_ring *r);
 void fldnic_ring_init_owner(struct fldnic_ring *r, size_t entry);
 void fldnic_cq_update(struct fldnic *nic, struct fldnic_cq *q, bool arm);
 void *fldnic_cq_peek(struct fldnic_cq *q, size_t entry);
+int fldnic_create_eq(struct fldnic *nic, struct fldnic_cq *eq, u8 log_size, u16 vector);
 
 bool fldnic_gsi_rx(struct fldnic *nic, const u8 *frame, unsigned int len);
 

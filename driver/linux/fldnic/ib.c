@@ -1073,26 +1073,11 @@ static irqreturn_t fldnic_ib_events(int irq, void *data)
 
 static int fldnic_ib_eq_create(struct fldnic_ib *ib)
 {
-	struct fldnic *nic = ib->nic;
-	struct fldnic_create_eq_in in = {};
-	int err;
+	int err = fldnic_create_eq(ib->nic, &ib->eq, FLDNIC_IB_LOG_EQ, ib->nic->ib_vector);
 
-	err = fldnic_ring_alloc(nic, &ib->eq.ring, FLDNIC_EQE_SIZE, FLDNIC_IB_LOG_EQ);
 	if (err)
-		return err;
-	fldnic_ring_init_owner(&ib->eq.ring, FLDNIC_EQE_SIZE);
-	in.addr = cpu_to_le64(ib->eq.ring.dma);
-	in.log_size = FLDNIC_IB_LOG_EQ;
-	in.msix_vector = cpu_to_le16(nic->ib_vector);
-	err = fldnic_create(nic, FLDNIC_OP_CREATE_EQ, &in, sizeof(in), &ib->eq.num);
-	if (err) {
-		fldnic_ring_free(nic, &ib->eq.ring);
-		return err;
-	}
-	ib->eq.ci = 0;
-	ib->eq.arm_sn = 0;
-	ib->eq.db = FLDNIC_DB_EQ_BASE + 4 * ib->eq.num;
-	return 0;
+		fldnic_ring_free(ib->nic, &ib->eq.ring);
+	return err;
 }
 
 static void fldnic_ib_eq_destroy(struct fldnic_ib *ib)

@@ -262,6 +262,31 @@ void fldnic_destroy(struct fldnic *nic, u16 opcode, u32 id)
 	fldnic_exec(nic, opcode, &in, sizeof(in), NULL, 0);
 }
 
+/*
+ * An event queue of 2^@log_size entries signalling MSI-X @vector, not armed; its ring is
+ * freed by the caller (fldnic_ring_free) whether or not the command succeeded.
+ */
+int fldnic_create_eq(struct fldnic *nic, struct fldnic_cq *eq, u8 log_size, u16 vector)
+{
+	struct fldnic_create_eq_in in = {};
+	int err;
+
+	err = fldnic_ring_alloc(nic, &eq->ring, FLDNIC_EQE_SIZE, log_size);
+	if (err)
+		return err;
+	fldnic_ring_init_owner(&eq->ring, FLDNIC_EQE_SIZE);
+	in.addr = cpu_to_le64(eq->ring.dma);
+	in.log_size = log_size;
+	in.msix_vector = cpu_to_le16(vector);
+	err = fldnic_create(nic, FLDNIC_OP_CREATE_EQ, &in, sizeof(in), &eq->num);
+	if (err)
+		return err;
+	eq->ci = 0;
+	eq->arm_sn = 0;
+	eq->db = FLDNIC_DB_EQ_BASE + 4 * eq->num;
+	return 0;
+}
+
 static int fldnic_create_cq(struct fldnic *nic, struct fldnic_cq *cq, u32 eqn, u8 log_size)
 {
 	struct fldnic_create_cq_in in = {};
@@ -527,25 +552,14 @@ static void fldnic_down(struct fldnic *nic)
 /* One channel: its EQ on its vector, its CQs, the send queue and the filled receive queue. */
 static int fldnic_channel_up(struct fldnic *nic, struct fldnic_channel *ch)
 {
-	struct fldnic_create_eq_in eq = {};
 	struct fldnic_create_sq_in sq = {};
 	struct fldnic_create_rq_in rq = {};
 	u32 ntx = 1U << FLDNIC_LOG_TXQ, nrx = 1U << FLDNIC_LOG_RXQ;
 	int err;
 
-	err = fldnic_ring_alloc(nic, &ch->eq.ring, FLDNIC_EQE_SIZE, FLDNIC_LOG_EQ);
+	err = fldnic_create_eq(nic, &ch->eq, FLDNIC_LOG_EQ, ch->index);
 	if (err)
 		return err;
-	fldnic_ring_init_owner(&ch->eq.ring, FLDNIC_EQE_SIZE);
-	eq.addr = cpu_to_le64(ch->eq.ring.dma);
-	eq.log_size = FLDNIC_LOG_EQ;
-	eq.msix_vector = cpu_to_le16(ch->index);
-	err = fldnic_create(nic, FLDNIC_OP_CREATE_EQ, &eq, sizeof(eq), &ch->eq.num);
-	if (err)
-		return err;
-	ch->eq.ci = 0;
-	ch->eq.arm_sn = 0;
-	ch->eq.db = FLDNIC_DB_EQ_BASE + 4 * ch->eq.num;
 
 	err = fldnic_create_cq(nic, &ch->tx.cq, ch->eq.num, FLDNIC_LOG_TXQ);
 	if (err)
