@@ -38,7 +38,7 @@ struct fldnic_create_qp_resp {
 	__aligned_u64 rq_db_key;	/* 0 with an SRQ */
 	__u32 qpn;
 	__u32 sq_db_offset;	/* the send producer counter, in basic blocks */
-	__u32 rq_db_offset;	/* the receive producer counter, in WQEs */
+	__u32 rq_db_offset;	/* the receive producer counter, in WQEs; 0 with an SRQ */
 	__u8 log_sq_size;
 	__u8 log_rq_size;
 	__u8 log_rq_stride;

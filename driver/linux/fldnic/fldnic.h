@@ -127,7 +127,7 @@ void fldnic_destroy(struct fldnic *nic, u16 opcode, u32 id);
 
 int fldnic_ring_alloc(struct fldnic *nic, struct fldnic_ring *r, size_t entry, u8 log_size);
 void fldnic_ring_free(struct fldnic *nic, struct fldnic_ring *r);
-void fldnic_ring_init_owner(struct fldnic_ring *r, size_t entry);
+void fldnic_ring_init_owner(void *buf, u8 log_size, size_t entry);
 void fldnic_cq_update(struct fldnic *nic, struct fldnic_cq *q, bool arm);
 void *fldnic_cq_peek(struct fldnic_cq *q, size_t entry);
 int fldnic_create_eq(struct fldnic *nic, struct fldnic_cq *eq, u8 log_size, u16 vector);

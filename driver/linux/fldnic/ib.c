@@ -81,6 +81,7 @@ struct fldnic_mmap {
 	dma_addr_t dma;
 	size_t bytes;
 	phys_addr_t phys;	/* doorbell page */
+	u32 word;		/* doorbell: the word's byte offset in its page */
 };
 
 struct fldnic_mr {
@@ -373,6 +374,7 @@ static struct fldnic_mmap *fldnic_db_user(struct fldnic_ib *ib, struct ib_udata 
 	m->kind = FLDNIC_MMAP_DOORBELL;
 	m->phys = pci_resource_start(ib->nic->pdev, FLDNIC_BAR_DOORBELL) +
 		  (offset & ~(u64)(PAGE_SIZE - 1));
+	m->word = offset & (PAGE_SIZE - 1);
 	err = rdma_user_mmap_entry_insert(&uctx->ibucontext, &m->rdma, PAGE_SIZE);
 	if (err) {
 		kfree(m);
@@ -525,8 +527,7 @@ static int fldnic_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *at
 	struct fldnic_create_cq_resp resp = {};
 	struct fldnic_create_cq_in in = {};
 	struct ib_udata *udata = attrs ? &attrs->driver_udata : NULL;
-	u32 log_size, i;
-	u8 *ring;
+	u32 log_size;
 	int err;
 
 	if (attr->flags)
@@ -541,9 +542,7 @@ static int fldnic_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *at
 	cq->ring = fldnic_ring_user(ib, udata, FLDNIC_CQE_SIZE << log_size);
 	if (IS_ERR(cq->ring))
 		return PTR_ERR(cq->ring);
-	ring = cq->ring->buf;
-	for (i = 0; i < 1U << log_size; i++)
-		ring[i * FLDNIC_CQE_SIZE + FLDNIC_CQE_SIZE - 1] = FLDNIC_INVALID_OWNER_BYTE;
+	fldnic_ring_init_owner(cq->ring->buf, log_size, FLDNIC_CQE_SIZE);
 	in.addr = cpu_to_le64(cq->ring->dma);
 	in.eqn = cpu_to_le32(ib->eq.num);
 	in.log_size = log_size;
@@ -558,7 +557,7 @@ static int fldnic_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *at
 	resp.ring_key = fldnic_mmap_key(cq->ring);
 	resp.db_key = fldnic_mmap_key(cq->db);
 	resp.cqn = cq->cqn;
-	resp.db_offset = (FLDNIC_DB_CQ_BASE + 4 * cq->cqn) & (PAGE_SIZE - 1);
+	resp.db_offset = cq->db->word;
 	resp.log_size = log_size;
 	err = ib_copy_to_udata(udata, &resp, sizeof(resp));
 	if (err)
@@ -689,8 +688,8 @@ static int fldnic_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	resp.sq_db_key = fldnic_mmap_key(qp->sq_db);
 	resp.rq_db_key = fldnic_mmap_key(qp->rq_db);
 	resp.qpn = qp->qpn;
-	resp.sq_db_offset = (FLDNIC_DB_QP_SQ_BASE + 4 * slot) & (PAGE_SIZE - 1);
-	resp.rq_db_offset = (FLDNIC_DB_QP_RQ_BASE + 4 * slot) & (PAGE_SIZE - 1);
+	resp.sq_db_offset = qp->sq_db->word;
+	resp.rq_db_offset = qp->rq_db ? qp->rq_db->word : 0;
 	resp.log_sq_size = log_sq;
 	resp.log_rq_size = log_rq;
 	resp.log_rq_stride = log_stride;
@@ -915,7 +914,7 @@ static int fldnic_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init
 	resp.ring_key = fldnic_mmap_key(srq->ring);
 	resp.db_key = fldnic_mmap_key(srq->db);
 	resp.srqn = srq->srqn;
-	resp.db_offset = (FLDNIC_DB_SRQ_BASE + 4 * srq->srqn) & (PAGE_SIZE - 1);
+	resp.db_offset = srq->db->word;
 	resp.log_size = log_size;
 	resp.log_stride = log_stride;
 	err = ib_copy_to_udata(udata, &resp, sizeof(resp));

@@ -209,13 +209,13 @@ void fldnic_ring_free(struct fldnic *nic, struct fldnic_ring *r)
 	r->buf = NULL;
 }
 
-/* Marks every entry of an event or completion ring as never written. */
-void fldnic_ring_init_owner(struct fldnic_ring *r, size_t entry)
+/* Marks every entry of an event or completion ring of 2^@log_size entries as never written. */
+void fldnic_ring_init_owner(void *buf, u8 log_size, size_t entry)
 {
 	u32 i;
 
-	for (i = 0; i < (1U << r->log_size); i++)
-		((u8 *)r->buf)[i * entry + entry - 1] = FLDNIC_INVALID_OWNER_BYTE;
+	for (i = 0; i < (1U << log_size); i++)
+		((u8 *)buf)[i * entry + entry - 1] = FLDNIC_INVALID_OWNER_BYTE;
 }
 
 /* The consumer doorbell word: the counter, and the bits of the last arm (§4). */
@@ -274,7 +274,7 @@ int fldnic_create_eq(struct fldnic *nic, struct fldnic_cq *eq, u8 log_size, u16 
 	err = fldnic_ring_alloc(nic, &eq->ring, FLDNIC_EQE_SIZE, log_size);
 	if (err)
 		return err;
-	fldnic_ring_init_owner(&eq->ring, FLDNIC_EQE_SIZE);
+	fldnic_ring_init_owner(eq->ring.buf, log_size, FLDNIC_EQE_SIZE);
 	in.addr = cpu_to_le64(eq->ring.dma);
 	in.log_size = log_size;
 	in.msix_vector = cpu_to_le16(vector);
@@ -295,7 +295,7 @@ static int fldnic_create_cq(struct fldnic *nic, struct fldnic_cq *cq, u32 eqn, u
 	err = fldnic_ring_alloc(nic, &cq->ring, FLDNIC_CQE_SIZE, log_size);
 	if (err)
 		return err;
-	fldnic_ring_init_owner(&cq->ring, FLDNIC_CQE_SIZE);
+	fldnic_ring_init_owner(cq->ring.buf, log_size, FLDNIC_CQE_SIZE);
 	in.addr = cpu_to_le64(cq->ring.dma);
 	in.eqn = cpu_to_le32(eqn);
 	in.log_size = log_size;
