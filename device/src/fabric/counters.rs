@@ -55,6 +55,9 @@ pub struct TlpCounters {
     /// Read operations the function issued (one per DMA read, however many request TLPs it
     /// took): the dependent round trips a timing model charges latency for.
     read_operations: AtomicU64,
+    /// Peer-to-peer reads this function completed (requests another function sent to its BAR):
+    /// a timing model charges the round trip to this function, not to host memory.
+    reads_served: AtomicU64,
 }
 
 impl TlpCounters {
@@ -83,6 +86,12 @@ impl TlpCounters {
     pub fn read_operations(&self) -> u64 {
         self.read_operations.load(Relaxed)
     }
+    pub fn add_read_served(&self) {
+        self.reads_served.fetch_add(1, Relaxed);
+    }
+    pub fn reads_served(&self) -> u64 {
+        self.reads_served.load(Relaxed)
+    }
     pub fn snapshot(&self) -> TlpStats {
         let v: Vec<u64> = self.c.iter().map(|a| a.load(Relaxed)).collect();
         TlpStats {
@@ -99,5 +108,6 @@ impl TlpCounters {
             a.store(0, Relaxed);
         }
         self.read_operations.store(0, Relaxed);
+        self.reads_served.store(0, Relaxed);
     }
 }

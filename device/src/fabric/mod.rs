@@ -513,6 +513,12 @@ impl Fabric {
         self.counters_of(id).read_operations()
     }
 
+    /// Peer-to-peer reads function `id` completed: reads other functions sent to its BARs
+    /// (each once, however many TLPs it took).
+    pub fn reads_served(&self, id: FunctionId) -> u64 {
+        self.counters_of(id).reads_served()
+    }
+
     /// Resets all counters to zero.
     pub fn clear_stats(&self) {
         self.host_counters.clear();
@@ -824,6 +830,7 @@ impl DmaPort<'_> {
             Some(p) => self.link_counters(p, |c| {
                 c.add_down(reqs, reqs * oh, 0);
                 c.add_up(cpls, cpls * oh, len);
+                c.add_read_served();
             }),
             None => {
                 self.tally.host.down(reqs, reqs * oh, 0);

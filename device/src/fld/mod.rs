@@ -327,7 +327,7 @@ impl FldFunction {
             !core.tx.doorbells_due.is_empty() || core.rx.doorbell_due || core.cq_doorbells_due;
         if due {
             if let Some(fabric) = self.shared.fabric.upgrade() {
-                work += ring_doorbells(core, &fabric, self.pci.id);
+                work += ring_doorbells(core, &fabric, self.pci.id, self.bar2_base());
             }
         }
         work
@@ -384,7 +384,7 @@ impl PciFunction for FldFunction {
 }
 
 /// P2P doorbell writes to the NIC: SQ producers, the RQ producer, CQ consumers.
-fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId) -> usize {
+fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId, bar2: u64) -> usize {
     if core.nic_doorbell == 0 {
         return 0;
     }
@@ -394,19 +394,33 @@ fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId) -> usize
     for k in 0..core.tx.doorbells_due.len() {
         let qi = core.tx.doorbells_due[k] as usize;
         // A queue rebound since it became due has nothing to ring.
-        let Some(q) = core.tx.queues.get_mut(qi).filter(|q| q.doorbell_due) else {
+        let Some(q) = core.tx.queues.get(qi).filter(|q| q.doorbell_due) else {
             continue;
         };
-        q.doorbell_due = false;
-        let slot = if q.rdma {
-            nic::db::slot(
-                nic::db::QP_SQ_BASE,
-                q.sqn.wrapping_sub(nic::QPN_BASE) % nic::db::QP_SLOTS,
+        let (rdma, sqn, pi) = (q.rdma, q.sqn, q.pi);
+        let (slot, buffer) = if rdma {
+            let i = sqn.wrapping_sub(nic::QPN_BASE) % nic::db::QP_SLOTS;
+            (
+                nic::db::slot(nic::db::QP_SQ_BASE, i),
+                nic::db::wqe_buffer(nic::db::QP_SQ_WQE_BASE, i),
             )
         } else {
-            nic::db::slot(nic::db::SQ_BASE, q.sqn)
+            (
+                nic::db::slot(nic::db::SQ_BASE, sqn),
+                nic::db::wqe_buffer(nic::db::SQ_WQE_BASE, sqn),
+            )
         };
-        let _ = dma.write(base + slot, &(q.pi & 0xffff).to_le_bytes());
+        if let Some((counter, wqe)) = core.tx.lone_wqe(&core.geo, bar2, qi) {
+            // The NIC's §4.1 order: seal cleared, the WQE, the seal naming it, the doorbell.
+            let seal = base + buffer + nic::db::WQE_SEAL_OFFSET;
+            let _ = dma.write(seal, &0u32.to_le_bytes());
+            let _ = dma.write(base + buffer, &wqe);
+            let _ = dma.write(seal, &nic::db::wqe_seal(counter, 1).to_le_bytes());
+        }
+        let _ = dma.write(base + slot, &(pi & 0xffff).to_le_bytes());
+        let q = &mut core.tx.queues[qi];
+        q.doorbell_due = false;
+        q.rung = pi;
         n += 1;
     }
     core.tx.doorbells_due.clear();

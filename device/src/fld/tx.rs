@@ -41,6 +41,9 @@ pub(super) struct TxQueue {
     /// WQEs posted since the last one that asked for a completion.
     since_signal: u32,
     pub doorbell_due: bool,
+    /// `pi` when the NIC's doorbell was last written: a doorbell that covers one WQE sends
+    /// the WQE with it (WQE by MMIO).
+    pub rung: u32,
 }
 
 /// The Tx module: descriptor pool, both translation tables, the shared buffer, the queues and
@@ -166,7 +169,7 @@ impl TxEngine {
     /// The WQE a CPU driver would have written for the descriptor at (queue, slot). The last
     /// WQE posted when the NIC fetches it always asks for a completion, so credits always
     /// return.
-    fn generate_wqe(
+    pub(super) fn generate_wqe(
         &self,
         geo: &FldGeometry,
         bar2: u64,
@@ -196,6 +199,20 @@ impl TxEngine {
             ext.copy_from_slice(self.buffer.get(at..at + RDMA_EXTENSION_LEN)?);
         }
         Some(d.expand_rdma(signal, tq.sqn, window, RdmaExtension::from_bytes(&ext)))
+    }
+
+    /// The WQE queue `q` posted last, for the NIC's WQE-by-MMIO buffer, when the doorbell about
+    /// to be written covers it alone (FlexDriver §6, "PCIe Optimizations"; the NIC's side is
+    /// `docs/nic-interface.md` §4.1): the NIC then sends it without reading the Tx-ring window.
+    /// A burst is left to the NIC's fetch, which reads it in one request.
+    pub fn lone_wqe(&self, geo: &FldGeometry, bar2: u64, q: usize) -> Option<(u32, [u8; 64])> {
+        let tq = self.queues.get(q)?;
+        if tq.pi.wrapping_sub(tq.rung) != 1 {
+            return None;
+        }
+        let counter = tq.pi.wrapping_sub(1);
+        let slot = (counter as u64 % (geo.tx_ring_bytes() / nic::WQEBB as u64)) as u16;
+        Some((counter, self.generate_wqe(geo, bar2, q, slot)?))
     }
 
     /// The NIC reads the Tx-data window at `offset` (from the window's start): the

@@ -310,6 +310,7 @@ impl Nic {
         NicStats {
             uplink: core.eswitch.uplink.counters,
             wire_tx_frames: core.wire_tx_frames,
+            loopback_frames: core.loopback_frames,
             bad_doorbells: core.bad_doorbells,
         }
     }
@@ -333,6 +334,10 @@ pub struct OnChipMemory {
 pub struct NicStats {
     pub uplink: eswitch::VportCounters,
     pub wire_tx_frames: u64,
+    /// Frames a host vPort sent that the eSwitch delivered to a host vPort (hairpin and
+    /// function-to-function traffic, FLD's included): each crossed the NIC's transmit and
+    /// receive pipelines without touching the wire.
+    pub loopback_frames: u64,
     pub bad_doorbells: u64,
 }
 
@@ -581,6 +586,7 @@ pub(crate) struct NicCore {
     /// A time the runner pins (tests, discrete-event runs), ahead of `clock`.
     manual_clock: Option<u64>,
     wire_tx_frames: u64,
+    loopback_frames: u64,
     bad_doorbells: u64,
     /// WQEs taken from WQE-by-MMIO buffers, and sealed buffers refused.
     wqe_mmio: datapath::WqeMmioCounters,
@@ -629,6 +635,7 @@ impl NicCore {
             clock: Arc::new(ManualClock::default()),
             manual_clock: None,
             wire_tx_frames: 0,
+            loopback_frames: 0,
             bad_doorbells: 0,
             wqe_mmio: Default::default(),
             rx_prefetch: Default::default(),

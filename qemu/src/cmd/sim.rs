@@ -94,11 +94,27 @@ fn reference_at(w: &WorkloadResult, x: f64) -> Option<(String, f64)> {
 fn print_report(r: &Report, speed: &Speed) {
     println!("scenario {} (seed {})", r.scenario, r.seed);
     println!("parameters:");
-    for (name, nic, pcie, cpu) in &r.parameters.hosts {
+    for (name, nic, pcie, cpu, fld) in &r.parameters.hosts {
         println!(
             "  host {name}: NIC {} ns/packet, QP cache {} x {} B, MTT cache {}; PCIe read {} ns, write {} ns, {} Gbit/s; CPU post {} ns, poll {} ns, unload {} ns",
             nic.packet_ns, nic.qp_cache_entries, nic.qp_context_bytes, nic.mtt_cache_entries,
             pcie.read_latency_ns, pcie.write_latency_ns, pcie.gbps, cpu.post_ns, cpu.poll_ns, cpu.unload_ns
+        );
+        if cpu.interference_hz > 0.0 {
+            println!(
+                "    OS interference: {} /s, {} ns each",
+                cpu.interference_hz, cpu.interference_ns
+            );
+        }
+        println!(
+            "    FLD: {} MHz x {} B, {} + {} cycles; PCIe read {} ns, write {} ns, {} Gbit/s",
+            fld.clock_mhz,
+            fld.datapath_bytes,
+            fld.stage_cycles,
+            fld.response_cycles,
+            fld.read_latency_ns,
+            fld.write_latency_ns,
+            fld.pcie_gbps
         );
     }
     for (ends, l) in &r.parameters.links {
@@ -126,8 +142,12 @@ fn print_report(r: &Report, speed: &Speed) {
                 "bytes", "one-way us", "p99 us", "RTT us", "QPC miss"
             ),
             "echo_latency" => println!(
-                "{:>8} {:>12} {:>12} {:>12} {:>12}  reference",
-                "bytes", "RTT us", "p99 us", "mean us", "mismatches"
+                "{:>8} {:>12} {:>12} {:>12} {:>12} {:>12}  reference",
+                "bytes", "RTT us", "p99 us", "p99.9 us", "mean us", "mismatches"
+            ),
+            "echo_rate" | "fld_model" => println!(
+                "{:>8} {:>10} {:>10} {:>8} {:>12}  reference",
+                "bytes", "Mpps", "Gbit/s", "window", "mismatches"
             ),
             "rpc_rate" => println!(
                 "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
@@ -173,12 +193,21 @@ fn print_report(r: &Report, speed: &Speed) {
                     qpc
                 ),
                 "echo_latency" => println!(
-                    "{:>8} {:>12.3} {:>12.3} {:>12.3} {:>12}  {reference}",
+                    "{:>8} {:>12.3} {:>12.3} {:>12.3} {:>12.3} {:>12}  {reference}",
                     p.size,
                     m("rtt_us"),
                     m("rtt_p99_us"),
+                    m("p999_us"),
                     m("rtt_mean_us"),
                     m("mismatches")
+                ),
+                "echo_rate" | "fld_model" => println!(
+                    "{:>8} {:>10.3} {:>10.3} {:>8} {:>12}  {reference}",
+                    p.size,
+                    m("mpps"),
+                    m("gbps"),
+                    p.metrics.get("window").map_or("-".into(), |w| w.to_string()),
+                    p.metrics.get("mismatches").map_or("-".into(), |w| w.to_string()),
                 ),
                 _ if w.x == "rtt_ratio" => println!(
                     "{:>8} {:>6} {:>10.2} {:>10.3} {:>10.3}  {reference}",

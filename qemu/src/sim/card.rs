@@ -19,24 +19,36 @@
 //! Reads the engine issues ahead of need — receive WQEs read after their doorbell — delay no
 //! packet: they count on the link, not as dependent reads.
 //!
+//! FLD (FlexDriver §5) is a second engine on the card, timed apart ([`SimHost::run_fld`]): the
+//! NIC reaches it peer to peer over FLD's own PCIe link (the fabric counts those TLPs on FLD's
+//! function, and the reads FLD served), so a NIC batch that touches FLD is charged FLD's link
+//! rate and, per dependent read of FLD's BAR (a generated WQE, then its data), FLD's read
+//! round trip; what the NIC writes into FLD (packets, CQEs) lands one FLD write latency after
+//! the batch, and FLD's step runs then. FLD's step costs its data beats and pipeline cycles at
+//! its clock; its doorbells reach the NIC one write latency after the step.
+//!
 //! Left out: overlap between consecutive batches (a batch starts when the previous one ended),
-//! interrupts (applications poll), the FLD function's own timing (its traffic counts on the
-//! PCIe link like the NIC's).
+//! interrupts (applications poll), the spread of FLD's own latencies (no jitter).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use fld_abi::fld::Stat as FldStat;
 use fld_device::card::{Card, CardConfig};
 use fld_device::fabric::{TlpStats, HOST};
 use fld_device::nic::NicConfig;
+use fld_device::pcie::FunctionId;
 use fld_device::wire::Wire;
 use fld_driver::inprocess::{InProcessDevice, InProcessHost};
 use fld_host::verbs::{Context, VerbsError};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Exp};
 use serde::Serialize;
 
 use super::events::{Ps, PS_PER_NS};
 use super::network::FramePool;
-use super::params::{serialization_ps, HostParams, NicParams, PcieParams};
+use super::params::{serialization_ps, FldParams, HostParams, NicParams, PcieParams};
 
 /// The card's end of its uplink cable: frames the network delivered wait in `inbox` until the
 /// engine takes them; frames the engine sends collect in `outbox` until the runner puts them on
@@ -98,6 +110,33 @@ pub struct CardTiming {
     /// `rx_out_of_order`), and all the RoCE packets received.
     pub rx_out_of_order: u64,
     pub roce_packets_received: u64,
+    /// FLD: steps that did work, TLP bytes on its link (NIC to FLD and FLD to NIC), NIC reads
+    /// it served, packets it gave the accelerator and sent for it, and its busy time, ns.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub fld_steps: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub fld_pcie_bytes_in: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub fld_pcie_bytes_out: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub fld_reads_served: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub fld_rx_packets: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub fld_tx_packets: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub fld_busy_ns: u64,
+    /// Times the operating system took the application's core, and the time it kept it, ns.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub interruptions: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub interrupted_ns: u64,
+}
+
+/// Keeps the FLD and interference counters out of the results of runs that have neither, so
+/// those results stay byte-identical to the runs before FLD was timed.
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// The counters a batch is measured against.
@@ -111,6 +150,75 @@ struct Snapshot {
     mtt: (u64, u64),
     /// Time the receive pipeline waited on the reorder unit's bitmaps (LEFT §4.2), ns.
     reorder_ns: u64,
+    /// FLD's link, and the NIC reads of FLD's BAR it completed.
+    fld_link: TlpStats,
+    fld_reads: u64,
+    /// Frames one host vPort sent to another (FLD's included) through the eSwitch.
+    loopback: u64,
+}
+
+/// FLD's statistics a step is measured by.
+#[derive(Clone, Copy, Default)]
+struct FldSnapshot {
+    rx_packets: u64,
+    rx_bytes: u64,
+    tx_packets: u64,
+    tx_bytes: u64,
+    completions: u64,
+}
+
+/// What one FLD step did and when its effects appear.
+pub struct FldStep {
+    pub work: bool,
+    /// When FLD can start its next step.
+    pub free: Ps,
+    /// When the step's doorbells reach the NIC (None: it did nothing).
+    pub nic_sees: Option<Ps>,
+}
+
+/// The operating system's interruptions of the application's core: a seeded Poisson process.
+struct Interference {
+    rng: SmallRng,
+    gaps: Option<Exp<f64>>,
+    duration: Ps,
+    next: Ps,
+    /// The end of the latest interruption begun.
+    until: Ps,
+}
+
+impl Interference {
+    fn new(p: &HostParams, seed: u64) -> Self {
+        let gaps = (p.interference_hz > 0.0 && p.interference_ns > 0)
+            .then(|| Exp::new(p.interference_hz / 1e12).ok())
+            .flatten();
+        let mut i = Interference {
+            rng: SmallRng::seed_from_u64(seed),
+            gaps,
+            duration: p.interference_ns * PS_PER_NS,
+            next: Ps::MAX,
+            until: 0,
+        };
+        i.next = i.gap();
+        i
+    }
+
+    fn gap(&mut self) -> Ps {
+        match &self.gaps {
+            Some(e) => e.sample(&mut self.rng).ceil() as Ps,
+            None => Ps::MAX,
+        }
+    }
+
+    /// When a step wanting the core at `t` gets it, and the interruptions begun by then.
+    fn core_free(&mut self, t: Ps) -> (Ps, u64) {
+        let mut begun = 0;
+        while self.next <= t {
+            self.until = self.until.max(self.next + self.duration);
+            self.next = self.next.saturating_add(self.gap());
+            begun += 1;
+        }
+        (t.max(self.until), begun)
+    }
 }
 
 impl SimHost {
@@ -143,6 +251,8 @@ pub struct Batch {
     pub frames: Frames,
     /// When the batch's writes land in host memory (None: it wrote nothing there).
     pub host_sees: Option<Ps>,
+    /// When the batch's writes into FLD (packets, CQEs) land there (None: it wrote none).
+    pub fld_sees: Option<Ps>,
     /// The earliest transport timer of the card, if one is armed.
     pub next_timer: Option<Ps>,
 }
@@ -178,8 +288,16 @@ pub struct SimHost {
     pub nic: NicParams,
     pub pcie: PcieParams,
     pub cpu: HostParams,
+    pub fld: FldParams,
+    /// The FLD function's place on the card's fabric.
+    pub fld_id: FunctionId,
     functions: Vec<u16>,
     last: Snapshot,
+    fld_last: FldSnapshot,
+    /// When FLD may step again, and its pending wake-up.
+    pub fld_free: Ps,
+    pub fld_wake: Option<Ps>,
+    interference: Interference,
     pub timing: CardTiming,
     /// When the engine may run again.
     pub engine_free: Ps,
@@ -209,11 +327,13 @@ impl SimHost {
         index: u16,
         ip: [u8; 4],
         memory_bytes: usize,
-        (nic, pcie, cpu): (NicParams, PcieParams, HostParams),
+        (nic, pcie, cpu, fld): (NicParams, PcieParams, HostParams, FldParams),
         pool: FramePool,
+        (host_functions, seed): (u16, u64),
     ) -> Result<Self, VerbsError> {
         let card = Card::new(CardConfig {
             nic: NicConfig {
+                host_functions,
                 card_id: index,
                 qp_cache_entries: nic.qp_cache_entries,
                 mtt_cache_entries: nic.mtt_cache_entries,
@@ -225,6 +345,7 @@ impl SimHost {
                 reorder_bdp: nic.reorder_bdp,
                 reorder_budget_ns: nic.reorder_budget_ns,
                 qp_budget: nic.qp_budget,
+                sq_budget: nic.sq_budget,
                 ..Default::default()
             },
             ..Default::default()
@@ -245,8 +366,12 @@ impl SimHost {
             pool,
         }));
         card.nic.set_uplink(Box::new(PortWire(port.clone())));
-        let functions = (0..card.fabric.function_count() as u16).collect();
+        let fld_id = card.fld.id();
+        let functions = (0..card.fabric.function_count() as u16)
+            .filter(|&f| f != fld_id)
+            .collect();
         let mac = ctx.mac();
+        let interference = Interference::new(&cpu, seed ^ u64::from(index));
         let mut h = SimHost {
             name: name.to_string(),
             card,
@@ -258,8 +383,14 @@ impl SimHost {
             nic,
             pcie,
             cpu,
+            fld,
+            fld_id,
             functions,
             last: Snapshot::default(),
+            fld_last: FldSnapshot::default(),
+            fld_free: 0,
+            fld_wake: None,
+            interference,
             timing: CardTiming::default(),
             engine_free: 0,
             nic_wake: None,
@@ -272,7 +403,24 @@ impl SimHost {
             outbox_spare: Vec::new(),
         };
         h.last = h.snapshot();
+        h.fld_last = h.fld_snapshot();
         Ok(h)
+    }
+
+    fn fld_snapshot(&self) -> FldSnapshot {
+        let s = |k| self.card.fld.stat(k);
+        FldSnapshot {
+            rx_packets: s(FldStat::RxPackets),
+            rx_bytes: s(FldStat::RxBytes),
+            tx_packets: s(FldStat::TxPackets),
+            tx_bytes: s(FldStat::TxBytes),
+            completions: s(FldStat::TxCompletions),
+        }
+    }
+
+    /// The driver's handle on the FLD function.
+    pub fn fld_device(&self) -> Arc<InProcessDevice> {
+        self.host.device(self.fld_id)
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -286,6 +434,9 @@ impl SimHost {
             qp: (qp.hits, qp.misses),
             mtt: (mtt.hits, mtt.misses),
             reorder_ns: self.card.nic.reorder_counters().stall_ns,
+            fld_link: f.stats(self.fld_id),
+            fld_reads: f.reads_served(self.fld_id),
+            loopback: self.card.nic.stats().loopback_frames,
         }
     }
 
@@ -302,6 +453,7 @@ impl SimHost {
     /// Forgets what set-up cost: the counters a run is measured from start here.
     pub fn settle(&mut self) {
         self.last = self.snapshot();
+        self.fld_last = self.fld_snapshot();
         self.timing = CardTiming::default();
     }
 
@@ -317,7 +469,7 @@ impl SimHost {
     /// Runs one engine batch at `now` and charges it (see the module comment).
     pub fn run_engine(&mut self, now: Ps) -> Batch {
         self.card.nic.set_clock(Some(now / PS_PER_NS));
-        let work = self.card.poll() > 0;
+        let work = self.card.nic.poll() > 0;
         let (sent, received) = {
             let mut p = self.port.lock().unwrap_or_else(|e| e.into_inner());
             let spare = std::mem::take(&mut self.outbox_spare);
@@ -333,6 +485,11 @@ impl SimHost {
         let qp_misses = s.qp.1 - self.last.qp.1;
         let mtt_misses = s.mtt.1 - self.last.mtt.1;
         let reorder = (s.reorder_ns - self.last.reorder_ns) * PS_PER_NS;
+        let fld_link = s.fld_link.since(&self.last.fld_link);
+        let fld_reads = s.fld_reads - self.last.fld_reads;
+        // A frame looped between host vPorts (a local generator and FLD-E, say) crosses the
+        // transmit and the receive pipeline without touching the wire.
+        let loopback = s.loopback - self.last.loopback;
         let t = &mut self.timing;
         t.qp_cache_hits += s.qp.0 - self.last.qp.0;
         t.qp_cache_misses += qp_misses;
@@ -346,7 +503,12 @@ impl SimHost {
         let to_host = link.down_header_bytes + link.down_payload_bytes;
         let from_host = link.up_header_bytes + link.up_payload_bytes;
         let pcie = serialization_ps(to_host.max(from_host), self.pcie.gbps);
-        let packets = sent.len() as u64 + received;
+        // FLD's link, seen from FLD: "down" is what the NIC sends it (packets, CQEs, read
+        // requests), "up" what it returns (read completions: WQEs and data; its doorbells).
+        let fld_in = fld_link.down_header_bytes + fld_link.down_payload_bytes;
+        let fld_out = fld_link.up_header_bytes + fld_link.up_payload_bytes;
+        let fld_pcie = serialization_ps(fld_in.max(fld_out), self.fld.pcie_gbps);
+        let packets = sent.len() as u64 + received + 2 * loopback;
         let pipeline = packets * self.nic.packet_ns * PS_PER_NS;
         let misses = qp_misses + mtt_misses;
         // The pipeline waits for each bitmap operation (LEFT §4.2: "the RNIC processing" drops
@@ -356,16 +518,25 @@ impl SimHost {
             + reorder;
         // Dependent reads per packet (WQE, then payload), each a round trip; misses' reads are
         // the stall above, reads ahead are on no packet's path.
-        let plain_reads = reads.saturating_sub(misses + reads_ahead);
+        let plain_reads = reads.saturating_sub(misses + reads_ahead + fld_reads);
         log::trace!("batch: {reads} reads, {misses} misses, {packets} packets, to host {to_host} B, from host {from_host} B");
         let rounds = plain_reads.div_ceil(packets.max(1));
-        let flow = pcie.max(pipeline);
+        // Reads of FLD's BAR: a generated WQE, then its data — each FLD's round trip plus the
+        // cycles FLD takes to answer.
+        let fld_rounds = fld_reads.div_ceil(packets.max(1));
+        let fld_read =
+            self.fld.read_latency_ns * PS_PER_NS + self.fld.cycles_ps(self.fld.response_cycles);
+        let flow = pcie.max(pipeline).max(fld_pcie);
         let busy = if work {
             (flow + stall).max(PS_PER_NS)
         } else {
             0
         };
-        let front = now + stall + rounds * read_latency + self.nic.latency_ns * PS_PER_NS;
+        let front = now
+            + stall
+            + rounds * read_latency
+            + fld_rounds * fld_read
+            + self.nic.latency_ns * PS_PER_NS;
         let n = sent.len() as u64;
         let frames = Frames {
             frames: sent,
@@ -382,6 +553,9 @@ impl SimHost {
             t.dma_reads += reads;
             t.busy_ns += busy / PS_PER_NS;
             t.stall_ns += stall / PS_PER_NS;
+            t.fld_pcie_bytes_in += fld_in;
+            t.fld_pcie_bytes_out += fld_out;
+            t.fld_reads_served += fld_reads;
         }
         self.engine_free = now + busy;
         let next_timer = if work {
@@ -394,7 +568,44 @@ impl SimHost {
             engine_free: self.engine_free,
             frames,
             host_sees: wrote_host.then(|| front + flow + self.pcie.write_latency_ns * PS_PER_NS),
+            fld_sees: (fld_link.down_payload_bytes > 0)
+                .then(|| front + flow + self.fld.write_latency_ns * PS_PER_NS),
             next_timer,
+        }
+    }
+
+    /// Runs one FLD step at `now` and charges it: each packet received (CQE decompressed, data
+    /// streamed to the accelerator) and sent (buffered, described) costs its data beats plus
+    /// one cycle; completions one cycle each; the packets go through the receive and the
+    /// transmit pipelines' `stage_cycles` once per step, and the step's doorbells (SQ, RQ, CQ)
+    /// leave when it ends and land in the NIC one FLD write latency later.
+    pub fn run_fld(&mut self, now: Ps) -> FldStep {
+        let work = self.card.fld.poll() > 0;
+        let s = self.fld_snapshot();
+        let l = self.fld_last;
+        self.fld_last = s;
+        let f = &self.fld;
+        let (rx, tx) = (s.rx_packets - l.rx_packets, s.tx_packets - l.tx_packets);
+        let beats = rx
+            + f.beats_of(s.rx_bytes - l.rx_bytes)
+            + tx
+            + f.beats_of(s.tx_bytes - l.tx_bytes)
+            + (s.completions - l.completions);
+        let stages = (u64::from(rx > 0) + u64::from(tx > 0)) * f.stage_cycles;
+        let busy = f.cycles_ps(beats).max(u64::from(work));
+        let done = now + busy + f.cycles_ps(stages);
+        if work {
+            let t = &mut self.timing;
+            t.fld_steps += 1;
+            t.fld_rx_packets += rx;
+            t.fld_tx_packets += tx;
+            t.fld_busy_ns += busy / PS_PER_NS;
+        }
+        self.fld_free = now + busy;
+        FldStep {
+            work,
+            free: self.fld_free,
+            nic_sees: work.then(|| done + f.write_latency_ns * PS_PER_NS),
         }
     }
 
@@ -406,7 +617,13 @@ impl SimHost {
     /// The application starts a step at `now`: its CPU begins when free and first looks at
     /// memory. Returns the CPU time after the look.
     pub fn cpu_begin(&mut self, now: Ps) -> Ps {
-        self.cpu_free = self.cpu_free.max(now) + self.cpu.poll_ns * PS_PER_NS;
+        let want = self.cpu_free.max(now);
+        let (start, begun) = self.interference.core_free(want);
+        if begun > 0 {
+            self.timing.interruptions += begun;
+        }
+        self.timing.interrupted_ns += (start - want) / PS_PER_NS;
+        self.cpu_free = start + self.cpu.poll_ns * PS_PER_NS;
         self.cpu_free
     }
 

@@ -23,6 +23,8 @@ pub enum Event {
     },
     /// A card's engine runs (a doorbell arrived, a frame came in, or its previous batch ended).
     NicRuns { host: usize },
+    /// A card's FLD steps (the NIC wrote into it, or its previous step did work).
+    FldRuns { host: usize },
     /// A host's application looks at its memory and completion queues.
     AppWakes { host: usize },
 }

@@ -8,10 +8,13 @@
 //! parameters ([`params`]) and workloads ([`workload`]) swept over message sizes and connection
 //! counts; every point of a sweep is a fresh network of fresh cards.
 //!
-//! Left out: FLD and accelerators in virtual time (the cards carry FLD, but no scenario drives
-//! it yet), host interrupts (applications poll), clock drift between cards.
+//! FLD is timed as the second engine of each card ([`card`]); FlexDriver's FLD-E echo runs in
+//! [`echo`]. Left out: FLD-R and the accelerators' own processing time in virtual time (an
+//! accelerator answers within FLD's step), host interrupts (applications poll), clock drift
+//! between cards.
 
 pub mod card;
+pub mod echo;
 pub mod events;
 pub mod network;
 pub mod params;
@@ -26,6 +29,7 @@ use std::time::Instant;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use card::{CardTiming, SimHost};
+use echo::{EchoBy, EchoLatency, EchoRate, FldModel};
 use events::{Event, EventQueue, Ps, PS_PER_NS};
 use fld_abi::nic::mtu_code;
 use fld_device::nic::reorder::ReceiverMode;
@@ -33,7 +37,7 @@ use fld_host::verbs::star::ConnectionMode;
 use network::{Network, NetworkReport};
 use params::*;
 use unload_latency::{UnloadLatency, UnloadPath, UnloadShape};
-use workload::{EchoLatency, Flows, ReorderMemory, RpcRate, Workload, WriteLatency, WriteRate};
+use workload::{Flows, ReorderMemory, RpcRate, Workload, WriteLatency, WriteRate};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -61,6 +65,8 @@ pub struct Defaults {
     pub host: toml::Table,
     #[serde(default)]
     pub switch: toml::Table,
+    #[serde(default)]
+    pub fld: toml::Table,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -73,6 +79,8 @@ pub struct HostSpec {
     pub pcie: toml::Table,
     #[serde(default)]
     pub host: toml::Table,
+    #[serde(default)]
+    pub fld: toml::Table,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -138,6 +146,65 @@ pub enum WorkloadSpec {
         /// tx_inline_max`); 0 gathers every frame's data by DMA.
         #[serde(default = "default_echo_inline")]
         inline_max: u16,
+        /// Who echoes on the server: "cpu" (an application's core) or "flde" (FLD-E's echo
+        /// accelerator).
+        #[serde(default = "default_echo_by")]
+        echo: String,
+        /// FlexDriver's local setup: the generator on a third NIC function of the server's card
+        /// (`client` is then ignored).
+        #[serde(default)]
+        local: bool,
+        /// The metric plotted: "rtt_us" (the median), "mean_us", "p99_us" or "p999_us".
+        #[serde(default = "default_echo_metric")]
+        metric: String,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
+    /// FlexDriver's Figure 7b (left column): a generator keeps `window` frames in flight to the
+    /// echo and counts the verified echoes per second; one point per size, or one point for a
+    /// repeating `mix` of sizes.
+    EchoRate {
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        series: Option<String>,
+        client: String,
+        server: String,
+        #[serde(default)]
+        sizes: Vec<usize>,
+        /// A repeating list of frame sizes, run as one point (x: its mean size).
+        #[serde(default)]
+        mix: Vec<usize>,
+        #[serde(default = "default_echo_by")]
+        echo: String,
+        #[serde(default)]
+        local: bool,
+        #[serde(default = "default_messages")]
+        packets: u64,
+        #[serde(default = "default_echo_window")]
+        window: usize,
+        #[serde(default = "default_echo_inline")]
+        inline_max: u16,
+        /// "gbps" (frame bytes echoed) or "mpps".
+        #[serde(default = "default_rate_metric")]
+        metric: String,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
+    /// Figure 7a's performance model at the sizes given: the FLD-E echo's bound from the TLPs
+    /// each packet costs on FLD's link, beside the Ethernet line. Nothing runs.
+    FldModel {
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        series: Option<String>,
+        sizes: Vec<usize>,
+        ethernet_gbps: f64,
+        /// FLD's PCIe link, Gbit/s of TLP bytes (Gen3 x8: 63).
+        #[serde(default = "default_fld_pcie")]
+        pcie_gbps: f64,
+        #[serde(default = "default_rate_metric")]
+        metric: String,
         #[serde(default)]
         reference: Vec<Reference>,
     },
@@ -335,6 +402,8 @@ impl WorkloadSpec {
         let s = match self {
             WorkloadSpec::WriteLatency { series, .. }
             | WorkloadSpec::EchoLatency { series, .. }
+            | WorkloadSpec::EchoRate { series, .. }
+            | WorkloadSpec::FldModel { series, .. }
             | WorkloadSpec::WriteRate { series, .. }
             | WorkloadSpec::RpcRate { series, .. }
             | WorkloadSpec::Flows { series, .. } => series,
@@ -354,6 +423,40 @@ fn deal(clients: &[usize], n: u32) -> Vec<usize> {
     (0..n as usize)
         .map(|i| clients[i % clients.len()])
         .collect()
+}
+
+fn default_echo_by() -> String {
+    "cpu".into()
+}
+fn default_echo_metric() -> String {
+    "rtt_us".into()
+}
+fn default_rate_metric() -> String {
+    "gbps".into()
+}
+fn default_echo_window() -> usize {
+    256
+}
+fn default_fld_pcie() -> f64 {
+    FldParams::default().pcie_gbps
+}
+
+/// Checks an echo workload's `echo`, `local` and plotted metric.
+fn check_echo(by: &str, local: bool, metric: &str, metrics: &[&str]) -> Result<(), SimError> {
+    match EchoBy::parse(by) {
+        None => Err(SimError::Scenario(format!(
+            "echo = {by:?}: \"cpu\" or \"flde\""
+        ))),
+        Some(EchoBy::Cpu) if local => Err(SimError::Scenario(
+            "a local echo needs echo = \"flde\" (one core per host: a CPU echo and its \
+             generator would share it)"
+                .into(),
+        )),
+        _ if !metrics.contains(&metric) => Err(SimError::Scenario(format!(
+            "metric = {metric:?}: one of {metrics:?}"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn default_unload_size() -> usize {
@@ -502,7 +605,7 @@ fn slower_path(r: &Resolved, ends: &[String; 2], ratio: f64) -> Resolved {
 /// Every element's resolved parameters.
 #[derive(Clone, Debug, Serialize)]
 pub struct Resolved {
-    pub hosts: Vec<(String, NicParams, PcieParams, HostParams)>,
+    pub hosts: Vec<(String, NicParams, PcieParams, HostParams, FldParams)>,
     pub switches: Vec<(String, SwitchParams)>,
     pub links: Vec<([String; 2], LinkParams)>,
 }
@@ -524,6 +627,7 @@ impl Scenario {
                 layered(&what, &[&d.nic, &h.nic])?,
                 layered(&what, &[&d.pcie, &h.pcie])?,
                 layered(&what, &[&d.host, &h.host])?,
+                layered(&what, &[&d.fld, &h.fld])?,
             ));
         }
         let mut switches = Vec::new();
@@ -549,10 +653,52 @@ impl Scenario {
         };
         for w in &self.workload {
             match w {
-                WorkloadSpec::WriteLatency { client, server, .. }
-                | WorkloadSpec::EchoLatency { client, server, .. } => {
+                WorkloadSpec::WriteLatency { client, server, .. } => {
                     host_index(client)?;
                     host_index(server)?;
+                }
+                WorkloadSpec::EchoLatency {
+                    client,
+                    server,
+                    echo,
+                    local,
+                    metric,
+                    ..
+                } => {
+                    host_index(client)?;
+                    host_index(server)?;
+                    let metrics = ["rtt_us", "mean_us", "median_us", "p99_us", "p999_us"];
+                    check_echo(echo, *local, metric, &metrics)?;
+                }
+                WorkloadSpec::EchoRate {
+                    client,
+                    server,
+                    echo,
+                    local,
+                    metric,
+                    sizes,
+                    mix,
+                    ..
+                } => {
+                    host_index(client)?;
+                    host_index(server)?;
+                    check_echo(echo, *local, metric, &["gbps", "mpps"])?;
+                    if sizes.is_empty() == mix.is_empty() {
+                        return Err(SimError::Scenario("echo_rate: either sizes or mix".into()));
+                    }
+                }
+                WorkloadSpec::FldModel {
+                    ethernet_gbps,
+                    pcie_gbps,
+                    metric,
+                    ..
+                } => {
+                    if !(*ethernet_gbps > 0.0 && *pcie_gbps > 0.0) {
+                        return Err(SimError::Scenario(
+                            "fld_model: ethernet_gbps and pcie_gbps > 0".into(),
+                        ));
+                    }
+                    check_echo("flde", false, metric, &["gbps", "mpps"])?;
                 }
                 WorkloadSpec::UnloadLatency {
                     client,
@@ -722,18 +868,33 @@ impl Sim {
         qps: usize,
         buffers: usize,
     ) -> Result<Self, SimError> {
+        Self::with_functions(r, seed, limit_ms, qps, buffers, 2)
+    }
+
+    /// [`Sim::new`] with `functions` NIC host functions on every card (a third one gives a
+    /// local generator a vPort of its own beside FLD-E's, as FlexDriver's local experiments
+    /// do, §8).
+    pub fn with_functions(
+        r: &Resolved,
+        seed: u64,
+        limit_ms: u64,
+        qps: usize,
+        buffers: usize,
+        functions: u16,
+    ) -> Result<Self, SimError> {
         let names: Vec<String> = r.hosts.iter().map(|h| h.0.clone()).collect();
         let mut net = Network::new(&names, &r.switches, &r.links, seed)?;
         let mut hosts = Vec::new();
-        for (i, (name, nic, pcie, cpu)) in r.hosts.iter().enumerate() {
+        for (i, (name, nic, pcie, cpu, fld)) in r.hosts.iter().enumerate() {
             let ip = [10, 0, (i / 250) as u8, (i % 250) as u8 + 1];
             let h = SimHost::new(
                 name,
                 i as u16 + 1,
                 ip,
                 memory_for(qps, buffers),
-                (nic.clone(), pcie.clone(), cpu.clone()),
+                (nic.clone(), pcie.clone(), cpu.clone(), fld.clone()),
                 net.pool.clone(),
+                (functions, seed),
             )?;
             net.add_host_mac(i, h.mac);
             hosts.push(h);
@@ -754,6 +915,15 @@ impl Sim {
         }
         h.nic_wake = Some(at);
         self.queue.schedule(at, Event::NicRuns { host });
+    }
+
+    fn wake_fld(&mut self, host: usize, at: Ps) {
+        let h = &mut self.hosts[host];
+        if h.fld_wake.is_some_and(|w| w <= at) {
+            return;
+        }
+        h.fld_wake = Some(at);
+        self.queue.schedule(at, Event::FldRuns { host });
     }
 
     fn wake_app(&mut self, host: usize, at: Ps) {
@@ -844,6 +1014,27 @@ impl Sim {
                     let h = &mut self.hosts[host];
                     h.writes_visible = h.writes_visible.max(at);
                     self.wake_app(host, at);
+                }
+                if let Some(at) = batch.fld_sees {
+                    self.wake_fld(host, at);
+                }
+            }
+            Event::FldRuns { host } => {
+                if self.hosts[host].fld_wake != Some(t) {
+                    return Ok(());
+                }
+                self.hosts[host].fld_wake = None;
+                let free = self.hosts[host].fld_free;
+                if t < free {
+                    self.wake_fld(host, free);
+                    return Ok(());
+                }
+                let step = self.hosts[host].run_fld(t);
+                if step.work {
+                    self.wake_fld(host, step.free);
+                }
+                if let Some(at) = step.nic_sees {
+                    self.wake_engine(host, at);
                 }
             }
             Event::AppWakes { host } => {
@@ -988,13 +1179,40 @@ pub fn run(
                 reference.clone(),
             ),
             WorkloadSpec::EchoLatency {
-                title, reference, ..
+                title,
+                reference,
+                metric,
+                ..
             } => (
                 title
                     .clone()
                     .unwrap_or_else(|| "Ethernet echo round trip".into()),
                 "echo_latency",
-                "rtt_us",
+                metric.as_str(),
+                "size",
+                reference.clone(),
+            ),
+            WorkloadSpec::EchoRate {
+                title,
+                reference,
+                metric,
+                ..
+            } => (
+                title.clone().unwrap_or_else(|| "Ethernet echo rate".into()),
+                "echo_rate",
+                metric.as_str(),
+                "size",
+                reference.clone(),
+            ),
+            WorkloadSpec::FldModel {
+                title,
+                reference,
+                metric,
+                ..
+            } => (
+                title.clone().unwrap_or_else(|| "Ethernet echo rate".into()),
+                "fld_model",
+                metric.as_str(),
                 "size",
                 reference.clone(),
             ),
@@ -1068,9 +1286,15 @@ pub fn run(
         // Each point: its message size and which client each connection runs from.
         let mut cases: Vec<(usize, Vec<usize>)> = Vec::new();
         match spec {
-            WorkloadSpec::WriteLatency { sizes, .. } | WorkloadSpec::EchoLatency { sizes, .. } => {
+            WorkloadSpec::WriteLatency { sizes, .. }
+            | WorkloadSpec::EchoLatency { sizes, .. }
+            | WorkloadSpec::FldModel { sizes, .. } => {
                 cases.extend(sizes.iter().map(|&s| (s, Vec::new())))
             }
+            WorkloadSpec::EchoRate { sizes, mix, .. } => match mix.is_empty() {
+                true => cases.extend(sizes.iter().map(|&s| (s, Vec::new()))),
+                false => cases.push((mix.iter().sum::<usize>() / mix.len(), Vec::new())),
+            },
             WorkloadSpec::WriteRate {
                 sizes,
                 qps_per_client,
@@ -1155,12 +1379,17 @@ pub fn run(
                     server,
                     iterations,
                     inline_max,
+                    echo,
+                    local,
                     ..
                 } => {
-                    let mut sim = Sim::new(&r, seed, s.limit_ms, 4, 0)?;
+                    let functions = if *local { 3 } else { 2 };
+                    let mut sim = Sim::with_functions(&r, seed, s.limit_ms, 4, 0, functions)?;
+                    let by = EchoBy::parse(echo).expect("checked by resolve");
                     let w = EchoLatency::new(
                         &mut sim.hosts,
                         (index(client), index(server)),
+                        (by, *local),
                         size,
                         *iterations,
                         *inline_max,
@@ -1168,6 +1397,46 @@ pub fn run(
                     for (h, mac) in w.macs() {
                         sim.net.add_host_mac(h, mac);
                     }
+                    (sim, Box::new(w))
+                }
+                WorkloadSpec::EchoRate {
+                    client,
+                    server,
+                    echo,
+                    local,
+                    mix,
+                    packets,
+                    window,
+                    inline_max,
+                    ..
+                } => {
+                    let functions = if *local { 3 } else { 2 };
+                    let mut sim = Sim::with_functions(&r, seed, s.limit_ms, 4, 0, functions)?;
+                    let by = EchoBy::parse(echo).expect("checked by resolve");
+                    let sizes = match mix.is_empty() {
+                        true => vec![size],
+                        false => mix.clone(),
+                    };
+                    let w = EchoRate::new(
+                        &mut sim.hosts,
+                        (index(client), index(server)),
+                        (by, *local),
+                        &sizes,
+                        (*packets, *window),
+                        *inline_max,
+                    )?;
+                    for (h, mac) in w.macs() {
+                        sim.net.add_host_mac(h, mac);
+                    }
+                    (sim, Box::new(w))
+                }
+                WorkloadSpec::FldModel {
+                    ethernet_gbps,
+                    pcie_gbps,
+                    ..
+                } => {
+                    let sim = Sim::new(&r, seed, s.limit_ms, 1, 0)?;
+                    let w = FldModel::new(size, *ethernet_gbps, *pcie_gbps);
                     (sim, Box::new(w))
                 }
                 WorkloadSpec::WriteRate {

@@ -64,6 +64,69 @@ impl Default for PcieParams {
     }
 }
 
+/// FLD (FlexDriver §5) on the card's FPGA: its PCIe link to the card's switch and its
+/// pipeline. The NIC reaches it peer to peer through that switch (§4, Figure 6), so every
+/// descriptor, completion and packet byte of an FLD queue crosses this link, never the host's.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FldParams {
+    /// FLD's clock, MHz. Default 250: FLD's row of Table 5 (Clk. 250).
+    pub clock_mhz: u64,
+    /// Bytes FLD's datapath moves per cycle. Default 64 (512 bits): the narrowest power-of-two
+    /// AXI-stream width that carries the 100 Gbit/s FLD's interfaces run at (§6) at 250 MHz
+    /// (256 bits give 64 Gbit/s).
+    pub datapath_bytes: u64,
+    /// Cycles a packet spends in each of FLD's pipelines beyond its data beats: on receive the
+    /// CQE's decompression, the buffer read and the stream to the accelerator (§5.2); on
+    /// transmit the descriptor, the translation-table insertions and the doorbell (§5.1).
+    /// Default 16 (assumed: a few pipeline stages of table lookups and arbitration; the paper
+    /// gives no per-stage figure).
+    pub stage_cycles: u64,
+    /// Cycles from a NIC read request arriving at FLD to its completion leaving: the ring
+    /// translation and WQE generation (§5.3, `fld::tx`) or the data translation and buffer
+    /// read. Default 16 (assumed, as `stage_cycles`).
+    pub response_cycles: u64,
+    /// Usable rate of FLD's PCIe link per direction, Gbit/s of TLP bytes (headers included).
+    /// Default 63.0: Gen3 x8 (8 GT/s x 8 lanes x 128/130), the Innova-2's FPGA link (§6, "a
+    /// PCIe Gen. 3 x8 link each"; "limited to 50 Gbps" of data after TLP overheads).
+    pub pcie_gbps: f64,
+    /// A NIC read of FLD's BAR, request to data, without FLD's own response cycles: the
+    /// card's switch both ways and the FPGA's PCIe core, ns. Default 292: **fitted** to Table
+    /// 6's FLD-E median (2.6 us round trip, `qemu/scenarios/flexdriver-table6.toml`), the one
+    /// constant fitted for FLD (`docs/simulation.md`, "FLD in virtual time").
+    pub read_latency_ns: u64,
+    /// A posted write between the NIC and FLD until it lands, ns. Default: one direction
+    /// of the read's round trip (146), as the host link's write latency is derived from its
+    /// read.
+    pub write_latency_ns: u64,
+}
+
+impl Default for FldParams {
+    fn default() -> Self {
+        FldParams {
+            clock_mhz: 250,
+            datapath_bytes: 64,
+            stage_cycles: 16,
+            response_cycles: 16,
+            pcie_gbps: 63.0,
+            read_latency_ns: 292,
+            write_latency_ns: 146,
+        }
+    }
+}
+
+impl FldParams {
+    /// Picoseconds of `cycles` FLD clock cycles.
+    pub fn cycles_ps(&self, cycles: u64) -> u64 {
+        cycles * 1_000_000 / self.clock_mhz.max(1)
+    }
+
+    /// Data beats `bytes` take on FLD's datapath.
+    pub fn beats_of(&self, bytes: u64) -> u64 {
+        bytes.div_ceil(self.datapath_bytes.max(1))
+    }
+}
+
 /// The NIC pipeline.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -105,6 +168,10 @@ pub struct NicParams {
     /// Packets one QP sends per engine visit before the next QP's turn. Default 64; 1
     /// interleaves the QPs packet by packet, as a scheduler arbitrating per packet does.
     pub qp_budget: usize,
+    /// WQEs one Ethernet send queue may process per engine visit before the next queue's
+    /// turn. Default 256 (the card's own default); a ConnectX arbitrates between send queues
+    /// at a much finer grain, which lets a looped echo (FLD-E local) pipeline.
+    pub sq_budget: u32,
 }
 
 impl Default for NicParams {
@@ -121,6 +188,7 @@ impl Default for NicParams {
             reorder_bdp: 512,
             reorder_budget_ns: 40,
             qp_budget: 64,
+            sq_budget: 256,
         }
     }
 }
@@ -141,6 +209,14 @@ pub struct HostParams {
     /// Figure 3's one-region unload point (3.4 us round trip; the model without it gives
     /// 2.488 us) — the one constant fitted for that figure.
     pub unload_ns: u64,
+    /// Interruptions of the application's core by the operating system (timer ticks,
+    /// softirqs, other threads), per second, arriving as a Poisson process (seeded). Default 0:
+    /// none. FlexDriver's Table 6 names them as the cause of the CPU echo's tail ("no OS
+    /// interference" is why FLD-E's 99.9th percentile is 2.5x better, §8.1.1); its scenario
+    /// sets them on the host whose core runs the CPU echo.
+    pub interference_hz: f64,
+    /// How long each interruption keeps the core away from the application, ns. Default 0.
+    pub interference_ns: u64,
 }
 
 impl Default for HostParams {
@@ -149,6 +225,8 @@ impl Default for HostParams {
             post_ns: 100,
             poll_ns: 50,
             unload_ns: 912,
+            interference_hz: 0.0,
+            interference_ns: 0,
         }
     }
 }

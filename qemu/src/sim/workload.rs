@@ -13,16 +13,13 @@
 //! * [`Flows`]: open-loop flows, one WRITE each, arriving as a Poisson process at a share of
 //!   the senders' line rate; flow completion times and the throughput got for what was offered
 //!   (LEFT Figure 1, and its Figures 4–5 in spirit).
-//! * [`EchoLatency`]: Ethernet on the burst API (`rx_burst`/`tx_burst`): FlexDriver's CPU echo
-//!   (Table 6), one frame in flight, round trip per frame.
+//!
+//! The Ethernet echoes of FlexDriver's §8.1 (CPU and FLD-E) are in [`super::echo`].
 
 use fld_abi::nic::DEFAULT_PATH_MTU;
-use fld_abi::wire::ethernet::EthernetFrame;
 use fld_abi::wire::roce::ipv4_gid;
-use fld_host::apps::build_frame;
 use fld_host::verbs::star::{ConnectionMode, StarHeld, StarPort, StarQp};
 use fld_host::verbs::*;
-use fld_host::{EthDev, Mbuf, Mempool, PortConfig};
 
 use super::card::SimHost;
 use super::events::{Ps, PS_PER_NS};
@@ -331,10 +328,11 @@ impl Rounds {
     }
 }
 
-/// Median, 99th percentile and mean of round trips, in microseconds.
+/// Median, 99th and 99.9th percentiles and mean of round trips, in microseconds.
 pub(super) struct Percentiles {
     pub(super) median: f64,
     pub(super) p99: f64,
+    pub(super) p999: f64,
     pub(super) mean: f64,
 }
 
@@ -346,6 +344,7 @@ impl Percentiles {
         (!us.is_empty()).then(|| Percentiles {
             median: at(0.5),
             p99: at(0.99),
+            p999: at(0.999),
             mean: us.iter().sum::<f64>() / us.len() as f64,
         })
     }
@@ -365,7 +364,7 @@ struct Conn {
 /// connections starting, contexts first fetched) to the one that starts the last tenth
 /// (cool-down: connections that finished early leave the rest fewer and slower, as the
 /// stateful ones of an auto-adapted mix do before its stateless ones).
-struct SteadyWindow {
+pub(super) struct SteadyWindow {
     total: u64,
     /// Time and completions at the window's two ends.
     start: Option<(Ps, u64)>,
@@ -375,7 +374,7 @@ struct SteadyWindow {
 }
 
 impl SteadyWindow {
-    fn new(total: u64) -> Self {
+    pub(super) fn new(total: u64) -> Self {
         SteadyWindow {
             total,
             start: None,
@@ -385,7 +384,7 @@ impl SteadyWindow {
     }
 
     /// `completed` operations have completed by `t`.
-    fn note(&mut self, completed: u64, t: Ps) {
+    pub(super) fn note(&mut self, completed: u64, t: Ps) {
         let tenth = self.total / 10;
         if self.start.is_none() && completed >= tenth {
             self.start = Some((t, completed));
@@ -399,7 +398,7 @@ impl SteadyWindow {
     }
 
     /// Completions per second within the window.
-    fn per_second(&self) -> Option<f64> {
+    pub(super) fn per_second(&self) -> Option<f64> {
         let ((t0, n0), (t1, n1)) = (self.start?, self.stop?);
         Some(match t1 > t0 {
             true => (n1 - n0) as f64 / ((t1 - t0) as f64 / 1e12),
@@ -994,171 +993,6 @@ impl Workload for RpcRate {
             ("rpcs", self.total as f64),
             ("run_us", (e - self.first_post.unwrap_or(0)) as f64 / 1e6),
             ("stateless_connections", self.stateless as f64),
-        ]
-    }
-}
-
-/// The echo of FlexDriver's Table 6 on the burst API: the client sends one UDP frame of `size`
-/// bytes to the server's second NIC function (vPort 1), whose application receives it
-/// (`rx_burst`), swaps its MAC addresses and sends it back (`tx_burst`), as `echo_step` does;
-/// the client checks the echo byte for byte and records the round trip.
-pub struct EchoLatency {
-    client: usize,
-    server: usize,
-    size: usize,
-    ports: [EthDev; 2],
-    macs: [[u8; 6]; 2],
-    rounds: Rounds,
-    rx: Vec<Mbuf>,
-    tx: Vec<Mbuf>,
-    expect: Vec<u8>,
-    mismatches: u64,
-}
-
-impl EchoLatency {
-    pub fn new(
-        hosts: &mut [SimHost],
-        (client, server): (usize, usize),
-        size: usize,
-        iterations: u64,
-        tx_inline_max: u16,
-    ) -> Result<Self, SimError> {
-        let size = size.clamp(64, 1514);
-        let config = PortConfig {
-            tx_inline_max,
-            ..Default::default()
-        };
-        let open = |h: usize| -> Result<EthDev, SimError> {
-            let dev = hosts[h].device(1)?;
-            let mut port = EthDev::open(dev.clone()).map_err(VerbsError::from)?;
-            let pool = Mempool::new(dev.as_ref(), 2048, 2048 + fld_host::mempool::HEADROOM)
-                .map_err(VerbsError::from)?;
-            port.configure(config, pool).map_err(VerbsError::from)?;
-            Ok(port)
-        };
-        let ports = [open(client)?, open(server)?];
-        let macs = [ports[0].mac(), ports[1].mac()];
-        Ok(EchoLatency {
-            client,
-            server,
-            size,
-            ports,
-            macs,
-            rounds: Rounds::new(iterations),
-            rx: Vec::with_capacity(32),
-            tx: Vec::with_capacity(32),
-            expect: vec![0; size],
-            mismatches: 0,
-        })
-    }
-
-    /// The NIC-function MACs the network must route to (the client's and the server's port).
-    pub fn macs(&self) -> [(usize, [u8; 6]); 2] {
-        [(self.client, self.macs[0]), (self.server, self.macs[1])]
-    }
-
-    fn send(&mut self, h: &mut SimHost) -> Result<(), SimError> {
-        let pool = self.ports[0].pool().expect("configured port");
-        if pool.alloc_bulk(&mut self.tx, 1) != 1 {
-            return Err(SimError::Failed("client mempool empty".into()));
-        }
-        let m = &mut self.tx[0];
-        build_frame(
-            m.set_len(self.size),
-            self.rounds.round,
-            self.size,
-            self.macs[0],
-            self.macs[1],
-            1,
-            true,
-        );
-        if self.ports[0].tx_burst(0, &mut self.tx) != 1 {
-            return Err(SimError::Failed("client transmit queue full".into()));
-        }
-        h.cpu_post(1);
-        Ok(())
-    }
-}
-
-impl Workload for EchoLatency {
-    fn starters(&self) -> Vec<usize> {
-        vec![self.client]
-    }
-
-    fn wake(
-        &mut self,
-        host: usize,
-        now: Ps,
-        hosts: &mut [SimHost],
-    ) -> Result<Option<Ps>, SimError> {
-        let h = &mut hosts[host];
-        let t = h.cpu_begin(now);
-        if host == self.server {
-            // echo_step: whatever arrived goes back with its MACs swapped.
-            let n = self.ports[1].rx_burst(0, &mut self.rx, 32);
-            for m in self.rx.iter_mut() {
-                if let Ok(mut eth) = EthernetFrame::new_checked(m.data_mut()) {
-                    eth.swap_addrs();
-                }
-                m.ol_flags = 0;
-            }
-            if n > 0 {
-                self.ports[1].tx_burst(0, &mut self.rx);
-                h.cpu_post(n as u64);
-            }
-            return Ok((!self.rx.is_empty()).then_some(h.cpu_free));
-        }
-        if self.rounds.round == 0 {
-            self.rounds.start_next(t);
-            self.send(h)?;
-            return Ok(None);
-        }
-        let n = self.ports[0].rx_burst(0, &mut self.rx, 32);
-        if n == 0 {
-            return Ok(None);
-        }
-        let pool = self.ports[0].pool().expect("configured port");
-        let mut done = false;
-        for m in self.rx.drain(..) {
-            build_frame(
-                &mut self.expect,
-                self.rounds.round,
-                self.size,
-                self.macs[1],
-                self.macs[0],
-                1,
-                true,
-            );
-            if m.data() == &self.expect[..] {
-                done = true;
-            } else {
-                self.mismatches += 1;
-            }
-            pool.free(m);
-        }
-        if !done {
-            return Ok(None);
-        }
-        if self.rounds.end(t) {
-            self.rounds.start_next(t);
-            self.send(h)?;
-        }
-        Ok(None)
-    }
-
-    fn finished(&self) -> bool {
-        self.rounds.finished()
-    }
-
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
-        let Some(rtt) = Percentiles::of(&self.rounds.samples) else {
-            return Vec::new();
-        };
-        vec![
-            ("rtt_us", rtt.median),
-            ("rtt_p99_us", rtt.p99),
-            ("rtt_mean_us", rtt.mean),
-            ("mismatches", self.mismatches as f64),
         ]
     }
 }

@@ -177,6 +177,9 @@ fn deliver_to_vport(
         c.rx_bytes += frame.bytes.len() as u64;
         return;
     }
+    if frame.vport != VPORT_UPLINK {
+        core.loopback_frames += 1;
+    }
     steer_into_vport(core, ctx, vport, start, frame, flow_tag);
 }
 
