@@ -650,3 +650,56 @@ fn a_tenants_meter_limits_its_traffic_into_the_accelerator() {
     );
     assert!(seen.lock().unwrap().iter().all(|&(ctx, _)| ctx == 100));
 }
+
+/// FLD posts a lone WQE by MMIO (FlexDriver §6, "PCIe Optimizations"): with one packet in
+/// flight the NIC takes every generated WQE from its WQE-by-MMIO buffer and reads only the data
+/// from FLD (one peer-to-peer read per packet, counted on FLD's function); a burst is left to
+/// the fetch. The echoes are byte-exact either way.
+#[test]
+fn a_lone_wqe_goes_by_mmio_and_a_burst_is_fetched() {
+    let mut s = FldEchoSetup::new(1514).unwrap();
+    let fld = s.card.fld.id();
+    let sqns = s.flde.binding().sqns.clone();
+    // WQEs FLD's queues sent from the NIC's WQE-by-MMIO buffers (QUERY_SQ `on_chip`).
+    let by_mmio = |s: &mut FldEchoSetup| -> u64 {
+        sqns.iter()
+            .map(|&q| s.flde.nic().query_sq(q).unwrap().on_chip.get())
+            .sum()
+    };
+    let lone = EchoConfig {
+        packets: 50,
+        sizes: Sizes::Fixed(128),
+        window: 1,
+        ..Default::default()
+    };
+    let rep = s.run_echo(&lone);
+    assert_eq!(
+        (rep.packets_received, rep.mismatches),
+        (50, 0),
+        "{}",
+        stats(&s)
+    );
+    assert_eq!(by_mmio(&mut s), 50);
+    assert_eq!(s.card.nic.wqe_mmio_counters().rejected, 0);
+    assert_eq!(s.card.fabric.reads_served(fld), 50, "data reads only");
+
+    let burst = EchoConfig {
+        packets: 2000,
+        sizes: Sizes::Fixed(128),
+        window: 64,
+        ..Default::default()
+    };
+    let rep = s.run_echo(&burst);
+    assert_eq!(
+        (rep.packets_received, rep.mismatches),
+        (2000, 0),
+        "{}",
+        stats(&s)
+    );
+    let lone_ones = by_mmio(&mut s) - 50;
+    let reads = s.card.fabric.reads_served(fld) - 50;
+    assert!(lone_ones < 2000 / 4, "{lone_ones} of 2000 by MMIO");
+    // Every packet's data is read, plus the fetches of the WQEs that did not come by MMIO.
+    assert!(reads > 2000, "{reads} reads");
+    assert_eq!(s.card.fld.stat(Stat::BadWindowAccesses), 0);
+}

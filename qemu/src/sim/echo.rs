@@ -63,7 +63,7 @@ impl EchoBy {
 /// The echoing side on the server's NIC function 1.
 enum Echoer {
     Cpu {
-        port: EthDev,
+        port: Box<EthDev>,
         rx: Vec<Mbuf>,
     },
     /// Kept for its rules and binding; the card does the rest.
@@ -75,7 +75,7 @@ impl Echoer {
     fn open(h: &mut SimHost, by: EchoBy, inline_max: u16) -> Result<(Self, [u8; 6]), SimError> {
         match by {
             EchoBy::Cpu => {
-                let port = open_port(h, 1, inline_max)?;
+                let port = Box::new(open_port(h, 1, inline_max)?);
                 let mac = port.mac();
                 let rx = Vec::with_capacity(BURST);
                 Ok((Echoer::Cpu { port, rx }, mac))

@@ -91,12 +91,12 @@ pub struct FldParams {
     /// PCIe Gen. 3 x8 link each"; "limited to 50 Gbps" of data after TLP overheads).
     pub pcie_gbps: f64,
     /// A NIC read of FLD's BAR, request to data, without FLD's own response cycles: the
-    /// card's switch both ways and the FPGA's PCIe core, ns. Default 292: **fitted** to Table
+    /// card's switch both ways and the FPGA's PCIe core, ns. Default 324: **fitted** to Table
     /// 6's FLD-E median (2.6 us round trip, `qemu/scenarios/flexdriver-table6.toml`), the one
     /// constant fitted for FLD (`docs/simulation.md`, "FLD in virtual time").
     pub read_latency_ns: u64,
     /// A posted write between the NIC and FLD until it lands, ns. Default: one direction
-    /// of the read's round trip (146), as the host link's write latency is derived from its
+    /// of the read's round trip (162), as the host link's write latency is derived from its
     /// read.
     pub write_latency_ns: u64,
 }
@@ -109,8 +109,8 @@ impl Default for FldParams {
             stage_cycles: 16,
             response_cycles: 16,
             pcie_gbps: 63.0,
-            read_latency_ns: 292,
-            write_latency_ns: 146,
+            read_latency_ns: 324,
+            write_latency_ns: 162,
         }
     }
 }

@@ -921,3 +921,192 @@ fn urdma_offload_misses_grow_with_the_regions_and_unload_stays_flat() {
     let got = m(2, 1, "unloaded_share");
     assert!((got - expected).abs() < 0.02, "{got} against {expected}");
 }
+
+/// Two hosts back to back at 25 Gbit/s with `fld` as the FLD defaults and one echo workload
+/// with the keys `workload`.
+fn echo_scenario(fld: &str, workload: &str) -> String {
+    format!(
+        r#"
+name = "flde"
+[defaults.link]
+gbps = 25
+propagation_ns = 10
+[defaults.fld]
+{fld}
+[[host]]
+name = "client"
+[[host]]
+name = "server"
+[[link]]
+ends = ["client", "server"]
+[[workload]]
+client = "client"
+server = "server"
+{workload}
+"#
+    )
+}
+
+fn flde_rtt_us(fld: &str) -> f64 {
+    let text = echo_scenario(
+        fld,
+        "kind = \"echo_latency\"\necho = \"flde\"\nsizes = [64]\niterations = 5",
+    );
+    let (r, _) = results(&text);
+    let p = &r.workloads[0].points[0];
+    assert_eq!(p.metrics["mismatches"], 0.0, "{:?}", p.metrics);
+    let server = &p.cards["server"];
+    // Every round trip: one frame into FLD, one out, one data read of FLD's BAR (the WQE came
+    // by MMIO).
+    assert_eq!(
+        (server.fld_rx_packets, server.fld_tx_packets),
+        (5, 5),
+        "{server:?}"
+    );
+    assert_eq!(server.fld_reads_served, 5, "{server:?}");
+    p.metrics["median_us"]
+}
+
+/// The FLD path's arithmetic, exact to the picosecond: a 64 B echo through FLD-E waits for one
+/// read of FLD's BAR (its data; the WQE comes by MMIO) and two writes (the frame into FLD, FLD's
+/// doorbell into the NIC), plus FLD's two pipelines' stages and the packet's beats at FLD's
+/// clock. Changing each parameter moves the round trip by exactly that much.
+#[test]
+fn a_packet_through_fld_costs_exactly_its_reads_writes_and_cycles() {
+    let base = flde_rtt_us("read_latency_ns = 300\nwrite_latency_ns = 150");
+    let slower_read = flde_rtt_us("read_latency_ns = 400\nwrite_latency_ns = 150");
+    let slower_write = flde_rtt_us("read_latency_ns = 300\nwrite_latency_ns = 250");
+    assert!(
+        ((slower_read - base) - 0.100).abs() < 1e-6,
+        "{base} {slower_read}"
+    );
+    assert!(
+        ((slower_write - base) - 0.200).abs() < 1e-6,
+        "{base} {slower_write}"
+    );
+    // Twice the stage and response cycles: two stages of 16 cycles more (the receive and the
+    // transmit pipeline) and 16 more response cycles on the data read, at 4 ns a cycle.
+    let more_cycles = flde_rtt_us(
+        "read_latency_ns = 300\nwrite_latency_ns = 150\nstage_cycles = 32\nresponse_cycles = 32",
+    );
+    assert!(
+        ((more_cycles - base) - 0.192).abs() < 1e-6,
+        "{base} {more_cycles}"
+    );
+    // Half the clock: every cycle of the step (2 x 16 stage cycles, the 64 B frame's beat and
+    // one more each way, 4 in all) and the 16 response cycles take twice as long.
+    let slow_clock = flde_rtt_us("read_latency_ns = 300\nwrite_latency_ns = 150\nclock_mhz = 125");
+    assert!(
+        ((slow_clock - base) - 0.208).abs() < 1e-6,
+        "{base} {slow_clock}"
+    );
+}
+
+/// FLD-E and the CPU echo are two configurations of one scenario: both return every frame byte
+/// for byte, remote and local; the same scenario gives the same bytes of results.
+#[test]
+fn flde_and_cpu_echoes_are_verified_and_deterministic() {
+    let mut text = echo_scenario(
+        "",
+        "kind = \"echo_rate\"\necho = \"flde\"\nsizes = [64, 1500]\npackets = 2000\nseries = \"flde\"",
+    );
+    text.push_str(
+        r#"
+[[workload]]
+kind = "echo_rate"
+echo = "cpu"
+client = "client"
+server = "server"
+sizes = [64, 1500]
+packets = 2000
+series = "cpu"
+
+[[workload]]
+kind = "echo_rate"
+echo = "flde"
+local = true
+client = "server"
+server = "server"
+sizes = [64, 1500]
+packets = 2000
+series = "flde-local"
+
+[[workload]]
+kind = "fld_model"
+sizes = [64, 1500]
+ethernet_gbps = 25
+series = "model"
+"#,
+    );
+    let (r, first) = results(&text);
+    let (_, second) = results(&text);
+    assert_eq!(first, second);
+    for w in &r.workloads[..3] {
+        for p in &w.points {
+            let m = &p.metrics;
+            assert_eq!(m["mismatches"], 0.0, "{} {:?}", w.series, m);
+            assert_eq!(
+                m["verified_bytes"],
+                2000.0 * p.size as f64,
+                "{} {m:?}",
+                w.series
+            );
+            assert!(m["gbps"] > 1.0, "{} {m:?}", w.series);
+        }
+    }
+    // At 1500 B the line binds both echoes, within 2 % of the model's bound.
+    let model = r.workloads[3].points[1].metrics["gbps"];
+    for w in &r.workloads[..2] {
+        let g = w.points[1].metrics["gbps"];
+        assert!(
+            (g - model).abs() < 0.02 * model,
+            "{} {g} against {model}",
+            w.series
+        );
+    }
+    // The local echo never touched the wire: FLD's frames were looped by the eSwitch.
+    let local = &r.workloads[2].points[0];
+    assert_eq!(local.cards["server"].frames_sent, 0);
+    assert_eq!(local.cards["server"].fld_rx_packets, 2000);
+}
+
+#[test]
+fn bad_echo_workloads_are_refused_with_a_reason() {
+    for (workload, word) in [
+        (
+            "kind = \"echo_latency\"\necho = \"fpga\"\nsizes = [64]",
+            "fpga",
+        ),
+        (
+            "kind = \"echo_latency\"\necho = \"cpu\"\nlocal = true\nsizes = [64]",
+            "local",
+        ),
+        (
+            "kind = \"echo_rate\"\necho = \"flde\"",
+            "either sizes or mix",
+        ),
+        (
+            "kind = \"echo_rate\"\necho = \"flde\"\nsizes = [64]\nmetric = \"rtt\"",
+            "rtt",
+        ),
+    ] {
+        let e = Scenario::parse(&echo_scenario("", workload)).expect_err(workload);
+        assert!(e.to_string().contains(word), "{e}");
+    }
+}
+
+/// Table 6's scenario meets its two fitted points (FLD-E's median, the CPU's 99.9th
+/// percentile) and, from the model, the CPU's median within 10 %; FLD-E's tail stays short
+/// because no CPU core is on its path.
+#[test]
+fn flexdriver_table6_reproduces_its_points() {
+    let text = include_str!("../../scenarios/flexdriver-table6.toml")
+        .replace("iterations = 20000", "iterations = 4000");
+    let (r, _) = results(&text);
+    let m = |i: usize| r.workloads[i].points[0].metrics.clone();
+    let (cpu, flde) = (m(0), m(1));
+    assert!((flde["median_us"] - 2.6).abs() < 0.01, "{flde:?}");
+    assert!((cpu["median_us"] - 2.34).abs() < 0.234, "{cpu:?}");
+    assert!(cpu["p999_us"] > 3.0 * cpu["median_us"], "{cpu:?}");
+    assert!(flde["p999_us"] < 1.1 * flde["median_us"], "{flde:?}");
+}
