@@ -114,6 +114,10 @@ pub fn breaches(counters: &[(&str, u64)]) -> u64 {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RtlCounters {
     pub cycles: u64,
+    /// Cycles of each step up to its last beat in either direction: the module's working time,
+    /// without the quiet tail a step runs to be sure nothing more comes out. A virtual-time
+    /// runner charges these at the module's clock.
+    pub busy_cycles: u64,
     pub rx_packets: u64,
     pub rx_beats: u64,
     pub tx_packets: u64,
@@ -442,6 +446,7 @@ impl RtlAccelerator {
         while cycle < budget {
             if self.rx.is_empty() && self.reset_left == 0 && quiet >= self.cfg.idle_cycles {
                 self.quiet = quiet;
+                self.counters.busy_cycles += cycle.saturating_sub(u64::from(quiet));
                 return moved;
             }
             let resetting = self.reset_left > 0;
@@ -528,6 +533,7 @@ impl RtlAccelerator {
             }
         }
         self.quiet = quiet;
+        self.counters.busy_cycles += cycle.saturating_sub(u64::from(quiet));
         moved
     }
 
@@ -603,6 +609,7 @@ impl Accelerator for RtlAccelerator {
         let c = &self.counters;
         vec![
             ("cycles", c.cycles),
+            ("busy_cycles", c.busy_cycles),
             ("rx_packets", c.rx_packets),
             ("rx_beats", c.rx_beats),
             ("tx_packets", c.tx_packets),

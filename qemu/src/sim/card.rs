@@ -126,6 +126,9 @@ pub struct CardTiming {
     pub fld_tx_packets: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub fld_busy_ns: u64,
+    /// An RTL accelerator's working time (its cycles at its clock), ns.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub accel_busy_ns: u64,
     /// Times the operating system took the application's core, and the time it kept it, ns.
     #[serde(skip_serializing_if = "is_zero")]
     pub interruptions: u64,
@@ -165,6 +168,8 @@ struct FldSnapshot {
     tx_packets: u64,
     tx_bytes: u64,
     completions: u64,
+    /// An RTL accelerator's working cycles (its `busy_cycles` counter).
+    accel_cycles: u64,
 }
 
 /// What one FLD step did and when its effects appear.
@@ -297,6 +302,8 @@ pub struct SimHost {
     /// When FLD may step again, and its pending wake-up.
     pub fld_free: Ps,
     pub fld_wake: Option<Ps>,
+    /// The clock of an RTL accelerator behind FLD, MHz: its working cycles are its time.
+    pub accel_mhz: Option<f64>,
     interference: Interference,
     pub timing: CardTiming,
     /// When the engine may run again.
@@ -390,6 +397,7 @@ impl SimHost {
             fld_last: FldSnapshot::default(),
             fld_free: 0,
             fld_wake: None,
+            accel_mhz: None,
             interference,
             timing: CardTiming::default(),
             engine_free: 0,
@@ -409,7 +417,17 @@ impl SimHost {
 
     fn fld_snapshot(&self) -> FldSnapshot {
         let s = |k| self.card.fld.stat(k);
+        let accel_cycles = match self.accel_mhz {
+            Some(_) => self
+                .card
+                .fld
+                .accelerator_counters()
+                .and_then(|(_, c)| c.iter().find(|(n, _)| *n == "busy_cycles").map(|c| c.1))
+                .unwrap_or(0),
+            None => 0,
+        };
         FldSnapshot {
+            accel_cycles,
             rx_packets: s(FldStat::RxPackets),
             rx_bytes: s(FldStat::RxBytes),
             tx_packets: s(FldStat::TxPackets),
@@ -592,14 +610,23 @@ impl SimHost {
             + f.beats_of(s.tx_bytes - l.tx_bytes)
             + (s.completions - l.completions);
         let stages = (u64::from(rx > 0) + u64::from(tx > 0)) * f.stage_cycles;
-        let busy = f.cycles_ps(beats).max(u64::from(work));
-        let done = now + busy + f.cycles_ps(stages);
+        // An RTL accelerator works for its own cycles at its own clock, beside FLD's pipeline:
+        // the slower of the two sets the step's pace, and its packets pass through both.
+        let accel = self.accel_mhz.map_or(0, |mhz| {
+            ((s.accel_cycles - l.accel_cycles) as f64 * 1e6 / mhz).ceil() as u64
+        });
+        let fld_ps = f.cycles_ps(beats);
+        let busy = fld_ps.max(accel).max(u64::from(work));
+        // A packet passes FLD's receive side, the accelerator and FLD's transmit side in turn:
+        // the last packet leaves one packet's time of the faster stage after the slower is done.
+        let done = now + busy + fld_ps.min(accel) / rx.max(1) + f.cycles_ps(stages);
         if work {
             let t = &mut self.timing;
             t.fld_steps += 1;
             t.fld_rx_packets += rx;
             t.fld_tx_packets += tx;
             t.fld_busy_ns += busy / PS_PER_NS;
+            t.accel_busy_ns += accel / PS_PER_NS;
         }
         self.fld_free = now + busy;
         FldStep {

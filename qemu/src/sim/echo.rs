@@ -50,6 +50,55 @@ pub enum EchoBy {
     Flde,
 }
 
+/// What runs behind FLD for FLD-E's echo.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EchoAccel {
+    /// The Rust echo (`fld_device::accel::Echo`): no time beyond FLD's own.
+    Model,
+    /// A Verilog design (a directory with `files.f`, built by Verilator) clocked at `mhz`: its
+    /// cycles are its time.
+    Rtl {
+        design: std::path::PathBuf,
+        mhz: f64,
+    },
+}
+
+impl EchoAccel {
+    /// `"echo"`, or `"rtl:DIR"` clocked at `mhz`.
+    pub fn parse(s: &str, mhz: f64) -> Option<Self> {
+        match s.strip_prefix("rtl:") {
+            Some(dir) if !dir.is_empty() && mhz > 0.0 && mhz <= 2000.0 => Some(EchoAccel::Rtl {
+                design: dir.into(),
+                mhz,
+            }),
+            Some(_) => None,
+            None => (s == "echo").then_some(EchoAccel::Model),
+        }
+    }
+
+    fn install(&self, h: &mut SimHost) -> Result<(), SimError> {
+        match self {
+            EchoAccel::Model => h
+                .card
+                .fld
+                .set_accelerator(Box::new(Echo::new(0, ECHO_HOLD))),
+            EchoAccel::Rtl { design, mhz } => {
+                let built = fld_rtl::build::build(design, false)
+                    .map_err(|e| SimError::Failed(format!("{}: {e}", design.display())))?;
+                let cfg = fld_rtl::RtlConfig {
+                    clock_hz: mhz * 1e6,
+                    ..Default::default()
+                };
+                let rtl = fld_rtl::RtlAccelerator::new(&built, cfg)
+                    .map_err(|e| SimError::Failed(format!("{}: {e}", design.display())))?;
+                h.card.fld.set_accelerator(Box::new(rtl));
+                h.accel_mhz = Some(*mhz);
+            }
+        }
+        Ok(())
+    }
+}
+
 impl EchoBy {
     pub fn parse(s: &str) -> Option<Self> {
         match s {
@@ -72,7 +121,12 @@ enum Echoer {
 
 impl Echoer {
     /// Opens the echo on `h`'s NIC function 1; returns it with that function's MAC.
-    fn open(h: &mut SimHost, by: EchoBy, inline_max: u16) -> Result<(Self, [u8; 6]), SimError> {
+    fn open(
+        h: &mut SimHost,
+        by: EchoBy,
+        accel: &EchoAccel,
+        inline_max: u16,
+    ) -> Result<(Self, [u8; 6]), SimError> {
         match by {
             EchoBy::Cpu => {
                 let port = Box::new(open_port(h, 1, inline_max)?);
@@ -86,9 +140,7 @@ impl Echoer {
                 // Lowest priority: every frame the function receives goes to the accelerator.
                 flde.accelerate(u16::MAX, &[], 1, None)
                     .map_err(VerbsError::from)?;
-                h.card
-                    .fld
-                    .set_accelerator(Box::new(Echo::new(0, ECHO_HOLD)));
+                accel.install(h)?;
                 let mac = flde.mac();
                 Ok((Echoer::Flde(Box::new(flde)), mac))
             }
@@ -167,11 +219,10 @@ impl Ends {
     fn open(
         hosts: &mut [SimHost],
         (client, server): (usize, usize),
-        by: EchoBy,
-        local: bool,
+        (by, accel, local): (EchoBy, &EchoAccel, bool),
         inline_max: u16,
     ) -> Result<Self, SimError> {
-        let (echoer, server_mac) = Echoer::open(&mut hosts[server], by, inline_max)?;
+        let (echoer, server_mac) = Echoer::open(&mut hosts[server], by, accel, inline_max)?;
         let (client, function) = match local {
             true => (server, LOCAL_GENERATOR_FUNCTION),
             false => (client, 1),
@@ -218,13 +269,13 @@ impl EchoLatency {
     pub fn new(
         hosts: &mut [SimHost],
         ends: (usize, usize),
-        (by, local): (EchoBy, bool),
+        (by, accel, local): (EchoBy, &EchoAccel, bool),
         size: usize,
         iterations: u64,
         tx_inline_max: u16,
     ) -> Result<Self, SimError> {
         Ok(EchoLatency {
-            ends: Ends::open(hosts, ends, by, local, tx_inline_max)?,
+            ends: Ends::open(hosts, ends, (by, accel, local), tx_inline_max)?,
             size: size.clamp(64, 1514),
             rounds: Rounds::new(iterations),
             rx: Vec::with_capacity(BURST),
@@ -352,12 +403,12 @@ impl EchoRate {
     pub fn new(
         hosts: &mut [SimHost],
         ends: (usize, usize),
-        (by, local): (EchoBy, bool),
+        (by, accel, local): (EchoBy, &EchoAccel, bool),
         sizes: &[usize],
         (packets, window): (u64, usize),
         tx_inline_max: u16,
     ) -> Result<Self, SimError> {
-        let ends = Ends::open(hosts, ends, by, local, tx_inline_max)?;
+        let ends = Ends::open(hosts, ends, (by, accel, local), tx_inline_max)?;
         let sizes: Vec<usize> = sizes.iter().map(|&s| s.clamp(64, 1514)).collect();
         let largest = sizes.iter().copied().max().unwrap_or(64);
         let window = window.min(ends.echoer.window(largest)).max(1) as u64;

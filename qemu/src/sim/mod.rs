@@ -29,7 +29,7 @@ use std::time::Instant;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use card::{CardTiming, SimHost};
-use echo::{EchoBy, EchoLatency, EchoRate, FldModel};
+use echo::{EchoAccel, EchoBy, EchoLatency, EchoRate, FldModel};
 use events::{Event, EventQueue, Ps, PS_PER_NS};
 use fld_abi::nic::mtu_code;
 use fld_device::nic::reorder::ReceiverMode;
@@ -157,6 +157,12 @@ pub enum WorkloadSpec {
         /// The metric plotted: "rtt_us" (the median), "mean_us", "p99_us" or "p999_us".
         #[serde(default = "default_echo_metric")]
         metric: String,
+        /// FLD-E's accelerator: "echo" (the Rust model) or "rtl:DIR" (a Verilog design, timed
+        /// by its cycles at `accel_mhz`).
+        #[serde(default = "default_accel")]
+        accel: String,
+        #[serde(default = "default_accel_mhz")]
+        accel_mhz: f64,
         #[serde(default)]
         reference: Vec<Reference>,
     },
@@ -188,6 +194,10 @@ pub enum WorkloadSpec {
         /// "gbps" (frame bytes echoed) or "mpps".
         #[serde(default = "default_rate_metric")]
         metric: String,
+        #[serde(default = "default_accel")]
+        accel: String,
+        #[serde(default = "default_accel_mhz")]
+        accel_mhz: f64,
         #[serde(default)]
         reference: Vec<Reference>,
     },
@@ -428,6 +438,13 @@ fn deal(clients: &[usize], n: u32) -> Vec<usize> {
 fn default_echo_by() -> String {
     "cpu".into()
 }
+fn default_accel() -> String {
+    "echo".into()
+}
+/// FLD's and the paper's accelerators' clock (Table 5).
+fn default_accel_mhz() -> f64 {
+    250.0
+}
 fn default_echo_metric() -> String {
     "rtt_us".into()
 }
@@ -439,6 +456,16 @@ fn default_echo_window() -> usize {
 }
 fn default_fld_pcie() -> f64 {
     FldParams::default().pcie_gbps
+}
+
+/// Checks FLD-E's accelerator key.
+fn check_accel(accel: &str, mhz: f64) -> Result<(), SimError> {
+    match EchoAccel::parse(accel, mhz) {
+        Some(_) => Ok(()),
+        None => Err(SimError::Scenario(format!(
+            "accel = {accel:?} at {mhz} MHz: \"echo\", or \"rtl:DIR\" with 0 < accel_mhz <= 2000"
+        ))),
+    }
 }
 
 /// Checks an echo workload's `echo`, `local` and plotted metric.
@@ -663,12 +690,15 @@ impl Scenario {
                     echo,
                     local,
                     metric,
+                    accel,
+                    accel_mhz,
                     ..
                 } => {
                     host_index(client)?;
                     host_index(server)?;
                     let metrics = ["rtt_us", "mean_us", "median_us", "p99_us", "p999_us"];
                     check_echo(echo, *local, metric, &metrics)?;
+                    check_accel(accel, *accel_mhz)?;
                 }
                 WorkloadSpec::EchoRate {
                     client,
@@ -678,11 +708,14 @@ impl Scenario {
                     metric,
                     sizes,
                     mix,
+                    accel,
+                    accel_mhz,
                     ..
                 } => {
                     host_index(client)?;
                     host_index(server)?;
                     check_echo(echo, *local, metric, &["gbps", "mpps"])?;
+                    check_accel(accel, *accel_mhz)?;
                     if sizes.is_empty() == mix.is_empty() {
                         return Err(SimError::Scenario("echo_rate: either sizes or mix".into()));
                     }
@@ -1381,15 +1414,18 @@ pub fn run(
                     inline_max,
                     echo,
                     local,
+                    accel,
+                    accel_mhz,
                     ..
                 } => {
                     let functions = if *local { 3 } else { 2 };
                     let mut sim = Sim::with_functions(&r, seed, s.limit_ms, 4, 0, functions)?;
                     let by = EchoBy::parse(echo).expect("checked by resolve");
+                    let accel = EchoAccel::parse(accel, *accel_mhz).expect("checked by resolve");
                     let w = EchoLatency::new(
                         &mut sim.hosts,
                         (index(client), index(server)),
-                        (by, *local),
+                        (by, &accel, *local),
                         size,
                         *iterations,
                         *inline_max,
@@ -1408,11 +1444,14 @@ pub fn run(
                     packets,
                     window,
                     inline_max,
+                    accel,
+                    accel_mhz,
                     ..
                 } => {
                     let functions = if *local { 3 } else { 2 };
                     let mut sim = Sim::with_functions(&r, seed, s.limit_ms, 4, 0, functions)?;
                     let by = EchoBy::parse(echo).expect("checked by resolve");
+                    let accel = EchoAccel::parse(accel, *accel_mhz).expect("checked by resolve");
                     let sizes = match mix.is_empty() {
                         true => vec![size],
                         false => mix.clone(),
@@ -1420,7 +1459,7 @@ pub fn run(
                     let w = EchoRate::new(
                         &mut sim.hosts,
                         (index(client), index(server)),
-                        (by, *local),
+                        (by, &accel, *local),
                         &sizes,
                         (*packets, *window),
                         *inline_max,

@@ -1110,3 +1110,37 @@ fn flexdriver_table6_reproduces_its_points() {
     assert!(cpu["p999_us"] > 3.0 * cpu["median_us"], "{cpu:?}");
     assert!(flde["p999_us"] < 1.1 * flde["median_us"], "{flde:?}");
 }
+
+/// The Verilog echo behind FLD in virtual time: its cycles at its clock are its time. At a
+/// clock slow enough that the module, not FLD, the NIC or the line, is the bottleneck (2 MHz),
+/// the echo rate is its packets over its working cycles at that clock, within 3 %; the echoes
+/// are verified as the Rust echo's are.
+#[test]
+fn an_rtl_accelerator_is_timed_by_its_cycles() {
+    if !fld_rtl::build::verilator_for_tests() {
+        return;
+    }
+    let design = concat!(env!("CARGO_MANIFEST_DIR"), "/../device/rtl/examples/echo");
+    let text = echo_scenario(
+        "",
+        &format!(
+            "kind = \"echo_rate\"\necho = \"flde\"\naccel = \"rtl:{design}\"\naccel_mhz = 2\n\
+             sizes = [64]\npackets = 4000"
+        ),
+    );
+    let (r, _) = results(&text);
+    let p = &r.workloads[0].points[0];
+    assert_eq!(p.metrics["mismatches"], 0.0, "{:?}", p.metrics);
+    assert_eq!(p.metrics["verified_bytes"], 4000.0 * 64.0);
+    let server = &p.cards["server"];
+    // Its working time at 2 MHz over the packets it echoed: the rate it allows.
+    let allowed_mpps = server.fld_rx_packets as f64 / server.accel_busy_ns as f64 * 1e3;
+    let mpps = p.metrics["mpps"];
+    assert!(
+        (mpps - allowed_mpps).abs() < 0.03 * allowed_mpps,
+        "{mpps} Mpps against {allowed_mpps} from the module's cycles ({server:?})"
+    );
+    // A packet every 2 cycles at best: 1 Mpps at 2 MHz, far below what the same echo allows at
+    // 250 MHz.
+    assert!(mpps <= 1.0, "{mpps}");
+}
