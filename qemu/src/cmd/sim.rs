@@ -149,6 +149,10 @@ fn print_report(r: &Report, speed: &Speed) {
                 "{:>8} {:>10} {:>10} {:>8} {:>12}  reference",
                 "bytes", "Mpps", "Gbit/s", "window", "mismatches"
             ),
+            "fldr_echo" => println!(
+                "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12}  reference",
+                "bytes", "load", "Mmsg/s", "Gbit/s", "median us", "p99 us", "mismatches"
+            ),
             "rpc_rate" => println!(
                 "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
                 "request", "conns", "MRPC/s", "Gbit/s", "QPC miss", "MTT miss"
@@ -199,6 +203,16 @@ fn print_report(r: &Report, speed: &Speed) {
                     m("rtt_p99_us"),
                     m("p999_us"),
                     m("rtt_mean_us"),
+                    m("mismatches")
+                ),
+                "fldr_echo" => println!(
+                    "{:>8} {:>6.2} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>12}  {reference}",
+                    p.size,
+                    p.load.unwrap_or(f64::NAN),
+                    m("mpps"),
+                    m("gbps"),
+                    m("median_us"),
+                    m("p99_us"),
                     m("mismatches")
                 ),
                 "echo_rate" | "fld_model" => println!(

@@ -301,6 +301,9 @@ pub struct SimHost {
     fld_last: FldSnapshot,
     /// When FLD may step again, and its pending wake-up.
     pub fld_free: Ps,
+    /// When FLD's PCIe link has carried every transfer so far, into FLD and out of it (each
+    /// direction its own lanes).
+    fld_link_free: (Ps, Ps),
     pub fld_wake: Option<Ps>,
     /// The clock of an RTL accelerator behind FLD, MHz: its working cycles are its time.
     pub accel_mhz: Option<f64>,
@@ -396,6 +399,7 @@ impl SimHost {
             last: Snapshot::default(),
             fld_last: FldSnapshot::default(),
             fld_free: 0,
+            fld_link_free: (0, 0),
             fld_wake: None,
             accel_mhz: None,
             interference,
@@ -525,7 +529,8 @@ impl SimHost {
         // requests), "up" what it returns (read completions: WQEs and data; its doorbells).
         let fld_in = fld_link.down_header_bytes + fld_link.down_payload_bytes;
         let fld_out = fld_link.up_header_bytes + fld_link.up_payload_bytes;
-        let fld_pcie = serialization_ps(fld_in.max(fld_out), self.fld.pcie_gbps);
+        let fld_in_ps = serialization_ps(fld_in, self.fld.pcie_gbps);
+        let fld_out_ps = serialization_ps(fld_out, self.fld.pcie_gbps);
         let packets = sent.len() as u64 + received + 2 * loopback;
         let pipeline = packets * self.nic.packet_ns * PS_PER_NS;
         let misses = qp_misses + mtt_misses;
@@ -544,7 +549,21 @@ impl SimHost {
         let fld_rounds = fld_reads.div_ceil(packets.max(1));
         let fld_read =
             self.fld.read_latency_ns * PS_PER_NS + self.fld.cycles_ps(self.fld.response_cycles);
-        let flow = pcie.max(pipeline).max(fld_pcie);
+        // The engine is busy for its pipeline and the host link; FLD's link is a port of its
+        // own, busy in parallel: its transfers queue behind its earlier ones, not behind the
+        // engine's host traffic.
+        let flow = pcie.max(pipeline);
+        let mut fld_done = now;
+        for (free, p) in [
+            (&mut self.fld_link_free.0, fld_in_ps),
+            (&mut self.fld_link_free.1, fld_out_ps),
+        ] {
+            if p > 0 {
+                *free = (*free).max(now) + p;
+                fld_done = fld_done.max(*free);
+            }
+        }
+        let spread = flow.max(fld_done - now);
         let busy = if work {
             (flow + stall).max(PS_PER_NS)
         } else {
@@ -559,7 +578,7 @@ impl SimHost {
         let frames = Frames {
             frames: sent,
             first: front,
-            spread: flow,
+            spread,
         };
         let wrote_host = link.down_payload_bytes > 0;
         if work {
@@ -587,7 +606,7 @@ impl SimHost {
             frames,
             host_sees: wrote_host.then(|| front + flow + self.pcie.write_latency_ns * PS_PER_NS),
             fld_sees: (fld_link.down_payload_bytes > 0)
-                .then(|| front + flow + self.fld.write_latency_ns * PS_PER_NS),
+                .then(|| front + spread + self.fld.write_latency_ns * PS_PER_NS),
             next_timer,
         }
     }

@@ -16,6 +16,7 @@
 pub mod card;
 pub mod echo;
 pub mod events;
+pub mod fldr;
 pub mod network;
 pub mod params;
 #[cfg(test)]
@@ -34,6 +35,7 @@ use events::{Event, EventQueue, Ps, PS_PER_NS};
 use fld_abi::nic::mtu_code;
 use fld_device::nic::reorder::ReceiverMode;
 use fld_host::verbs::star::ConnectionMode;
+use fldr::{FldrEcho, Offer};
 use network::{Network, NetworkReport};
 use params::*;
 use unload_latency::{UnloadLatency, UnloadPath, UnloadShape};
@@ -198,6 +200,47 @@ pub enum WorkloadSpec {
         accel: String,
         #[serde(default = "default_accel_mhz")]
         accel_mhz: f64,
+        /// The client host's CPU keys for this workload only (a generator on several cores,
+        /// say: `{ post_ns = 10 }`).
+        #[serde(default)]
+        client_cpu: toml::Table,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
+    /// FlexDriver's FLD-R echo (§8.1.2): a client queue pair SENDs messages to a queue pair FLD
+    /// owns; the echo behind FLD sends each back whole. Closed loop over `sizes` (Figure 7b's
+    /// right column), or open loop over `loads` at the first size (Figure 7c).
+    FldrEcho {
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        series: Option<String>,
+        client: String,
+        server: String,
+        /// The client's queue pair on the server's own card (NIC function 0, looped to FLD-R's
+        /// function 1 by the eSwitch); `client` is then ignored.
+        #[serde(default)]
+        local: bool,
+        sizes: Vec<usize>,
+        /// Offered loads, each a share of `line_gbps` in wire bits (RoCEv2 headers included).
+        #[serde(default)]
+        loads: Vec<f64>,
+        #[serde(default = "default_line_gbps")]
+        line_gbps: f64,
+        #[serde(default = "default_messages")]
+        messages: u64,
+        /// Messages in flight at most.
+        #[serde(default = "default_fldr_window")]
+        window: u32,
+        /// Path MTU in bytes (256 … 4096).
+        #[serde(default = "default_mtu")]
+        mtu: u32,
+        /// "gbps", "mpps", "median_us" or "p99_us".
+        #[serde(default = "default_rate_metric")]
+        metric: String,
+        /// The client host's CPU keys for this workload only.
+        #[serde(default)]
+        client_cpu: toml::Table,
         #[serde(default)]
         reference: Vec<Reference>,
     },
@@ -414,6 +457,7 @@ impl WorkloadSpec {
             | WorkloadSpec::EchoLatency { series, .. }
             | WorkloadSpec::EchoRate { series, .. }
             | WorkloadSpec::FldModel { series, .. }
+            | WorkloadSpec::FldrEcho { series, .. }
             | WorkloadSpec::WriteRate { series, .. }
             | WorkloadSpec::RpcRate { series, .. }
             | WorkloadSpec::Flows { series, .. } => series,
@@ -437,6 +481,12 @@ fn deal(clients: &[usize], n: u32) -> Vec<usize> {
 
 fn default_echo_by() -> String {
     "cpu".into()
+}
+fn default_line_gbps() -> f64 {
+    25.0
+}
+fn default_fldr_window() -> u32 {
+    64
 }
 fn default_accel() -> String {
     "echo".into()
@@ -595,6 +645,21 @@ fn check_receiver(receiver: Option<&str>) -> Result<(), SimError> {
 }
 
 /// Every card of `r` gets the workload's `receiver`, if it names one.
+/// `r` with host `client`'s CPU keys overridden by `cpu` (a workload's `client_cpu`).
+fn with_client_cpu(r: &Resolved, client: &str, cpu: &toml::Table) -> Result<Resolved, SimError> {
+    let mut r = r.clone();
+    if cpu.is_empty() {
+        return Ok(r);
+    }
+    for h in r.hosts.iter_mut().filter(|h| h.0 == client) {
+        let mut base =
+            toml::Table::try_from(&h.3).map_err(|e| SimError::Scenario(e.to_string()))?;
+        base.extend(cpu.clone());
+        h.3 = layered(&format!("client_cpu of {client}"), &[&base])?;
+    }
+    Ok(r)
+}
+
 fn set_receiver(r: &mut Resolved, receiver: Option<&str>) {
     if let Some(m) = receiver {
         for h in &mut r.hosts {
@@ -718,6 +783,40 @@ impl Scenario {
                     check_accel(accel, *accel_mhz)?;
                     if sizes.is_empty() == mix.is_empty() {
                         return Err(SimError::Scenario("echo_rate: either sizes or mix".into()));
+                    }
+                }
+                WorkloadSpec::FldrEcho {
+                    client,
+                    server,
+                    sizes,
+                    loads,
+                    line_gbps,
+                    mtu,
+                    metric,
+                    ..
+                } => {
+                    host_index(client)?;
+                    host_index(server)?;
+                    if sizes.is_empty() || sizes.iter().any(|&s| s < 8) {
+                        return Err(SimError::Scenario(
+                            "fldr_echo: sizes of 8 bytes or more".into(),
+                        ));
+                    }
+                    if loads.iter().any(|l| !(*l > 0.0 && *l <= 2.0)) || *line_gbps <= 0.0 {
+                        return Err(SimError::Scenario(
+                            "fldr_echo: loads in (0, 2], line_gbps > 0".into(),
+                        ));
+                    }
+                    if mtu_code(*mtu).is_none() {
+                        return Err(SimError::Scenario(format!(
+                            "mtu = {mtu}: 256, 512, 1024, 2048 or 4096"
+                        )));
+                    }
+                    let metrics = ["gbps", "mpps", "median_us", "p99_us"];
+                    if !metrics.contains(&metric.as_str()) {
+                        return Err(SimError::Scenario(format!(
+                            "metric = {metric:?}: one of {metrics:?}"
+                        )));
                     }
                 }
                 WorkloadSpec::FldModel {
@@ -1237,6 +1336,19 @@ pub fn run(
                 "size",
                 reference.clone(),
             ),
+            WorkloadSpec::FldrEcho {
+                title,
+                reference,
+                metric,
+                loads,
+                ..
+            } => (
+                title.clone().unwrap_or_else(|| "FLD-R echo".into()),
+                "fldr_echo",
+                metric.as_str(),
+                if loads.is_empty() { "size" } else { "load" },
+                reference.clone(),
+            ),
             WorkloadSpec::FldModel {
                 title,
                 reference,
@@ -1324,6 +1436,10 @@ pub fn run(
             | WorkloadSpec::FldModel { sizes, .. } => {
                 cases.extend(sizes.iter().map(|&s| (s, Vec::new())))
             }
+            WorkloadSpec::FldrEcho { sizes, loads, .. } => match loads.is_empty() {
+                true => cases.extend(sizes.iter().map(|&s| (s, Vec::new()))),
+                false => cases.extend(loads.iter().map(|_| (sizes[0], Vec::new()))),
+            },
             WorkloadSpec::EchoRate { sizes, mix, .. } => match mix.is_empty() {
                 true => cases.extend(sizes.iter().map(|&s| (s, Vec::new()))),
                 false => cases.push((mix.iter().sum::<usize>() / mix.len(), Vec::new())),
@@ -1446,10 +1562,13 @@ pub fn run(
                     inline_max,
                     accel,
                     accel_mhz,
+                    client_cpu,
                     ..
                 } => {
                     let functions = if *local { 3 } else { 2 };
-                    let mut sim = Sim::with_functions(&r, seed, s.limit_ms, 4, 0, functions)?;
+                    let gen = if *local { server } else { client };
+                    let point_r = with_client_cpu(&r, gen, client_cpu)?;
+                    let mut sim = Sim::with_functions(&point_r, seed, s.limit_ms, 4, 0, functions)?;
                     let by = EchoBy::parse(echo).expect("checked by resolve");
                     let accel = EchoAccel::parse(accel, *accel_mhz).expect("checked by resolve");
                     let sizes = match mix.is_empty() {
@@ -1467,6 +1586,47 @@ pub fn run(
                     for (h, mac) in w.macs() {
                         sim.net.add_host_mac(h, mac);
                     }
+                    (sim, Box::new(w))
+                }
+                WorkloadSpec::FldrEcho {
+                    client,
+                    server,
+                    local,
+                    loads,
+                    line_gbps,
+                    messages,
+                    window,
+                    mtu,
+                    client_cpu,
+                    ..
+                } => {
+                    let point_r =
+                        with_client_cpu(&r, if *local { server } else { client }, client_cpu)?;
+                    let mut sim =
+                        Sim::new(&point_r, seed, s.limit_ms, 4, 2 * *window as usize * size)?;
+                    let srv = index(server);
+                    let cli = if *local { srv } else { index(client) };
+                    let offer = match loads.get(pi) {
+                        Some(&load) => Offer::Load {
+                            load,
+                            line_gbps: *line_gbps,
+                            window: *window,
+                        },
+                        None => Offer::Window(*window),
+                    };
+                    // FLD-R's function has an address of its own beside the verbs context's.
+                    let ip = [10, 1, (srv / 250) as u8, (srv % 250) as u8 + 1];
+                    let code = mtu_code(*mtu).expect("checked by resolve");
+                    let w = FldrEcho::new(
+                        &mut sim.hosts,
+                        (cli, srv),
+                        ip,
+                        (size, *messages, code),
+                        offer,
+                        seed,
+                    )?;
+                    let (h, mac) = w.route();
+                    sim.net.add_host_mac(h, mac);
                     (sim, Box::new(w))
                 }
                 WorkloadSpec::FldModel {
@@ -1644,7 +1804,9 @@ pub fn run(
                 _ => None,
             };
             let load = match spec {
-                WorkloadSpec::Flows { loads, .. } => loads.get(pi).copied(),
+                WorkloadSpec::Flows { loads, .. } | WorkloadSpec::FldrEcho { loads, .. } => {
+                    loads.get(pi).copied()
+                }
                 _ => None,
             };
             let regions = match spec {

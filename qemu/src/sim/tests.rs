@@ -1144,3 +1144,76 @@ fn an_rtl_accelerator_is_timed_by_its_cycles() {
     // 250 MHz.
     assert!(mpps <= 1.0, "{mpps}");
 }
+
+/// FLD-R's echo in virtual time: a client queue pair's messages come back whole through the
+/// queue pair FLD owns, remote and local, closed and open loop, byte for byte and the same
+/// bytes of results twice. Large messages fill the 25 GbE line (RoCEv2 headers aside); one
+/// client core bounds small ones; an open loop well under the line keeps the latency flat.
+#[test]
+fn fldr_echoes_are_verified_and_bounded_by_the_line_or_the_client() {
+    let mut text = echo_scenario(
+        "",
+        "kind = \"fldr_echo\"\nsizes = [64, 4096]\nmessages = 1000\nseries = \"fldr-remote\"",
+    )
+    // A ConnectX-5's packet time, so the NIC is not what bounds small messages.
+    .replace(
+        "[defaults.fld]",
+        "[defaults.nic]\npacket_ns = 5\n[defaults.fld]",
+    );
+    text.push_str(
+        r#"
+[[workload]]
+kind = "fldr_echo"
+local = true
+client = "client"
+server = "server"
+sizes = [64, 4096]
+messages = 1000
+series = "fldr-local"
+
+[[workload]]
+kind = "fldr_echo"
+client = "client"
+server = "server"
+sizes = [1024]
+loads = [0.2, 0.5]
+messages = 1000
+metric = "median_us"
+series = "fldr-load"
+"#,
+    );
+    let (r, first) = results(&text);
+    let (_, second) = results(&text);
+    assert_eq!(first, second);
+    for w in &r.workloads {
+        for p in &w.points {
+            let m = &p.metrics;
+            assert_eq!(m["mismatches"], 0.0, "{} {m:?}", w.series);
+            assert_eq!(
+                m["verified_bytes"],
+                1000.0 * p.size as f64,
+                "{} {m:?}",
+                w.series
+            );
+            assert_eq!(
+                p.cards["server"].fld_rx_packets,
+                1000 * p.size.div_ceil(1024) as u64
+            );
+        }
+    }
+    let remote = &r.workloads[0].points;
+    // 64 B: the client's core, 100 ns a message and 50 ns a look, is the bound (~9.85 M/s).
+    let small = remote[0].metrics["mpps"];
+    assert!((9.0..=10.0).contains(&small), "{small}");
+    // 4 KiB: four 1 KiB packets, each with 82 bytes of RoCEv2 headers and Ethernet overhead.
+    let line = 25.0 * 4096.0 / (4096.0 + 4.0 * 82.0);
+    let big = remote[1].metrics["gbps"];
+    assert!(big > 0.95 * line && big <= line, "{big} against {line}");
+    // Local: no wire; the PCIe links (the defaults' Gen3 x16 host link, FLD's Gen3 x8) carry
+    // more than the remote line at 4 KiB.
+    assert!(r.workloads[1].points[1].metrics["gbps"] > big);
+    // Open loop: the latency barely moves between 20 % and 50 % of the line.
+    let lat = |i: usize| r.workloads[2].points[i].metrics["median_us"];
+    assert!(lat(1) < 1.2 * lat(0), "{} then {}", lat(0), lat(1));
+    assert_eq!(r.workloads[2].points[1].load, Some(0.5));
+}
