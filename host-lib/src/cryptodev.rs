@@ -256,7 +256,7 @@ impl<P: BurstPort> ZucOffload<P> {
 }
 
 /// The request message of `op` with request ID `id`: the 64-byte header, then the data.
-fn request_message(op: &CryptoOp, id: u64, out: &mut Vec<u8>) {
+pub fn request_message(op: &CryptoOp, id: u64, out: &mut Vec<u8>) {
     let bytes = (op.length_bits as usize).div_ceil(8).min(op.data.len());
     out.clear();
     out.resize(HEADER_LEN + bytes, 0);
@@ -285,7 +285,7 @@ fn write_request(op: &CryptoOp, id: u64, buf: &mut [u8]) {
 }
 
 /// Completes `op` from the response header `h`.
-fn complete_from(op: &mut CryptoOp, h: &ZucHeader<&[u8]>) {
+pub fn complete_from(op: &mut CryptoOp, h: &ZucHeader<&[u8]>) {
     if h.status() != STATUS_OK {
         op.status = OpStatus::Error(h.status());
         return;

@@ -145,7 +145,7 @@ fn print_report(r: &Report, speed: &Speed) {
                 "{:>8} {:>12} {:>12} {:>12} {:>12} {:>12}  reference",
                 "bytes", "RTT us", "p99 us", "p99.9 us", "mean us", "mismatches"
             ),
-            "echo_rate" | "fld_model" => println!(
+            "echo_rate" | "fld_model" | "zuc_model" => println!(
                 "{:>8} {:>10} {:>10} {:>8} {:>12}  reference",
                 "bytes", "Mpps", "Gbit/s", "window", "mismatches"
             ),
@@ -215,7 +215,7 @@ fn print_report(r: &Report, speed: &Speed) {
                     m("p99_us"),
                     m("mismatches")
                 ),
-                "echo_rate" | "fld_model" => println!(
+                "echo_rate" | "fld_model" | "zuc_model" => println!(
                     "{:>8} {:>10.3} {:>10.3} {:>8} {:>12}  {reference}",
                     p.size,
                     m("mpps"),

@@ -48,7 +48,7 @@ use serde::Serialize;
 
 use super::events::{Ps, PS_PER_NS};
 use super::network::FramePool;
-use super::params::{serialization_ps, FldParams, HostParams, NicParams, PcieParams};
+use super::params::{serialization_ps, FldParams, HostParams, NicParams, PcieParams, ZucParams};
 
 /// The card's end of its uplink cable: frames the network delivered wait in `inbox` until the
 /// engine takes them; frames the engine sends collect in `outbox` until the runner puts them on
@@ -168,8 +168,23 @@ struct FldSnapshot {
     tx_packets: u64,
     tx_bytes: u64,
     completions: u64,
-    /// An RTL accelerator's working cycles (its `busy_cycles` counter).
+    /// An RTL accelerator's working cycles (its `busy_cycles` counter), or the ZUC
+    /// accelerator's requests and bits processed.
     accel_cycles: u64,
+    accel_requests: u64,
+    accel_bits: u64,
+}
+
+/// How the accelerator behind FLD is timed.
+#[derive(Clone, Debug, Default)]
+pub enum AccelTiming {
+    /// Within FLD's step (the Rust echo).
+    #[default]
+    None,
+    /// A Verilog design: its working cycles at its clock, MHz.
+    Rtl(f64),
+    /// The ZUC accelerator's modules (FlexDriver §7).
+    Zuc(ZucParams),
 }
 
 /// What one FLD step did and when its effects appear.
@@ -305,8 +320,8 @@ pub struct SimHost {
     /// direction its own lanes).
     fld_link_free: (Ps, Ps),
     pub fld_wake: Option<Ps>,
-    /// The clock of an RTL accelerator behind FLD, MHz: its working cycles are its time.
-    pub accel_mhz: Option<f64>,
+    /// How the accelerator behind FLD is timed.
+    pub accel_timing: AccelTiming,
     interference: Interference,
     pub timing: CardTiming,
     /// When the engine may run again.
@@ -401,7 +416,7 @@ impl SimHost {
             fld_free: 0,
             fld_link_free: (0, 0),
             fld_wake: None,
-            accel_mhz: None,
+            accel_timing: AccelTiming::None,
             interference,
             timing: CardTiming::default(),
             engine_free: 0,
@@ -421,17 +436,20 @@ impl SimHost {
 
     fn fld_snapshot(&self) -> FldSnapshot {
         let s = |k| self.card.fld.stat(k);
-        let accel_cycles = match self.accel_mhz {
-            Some(_) => self
+        let counters = match self.accel_timing {
+            AccelTiming::None => Vec::new(),
+            _ => self
                 .card
                 .fld
                 .accelerator_counters()
-                .and_then(|(_, c)| c.iter().find(|(n, _)| *n == "busy_cycles").map(|c| c.1))
-                .unwrap_or(0),
-            None => 0,
+                .map(|c| c.1)
+                .unwrap_or_default(),
         };
+        let counter = |name: &str| counters.iter().find(|(n, _)| *n == name).map_or(0, |c| c.1);
         FldSnapshot {
-            accel_cycles,
+            accel_cycles: counter("busy_cycles"),
+            accel_requests: counter("requests"),
+            accel_bits: counter("bits_processed"),
             rx_packets: s(FldStat::RxPackets),
             rx_bytes: s(FldStat::RxBytes),
             tx_packets: s(FldStat::TxPackets),
@@ -631,9 +649,16 @@ impl SimHost {
         let stages = (u64::from(rx > 0) + u64::from(tx > 0)) * f.stage_cycles;
         // An RTL accelerator works for its own cycles at its own clock, beside FLD's pipeline:
         // the slower of the two sets the step's pace, and its packets pass through both.
-        let accel = self.accel_mhz.map_or(0, |mhz| {
-            ((s.accel_cycles - l.accel_cycles) as f64 * 1e6 / mhz).ceil() as u64
-        });
+        let accel = match &self.accel_timing {
+            AccelTiming::None => 0,
+            AccelTiming::Rtl(mhz) => {
+                ((s.accel_cycles - l.accel_cycles) as f64 * 1e6 / mhz).ceil() as u64
+            }
+            AccelTiming::Zuc(z) => z.busy_ps(
+                s.accel_requests - l.accel_requests,
+                s.accel_bits - l.accel_bits,
+            ),
+        };
         let fld_ps = f.cycles_ps(beats);
         let busy = fld_ps.max(accel).max(u64::from(work));
         // A packet passes FLD's receive side, the accelerator and FLD's transmit side in turn:

@@ -92,7 +92,7 @@ impl EchoAccel {
                 let rtl = fld_rtl::RtlAccelerator::new(&built, cfg)
                     .map_err(|e| SimError::Failed(format!("{}: {e}", design.display())))?;
                 h.card.fld.set_accelerator(Box::new(rtl));
-                h.accel_mhz = Some(*mhz);
+                h.accel_timing = super::card::AccelTiming::Rtl(*mhz);
             }
         }
         Ok(())
@@ -523,6 +523,37 @@ impl Workload for EchoRate {
             ("verified_bytes", self.verified_bytes as f64),
             ("mismatches", self.mismatches as f64),
         ]
+    }
+}
+
+/// A figure computed from a formula (a bound, a fitted CPU rate): nothing runs.
+pub struct Computed {
+    metrics: Vec<(&'static str, f64)>,
+}
+
+impl Computed {
+    pub fn gbps(gbps: f64) -> Self {
+        Computed {
+            metrics: vec![("gbps", gbps)],
+        }
+    }
+}
+
+impl Workload for Computed {
+    fn starters(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
+    fn wake(&mut self, _: usize, _: Ps, _: &mut [SimHost]) -> Result<Option<Ps>, SimError> {
+        Ok(None)
+    }
+
+    fn finished(&self) -> bool {
+        true
+    }
+
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        self.metrics.clone()
     }
 }
 

@@ -13,23 +13,32 @@
 //! Remote: the client on another host's card. Local: the client's queue pair on NIC function 0
 //! of the server's own card, looped to FLD-R's function 1 by the eSwitch.
 //!
-//! Left out: several client queue pairs (one connection carries the load), the control plane's
-//! TCP exchange (the sim connects the two ends directly), and the ZUC accelerator's time.
+//! The same queue pairs carry FlexDriver's disaggregated ZUC service (§7, Figure 8a) when the
+//! ZUC accelerator sits behind FLD: each message is a ZUC request (64-byte header, then the
+//! data), each echo its response, checked against the software ZUC; the accelerator's modules are
+//! timed by [`super::params::ZucParams`].
+//!
+//! Left out: several client queue pairs (one connection carries the load) and the control
+//! plane's TCP exchange (the sim connects the two ends directly).
 
 use std::collections::VecDeque;
 
 use fld_abi::wire::roce::ipv4_gid;
+use fld_abi::wire::zuc::{ZucHeader, HEADER_LEN, ZUC_UDP_PORT};
 use fld_device::accel::rdma::RdmaEcho;
-use fld_device::accel::zuc_accel::MAX_RDMA_REQUEST;
+use fld_device::accel::zuc_accel::{ZucAccel, MAX_RDMA_REQUEST};
 use fld_device::fld::perf_model::ROCE_PACKET_OVERHEAD;
+use fld_host::cryptodev::{complete_from, request_message, run_ops, sample_ops, CryptoOp};
+use fld_host::cryptodev::{OpStatus, SoftZuc};
 use fld_host::fldr::FldR;
 use fld_host::verbs::*;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Exp};
 
-use super::card::SimHost;
+use super::card::{AccelTiming, SimHost};
 use super::events::Ps;
+use super::params::ZucParams;
 use super::workload::{end, qp_on, End, Percentiles, SteadyWindow, Workload};
 use super::SimError;
 
@@ -37,6 +46,33 @@ use super::SimError;
 const ECHO_HOLD: usize = 4096;
 /// Work requests one client step posts at most.
 const BURST: usize = 32;
+
+/// What serves the messages behind FLD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    /// FlexDriver's FLD-R echo (§8.1.2): every message back whole.
+    Echo,
+    /// The disaggregated ZUC cipher (§7): EEA3 requests of `size` data bytes.
+    Zuc,
+}
+
+impl Service {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "echo" => Some(Service::Echo),
+            "zuc" => Some(Service::Zuc),
+            _ => None,
+        }
+    }
+
+    /// The message carrying `size` bytes of data.
+    fn message_len(self, size: usize) -> usize {
+        match self {
+            Service::Echo => size,
+            Service::Zuc => HEADER_LEN + size,
+        }
+    }
+}
 
 /// How the client offers its messages.
 #[derive(Clone, Copy, Debug)]
@@ -61,8 +97,14 @@ pub struct FldrEcho {
     _server: Box<FldR>,
     end: End,
     qp: Qp,
+    service: Service,
+    /// Data bytes per message, and the message's whole length.
     size: usize,
+    message_len: usize,
     window: u32,
+    /// ZUC: the requests in flight, each with the software ZUC's result to check against.
+    zuc_inflight: VecDeque<(CryptoOp, CryptoOp)>,
+    seed: u64,
     total: u64,
     /// Arrival times of the open loop (empty in the closed loop), and the next to draw.
     arrivals: Option<Arrivals>,
@@ -111,17 +153,27 @@ impl FldrEcho {
         (client, server): (usize, usize),
         server_ip: [u8; 4],
         (size, packets, path_mtu): (usize, u64, u8),
-        offer: Offer,
+        (service, offer): (Service, Offer),
         seed: u64,
     ) -> Result<Self, SimError> {
-        let size = size.clamp(8, MAX_RDMA_REQUEST);
+        let size = size.clamp(8, MAX_RDMA_REQUEST - service.message_len(0));
+        let message_len = service.message_len(size);
         let asked = match offer {
             Offer::Window(w) | Offer::Load { window: w, .. } => w.clamp(1, 256),
         };
         let h = &mut hosts[server];
-        h.card
-            .fld
-            .set_accelerator(Box::new(RdmaEcho::new(MAX_RDMA_REQUEST, ECHO_HOLD)));
+        match service {
+            Service::Echo => h
+                .card
+                .fld
+                .set_accelerator(Box::new(RdmaEcho::new(MAX_RDMA_REQUEST, ECHO_HOLD))),
+            Service::Zuc => {
+                h.card
+                    .fld
+                    .set_accelerator(Box::new(ZucAccel::new(ZUC_UDP_PORT, 0)));
+                h.accel_timing = AccelTiming::Zuc(ZucParams::default());
+            }
+        }
         let mut cp = FldR::open(
             h.device(1)?,
             h.fld_device(),
@@ -131,10 +183,10 @@ impl FldrEcho {
         )
         .map_err(|e| SimError::Failed(format!("FLD-R: {e}")))?;
         let server_mac = cp.context().mac();
-        let window = asked.min(safe_window(&cp, size, 128usize << path_mtu));
+        let window = asked.min(safe_window(&cp, message_len, 128usize << path_mtu));
         let (client_mac, client_ip) = (hosts[client].mac, hosts[client].ip);
         let ctx = &mut hosts[client].ctx;
-        let end = end(ctx, 2 * window as usize * size, 4 * window)?;
+        let end = end(ctx, 2 * window as usize * message_len, 4 * window)?;
         let mut qp = qp_on(ctx, &end, window, window, 0)?;
         ctx.init_rc(&qp, 0)?;
         let server_qpn = cp
@@ -156,7 +208,7 @@ impl FldrEcho {
             },
         )?;
         for slot in 0..window {
-            let sge = [end.mr.sge(recv_at(slot, size), size)];
+            let sge = [end.mr.sge(recv_at(slot, message_len), message_len)];
             qp.post_recv(&[(u64::from(slot), &sge)])?;
         }
         let arrivals = match offer {
@@ -187,8 +239,12 @@ impl FldrEcho {
             _server: Box::new(cp),
             end,
             qp,
+            service,
             size,
+            message_len,
             window,
+            zuc_inflight: VecDeque::new(),
+            seed,
             total: packets.max(10),
             arrivals,
             started: VecDeque::new(),
@@ -199,8 +255,8 @@ impl FldrEcho {
             latencies: Vec::new(),
             steady: SteadyWindow::new(packets.max(10)),
             wc: vec![Wc::EMPTY; 2 * BURST],
-            buf: vec![0; size],
-            expect: vec![0; size],
+            buf: vec![0; message_len],
+            expect: vec![0; message_len],
         })
     }
 
@@ -223,11 +279,10 @@ impl FldrEcho {
                 continue;
             }
             let slot = w.wr_id as u32;
-            let at = recv_at(slot, self.size);
-            self.end.mr.read(at, &mut self.buf[..w.byte_len as usize]);
-            let seq = self.received;
-            fill_message(&mut self.expect, seq);
-            if w.byte_len as usize == self.size && self.buf == self.expect {
+            let at = recv_at(slot, self.message_len);
+            let len = (w.byte_len as usize).min(self.message_len);
+            self.end.mr.read(at, &mut self.buf[..len]);
+            if self.is_answer(len) {
                 self.verified_bytes += self.size as u64;
             } else {
                 self.mismatches += 1;
@@ -237,10 +292,49 @@ impl FldrEcho {
             }
             self.received += 1;
             self.steady.note(self.received, t);
-            let sge = [self.end.mr.sge(at, self.size)];
+            let sge = [self.end.mr.sge(at, self.message_len)];
             self.qp.post_recv(&[(u64::from(slot), &sge)])?;
         }
         Ok(n)
+    }
+
+    /// Whether the `len` bytes received are the answer to the oldest message in flight: its
+    /// echo, or its ZUC response matching the software ZUC's result.
+    fn is_answer(&mut self, len: usize) -> bool {
+        let seq = self.received;
+        match self.service {
+            Service::Echo => {
+                fill_message(&mut self.expect, seq);
+                len == self.message_len && self.buf == self.expect
+            }
+            Service::Zuc => {
+                let Some((mut got, want)) = self.zuc_inflight.pop_front() else {
+                    return false;
+                };
+                let Ok(h) = ZucHeader::new_checked(&self.buf[..len]) else {
+                    return false;
+                };
+                complete_from(&mut got, &h);
+                h.request_id() == seq + 1
+                    && got.status == OpStatus::Success
+                    && got.data == want.data
+            }
+        }
+    }
+
+    /// Writes message `seq` at `at` in the client's region.
+    fn write_message(&mut self, seq: u64, at: usize) {
+        match self.service {
+            Service::Echo => fill_message(&mut self.buf, seq),
+            Service::Zuc => {
+                let op =
+                    sample_ops(1, self.size, false, self.seed ^ seq.wrapping_mul(0x9e37)).remove(0);
+                let want = run_ops(&mut SoftZuc::default(), vec![op.clone()], 1).remove(0);
+                request_message(&op, seq + 1, &mut self.buf);
+                self.zuc_inflight.push_back((op, want));
+            }
+        }
+        self.end.mr.write(at, &self.buf[..self.message_len]);
     }
 
     /// Sends what the window (and, open loop, the arrivals so far) allow; returns how many.
@@ -258,10 +352,9 @@ impl FldrEcho {
                 },
             };
             let slot = (self.sent % u64::from(self.window)) as u32;
-            let at = send_at(slot, self.window, self.size);
-            fill_message(&mut self.buf, self.sent);
-            self.end.mr.write(at, &self.buf);
-            let sge = [self.end.mr.sge(at, self.size)];
+            let at = send_at(slot, self.window, self.message_len);
+            self.write_message(self.sent, at);
+            let sge = [self.end.mr.sge(at, self.message_len)];
             let mut wr = SendWr::new(self.sent, WrOpcode::Send, &sge);
             wr.signaled = true;
             self.qp.post_send(&[wr])?;

@@ -35,7 +35,7 @@ use events::{Event, EventQueue, Ps, PS_PER_NS};
 use fld_abi::nic::mtu_code;
 use fld_device::nic::reorder::ReceiverMode;
 use fld_host::verbs::star::ConnectionMode;
-use fldr::{FldrEcho, Offer};
+use fldr::{FldrEcho, Offer, Service};
 use network::{Network, NetworkReport};
 use params::*;
 use unload_latency::{UnloadLatency, UnloadPath, UnloadShape};
@@ -235,12 +235,38 @@ pub enum WorkloadSpec {
         /// Path MTU in bytes (256 … 4096).
         #[serde(default = "default_mtu")]
         mtu: u32,
+        /// What FLD serves: "echo" (§8.1.2) or "zuc" (the disaggregated ZUC cipher of §7:
+        /// EEA3 requests of `size` data bytes; Gbit/s counts the data).
+        #[serde(default = "default_accel")]
+        service: String,
         /// "gbps", "mpps", "median_us" or "p99_us".
         #[serde(default = "default_rate_metric")]
         metric: String,
         /// The client host's CPU keys for this workload only.
         #[serde(default)]
         client_cpu: toml::Table,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
+    /// Figure 8a's other two curves at the sizes given, computed: "bound", the rate the line
+    /// carries ZUC requests and responses at over FLD-R (`zuc_rdma_ops_bound`), or "cpu", one
+    /// core encrypting with software ZUC at `cpu_ns_per_byte`. Nothing runs.
+    ZucModel {
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        series: Option<String>,
+        curve: String,
+        sizes: Vec<usize>,
+        #[serde(default = "default_line_gbps")]
+        line_gbps: f64,
+        #[serde(default = "default_mtu")]
+        mtu: u32,
+        /// One CPU core's software ZUC (EEA3), ns per byte: fitted, by default, to Figure 8a's
+        /// statement that FLD reaches "4x higher than the CPU throughput" at 17.6 Gbit/s
+        /// (4.4 Gbit/s: 1.82 ns a byte).
+        #[serde(default = "default_zuc_cpu_ns_per_byte")]
+        cpu_ns_per_byte: f64,
         #[serde(default)]
         reference: Vec<Reference>,
     },
@@ -458,6 +484,7 @@ impl WorkloadSpec {
             | WorkloadSpec::EchoRate { series, .. }
             | WorkloadSpec::FldModel { series, .. }
             | WorkloadSpec::FldrEcho { series, .. }
+            | WorkloadSpec::ZucModel { series, .. }
             | WorkloadSpec::WriteRate { series, .. }
             | WorkloadSpec::RpcRate { series, .. }
             | WorkloadSpec::Flows { series, .. } => series,
@@ -481,6 +508,9 @@ fn deal(clients: &[usize], n: u32) -> Vec<usize> {
 
 fn default_echo_by() -> String {
     "cpu".into()
+}
+fn default_zuc_cpu_ns_per_byte() -> f64 {
+    8.0 / (17.6 / 4.0)
 }
 fn default_line_gbps() -> f64 {
     25.0
@@ -793,10 +823,16 @@ impl Scenario {
                     line_gbps,
                     mtu,
                     metric,
+                    service,
                     ..
                 } => {
                     host_index(client)?;
                     host_index(server)?;
+                    if Service::parse(service).is_none() {
+                        return Err(SimError::Scenario(format!(
+                            "service = {service:?}: \"echo\" or \"zuc\""
+                        )));
+                    }
                     if sizes.is_empty() || sizes.iter().any(|&s| s < 8) {
                         return Err(SimError::Scenario(
                             "fldr_echo: sizes of 8 bytes or more".into(),
@@ -817,6 +853,24 @@ impl Scenario {
                         return Err(SimError::Scenario(format!(
                             "metric = {metric:?}: one of {metrics:?}"
                         )));
+                    }
+                }
+                WorkloadSpec::ZucModel {
+                    curve,
+                    sizes,
+                    mtu,
+                    cpu_ns_per_byte,
+                    ..
+                } => {
+                    if curve != "bound" && curve != "cpu" {
+                        return Err(SimError::Scenario(format!(
+                            "curve = {curve:?}: \"bound\" or \"cpu\""
+                        )));
+                    }
+                    if sizes.is_empty() || mtu_code(*mtu).is_none() || *cpu_ns_per_byte <= 0.0 {
+                        return Err(SimError::Scenario(
+                            "zuc_model: sizes, an MTU of 256 … 4096 and cpu_ns_per_byte > 0".into(),
+                        ));
                     }
                 }
                 WorkloadSpec::FldModel {
@@ -1349,6 +1403,17 @@ pub fn run(
                 if loads.is_empty() { "size" } else { "load" },
                 reference.clone(),
             ),
+            WorkloadSpec::ZucModel {
+                title, reference, ..
+            } => (
+                title
+                    .clone()
+                    .unwrap_or_else(|| "Disaggregated ZUC throughput".into()),
+                "zuc_model",
+                "gbps",
+                "size",
+                reference.clone(),
+            ),
             WorkloadSpec::FldModel {
                 title,
                 reference,
@@ -1433,7 +1498,8 @@ pub fn run(
         match spec {
             WorkloadSpec::WriteLatency { sizes, .. }
             | WorkloadSpec::EchoLatency { sizes, .. }
-            | WorkloadSpec::FldModel { sizes, .. } => {
+            | WorkloadSpec::FldModel { sizes, .. }
+            | WorkloadSpec::ZucModel { sizes, .. } => {
                 cases.extend(sizes.iter().map(|&s| (s, Vec::new())))
             }
             WorkloadSpec::FldrEcho { sizes, loads, .. } => match loads.is_empty() {
@@ -1598,6 +1664,7 @@ pub fn run(
                     window,
                     mtu,
                     client_cpu,
+                    service,
                     ..
                 } => {
                     let point_r =
@@ -1622,12 +1689,34 @@ pub fn run(
                         (cli, srv),
                         ip,
                         (size, *messages, code),
-                        offer,
+                        (Service::parse(service).expect("checked by resolve"), offer),
                         seed,
                     )?;
                     let (h, mac) = w.route();
                     sim.net.add_host_mac(h, mac);
                     (sim, Box::new(w))
+                }
+                WorkloadSpec::ZucModel {
+                    curve,
+                    line_gbps,
+                    mtu,
+                    cpu_ns_per_byte,
+                    ..
+                } => {
+                    let sim = Sim::new(&r, seed, s.limit_ms, 1, 0)?;
+                    let gbps = match curve.as_str() {
+                        "bound" => {
+                            let ops = fld_device::fld::perf_model::zuc_rdma_ops_bound(
+                                size as u32,
+                                true,
+                                *line_gbps,
+                                *mtu,
+                            );
+                            ops * size as f64 * 8.0 / 1e9
+                        }
+                        _ => 8.0 / cpu_ns_per_byte,
+                    };
+                    (sim, Box::new(echo::Computed::gbps(gbps)))
                 }
                 WorkloadSpec::FldModel {
                     ethernet_gbps,

@@ -1217,3 +1217,56 @@ series = "fldr-load"
     assert!(lat(1) < 1.2 * lat(0), "{} then {}", lat(0), lat(1));
     assert_eq!(r.workloads[2].points[1].load, Some(0.5));
 }
+
+/// The ZUC modules' time reproduces the one figure §7 gives for a module, 4.76 Gbit/s at 512 B
+/// (200 MHz), and spreads a batch over the 8 modules.
+#[test]
+fn zuc_modules_are_timed_from_the_papers_module_figure() {
+    let z = params::ZucParams::default();
+    let one = z.busy_ps(1, 4096);
+    let gbps = 4096.0 / (one as f64 / 1e12) / 1e9;
+    assert!((gbps - 4.76).abs() < 0.01, "{gbps} Gbit/s from {one} ps");
+    // Eight requests at once: one module each, the time of one.
+    assert_eq!(z.busy_ps(8, 8 * 4096), one);
+    // Sixteen: two rounds.
+    assert_eq!(z.busy_ps(16, 16 * 4096), 2 * one);
+    assert_eq!(z.busy_ps(0, 0), 0);
+}
+
+/// The disaggregated ZUC service over FLD-R: every response carries the ciphertext the software
+/// ZUC computes for its request, and the service's rate approaches the line's bound.
+#[test]
+fn zuc_over_fldr_answers_every_request_correctly() {
+    let mut text = echo_scenario(
+        "",
+        "kind = \"fldr_echo\"\nservice = \"zuc\"\nsizes = [512, 4096]\nmessages = 300\nseries = \"zuc-fldr\"",
+    )
+    .replace("[defaults.fld]", "[defaults.nic]\npacket_ns = 5\n[defaults.fld]");
+    text.push_str(
+        "\n[[workload]]\nkind = \"zuc_model\"\ncurve = \"bound\"\nsizes = [512, 4096]\nseries = \"bound\"\n",
+    );
+    let (r, _) = results(&text);
+    for (i, p) in r.workloads[0].points.iter().enumerate() {
+        let m = &p.metrics;
+        assert_eq!(m["mismatches"], 0.0, "{m:?}");
+        assert_eq!(m["verified_bytes"], 300.0 * p.size as f64, "{m:?}");
+        let bound = r.workloads[1].points[i].metrics["gbps"];
+        // The bound counts an ACK per message each way; the NIC coalesces ACKs, which leaves
+        // a little more of the line to the data.
+        assert!(
+            m["gbps"] <= 1.05 * bound,
+            "{} above the bound {bound}",
+            m["gbps"]
+        );
+        assert!(
+            m["gbps"] > 0.8 * bound,
+            "{} far below the bound {bound}",
+            m["gbps"]
+        );
+        assert!(
+            p.cards["server"].accel_busy_ns > 0,
+            "{:?}",
+            p.cards["server"]
+        );
+    }
+}
