@@ -1270,3 +1270,19 @@ fn zuc_over_fldr_answers_every_request_correctly() {
         );
     }
 }
+
+/// The IMC 2010 mix (§8.1.1): with the mix fitted to FLD-E's 12.7 Mpps, one CPU core's rate
+/// follows from the model within 5 % of the paper's 9.6 Mpps; every echo is checked.
+#[test]
+fn flexdriver_imc_mix_reproduces_both_points() {
+    let text = include_str!("../../scenarios/flexdriver-imc.toml")
+        .replace("packets = 45000", "packets = 18000");
+    let (r, _) = results(&text);
+    let m = |i: usize| r.workloads[i].points[0].metrics.clone();
+    let (flde, cpu) = (m(0), m(1));
+    for w in [&flde, &cpu] {
+        assert_eq!(w["mismatches"], 0.0, "{w:?}");
+    }
+    assert!((flde["mpps"] - 12.7).abs() < 0.02 * 12.7, "{flde:?}");
+    assert!((cpu["mpps"] - 9.6).abs() < 0.05 * 9.6, "{cpu:?}");
+}
