@@ -7,7 +7,7 @@
 //! * [`EchoLatency`]: one frame in flight, its round trip per frame (Table 6).
 //! * [`EchoRate`]: the generator keeps a window of frames in flight and counts the verified
 //!   echoes per second (Figure 7b's left column).
-//! * [`FldModel`]: Figure 7a's performance model at the same sizes, computed from the TLPs each
+//! * [`fld_model`]: Figure 7a's performance model at the same sizes, computed from the TLPs each
 //!   packet costs on FLD's link (`fld_device::fld::perf_model`); nothing runs.
 //!
 //! Placement follows the paper's two setups (§8): *remote*, the generator on another host's
@@ -28,7 +28,7 @@ use fld_host::{EthDev, Mbuf, Mempool, PortConfig};
 
 use super::card::SimHost;
 use super::events::Ps;
-use super::workload::{Percentiles, Rounds, SteadyWindow, Workload};
+use super::workload::{Computed, Percentiles, Rounds, SteadyWindow, Workload};
 use super::SimError;
 
 /// Frames one application step takes or sends at most (testpmd's default burst).
@@ -526,78 +526,22 @@ impl Workload for EchoRate {
     }
 }
 
-/// A figure computed from a formula (a bound, a fitted CPU rate): nothing runs.
-pub struct Computed {
-    metrics: Vec<(&'static str, f64)>,
-}
-
-impl Computed {
-    pub fn gbps(gbps: f64) -> Self {
-        Computed {
-            metrics: vec![("gbps", gbps)],
-        }
-    }
-}
-
-impl Workload for Computed {
-    fn starters(&self) -> Vec<usize> {
-        Vec::new()
-    }
-
-    fn wake(&mut self, _: usize, _: Ps, _: &mut [SimHost]) -> Result<Option<Ps>, SimError> {
-        Ok(None)
-    }
-
-    fn finished(&self) -> bool {
-        true
-    }
-
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
-        self.metrics.clone()
-    }
-}
-
 /// Figure 7a's model at one size: the rate FLD's PCIe link and the Ethernet line allow for the
-/// FLD-E echo, in Gbit/s of frame bytes. Nothing runs.
-pub struct FldModel {
-    gbps: f64,
-    mpps: f64,
-}
-
-impl FldModel {
-    pub fn new(size: usize, ethernet_gbps: f64, pcie_gbps: f64) -> Self {
-        let link = LinkConfig {
-            name: "scenario",
-            ethernet_gbps,
-            pcie_gbps,
-        };
-        let b = bound(
-            size as u32,
-            &link,
-            &FabricConfig::default(),
-            &Batching::default(),
-        );
-        FldModel {
-            gbps: b.expected_mpps * size as f64 * 8.0 / 1e3,
-            mpps: b.expected_mpps,
-        }
-    }
-}
-
-impl Workload for FldModel {
-    fn starters(&self) -> Vec<usize> {
-        Vec::new()
-    }
-
-    fn wake(&mut self, _: usize, _: Ps, _: &mut [SimHost]) -> Result<Option<Ps>, SimError> {
-        Ok(None)
-    }
-
-    fn finished(&self) -> bool {
-        true
-    }
-
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
-        vec![("gbps", self.gbps), ("mpps", self.mpps)]
-    }
+/// FLD-E echo, in Gbit/s of frame bytes (and Mpps). Nothing runs.
+pub fn fld_model(size: usize, ethernet_gbps: f64, pcie_gbps: f64) -> Computed {
+    let link = LinkConfig {
+        name: "scenario",
+        ethernet_gbps,
+        pcie_gbps,
+    };
+    let b = bound(
+        size as u32,
+        &link,
+        &FabricConfig::default(),
+        &Batching::default(),
+    );
+    Computed::new(vec![
+        ("gbps", b.expected_mpps * size as f64 * 8.0 / 1e3),
+        ("mpps", b.expected_mpps),
+    ])
 }

@@ -30,7 +30,7 @@ use std::time::Instant;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use card::{CardTiming, SimHost};
-use echo::{EchoAccel, EchoBy, EchoLatency, EchoRate, FldModel};
+use echo::{EchoAccel, EchoBy, EchoLatency, EchoRate};
 use events::{Event, EventQueue, Ps, PS_PER_NS};
 use fld_abi::nic::mtu_code;
 use fld_device::nic::reorder::ReceiverMode;
@@ -39,7 +39,7 @@ use fldr::{FldrEcho, Offer, Service};
 use network::{Network, NetworkReport};
 use params::*;
 use unload_latency::{UnloadLatency, UnloadPath, UnloadShape};
-use workload::{Flows, ReorderMemory, RpcRate, Workload, WriteLatency, WriteRate};
+use workload::{reorder_memory, Computed, Flows, RpcRate, Workload, WriteLatency, WriteRate};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -675,6 +675,21 @@ fn check_receiver(receiver: Option<&str>) -> Result<(), SimError> {
 }
 
 /// Every card of `r` gets the workload's `receiver`, if it names one.
+/// A point's network for an Ethernet echo (a third NIC function per card when the generator is
+/// local) and the echo's two choices, checked by `resolve`.
+fn echo_sim(
+    r: &Resolved,
+    (seed, limit_ms): (u64, u64),
+    local: bool,
+    (echo, accel, accel_mhz): (&str, &str, f64),
+) -> Result<(Sim, EchoBy, EchoAccel), SimError> {
+    let functions = if local { 3 } else { 2 };
+    let sim = Sim::with_functions(r, seed, limit_ms, 4, 0, functions)?;
+    let by = EchoBy::parse(echo).expect("checked by resolve");
+    let accel = EchoAccel::parse(accel, accel_mhz).expect("checked by resolve");
+    Ok((sim, by, accel))
+}
+
 /// `r` with host `client`'s CPU keys overridden by `cpu` (a workload's `client_cpu`).
 fn with_client_cpu(r: &Resolved, client: &str, cpu: &toml::Table) -> Result<Resolved, SimError> {
     let mut r = r.clone();
@@ -1600,10 +1615,8 @@ pub fn run(
                     accel_mhz,
                     ..
                 } => {
-                    let functions = if *local { 3 } else { 2 };
-                    let mut sim = Sim::with_functions(&r, seed, s.limit_ms, 4, 0, functions)?;
-                    let by = EchoBy::parse(echo).expect("checked by resolve");
-                    let accel = EchoAccel::parse(accel, *accel_mhz).expect("checked by resolve");
+                    let (mut sim, by, accel) =
+                        echo_sim(&r, (seed, s.limit_ms), *local, (echo, accel, *accel_mhz))?;
                     let w = EchoLatency::new(
                         &mut sim.hosts,
                         (index(client), index(server)),
@@ -1631,12 +1644,14 @@ pub fn run(
                     client_cpu,
                     ..
                 } => {
-                    let functions = if *local { 3 } else { 2 };
                     let gen = if *local { server } else { client };
                     let point_r = with_client_cpu(&r, gen, client_cpu)?;
-                    let mut sim = Sim::with_functions(&point_r, seed, s.limit_ms, 4, 0, functions)?;
-                    let by = EchoBy::parse(echo).expect("checked by resolve");
-                    let accel = EchoAccel::parse(accel, *accel_mhz).expect("checked by resolve");
+                    let (mut sim, by, accel) = echo_sim(
+                        &point_r,
+                        (seed, s.limit_ms),
+                        *local,
+                        (echo, accel, *accel_mhz),
+                    )?;
                     let sizes = match mix.is_empty() {
                         true => vec![size],
                         false => mix.clone(),
@@ -1716,7 +1731,7 @@ pub fn run(
                         }
                         _ => 8.0 / cpu_ns_per_byte,
                     };
-                    (sim, Box::new(echo::Computed::gbps(gbps)))
+                    (sim, Box::new(Computed::new(vec![("gbps", gbps)])))
                 }
                 WorkloadSpec::FldModel {
                     ethernet_gbps,
@@ -1724,7 +1739,7 @@ pub fn run(
                     ..
                 } => {
                     let sim = Sim::new(&r, seed, s.limit_ms, 1, 0)?;
-                    let w = FldModel::new(size, *ethernet_gbps, *pcie_gbps);
+                    let w = echo::fld_model(size, *ethernet_gbps, *pcie_gbps);
                     (sim, Box::new(w))
                 }
                 WorkloadSpec::WriteRate {
@@ -1870,7 +1885,7 @@ pub fn run(
                 WorkloadSpec::ReorderMemory { mode, bdp, .. } => {
                     let sim = Sim::new(&r, seed, s.limit_ms, 1, 0)?;
                     let mode = ReceiverMode::from_series(mode).expect("checked by resolve");
-                    let w = ReorderMemory::new(mode, connections, *bdp);
+                    let w = reorder_memory(mode, connections, *bdp);
                     (sim, Box::new(w))
                 }
             };

@@ -999,19 +999,35 @@ impl Workload for RpcRate {
 
 /// LEFT's Figure 7 at one connection count: the on-chip memory of a receiver's reorder
 /// structures, as the NIC builds them (`fld_device::nic::reorder::on_chip_bits`). Nothing runs.
-pub struct ReorderMemory {
-    bits: fld_device::nic::reorder::OnChipBits,
+pub fn reorder_memory(
+    mode: fld_device::nic::reorder::ReceiverMode,
+    connections: u64,
+    bdp: u32,
+) -> Computed {
+    let bits = fld_device::nic::reorder::on_chip_bits(mode, connections, bdp);
+    let kb = |bits: u64| bits as f64 / 8.0 / 1000.0;
+    Computed::new(vec![
+        ("memory_kb", bits.kilobytes()),
+        ("connections_kb", kb(bits.connections)),
+        ("pool_kb", kb(bits.pool)),
+        ("caches_kb", kb(bits.caches)),
+        ("gather_kb", kb(bits.gather)),
+    ])
 }
 
-impl ReorderMemory {
-    pub fn new(mode: fld_device::nic::reorder::ReceiverMode, connections: u64, bdp: u32) -> Self {
-        ReorderMemory {
-            bits: fld_device::nic::reorder::on_chip_bits(mode, connections, bdp),
-        }
+/// A figure computed, not run (a memory count, a bound, a fitted rate): a workload that is
+/// done before it starts.
+pub struct Computed {
+    metrics: Vec<(&'static str, f64)>,
+}
+
+impl Computed {
+    pub fn new(metrics: Vec<(&'static str, f64)>) -> Self {
+        Computed { metrics }
     }
 }
 
-impl Workload for ReorderMemory {
+impl Workload for Computed {
     fn starters(&self) -> Vec<usize> {
         Vec::new()
     }
@@ -1025,14 +1041,7 @@ impl Workload for ReorderMemory {
     }
 
     fn metrics(&self) -> Vec<(&'static str, f64)> {
-        let kb = |bits: u64| bits as f64 / 8.0 / 1000.0;
-        vec![
-            ("memory_kb", self.bits.kilobytes()),
-            ("connections_kb", kb(self.bits.connections)),
-            ("pool_kb", kb(self.bits.pool)),
-            ("caches_kb", kb(self.bits.caches)),
-            ("gather_kb", kb(self.bits.gather)),
-        ]
+        self.metrics.clone()
     }
 }
 
