@@ -149,6 +149,10 @@ fn print_report(r: &Report, speed: &Speed) {
                 "{:>8} {:>10} {:>10} {:>8} {:>12}  reference",
                 "bytes", "Mpps", "Gbit/s", "window", "mismatches"
             ),
+            "tenant_shaping" => println!(
+                "{:>10} {:>12} {:>12} {:>12}  reference",
+                "offered", "admitted", "all tenants", "mismatches"
+            ),
             "fldr_echo" => println!(
                 "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12}  reference",
                 "bytes", "load", "Mmsg/s", "Gbit/s", "median us", "p99 us", "mismatches"
@@ -203,6 +207,13 @@ fn print_report(r: &Report, speed: &Speed) {
                     m("rtt_p99_us"),
                     m("p999_us"),
                     m("rtt_mean_us"),
+                    m("mismatches")
+                ),
+                "tenant_shaping" => println!(
+                    "{:>10.2} {:>12.3} {:>12.3} {:>12}  {reference}",
+                    p.load.unwrap_or(f64::NAN),
+                    m("gbps"),
+                    m("all_gbps"),
                     m("mismatches")
                 ),
                 "fldr_echo" => println!(

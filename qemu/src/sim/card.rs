@@ -185,6 +185,9 @@ pub enum AccelTiming {
     Rtl(f64),
     /// The ZUC accelerator's modules (FlexDriver §7).
     Zuc(ZucParams),
+    /// An accelerator that takes `Gbit/s` of what FLD delivers to it (FlexDriver §8.2.3's
+    /// "configured to accept only 12 Gbps").
+    Rate(f64),
 }
 
 /// What one FLD step did and when its effects appear.
@@ -658,6 +661,7 @@ impl SimHost {
                 s.accel_requests - l.accel_requests,
                 s.accel_bits - l.accel_bits,
             ),
+            AccelTiming::Rate(gbps) => serialization_ps(s.rx_bytes - l.rx_bytes, *gbps),
         };
         let fld_ps = f.cycles_ps(beats);
         let busy = fld_ps.max(accel).max(u64::from(work));

@@ -19,6 +19,7 @@ pub mod events;
 pub mod fldr;
 pub mod network;
 pub mod params;
+pub mod tenants;
 #[cfg(test)]
 mod tests;
 pub mod unload_latency;
@@ -245,6 +246,28 @@ pub enum WorkloadSpec {
         /// The client host's CPU keys for this workload only.
         #[serde(default)]
         client_cpu: toml::Table,
+        #[serde(default)]
+        reference: Vec<Reference>,
+    },
+    /// FlexDriver §8.2.3's isolation: tenants send constant-rate flows (`offered_gbps`, one
+    /// each, its own IPv4 source) through their own `accelerate` rules to an FLD-E accelerator
+    /// that takes `accel_gbps`; `limit_gbps` puts a NIC meter on each tenant. One point per
+    /// tenant: x is its offered rate, the metric its admitted Gbit/s.
+    TenantShaping {
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        series: Option<String>,
+        client: String,
+        server: String,
+        offered_gbps: Vec<f64>,
+        accel_gbps: f64,
+        #[serde(default)]
+        limit_gbps: Option<f64>,
+        #[serde(default = "default_shaping_size")]
+        size: usize,
+        #[serde(default = "default_shaping_us")]
+        duration_us: u64,
         #[serde(default)]
         reference: Vec<Reference>,
     },
@@ -485,6 +508,7 @@ impl WorkloadSpec {
             | WorkloadSpec::FldModel { series, .. }
             | WorkloadSpec::FldrEcho { series, .. }
             | WorkloadSpec::ZucModel { series, .. }
+            | WorkloadSpec::TenantShaping { series, .. }
             | WorkloadSpec::WriteRate { series, .. }
             | WorkloadSpec::RpcRate { series, .. }
             | WorkloadSpec::Flows { series, .. } => series,
@@ -508,6 +532,12 @@ fn deal(clients: &[usize], n: u32) -> Vec<usize> {
 
 fn default_echo_by() -> String {
     "cpu".into()
+}
+fn default_shaping_size() -> usize {
+    1024
+}
+fn default_shaping_us() -> u64 {
+    2000
 }
 fn default_zuc_cpu_ns_per_byte() -> f64 {
     8.0 / (17.6 / 4.0)
@@ -868,6 +898,32 @@ impl Scenario {
                         return Err(SimError::Scenario(format!(
                             "metric = {metric:?}: one of {metrics:?}"
                         )));
+                    }
+                }
+                WorkloadSpec::TenantShaping {
+                    client,
+                    server,
+                    offered_gbps,
+                    accel_gbps,
+                    limit_gbps,
+                    duration_us,
+                    ..
+                } => {
+                    host_index(client)?;
+                    host_index(server)?;
+                    let positive = |g: &f64| *g > 0.0 && g.is_finite();
+                    if offered_gbps.is_empty()
+                        || offered_gbps.len() > 16
+                        || !offered_gbps.iter().all(positive)
+                        || !positive(accel_gbps)
+                        || !limit_gbps.as_ref().is_none_or(positive)
+                        || *duration_us == 0
+                    {
+                        return Err(SimError::Scenario(
+                            "tenant_shaping: 1 to 16 offered rates, an accelerator rate and any \
+                             limit > 0, a duration"
+                                .into(),
+                        ));
                     }
                 }
                 WorkloadSpec::ZucModel {
@@ -1418,6 +1474,17 @@ pub fn run(
                 if loads.is_empty() { "size" } else { "load" },
                 reference.clone(),
             ),
+            WorkloadSpec::TenantShaping {
+                title, reference, ..
+            } => (
+                title
+                    .clone()
+                    .unwrap_or_else(|| "Tenants sharing an accelerator".into()),
+                "tenant_shaping",
+                "gbps",
+                "load",
+                reference.clone(),
+            ),
             WorkloadSpec::ZucModel {
                 title, reference, ..
             } => (
@@ -1517,6 +1584,9 @@ pub fn run(
             | WorkloadSpec::ZucModel { sizes, .. } => {
                 cases.extend(sizes.iter().map(|&s| (s, Vec::new())))
             }
+            WorkloadSpec::TenantShaping {
+                offered_gbps, size, ..
+            } => cases.extend(offered_gbps.iter().map(|_| (*size, Vec::new()))),
             WorkloadSpec::FldrEcho { sizes, loads, .. } => match loads.is_empty() {
                 true => cases.extend(sizes.iter().map(|&s| (s, Vec::new()))),
                 false => cases.extend(loads.iter().map(|_| (sizes[0], Vec::new()))),
@@ -1709,6 +1779,35 @@ pub fn run(
                     )?;
                     let (h, mac) = w.route();
                     sim.net.add_host_mac(h, mac);
+                    (sim, Box::new(w))
+                }
+                WorkloadSpec::TenantShaping {
+                    client,
+                    server,
+                    offered_gbps,
+                    accel_gbps,
+                    limit_gbps,
+                    duration_us,
+                    ..
+                } => {
+                    let mut sim = Sim::new(&r, seed, s.limit_ms, 4, 0)?;
+                    let setup = tenants::ShapingSetup {
+                        offered_gbps: offered_gbps.clone(),
+                        accel_gbps: *accel_gbps,
+                        limit_gbps: *limit_gbps,
+                        size,
+                        duration_us: *duration_us,
+                    };
+                    let srv = index(server);
+                    let w = tenants::TenantShaping::new(
+                        &mut sim.hosts,
+                        (index(client), srv),
+                        &setup,
+                        pi,
+                    )?;
+                    for (h, mac) in w.routes(srv) {
+                        sim.net.add_host_mac(h, mac);
+                    }
                     (sim, Box::new(w))
                 }
                 WorkloadSpec::ZucModel {
@@ -1911,6 +2010,7 @@ pub fn run(
                 WorkloadSpec::Flows { loads, .. } | WorkloadSpec::FldrEcho { loads, .. } => {
                     loads.get(pi).copied()
                 }
+                WorkloadSpec::TenantShaping { offered_gbps, .. } => offered_gbps.get(pi).copied(),
                 _ => None,
             };
             let regions = match spec {

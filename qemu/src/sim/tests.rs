@@ -1286,3 +1286,28 @@ fn flexdriver_imc_mix_reproduces_both_points() {
     assert!((flde["mpps"] - 12.7).abs() < 0.02 * 12.7, "{flde:?}");
     assert!((cpu["mpps"] - 9.6).abs() < 0.05 * 9.6, "{cpu:?}");
 }
+
+/// §8.2.3's isolation from the model: an accelerator that takes 12 Gbit/s admits two tenants'
+/// 8 and 16 Gbit/s in proportion (1:2) without shaping, and 6 each with a 6 Gbit/s NIC meter
+/// per tenant; every echo checked.
+#[test]
+fn tenants_share_an_accelerator_in_proportion_unless_the_nic_shapes_them() {
+    let (r, _) = results(include_str!("../../scenarios/flexdriver-iot-shaping.toml"));
+    let admitted = |w: usize, t: usize| r.workloads[w].points[t].metrics["gbps"];
+    for w in 0..2 {
+        for t in 0..2 {
+            assert_eq!(r.workloads[w].points[t].metrics["mismatches"], 0.0);
+        }
+        let all = r.workloads[w].points[0].metrics["all_gbps"];
+        assert!((all - 12.0).abs() < 0.5, "{all}");
+    }
+    let ratio = admitted(0, 1) / admitted(0, 0);
+    assert!((ratio - 2.0).abs() < 0.1, "unshaped {ratio}");
+    for t in 0..2 {
+        assert!(
+            (admitted(1, t) - 6.0).abs() < 0.2,
+            "shaped {}",
+            admitted(1, t)
+        );
+    }
+}
