@@ -8,10 +8,11 @@
 //! parameters ([`params`]) and workloads ([`workload`]) swept over message sizes and connection
 //! counts; every point of a sweep is a fresh network of fresh cards.
 //!
-//! FLD is timed as the second engine of each card ([`card`]); FlexDriver's FLD-E echo runs in
-//! [`echo`]. Left out: FLD-R and the accelerators' own processing time in virtual time (an
-//! accelerator answers within FLD's step), host interrupts (applications poll), clock drift
-//! between cards.
+//! FLD is timed as the second engine of each card ([`card`]), with the accelerator behind it
+//! (ZUC's modules, an RTL design's cycles, or a capacity); FlexDriver's FLD-E echoes run in
+//! [`echo`], FLD-R's echo and ZUC service in [`fldr`], tenants sharing an accelerator in
+//! [`tenants`]. Left out: the defragmentation and IoT accelerators' own processing time (they
+//! answer within FLD's step), host interrupts (applications poll), clock drift between cards.
 
 pub mod card;
 pub mod echo;
