@@ -188,6 +188,8 @@ pub enum AccelTiming {
     /// An accelerator that takes `Gbit/s` of what FLD delivers to it (FlexDriver §8.2.3's
     /// "configured to accept only 12 Gbps").
     Rate(f64),
+    /// An accelerator that takes that many million packets a second, whatever their size.
+    Packets(f64),
 }
 
 /// What one FLD step did and when its effects appear.
@@ -662,6 +664,7 @@ impl SimHost {
                 s.accel_bits - l.accel_bits,
             ),
             AccelTiming::Rate(gbps) => serialization_ps(s.rx_bytes - l.rx_bytes, *gbps),
+            AccelTiming::Packets(mpps) => (rx as f64 * 1e6 / mpps).ceil() as u64,
         };
         let fld_ps = f.cycles_ps(beats);
         let busy = fld_ps.max(accel).max(u64::from(work));

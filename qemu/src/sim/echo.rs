@@ -53,8 +53,10 @@ pub enum EchoBy {
 /// What runs behind FLD for FLD-E's echo.
 #[derive(Clone, Debug, PartialEq)]
 pub enum EchoAccel {
-    /// The Rust echo (`fld_device::accel::Echo`): no time beyond FLD's own.
-    Model,
+    /// The Rust echo (`fld_device::accel::Echo`): no time beyond FLD's own, or, with a
+    /// capacity, that many million packets a second (an accelerator's processing units: the
+    /// IoT filter's 8 units take 20 Mpps of 256 B packets, FlexDriver §7).
+    Model { mpps: Option<f64> },
     /// A Verilog design (a directory with `files.f`, built by Verilator) clocked at `mhz`: its
     /// cycles are its time.
     Rtl {
@@ -64,24 +66,32 @@ pub enum EchoAccel {
 }
 
 impl EchoAccel {
-    /// `"echo"`, or `"rtl:DIR"` clocked at `mhz`.
-    pub fn parse(s: &str, mhz: f64) -> Option<Self> {
+    /// `"echo"` (taking `mpps` million packets a second when that is above 0), or `"rtl:DIR"`
+    /// clocked at `mhz`.
+    pub fn parse(s: &str, mhz: f64, mpps: f64) -> Option<Self> {
         match s.strip_prefix("rtl:") {
             Some(dir) if !dir.is_empty() && mhz > 0.0 && mhz <= 2000.0 => Some(EchoAccel::Rtl {
                 design: dir.into(),
                 mhz,
             }),
             Some(_) => None,
-            None => (s == "echo").then_some(EchoAccel::Model),
+            None if s == "echo" && mpps >= 0.0 && mpps.is_finite() => Some(EchoAccel::Model {
+                mpps: (mpps > 0.0).then_some(mpps),
+            }),
+            None => None,
         }
     }
 
     fn install(&self, h: &mut SimHost) -> Result<(), SimError> {
         match self {
-            EchoAccel::Model => h
-                .card
-                .fld
-                .set_accelerator(Box::new(Echo::new(0, ECHO_HOLD))),
+            EchoAccel::Model { mpps } => {
+                h.card
+                    .fld
+                    .set_accelerator(Box::new(Echo::new(0, ECHO_HOLD)));
+                if let Some(m) = mpps {
+                    h.accel_timing = super::card::AccelTiming::Packets(*m);
+                }
+            }
             EchoAccel::Rtl { design, mhz } => {
                 let built = fld_rtl::build::build(design, false)
                     .map_err(|e| SimError::Failed(format!("{}: {e}", design.display())))?;

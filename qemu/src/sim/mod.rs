@@ -167,6 +167,9 @@ pub enum WorkloadSpec {
         accel: String,
         #[serde(default = "default_accel_mhz")]
         accel_mhz: f64,
+        /// The Rust echo's capacity, million packets a second (0: none).
+        #[serde(default)]
+        accel_mpps: f64,
         #[serde(default)]
         reference: Vec<Reference>,
     },
@@ -202,6 +205,9 @@ pub enum WorkloadSpec {
         accel: String,
         #[serde(default = "default_accel_mhz")]
         accel_mhz: f64,
+        /// The Rust echo's capacity, million packets a second (0: none).
+        #[serde(default)]
+        accel_mpps: f64,
         /// The client host's CPU keys for this workload only (a generator on several cores,
         /// say: `{ post_ns = 10 }`).
         #[serde(default)]
@@ -570,11 +576,12 @@ fn default_fld_pcie() -> f64 {
 }
 
 /// Checks FLD-E's accelerator key.
-fn check_accel(accel: &str, mhz: f64) -> Result<(), SimError> {
-    match EchoAccel::parse(accel, mhz) {
+fn check_accel(accel: &str, mhz: f64, mpps: f64) -> Result<(), SimError> {
+    match EchoAccel::parse(accel, mhz, mpps) {
         Some(_) => Ok(()),
         None => Err(SimError::Scenario(format!(
-            "accel = {accel:?} at {mhz} MHz: \"echo\", or \"rtl:DIR\" with 0 < accel_mhz <= 2000"
+            "accel = {accel:?} at {mhz} MHz, {mpps} Mpps: \"echo\" (accel_mpps >= 0), or \
+             \"rtl:DIR\" with 0 < accel_mhz <= 2000"
         ))),
     }
 }
@@ -712,12 +719,12 @@ fn echo_sim(
     r: &Resolved,
     (seed, limit_ms): (u64, u64),
     local: bool,
-    (echo, accel, accel_mhz): (&str, &str, f64),
+    (echo, accel, accel_mhz, accel_mpps): (&str, &str, f64, f64),
 ) -> Result<(Sim, EchoBy, EchoAccel), SimError> {
     let functions = if local { 3 } else { 2 };
     let sim = Sim::with_functions(r, seed, limit_ms, 4, 0, functions)?;
     let by = EchoBy::parse(echo).expect("checked by resolve");
-    let accel = EchoAccel::parse(accel, accel_mhz).expect("checked by resolve");
+    let accel = EchoAccel::parse(accel, accel_mhz, accel_mpps).expect("checked by resolve");
     Ok((sim, by, accel))
 }
 
@@ -833,13 +840,14 @@ impl Scenario {
                     metric,
                     accel,
                     accel_mhz,
+                    accel_mpps,
                     ..
                 } => {
                     host_index(client)?;
                     host_index(server)?;
                     let metrics = ["rtt_us", "mean_us", "median_us", "p99_us", "p999_us"];
                     check_echo(echo, *local, metric, &metrics)?;
-                    check_accel(accel, *accel_mhz)?;
+                    check_accel(accel, *accel_mhz, *accel_mpps)?;
                 }
                 WorkloadSpec::EchoRate {
                     client,
@@ -851,12 +859,13 @@ impl Scenario {
                     mix,
                     accel,
                     accel_mhz,
+                    accel_mpps,
                     ..
                 } => {
                     host_index(client)?;
                     host_index(server)?;
                     check_echo(echo, *local, metric, &["gbps", "mpps"])?;
-                    check_accel(accel, *accel_mhz)?;
+                    check_accel(accel, *accel_mhz, *accel_mpps)?;
                     if sizes.is_empty() == mix.is_empty() {
                         return Err(SimError::Scenario("echo_rate: either sizes or mix".into()));
                     }
@@ -1684,10 +1693,15 @@ pub fn run(
                     local,
                     accel,
                     accel_mhz,
+                    accel_mpps,
                     ..
                 } => {
-                    let (mut sim, by, accel) =
-                        echo_sim(&r, (seed, s.limit_ms), *local, (echo, accel, *accel_mhz))?;
+                    let (mut sim, by, accel) = echo_sim(
+                        &r,
+                        (seed, s.limit_ms),
+                        *local,
+                        (echo, accel, *accel_mhz, *accel_mpps),
+                    )?;
                     let w = EchoLatency::new(
                         &mut sim.hosts,
                         (index(client), index(server)),
@@ -1712,6 +1726,7 @@ pub fn run(
                     inline_max,
                     accel,
                     accel_mhz,
+                    accel_mpps,
                     client_cpu,
                     ..
                 } => {
@@ -1721,7 +1736,7 @@ pub fn run(
                         &point_r,
                         (seed, s.limit_ms),
                         *local,
-                        (echo, accel, *accel_mhz),
+                        (echo, accel, *accel_mhz, *accel_mpps),
                     )?;
                     let sizes = match mix.is_empty() {
                         true => vec![size],

@@ -1311,3 +1311,31 @@ fn tenants_share_an_accelerator_in_proportion_unless_the_nic_shapes_them() {
         );
     }
 }
+
+/// §8.2.3's IoT line rate from §7's unit figure: an accelerator taking 20 Mpps behind FLD-E
+/// falls short of the 25 GbE line below 256 B and meets it from 256 B (within 2 % of Figure 7a's
+/// bound), as the paper observes; no constant was fitted.
+#[test]
+fn an_accelerator_of_20_mpps_meets_the_line_from_256_bytes() {
+    let text = include_str!("../../scenarios/flexdriver-iot-rate.toml")
+        .replace("packets = 20000", "packets = 6000");
+    let (r, _) = results(&text);
+    let ratio = |i: usize| {
+        r.workloads[0].points[i].metrics["gbps"] / r.workloads[1].points[i].metrics["gbps"]
+    };
+    assert!(
+        ratio(0) < 0.6 && ratio(1) < 0.97,
+        "{} {}",
+        ratio(0),
+        ratio(1)
+    );
+    for i in 2..6 {
+        assert!(
+            ratio(i) > 0.98,
+            "{} B at {}",
+            r.workloads[0].points[i].size,
+            ratio(i)
+        );
+    }
+    assert!(r.workloads[0].points[1].metrics["mpps"] <= 20.05);
+}
