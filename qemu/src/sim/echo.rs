@@ -189,14 +189,6 @@ impl Echoer {
     }
 }
 
-/// When the host's core is still busy with its previous step at `now`: a step woken earlier
-/// (the card wrote to memory meanwhile) runs when the core is free, so that what it takes and
-/// posts happens at that time — the model acts when the step runs, and a card running batches
-/// would otherwise see a doorbell before the core could have rung it.
-fn busy_until(h: &SimHost, now: Ps) -> Option<Ps> {
-    (h.cpu_free > now).then_some(h.cpu_free)
-}
-
 /// A port on NIC function `function` of `h` with a pool of its own.
 fn open_port(h: &mut SimHost, function: u16, inline_max: u16) -> Result<EthDev, SimError> {
     let dev = h.device(function)?;
@@ -506,9 +498,6 @@ impl Workload for EchoRate {
         hosts: &mut [SimHost],
     ) -> Result<Option<Ps>, SimError> {
         let h = &mut hosts[host];
-        if let Some(later) = busy_until(h, now) {
-            return Ok(Some(later));
-        }
         let t = h.cpu_begin(now);
         if host == self.ends.server && host != self.ends.client {
             return Ok(self.ends.echoer.serve(h));
@@ -521,6 +510,10 @@ impl Workload for EchoRate {
 
     fn finished(&self) -> bool {
         self.received >= self.total
+    }
+
+    fn waits_for_core(&self) -> bool {
+        true
     }
 
     fn metrics(&self) -> Vec<(&'static str, f64)> {

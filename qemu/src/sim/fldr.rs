@@ -372,8 +372,7 @@ impl FldrEcho {
     fn arrive_until(&mut self, t: Ps) -> Option<Ps> {
         let total = self.total;
         let a = self.arrivals.as_mut()?;
-        let issued = self.sent + a.waiting.len() as u64;
-        let mut issued = issued;
+        let mut issued = self.sent + a.waiting.len() as u64;
         while a.next <= t && issued < total {
             a.waiting.push_back(a.next);
             let gap = a.draw();
@@ -416,9 +415,6 @@ impl Workload for FldrEcho {
         hosts: &mut [SimHost],
     ) -> Result<Option<Ps>, SimError> {
         let h = &mut hosts[host];
-        if h.cpu_free > now {
-            return Ok(Some(h.cpu_free));
-        }
         let t = h.cpu_begin(now);
         let got = self.reap(t)?;
 
@@ -435,6 +431,10 @@ impl Workload for FldrEcho {
 
     fn finished(&self) -> bool {
         self.received >= self.total
+    }
+
+    fn waits_for_core(&self) -> bool {
+        true
     }
 
     fn metrics(&self) -> Vec<(&'static str, f64)> {

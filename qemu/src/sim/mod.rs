@@ -1321,6 +1321,12 @@ impl Sim {
                     return Ok(());
                 }
                 self.hosts[host].app_deferred = false;
+                let core_free = self.hosts[host].cpu_free;
+                if w.waits_for_core() && core_free > t {
+                    self.hosts[host].app_continues_at = Some(core_free);
+                    self.wake_app(host, core_free);
+                    return Ok(());
+                }
                 let again = w.wake(host, t, &mut self.hosts)?;
                 log::trace!(
                     "{} ns: app {host} ran until {} ns, doorbell {:?}",

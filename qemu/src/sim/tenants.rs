@@ -249,9 +249,6 @@ impl Workload for TenantShaping {
         hosts: &mut [SimHost],
     ) -> Result<Option<Ps>, SimError> {
         let h = &mut hosts[host];
-        if h.cpu_free > now {
-            return Ok(Some(h.cpu_free));
-        }
         let t = h.cpu_begin(now);
         self.take_echoes(t);
         let next = self.send_due(h, t)?;
@@ -265,6 +262,10 @@ impl Workload for TenantShaping {
 
     fn finished(&self) -> bool {
         self.flows.iter().all(|f| f.next >= self.end)
+    }
+
+    fn waits_for_core(&self) -> bool {
+        true
     }
 
     fn metrics(&self) -> Vec<(&'static str, f64)> {

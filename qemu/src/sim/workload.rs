@@ -42,6 +42,14 @@ pub trait Workload {
     fn finished(&self) -> bool;
     /// The figures of the run, by name.
     fn metrics(&self) -> Vec<(&'static str, f64)>;
+    /// Whether a step woken while its host's core is still busy with the previous one runs when
+    /// the core is free rather than at once: the model acts when a step runs, so a card running
+    /// batches would otherwise see a doorbell before the core could have rung it. The
+    /// workloads that opt in are FlexDriver's rate workloads, whose cards stay busy; the older
+    /// ones keep the results they were calibrated and documented with.
+    fn waits_for_core(&self) -> bool {
+        false
+    }
 }
 
 /// One end's verbs objects.
