@@ -266,14 +266,18 @@ static RAMP: [u8; 512] = {
     r
 };
 
-/// Echo server step: receives a burst, swaps MAC addresses and sends it back. Returns the number
-/// of packets echoed. `bufs` is scratch space reused across calls.
+/// Echo server step: receives up to `burst` packets, swaps their MAC addresses and sends them
+/// back after any still waiting. Returns the number of packets received. `bufs` is scratch space
+/// reused across calls: what the transmit ring did not take stays there, already swapped, for
+/// the next call.
 pub fn echo_step(port: &mut impl BurstPort, bufs: &mut Vec<Mbuf>, burst: usize) -> usize {
+    let waiting = bufs.len();
     let n = port.rx_burst(0, bufs, burst);
     if n == 0 && bufs.is_empty() {
         return 0;
     }
-    for m in bufs.iter_mut() {
+    // Only the new ones: a frame left over from the last call was swapped then.
+    for m in bufs.iter_mut().skip(waiting) {
         if let Ok(mut eth) = EthernetFrame::new_checked(m.data_mut()) {
             eth.swap_addrs();
         }
@@ -455,6 +459,62 @@ pub fn fld_safe_window(flde: &crate::flde::FldE, max_frame: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A port that takes at most `room` frames per transmit burst.
+    struct Narrow {
+        port: SoftPort,
+        room: usize,
+    }
+
+    impl BurstPort for Narrow {
+        fn mac(&self) -> [u8; 6] {
+            self.port.mac()
+        }
+        fn pool(&self) -> Option<Arc<Mempool>> {
+            self.port.pool()
+        }
+        fn tx_burst(&mut self, q: u16, pkts: &mut Vec<Mbuf>) -> usize {
+            let rest = pkts.split_off(pkts.len().min(self.room));
+            let n = self.port.tx_burst(q, pkts);
+            pkts.extend(rest);
+            n
+        }
+        fn rx_burst(&mut self, q: u16, out: &mut Vec<Mbuf>, max: usize) -> usize {
+            self.port.rx_burst(q, out, max)
+        }
+    }
+
+    /// A frame the transmit ring did not take goes out on the next step with its addresses
+    /// swapped once, not swapped back.
+    #[test]
+    fn echo_step_swaps_a_leftover_frame_once() {
+        let card = fld_device::card::Card::new(Default::default());
+        let host = fld_driver::inprocess::InProcessHost::new(card, 16 << 20).unwrap();
+        let dev = host.device(0);
+        let pool = |n| Mempool::new(dev.as_ref(), n, 2048).unwrap();
+        let (a_mac, b_mac) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let (mut a, b) = SoftPort::pair((pool(64), a_mac), (pool(64), b_mac));
+        let mut b = Narrow { port: b, room: 2 };
+        let mut tx = Vec::new();
+        let sent_pool = a.pool().unwrap();
+        assert_eq!(sent_pool.alloc_bulk(&mut tx, 4), 4);
+        for (seq, m) in tx.iter_mut().enumerate() {
+            build_frame(m.set_len(64), seq as u64, 64, a_mac, b_mac, 1, true);
+        }
+        assert_eq!(a.tx_burst(0, &mut tx), 4);
+        let mut scratch = Vec::new();
+        assert_eq!(echo_step(&mut b, &mut scratch, 32), 4);
+        assert_eq!(scratch.len(), 2, "two frames wait for ring room");
+        assert_eq!(echo_step(&mut b, &mut scratch, 32), 0);
+        assert!(scratch.is_empty());
+        let mut back = Vec::new();
+        assert_eq!(a.rx_burst(0, &mut back, 32), 4);
+        let mut expect = vec![0u8; 64];
+        for (seq, m) in back.iter().enumerate() {
+            build_frame(&mut expect, seq as u64, 64, b_mac, a_mac, 1, true);
+            assert_eq!(m.data(), &expect[..], "frame {seq}");
+        }
+    }
 
     /// Generator frames are what the docs say: UDP/IPv4 from CLIENT_IP to SERVER_IP port 7, the
     /// sequence number little-endian after the UDP header, then bytes seq * 31 + k, and valid

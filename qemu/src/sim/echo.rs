@@ -17,11 +17,10 @@
 //! Left out: a local CPU echo (the model gives a host one core, which a generator and an echo
 //! on the same host would share), and FLD-E's transmit-queue spreading (one queue echoes).
 
-use fld_abi::wire::ethernet::EthernetFrame;
 use fld_device::accel::Echo;
 use fld_device::fabric::FabricConfig;
 use fld_device::fld::perf_model::{bound, Batching, LinkConfig};
-use fld_host::apps::{build_frame, fld_safe_window};
+use fld_host::apps::{build_frame, echo_step, fld_safe_window};
 use fld_host::flde::FldE;
 use fld_host::verbs::VerbsError;
 use fld_host::{EthDev, Mbuf, Mempool, PortConfig};
@@ -164,14 +163,8 @@ impl Echoer {
             return None;
         };
         let waiting = rx.len();
-        let n = port.rx_burst(0, rx, BURST - waiting.min(BURST));
-        for m in rx.iter_mut().skip(waiting) {
-            if let Ok(mut eth) = EthernetFrame::new_checked(m.data_mut()) {
-                eth.swap_addrs();
-            }
-            m.ol_flags = 0;
-        }
-        let sent = port.tx_burst(0, rx);
+        let n = echo_step(port.as_mut(), rx, BURST - waiting.min(BURST));
+        let sent = waiting + n - rx.len();
         if sent > 0 {
             h.cpu_post(sent as u64);
         }
