@@ -30,9 +30,19 @@ pub struct DoorbellArea {
     /// The words live in memory the host maps ([`Self::use_memory`]): its stores do not pass
     /// through here, so no rung bit is set and the engine must look at every QP.
     shared: AtomicBool,
+    /// One bit per 4 KiB page a store through this area may have left non-zero, so a reset
+    /// zeroes those pages and not all 8 MiB (a function reset costs microseconds, which is
+    /// what lets a fuzz target reset the card for every input).
+    dirty_pages: [AtomicU64; DIRTY_PAGE_WORDS],
 }
 
 const DOORBELL_WORDS: usize = (BAR_DOORBELL_SIZE / 4) as usize;
+
+/// Bytes of one page of the dirty-page map.
+const DIRTY_PAGE: u64 = 4096;
+
+/// Words of the dirty-page map.
+const DIRTY_PAGE_WORDS: usize = (BAR_DOORBELL_SIZE / DIRTY_PAGE).div_ceil(64) as usize;
 
 /// Words of the rung-QP bit map.
 const QP_RUNG_WORDS: u32 = db::QP_SLOTS.div_ceil(64);
@@ -51,6 +61,7 @@ impl Default for DoorbellArea {
             qp_rung: (0..QP_RUNG_WORDS).map(|_| AtomicU64::new(0)).collect(),
             qp_rung_words: Default::default(),
             shared: AtomicBool::new(false),
+            dirty_pages: Default::default(),
         }
     }
 }
@@ -159,6 +170,7 @@ impl DoorbellArea {
                 }
                 // Noted after the byte landed, so the engine never takes the note first.
                 self.note(o & !3);
+                self.mark_dirty(o);
             }
         }
     }
@@ -168,6 +180,20 @@ impl DoorbellArea {
         if let Some(w) = self.word(offset) {
             w.store(value, Ordering::Release);
             self.note(offset);
+            if value != 0 {
+                self.mark_dirty(offset);
+            }
+        }
+    }
+
+    /// Notes that the page holding byte `offset` may have a non-zero word.
+    #[inline]
+    fn mark_dirty(&self, offset: u64) {
+        let page = offset / DIRTY_PAGE;
+        let (word, bit) = (&self.dirty_pages[(page / 64) as usize], 1u64 << (page % 64));
+        // Doorbells go to a few pages over and over: read before writing the shared line.
+        if word.load(Ordering::Relaxed) & bit == 0 {
+            word.fetch_or(bit, Ordering::Relaxed);
         }
     }
 
@@ -186,10 +212,34 @@ impl DoorbellArea {
         }
     }
 
-    /// Zeroes every word (a function reset). Words already zero are only read, so memory no one
-    /// wrote is not touched.
+    /// Zeroes every word (a function reset) and forgets the queue pairs rung before it. Only
+    /// pages a store made dirty are zeroed, unless the host maps the words itself
+    /// ([`Self::use_memory`]): then every word is read, and written only when non-zero.
     pub fn clear(&self) {
-        for i in 0..DOORBELL_WORDS {
+        for (s, summary) in self.qp_rung_words.iter().enumerate() {
+            let mut words = summary.swap(0, Ordering::AcqRel);
+            while words != 0 {
+                self.qp_rung[s * 64 + words.trailing_zeros() as usize].store(0, Ordering::Release);
+                words &= words - 1;
+            }
+        }
+        let per_page = (DIRTY_PAGE / 4) as usize;
+        if self.sees_every_store() {
+            for (w, bits) in self.dirty_pages.iter().enumerate() {
+                let mut bits = bits.swap(0, Ordering::AcqRel);
+                while bits != 0 {
+                    let page = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    self.zero_words(page * per_page..(page + 1) * per_page);
+                }
+            }
+        } else {
+            self.zero_words(0..DOORBELL_WORDS);
+        }
+    }
+
+    fn zero_words(&self, words: std::ops::Range<usize>) {
+        for i in words {
             if let Some(w) = self.word(4 * i as u64) {
                 if w.load(Ordering::Relaxed) != 0 {
                     w.store(0, Ordering::Release);
@@ -228,5 +278,41 @@ mod tests {
         a.write(db::QP_RQ_BASE + 4 * 64 + 1, &[7, 7]);
         assert_eq!(a.load(db::QP_RQ_BASE + 4 * 64), 0x0007_0700);
         assert_eq!(rung(&a), [64]);
+    }
+
+    /// A reset zeroes every word any kind of store set (whole words, bytes, a WQE buffer's
+    /// chunk, the last word of the BAR) and forgets the queue pairs rung before it, whether the
+    /// area sees every store or the host maps its memory.
+    #[test]
+    fn a_reset_zeroes_every_word_a_store_set() {
+        let last = BAR_DOORBELL_SIZE - 4;
+        let shared = Arc::new(
+            vm_memory::GuestRegionMmap::from_range(
+                vm_memory::GuestAddress(0),
+                BAR_DOORBELL_SIZE as usize,
+                None,
+            )
+            .unwrap(),
+        );
+        for host_maps in [false, true] {
+            let a = DoorbellArea::default();
+            if host_maps {
+                a.use_memory(shared.clone()).unwrap();
+            }
+            a.store(db::QP_SQ_BASE + 4 * 5, 1);
+            a.store(db::SQ_BASE, 0xffff_ffff);
+            a.write(db::QP_RQ_BASE + 4 * 9 + 3, &[7]);
+            a.write(db::QP_SQ_WQE_BASE + 64, &[0xa5; 64]);
+            a.store(last, 3);
+            a.clear();
+            for i in 0..DOORBELL_WORDS as u64 {
+                assert_eq!(a.load(4 * i), 0, "word {i} after reset (host maps: {host_maps})");
+            }
+            assert!(rung(&a).is_empty(), "rung before the reset");
+            // And again after it: the pages are tracked anew.
+            a.store(last, 4);
+            a.clear();
+            assert_eq!(a.load(last), 0);
+        }
     }
 }
