@@ -42,6 +42,16 @@ impl Card {
         Arc::new(Card { fabric, nic, fld })
     }
 
+    /// A conventional reset of the whole card (PCIe Base §6.6.1): every function and the NIC's
+    /// card-wide state at power-on, the host-memory maps gone; the accelerator stays plugged
+    /// in and the wire, tap and clock outside the card stay connected. Costs what the state in
+    /// use costs to clear, not what the card costs to build: the fuzz targets reset one card
+    /// for every input.
+    pub fn conventional_reset(&self) {
+        self.fabric.conventional_reset();
+        self.nic.conventional_reset();
+    }
+
     /// The clock the card's timers, meters and timestamps read (see [`crate::clock`]).
     pub fn set_clock(&self, clock: Arc<dyn crate::clock::Clock>) {
         self.nic.set_clock_source(clock);

@@ -14,7 +14,7 @@
 //! [`MockHost::command`]).
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use vm_memory::{Bytes, GuestAddress, GuestRegionMmap, MemoryRegionAddress};
@@ -249,11 +249,15 @@ pub struct MockHost {
     memory: Arc<GuestRegionMmap>,
     mapped: usize,
     next: Cell<usize>,
-    bars: HashMap<(FunctionId, u8), u64>,
+    bars: BTreeMap<(FunctionId, u8), u64>,
     interrupts: Arc<Interrupts>,
     token: Cell<u16>,
     /// Command buffers (input, output), shared by all functions.
     cmd: (u64, u64),
+    /// The command buffer addresses each NIC function's mailbox registers hold, as the mock
+    /// last programmed them; forgotten on any register write or reset the mock makes, so they
+    /// are programmed again. A driver programs its mailbox once, not per command.
+    mailbox: Cell<[Option<(u64, u64)>; crate::nic::MAX_HOST_FUNCTIONS]>,
 }
 
 impl MockHost {
@@ -288,12 +292,6 @@ impl MockHost {
             GuestRegionMmap::from_range(GuestAddress(0), mapped + 2 * GUARD, None)
                 .expect("anonymous host memory"),
         );
-        let canary = vec![CANARY; GUARD];
-        for at in [0, GUARD + mapped] {
-            memory
-                .write_slice(&canary, MemoryRegionAddress(at as u64))
-                .expect("guard in bounds");
-        }
         let host = MockHost {
             fabric,
             nic,
@@ -301,18 +299,84 @@ impl MockHost {
             memory,
             mapped,
             next: Cell::new(0),
-            bars: HashMap::new(),
+            bars: BTreeMap::new(),
             interrupts: Arc::new(Interrupts::default()),
             token: Cell::new(0),
             cmd: (0, 0),
+            mailbox: Cell::new([None; crate::nic::MAX_HOST_FUNCTIONS]),
         };
         let cmd = (
             host.alloc(CMD_MAX_LEN as usize),
             host.alloc(CMD_MAX_LEN as usize),
         );
         let mut host = MockHost { cmd, ..host };
+        host.fill_guards();
         host.reenumerate();
         host
+    }
+
+    /// The host as [`MockHost::nic`] or [`MockHost::card`] built it, at the cost of what was
+    /// used rather than of building: the card gets a conventional reset
+    /// ([`Card::conventional_reset`]), its wire, tap and time return to the mock's defaults,
+    /// host memory is zero again (the pages touched go back to the kernel, the guards are
+    /// refilled), the allocator starts over and the card is enumerated again. FLD keeps the
+    /// accelerator plugged into it. A fuzz target recycles one host for every input.
+    pub fn recycle(&mut self) {
+        self.fabric.conventional_reset();
+        self.nic.conventional_reset();
+        self.nic
+            .set_uplink(Box::new(crate::wire::NullWire::default()));
+        self.nic.set_tap(None);
+        self.nic.set_clock(None);
+        self.nic
+            .set_clock_source(Arc::new(crate::clock::ManualClock::default()));
+        // What the allocator handed out is zeroed in place (its pages stay resident, so the next
+        // run does not fault them in again); the rest, which only a stray device write could
+        // have touched, goes back to the kernel.
+        let used = self.next.get().next_multiple_of(4096).min(self.mapped);
+        // SAFETY: both ranges lie in the mapped part of this host's own anonymous private
+        // mapping, page aligned (GUARD, `used` and `mapped` are whole pages), and no one holds a
+        // reference into it (the card was reset and its maps removed above). MADV_DONTNEED on
+        // private anonymous memory makes the next access read zeros.
+        let rc = unsafe {
+            let start = self.memory.as_ptr().add(GUARD);
+            std::ptr::write_bytes(start, 0, used);
+            libc::madvise(
+                start.add(used).cast(),
+                self.mapped - used,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            // Not expected on Linux; the slow way gives the same memory.
+            self.memory
+                .write_slice(&vec![0u8; self.mapped], MemoryRegionAddress(GUARD as u64))
+                .expect("the mapped part");
+        }
+        if !self.guard_intact() {
+            self.fill_guards();
+        }
+        self.next.set(0);
+        self.token.set(0);
+        self.interrupts
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.cmd = (
+            self.alloc(CMD_MAX_LEN as usize),
+            self.alloc(CMD_MAX_LEN as usize),
+        );
+        self.reenumerate();
+    }
+
+    fn fill_guards(&self) {
+        let canary = [CANARY; GUARD];
+        for at in [0, GUARD + self.mapped] {
+            self.memory
+                .write_slice(&canary, MemoryRegionAddress(at as u64))
+                .expect("guard in bounds");
+        }
     }
 
     /// What a driver does after a machine reset or when it takes over a card another client
@@ -320,6 +384,7 @@ impl MockHost {
     /// they had), assigns BARs, enables memory decode, bus mastering and the first [`MOCK_VECTORS`] MSI-X
     /// vectors, and takes the interrupts.
     pub fn reenumerate(&mut self) {
+        self.mailbox.set([None; crate::nic::MAX_HOST_FUNCTIONS]);
         let fabric = self.fabric.clone();
         self.bars.clear();
         let mut next_bar = MOCK_MMIO;
@@ -439,7 +504,7 @@ impl MockHost {
             self.memory
                 .read_slice(&mut buf, MemoryRegionAddress(at as u64))
                 .is_ok()
-                && buf.iter().all(|&b| b == CANARY)
+                && buf == [CANARY; GUARD]
         })
     }
 
@@ -450,7 +515,10 @@ impl MockHost {
         self.bars.get(&(fid, bar)).copied().unwrap_or(0)
     }
 
+    /// A 32-bit store anywhere on the bus; it may reach a mailbox register, so every
+    /// function's mailbox is programmed again before its next command.
     pub fn mmio_write32(&self, addr: u64, v: u32) {
+        self.mailbox.set([None; crate::nic::MAX_HOST_FUNCTIONS]);
         self.fabric.mmio_write(addr, &v.to_le_bytes());
     }
 
@@ -488,7 +556,11 @@ impl MockHost {
 
     /// Writes the doorbell word at `offset` of NIC function `f`'s doorbell page.
     pub fn doorbell(&self, f: u16, offset: u64, value: u32) {
-        self.mmio_write32(self.bar(self.nic_fid(f), BAR_DOORBELL) + offset, value);
+        // The doorbell BAR holds no mailbox register: nothing to forget.
+        self.fabric.mmio_write(
+            self.bar(self.nic_fid(f), BAR_DOORBELL) + offset,
+            &value.to_le_bytes(),
+        );
     }
 
     /// NIC function `f`'s control register at `offset`.
@@ -497,7 +569,32 @@ impl MockHost {
     }
 
     pub fn set_nic_reg(&self, f: u16, offset: u64, v: u32) {
-        self.mmio_write32(self.bar(self.nic_fid(f), BAR_CONTROL) + offset, v);
+        if matches!(
+            offset,
+            reg::CMD_IN_ADDR_LO
+                | reg::CMD_IN_ADDR_HI
+                | reg::CMD_OUT_ADDR_LO
+                | reg::CMD_OUT_ADDR_HI
+                | reg::DEVICE_RESET
+        ) {
+            self.forget_mailbox(f);
+        }
+        self.write_nic_reg(f, offset, v);
+    }
+
+    fn write_nic_reg(&self, f: u16, offset: u64, v: u32) {
+        self.fabric.mmio_write(
+            self.bar(self.nic_fid(f), BAR_CONTROL) + offset,
+            &v.to_le_bytes(),
+        );
+    }
+
+    fn forget_mailbox(&self, f: u16) {
+        let mut mailbox = self.mailbox.get();
+        if let Some(m) = mailbox.get_mut(usize::from(f)) {
+            *m = None;
+        }
+        self.mailbox.set(mailbox);
     }
 
     /// Function-level reset of NIC function `f` through DEVICE_RESET.
@@ -517,19 +614,28 @@ impl MockHost {
         out_addr: u64,
         out_len: u32,
     ) -> CmdStatusRegister {
-        for (r, v) in [
-            (reg::CMD_IN_ADDR_LO, in_addr as u32),
-            (reg::CMD_IN_ADDR_HI, (in_addr >> 32) as u32),
-            (reg::CMD_OUT_ADDR_LO, out_addr as u32),
-            (reg::CMD_OUT_ADDR_HI, (out_addr >> 32) as u32),
-            (reg::CMD_IN_LEN, in_len),
-            (reg::CMD_OUT_LEN, out_len),
-        ] {
-            self.set_nic_reg(f, r, v);
+        let mut mailbox = self.mailbox.get();
+        let programmed = mailbox.get(usize::from(f)).copied().flatten();
+        if programmed != Some((in_addr, out_addr)) {
+            for (r, v) in [
+                (reg::CMD_IN_ADDR_LO, in_addr as u32),
+                (reg::CMD_IN_ADDR_HI, (in_addr >> 32) as u32),
+                (reg::CMD_OUT_ADDR_LO, out_addr as u32),
+                (reg::CMD_OUT_ADDR_HI, (out_addr >> 32) as u32),
+            ] {
+                self.write_nic_reg(f, r, v);
+            }
+        }
+        for (r, v) in [(reg::CMD_IN_LEN, in_len), (reg::CMD_OUT_LEN, out_len)] {
+            self.write_nic_reg(f, r, v);
         }
         let token = self.token.get().wrapping_add(1);
         self.token.set(token);
-        self.set_nic_reg(f, reg::CMD_DOORBELL, token as u32);
+        self.write_nic_reg(f, reg::CMD_DOORBELL, token as u32);
+        if let Some(m) = mailbox.get_mut(usize::from(f)) {
+            *m = Some((in_addr, out_addr));
+        }
+        self.mailbox.set(mailbox);
         CmdStatusRegister::decode(self.nic_reg(f, reg::CMD_STATUS))
     }
 
@@ -1053,7 +1159,9 @@ impl MockHost {
 
     pub fn set_fld_reg(&self, offset: u64, v: u32) {
         let fid = self.fld.as_ref().map_or(FunctionId::MAX, |f| f.id());
-        self.mmio_write32(self.bar(fid, fabi::BAR_CONTROL) + offset, v);
+        // FLD's BAR holds no NIC mailbox register: nothing to forget.
+        self.fabric
+            .mmio_write(self.bar(fid, fabi::BAR_CONTROL) + offset, &v.to_le_bytes());
     }
 
     /// FLD bound to NIC function 0 as FLD-E binds it: CQs whose rings are FLD's CQ windows, SQs
@@ -1301,3 +1409,7 @@ impl MockPort {
         Some((cqe, frame))
     }
 }
+
+#[cfg(test)]
+#[path = "mock_recycle_tests.rs"]
+mod recycle_tests;

@@ -9,6 +9,14 @@
 //!   sound — no device access outside the DMA-mapped memory (guard bytes around it), and a
 //!   reset plus a normal bring-up moves verified traffic ([`assert_nic_recovers`],
 //!   [`assert_fld_recovers`]). Every loop is bounded.
+//! * One card per kind and process, recycled for every input ([`KeptHost`],
+//!   [`fld_device::mock::MockHost::recycle`]): a conventional reset that clears what the last
+//!   input touched costs microseconds, where building a card costs milliseconds. A recycled card
+//!   behaves exactly as a fresh one (the device crate's own test); `FLD_FUZZ_FRESH=1` builds one
+//!   for every input anyway, to confirm a finding without recycling.
+
+use std::cell::RefCell;
+use std::ops::{Deref, DerefMut};
 
 use fld_abi::wire::{ethertype, EthIpv4UdpRepr, EthernetRepr, Ipv4Repr, UdpRepr};
 use fld_device::accel::{Accelerator, Credits, Echo, RxMeta, TxMeta, TxRefused, TxStream};
@@ -187,37 +195,99 @@ impl<'a> Input<'a> {
 /// Bytes of host memory the targets map: room for a fuzzed phase and for the bring-up after it.
 pub const HOST_MEMORY: usize = 2 << 20;
 
-/// A NIC with small limits, so that exhaustion paths are a few commands away.
-pub fn small_nic() -> MockHost {
-    MockHost::nic(
-        NicConfig {
-            max_sqs: 16,
-            max_rqs: 16,
-            max_cqs: 16,
-            max_eqs: 8,
-            max_flow_tables: 8,
-            max_flow_entries: 32,
-            max_rss_groups: 4,
-            ..Default::default()
-        },
-        HOST_MEMORY,
-    )
+/// A mock host kept for the next input: recycled when taken, returned when dropped.
+pub struct KeptHost {
+    kind: u32,
+    host: Option<MockHost>,
 }
 
-/// A card whose FLD is sized for a 10 Gbit/s link and 4 queues (small structures), with the
-/// echo accelerator behind it.
-pub fn small_card() -> MockHost {
-    let h = MockHost::card(
-        CardConfig {
-            fld: MemoryParams {
-                bandwidth_gbps: 10.0,
-                tx_queues: 4,
-                ..MemoryParams::table_2a()
+thread_local! {
+    /// Hosts between inputs, by kind.
+    static KEPT: RefCell<Vec<(u32, MockHost)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl KeptHost {
+    /// The host of `kind` the last input used, recycled, or one `build` makes.
+    fn take(kind: u32, build: impl FnOnce() -> MockHost) -> KeptHost {
+        let fresh = std::env::var_os("FLD_FUZZ_FRESH").is_some_and(|v| v != "0");
+        let kept = KEPT.with_borrow_mut(|kept| {
+            let at = kept.iter().position(|(k, _)| *k == kind)?;
+            Some(kept.swap_remove(at).1)
+        });
+        let host = match kept {
+            Some(mut host) if !fresh => {
+                host.recycle();
+                host
+            }
+            _ => build(),
+        };
+        KeptHost {
+            kind,
+            host: Some(host),
+        }
+    }
+}
+
+impl Deref for KeptHost {
+    type Target = MockHost;
+    fn deref(&self) -> &MockHost {
+        self.host.as_ref().expect("held until dropped")
+    }
+}
+
+impl DerefMut for KeptHost {
+    fn deref_mut(&mut self) -> &mut MockHost {
+        self.host.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for KeptHost {
+    fn drop(&mut self) {
+        // After a panic the host is in whatever state the finding left: not kept.
+        if std::thread::panicking() {
+            return;
+        }
+        if let Some(host) = self.host.take() {
+            KEPT.with_borrow_mut(|kept| kept.push((self.kind, host)));
+        }
+    }
+}
+
+/// A NIC with small limits, so that exhaustion paths are a few commands away.
+pub fn small_nic() -> KeptHost {
+    KeptHost::take(0, || {
+        MockHost::nic(
+            NicConfig {
+                max_sqs: 16,
+                max_rqs: 16,
+                max_cqs: 16,
+                max_eqs: 8,
+                max_flow_tables: 8,
+                max_flow_entries: 32,
+                max_rss_groups: 4,
+                ..Default::default()
             },
-            ..Default::default()
-        },
-        HOST_MEMORY,
-    );
+            HOST_MEMORY,
+        )
+    })
+}
+
+/// A card whose FLD is sized for a 10 Gbit/s link and 4 queues (small structures), with a
+/// fresh echo accelerator behind it.
+pub fn small_card() -> KeptHost {
+    let h = KeptHost::take(1, || {
+        MockHost::card(
+            CardConfig {
+                fld: MemoryParams {
+                    bandwidth_gbps: 10.0,
+                    tx_queues: 4,
+                    ..MemoryParams::table_2a()
+                },
+                ..Default::default()
+            },
+            HOST_MEMORY,
+        )
+    });
     if let Some(f) = &h.fld {
         f.set_accelerator(Box::new(Echo::new(0, 16)));
     }
@@ -298,29 +368,31 @@ pub fn assert_fld_recovers(h: &mut MockHost) {
 
 /// A NIC with small RDMA limits too (4 QPs, 2 SRQs per function), so exhaustion is a few
 /// commands away.
-pub fn small_rdma_nic() -> MockHost {
+pub fn small_rdma_nic() -> KeptHost {
     small_rdma_nic_with(fld_device::nic::reorder::ReceiverMode::GoBackN)
 }
 
 /// [`small_rdma_nic`] whose RC responders treat packets ahead as `receiver` says (a reorder
 /// unit, LEFT §3), with a pool small enough for the input to run it out.
-pub fn small_rdma_nic_with(receiver: fld_device::nic::reorder::ReceiverMode) -> MockHost {
-    MockHost::nic(
-        NicConfig {
-            receiver,
-            reorder_bdp: 64,
-            max_sqs: 16,
-            max_rqs: 16,
-            max_cqs: 16,
-            max_eqs: 8,
-            max_flow_tables: 8,
-            max_flow_entries: 32,
-            max_rss_groups: 4,
-            max_qps: 4,
-            ..Default::default()
-        },
-        HOST_MEMORY,
-    )
+pub fn small_rdma_nic_with(receiver: fld_device::nic::reorder::ReceiverMode) -> KeptHost {
+    KeptHost::take(2 + receiver.caps_code() as u32, || {
+        MockHost::nic(
+            NicConfig {
+                receiver,
+                reorder_bdp: 64,
+                max_sqs: 16,
+                max_rqs: 16,
+                max_cqs: 16,
+                max_eqs: 8,
+                max_flow_tables: 8,
+                max_flow_entries: 32,
+                max_rss_groups: 4,
+                max_qps: 4,
+                ..Default::default()
+            },
+            HOST_MEMORY,
+        )
+    })
 }
 
 /// RDMA's invariant after any input: as [`assert_nic_recovers`] (which resets both functions,

@@ -562,6 +562,23 @@ impl Fabric {
         }
     }
 
+    /// Conventional reset of the hierarchy (PCIe Base §6.6.1, a cold or warm reset): every
+    /// function is reset as by an FLR (its state, configuration space and MSI-X table at
+    /// power-on), every requester's host-memory map is gone (as the IOMMU's are after a machine
+    /// reset) and the TLP counters start from zero. A device's card-wide state that outlives
+    /// an FLR is reset by the device itself ([`crate::nic::Nic::conventional_reset`]).
+    pub fn conventional_reset(&self) {
+        for id in 0..self.function_count() as FunctionId {
+            if let Some(f) = self.function(id) {
+                f.reset();
+                f.pci().reset();
+            }
+            self.unmap_host(id, 0, u64::MAX);
+        }
+        self.clear_stats();
+        self.rebuild_routes();
+    }
+
     /// Firmware-style BAR assignment, then memory decode and bus mastering stay as they are.
     pub fn assign_bar(&self, id: FunctionId, bar: u8, addr: u64) {
         if let Some(f) = self.function(id) {

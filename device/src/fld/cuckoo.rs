@@ -225,10 +225,12 @@ impl CuckooTable {
         let mut h3_bytes = Box::new([[[0u32; 256]; 4]; BANKS]);
         for (bank, tables) in h3_bytes.iter_mut().enumerate() {
             for (byte, table) in tables.iter_mut().enumerate() {
-                for (v, out) in table.iter_mut().enumerate() {
-                    *out = (0..8)
-                        .filter(|bit| v & (1 << bit) != 0)
-                        .fold(0, |h, bit| h ^ rows[bank][byte * 8 + bit]);
+                // The XOR of the rows of v's set bits: v's entry is that of v without its
+                // lowest set bit, XOR that bit's row (one step an entry, so building FLD or
+                // resetting it stays cheap).
+                for v in 1..256usize {
+                    table[v] =
+                        table[v & (v - 1)] ^ rows[bank][byte * 8 + v.trailing_zeros() as usize];
                 }
             }
         }

@@ -30,19 +30,24 @@ pub struct DoorbellArea {
     /// The words live in memory the host maps ([`Self::use_memory`]): its stores do not pass
     /// through here, so no rung bit is set and the engine must look at every QP.
     shared: AtomicBool,
-    /// One bit per 4 KiB page a store through this area may have left non-zero, so a reset
-    /// zeroes those pages and not all 8 MiB (a function reset costs microseconds, which is
-    /// what lets a fuzz target reset the card for every input).
-    dirty_pages: [AtomicU64; DIRTY_PAGE_WORDS],
+    /// One bit per 256-byte chunk a store through this area may have left non-zero, so a
+    /// reset zeroes those chunks and not all 8 MiB (a function reset costs microseconds, which
+    /// is what lets a fuzz target reset the card for every input).
+    dirty_chunks: Box<[AtomicU64]>,
+    /// One bit per word of `dirty_chunks` that may have a bit set.
+    dirty_summary: [AtomicU64; DIRTY_SUMMARY_WORDS],
 }
 
 const DOORBELL_WORDS: usize = (BAR_DOORBELL_SIZE / 4) as usize;
 
-/// Bytes of one page of the dirty-page map.
-const DIRTY_PAGE: u64 = 4096;
+/// Bytes one bit of the dirty map covers: a doorbell's neighbourhood, a WQE buffer.
+const DIRTY_CHUNK: u64 = 256;
 
-/// Words of the dirty-page map.
-const DIRTY_PAGE_WORDS: usize = (BAR_DOORBELL_SIZE / DIRTY_PAGE).div_ceil(64) as usize;
+/// Words of the dirty map.
+const DIRTY_WORDS: usize = (BAR_DOORBELL_SIZE / DIRTY_CHUNK).div_ceil(64) as usize;
+
+/// Words of the dirty map's summary.
+const DIRTY_SUMMARY_WORDS: usize = DIRTY_WORDS.div_ceil(64);
 
 /// Words of the rung-QP bit map.
 const QP_RUNG_WORDS: u32 = db::QP_SLOTS.div_ceil(64);
@@ -61,7 +66,8 @@ impl Default for DoorbellArea {
             qp_rung: (0..QP_RUNG_WORDS).map(|_| AtomicU64::new(0)).collect(),
             qp_rung_words: Default::default(),
             shared: AtomicBool::new(false),
-            dirty_pages: Default::default(),
+            dirty_chunks: (0..DIRTY_WORDS).map(|_| AtomicU64::new(0)).collect(),
+            dirty_summary: Default::default(),
         }
     }
 }
@@ -186,14 +192,15 @@ impl DoorbellArea {
         }
     }
 
-    /// Notes that the page holding byte `offset` may have a non-zero word.
+    /// Notes that the chunk holding byte `offset` may have a non-zero word.
     #[inline]
     fn mark_dirty(&self, offset: u64) {
-        let page = offset / DIRTY_PAGE;
-        let (word, bit) = (&self.dirty_pages[(page / 64) as usize], 1u64 << (page % 64));
-        // Doorbells go to a few pages over and over: read before writing the shared line.
-        if word.load(Ordering::Relaxed) & bit == 0 {
-            word.fetch_or(bit, Ordering::Relaxed);
+        let chunk = offset / DIRTY_CHUNK;
+        let (i, bit) = ((chunk / 64) as usize, 1u64 << (chunk % 64));
+        // Doorbells go to the same few words over and over: read before writing a shared line.
+        if self.dirty_chunks[i].load(Ordering::Relaxed) & bit == 0 {
+            self.dirty_chunks[i].fetch_or(bit, Ordering::Relaxed);
+            self.dirty_summary[i / 64].fetch_or(1 << (i % 64), Ordering::Relaxed);
         }
     }
 
@@ -213,7 +220,7 @@ impl DoorbellArea {
     }
 
     /// Zeroes every word (a function reset) and forgets the queue pairs rung before it. Only
-    /// pages a store made dirty are zeroed, unless the host maps the words itself
+    /// 256-byte chunks a store made dirty are zeroed, unless the host maps the words itself
     /// ([`Self::use_memory`]): then every word is read, and written only when non-zero.
     pub fn clear(&self) {
         for (s, summary) in self.qp_rung_words.iter().enumerate() {
@@ -223,14 +230,19 @@ impl DoorbellArea {
                 words &= words - 1;
             }
         }
-        let per_page = (DIRTY_PAGE / 4) as usize;
+        let per_chunk = (DIRTY_CHUNK / 4) as usize;
         if self.sees_every_store() {
-            for (w, bits) in self.dirty_pages.iter().enumerate() {
-                let mut bits = bits.swap(0, Ordering::AcqRel);
-                while bits != 0 {
-                    let page = w * 64 + bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    self.zero_words(page * per_page..(page + 1) * per_page);
+            for (s, summary) in self.dirty_summary.iter().enumerate() {
+                let mut words = summary.swap(0, Ordering::AcqRel);
+                while words != 0 {
+                    let i = s * 64 + words.trailing_zeros() as usize;
+                    words &= words - 1;
+                    let mut bits = self.dirty_chunks[i].swap(0, Ordering::AcqRel);
+                    while bits != 0 {
+                        let chunk = i * 64 + bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        self.zero_words(chunk * per_chunk..(chunk + 1) * per_chunk);
+                    }
                 }
             }
         } else {
@@ -306,7 +318,11 @@ mod tests {
             a.store(last, 3);
             a.clear();
             for i in 0..DOORBELL_WORDS as u64 {
-                assert_eq!(a.load(4 * i), 0, "word {i} after reset (host maps: {host_maps})");
+                assert_eq!(
+                    a.load(4 * i),
+                    0,
+                    "word {i} after reset (host maps: {host_maps})"
+                );
             }
             assert!(rung(&a).is_empty(), "rung before the reset");
             // And again after it: the pages are tracked anew.

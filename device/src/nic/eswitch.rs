@@ -259,7 +259,7 @@ const TRACE_HOPS: usize = 8;
 const MISSED: u32 = u32::MAX;
 
 /// The tables a walk visited and the entry it matched in each (or [`MISSED`]).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, zerocopy::FromZeros)]
 struct Trace {
     hops: u8,
     steps: [(u32, u32); TRACE_HOPS],
@@ -276,7 +276,7 @@ impl Trace {
     }
 }
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, zerocopy::FromZeros)]
 struct CacheSlot {
     /// The cache generation the slot was filled in; any other is an empty slot.
     generation: u64,
@@ -303,7 +303,12 @@ pub struct FlowCache {
 impl FlowCache {
     fn new() -> Self {
         FlowCache {
-            slots: vec![CacheSlot::default(); FLOW_CACHE_SLOTS].into_boxed_slice(),
+            // Zeroed pages from the allocator (an empty slot is all zeros): a NIC built or
+            // reset pays for the slots it fills, not for all of them.
+            slots: <[CacheSlot] as zerocopy::FromZeros>::new_box_zeroed_with_elems(
+                FLOW_CACHE_SLOTS,
+            )
+            .expect("flow cache memory"),
             generation: 1,
             active: false,
             min_rules: FLOW_CACHE_MIN_RULES,

@@ -216,6 +216,23 @@ impl Nic {
         self.shared.lock().clock = clock;
     }
 
+    /// The NIC's part of a conventional reset (PCIe Base §6.6.1, after
+    /// [`Fabric::conventional_reset`] reset each function): what a function-level reset leaves —
+    /// the eSwitch's and RDMA transport's card-wide state, the NIC's own counters, its on-chip
+    /// buffers and caches — returns to power-on, as a NIC built with the same configuration.
+    /// What is outside the card stays: the uplink's wire, the tap and the clock.
+    pub fn conventional_reset(&self) {
+        let mut core = self.shared.lock();
+        let fresh = NicCore::new(core.config.clone());
+        let old = std::mem::replace(&mut *core, fresh);
+        core.wire = old.wire;
+        core.tap = old.tap;
+        core.clock = old.clock;
+        core.manual_clock = old.manual_clock;
+        drop(core);
+        *self.routes.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     /// Captures every frame entering or leaving the eSwitch at any vPort.
     pub fn set_tap(&self, tap: Option<Box<dyn FrameTap>>) {
         self.shared.lock().tap = tap;
