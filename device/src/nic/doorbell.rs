@@ -54,15 +54,21 @@ const QP_RUNG_WORDS: u32 = db::QP_SLOTS.div_ceil(64);
 
 impl Default for DoorbellArea {
     fn default() -> Self {
-        // Zeroed memory from the allocator: pages no one writes (most WQE buffers) stay the
-        // shared zero page.
-        let zeroed: Box<[u32]> = vec![0u32; DOORBELL_WORDS].into_boxed_slice();
-        // SAFETY: AtomicU32 has the size, alignment and bit validity of u32.
-        let mut owned: Box<[AtomicU32]> =
-            unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU32]) };
+        // An anonymous mapping of its own: zero pages until written, and no 8 MiB memset when
+        // the allocator would hand back memory a dropped card used (building a card costs what
+        // it touches, not the size of its doorbell BAR).
+        let memory = vm_memory::GuestRegionMmap::<()>::from_range(
+            vm_memory::GuestAddress(0),
+            BAR_DOORBELL_SIZE as usize,
+            None,
+        )
+        .expect("anonymous memory for the doorbell BAR");
+        // mmap memory is page aligned, holds DOORBELL_WORDS words, starts zeroed, and lives
+        // in `backings` as long as the area.
+        let words = memory.as_ptr().cast::<AtomicU32>();
         DoorbellArea {
-            words: AtomicPtr::new(owned.as_mut_ptr()),
-            backings: Mutex::new(vec![Box::new(owned)]),
+            words: AtomicPtr::new(words),
+            backings: Mutex::new(vec![Box::new(memory)]),
             qp_rung: (0..QP_RUNG_WORDS).map(|_| AtomicU64::new(0)).collect(),
             qp_rung_words: Default::default(),
             shared: AtomicBool::new(false),

@@ -141,7 +141,10 @@ pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome,
             vec![FlowItem::Ipv4Fragment(true)],
         ),
         ReplayAccel::Iot => {
-            let mut keys = KeyTable::new(1 << 16);
+            // As many slots as the highest tenant context needs: a context beyond the table has
+            // no key, as an empty slot has none.
+            let slots = cfg.tenants.iter().map(|t| usize::from(t.context) + 1).max();
+            let mut keys = KeyTable::new(slots.unwrap_or(1));
             for t in &cfg.tenants {
                 let reserved = t.context == 0 || t.context == REASSEMBLY_CONTEXT;
                 if reserved || keys.get(t.context).is_some() {
