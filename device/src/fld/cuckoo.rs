@@ -152,6 +152,9 @@ enum Location {
     Stash(usize),
 }
 
+/// The H3 hash functions of all banks, sliced by key byte.
+type H3Tables = [[[u32; 256]; 4]; BANKS];
+
 /// The translation table. See the module documentation for the mechanism.
 pub struct CuckooTable {
     /// `BANKS * bank_size` buckets; bank `b` is `buckets[b*bank_size..(b+1)*bank_size]`.
@@ -164,8 +167,11 @@ pub struct CuckooTable {
     /// The same H3 functions sliced by key byte: `h3_bytes[bank][i][v]` is the XOR of the rows
     /// selected by value `v` in key byte `i`. The FPGA XORs all selected rows in one level of
     /// logic; the model gets the identical value from four lookups instead of a loop over the
-    /// key's bits (a lookup per packet and per bank, on the Tx path).
-    h3_bytes: Box<[[[u32; 256]; 4]; BANKS]>,
+    /// key's bits (a lookup per packet and per bank, on the Tx path). Shared with the tables
+    /// [`Self::emptied`] makes: the hash functions are fixed, as an FPGA's are at synthesis.
+    h3_bytes: std::sync::Arc<H3Tables>,
+    /// What the hash parameters and the LFSR start come from.
+    seed: u64,
     /// Per-bank constant XORed into the hash.
     offsets: [u32; BANKS],
     stash: [Option<StashEntry>; STASH_ENTRIES],
@@ -204,6 +210,16 @@ impl CuckooTable {
     /// (at least 1). `pool_slots` above [`MAX_POOL_SLOTS`] is clamped.
     /// `seed` determines the hash functions and the LFSR start state.
     pub fn new(pool_slots: u32, seed: u64) -> Self {
+        Self::build(pool_slots, seed, None)
+    }
+
+    /// The table as [`Self::new`] made it, empty, with the same hash functions: what a reset of
+    /// FLD leaves, without deriving the functions again.
+    pub fn emptied(&self) -> Self {
+        Self::build(self.pool_slots, self.seed, Some(self.h3_bytes.clone()))
+    }
+
+    fn build(pool_slots: u32, seed: u64, h3: Option<std::sync::Arc<H3Tables>>) -> Self {
         let pool_slots = pool_slots.min(MAX_POOL_SLOTS);
         // ceil(2 * pool / BANKS) == ceil(pool / 2) for 4 banks.
         let per_bank = pool_slots.div_ceil(2).max(1).next_power_of_two();
@@ -222,24 +238,27 @@ impl CuckooTable {
         if lfsr == 0 {
             lfsr = 0xACE1;
         }
-        let mut h3_bytes = Box::new([[[0u32; 256]; 4]; BANKS]);
-        for (bank, tables) in h3_bytes.iter_mut().enumerate() {
-            for (byte, table) in tables.iter_mut().enumerate() {
-                // The XOR of the rows of v's set bits: v's entry is that of v without its
-                // lowest set bit, XOR that bit's row (one step an entry, so building FLD or
-                // resetting it stays cheap).
-                for v in 1..256usize {
-                    table[v] =
-                        table[v & (v - 1)] ^ rows[bank][byte * 8 + v.trailing_zeros() as usize];
+        let h3_bytes = h3.unwrap_or_else(|| {
+            let mut h3_bytes = Box::new([[[0u32; 256]; 4]; BANKS]);
+            for (bank, tables) in h3_bytes.iter_mut().enumerate() {
+                for (byte, table) in tables.iter_mut().enumerate() {
+                    // The XOR of the rows of v's set bits: v's entry is that of v without its
+                    // lowest set bit, XOR that bit's row (one step an entry).
+                    for v in 1..256usize {
+                        table[v] =
+                            table[v & (v - 1)] ^ rows[bank][byte * 8 + v.trailing_zeros() as usize];
+                    }
                 }
             }
-        }
+            std::sync::Arc::from(h3_bytes)
+        });
         CuckooTable {
             buckets: vec![None; bank_size * BANKS],
             bank_size,
             #[cfg(test)]
             rows,
             h3_bytes,
+            seed,
             offsets,
             stash: [None; STASH_ENTRIES],
             stash_ptr: 0,
@@ -694,6 +713,29 @@ mod tests {
         assert_eq!(t.stats().inserts, 2);
         assert_eq!(t.stats().removes, 1);
         check_invariants(&t);
+    }
+
+    /// An emptied table is the table `new` makes: the same insert sequence, run on both after
+    /// the original was filled, gives the same outcome, placement and statistics.
+    #[test]
+    fn an_emptied_table_is_a_new_one() {
+        let keys: Vec<RingKey> = (0..40u16).map(|i| RingKey::new(i % 4, i * 7)).collect();
+        let mut used = CuckooTable::new(32, 9);
+        for (i, &k) in keys.iter().enumerate() {
+            let _ = used.insert(k, i as u32);
+        }
+        let (mut emptied, mut new) = (used.emptied(), CuckooTable::new(32, 9));
+        assert!(emptied.is_empty());
+        for (i, &k) in keys.iter().rev().enumerate() {
+            assert_eq!(emptied.insert(k, i as u32), new.insert(k, i as u32));
+        }
+        for &k in &keys {
+            assert_eq!(emptied.lookup(k), new.lookup(k));
+        }
+        assert_eq!(emptied.stats(), new.stats());
+        assert_eq!(emptied.lfsr, new.lfsr);
+        assert_eq!(emptied.buckets, new.buckets, "the same placement");
+        check_invariants(&emptied);
     }
 
     #[test]

@@ -69,11 +69,15 @@ struct FldCore {
 
 impl FldCore {
     fn new(geo: FldGeometry) -> Self {
+        Self::with_tx(geo, TxEngine::new(&geo))
+    }
+
+    fn with_tx(geo: FldGeometry, tx: TxEngine) -> Self {
         FldCore {
             nic_doorbell: 0,
             tx_cqn: u32::MAX,
             rx_cqn: u32::MAX,
-            tx: TxEngine::new(&geo),
+            tx,
             rx: RxEngine::new(&geo),
             cq_doorbells_due: false,
             stats: Stats([0; STAT_COUNT]),
@@ -82,10 +86,16 @@ impl FldCore {
         }
     }
 
-    /// Back to the power-on state; the accelerator stays plugged in.
+    /// Back to the power-on state; the accelerator stays plugged in, and the translation
+    /// tables keep their hash functions (fixed in the hardware) and lose their entries.
     fn reset(&mut self) {
         let accel = self.accel.take();
-        *self = FldCore::new(self.geo);
+        let tx = TxEngine::with_tables(
+            &self.geo,
+            self.tx.ring_xlt.emptied(),
+            self.tx.data_xlt.emptied(),
+        );
+        *self = FldCore::with_tx(self.geo, tx);
         self.accel = accel;
     }
 

@@ -83,13 +83,23 @@ impl TxQueue {
 
 impl TxEngine {
     pub fn new(geo: &FldGeometry) -> Self {
+        Self::with_tables(
+            geo,
+            CuckooTable::new(geo.desc_pool, 0x5eed_0001),
+            CuckooTable::new(geo.tx_chunks, 0x5eed_0002),
+        )
+    }
+
+    /// The engine at power-on around translation tables of the sizes and seeds [`Self::new`]
+    /// gives them (an earlier engine's tables, emptied: a reset).
+    pub fn with_tables(geo: &FldGeometry, ring_xlt: CuckooTable, data_xlt: CuckooTable) -> Self {
         TxEngine {
             pool: vec![CompressedDesc::default(); geo.desc_pool as usize],
             // The all-ones slot number marks an empty bucket of the ring translation table
             // (so an entry needs no valid bit, §5.2's 31 bits): it is never handed out.
             pool_free: (0..geo.desc_pool.saturating_sub(1)).rev().collect(),
-            ring_xlt: CuckooTable::new(geo.desc_pool, 0x5eed_0001),
-            data_xlt: CuckooTable::new(geo.tx_chunks, 0x5eed_0002),
+            ring_xlt,
+            data_xlt,
             buffer: vec![0; geo.tx_chunks as usize * geo.tx_chunk as usize],
             chunks_free: (0..geo.tx_chunks).rev().collect(),
             queues: vec![TxQueue::default(); geo.tx_queues as usize],
