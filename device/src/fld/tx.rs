@@ -404,37 +404,7 @@ impl TxStream for TxView<'_> {
             return Err(TxRefused::NotRdma);
         }
         // FLD-R: the operation, and the extension that goes before the message.
-        let (rdma_op, ext) = match meta.rdma.filter(|_| q.rdma) {
-            None => (RdmaOpcode::Send, None),
-            Some(RdmaOp::Send) => (RdmaOpcode::Send, None),
-            Some(RdmaOp::SendImm(imm)) => (
-                RdmaOpcode::SendImm,
-                Some(RdmaExtension {
-                    imm,
-                    ..Default::default()
-                }),
-            ),
-            Some(RdmaOp::Write { remote_addr, rkey }) => (
-                RdmaOpcode::Write,
-                Some(RdmaExtension {
-                    imm: 0,
-                    rkey,
-                    remote_addr,
-                }),
-            ),
-            Some(RdmaOp::WriteImm {
-                remote_addr,
-                rkey,
-                imm,
-            }) => (
-                RdmaOpcode::WriteImm,
-                Some(RdmaExtension {
-                    imm,
-                    rkey,
-                    remote_addr,
-                }),
-            ),
-        };
+        let (rdma_op, ext) = rdma_opcode(meta.rdma.filter(|_| q.rdma));
         let is_rdma = q.rdma;
         let ext = ext.map(RdmaExtension::to_bytes);
         let ext: &[u8] = ext.as_ref().map_or(&[], |e| &e[..]);
@@ -538,5 +508,41 @@ impl TxStream for TxView<'_> {
         stats.bump(Stat::TxPackets);
         stats.add(Stat::TxBytes, data.len() as u64);
         Ok(())
+    }
+}
+
+/// The NIC opcode of an FLD-R operation and the extension (immediate, remote key and address)
+/// that goes before its message in FLD's buffer (§5.3); a plain send has none.
+fn rdma_opcode(op: Option<RdmaOp>) -> (RdmaOpcode, Option<RdmaExtension>) {
+    match op {
+        None => (RdmaOpcode::Send, None),
+        Some(RdmaOp::Send) => (RdmaOpcode::Send, None),
+        Some(RdmaOp::SendImm(imm)) => (
+            RdmaOpcode::SendImm,
+            Some(RdmaExtension {
+                imm,
+                ..Default::default()
+            }),
+        ),
+        Some(RdmaOp::Write { remote_addr, rkey }) => (
+            RdmaOpcode::Write,
+            Some(RdmaExtension {
+                imm: 0,
+                rkey,
+                remote_addr,
+            }),
+        ),
+        Some(RdmaOp::WriteImm {
+            remote_addr,
+            rkey,
+            imm,
+        }) => (
+            RdmaOpcode::WriteImm,
+            Some(RdmaExtension {
+                imm,
+                rkey,
+                remote_addr,
+            }),
+        ),
     }
 }

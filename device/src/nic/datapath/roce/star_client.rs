@@ -327,69 +327,58 @@ fn start_client_op(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
         );
         return false;
     };
-    let view = match RdmaWqeView::new_checked(&core.rdma.wqe[..nbb as usize * WQEBB]) {
-        Ok(v) if v.ctrl.wqebbs() <= pending => v,
-        _ => {
-            fail_send_wqe(
-                core,
-                ctx,
-                qpi,
-                (fetch, nbb),
-                None,
-                rdma_status::LOCAL_QP_OPERATION,
-            );
-            return false;
-        }
+    let checked = match RdmaWqeView::new_checked(&core.rdma.wqe[..nbb as usize * WQEBB]) {
+        Ok(view) if view.ctrl.wqebbs() <= pending => check_client_wqe(&core.rdma, &view, owner, pd),
+        _ => Err((None, rdma_status::LOCAL_QP_OPERATION)),
     };
+    match checked {
+        Ok(wqe) => queue_client_op(core, qpi, wqe, (fetch, nbb), signal_all),
+        Err((ctrl, status)) => {
+            fail_send_wqe(core, ctx, qpi, (fetch, nbb), ctrl, status);
+            false
+        }
+    }
+}
+
+/// A client send WQE that passed its checks: what its operation needs.
+struct ClientSendWqe {
+    kind: OpKind,
+    ctrl: CtrlSeg,
+    length: u64,
+    local: SgeList,
+    inline_len: u16,
+    remote: (u64, u32),
+}
+
+/// Checks a client send WQE: its opcode, and every local buffer against the QP's PD, so a bad
+/// WQE fails before a packet of it leaves. A refusal carries the completion status.
+fn check_client_wqe(
+    rdma: &Rdma,
+    view: &RdmaWqeView<'_>,
+    owner: u16,
+    pd: u32,
+) -> Result<ClientSendWqe, (Option<CtrlSeg>, u8)> {
     let ctrl = view.ctrl;
-    let opcode = ctrl.opcode;
-    let kind = match opcode {
+    let kind = match ctrl.opcode {
         WQE_OP_RDMA_WRITE | WQE_OP_RDMA_WRITE_IMM => OpKind::ClientWrite,
         WQE_OP_SEND | WQE_OP_SEND_IMM => OpKind::ClientSend,
         WQE_OP_RDMA_READ => OpKind::ClientRead,
-        _ => {
-            fail_send_wqe(
-                core,
-                ctx,
-                qpi,
-                (fetch, nbb),
-                Some(ctrl),
-                rdma_status::REMOTE_INVALID_REQUEST,
-            );
-            return false;
-        }
+        _ => return Err((Some(ctrl), rdma_status::REMOTE_INVALID_REQUEST)),
     };
-    // Every local buffer checked now, so a bad WQE fails before a packet of it leaves.
     let read = kind == OpKind::ClientRead;
     let (length, local, inline_len) = match view.data() {
         WqeDataView::Inline(_) if read => {
-            fail_send_wqe(
-                core,
-                ctx,
-                qpi,
-                (fetch, nbb),
-                Some(ctrl),
-                rdma_status::LOCAL_QP_OPERATION,
-            );
-            return false;
+            return Err((Some(ctrl), rdma_status::LOCAL_QP_OPERATION));
         }
         WqeDataView::Inline(d) => (d.len() as u64, SgeList::default(), d.len() as u16),
         WqeDataView::Gather(_) => {
             let Some(list) = SgeList::of(view.sges()) else {
-                fail_send_wqe(
-                    core,
-                    ctx,
-                    qpi,
-                    (fetch, nbb),
-                    Some(ctrl),
-                    rdma_status::LOCAL_LENGTH,
-                );
-                return false;
+                return Err((Some(ctrl), rdma_status::LOCAL_LENGTH));
             };
             let right = memory::local_right(read);
             let ok = list.as_slice().iter().all(|s| {
                 memory::check(
-                    &core.rdma.mrs,
+                    &rdma.mrs,
                     owner,
                     pd,
                     s.lkey,
@@ -401,34 +390,46 @@ fn start_client_op(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
                 .is_ok()
             });
             if !ok {
-                fail_send_wqe(
-                    core,
-                    ctx,
-                    qpi,
-                    (fetch, nbb),
-                    Some(ctrl),
-                    rdma_status::LOCAL_PROTECTION,
-                );
-                return false;
+                return Err((Some(ctrl), rdma_status::LOCAL_PROTECTION));
             }
             (list.total(), list, 0)
         }
     };
     if length > 1 << 31 {
-        fail_send_wqe(
-            core,
-            ctx,
-            qpi,
-            (fetch, nbb),
-            Some(ctrl),
-            rdma_status::LOCAL_LENGTH,
-        );
-        return false;
+        return Err((Some(ctrl), rdma_status::LOCAL_LENGTH));
     }
     let remote = view
         .remote
         .map(|r| (r.addr.get(), r.rkey.get()))
         .unwrap_or_default();
+    Ok(ClientSendWqe {
+        kind,
+        ctrl,
+        length,
+        local,
+        inline_len,
+        remote,
+    })
+}
+
+/// Queues the operation of a checked client WQE (fetched at `fetch`, `nbb` blocks) and moves
+/// the QP's fetch counter past it; a client SEND waits while the server has no receive WQE.
+fn queue_client_op(
+    core: &mut NicCore,
+    qpi: u32,
+    wqe: ClientSendWqe,
+    (fetch, nbb): (u32, u32),
+    signal_all: bool,
+) -> bool {
+    let ClientSendWqe {
+        kind,
+        ctrl,
+        length,
+        local,
+        inline_len,
+        remote,
+    } = wqe;
+    let opcode = ctrl.opcode;
     let imm = matches!(opcode, WQE_OP_SEND_IMM | WQE_OP_RDMA_WRITE_IMM).then(|| ctrl.imm.get());
     let Some(star) = client_mut(core, qpi) else {
         return false;
