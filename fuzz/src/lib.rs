@@ -253,23 +253,23 @@ impl Drop for KeptHost {
     }
 }
 
-/// A NIC with small limits, so that exhaustion paths are a few commands away.
+/// Small limits, so that exhaustion paths are a few commands away.
+fn small_limits() -> NicConfig {
+    NicConfig {
+        max_sqs: 16,
+        max_rqs: 16,
+        max_cqs: 16,
+        max_eqs: 8,
+        max_flow_tables: 8,
+        max_flow_entries: 32,
+        max_rss_groups: 4,
+        ..Default::default()
+    }
+}
+
+/// A NIC with small limits.
 pub fn small_nic() -> KeptHost {
-    KeptHost::take(0, || {
-        MockHost::nic(
-            NicConfig {
-                max_sqs: 16,
-                max_rqs: 16,
-                max_cqs: 16,
-                max_eqs: 8,
-                max_flow_tables: 8,
-                max_flow_entries: 32,
-                max_rss_groups: 4,
-                ..Default::default()
-            },
-            HOST_MEMORY,
-        )
-    })
+    KeptHost::take(0, || MockHost::nic(small_limits(), HOST_MEMORY))
 }
 
 /// A card whose FLD is sized for a 10 Gbit/s link and 4 queues (small structures), with a
@@ -380,15 +380,8 @@ pub fn small_rdma_nic_with(receiver: fld_device::nic::reorder::ReceiverMode) -> 
             NicConfig {
                 receiver,
                 reorder_bdp: 64,
-                max_sqs: 16,
-                max_rqs: 16,
-                max_cqs: 16,
-                max_eqs: 8,
-                max_flow_tables: 8,
-                max_flow_entries: 32,
-                max_rss_groups: 4,
                 max_qps: 4,
-                ..Default::default()
+                ..small_limits()
             },
             HOST_MEMORY,
         )
