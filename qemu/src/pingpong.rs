@@ -63,6 +63,13 @@ impl Default for PingpongConfig {
     }
 }
 
+impl PingpongConfig {
+    /// The end of a wait that starts now.
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout
+    }
+}
+
 /// What a run measured.
 #[derive(Clone, Debug)]
 pub struct PingpongReport {
@@ -268,26 +275,7 @@ fn bounce(
     channel: &CompChannel,
     mr: &Mr,
 ) -> Result<PingpongReport> {
-    let deadline = || Instant::now() + cfg.timeout;
-    let inline = if cfg.size <= 64 { cfg.size as u32 } else { 0 };
-    let star_server = cfg.stateless && cfg.server.is_none();
-    let mut qp = match star_server {
-        false => PingQp::Rc(rc_qp),
-        true => {
-            let mut port = Box::new(ctx.star_port(2 * cfg.rx_depth + 8)?);
-            let cap = QpCap {
-                max_send_wr: 1,
-                max_recv_wr: cfg.rx_depth,
-                ..Default::default()
-            };
-            let qp = ctx.create_star_qp(&mut port, cq, cq, cap, &[mr])?;
-            PingQp::Star {
-                port,
-                qp,
-                started: Instant::now(),
-            }
-        }
-    };
+    let mut qp = this_end_qp(ctx, cfg, rc_qp, cq, mr)?;
     let sge = [mr.sge(0, cfg.size)];
     let recv: Vec<(u64, &[Sge])> = (0..cfg.rx_depth).map(|_| (RECV_WRID, &sge[..])).collect();
     // INIT with no remote access, as the tool does, before posting the receives. A StaR end
@@ -297,7 +285,6 @@ fn bounce(
         ctx.init_rc(q, 0)?;
         q.post_recv(&recv)?;
     }
-    let mut routs = cfg.rx_depth as i64;
     if cfg.events {
         cq.req_notify()?;
     }
@@ -308,100 +295,195 @@ fn bounce(
         gid: ctx.query_gid(1, cfg.gid_index)?,
     };
     writeln!(out, "  local address:  {}", local.describe()).ok();
-
-    let mut msg = [0u8; MESSAGE_LEN];
     let remote = match &cfg.server {
-        Some(host) => {
-            // The server may not listen yet (or a port forwarder accepts for it and gives up):
-            // try again until the timeout, as a user would start the client again.
-            let end = deadline();
-            let mut s = loop {
-                let attempt = TcpStream::connect((host.as_str(), cfg.port)).and_then(|mut s| {
-                    s.set_nonblocking(true)?;
-                    write_all(ctx, &mut s, &local.message(), end)
-                        .and_then(|_| read_exact(ctx, &mut s, &mut msg, end))
-                        .map_err(|e| std::io::Error::other(e.to_string()))?;
-                    Ok(s)
-                });
-                match attempt {
-                    Ok(s) => break s,
-                    Err(e) if Instant::now() > end => return Err(e.into()),
-                    Err(_) => {
-                        let wait = Instant::now() + Duration::from_millis(500);
-                        while Instant::now() < wait {
-                            ctx.serve_neighbors()?;
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
-                    }
-                }
-            };
-            let remote = Dest::parse(&msg).ok_or(PingpongError::Exchange("bad message".into()))?;
-            match &mut qp {
-                PingQp::Rc(q) if cfg.stateless => {
-                    let offer = read_offer(ctx, &mut s, deadline())?;
-                    let c = connection(cfg, local.psn, &remote)?;
-                    ctx.connect_star_client(pd, q, &offer, &c)?;
-                    q.post_recv(&recv)?;
-                }
-                PingQp::Rc(q) => connect(ctx, q, cfg, local.psn, &remote)?,
-                PingQp::Star { .. } => unreachable!("a client's QP is an RC QP"),
-            }
-            write_all(ctx, &mut s, DONE, deadline())?;
-            writeln!(out, "  remote address: {}", remote.describe()).ok();
-            remote
-        }
-        None => {
-            let l = TcpListener::bind(("0.0.0.0", cfg.port))?;
-            l.set_nonblocking(true)?;
-            let mut s = waiting(ctx, deadline(), || match l.accept() {
-                Ok((s, _)) => Ok(Some(s)),
-                Err(e) => Err(e),
-            })?;
-            s.set_nonblocking(true)?;
-            read_exact(ctx, &mut s, &mut msg, deadline())?;
-            let remote = Dest::parse(&msg).ok_or(PingpongError::Exchange("bad message".into()))?;
-            let offer = match &mut qp {
-                PingQp::Rc(q) => {
-                    connect(ctx, q, cfg, local.psn, &remote)?;
-                    None
-                }
-                PingQp::Star { qp: sq, .. } => {
-                    let ip = fld_abi::wire::roce::gid_is_ipv4(&remote.gid)
-                        .then(|| {
-                            [
-                                remote.gid[12],
-                                remote.gid[13],
-                                remote.gid[14],
-                                remote.gid[15],
-                            ]
-                        })
-                        .ok_or(PingpongError::Exchange(
-                            "a StaR client needs an IPv4 address".into(),
-                        ))?;
-                    let dmac = ctx.resolve(ip, cfg.timeout)?;
-                    let c = RcConnection {
-                        dmac,
-                        ..connection(cfg, local.psn, &remote)?
-                    };
-                    ctx.connect_star_server(sq, remote.qpn, &c)?;
-                    Some(sq.offer().to_text())
-                }
-            };
-            if offer.is_some() {
-                qp.post_recv(&recv)?;
-            }
-            write_all(ctx, &mut s, &local.message(), deadline())?;
-            if let Some(text) = offer {
-                write_all(ctx, &mut s, text.as_bytes(), deadline())?;
-            }
-            let mut done = [0u8; DONE.len()];
-            read_exact(ctx, &mut s, &mut done, deadline())?;
-            writeln!(out, "  remote address: {}", remote.describe()).ok();
-            remote
-        }
+        Some(host) => exchange_as_client(ctx, cfg, pd, &mut qp, host, &local, &recv)?,
+        None => exchange_as_server(ctx, cfg, &mut qp, &local, &recv)?,
     };
+    writeln!(out, "  remote address: {}", remote.describe()).ok();
 
-    let mut send = SendWr::new(SEND_WRID, WrOpcode::Send, &sge);
+    let (seconds, events) = send_and_receive(ctx, cfg, &mut qp, cq, channel, &sge)?;
+    let report = PingpongReport {
+        local,
+        remote,
+        bytes: cfg.size as u64 * cfg.iters * 2,
+        seconds,
+        iters: cfg.iters,
+        completion_events: events,
+    };
+    write_rates(out, &report);
+    linger_until_quiet(ctx, &mut qp)?;
+    Ok(report)
+}
+
+/// The RC QP made for this end, or for a StaR server a QP of its own on a new StaR port.
+fn this_end_qp<'a>(
+    ctx: &mut Context,
+    cfg: &PingpongConfig,
+    rc_qp: &'a mut Qp,
+    cq: &Cq,
+    mr: &Mr,
+) -> Result<PingQp<'a>> {
+    if !(cfg.stateless && cfg.server.is_none()) {
+        return Ok(PingQp::Rc(rc_qp));
+    }
+    let mut port = Box::new(ctx.star_port(2 * cfg.rx_depth + 8)?);
+    let cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: cfg.rx_depth,
+        ..Default::default()
+    };
+    let qp = ctx.create_star_qp(&mut port, cq, cq, cap, &[mr])?;
+    Ok(PingQp::Star {
+        port,
+        qp,
+        started: Instant::now(),
+    })
+}
+
+/// The client's side of the TCP exchange: swap addresses, connect (to the server's StaR offer
+/// if stateless), then say `"done"`. Returns the server's address.
+fn exchange_as_client(
+    ctx: &mut Context,
+    cfg: &PingpongConfig,
+    pd: &Pd,
+    qp: &mut PingQp<'_>,
+    host: &str,
+    local: &Dest,
+    recv: &[(u64, &[Sge])],
+) -> Result<Dest> {
+    let mut msg = [0u8; MESSAGE_LEN];
+    let mut s = dial_server(ctx, cfg, host, local, &mut msg)?;
+    let remote = Dest::parse(&msg).ok_or(PingpongError::Exchange("bad message".into()))?;
+    match qp {
+        PingQp::Rc(q) if cfg.stateless => {
+            let offer = read_offer(ctx, &mut s, cfg.deadline())?;
+            let c = connection(cfg, local.psn, &remote)?;
+            ctx.connect_star_client(pd, q, &offer, &c)?;
+            q.post_recv(recv)?;
+        }
+        PingQp::Rc(q) => connect(ctx, q, cfg, local.psn, &remote)?,
+        PingQp::Star { .. } => unreachable!("a client's QP is an RC QP"),
+    }
+    write_all(ctx, &mut s, DONE, cfg.deadline())?;
+    Ok(remote)
+}
+
+/// A TCP connection to the server over which our address went and its address came back into
+/// `msg`. The server may not listen yet (or a port forwarder accepts for it and gives up): try
+/// again until the timeout, as a user would start the client again.
+fn dial_server(
+    ctx: &mut Context,
+    cfg: &PingpongConfig,
+    host: &str,
+    local: &Dest,
+    msg: &mut [u8; MESSAGE_LEN],
+) -> Result<TcpStream> {
+    let end = cfg.deadline();
+    loop {
+        let attempt = TcpStream::connect((host, cfg.port)).and_then(|mut s| {
+            s.set_nonblocking(true)?;
+            write_all(ctx, &mut s, &local.message(), end)
+                .and_then(|_| read_exact(ctx, &mut s, msg, end))
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            Ok(s)
+        });
+        match attempt {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() > end => return Err(e.into()),
+            Err(_) => {
+                let wait = Instant::now() + Duration::from_millis(500);
+                while Instant::now() < wait {
+                    ctx.serve_neighbors()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+}
+
+/// The server's side of the TCP exchange: take the client's address, connect our QP, answer
+/// with our address (and StaR offer), then wait for the client's `"done"`. Returns the client's
+/// address.
+fn exchange_as_server(
+    ctx: &mut Context,
+    cfg: &PingpongConfig,
+    qp: &mut PingQp<'_>,
+    local: &Dest,
+    recv: &[(u64, &[Sge])],
+) -> Result<Dest> {
+    let l = TcpListener::bind(("0.0.0.0", cfg.port))?;
+    l.set_nonblocking(true)?;
+    let mut s = waiting(ctx, cfg.deadline(), || match l.accept() {
+        Ok((s, _)) => Ok(Some(s)),
+        Err(e) => Err(e),
+    })?;
+    s.set_nonblocking(true)?;
+    let mut msg = [0u8; MESSAGE_LEN];
+    read_exact(ctx, &mut s, &mut msg, cfg.deadline())?;
+    let remote = Dest::parse(&msg).ok_or(PingpongError::Exchange("bad message".into()))?;
+    let offer = match qp {
+        PingQp::Rc(q) => {
+            connect(ctx, q, cfg, local.psn, &remote)?;
+            None
+        }
+        PingQp::Star { qp: sq, .. } => Some(connect_star_server(ctx, cfg, sq, local, &remote)?),
+    };
+    if offer.is_some() {
+        qp.post_recv(recv)?;
+    }
+    write_all(ctx, &mut s, &local.message(), cfg.deadline())?;
+    if let Some(text) = offer {
+        write_all(ctx, &mut s, text.as_bytes(), cfg.deadline())?;
+    }
+    let mut done = [0u8; DONE.len()];
+    read_exact(ctx, &mut s, &mut done, cfg.deadline())?;
+    Ok(remote)
+}
+
+/// Connects the StaR server's QP to the client at `remote` (its MAC resolved from the IPv4
+/// address in its GID) and returns the offer's text for the client to connect with.
+fn connect_star_server(
+    ctx: &mut Context,
+    cfg: &PingpongConfig,
+    sq: &mut StarQp,
+    local: &Dest,
+    remote: &Dest,
+) -> Result<String> {
+    let ip = fld_abi::wire::roce::gid_is_ipv4(&remote.gid)
+        .then(|| {
+            [
+                remote.gid[12],
+                remote.gid[13],
+                remote.gid[14],
+                remote.gid[15],
+            ]
+        })
+        .ok_or(PingpongError::Exchange(
+            "a StaR client needs an IPv4 address".into(),
+        ))?;
+    let dmac = ctx.resolve(ip, cfg.timeout)?;
+    let c = RcConnection {
+        dmac,
+        ..connection(cfg, local.psn, remote)?
+    };
+    ctx.connect_star_server(sq, remote.qpn, &c)?;
+    Ok(sq.offer().to_text())
+}
+
+/// The ping-pong itself: the client sends first, each side sends again once its last send
+/// completed and the peer's message arrived, receives posted again as they run low. Returns
+/// the seconds it took and the completion events waited for.
+fn send_and_receive(
+    ctx: &mut Context,
+    cfg: &PingpongConfig,
+    qp: &mut PingQp<'_>,
+    cq: &mut Cq,
+    channel: &CompChannel,
+    sge: &[Sge],
+) -> Result<(f64, u64)> {
+    let inline = if cfg.size <= 64 { cfg.size as u32 } else { 0 };
+    let mut routs = cfg.rx_depth as i64;
+    let mut send = SendWr::new(SEND_WRID, WrOpcode::Send, sge);
     send.inline = inline > 0;
     let mut pending = RECV_WRID;
     if cfg.server.is_some() {
@@ -444,7 +526,7 @@ fn bounce(
                     if routs <= 1 {
                         let more = cfg.rx_depth as i64 - routs;
                         let recv: Vec<(u64, &[Sge])> =
-                            (0..more).map(|_| (RECV_WRID, &sge[..])).collect();
+                            (0..more).map(|_| (RECV_WRID, sge)).collect();
                         qp.post_recv(&recv)?;
                         routs += more;
                     }
@@ -463,15 +545,11 @@ fn bounce(
             }
         }
     }
-    let seconds = start.elapsed().as_secs_f64();
-    let report = PingpongReport {
-        local,
-        remote,
-        bytes: cfg.size as u64 * cfg.iters * 2,
-        seconds,
-        iters: cfg.iters,
-        completion_events: events,
-    };
+    Ok((start.elapsed().as_secs_f64(), events))
+}
+
+/// The tool's two closing lines: throughput and time per iteration.
+fn write_rates(out: &mut dyn Write, report: &PingpongReport) {
     writeln!(
         out,
         "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
@@ -488,36 +566,41 @@ fn bounce(
         report.usec_per_iter()
     )
     .ok();
-    // Linger until the peer has been quiet for a while before the QP goes away: if our last
-    // ACK was lost, the peer sends again after its ACK timeout (the tool's: 4.096 us x 2^14 =
-    // 67 ms) and must find us here to be ACKed — Linux soft-RoCE retries for ever at retry
-    // count 7, so a peer gone too early leaves it hanging.
+}
+
+/// Linger until the peer has been quiet for a while before the QP goes away: if our last
+/// ACK was lost, the peer sends again after its ACK timeout (the tool's: 4.096 us x 2^14 =
+/// 67 ms) and must find us here to be ACKed — Linux soft-RoCE retries for ever at retry
+/// count 7, so a peer gone too early leaves it hanging.
+fn linger_until_quiet(ctx: &mut Context, qp: &mut PingQp<'_>) -> Result<()> {
     const QUIET: Duration = Duration::from_millis(500);
     let linger = Instant::now();
     let mut quiet_since = Instant::now();
-    // A StaR server has no QP on its NIC: the requests its NIC served stand for the packets.
-    let received = |ctx: &mut Context, qp: &mut PingQp<'_>| -> Result<u64> {
-        qp.progress()?;
-        Ok(match qp {
-            PingQp::Rc(q) => ctx.query_qp_counters(q)?.packets_received.get(),
-            PingQp::Star { .. } => ctx
-                .port_counters()?
-                .iter()
-                .find(|(n, _)| *n == "star_served")
-                .map_or(0, |c| c.1),
-        })
-    };
-    let mut seen = received(ctx, &mut qp)?;
+    let mut seen = packets_received(ctx, qp)?;
     while quiet_since.elapsed() < QUIET && linger.elapsed() < Duration::from_secs(10) {
         ctx.serve_neighbors()?;
-        let now_seen = received(ctx, &mut qp)?;
+        let now_seen = packets_received(ctx, qp)?;
         if now_seen != seen {
             seen = now_seen;
             quiet_since = Instant::now();
         }
         std::thread::sleep(Duration::from_micros(500));
     }
-    Ok(report)
+    Ok(())
+}
+
+/// How many packets this end has received so far, after the StaR driver's own work. A StaR
+/// server has no QP on its NIC: the requests its NIC served stand for the packets.
+fn packets_received(ctx: &mut Context, qp: &mut PingQp<'_>) -> Result<u64> {
+    qp.progress()?;
+    Ok(match qp {
+        PingQp::Rc(q) => ctx.query_qp_counters(q)?.packets_received.get(),
+        PingQp::Star { .. } => ctx
+            .port_counters()?
+            .iter()
+            .find(|(n, _)| *n == "star_served")
+            .map_or(0, |c| c.1),
+    })
 }
 
 /// The tool draws its PSN from lrand48; any value in 24 bits will do.

@@ -248,97 +248,139 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
     build_fldemu()?;
     let mut served = guest::ServedCard::start(paths, qemu.clone(), &workspace(), "echo")?;
     let timeout = Duration::from_secs(timeout);
-    let mut results: Vec<Verdict> = Vec::new();
-    let mut outputs = Vec::new();
-
-    eprintln!("xtask: boot 1: the self-test and the demos over vfio-pci");
-    let script = "fldemu selftest --transport vfio\n\
-        echo \"demo cpu: $(fldemu demo --transport vfio --packets 20000 --json)\"\n\
-        echo \"demo flde: $(fldemu demo --transport vfio --accel echo --packets 20000 --json)\"";
-    let first = served.boot(&guest::RunOptions {
-        command: Some(script.into()),
-        timeout,
-        kill_after: None,
-        reset_during: None,
-    })?;
-    for line in first.output.lines() {
-        if let Some(rest) = line.strip_prefix("test ") {
-            let (name, verdict) = rest.split_once(" ... ").unwrap_or((rest, ""));
-            let ok = verdict.starts_with("ok");
-            let detail = verdict
-                .trim_start_matches("ok")
-                .trim_start_matches("FAILED")
-                .trim();
-            results.push((name.into(), ok, detail.into()));
-        }
-    }
-    results.push(demo_verdict(
-        "demo_cpu_echo_json",
-        &first.output,
-        "demo cpu: ",
-    ));
-    results.push(demo_verdict(
-        "demo_flde_echo_json",
-        &first.output,
-        "demo flde: ",
-    ));
-    outputs.push(first);
-
-    eprintln!("xtask: boot 2: QEMU killed in the middle of FLD-E traffic");
-    let killed = served.boot(&guest::RunOptions {
-        command: Some("fldemu demo --transport vfio --accel echo --packets 100000000".into()),
-        timeout,
-        kill_after: Some(Duration::from_secs(4)),
-        reset_during: None,
-    })?;
-    let server_alive = served.server_alive();
-    results.push((
-        "qemu_killed_mid_traffic".into(),
-        killed.killed() && server_alive,
-        format!(
-            "(QEMU killed: {}, server running: {server_alive})",
-            killed.killed()
-        ),
-    ));
-    outputs.push(killed);
-
-    eprintln!("xtask: boot 3: a new guest, reset in the middle of traffic, then the demos");
-    let third = served.boot(&guest::RunOptions {
-        command: Some(
-            "echo \"demo cpu: $(fldemu demo --transport vfio --packets 20000 --json)\"\n\
-             echo \"demo flde: $(fldemu demo --transport vfio --accel echo --packets 20000 --json)\""
-                .into(),
-        ),
-        timeout,
-        kill_after: None,
-        reset_during: Some(
-            "fldemu demo --transport vfio --accel echo --packets 100000000".into(),
-        ),
-    })?;
-    let reset_seen = std::fs::read_to_string(&third.console_log)
-        .is_ok_and(|c| c.contains("fldemu-guest: resetting the machine"));
-    results.push((
-        "machine_reset_mid_traffic".into(),
-        reset_seen && third.exit_code.is_some(),
-        format!(
-            "(reset during FLD-E traffic: {reset_seen}, guest came back and ran: {})",
-            third.exit_code.is_some()
-        ),
-    ));
-    results.push(demo_verdict(
-        "next_guest_cpu_echo",
-        &third.output,
-        "demo cpu: ",
-    ));
-    results.push(demo_verdict(
-        "next_guest_flde_echo",
-        &third.output,
-        "demo flde: ",
-    ));
-    outputs.push(third);
+    let mut tests = GuestTests::default();
+    tests.selftest_and_demos(&mut served, timeout)?;
+    tests.qemu_killed_mid_traffic(&mut served, timeout)?;
+    tests.machine_reset_mid_traffic(&mut served, timeout)?;
     drop(served);
-
     if run_rtl {
+        tests.rtl_accelerator(qemu, timeout)?;
+    }
+    Ok(tests.report(run_rtl))
+}
+
+/// `test-guest`'s verdicts so far, and the outcome of each boot (its logs shown if a test
+/// failed).
+#[derive(Default)]
+struct GuestTests {
+    results: Vec<Verdict>,
+    outputs: Vec<guest::GuestOutcome>,
+}
+
+impl GuestTests {
+    /// Boot 1: `fldemu selftest` (a verdict per test it prints) and the CPU and FLD-E demos.
+    fn selftest_and_demos(
+        &mut self,
+        served: &mut guest::ServedCard,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        eprintln!("xtask: boot 1: the self-test and the demos over vfio-pci");
+        let script = "fldemu selftest --transport vfio\n\
+            echo \"demo cpu: $(fldemu demo --transport vfio --packets 20000 --json)\"\n\
+            echo \"demo flde: $(fldemu demo --transport vfio --accel echo --packets 20000 --json)\"";
+        let first = served.boot(&guest::RunOptions {
+            command: Some(script.into()),
+            timeout,
+            kill_after: None,
+            reset_during: None,
+        })?;
+        for line in first.output.lines() {
+            if let Some(rest) = line.strip_prefix("test ") {
+                let (name, verdict) = rest.split_once(" ... ").unwrap_or((rest, ""));
+                let ok = verdict.starts_with("ok");
+                let detail = verdict
+                    .trim_start_matches("ok")
+                    .trim_start_matches("FAILED")
+                    .trim();
+                self.results.push((name.into(), ok, detail.into()));
+            }
+        }
+        self.results.push(demo_verdict(
+            "demo_cpu_echo_json",
+            &first.output,
+            "demo cpu: ",
+        ));
+        self.results.push(demo_verdict(
+            "demo_flde_echo_json",
+            &first.output,
+            "demo flde: ",
+        ));
+        self.outputs.push(first);
+        Ok(())
+    }
+
+    /// Boot 2: QEMU killed in the middle of FLD-E traffic must leave the server running.
+    fn qemu_killed_mid_traffic(
+        &mut self,
+        served: &mut guest::ServedCard,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        eprintln!("xtask: boot 2: QEMU killed in the middle of FLD-E traffic");
+        let killed = served.boot(&guest::RunOptions {
+            command: Some("fldemu demo --transport vfio --accel echo --packets 100000000".into()),
+            timeout,
+            kill_after: Some(Duration::from_secs(4)),
+            reset_during: None,
+        })?;
+        let server_alive = served.server_alive();
+        self.results.push((
+            "qemu_killed_mid_traffic".into(),
+            killed.killed() && server_alive,
+            format!(
+                "(QEMU killed: {}, server running: {server_alive})",
+                killed.killed()
+            ),
+        ));
+        self.outputs.push(killed);
+        Ok(())
+    }
+
+    /// Boot 3: a new guest resets the machine in the middle of FLD-E traffic, then both demos
+    /// must run on the card it finds.
+    fn machine_reset_mid_traffic(
+        &mut self,
+        served: &mut guest::ServedCard,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        eprintln!("xtask: boot 3: a new guest, reset in the middle of traffic, then the demos");
+        let third = served.boot(&guest::RunOptions {
+            command: Some(
+                "echo \"demo cpu: $(fldemu demo --transport vfio --packets 20000 --json)\"\n\
+                 echo \"demo flde: $(fldemu demo --transport vfio --accel echo --packets 20000 --json)\""
+                    .into(),
+            ),
+            timeout,
+            kill_after: None,
+            reset_during: Some(
+                "fldemu demo --transport vfio --accel echo --packets 100000000".into(),
+            ),
+        })?;
+        let reset_seen = std::fs::read_to_string(&third.console_log)
+            .is_ok_and(|c| c.contains("fldemu-guest: resetting the machine"));
+        self.results.push((
+            "machine_reset_mid_traffic".into(),
+            reset_seen && third.exit_code.is_some(),
+            format!(
+                "(reset during FLD-E traffic: {reset_seen}, guest came back and ran: {})",
+                third.exit_code.is_some()
+            ),
+        ));
+        self.results.push(demo_verdict(
+            "next_guest_cpu_echo",
+            &third.output,
+            "demo cpu: ",
+        ));
+        self.results.push(demo_verdict(
+            "next_guest_flde_echo",
+            &third.output,
+            "demo flde: ",
+        ));
+        self.outputs.push(third);
+        Ok(())
+    }
+
+    /// Boot 4: the FLD-E demo on a card of its own whose accelerator is the Verilog echo.
+    fn rtl_accelerator(&mut self, qemu: guest::Qemu, timeout: Duration) -> Result<(), String> {
         eprintln!("xtask: boot 4: a card whose accelerator is RTL (the Verilog echo, Verilator)");
         let rtl = format!(
             "rtl:{}",
@@ -356,58 +398,65 @@ fn test_guest(timeout: u64) -> Result<bool, String> {
                     kill_after: None,
                     reset_during: None,
                 })?;
-                results.push(demo_verdict(
+                self.results.push(demo_verdict(
                     "flde_echo_with_rtl_accelerator",
                     &fourth.output,
                     "demo rtl: ",
                 ));
-                outputs.push(fourth);
+                self.outputs.push(fourth);
             }
             Err(e) => {
                 eprintln!("xtask: boot 4: {e}");
-                results.push((
+                self.results.push((
                     "flde_echo_with_rtl_accelerator".into(),
                     false,
                     "(fldemu serve did not start: its exit status and log are above)".into(),
                 ));
             }
         }
+        Ok(())
     }
 
-    for (name, ok, detail) in &results {
-        println!(
-            "guest test {name} ... {} {detail}",
-            if *ok { "ok" } else { "FAILED" }
-        );
-    }
-    // The self-test's own summary says how many checks it has; two demos, the killed guest, the
-    // reset guest and its two demos, and the RTL accelerator's demo (unless skipped) come on top.
-    let checks = outputs[0]
-        .output
-        .lines()
-        .find_map(|l| l.strip_prefix("selftest: "))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse::<usize>().ok())
-        .unwrap_or(usize::MAX / 2);
-    let expected = checks + 6 + usize::from(run_rtl);
-    let passed = results.iter().filter(|r| r.1).count();
-    let all_ok = passed == results.len() && results.len() == expected;
-    println!(
-        "test-guest: {passed} passed, {} failed{}{}",
-        results.len() - passed,
-        if results.len() < expected {
-            format!(", {} missing", expected - results.len())
-        } else {
-            String::new()
-        },
-        if run_rtl { "" } else { ", 1 skipped (boot 4)" }
-    );
-    if !all_ok {
-        for (i, out) in outputs.iter().enumerate() {
-            eprintln!("---- boot {} ----\n{}", i + 1, out.report());
+    /// Prints a line per test and the totals, and every boot's logs if any test failed or is
+    /// missing; whether all passed.
+    fn report(&self, run_rtl: bool) -> bool {
+        let (results, outputs) = (&self.results, &self.outputs);
+        for (name, ok, detail) in results {
+            println!(
+                "guest test {name} ... {} {detail}",
+                if *ok { "ok" } else { "FAILED" }
+            );
         }
+        // The self-test's own summary says how many checks it has; two demos, the killed guest,
+        // the reset guest and its two demos, and the RTL accelerator's demo (unless skipped)
+        // come on top.
+        let checks = outputs[0]
+            .output
+            .lines()
+            .find_map(|l| l.strip_prefix("selftest: "))
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(usize::MAX / 2);
+        let expected = checks + 6 + usize::from(run_rtl);
+        let passed = results.iter().filter(|r| r.1).count();
+        let all_ok = passed == results.len() && results.len() == expected;
+        println!(
+            "test-guest: {passed} passed, {} failed{}{}",
+            results.len() - passed,
+            if results.len() < expected {
+                format!(", {} missing", expected - results.len())
+            } else {
+                String::new()
+            },
+            if run_rtl { "" } else { ", 1 skipped (boot 4)" }
+        );
+        if !all_ok {
+            for (i, out) in outputs.iter().enumerate() {
+                eprintln!("---- boot {} ----\n{}", i + 1, out.report());
+            }
+        }
+        all_ok
     }
-    Ok(all_ok)
 }
 
 /// Runs `fldemu` (release) on the host and returns its standard output; its output is also in

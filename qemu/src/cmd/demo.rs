@@ -270,131 +270,190 @@ pub fn run(a: DemoArgs) -> CmdResult {
         ..Default::default()
     };
     let rep = echo.run(&cfg);
-    // Every echoed packet crosses the NIC twice (client -> echo, echo -> client).
-    let crossings = (rep.packets_sent + rep.packets_received).max(1);
-    // PCIe counters live in the fabric: known only when the card runs in this process.
-    let links = echo.card.as_ref().map(|card| {
-        // Dropping the tap flushes the capture.
-        card.nic.set_tap(None);
-        link_stats(card)
-    });
-    let per_pkt = links.map(|(nic, _)| nic.total_bytes() as f64 / crossings as f64);
-    let tlps_per_pkt = links.map(|(nic, _)| nic.total_tlps() as f64 / crossings as f64);
-    let fld_per_pkt =
-        links.map(|(_, fld)| fld.total_bytes() as f64 / rep.packets_received.max(1) as f64);
-    let fld_memory = echo.fld_memory();
-    let counters = echo.counters()?;
-    // An RTL accelerator's counters (cycles, beats, contract breaches), and its simulation rate.
-    let rtl_counters = a
-        .accel
-        .rtl
-        .as_ref()
-        .and(echo.card.as_ref())
-        .and_then(|card| card.fld.accelerator_counters())
-        .map(|(_, c)| c);
-    let rtl_counter = |k: &str| {
-        rtl_counters
+    let m = EchoMeasured::read(&a, &mut echo, rep)?;
+    if a.json {
+        print_echo_json(&a, &sizes, &m);
+    } else {
+        print_echo_summary(&a, &sizes, &m);
+    }
+    Ok(exit_code(m.ok))
+}
+
+/// One echo run and what the card says about it: PCIe per packet, FLD's memory, the counters,
+/// and an RTL accelerator's own counters.
+struct EchoMeasured {
+    rep: EchoReport,
+    /// NIC PCIe bytes and TLPs per packet crossing, FLD PCIe bytes per echoed packet (known
+    /// only when the card runs in this process).
+    per_pkt: Option<f64>,
+    tlps_per_pkt: Option<f64>,
+    fld_per_pkt: Option<f64>,
+    fld_memory: Option<u64>,
+    /// What a software driver needs in memory with the same (Table 2a) parameters.
+    software_memory: u64,
+    counters: CardCounters,
+    rtl_counters: Option<Vec<(&'static str, u64)>>,
+    /// An RTL accelerator's contract breaches.
+    breaches: u64,
+    ok: bool,
+}
+
+impl EchoMeasured {
+    /// Reads the card after `rep`'s run on `echo` (and ends its capture).
+    fn read(
+        a: &DemoArgs,
+        echo: &mut Echoer,
+        rep: EchoReport,
+    ) -> Result<EchoMeasured, Box<dyn std::error::Error>> {
+        // Every echoed packet crosses the NIC twice (client -> echo, echo -> client).
+        let crossings = (rep.packets_sent + rep.packets_received).max(1);
+        // PCIe counters live in the fabric: known only when the card runs in this process.
+        let links = echo.card.as_ref().map(|card| {
+            // Dropping the tap flushes the capture.
+            card.nic.set_tap(None);
+            link_stats(card)
+        });
+        let per_pkt = links.map(|(nic, _)| nic.total_bytes() as f64 / crossings as f64);
+        let tlps_per_pkt = links.map(|(nic, _)| nic.total_tlps() as f64 / crossings as f64);
+        let fld_per_pkt =
+            links.map(|(_, fld)| fld.total_bytes() as f64 / rep.packets_received.max(1) as f64);
+        let fld_memory = echo.fld_memory();
+        let counters = echo.counters()?;
+        // An RTL accelerator's counters (cycles, beats, contract breaches).
+        let rtl_counters = a
+            .accel
+            .rtl
+            .as_ref()
+            .and(echo.card.as_ref())
+            .and_then(|card| card.fld.accelerator_counters())
+            .map(|(_, c)| c);
+        let breaches = rtl_counters.as_deref().map_or(0, fld_rtl::bridge::breaches);
+        let ok = rep.mismatches == 0
+            && rep.packets_received == a.packets
+            && rep.checksum_flags_bad == 0
+            && breaches == 0;
+        Ok(EchoMeasured {
+            rep,
+            per_pkt,
+            tlps_per_pkt,
+            fld_per_pkt,
+            fld_memory,
+            software_memory: memory_model::software_requirement(&MemoryParams::table_2a()).total,
+            counters,
+            rtl_counters,
+            breaches,
+            ok,
+        })
+    }
+
+    /// The RTL accelerator's simulated cycles per wall-clock second.
+    fn rtl_cycles_per_s(&self) -> Option<f64> {
+        self.rtl_counters
+            .as_ref()
+            .map(|_| self.rtl_counter("cycles") as f64 / self.rep.elapsed.as_secs_f64().max(1e-9))
+    }
+
+    /// The RTL accelerator's counter `k` (0 without one).
+    fn rtl_counter(&self, k: &str) -> u64 {
+        self.rtl_counters
             .as_deref()
             .and_then(|c| fld_rtl::bridge::counter(c, k))
             .unwrap_or(0)
-    };
-    let rtl_cycles_per_s = rtl_counters
-        .as_ref()
-        .map(|_| rtl_counter("cycles") as f64 / rep.elapsed.as_secs_f64().max(1e-9));
-    let breaches = rtl_counters.as_deref().map_or(0, fld_rtl::bridge::breaches);
-    let ok = rep.mismatches == 0
-        && rep.packets_received == a.packets
-        && rep.checksum_flags_bad == 0
-        && breaches == 0;
-    let software_memory = memory_model::software_requirement(&MemoryParams::table_2a()).total;
-    if a.json {
-        let v = json!({
-            "packets_sent": rep.packets_sent,
-            "packets_received": rep.packets_received,
-            "bytes_verified": rep.bytes_verified,
-            "mismatches": rep.mismatches,
-            "checksum_flags_bad": rep.checksum_flags_bad,
-            "mpps": rep.mpps(),
-            "gbps": rep.gbps(),
-            "elapsed_s": rep.elapsed.as_secs_f64(),
-            "pcie_bytes_per_packet": per_pkt,
-            "pcie_tlps_per_packet": tlps_per_pkt,
-            "fld_pcie_bytes_per_packet": fld_per_pkt,
-            "transport": match a.transport {
-                TransportArg::InProcess => "in-process",
-                TransportArg::VfioUser => "vfio-user",
-                TransportArg::Vfio => "vfio",
-            },
-            "accel": a.accel.name(),
-            "accelerator_counters": rtl_counters.as_ref().map(|c| counters_json(c)),
-            "rtl_cycles_per_s": rtl_cycles_per_s,
-            "rx_mode": match a.rx_mode.unwrap_or(RxModeArg::Striding) { RxModeArg::Regular => "regular", RxModeArg::Striding => "striding" },
-            "size_min": size,
-            "size_max": sizes.max(),
-            "fld_memory_bytes": fld_memory,
-            "software_memory_bytes": software_memory,
-            "card_counters": counters.json(),
-            "verified": ok,
-        });
-        println!("{v}");
-    } else {
-        let size = match &sizes {
-            Sizes::Sweep { min, max } => format!("{min}..{max} B"),
-            _ => format!("{} B", sizes.max()),
-        };
-        match (a.accel.kind, &a.accel.rtl) {
-            (AccelArg::None, _) => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> CPU echo (vPort 0) -> back"),
-            (_, Some(p)) => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> vPort 0 -> FLD -> RTL accelerator {} (Verilator) -> FLD -> NIC -> back", p.display()),
-            _ => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> vPort 0 -> FLD -> echo accelerator -> FLD -> NIC -> back"),
-        }
-        println!("  frames          {size}");
-        println!(
-            "  sent/received   {} / {}",
-            rep.packets_sent, rep.packets_received
-        );
-        println!(
-            "  verified        {} bytes, {} mismatches, {} bad checksum flags",
-            rep.bytes_verified, rep.mismatches, rep.checksum_flags_bad
-        );
-        println!(
-            "  rate            {:.3} Mpps, {:.3} Gbit/s over {:.3} s",
-            rep.mpps(),
-            rep.gbps(),
-            rep.elapsed.as_secs_f64()
-        );
-        if let (Some(bytes), Some(tlps)) = (per_pkt, tlps_per_pkt) {
-            println!("  PCIe (NIC)      {bytes:.1} bytes and {tlps:.2} TLPs per packet crossing");
-        }
-        if a.accel == AccelArg::Echo {
-            if let Some(fld) = fld_per_pkt {
-                println!("  PCIe (FLD)      {fld:.1} bytes per echoed packet");
-            }
-            if let Some(fld_memory) = fld_memory {
-                println!("  memory          FLD {:.1} KiB on chip vs {:.1} MiB for a software driver (Table 2a parameters)", fld_memory as f64 / 1024.0, software_memory as f64 / 1048576.0);
-            }
-        }
-        if let Some(rate) = rtl_cycles_per_s {
-            println!(
-                "  RTL             {} cycles ({:.2} M simulated cycles/s), {} beats in, {} out; contract breaches: {}",
-                rtl_counter("cycles"),
-                rate / 1e6,
-                rtl_counter("rx_beats"),
-                rtl_counter("tx_beats"),
-                breaches
-            );
-        }
-        if let Some(v) = &a.vcd {
-            println!("  waveform        {}", v.display());
-        }
-        if let Some(p) = &a.pcap {
-            println!("  capture         {}", p.display());
-        }
-        if a.stats {
-            counters.print();
-        }
-        println!("  result          {}", verdict(ok));
     }
-    Ok(exit_code(ok))
+}
+
+/// `--json`: the echo run as one JSON object.
+fn print_echo_json(a: &DemoArgs, sizes: &Sizes, m: &EchoMeasured) {
+    let rep = &m.rep;
+    let v = json!({
+        "packets_sent": rep.packets_sent,
+        "packets_received": rep.packets_received,
+        "bytes_verified": rep.bytes_verified,
+        "mismatches": rep.mismatches,
+        "checksum_flags_bad": rep.checksum_flags_bad,
+        "mpps": rep.mpps(),
+        "gbps": rep.gbps(),
+        "elapsed_s": rep.elapsed.as_secs_f64(),
+        "pcie_bytes_per_packet": m.per_pkt,
+        "pcie_tlps_per_packet": m.tlps_per_pkt,
+        "fld_pcie_bytes_per_packet": m.fld_per_pkt,
+        "transport": match a.transport {
+            TransportArg::InProcess => "in-process",
+            TransportArg::VfioUser => "vfio-user",
+            TransportArg::Vfio => "vfio",
+        },
+        "accel": a.accel.name(),
+        "accelerator_counters": m.rtl_counters.as_ref().map(|c| counters_json(c)),
+        "rtl_cycles_per_s": m.rtl_cycles_per_s(),
+        "rx_mode": match a.rx_mode.unwrap_or(RxModeArg::Striding) { RxModeArg::Regular => "regular", RxModeArg::Striding => "striding" },
+        "size_min": a.size.unwrap_or(64),
+        "size_max": sizes.max(),
+        "fld_memory_bytes": m.fld_memory,
+        "software_memory_bytes": m.software_memory,
+        "card_counters": m.counters.json(),
+        "verified": m.ok,
+    });
+    println!("{v}");
+}
+
+/// The echo run for a person: the path, the traffic, its rate and PCIe cost, the result.
+fn print_echo_summary(a: &DemoArgs, sizes: &Sizes, m: &EchoMeasured) {
+    let rep = &m.rep;
+    let size = match sizes {
+        Sizes::Sweep { min, max } => format!("{min}..{max} B"),
+        _ => format!("{} B", sizes.max()),
+    };
+    match (a.accel.kind, &a.accel.rtl) {
+        (AccelArg::None, _) => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> CPU echo (vPort 0) -> back"),
+        (_, Some(p)) => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> vPort 0 -> FLD -> RTL accelerator {} (Verilator) -> FLD -> NIC -> back", p.display()),
+        _ => println!("fldemu demo: CPU generator (vPort 1) -> eSwitch -> vPort 0 -> FLD -> echo accelerator -> FLD -> NIC -> back"),
+    }
+    println!("  frames          {size}");
+    println!(
+        "  sent/received   {} / {}",
+        rep.packets_sent, rep.packets_received
+    );
+    println!(
+        "  verified        {} bytes, {} mismatches, {} bad checksum flags",
+        rep.bytes_verified, rep.mismatches, rep.checksum_flags_bad
+    );
+    println!(
+        "  rate            {:.3} Mpps, {:.3} Gbit/s over {:.3} s",
+        rep.mpps(),
+        rep.gbps(),
+        rep.elapsed.as_secs_f64()
+    );
+    if let (Some(bytes), Some(tlps)) = (m.per_pkt, m.tlps_per_pkt) {
+        println!("  PCIe (NIC)      {bytes:.1} bytes and {tlps:.2} TLPs per packet crossing");
+    }
+    if a.accel == AccelArg::Echo {
+        if let Some(fld) = m.fld_per_pkt {
+            println!("  PCIe (FLD)      {fld:.1} bytes per echoed packet");
+        }
+        if let Some(fld_memory) = m.fld_memory {
+            println!("  memory          FLD {:.1} KiB on chip vs {:.1} MiB for a software driver (Table 2a parameters)", fld_memory as f64 / 1024.0, m.software_memory as f64 / 1048576.0);
+        }
+    }
+    if let Some(rate) = m.rtl_cycles_per_s() {
+        println!(
+            "  RTL             {} cycles ({:.2} M simulated cycles/s), {} beats in, {} out; contract breaches: {}",
+            m.rtl_counter("cycles"),
+            rate / 1e6,
+            m.rtl_counter("rx_beats"),
+            m.rtl_counter("tx_beats"),
+            m.breaches
+        );
+    }
+    if let Some(v) = &a.vcd {
+        println!("  waveform        {}", v.display());
+    }
+    if let Some(p) = &a.pcap {
+        println!("  capture         {}", p.display());
+    }
+    if a.stats {
+        m.counters.print();
+    }
+    println!("  result          {}", verdict(m.ok));
 }
 
 /// One ZUC measurement: the same operations through software ZUC and through the accelerator.

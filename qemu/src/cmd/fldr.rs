@@ -705,62 +705,31 @@ fn plot_figures(
     Ok(())
 }
 
+/// Figure 7c's curve: 1 KiB echo latency at fractions of the remote echo's peak rate.
+struct LatencyCurve {
+    /// The remote echo's 1 KiB rate the offered loads are fractions of, M messages/s.
+    peak_mmsgs: f64,
+    points: Vec<LatencyPoint>,
+    /// The first offered fraction the echo fell short of (achieved below 95% of offered).
+    saturation: Option<f64>,
+}
+
 /// `fldemu bench-fldr`.
 pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
     // Figure 7b, right column: FLD-R echo, local (client on the same NIC) and remote (client on
     // a second machine), beside FLD-E in the same run. One set-up runs at a time, so the
     // machines of another do not take the two cores.
-    let mut local_gbps = Vec::new();
     let mut counters = CardCounters::default();
-    {
-        let mut local = fld_qemu::testbed::fldr::one_machine(ServiceAccel::Echo, 2)?;
-        let mut lc = connect_echo(&mut local)?;
-        for size in FIG7B_SIZES {
-            local_gbps.push(echo_gbps(&mut lc, size, a.messages)?.0);
-        }
-        let (service, mut machine) = local;
-        let report = service.stop()?;
-        counters.append("local echo:", setup_counters(&mut machine, &lc, &report)?);
-    }
+    let local_gbps = local_echo_gbps(a.messages, &mut counters)?;
     let mut remote = two_machines(ServiceAccel::Echo, 2)?;
     let mut rc = connect_echo(&mut remote)?;
-    let mut echo_rows = Vec::new();
-    for (size, local) in FIG7B_SIZES.into_iter().zip(local_gbps) {
-        let (remote_gbps, remote_mmsgs) = echo_gbps(&mut rc, size, a.messages)?;
-        echo_rows.push(EchoRow {
-            size,
-            fldr_local_gbps: local,
-            fldr_remote_gbps: remote_gbps,
-            fldr_remote_mmsgs: remote_mmsgs,
-            flde_gbps: None,
-            fldr_over_flde: None,
-        });
-    }
-    // Figure 7c: 1 KiB latency against offered load, as fractions of the remote echo's
-    // throughput measured just now.
-    let (_, peak_mmsgs) = echo_gbps(&mut rc, 1024, a.messages)?;
-    let mut curve = Vec::new();
-    for f in [0.05, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0] {
-        let mut p = latency_at(&mut rc, f * peak_mmsgs * 1e6, a.latency_messages)?;
-        p.offered_fraction = f;
-        curve.push(p);
-    }
-    let saturation = curve
-        .iter()
-        .find(|p| p.achieved_kmsgs < 0.95 * p.offered_kmsgs)
-        .map(|p| p.offered_fraction);
+    let mut echo_rows = remote_echo_rows(&mut rc, a.messages, local_gbps)?;
+    let latency = latency_curve(&mut rc, a.messages, a.latency_messages)?;
     let (service, mut machine) = remote;
     let report = service.stop()?;
     counters.append("remote echo:", setup_counters(&mut machine, &rc, &report)?);
     drop(rc);
-    for r in &mut echo_rows {
-        if r.size <= fld_host::apps::MAX_FRAME {
-            let packets = a.messages.min((64 << 20) / r.size as u64).max(500);
-            let g = flde_gbps(r.size, packets)?;
-            r.flde_gbps = Some(g);
-            r.fldr_over_flde = Some(r.fldr_remote_gbps / g.max(1e-9));
-        }
-    }
+    add_flde_rates(&mut echo_rows, a.messages)?;
     // Figure 8a: disaggregated ZUC over request sizes against software ZUC, and the bound.
     let mut zuc = two_machines(ServiceAccel::Zuc, 2)?;
     let addr = zuc.0.addr;
@@ -773,17 +742,122 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
         },
     )?;
     let mut dev = ZucRdma::new(client);
+    let zuc_rows = measure_zuc_rows(&mut dev, a.operations);
+    let (service, mut machine) = zuc;
+    let report = service.stop()?;
+    counters.append("zuc:", setup_counters(&mut machine, dev.client(), &report)?);
+    drop(dev);
+    let ok = zuc_rows.iter().all(|r| r.mismatches == 0);
+    if let Some(dir) = &a.plot {
+        plot_figures(dir, &echo_rows, &latency.points, &zuc_rows)?;
+    }
+    if a.json {
+        print_bench_json(&echo_rows, &latency, &zuc_rows, &counters, ok);
+        return Ok(exit_code(ok));
+    }
+    print_bench_tables(&echo_rows, &latency, &zuc_rows);
+    if a.stats {
+        counters.print();
+    }
+    println!("  result          {}", verdict(ok));
+    Ok(exit_code(ok))
+}
+
+/// FLD-R echo rates with the client on the service's own NIC, one per Figure 7b size; the
+/// set-up's counters go to `counters` once it stopped.
+fn local_echo_gbps(
+    messages: u64,
+    counters: &mut CardCounters,
+) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    let mut local_gbps = Vec::new();
+    let mut local = fld_qemu::testbed::fldr::one_machine(ServiceAccel::Echo, 2)?;
+    let mut lc = connect_echo(&mut local)?;
+    for size in FIG7B_SIZES {
+        local_gbps.push(echo_gbps(&mut lc, size, messages)?.0);
+    }
+    let (service, mut machine) = local;
+    let report = service.stop()?;
+    counters.append("local echo:", setup_counters(&mut machine, &lc, &report)?);
+    Ok(local_gbps)
+}
+
+/// Figure 7b's rows: the remote FLD-R echo on `rc` at each size beside the local rates
+/// measured before (FLD-E's come later).
+fn remote_echo_rows(
+    rc: &mut FldrClient,
+    messages: u64,
+    local_gbps: Vec<f64>,
+) -> Result<Vec<EchoRow>, String> {
+    let mut echo_rows = Vec::new();
+    for (size, local) in FIG7B_SIZES.into_iter().zip(local_gbps) {
+        let (remote_gbps, remote_mmsgs) = echo_gbps(rc, size, messages)?;
+        echo_rows.push(EchoRow {
+            size,
+            fldr_local_gbps: local,
+            fldr_remote_gbps: remote_gbps,
+            fldr_remote_mmsgs: remote_mmsgs,
+            flde_gbps: None,
+            fldr_over_flde: None,
+        });
+    }
+    Ok(echo_rows)
+}
+
+/// Figure 7c: 1 KiB latency against offered load, as fractions of the remote echo's
+/// throughput measured just now.
+fn latency_curve(
+    rc: &mut FldrClient,
+    messages: u64,
+    latency_messages: u64,
+) -> Result<LatencyCurve, Box<dyn std::error::Error>> {
+    let (_, peak_mmsgs) = echo_gbps(rc, 1024, messages)?;
+    let mut points = Vec::new();
+    for f in [0.05, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0] {
+        let mut p = latency_at(rc, f * peak_mmsgs * 1e6, latency_messages)?;
+        p.offered_fraction = f;
+        points.push(p);
+    }
+    let saturation = points
+        .iter()
+        .find(|p| p.achieved_kmsgs < 0.95 * p.offered_kmsgs)
+        .map(|p| p.offered_fraction);
+    Ok(LatencyCurve {
+        peak_mmsgs,
+        points,
+        saturation,
+    })
+}
+
+/// FLD-E's echo rate beside FLD-R's in each row whose size is an Ethernet frame.
+fn add_flde_rates(
+    echo_rows: &mut [EchoRow],
+    messages: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for r in echo_rows {
+        if r.size <= fld_host::apps::MAX_FRAME {
+            let packets = messages.min((64 << 20) / r.size as u64).max(500);
+            let g = flde_gbps(r.size, packets)?;
+            r.flde_gbps = Some(g);
+            r.fldr_over_flde = Some(r.fldr_remote_gbps / g.max(1e-9));
+        }
+    }
+    Ok(())
+}
+
+/// Figure 8a's rows: `operations` ZUC operations per request size on `dev` and in software,
+/// each result compared, beside the model's bound.
+fn measure_zuc_rows(dev: &mut ZucRdma, operations: usize) -> Vec<ZucRow> {
     let mut zuc_rows = Vec::new();
     for data in fld_device::fld::perf_model::FIGURE8A_SIZES {
-        let ops = sample_ops(a.operations, data as usize, false, u64::from(data));
-        run_ops(&mut dev, ops[..ops.len() / 10].to_vec(), 64);
+        let ops = sample_ops(operations, data as usize, false, u64::from(data));
+        run_ops(dev, ops[..ops.len() / 10].to_vec(), 64);
         let t = Instant::now();
         let soft = run_ops(&mut SoftZuc::default(), ops.clone(), 64);
         let soft_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let hard = run_ops(&mut dev, ops, 64);
+        let hard = run_ops(dev, ops, 64);
         let hard_s = t.elapsed().as_secs_f64();
-        let bits = a.operations as f64 * data as f64 * 8.0;
+        let bits = operations as f64 * data as f64 * 8.0;
         // Two thirds of the operations are EEA3 (responses carry the data), a third EIA3.
         let bound_ops = super::model::zuc_mix_bound(data, 25.0);
         zuc_rows.push(ZucRow {
@@ -795,32 +869,36 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
             mismatches: super::demo::zuc_mismatches(&soft, &hard),
         });
     }
-    let (service, mut machine) = zuc;
-    let report = service.stop()?;
-    counters.append("zuc:", setup_counters(&mut machine, dev.client(), &report)?);
-    drop(dev);
-    let ok = zuc_rows.iter().all(|r| r.mismatches == 0);
-    if let Some(dir) = &a.plot {
-        plot_figures(dir, &echo_rows, &curve, &zuc_rows)?;
-    }
-    if a.json {
-        println!(
-            "{}",
-            json!({
-                "figure_7b_fldr_echo": echo_rows,
-                "figure_7c_latency_1k": { "peak_mmsgs": peak_mmsgs, "saturates_at_fraction": saturation, "points": curve },
-                "figure_8a_zuc": zuc_rows,
-                "paper": {
-                    "figure_7b": "FLD-R remote reaches the 25 Gbit/s line rate for messages above 512 B; local FLD-R is below FLD-E",
-                    "figure_7c": "1 KiB median latency at low load 9.4 us local, 10.6 us remote; saturates near 82% of the expected bandwidth",
-                    "figure_8a": "from 512 B requests 17.6 Gbit/s, 89% of the model's bound and 4x software ZUC"
-                },
-                "card_counters": counters.json(),
-                "verified": ok,
-            })
-        );
-        return Ok(exit_code(ok));
-    }
+    zuc_rows
+}
+
+/// `--json`: the three figures, the paper's claims, the cards' counters and the verdict.
+fn print_bench_json(
+    echo_rows: &[EchoRow],
+    latency: &LatencyCurve,
+    zuc_rows: &[ZucRow],
+    counters: &CardCounters,
+    ok: bool,
+) {
+    println!(
+        "{}",
+        json!({
+            "figure_7b_fldr_echo": echo_rows,
+            "figure_7c_latency_1k": { "peak_mmsgs": latency.peak_mmsgs, "saturates_at_fraction": latency.saturation, "points": latency.points },
+            "figure_8a_zuc": zuc_rows,
+            "paper": {
+                "figure_7b": "FLD-R remote reaches the 25 Gbit/s line rate for messages above 512 B; local FLD-R is below FLD-E",
+                "figure_7c": "1 KiB median latency at low load 9.4 us local, 10.6 us remote; saturates near 82% of the expected bandwidth",
+                "figure_8a": "from 512 B requests 17.6 Gbit/s, 89% of the model's bound and 4x software ZUC"
+            },
+            "card_counters": counters.json(),
+            "verified": ok,
+        })
+    );
+}
+
+/// The three figures as tables, each with the paper's values under it.
+fn print_bench_tables(echo_rows: &[EchoRow], latency: &LatencyCurve, zuc_rows: &[ZucRow]) {
     println!("fldemu bench-fldr: FLD-R figures from the running model (one process, wall clock; the paper's are FPGA and ASIC hardware)");
     println!();
     println!("Figure 7b, right column: FLD-R echo throughput (Gbit/s of message data each way); FLD-E echo in the same run");
@@ -828,7 +906,7 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
         "{:>7} {:>12} {:>12} {:>12} {:>10} {:>10}",
         "size", "FLD-R local", "FLD-R remote", "remote Mmsg", "FLD-E", "R/E"
     );
-    for r in &echo_rows {
+    for r in echo_rows {
         println!(
             "{:>7} {:>12.3} {:>12.3} {:>12.3} {:>10} {:>10}",
             r.size,
@@ -845,13 +923,13 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
     println!();
     println!(
         "Figure 7c: 1 KiB echo round trip against offered load (remote; peak {:.3} M msg/s)",
-        peak_mmsgs
+        latency.peak_mmsgs
     );
     println!(
         "{:>8} {:>12} {:>12} {:>10} {:>10}",
         "offered", "offered k/s", "achieved k/s", "median us", "p99 us"
     );
-    for p in &curve {
+    for p in &latency.points {
         println!(
             "{:>7.0}% {:>12.1} {:>12.1} {:>10.1} {:>10.1}",
             100.0 * p.offered_fraction,
@@ -861,7 +939,7 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
             p.p99_us
         );
     }
-    match saturation {
+    match latency.saturation {
         Some(f) => println!("  saturates at {:.0}% of the measured peak", 100.0 * f),
         None => println!("  no saturation up to 300% of the measured peak"),
     }
@@ -872,7 +950,7 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
         "{:>7} {:>10} {:>10} {:>8} {:>12} {:>6}",
         "bytes", "FLD-R", "software", "ratio", "bound 25G", "bad"
     );
-    for r in &zuc_rows {
+    for r in zuc_rows {
         println!(
             "{:>7} {:>10.3} {:>10.3} {:>8.2} {:>12.2} {:>6}",
             r.data_bytes,
@@ -884,9 +962,4 @@ pub fn run_bench(a: BenchFldrArgs) -> CmdResult {
         );
     }
     println!("  paper: from 512 B 17.6 Gbit/s, 89% of the bound, 4x software ZUC");
-    if a.stats {
-        counters.print();
-    }
-    println!("  result          {}", verdict(ok));
-    Ok(exit_code(ok))
 }

@@ -91,8 +91,37 @@ fn reference_at(w: &WorkloadResult, x: f64) -> Option<(String, f64)> {
     })
 }
 
+/// The tables: the scenario's parameters, each workload's points beside the paper's values,
+/// then how fast the runner went.
 fn print_report(r: &Report, speed: &Speed) {
     println!("scenario {} (seed {})", r.scenario, r.seed);
+    print_parameters(r);
+    for w in &r.workloads {
+        println!();
+        if r.workloads.iter().filter(|o| o.title == w.title).count() > 1 {
+            println!("{} [{}]", w.title, w.series);
+        } else {
+            println!("{}", w.title);
+        }
+        print_table_header(w);
+        for p in &w.points {
+            print_point_row(w, p);
+        }
+    }
+    println!();
+    println!(
+        "runner: {} events in {:.2} s wall = {:.0} events/s; {:.0} virtual us in total = {:.1} virtual us per wall second",
+        speed.events,
+        speed.wall_seconds,
+        speed.events_per_second(),
+        speed.virtual_us,
+        speed.virtual_us_per_wall_second()
+    );
+}
+
+/// The model's parameters the run used: each host's NIC, PCIe, CPU and FLD, each link, each
+/// switch.
+fn print_parameters(r: &Report) {
     println!("parameters:");
     for (name, nic, pcie, cpu, fld) in &r.parameters.hosts {
         println!(
@@ -129,169 +158,161 @@ fn print_report(r: &Report, speed: &Speed) {
             s.buffer_bytes, s.ecn_threshold_bytes, s.forwarding_ns, s.path
         );
     }
-    for w in &r.workloads {
-        println!();
-        if r.workloads.iter().filter(|o| o.title == w.title).count() > 1 {
-            println!("{} [{}]", w.title, w.series);
-        } else {
-            println!("{}", w.title);
-        }
-        match w.kind.as_str() {
-            "write_latency" => println!(
-                "{:>8} {:>12} {:>12} {:>12} {:>12}  reference",
-                "bytes", "one-way us", "p99 us", "RTT us", "QPC miss"
-            ),
-            "echo_latency" => println!(
-                "{:>8} {:>12} {:>12} {:>12} {:>12} {:>12}  reference",
-                "bytes", "RTT us", "p99 us", "p99.9 us", "mean us", "mismatches"
-            ),
-            "echo_rate" | "fld_model" | "zuc_model" => println!(
-                "{:>8} {:>10} {:>10} {:>8} {:>12}  reference",
-                "bytes", "Mpps", "Gbit/s", "window", "mismatches"
-            ),
-            "tenant_shaping" => println!(
-                "{:>10} {:>12} {:>12} {:>12}  reference",
-                "offered", "admitted", "all tenants", "mismatches"
-            ),
-            "fldr_echo" => println!(
-                "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12}  reference",
-                "bytes", "load", "Mmsg/s", "Gbit/s", "median us", "p99 us", "mismatches"
-            ),
-            "rpc_rate" => println!(
-                "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
-                "request", "conns", "MRPC/s", "Gbit/s", "QPC miss", "MTT miss"
-            ),
-            "unload_latency" => println!(
-                "{:>8} {:>10} {:>10} {:>10} {:>10} {:>10}  reference",
-                "regions", "RTT us", "median us", "p99 us", "unloaded", "MTT miss"
-            ),
-            "reorder_memory" => println!(
-                "{:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  reference",
-                "conns", "total KB", "conns KB", "pool KB", "caches KB", "gather KB"
-            ),
-            _ if w.x == "rtt_ratio" => println!(
-                "{:>8} {:>6} {:>10} {:>10} {:>10}  reference",
-                "RTT x", "conns", "Gbit/s", "of line", "Mmsg/s"
-            ),
-            "flows" => println!(
-                "{:>6} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}  reference",
-                "load", "flows", "flow rate", "of offer", "FCT us", "p50 us", "p99 us", "OoO"
-            ),
-            _ => println!(
-                "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
-                "bytes", "conns", "Mmsg/s", "Gbit/s", "QPC miss", "MTT miss"
-            ),
-        }
-        for p in &w.points {
-            let m = |k: &str| p.metrics.get(k).copied().unwrap_or(f64::NAN);
-            let misses =
-                |f: fn(&sim::card::CardTiming) -> u64| -> u64 { p.cards.values().map(f).sum() };
-            let qpc = misses(|c| c.qp_cache_misses);
-            let mtt = misses(|c| c.mtt_cache_misses);
-            let reference = reference_at(w, x_of(w, p))
-                .map(|(l, v)| format!("{v:.3} ({l})"))
-                .unwrap_or_default();
-            match w.kind.as_str() {
-                "write_latency" => println!(
-                    "{:>8} {:>12.3} {:>12.3} {:>12.3} {:>12}  {reference}",
-                    p.size,
-                    m("latency_us"),
-                    m("latency_p99_us"),
-                    m("rtt_us"),
-                    qpc
-                ),
-                "echo_latency" => println!(
-                    "{:>8} {:>12.3} {:>12.3} {:>12.3} {:>12.3} {:>12}  {reference}",
-                    p.size,
-                    m("rtt_us"),
-                    m("rtt_p99_us"),
-                    m("p999_us"),
-                    m("rtt_mean_us"),
-                    m("mismatches")
-                ),
-                "tenant_shaping" => println!(
-                    "{:>10.2} {:>12.3} {:>12.3} {:>12}  {reference}",
-                    p.load.unwrap_or(f64::NAN),
-                    m("gbps"),
-                    m("all_gbps"),
-                    m("mismatches")
-                ),
-                "fldr_echo" => println!(
-                    "{:>8} {:>6.2} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>12}  {reference}",
-                    p.size,
-                    p.load.unwrap_or(f64::NAN),
-                    m("mpps"),
-                    m("gbps"),
-                    m("median_us"),
-                    m("p99_us"),
-                    m("mismatches")
-                ),
-                "echo_rate" | "fld_model" | "zuc_model" => println!(
-                    "{:>8} {:>10.3} {:>10.3} {:>8} {:>12}  {reference}",
-                    p.size,
-                    m("mpps"),
-                    m("gbps"),
-                    p.metrics.get("window").map_or("-".into(), |w| w.to_string()),
-                    p.metrics.get("mismatches").map_or("-".into(), |w| w.to_string()),
-                ),
-                _ if w.x == "rtt_ratio" => println!(
-                    "{:>8} {:>6} {:>10.2} {:>10.3} {:>10.3}  {reference}",
-                    p.rtt_ratio.unwrap_or(f64::NAN),
-                    p.connections,
-                    m("gbps"),
-                    m("throughput_ratio"),
-                    m("mops")
-                ),
-                "flows" => println!(
-                    "{:>6.2} {:>6} {:>10.2} {:>10.3} {:>10.2} {:>10.2} {:>10.2} {:>8.3}  {reference}",
-                    p.load.unwrap_or(f64::NAN),
-                    m("flows"),
-                    m("flow_rate_ratio"),
-                    m("throughput_ratio"),
-                    m("fct_avg_us"),
-                    m("fct_p50_us"),
-                    m("fct_p99_us"),
-                    m("out_of_order_share")
-                ),
-                "unload_latency" => println!(
-                    "{:>8} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10}  {reference}",
-                    p.regions.unwrap_or(0),
-                    m("rtt_us"),
-                    m("rtt_median_us"),
-                    m("rtt_p99_us"),
-                    m("unloaded_share"),
-                    mtt
-                ),
-                "reorder_memory" => println!(
-                    "{:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {reference}",
-                    p.connections,
-                    m("memory_kb"),
-                    m("connections_kb"),
-                    m("pool_kb"),
-                    m("caches_kb"),
-                    m("gather_kb")
-                ),
-                _ => println!(
-                    "{:>8} {:>6} {:>10.3} {:>10.2} {:>10} {:>10}  {reference}",
-                    p.size,
-                    p.connections,
-                    m(&w.metric),
-                    m("gbps"),
-                    qpc,
-                    mtt
-                ),
-            }
-        }
+}
+
+/// The column headings of a workload's table, which depend on what it measures.
+fn print_table_header(w: &WorkloadResult) {
+    match w.kind.as_str() {
+        "write_latency" => println!(
+            "{:>8} {:>12} {:>12} {:>12} {:>12}  reference",
+            "bytes", "one-way us", "p99 us", "RTT us", "QPC miss"
+        ),
+        "echo_latency" => println!(
+            "{:>8} {:>12} {:>12} {:>12} {:>12} {:>12}  reference",
+            "bytes", "RTT us", "p99 us", "p99.9 us", "mean us", "mismatches"
+        ),
+        "echo_rate" | "fld_model" | "zuc_model" => println!(
+            "{:>8} {:>10} {:>10} {:>8} {:>12}  reference",
+            "bytes", "Mpps", "Gbit/s", "window", "mismatches"
+        ),
+        "tenant_shaping" => println!(
+            "{:>10} {:>12} {:>12} {:>12}  reference",
+            "offered", "admitted", "all tenants", "mismatches"
+        ),
+        "fldr_echo" => println!(
+            "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12}  reference",
+            "bytes", "load", "Mmsg/s", "Gbit/s", "median us", "p99 us", "mismatches"
+        ),
+        "rpc_rate" => println!(
+            "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
+            "request", "conns", "MRPC/s", "Gbit/s", "QPC miss", "MTT miss"
+        ),
+        "unload_latency" => println!(
+            "{:>8} {:>10} {:>10} {:>10} {:>10} {:>10}  reference",
+            "regions", "RTT us", "median us", "p99 us", "unloaded", "MTT miss"
+        ),
+        "reorder_memory" => println!(
+            "{:>6} {:>10} {:>10} {:>10} {:>10} {:>10}  reference",
+            "conns", "total KB", "conns KB", "pool KB", "caches KB", "gather KB"
+        ),
+        _ if w.x == "rtt_ratio" => println!(
+            "{:>8} {:>6} {:>10} {:>10} {:>10}  reference",
+            "RTT x", "conns", "Gbit/s", "of line", "Mmsg/s"
+        ),
+        "flows" => println!(
+            "{:>6} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}  reference",
+            "load", "flows", "flow rate", "of offer", "FCT us", "p50 us", "p99 us", "OoO"
+        ),
+        _ => println!(
+            "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}  reference",
+            "bytes", "conns", "Mmsg/s", "Gbit/s", "QPC miss", "MTT miss"
+        ),
     }
-    println!();
-    println!(
-        "runner: {} events in {:.2} s wall = {:.0} events/s; {:.0} virtual us in total = {:.1} virtual us per wall second",
-        speed.events,
-        speed.wall_seconds,
-        speed.events_per_second(),
-        speed.virtual_us,
-        speed.virtual_us_per_wall_second()
-    );
+}
+
+/// One point's row under [`print_table_header`]'s columns, the paper's value at its x last.
+fn print_point_row(w: &WorkloadResult, p: &Point) {
+    let m = |k: &str| p.metrics.get(k).copied().unwrap_or(f64::NAN);
+    let misses = |f: fn(&sim::card::CardTiming) -> u64| -> u64 { p.cards.values().map(f).sum() };
+    let qpc = misses(|c| c.qp_cache_misses);
+    let mtt = misses(|c| c.mtt_cache_misses);
+    let reference = reference_at(w, x_of(w, p))
+        .map(|(l, v)| format!("{v:.3} ({l})"))
+        .unwrap_or_default();
+    match w.kind.as_str() {
+        "write_latency" => println!(
+            "{:>8} {:>12.3} {:>12.3} {:>12.3} {:>12}  {reference}",
+            p.size,
+            m("latency_us"),
+            m("latency_p99_us"),
+            m("rtt_us"),
+            qpc
+        ),
+        "echo_latency" => println!(
+            "{:>8} {:>12.3} {:>12.3} {:>12.3} {:>12.3} {:>12}  {reference}",
+            p.size,
+            m("rtt_us"),
+            m("rtt_p99_us"),
+            m("p999_us"),
+            m("rtt_mean_us"),
+            m("mismatches")
+        ),
+        "tenant_shaping" => println!(
+            "{:>10.2} {:>12.3} {:>12.3} {:>12}  {reference}",
+            p.load.unwrap_or(f64::NAN),
+            m("gbps"),
+            m("all_gbps"),
+            m("mismatches")
+        ),
+        "fldr_echo" => println!(
+            "{:>8} {:>6.2} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>12}  {reference}",
+            p.size,
+            p.load.unwrap_or(f64::NAN),
+            m("mpps"),
+            m("gbps"),
+            m("median_us"),
+            m("p99_us"),
+            m("mismatches")
+        ),
+        "echo_rate" | "fld_model" | "zuc_model" => println!(
+            "{:>8} {:>10.3} {:>10.3} {:>8} {:>12}  {reference}",
+            p.size,
+            m("mpps"),
+            m("gbps"),
+            p.metrics
+                .get("window")
+                .map_or("-".into(), |w| w.to_string()),
+            p.metrics
+                .get("mismatches")
+                .map_or("-".into(), |w| w.to_string()),
+        ),
+        _ if w.x == "rtt_ratio" => println!(
+            "{:>8} {:>6} {:>10.2} {:>10.3} {:>10.3}  {reference}",
+            p.rtt_ratio.unwrap_or(f64::NAN),
+            p.connections,
+            m("gbps"),
+            m("throughput_ratio"),
+            m("mops")
+        ),
+        "flows" => println!(
+            "{:>6.2} {:>6} {:>10.2} {:>10.3} {:>10.2} {:>10.2} {:>10.2} {:>8.3}  {reference}",
+            p.load.unwrap_or(f64::NAN),
+            m("flows"),
+            m("flow_rate_ratio"),
+            m("throughput_ratio"),
+            m("fct_avg_us"),
+            m("fct_p50_us"),
+            m("fct_p99_us"),
+            m("out_of_order_share")
+        ),
+        "unload_latency" => println!(
+            "{:>8} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10}  {reference}",
+            p.regions.unwrap_or(0),
+            m("rtt_us"),
+            m("rtt_median_us"),
+            m("rtt_p99_us"),
+            m("unloaded_share"),
+            mtt
+        ),
+        "reorder_memory" => println!(
+            "{:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {reference}",
+            p.connections,
+            m("memory_kb"),
+            m("connections_kb"),
+            m("pool_kb"),
+            m("caches_kb"),
+            m("gather_kb")
+        ),
+        _ => println!(
+            "{:>8} {:>6} {:>10.3} {:>10.2} {:>10} {:>10}  {reference}",
+            p.size,
+            p.connections,
+            m(&w.metric),
+            m("gbps"),
+            qpc,
+            mtt
+        ),
+    }
 }
 
 /// One panel per workload title: each workload with that title is a curve (named by its
