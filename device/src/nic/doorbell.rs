@@ -18,39 +18,74 @@ pub struct DoorbellArea {
     /// The words in use: `BAR_DOORBELL_SIZE / 4` of them.
     words: AtomicPtr<AtomicU32>,
     /// Every backing the words ever lived in, kept so a reader that loaded the old pointer
-    /// never touches freed memory (a handful of 256 KiB areas over a process's life).
+    /// never touches freed memory (a handful of BAR-sized areas over a process's life).
     backings: Mutex<Vec<Box<dyn Send + Sync>>>,
     /// One bit per queue-pair slot whose send or receive doorbell was stored through
     /// [`Self::store`] or [`Self::write`] since the engine last took them: what a doorbell
     /// write tells a hardware NIC's scheduler, so the engine visits only those QPs.
-    qp_rung: Box<[AtomicU64]>,
-    /// One bit per word of `qp_rung` that may have a bit set, so a pass with no doorbell rung
-    /// reads four words, not the whole map.
-    qp_rung_words: [AtomicU64; (QP_RUNG_WORDS as usize).div_ceil(64)],
+    qp_rung: SparseBits,
     /// The words live in memory the host maps ([`Self::use_memory`]): its stores do not pass
     /// through here, so no rung bit is set and the engine must look at every QP.
     shared: AtomicBool,
     /// One bit per 256-byte chunk a store through this area may have left non-zero, so a
     /// reset zeroes those chunks and not all 8 MiB (a function reset costs microseconds, which
     /// is what lets a fuzz target reset the card for every input).
-    dirty_chunks: Box<[AtomicU64]>,
-    /// One bit per word of `dirty_chunks` that may have a bit set.
-    dirty_summary: [AtomicU64; DIRTY_SUMMARY_WORDS],
+    dirty_chunks: SparseBits,
+}
+
+/// A set of small integers that is drained rather than read: a bit per item, and a summary
+/// bit per word of them, so draining a sparse set reads a handful of words, not the whole map.
+struct SparseBits {
+    items: Box<[AtomicU64]>,
+    summary: Box<[AtomicU64]>,
+}
+
+impl SparseBits {
+    fn new(items: usize) -> Self {
+        let words = items.div_ceil(64);
+        let zeroed = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect();
+        SparseBits {
+            items: zeroed(words),
+            summary: zeroed(words.div_ceil(64)),
+        }
+    }
+
+    fn contains(&self, i: usize) -> bool {
+        self.items[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) != 0
+    }
+
+    /// Adds `i`: its own bit first, then its word's, so a drain that sees the word sees the bit
+    /// and what was stored before it.
+    fn insert(&self, i: usize) {
+        let word = i / 64;
+        self.items[word].fetch_or(1 << (i % 64), Ordering::Release);
+        self.summary[word / 64].fetch_or(1 << (word % 64), Ordering::Release);
+    }
+
+    /// Calls `f` with every item added since the last drain, and forgets them.
+    fn drain(&self, mut f: impl FnMut(usize)) {
+        for (s, summary) in self.summary.iter().enumerate() {
+            if summary.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut words = summary.swap(0, Ordering::AcqRel);
+            while words != 0 {
+                let word = s * 64 + words.trailing_zeros() as usize;
+                words &= words - 1;
+                let mut bits = self.items[word].swap(0, Ordering::AcqRel);
+                while bits != 0 {
+                    f(word * 64 + bits.trailing_zeros() as usize);
+                    bits &= bits - 1;
+                }
+            }
+        }
+    }
 }
 
 const DOORBELL_WORDS: usize = (BAR_DOORBELL_SIZE / 4) as usize;
 
 /// Bytes one bit of the dirty map covers: a doorbell's neighbourhood, a WQE buffer.
 const DIRTY_CHUNK: u64 = 256;
-
-/// Words of the dirty map.
-const DIRTY_WORDS: usize = (BAR_DOORBELL_SIZE / DIRTY_CHUNK).div_ceil(64) as usize;
-
-/// Words of the dirty map's summary.
-const DIRTY_SUMMARY_WORDS: usize = DIRTY_WORDS.div_ceil(64);
-
-/// Words of the rung-QP bit map.
-const QP_RUNG_WORDS: u32 = db::QP_SLOTS.div_ceil(64);
 
 impl Default for DoorbellArea {
     fn default() -> Self {
@@ -69,11 +104,9 @@ impl Default for DoorbellArea {
         DoorbellArea {
             words: AtomicPtr::new(words),
             backings: Mutex::new(vec![Box::new(memory)]),
-            qp_rung: (0..QP_RUNG_WORDS).map(|_| AtomicU64::new(0)).collect(),
-            qp_rung_words: Default::default(),
+            qp_rung: SparseBits::new(db::QP_SLOTS as usize),
             shared: AtomicBool::new(false),
-            dirty_chunks: (0..DIRTY_WORDS).map(|_| AtomicU64::new(0)).collect(),
-            dirty_summary: Default::default(),
+            dirty_chunks: SparseBits::new((BAR_DOORBELL_SIZE / DIRTY_CHUNK) as usize),
         }
     }
 }
@@ -122,21 +155,7 @@ impl DoorbellArea {
 
     /// Calls `f` with each queue-pair slot rung since the last call, and forgets them.
     pub fn take_rung_qps(&self, mut f: impl FnMut(u32)) {
-        for (s, summary) in self.qp_rung_words.iter().enumerate() {
-            if summary.load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            let mut words = summary.swap(0, Ordering::AcqRel);
-            while words != 0 {
-                let i = s * 64 + words.trailing_zeros() as usize;
-                words &= words - 1;
-                let mut bits = self.qp_rung[i].swap(0, Ordering::AcqRel);
-                while bits != 0 {
-                    f(i as u32 * 64 + bits.trailing_zeros());
-                    bits &= bits - 1;
-                }
-            }
-        }
+        self.qp_rung.drain(|slot| f(slot as u32));
     }
 
     /// Notes a store to the send or receive doorbell of a queue-pair slot.
@@ -148,10 +167,7 @@ impl DoorbellArea {
             o if (db::QP_RQ_BASE..db::QP_RQ_BASE + slots).contains(&o) => o - db::QP_RQ_BASE,
             _ => return,
         } / 4;
-        let word = slot / 64;
-        // The slot's bit first, then its word's: a taker that sees the word sees the bit.
-        self.qp_rung[word as usize].fetch_or(1 << (slot % 64), Ordering::Release);
-        self.qp_rung_words[(word / 64) as usize].fetch_or(1 << (word % 64), Ordering::Release);
+        self.qp_rung.insert(slot as usize);
     }
 
     /// The word at byte `offset` (0 when out of range).
@@ -201,12 +217,10 @@ impl DoorbellArea {
     /// Notes that the chunk holding byte `offset` may have a non-zero word.
     #[inline]
     fn mark_dirty(&self, offset: u64) {
-        let chunk = offset / DIRTY_CHUNK;
-        let (i, bit) = ((chunk / 64) as usize, 1u64 << (chunk % 64));
+        let chunk = (offset / DIRTY_CHUNK) as usize;
         // Doorbells go to the same few words over and over: read before writing a shared line.
-        if self.dirty_chunks[i].load(Ordering::Relaxed) & bit == 0 {
-            self.dirty_chunks[i].fetch_or(bit, Ordering::Relaxed);
-            self.dirty_summary[i / 64].fetch_or(1 << (i % 64), Ordering::Relaxed);
+        if !self.dirty_chunks.contains(chunk) {
+            self.dirty_chunks.insert(chunk);
         }
     }
 
@@ -229,29 +243,13 @@ impl DoorbellArea {
     /// 256-byte chunks a store made dirty are zeroed, unless the host maps the words itself
     /// ([`Self::use_memory`]): then every word is read, and written only when non-zero.
     pub fn clear(&self) {
-        for (s, summary) in self.qp_rung_words.iter().enumerate() {
-            let mut words = summary.swap(0, Ordering::AcqRel);
-            while words != 0 {
-                self.qp_rung[s * 64 + words.trailing_zeros() as usize].store(0, Ordering::Release);
-                words &= words - 1;
-            }
-        }
+        self.qp_rung.drain(|_| {});
         let per_chunk = (DIRTY_CHUNK / 4) as usize;
         if self.sees_every_store() {
-            for (s, summary) in self.dirty_summary.iter().enumerate() {
-                let mut words = summary.swap(0, Ordering::AcqRel);
-                while words != 0 {
-                    let i = s * 64 + words.trailing_zeros() as usize;
-                    words &= words - 1;
-                    let mut bits = self.dirty_chunks[i].swap(0, Ordering::AcqRel);
-                    while bits != 0 {
-                        let chunk = i * 64 + bits.trailing_zeros() as usize;
-                        bits &= bits - 1;
-                        self.zero_words(chunk * per_chunk..(chunk + 1) * per_chunk);
-                    }
-                }
-            }
+            self.dirty_chunks
+                .drain(|chunk| self.zero_words(chunk * per_chunk..(chunk + 1) * per_chunk));
         } else {
+            self.dirty_chunks.drain(|_| {});
             self.zero_words(0..DOORBELL_WORDS);
         }
     }
