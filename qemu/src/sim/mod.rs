@@ -1173,7 +1173,6 @@ pub fn run(
                 point: pi,
                 size: *size,
                 clients,
-                connections: clients.len().max(1) as u64,
             };
             let (mut sim, mut w) = point::build(spec, &case)?;
             let virtual_ps = sim.run(w.as_mut())?;

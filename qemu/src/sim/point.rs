@@ -227,7 +227,13 @@ pub(super) struct Case<'a> {
     pub size: usize,
     /// The host each connection's client runs on.
     pub clients: &'a [usize],
-    pub connections: u64,
+}
+
+impl Case<'_> {
+    /// Connections of the point (at least one).
+    fn connections(&self) -> u64 {
+        self.clients.len().max(1) as u64
+    }
 }
 
 /// The network and the workload of one point.
@@ -362,7 +368,7 @@ fn rdma_point(spec: &WorkloadSpec, c: &Case) -> Result<(Sim, Box<dyn Workload>),
     let seed = c.seed;
     let size = c.size;
     let pi = c.point;
-    let connections = c.connections;
+    let connections = c.connections();
     let conn_clients = c.clients;
     let index = |name: &str| host_index(c.r, name);
     let (sim, w): (Sim, Box<dyn Workload>) = match spec {
@@ -496,7 +502,7 @@ fn fabric_point(spec: &WorkloadSpec, c: &Case) -> Result<(Sim, Box<dyn Workload>
     let seed = c.seed;
     let size = c.size;
     let pi = c.point;
-    let connections = c.connections;
+    let connections = c.connections();
     let index = |name: &str| host_index(c.r, name);
     let (sim, w): (Sim, Box<dyn Workload>) = match spec {
         WorkloadSpec::Flows {
@@ -682,7 +688,7 @@ pub(super) fn finish(
     }
     Point {
         size: c.size,
-        connections: c.connections,
+        connections: c.connections(),
         rtt_ratio,
         load,
         regions,
