@@ -157,7 +157,7 @@ fn mess_up(h: &mut MockHost) {
     let doorbells = h.bar(h.nic_fid(1), fld_abi::nic::BAR_DOORBELL);
     for k in 0..64u64 {
         h.mmio_write32(
-            doorbells + k * 0x1_2344 % (8 << 20) & !3,
+            (doorbells + k * 0x1_2344 % (8 << 20)) & !3,
             0xdead_0000 | k as u32,
         );
     }

@@ -21,6 +21,8 @@ mod queues;
 pub(crate) mod rdma;
 /// LEFT's reorder structures and the receivers it is compared with (`rdma::reorder`).
 pub use rdma::reorder;
+#[cfg(test)]
+mod burst_tests;
 pub mod rss;
 mod star_guard;
 #[cfg(test)]
@@ -51,6 +53,10 @@ pub struct NicConfig {
     pub mtu: u32,
     /// WQEs an SQ may process per poll before the engine moves on (fairness between queues).
     pub sq_budget: u32,
+    /// Send WQEs the transmit pipeline gathers from one SQ before it parses and steers them as
+    /// a burst (`docs/nic-interface.md` §6); 1 takes each frame through every stage before the
+    /// next WQE is read.
+    pub tx_burst: u32,
     pub max_sqs: u32,
     pub max_rqs: u32,
     pub max_cqs: u32,
@@ -91,6 +97,7 @@ impl Default for NicConfig {
             host_functions: 2,
             mtu: 9216,
             sq_budget: 256,
+            tx_burst: DEFAULT_TX_BURST,
             max_sqs: db::SLOTS,
             max_rqs: db::SLOTS,
             max_cqs: db::SLOTS,
@@ -111,6 +118,10 @@ impl Default for NicConfig {
         }
     }
 }
+
+/// Send WQEs per transmit burst: a DPDK burst's worth, so one generator burst crosses the
+/// pipeline as one.
+pub const DEFAULT_TX_BURST: u32 = 32;
 
 /// On-chip cache sizes of the default NIC. QP contexts: 300, what StaR measured a ConnectX-4
 /// to hold before its performance collapses and simulates with ("RNIC on-chip memory can store
@@ -229,6 +240,8 @@ impl Nic {
         core.tap = old.tap;
         core.clock = old.clock;
         core.manual_clock = old.manual_clock;
+        // On-chip buffers hold nothing across passes: the reset keeps their allocations.
+        core.tx_burst = old.tx_burst;
         drop(core);
         *self.routes.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
@@ -586,8 +599,8 @@ pub(crate) struct NicCore {
     flow_entry_count: u32,
     wire: Box<dyn Wire>,
     tap: Option<Box<dyn FrameTap>>,
-    /// Transmit frame assembly buffer (no allocation per packet).
-    frame: Vec<u8>,
+    /// The transmit pipeline's burst of gathered frames (no allocation per packet).
+    tx_burst: datapath::TxBurst,
     /// Second buffer for frames received from the wire.
     wire_frame: Vec<u8>,
     /// Scratch buffer for VXLAN-encapsulated frames.
@@ -643,7 +656,7 @@ impl NicCore {
             flow_entry_count: 0,
             wire: Box::new(NullWire::default()),
             tap: None,
-            frame: vec![0; max_frame],
+            tx_burst: datapath::TxBurst::new(config.tx_burst as usize, max_frame),
             wire_frame: vec![0; max_frame],
             encap_frame: Vec::with_capacity(max_frame + VXLAN_ENCAP_LEN),
             wqe: vec![0; MAX_WQE_BYTES],

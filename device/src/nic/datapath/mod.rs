@@ -14,7 +14,7 @@ mod wqe_mmio;
 
 pub(crate) use completions::CqeRun;
 pub use receive::RxPrefetchCounters;
-pub(crate) use transmit::{WqePrefetch, FETCH_BLOCKS};
+pub(crate) use transmit::{TxBurst, WqePrefetch, FETCH_BLOCKS};
 pub use wqe_mmio::WqeMmioCounters;
 
 use super::{NicCore, Port, MAX_HOST_FUNCTIONS};
@@ -46,6 +46,13 @@ impl<'a> Ctx<'a> {
         self.ports
             .get(owner as usize)
             .map_or(0, |p| p.doorbells.load(offset))
+    }
+
+    /// The counter of the WQE `owner`'s WQE-by-MMIO buffer at `buffer` is sealed for, if any.
+    #[inline]
+    fn wqe_seal(&self, owner: u16, buffer: u64) -> Option<u32> {
+        let seal = self.doorbell(owner, buffer + fld_abi::nic::db::WQE_SEAL_OFFSET);
+        fld_abi::nic::db::seal_wqe(seal).map(|(index, _)| index)
     }
 
     /// The WQE at basic-block `counter` from `owner`'s WQE-by-MMIO buffer at `buffer`, if the

@@ -18,6 +18,7 @@ use crate::nic::packet;
 use fld_abi::nic::*;
 
 /// Why a send WQE failed: the syndrome of its error CQE.
+#[derive(Clone, Copy)]
 struct WqeError(u8);
 
 /// Basic blocks one descriptor fetch reads at most: 512 bytes, one read request at the
@@ -45,18 +46,17 @@ impl Default for WqePrefetch {
 }
 
 impl WqePrefetch {
-    /// Copies block `counter` of the ring at `addr` (`mask` = ring blocks - 1) into `out`,
-    /// fetching it and up to `posted - 1` blocks after it when it is not already here. A burst
-    /// that fails is retried as the one block, so an unreachable block further on does not fail
-    /// the WQE before it.
-    fn block(
+    /// The offset in the buffer of block `counter` of the ring at `addr` (`mask` = ring
+    /// blocks - 1), fetching it and up to `posted - 1` blocks after it when it is not already
+    /// here. A burst that fails is retried as the one block, so an unreachable block further on
+    /// does not fail the WQE before it.
+    fn fetch(
         &mut self,
         dma: &mut crate::fabric::DmaPort<'_>,
         (addr, mask): (u64, u32),
         counter: u32,
         posted: u32,
-        out: &mut [u8],
-    ) -> Result<(), crate::fabric::DmaError> {
+    ) -> Result<usize, crate::fabric::DmaError> {
         let mut off = counter.wrapping_sub(self.first);
         if off >= self.blocks {
             self.blocks = 0;
@@ -73,37 +73,133 @@ impl WqePrefetch {
             self.first = counter;
             off = 0;
         }
-        let at = off as usize * WQEBB;
+        Ok(off as usize * WQEBB)
+    }
+
+    /// Copies block `counter` into `out` (see [`WqePrefetch::fetch`]).
+    fn block(
+        &mut self,
+        dma: &mut crate::fabric::DmaPort<'_>,
+        ring: (u64, u32),
+        counter: u32,
+        posted: u32,
+        out: &mut [u8],
+    ) -> Result<(), crate::fabric::DmaError> {
+        let at = self.fetch(dma, ring, counter, posted)?;
         out.copy_from_slice(&self.buf[at..at + WQEBB]);
         Ok(())
+    }
+
+    /// Whether `nbb` blocks from byte `at` were fetched together (a WQE the gather stage reads
+    /// where it lies).
+    fn holds(&self, at: usize, nbb: u32) -> bool {
+        at + nbb as usize * WQEBB <= self.blocks as usize * WQEBB
     }
 }
 
 pub(super) fn transmit(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
     let mut work = 0;
-    let mut frame = std::mem::take(&mut core.frame);
+    let mut burst = std::mem::take(&mut core.tx_burst);
     for i in 0..core.active_sqs.len() {
         let sqn = core.active_sqs[i];
-        work += transmit_sq(core, ctx, sqn, &mut frame);
+        work += transmit_sq(core, ctx, sqn, &mut burst);
     }
-    core.frame = frame;
+    core.tx_burst = burst;
     work
 }
 
+/// A send WQE after the gather stage: what the parse and steering stages need of it.
+#[derive(Clone, Copy)]
+pub(crate) struct TxSlot {
+    ctrl: CtrlSeg,
+    /// Basic blocks the WQE consumes.
+    nbb: u32,
+    /// The frame's length (0 for a NOP), or the syndrome that fails the WQE.
+    outcome: Result<u32, WqeError>,
+    /// Whether the WQE came from the SQ's WQE-by-MMIO buffer.
+    by_mmio: bool,
+    cs_flags: u8,
+    /// The table a returned frame re-enters steering at, and its kind.
+    resume: Option<(u32, u8)>,
+    /// The parse stage's view of the frame.
+    parsed: packet::ParsedFrame,
+}
+
+impl Default for TxSlot {
+    fn default() -> Self {
+        TxSlot {
+            ctrl: CtrlSeg::default(),
+            nbb: 0,
+            outcome: Ok(0),
+            by_mmio: false,
+            cs_flags: 0,
+            resume: None,
+            parsed: Default::default(),
+        }
+    }
+}
+
+/// The transmit pipeline's burst (the gather stage's output): frame `k` at `k * stride` of
+/// `frames`, its WQE's facts in `slots[k]`. Allocated once per NIC; reused by every pass.
+#[derive(Default)]
+pub(crate) struct TxBurst {
+    frames: Vec<u8>,
+    stride: usize,
+    slots: Vec<TxSlot>,
+    /// Slots the gather stage filled.
+    len: usize,
+}
+
+impl TxBurst {
+    /// Room for `frames` frames of up to `stride` bytes.
+    pub(crate) fn new(frames: usize, stride: usize) -> Self {
+        let frames = frames.max(1);
+        TxBurst {
+            frames: vec![0; frames * stride],
+            stride,
+            slots: vec![TxSlot::default(); frames],
+            len: 0,
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The filled slots with their frames.
+    fn frames(&self) -> impl Iterator<Item = (&TxSlot, &[u8])> {
+        let stride = self.stride;
+        self.slots[..self.len]
+            .iter()
+            .enumerate()
+            .map(move |(k, slot)| {
+                let at = k * stride;
+                let len = slot.outcome.map_or(0, |n| n as usize);
+                (slot, &self.frames[at..at + len])
+            })
+    }
+}
+
+/// CQEs one frame may add to its own SQ's CQ at most in one pass: its send completion, and a
+/// receive completion with a filler when it is steered back to its own function. A burst is
+/// gathered only as long as its CQ has room for this many per frame, so the steering stage never
+/// finds the CQ full after the gather stage has read a frame.
+const CQES_PER_FRAME: u32 = 4;
+
 /// Serves one SQ: its doorbell is read once per pass, then up to `sq_budget` WQEs run in ring
-/// order; the SQ's counter and statistics are written back once.
-fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]) -> usize {
+/// order through the transmit pipeline, a burst at a time ([`gather`], [`parse_burst`],
+/// [`steer_burst`]); the SQ's counter and statistics are written back once.
+fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, burst: &mut TxBurst) -> usize {
     let Some(sq) = core.sqs.get(sqn) else {
         return 0;
     };
     if sq.state != QueueState::Ready || ctx.ports.get(sq.owner as usize).is_none() {
         return 0;
     }
-    let (owner, cqn, log_size, addr, signal_all) =
-        (sq.owner, sq.cqn, sq.log_size, sq.addr, sq.signal_all);
-    let mut ci = sq.ci;
+    let (owner, cqn, log_size, addr) = (sq.owner, sq.cqn, sq.log_size, sq.addr);
+    let ci = sq.ci;
     let pi = ctx.doorbell(owner, db::slot(db::SQ_BASE, sqn)) & db::PI_MASK;
-    let mut pending = pi.wrapping_sub(ci) & db::PI_MASK;
+    let pending = pi.wrapping_sub(ci) & db::PI_MASK;
     if pending == 0 {
         return 0;
     }
@@ -117,57 +213,195 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, frame: &mut [u8]
     // Taken out and put back (a pointer move, no allocation after the first time).
     let mut prefetch = core.wqe_prefetch.take().unwrap_or_default();
     prefetch.blocks = 0;
-    let (mut done, mut packets, mut bytes) = (0, 0u64, 0u64);
-    while done < budget && pending > 0 {
+    let mut run = SqRun {
+        sqn,
+        owner,
+        cqn,
+        ci,
+        pending,
+        done: 0,
+        packets: 0,
+        bytes: 0,
+        by_mmio: 0,
+    };
+    while run.done < budget && run.pending > 0 {
         // Completions are never dropped: without room for one CQE the queue waits.
-        if core.cqs.get(cqn).is_none_or(|c| c.ring.room() == 0) {
+        let room = core.cqs.get(cqn).map_or(0, |c| c.ring.room());
+        if room == 0 {
             break;
         }
-        let (result, nbb) = execute_wqe(
+        let cap = (budget - run.done)
+            .min(burst.capacity() as u32)
+            .min((room / CQES_PER_FRAME).max(1));
+        gather(
             core,
             ctx,
-            (owner, sqn),
+            &run,
             (addr, log_size),
-            (ci, pending),
+            cap,
             (&mut wqe, &mut prefetch),
-            frame,
+            burst,
         );
-        let ctrl = CtrlSeg::read_from_prefix(&wqe)
-            .map(|(c, _)| c)
-            .unwrap_or_default();
-        match result {
-            Ok(len) => {
-                ci = ci.wrapping_add(nbb);
-                pending = pending.saturating_sub(nbb);
-                packets += (len > 0) as u64;
-                bytes += len as u64;
-                if signal_all || ctrl.completion_requested() {
-                    let cqe = Cqe {
-                        byte_count: U32::new(len as u32),
-                        wqe_counter: ctrl.wqe_index,
-                        qn: U32::new(sqn),
-                        vport: U16::new(owner),
-                        ..Default::default()
-                    };
-                    post_cqe(core, ctx, cqn, cqe, CQE_REQ);
-                }
-            }
-            Err(WqeError(syn)) => {
-                // Error CQEs name the failing WQE by the device's own counter.
-                sq_error(core, ctx, sqn, ci as u16, syn);
-                break;
-            }
+        parse_burst(burst);
+        if !steer_burst(core, ctx, &mut run, burst) {
+            break;
         }
-        done += 1;
     }
     if let Some(sq) = core.sqs.get_mut(sqn) {
-        sq.ci = ci;
-        sq.packets += packets;
-        sq.bytes += bytes;
+        sq.ci = run.ci;
+        sq.packets += run.packets;
+        sq.bytes += run.bytes;
+        sq.wqes_by_mmio += run.by_mmio;
     }
     core.wqe = wqe;
     core.wqe_prefetch = Some(prefetch);
-    done as usize
+    run.done as usize
+}
+
+/// Where one SQ's pass stands: the WQEs executed so far and what they sent.
+struct SqRun {
+    sqn: u32,
+    owner: u16,
+    cqn: u32,
+    /// The device's counter: the next WQE to execute.
+    ci: u32,
+    /// Basic blocks posted beyond `ci`.
+    pending: u32,
+    done: u32,
+    packets: u64,
+    bytes: u64,
+    by_mmio: u64,
+}
+
+/// The gather stage: reads up to `cap` WQEs from the SQ's counter on (from its WQE-by-MMIO
+/// buffer or through the prefetch) and gathers each one's frame into the burst. A WQE that
+/// fails ends the burst (its slot carries the syndrome), as the WQEs after it must wait for the
+/// queue's recovery. A frame's data is read here, before the frames ahead of it in the burst are
+/// steered: a buffer one of them is received into is read as it was before that receive, as a
+/// NIC that fetches a burst ahead reads it.
+fn gather(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    run: &SqRun,
+    ring: (u64, u8),
+    cap: u32,
+    (wqe, prefetch): (&mut [u8], &mut WqePrefetch),
+    burst: &mut TxBurst,
+) {
+    let (mut ci, mut pending) = (run.ci, run.pending);
+    // The WQE-by-MMIO buffer's seal, read once per burst: only the WQE it names may come
+    // from the buffer (which checks the seal again around its copy).
+    let buffer = db::wqe_buffer(db::SQ_WQE_BASE, run.sqn);
+    let sealed = ctx.wqe_seal(run.owner, buffer);
+    let stride = burst.stride;
+    let mut k = 0;
+    while (k as u32) < cap && pending > 0 {
+        let slot = &mut burst.slots[k];
+        let frame = &mut burst.frames[k * stride..(k + 1) * stride];
+        k += 1;
+        let by_mmio = sealed == Some(ci & db::PI_MASK)
+            && ctx
+                .wqe_from_buffer(run.owner, buffer, (ci, pending), wqe, &mut core.wqe_mmio)
+                .map(|nbb| slot.nbb = nbb)
+                .is_some();
+        slot.by_mmio = by_mmio;
+        let at = if by_mmio {
+            Ok(WqeAt::Copied)
+        } else {
+            fetch_wqe(ctx.dma(run.owner), ring, (ci, pending), wqe, prefetch).map(|(at, nbb)| {
+                slot.nbb = nbb;
+                at
+            })
+        };
+        slot.outcome = match at {
+            Ok(at) => {
+                let bytes = match at {
+                    WqeAt::Prefetched(off) => &prefetch.buf[off..off + slot.nbb as usize * WQEBB],
+                    WqeAt::Copied => &wqe[..slot.nbb as usize * WQEBB],
+                };
+                gather_wqe(core, ctx, run.owner, bytes, slot, frame)
+            }
+            Err((e, nbb)) => {
+                slot.nbb = nbb;
+                Err(e)
+            }
+        };
+        if slot.outcome.is_err() {
+            break;
+        }
+        ci = ci.wrapping_add(slot.nbb);
+        pending = pending.saturating_sub(slot.nbb);
+    }
+    burst.len = k;
+}
+
+/// The parse stage: every gathered frame is parsed once and gets the checksums its WQE asks
+/// for. Each layer on its own: a frame without L4 still gets its IPv4 header checksum.
+/// Insertion changes no offsets, so the parse stays valid; what was inserted is known good on
+/// receive.
+fn parse_burst(burst: &mut TxBurst) {
+    let stride = burst.stride;
+    for (k, slot) in burst.slots[..burst.len].iter_mut().enumerate() {
+        let Ok(len @ 1..) = slot.outcome else {
+            continue;
+        };
+        let frame = &mut burst.frames[k * stride..k * stride + len as usize];
+        slot.parsed = packet::parse(frame);
+        let parsed = &mut slot.parsed;
+        if slot.cs_flags & CS_L3 != 0 {
+            parsed.inserted_l3_checksum = packet::insert_checksums(frame, parsed, true, false)
+                && parsed.l3 == packet::L3Kind::Ipv4;
+        }
+        if slot.cs_flags & CS_L4 != 0 {
+            parsed.inserted_l4_checksum = packet::insert_checksums(frame, parsed, false, true);
+        }
+    }
+}
+
+/// The steering stage: each WQE of the burst in ring order — its frame through StaR's egress
+/// check and the eSwitch to its destinations, then its send completion — or, for a WQE that
+/// failed, the SQ's error. False when the SQ must stop for this pass (an error, or no CQ room).
+fn steer_burst(core: &mut NicCore, ctx: &mut Ctx<'_>, run: &mut SqRun, burst: &TxBurst) -> bool {
+    let signal_all = core.sqs.get(run.sqn).is_some_and(|s| s.signal_all);
+    for (k, (slot, frame)) in burst.frames().enumerate() {
+        // Checked again per WQE, as the frames before it may have filled the CQ.
+        if k > 0 && core.cqs.get(run.cqn).is_none_or(|c| c.ring.room() == 0) {
+            return false;
+        }
+        run.by_mmio += slot.by_mmio as u64;
+        let len = match slot.outcome {
+            Ok(len) => len as usize,
+            Err(WqeError(syn)) => {
+                // Error CQEs name the failing WQE by the device's own counter.
+                sq_error(core, ctx, run.sqn, run.ci as u16, syn);
+                return false;
+            }
+        };
+        if len > 0 {
+            // StaR's egress security module (§16.5): a StaR packet no entry allows goes
+            // nowhere. The WQE completes as sent; the drop is counted, as a steering drop is.
+            if super::roce::star_egress_allowed(core, run.owner, frame, &slot.parsed) {
+                let f = Frame::new(frame, slot.parsed, run.owner);
+                switch_frame(core, ctx, run.owner, f, slot.resume);
+            }
+        }
+        run.ci = run.ci.wrapping_add(slot.nbb);
+        run.pending = run.pending.saturating_sub(slot.nbb);
+        run.packets += (len > 0) as u64;
+        run.bytes += len as u64;
+        run.done += 1;
+        if signal_all || slot.ctrl.completion_requested() {
+            let cqe = Cqe {
+                byte_count: U32::new(len as u32),
+                wqe_counter: slot.ctrl.wqe_index,
+                qn: U32::new(run.sqn),
+                vport: U16::new(run.owner),
+                ..Default::default()
+            };
+            post_cqe(core, ctx, run.cqn, cqe, CQE_REQ);
+        }
+    }
+    true
 }
 
 /// Moves an SQ to the error state with an error CQE and an asynchronous event.
@@ -191,73 +425,40 @@ fn sq_error(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, wqe_index: u16, syn
     );
 }
 
-/// Reads the WQE at counter `ci` of SQ `sqn`'s ring at `addr` (from its WQE-by-MMIO buffer, or
-/// through the SQ's prefetch), builds and sends its frame. Returns the sent length and the
-/// number of basic blocks the WQE occupies.
-fn execute_wqe(
-    core: &mut NicCore,
-    ctx: &mut Ctx<'_>,
-    (owner, sqn): (u16, u32),
-    (addr, log_size): (u64, u8),
-    (ci, pending): (u32, u32),
-    (wqe, prefetch): (&mut [u8], &mut WqePrefetch),
-    frame: &mut [u8],
-) -> (Result<usize, WqeError>, u32) {
-    let buffer = db::wqe_buffer(db::SQ_WQE_BASE, sqn);
-    let nbb = match ctx.wqe_from_buffer(owner, buffer, (ci, pending), wqe, &mut core.wqe_mmio) {
-        Some(nbb) => {
-            if let Some(sq) = core.sqs.get_mut(sqn) {
-                sq.wqes_by_mmio += 1;
-            }
-            nbb
-        }
-        None => match fetch_wqe(
-            ctx.dma(owner),
-            (addr, log_size),
-            (ci, pending),
-            wqe,
-            prefetch,
-        ) {
-            Ok(nbb) => nbb,
-            Err(e) => return e,
-        },
-    };
-    let Ok(view) = SendWqeView::new_checked(&wqe[..nbb as usize * WQEBB]) else {
-        return (Err(WqeError(syndrome::BAD_WQE)), nbb);
-    };
-    match view.ctrl().opcode {
-        WQE_OP_NOP => (Ok(0), nbb),
-        WQE_OP_SEND => (build_and_send(core, ctx, owner, &view, frame), nbb),
-        _ => (Err(WqeError(syndrome::BAD_WQE)), nbb),
-    }
+/// Where a fetched WQE lies: in the prefetch buffer at a byte offset (the common case, read
+/// where it lies), or copied into the WQE buffer (it continues past what one fetch brought).
+#[derive(Clone, Copy)]
+enum WqeAt {
+    Prefetched(usize),
+    Copied,
 }
 
-/// Reads the WQE at counter `ci` of the ring through the SQ's prefetch into `wqe`; returns its
-/// basic blocks, or the error and the blocks it consumes.
+/// Reads the WQE at counter `ci` of the ring through the SQ's prefetch; returns where it lies
+/// and its basic blocks, or the error and the blocks it consumes.
 fn fetch_wqe(
     dma: &mut crate::fabric::DmaPort<'_>,
     (addr, log_size): (u64, u8),
     (ci, pending): (u32, u32),
     wqe: &mut [u8],
     prefetch: &mut WqePrefetch,
-) -> Result<u32, (Result<usize, WqeError>, u32)> {
+) -> Result<(WqeAt, u32), (WqeError, u32)> {
     let ring = (addr, (1u32 << log_size) - 1);
-    if prefetch
-        .block(dma, ring, ci, pending, &mut wqe[..WQEBB])
-        .is_err()
-    {
-        wqe.fill(0);
-        return Err((Err(WqeError(syndrome::DMA_ERROR)), 1));
-    }
-    let Ok((ctrl, _)) = CtrlSeg::read_from_prefix(&wqe[..]) else {
-        return Err((Err(WqeError(syndrome::BAD_WQE)), 1));
+    let Ok(at) = prefetch.fetch(dma, ring, ci, pending) else {
+        return Err((WqeError(syndrome::DMA_ERROR), 1));
+    };
+    let Ok((ctrl, _)) = CtrlSeg::read_from_prefix(&prefetch.buf[at..]) else {
+        return Err((WqeError(syndrome::BAD_WQE), 1));
     };
     let nbb = ctrl.wqebbs();
     // More segments than a WQE may have (found by the nic_sq fuzz target: the blocks were read
     // past the WQE buffer), or more blocks than were posted.
     if u16::from(ctrl.ds_count) > MAX_WQE_DS || nbb > pending {
-        return Err((Err(WqeError(syndrome::BAD_WQE)), nbb.min(pending)));
+        return Err((WqeError(syndrome::BAD_WQE), nbb.min(pending)));
     }
+    if prefetch.holds(at, nbb) {
+        return Ok((WqeAt::Prefetched(at), nbb));
+    }
+    wqe[..WQEBB].copy_from_slice(&prefetch.buf[at..at + WQEBB]);
     for n in 1..nbb {
         let at = n as usize * WQEBB;
         let counter = ci.wrapping_add(n);
@@ -266,20 +467,41 @@ fn fetch_wqe(
             .block(dma, ring, counter, pending - n, out)
             .is_err()
         {
-            return Err((Err(WqeError(syndrome::DMA_ERROR)), nbb));
+            return Err((WqeError(syndrome::DMA_ERROR), nbb));
         }
     }
-    Ok(nbb)
+    Ok((WqeAt::Copied, nbb))
 }
 
-/// Gathers the frame of a SEND WQE, inserts checksums and hands it to the eSwitch.
-fn build_and_send(
+/// Reads a WQE's control segment into its slot and, for a SEND, gathers its frame; returns the
+/// frame's length (0 for a NOP).
+fn gather_wqe(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    owner: u16,
+    bytes: &[u8],
+    slot: &mut TxSlot,
+    frame: &mut [u8],
+) -> Result<u32, WqeError> {
+    let view = SendWqeView::new_checked(bytes).map_err(|_| WqeError(syndrome::BAD_WQE))?;
+    slot.ctrl = *view.ctrl();
+    match slot.ctrl.opcode {
+        WQE_OP_NOP => Ok(0),
+        WQE_OP_SEND => gather_frame(core, ctx, owner, &view, slot, frame),
+        _ => Err(WqeError(syndrome::BAD_WQE)),
+    }
+}
+
+/// Gathers the frame of a SEND WQE into `frame` (inline header, then the data segments by DMA)
+/// and checks its resume table; returns its length.
+fn gather_frame(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
     owner: u16,
     wqe: &SendWqeView<'_>,
+    slot: &mut TxSlot,
     frame: &mut [u8],
-) -> Result<usize, WqeError> {
+) -> Result<u32, WqeError> {
     let bad = || WqeError(syndrome::BAD_WQE);
     let eth = wqe.eth().map_err(|_| bad())?;
     let inline = eth.inline_header.len();
@@ -312,32 +534,15 @@ fn build_and_send(
         bump_malformed(core, owner);
         return Err(WqeError(syndrome::BAD_LENGTH));
     }
-    let frame = &mut frame[..len];
-    let mut parsed = packet::parse(frame);
-    // Each layer on its own: a frame without L4 still gets its IPv4 header checksum. Insertion
-    // changes no offsets, so the parse stays valid; what was inserted is known good on receive.
-    let cs_flags = eth.eth.cs_flags;
-    if cs_flags & CS_L3 != 0 {
-        parsed.inserted_l3_checksum = packet::insert_checksums(frame, &parsed, true, false)
-            && parsed.l3 == packet::L3Kind::Ipv4;
-    }
-    if cs_flags & CS_L4 != 0 {
-        parsed.inserted_l4_checksum = packet::insert_checksums(frame, &parsed, false, true);
-    }
-    let resume = match eth.resume_table(wqe.ctrl()) {
+    slot.cs_flags = eth.eth.cs_flags;
+    slot.resume = match eth.resume_table(wqe.ctrl()) {
         Some(t) => match core.eswitch.table(t) {
             Some(tab) if tab.owner == owner => Some((t, tab.kind)),
             _ => return Err(bad()),
         },
         None => None,
     };
-    // StaR's egress security module (§16.5): a StaR packet no entry allows goes nowhere. The
-    // WQE completes as sent; the drop is counted, as a steering drop is.
-    if !super::roce::star_egress_allowed(core, owner, frame, &parsed) {
-        return Ok(len);
-    }
-    switch_frame(core, ctx, owner, Frame::new(frame, parsed, owner), resume);
-    Ok(len)
+    Ok(len as u32)
 }
 
 fn bump_malformed(core: &mut NicCore, vport: u16) {
