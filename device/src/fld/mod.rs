@@ -308,14 +308,14 @@ impl FldFunction {
         f(&mut self.shared.lock().tx_view())
     }
 
-    /// One engine step: completions, receive delivery, accelerator poll, doorbells. Returns the
-    /// work done.
     /// Returns once the step running at the call, if any, has ended (see
     /// [`crate::nic::Nic::wait_for_pass`]).
     pub fn wait_for_pass(&self) {
         drop(self.shared.lock());
     }
 
+    /// One engine step: completions, receive delivery, accelerator poll, doorbells. Returns the
+    /// work done.
     pub fn poll(&self) -> usize {
         let mut guard = self.shared.lock();
         let core = &mut *guard;

@@ -106,6 +106,42 @@ fn measure_loopback(
     })
 }
 
+/// The bytes one NIC crossing of a frame of `len` bytes must copy at least: its data gathered
+/// from the sender's buffer and scattered into the receiver's, the send WQE read and the CQE
+/// written.
+fn crossing_copy_bytes(len: usize) -> usize {
+    2 * len + fld_abi::nic::WQEBB + fld_abi::nic::CQE_SIZE
+}
+
+/// Nanoseconds a plain memcpy of what one NIC crossing copies takes on this machine, in this
+/// run (the floor the crossing is compared with): per frame of the workload's sizes, the frame
+/// from a sender's buffer to a staging one and on to a receiver's, and a WQE's and a CQE's
+/// worth, over rotating buffers that stay in cache as the rings' do. Also returns the mean bytes
+/// per crossing.
+fn measure_copies(sizes: &Sizes, frames: u64) -> (f64, f64) {
+    const BUFFERS: usize = 64;
+    let stride = sizes.max() + 128;
+    let mut src = vec![0x5au8; BUFFERS * stride];
+    let mut dst = vec![0u8; BUFFERS * stride];
+    let mut stage = vec![0u8; stride];
+    let (mut bytes, mut sink) = (0usize, 0u8);
+    let start = std::time::Instant::now();
+    for seq in 0..frames {
+        let len = sizes.size_of(seq);
+        let k = (seq as usize % BUFFERS) * stride;
+        stage[..len].copy_from_slice(&src[k..k + len]);
+        dst[k..k + len].copy_from_slice(&stage[..len]);
+        let small = fld_abi::nic::WQEBB + fld_abi::nic::CQE_SIZE;
+        stage[len..len + small].copy_from_slice(&src[k + len..k + len + small]);
+        bytes += crossing_copy_bytes(len);
+        sink ^= std::hint::black_box(&mut dst)[k];
+        src[k] = sink;
+    }
+    let ns = start.elapsed().as_nanos() as f64;
+    std::hint::black_box(sink);
+    (ns / frames.max(1) as f64, bytes as f64 / frames.max(1) as f64)
+}
+
 pub fn run(a: BenchArgs) -> CmdResult {
     let workloads = [
         ("64", Sizes::Fixed(64), 1u64),
@@ -140,19 +176,21 @@ pub fn run(a: BenchArgs) -> CmdResult {
             )
         });
         let base = measure_loopback(&cfg, max)?;
+        let copies = measure_copies(&sizes, packets);
         counters.append(&format!("{name} CPU:"), cpu_echo.counters()?);
         counters.append(&format!("{name} FLD-E:"), fld_echo.counters()?);
-        rows.push((name, packets, cpu, fld, base, threaded));
+        rows.push((name, packets, cpu, fld, base, threaded, copies));
     }
-    let failed = rows.iter().any(|(_, _, c, f, b, t)| {
+    let failed = rows.iter().any(|(_, _, c, f, b, t, _)| {
         let threaded = t.as_ref().map_or(0, |(c2, f2)| c2.failures + f2.failures);
         c.failures + f.failures + b.failures + threaded != 0
     });
     if a.json {
         let out: Vec<_> = rows
             .iter()
-            .map(|(name, packets, cpu, fld, base, threaded)| {
+            .map(|(name, packets, cpu, fld, base, threaded, (copy_ns, copy_bytes))| {
                 let (cpu_ns, base_ns) = (1e3 / cpu.mpps, 1e3 / base.mpps);
+                let crossing_ns = ((cpu_ns - base_ns) / 2.0).max(0.0);
                 let engine_thread = threaded.as_ref().map(|(c2, f2)| {
                     json!({
                         "cpu_echo_mpps": c2.mpps,
@@ -173,7 +211,10 @@ pub fn run(a: BenchArgs) -> CmdResult {
                     "ratio_flde_to_cpu": fld.mpps / cpu.mpps,
                     "software_loopback_mpps": base.mpps,
                     "ratio_cpu_echo_to_loopback": cpu.mpps / base.mpps,
-                    "emulator_ns_per_nic_crossing": ((cpu_ns - base_ns) / 2.0).max(0.0),
+                    "emulator_ns_per_nic_crossing": crossing_ns,
+                    "bytes_copied_per_nic_crossing": copy_bytes,
+                    "memcpy_ns_per_nic_crossing": copy_ns,
+                    "ratio_crossing_to_memcpy": crossing_ns / copy_ns,
                     "cpu_path_nic_pcie_bytes_per_packet": cpu.nic_pcie_bytes_per_packet,
                     "flde_path_nic_pcie_bytes_per_packet": fld.nic_pcie_bytes_per_packet,
                     "verification_failures": cpu.failures + fld.failures + base.failures,
@@ -183,28 +224,37 @@ pub fn run(a: BenchArgs) -> CmdResult {
             .collect();
         println!(
             "{}",
-            json!({ "note": "echoed packets per second on one core, in-process; each echoed packet crosses the emulated NIC twice; two_threads: the card's engine on a second thread; card_counters: per workload and path, after its runs", "results": out, "card_counters": counters.json() })
+            json!({ "note": "echoed packets per second on one core, in-process; each echoed packet crosses the emulated NIC twice; memcpy_ns_per_nic_crossing: a plain copy of the bytes one crossing must move (frame gathered and scattered, a WQE and a CQE), timed in the same run; two_threads: the card's engine on a second thread; card_counters: per workload and path, after its runs", "results": out, "card_counters": counters.json() })
         );
     } else {
         print!(
-            "{:>15} {:>10} {:>10} {:>8} {:>11} {:>9} {:>12}",
-            "workload", "CPU Mpps", "FLD-E Mpps", "FLD/CPU", "loop Mpps", "CPU/loop", "ns/crossing"
+            "{:>15} {:>10} {:>10} {:>8} {:>11} {:>9} {:>12} {:>9}",
+            "workload",
+            "CPU Mpps",
+            "FLD-E Mpps",
+            "FLD/CPU",
+            "loop Mpps",
+            "CPU/loop",
+            "ns/crossing",
+            "x memcpy"
         );
         if a.threads == 2 {
             print!(" {:>13} {:>15}", "CPU 2 thr", "FLD-E 2 thr");
         }
         println!();
-        for (name, _, cpu, fld, base, threaded) in &rows {
+        for (name, _, cpu, fld, base, threaded, (copy_ns, _)) in &rows {
             let (cpu_ns, base_ns) = (1e3 / cpu.mpps, 1e3 / base.mpps);
+            let crossing_ns = ((cpu_ns - base_ns) / 2.0).max(0.0);
             print!(
-                "{:>15} {:>10.3} {:>10.3} {:>8.3} {:>11.3} {:>9.3} {:>12.1}",
+                "{:>15} {:>10.3} {:>10.3} {:>8.3} {:>11.3} {:>9.3} {:>12.1} {:>9.1}",
                 name,
                 cpu.mpps,
                 fld.mpps,
                 fld.mpps / cpu.mpps,
                 base.mpps,
                 cpu.mpps / base.mpps,
-                ((cpu_ns - base_ns) / 2.0).max(0.0)
+                crossing_ns,
+                crossing_ns / copy_ns
             );
             if let Some((c2, f2)) = threaded {
                 let (rc, rf) = (c2.mpps / cpu.mpps, f2.mpps / fld.mpps);
