@@ -1,9 +1,9 @@
 //! The transmit pipeline's bursts change nothing a host can observe: the same random mix of
 //! sends — frame sizes, checksum offloads, NOPs, signalled and silent WQEs, WQEs by MMIO, WQEs
 //! that fail (unreachable data, a bad key, too long, an unknown resume table), frames to the
-//! other function, to the sender itself and out the uplink and back — run on a card that takes
-//! each frame through every stage before it reads the next (`tx_burst` 1, the per-packet
-//! engine) and on one that gathers bursts, gives the same completions, counters, TLP
+//! other function, to the sender itself, broadcast, and out the uplink and back — run on a
+//! card that takes each frame through every stage before it reads the next (`tx_burst` 1, the
+//! per-packet engine) and on one that gathers bursts, gives the same completions, counters, TLP
 //! accounting, interrupts and host memory, byte for byte.
 //!
 //! Each WQE's data sits in a buffer of its own, apart from the receive buffers: the one place
@@ -30,6 +30,10 @@ enum Dest {
     Other,
     Itself,
     Uplink,
+    /// Flooded to every other vPort and the uplink.
+    Broadcast,
+    /// Returned into the sender's own receive table (a resume table): received by the sender.
+    Returned,
 }
 
 #[derive(Clone, Debug)]
@@ -67,6 +71,8 @@ fn op() -> impl Strategy<Value = Op> {
         6 => Just(Dest::Other),
         1 => Just(Dest::Itself),
         1 => Just(Dest::Uplink),
+        1 => Just(Dest::Broadcast),
+        2 => Just(Dest::Returned),
     ];
     let body = prop_oneof![
         60 => (14usize..1600, any::<bool>(), 0u8..4).prop_map(|(len, udp, cs)| Body::Frame { len, udp, cs }),
@@ -91,8 +97,9 @@ fn frame(h: &MockHost, from: u16, dest: &Dest, len: usize, udp: bool, seed: u8) 
     let mut f: Vec<u8> = (0..len).map(|k| seed.wrapping_add(k as u8)).collect();
     let to = match dest {
         Dest::Other => h.nic_mac(1 - from),
-        Dest::Itself => h.nic_mac(from),
+        Dest::Itself | Dest::Returned => h.nic_mac(from),
         Dest::Uplink => [0x02, 0, 0, 0, 0x77, 0x01],
+        Dest::Broadcast => [0xff; 6],
     };
     if udp && len >= 42 {
         let stack = EthIpv4UdpRepr {
@@ -121,8 +128,15 @@ fn frame(h: &MockHost, from: u16, dest: &Dest, len: usize, udp: bool, seed: u8) 
     f
 }
 
-/// Posts one send WQE on `port` (not rung) and returns its bytes.
-fn post(h: &MockHost, port: &mut MockPort, data: u64, op: &Op, seed: u8) -> Vec<u8> {
+/// Posts one send WQE on `port` (not rung) and returns its bytes; `returns` is the port's
+/// receive table a returned frame resumes at.
+fn post(
+    h: &MockHost,
+    (port, returns): (&mut MockPort, u32),
+    data: u64,
+    op: &Op,
+    seed: u8,
+) -> Vec<u8> {
     let Op::Post {
         dest, body, signal, ..
     } = op
@@ -151,7 +165,8 @@ fn post(h: &MockHost, port: &mut MockPort, data: u64, op: &Op, seed: u8) -> Vec<
             let inline = f.len().min(14 + (seed as usize % 40)).min(f.len());
             h.write(data, &f[inline..]);
             let g = vec![(data, (f.len() - inline) as u32)];
-            (f[..inline].to_vec(), g, *cs, None)
+            let resume = matches!(dest, Dest::Returned).then_some(returns);
+            (f[..inline].to_vec(), g, *cs, resume)
         }
         Body::UnreachableData => {
             let f = frame(h, from, dest, 60, false, seed);
@@ -234,6 +249,7 @@ fn run(ops: &[Op], tx_burst: u32) -> (Vec<String>, Vec<u8>) {
         let cq = if f == 0 { p.tx_cq.id } else { p.rx_cq.id };
         p.sq = h.create_sq(f as u16, cq, 10, None);
     }
+    let returns = [0, 1].map(|f| receive_table(&h, f, ports[f as usize].rq.id));
     let data = [
         h.alloc((DATA * DATA_BUFFERS) as usize),
         h.alloc((DATA * DATA_BUFFERS) as usize),
@@ -249,7 +265,7 @@ fn run(ops: &[Op], tx_burst: u32) -> (Vec<String>, Vec<u8>) {
                 let buf = data[*port] + (posted[*port] % DATA_BUFFERS) * DATA;
                 posted[*port] += 1;
                 let counter = p.sq.pi;
-                let wqe = post(&h, p, buf, op, n as u8);
+                let wqe = post(&h, (p, returns[*port]), buf, op, n as u8);
                 if *m {
                     by_mmio(&h, p, &wqe, counter);
                 }
@@ -292,6 +308,30 @@ fn run(ops: &[Op], tx_burst: u32) -> (Vec<String>, Vec<u8>) {
     let mut memory = vec![0u8; h.mapped_len()];
     h.read(MOCK_IOVA, &mut memory);
     (seen, memory)
+}
+
+/// A receive table of function `f` that sends everything to RQ `rqn` (not the vPort's root:
+/// frames reach it only by a resume table).
+fn receive_table(h: &MockHost, f: u16, rqn: u32) -> u32 {
+    let table = CreateFlowTableIn {
+        kind: TABLE_KIND_NIC_RX,
+        level: 1,
+        miss: MISS_DROP,
+        rsvd: 0,
+        miss_table: zerocopy::little_endian::U32::new(0),
+    };
+    let id = h
+        .command(f, op::CREATE_FLOW_TABLE, table.as_bytes())
+        .id()
+        .expect("a receive table");
+    let entry = CreateFlowEntryIn {
+        table: zerocopy::little_endian::U32::new(id),
+        actions: zerocopy::little_endian::U32::new(action::FWD_RQ),
+        dest: zerocopy::little_endian::U32::new(rqn),
+        ..Default::default()
+    };
+    assert!(h.command(f, op::CREATE_FLOW_ENTRY, entry.as_bytes()).ok());
+    id
 }
 
 /// Takes every send and receive completion of `port` (reposting the receive buffers).

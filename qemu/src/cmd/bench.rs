@@ -139,7 +139,10 @@ fn measure_copies(sizes: &Sizes, frames: u64) -> (f64, f64) {
     }
     let ns = start.elapsed().as_nanos() as f64;
     std::hint::black_box(sink);
-    (ns / frames.max(1) as f64, bytes as f64 / frames.max(1) as f64)
+    (
+        ns / frames.max(1) as f64,
+        bytes as f64 / frames.max(1) as f64,
+    )
 }
 
 pub fn run(a: BenchArgs) -> CmdResult {
@@ -188,39 +191,41 @@ pub fn run(a: BenchArgs) -> CmdResult {
     if a.json {
         let out: Vec<_> = rows
             .iter()
-            .map(|(name, packets, cpu, fld, base, threaded, (copy_ns, copy_bytes))| {
-                let (cpu_ns, base_ns) = (1e3 / cpu.mpps, 1e3 / base.mpps);
-                let crossing_ns = ((cpu_ns - base_ns) / 2.0).max(0.0);
-                let engine_thread = threaded.as_ref().map(|(c2, f2)| {
+            .map(
+                |(name, packets, cpu, fld, base, threaded, (copy_ns, copy_bytes))| {
+                    let (cpu_ns, base_ns) = (1e3 / cpu.mpps, 1e3 / base.mpps);
+                    let crossing_ns = ((cpu_ns - base_ns) / 2.0).max(0.0);
+                    let engine_thread = threaded.as_ref().map(|(c2, f2)| {
+                        json!({
+                            "cpu_echo_mpps": c2.mpps,
+                            "flde_echo_mpps": f2.mpps,
+                            "ratio_cpu_echo_to_one_thread": c2.mpps / cpu.mpps,
+                            "ratio_flde_echo_to_one_thread": f2.mpps / fld.mpps,
+                            "verification_failures": c2.failures + f2.failures,
+                            "nic_out_of_buffer_drops": c2.nic_drops + f2.nic_drops,
+                        })
+                    });
                     json!({
-                        "cpu_echo_mpps": c2.mpps,
-                        "flde_echo_mpps": f2.mpps,
-                        "ratio_cpu_echo_to_one_thread": c2.mpps / cpu.mpps,
-                        "ratio_flde_echo_to_one_thread": f2.mpps / fld.mpps,
-                        "verification_failures": c2.failures + f2.failures,
-                        "nic_out_of_buffer_drops": c2.nic_drops + f2.nic_drops,
+                        "workload": name,
+                        "packets": packets,
+                        "cpu_echo_mpps": cpu.mpps,
+                        "cpu_echo_goodput_gbps": cpu.goodput_gbps,
+                        "flde_echo_mpps": fld.mpps,
+                        "flde_echo_goodput_gbps": fld.goodput_gbps,
+                        "ratio_flde_to_cpu": fld.mpps / cpu.mpps,
+                        "software_loopback_mpps": base.mpps,
+                        "ratio_cpu_echo_to_loopback": cpu.mpps / base.mpps,
+                        "emulator_ns_per_nic_crossing": crossing_ns,
+                        "bytes_copied_per_nic_crossing": copy_bytes,
+                        "memcpy_ns_per_nic_crossing": copy_ns,
+                        "ratio_crossing_to_memcpy": crossing_ns / copy_ns,
+                        "cpu_path_nic_pcie_bytes_per_packet": cpu.nic_pcie_bytes_per_packet,
+                        "flde_path_nic_pcie_bytes_per_packet": fld.nic_pcie_bytes_per_packet,
+                        "verification_failures": cpu.failures + fld.failures + base.failures,
+                        "two_threads": engine_thread,
                     })
-                });
-                json!({
-                    "workload": name,
-                    "packets": packets,
-                    "cpu_echo_mpps": cpu.mpps,
-                    "cpu_echo_goodput_gbps": cpu.goodput_gbps,
-                    "flde_echo_mpps": fld.mpps,
-                    "flde_echo_goodput_gbps": fld.goodput_gbps,
-                    "ratio_flde_to_cpu": fld.mpps / cpu.mpps,
-                    "software_loopback_mpps": base.mpps,
-                    "ratio_cpu_echo_to_loopback": cpu.mpps / base.mpps,
-                    "emulator_ns_per_nic_crossing": crossing_ns,
-                    "bytes_copied_per_nic_crossing": copy_bytes,
-                    "memcpy_ns_per_nic_crossing": copy_ns,
-                    "ratio_crossing_to_memcpy": crossing_ns / copy_ns,
-                    "cpu_path_nic_pcie_bytes_per_packet": cpu.nic_pcie_bytes_per_packet,
-                    "flde_path_nic_pcie_bytes_per_packet": fld.nic_pcie_bytes_per_packet,
-                    "verification_failures": cpu.failures + fld.failures + base.failures,
-                    "two_threads": engine_thread,
-                })
-            })
+                },
+            )
             .collect();
         println!(
             "{}",
