@@ -234,14 +234,19 @@ impl Nic {
     /// What is outside the card stays: the uplink's wire, the tap and the clock.
     pub fn conventional_reset(&self) {
         let mut core = self.shared.lock();
-        let fresh = NicCore::new(core.config.clone());
+        // The frame buffers hold nothing across passes: the reset keeps their allocations.
+        let buffers = FrameBuffers {
+            tx_burst: std::mem::take(&mut core.tx_burst),
+            wire_frame: std::mem::take(&mut core.wire_frame),
+            encap_frame: std::mem::take(&mut core.encap_frame),
+            wqe: std::mem::take(&mut core.wqe),
+        };
+        let fresh = NicCore::with_buffers(core.config.clone(), buffers);
         let old = std::mem::replace(&mut *core, fresh);
         core.wire = old.wire;
         core.tap = old.tap;
         core.clock = old.clock;
         core.manual_clock = old.manual_clock;
-        // On-chip buffers hold nothing across passes: the reset keeps their allocations.
-        core.tx_burst = old.tx_burst;
         drop(core);
         *self.routes.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
@@ -624,8 +629,34 @@ pub(crate) struct NicCore {
     rx_prefetch: datapath::RxPrefetchCounters,
 }
 
+/// The NIC's frame-sized scratch buffers: nothing in them outlives a pass, so a reset keeps
+/// them rather than allocating them again.
+struct FrameBuffers {
+    tx_burst: datapath::TxBurst,
+    wire_frame: Vec<u8>,
+    encap_frame: Vec<u8>,
+    wqe: Vec<u8>,
+}
+
+impl FrameBuffers {
+    fn new(config: &NicConfig) -> Self {
+        let max_frame = config.mtu as usize + 64;
+        FrameBuffers {
+            tx_burst: datapath::TxBurst::new(config.tx_burst as usize, max_frame),
+            wire_frame: vec![0; max_frame],
+            encap_frame: Vec::with_capacity(max_frame + VXLAN_ENCAP_LEN),
+            wqe: vec![0; MAX_WQE_BYTES],
+        }
+    }
+}
+
 impl NicCore {
     fn new(config: NicConfig) -> Self {
+        let buffers = FrameBuffers::new(&config);
+        Self::with_buffers(config, buffers)
+    }
+
+    fn with_buffers(config: NicConfig, buffers: FrameBuffers) -> Self {
         let max_frame = config.mtu as usize + 64;
         NicCore {
             eqs: Slab::new(config.max_eqs.min(db::SLOTS)),
@@ -656,10 +687,10 @@ impl NicCore {
             flow_entry_count: 0,
             wire: Box::new(NullWire::default()),
             tap: None,
-            tx_burst: datapath::TxBurst::new(config.tx_burst as usize, max_frame),
-            wire_frame: vec![0; max_frame],
-            encap_frame: Vec::with_capacity(max_frame + VXLAN_ENCAP_LEN),
-            wqe: vec![0; MAX_WQE_BYTES],
+            tx_burst: buffers.tx_burst,
+            wire_frame: buffers.wire_frame,
+            encap_frame: buffers.encap_frame,
+            wqe: buffers.wqe,
             wqe_prefetch: Default::default(),
             cqe_run: Default::default(),
             clock: Arc::new(ManualClock::default()),
