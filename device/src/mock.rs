@@ -544,6 +544,28 @@ impl MockHost {
             .unwrap_or(0)
     }
 
+    /// What a driver can observe of the card after a run: the NIC's statistics and on-chip
+    /// memory, every function's TLP counters and each NIC function's interrupts (taken), as
+    /// lines added to `seen`, and the whole of host memory, returned. Two runs that must be
+    /// indistinguishable compare these.
+    pub fn observe(&self, seen: &mut Vec<String>) -> Vec<u8> {
+        seen.push(format!("nic {:?}", self.nic.stats()));
+        seen.push(format!("on chip {:?}", self.nic.on_chip_memory()));
+        for fid in 0..self.fabric.function_count() as FunctionId {
+            seen.push(format!("tlps {fid} {:?}", self.fabric.stats(fid)));
+        }
+        let functions = (0..crate::nic::MAX_HOST_FUNCTIONS as u16)
+            .take_while(|&f| self.nic.function_id(f).is_some());
+        for f in functions {
+            for v in 0..MOCK_VECTORS {
+                seen.push(format!("irq {f}/{v} {}", self.take_interrupts(f, v)));
+            }
+        }
+        let mut memory = vec![0u8; self.mapped_len()];
+        self.read(MOCK_IOVA, &mut memory);
+        memory
+    }
+
     /// One step of every engine.
     pub fn poll(&self) -> usize {
         self.nic.poll() + self.fld.as_ref().map_or(0, |f| f.poll())

@@ -116,18 +116,7 @@ fn script(h: &MockHost, seed: u8) -> (Vec<String>, Vec<u8>) {
         fld.stat(Stat::TxPackets)
     ));
 
-    seen.push(format!("nic {:?}", h.nic.stats()));
-    seen.push(format!("on chip {:?}", h.nic.on_chip_memory()));
-    for fid in 0..h.fabric.function_count() as crate::pcie::FunctionId {
-        seen.push(format!("tlps {fid} {:?}", h.fabric.stats(fid)));
-    }
-    for f in 0..2 {
-        for v in 0..crate::mock::MOCK_VECTORS {
-            seen.push(format!("irq {f}/{v} {}", h.take_interrupts(f, v)));
-        }
-    }
-    let mut memory = vec![0u8; h.mapped_len()];
-    h.read(MOCK_IOVA, &mut memory);
+    let memory = h.observe(&mut seen);
     assert!(h.guard_intact());
     (seen, memory)
 }

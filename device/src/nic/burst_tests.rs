@@ -18,7 +18,6 @@ use super::NicConfig;
 use crate::mock::{MockHost, MockPort, MOCK_IOVA};
 use crate::wire::LoopbackWire;
 use fld_abi::nic::*;
-use fld_abi::wire::{ethertype, EthIpv4UdpRepr, EthernetRepr, Ipv4Repr, UdpRepr};
 
 const MAPPED: usize = 4 << 20;
 /// Bytes of data buffer per posted WQE, and how many buffers each port cycles through.
@@ -102,24 +101,7 @@ fn frame(h: &MockHost, from: u16, dest: &Dest, len: usize, udp: bool, seed: u8) 
         Dest::Broadcast => [0xff; 6],
     };
     if udp && len >= 42 {
-        let stack = EthIpv4UdpRepr {
-            eth: EthernetRepr {
-                src_addr: h.nic_mac(from),
-                dst_addr: to,
-                ethertype: ethertype::IPV4,
-            },
-            ip: Ipv4Repr {
-                src_addr: [10, 0, 0, 1],
-                dst_addr: [10, 0, 0, 2],
-                hop_limit: 64,
-                ..Default::default()
-            },
-            udp: UdpRepr {
-                src_port: 1000 + seed as u16,
-                dst_port: 2000,
-            },
-        };
-        assert!(stack.emit(&mut f, false));
+        super::tests::udp_headers(&mut f, (h.nic_mac(from), to), 1000 + seed as u16);
     } else {
         f[..6].copy_from_slice(&to);
         f[6..12].copy_from_slice(&h.nic_mac(from));
@@ -296,17 +278,7 @@ fn run(ops: &[Op], tx_burst: u32) -> (Vec<String>, Vec<u8>) {
     for (i, p) in ports.iter_mut().enumerate() {
         drain(&h, p, i, &mut seen);
     }
-    seen.push(format!("nic {:?}", h.nic.stats()));
-    for fid in 0..h.fabric.function_count() as crate::pcie::FunctionId {
-        seen.push(format!("tlps {fid} {:?}", h.fabric.stats(fid)));
-    }
-    for f in 0..2 {
-        for v in 0..crate::mock::MOCK_VECTORS {
-            seen.push(format!("irq {f}/{v} {}", h.take_interrupts(f, v)));
-        }
-    }
-    let mut memory = vec![0u8; h.mapped_len()];
-    h.read(MOCK_IOVA, &mut memory);
+    let memory = h.observe(&mut seen);
     (seen, memory)
 }
 

@@ -18,10 +18,17 @@ fn host() -> MockHost {
 /// A UDP/IPv4 frame of `len` bytes from NIC function `from` to `to`, payload byte k = k.
 fn frame(h: &MockHost, from: u16, to: u16, len: usize) -> Vec<u8> {
     let mut f: Vec<u8> = (0..len).map(|k| k as u8).collect();
+    udp_headers(&mut f, (h.nic_mac(from), h.nic_mac(to)), 1000);
+    f
+}
+
+/// Writes Ethernet, IPv4 (10.0.0.1 to 10.0.0.2) and UDP (`src_port` to 2000) headers over the
+/// start of `frame` (at least 42 bytes), without checksums, from MAC `src` to `dst`.
+pub(super) fn udp_headers(frame: &mut [u8], (src, dst): ([u8; 6], [u8; 6]), src_port: u16) {
     let stack = EthIpv4UdpRepr {
         eth: EthernetRepr {
-            src_addr: h.nic_mac(from),
-            dst_addr: h.nic_mac(to),
+            src_addr: src,
+            dst_addr: dst,
             ethertype: ethertype::IPV4,
         },
         ip: Ipv4Repr {
@@ -31,12 +38,11 @@ fn frame(h: &MockHost, from: u16, to: u16, len: usize) -> Vec<u8> {
             ..Default::default()
         },
         udp: UdpRepr {
-            src_port: 1000,
+            src_port,
             dst_port: 2000,
         },
     };
-    assert!(stack.emit(&mut f, false));
-    f
+    assert!(stack.emit(frame, false));
 }
 
 fn ports(h: &MockHost) -> (MockPort, MockPort) {

@@ -20,29 +20,7 @@ pub fn internet_checksum(data: &[u8], initial: u32) -> u16 {
     }
     // Headers (20-byte IPv4, 8-byte UDP) are summed as big-endian words, as they are: for
     // them, swapping the sum would cost more than the swaps of their few words.
-    let mut acc = u64::from(initial);
-    let mut tail = data;
-    if tail.len() >= 16 {
-        acc = add_carry(acc, be64(&tail[..8]));
-        acc = add_carry(acc, be64(&tail[8..16]));
-        tail = &tail[16..];
-    }
-    if tail.len() >= 8 {
-        acc = add_carry(acc, be64(&tail[..8]));
-        tail = &tail[8..];
-    }
-    if let [a, b, c, d, rest @ ..] = tail {
-        acc = add_carry(acc, u64::from(u32::from_be_bytes([*a, *b, *c, *d])));
-        tail = rest;
-    }
-    if let [a, b, rest @ ..] = tail {
-        acc = add_carry(acc, u64::from(u16::from_be_bytes([*a, *b])));
-        tail = rest;
-    }
-    if let [a] = tail {
-        acc = add_carry(acc, u64::from(*a) << 8);
-    }
-    !(fold(acc) as u16)
+    !(fold(add_tail::<true>(u64::from(initial), data)) as u16)
 }
 
 /// The one's complement sum of `data` as big-endian 16-bit words, folded to 16 bits, computed
@@ -53,37 +31,55 @@ fn swapped_sum(data: &[u8]) -> u16 {
     let (mut a0, mut a1, mut a2, mut a3) = (0u64, 0u64, 0u64, 0u64);
     let mut blocks = data.chunks_exact(32);
     for c in &mut blocks {
-        a0 = add_carry(a0, le64(&c[..8]));
-        a1 = add_carry(a1, le64(&c[8..16]));
-        a2 = add_carry(a2, le64(&c[16..24]));
-        a3 = add_carry(a3, le64(&c[24..]));
+        a0 = add_carry(a0, word64::<false>(&c[..8]));
+        a1 = add_carry(a1, word64::<false>(&c[8..16]));
+        a2 = add_carry(a2, word64::<false>(&c[16..24]));
+        a3 = add_carry(a3, word64::<false>(&c[24..]));
     }
-    let mut acc = add_carry(add_carry(a0, a1), add_carry(a2, a3));
-    // The tail starts 32-byte aligned relative to `data`, so 16-bit word boundaries hold: an
-    // odd last byte is the high half of a zero-padded big-endian word, the low half of the
-    // little-endian one.
-    let mut tail = blocks.remainder();
+    let acc = add_carry(add_carry(a0, a1), add_carry(a2, a3));
+    // The tail starts 32-byte aligned relative to `data`, so 16-bit word boundaries hold.
+    (fold(add_tail::<false>(acc, blocks.remainder())) as u16).swap_bytes()
+}
+
+/// Adds `tail` (under 32 bytes, starting on a 16-bit word boundary of the data) to `acc` as
+/// 16-bit words, big-endian (`BIG`) or little-endian: 16-, 8-, 4-, 2- and 1-byte pieces, no
+/// byte loop. An odd last byte is the high half of a zero-padded big-endian word, i.e. the low
+/// half of the little-endian one.
+#[inline(always)]
+fn add_tail<const BIG: bool>(mut acc: u64, mut tail: &[u8]) -> u64 {
     if tail.len() >= 16 {
-        acc = add_carry(acc, le64(&tail[..8]));
-        acc = add_carry(acc, le64(&tail[8..16]));
+        acc = add_carry(acc, word64::<BIG>(&tail[..8]));
+        acc = add_carry(acc, word64::<BIG>(&tail[8..16]));
         tail = &tail[16..];
     }
     if tail.len() >= 8 {
-        acc = add_carry(acc, le64(&tail[..8]));
+        acc = add_carry(acc, word64::<BIG>(&tail[..8]));
         tail = &tail[8..];
     }
     if let [a, b, c, d, rest @ ..] = tail {
-        acc = add_carry(acc, u64::from(u32::from_le_bytes([*a, *b, *c, *d])));
+        let w = [*a, *b, *c, *d];
+        let w = if BIG {
+            u32::from_be_bytes(w)
+        } else {
+            u32::from_le_bytes(w)
+        };
+        acc = add_carry(acc, u64::from(w));
         tail = rest;
     }
     if let [a, b, rest @ ..] = tail {
-        acc = add_carry(acc, u64::from(u16::from_le_bytes([*a, *b])));
+        let w = [*a, *b];
+        let w = if BIG {
+            u16::from_be_bytes(w)
+        } else {
+            u16::from_le_bytes(w)
+        };
+        acc = add_carry(acc, u64::from(w));
         tail = rest;
     }
     if let [a] = tail {
-        acc = add_carry(acc, u64::from(*a));
+        acc = add_carry(acc, u64::from(*a) << if BIG { 8 } else { 0 });
     }
-    (fold(acc) as u16).swap_bytes()
+    acc
 }
 
 /// `acc` folded to 16 bits of the same one's complement value: 64 -> 32 -> 16 bits, three
@@ -96,16 +92,15 @@ fn fold(acc: u64) -> u64 {
     (s & 0xffff) + (s >> 16)
 }
 
-/// The little-endian value of exactly eight bytes.
-#[inline]
-fn le64(b: &[u8]) -> u64 {
-    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
-}
-
-/// The big-endian value of exactly eight bytes.
-#[inline]
-fn be64(b: &[u8]) -> u64 {
-    u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+/// The value of exactly eight bytes, big-endian (`BIG`) or little-endian.
+#[inline(always)]
+fn word64<const BIG: bool>(b: &[u8]) -> u64 {
+    let w = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
+    if BIG {
+        u64::from_be_bytes(w)
+    } else {
+        u64::from_le_bytes(w)
+    }
 }
 
 /// One's complement sum (not inverted, not folded) of the IPv4 pseudo-header for an upper-layer
