@@ -22,7 +22,7 @@ use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::card::{Card, CardConfig};
-use crate::fabric::{Fabric, FabricConfig, HostRegion};
+use crate::fabric::{Fabric, FabricConfig, HostRegion, RouteSnapshot};
 use crate::fld::FldFunction;
 use crate::nic::{Nic, NicConfig};
 use crate::pcie::{FunctionId, InterruptSink, MsiMessage};
@@ -258,6 +258,9 @@ pub struct MockHost {
     /// last programmed them; forgotten on any register write or reset the mock makes, so they
     /// are programmed again. A driver programs its mailbox once, not per command.
     mailbox: Cell<[Option<(u64, u64)>; crate::nic::MAX_HOST_FUNCTIONS]>,
+    /// The fabric's routes as this CPU last saw them (renewed when they change), so its loads
+    /// and stores take no lock per access.
+    routes: std::cell::RefCell<Option<RouteSnapshot>>,
 }
 
 impl MockHost {
@@ -304,6 +307,7 @@ impl MockHost {
             token: Cell::new(0),
             cmd: (0, 0),
             mailbox: Cell::new([None; crate::nic::MAX_HOST_FUNCTIONS]),
+            routes: Default::default(),
         };
         let cmd = (
             host.alloc(CMD_MAX_LEN as usize),
@@ -519,12 +523,19 @@ impl MockHost {
     /// function's mailbox is programmed again before its next command.
     pub fn mmio_write32(&self, addr: u64, v: u32) {
         self.mailbox.set([None; crate::nic::MAX_HOST_FUNCTIONS]);
-        self.fabric.mmio_write(addr, &v.to_le_bytes());
+        self.store(addr, &v.to_le_bytes());
+    }
+
+    /// A CPU store through the fabric.
+    fn store(&self, addr: u64, data: &[u8]) {
+        let mut routes = self.routes.borrow_mut();
+        self.fabric.mmio_write_kept(&mut routes, addr, data);
     }
 
     pub fn mmio_read32(&self, addr: u64) -> u32 {
         let mut b = [0u8; 4];
-        self.fabric.mmio_read(addr, &mut b);
+        let mut routes = self.routes.borrow_mut();
+        self.fabric.mmio_read_kept(&mut routes, addr, &mut b);
         u32::from_le_bytes(b)
     }
 
@@ -579,7 +590,7 @@ impl MockHost {
     /// Writes the doorbell word at `offset` of NIC function `f`'s doorbell page.
     pub fn doorbell(&self, f: u16, offset: u64, value: u32) {
         // The doorbell BAR holds no mailbox register: nothing to forget.
-        self.fabric.mmio_write(
+        self.store(
             self.bar(self.nic_fid(f), BAR_DOORBELL) + offset,
             &value.to_le_bytes(),
         );
@@ -605,7 +616,7 @@ impl MockHost {
     }
 
     fn write_nic_reg(&self, f: u16, offset: u64, v: u32) {
-        self.fabric.mmio_write(
+        self.store(
             self.bar(self.nic_fid(f), BAR_CONTROL) + offset,
             &v.to_le_bytes(),
         );

@@ -592,7 +592,45 @@ impl Fabric {
     /// A CPU store to bus address `addr`; false if no BAR decodes it (the store is dropped, as
     /// an unsupported request would be).
     pub fn mmio_write(&self, addr: u64, data: &[u8]) -> bool {
-        let routes = self.snapshot();
+        self.mmio_write_by(&self.snapshot(), addr, data)
+    }
+
+    /// A CPU load from `addr`; all-ones when nothing decodes it (master abort).
+    pub fn mmio_read(&self, addr: u64, data: &mut [u8]) -> bool {
+        self.mmio_read_by(&self.snapshot(), addr, data)
+    }
+
+    /// [`Self::mmio_write`] routed by a snapshot the caller keeps between accesses and
+    /// [`Self::refresh_routes`] renews when the routes change, as an engine keeps its own: a
+    /// CPU issuing many accesses then takes no lock and no reference per access.
+    pub fn mmio_write_kept(
+        &self,
+        kept: &mut Option<RouteSnapshot>,
+        addr: u64,
+        data: &[u8],
+    ) -> bool {
+        self.refresh_routes(kept);
+        match kept {
+            Some(k) => self.mmio_write_by(&k.routes, addr, data),
+            None => self.mmio_write(addr, data),
+        }
+    }
+
+    /// [`Self::mmio_read`] routed by a kept snapshot (see [`Self::mmio_write_kept`]).
+    pub fn mmio_read_kept(
+        &self,
+        kept: &mut Option<RouteSnapshot>,
+        addr: u64,
+        data: &mut [u8],
+    ) -> bool {
+        self.refresh_routes(kept);
+        match kept {
+            Some(k) => self.mmio_read_by(&k.routes, addr, data),
+            None => self.mmio_read(addr, data),
+        }
+    }
+
+    fn mmio_write_by(&self, routes: &Routes, addr: u64, data: &[u8]) -> bool {
         let Some(w) = routes
             .bar_at(addr, data.len() as u64)
             .map(|i| &routes.bars[i])
@@ -606,16 +644,14 @@ impl Fabric {
             data.len() as u64,
         );
         let oh = self.config.tlp_overhead as u64;
-        self.count_on(&routes, w.function, |c| {
+        self.count_on(routes, w.function, |c| {
             c.add_down(tlps, tlps * oh, data.len() as u64)
         });
         w.target.bar_write(w.bar, addr - w.start, data);
         true
     }
 
-    /// A CPU load from `addr`; all-ones when nothing decodes it (master abort).
-    pub fn mmio_read(&self, addr: u64, data: &mut [u8]) -> bool {
-        let routes = self.snapshot();
+    fn mmio_read_by(&self, routes: &Routes, addr: u64, data: &mut [u8]) -> bool {
         let Some(w) = routes
             .bar_at(addr, data.len() as u64)
             .map(|i| &routes.bars[i])
@@ -632,7 +668,7 @@ impl Fabric {
             c.add_down(1, oh, 0);
             c.add_up(cpls, cpls * oh, data.len() as u64);
         };
-        self.count_on(&routes, w.function, count);
+        self.count_on(routes, w.function, count);
         w.target.bar_read(w.bar, addr - w.start, data);
         true
     }
