@@ -1064,6 +1064,45 @@ impl MockHost {
         self.connect_qpn(qp.function, qp.qpn, peer_qpn, peer_gid, peer_mac, psn);
     }
 
+    /// Two RC QPs, one per NIC function (10.9.0.1 and 10.9.0.2, 16 KiB regions), connected
+    /// to each other, with three signalled WQEs posted on the first and not yet run: a SEND of
+    /// `msg` (1,000 to 4,096 bytes) into the second's receive buffer at offset 0, a WRITE of
+    /// it to offset 4096 of the second's region, and a READ of the 1,000 bytes at its offset
+    /// 12288 (`msg`'s first 1,000, written there) into offset 8192 of the first's.
+    pub fn post_rdma_exchange(&self, msg: &[u8]) -> (MockQp, MockQp) {
+        assert!(
+            (1000..=4096).contains(&msg.len()),
+            "message of 1,000 to 4,096 bytes"
+        );
+        let mut a = self.create_rdma_qp(0, [10, 9, 0, 1], 16 << 10);
+        let mut b = self.create_rdma_qp(1, [10, 9, 0, 2], 16 << 10);
+        self.connect_qp(&a, b.qpn, b.gid, self.nic_mac(1), 0x33);
+        self.connect_qp(&b, a.qpn, a.gid, self.nic_mac(0), 0x33);
+        self.write(a.buf, msg);
+        self.write(b.buf + 12288, &msg[..1000]);
+        b.post_recv(self, &[b.sge(0, 4096)]);
+        let send = [a.sge(0, msg.len() as u32)];
+        let read = [a.sge(8192, 1000)];
+        for (opcode, remote, data) in [
+            (WQE_OP_SEND, None, &send),
+            (WQE_OP_RDMA_WRITE, Some((b.buf + 4096, b.key)), &send),
+            (WQE_OP_RDMA_READ, Some((b.buf + 12288, b.key)), &read),
+        ] {
+            let wqe = RdmaWqe {
+                opcode,
+                signal: true,
+                solicited: false,
+                fence: false,
+                imm: 0,
+                remote,
+                atomic: None,
+                data: WqeData::Gather(data),
+            };
+            a.post_send(self, &wqe);
+        }
+        (a, b)
+    }
+
     /// [`MockHost::connect_qp`] for QP `qpn` of function `f`.
     pub fn connect_qpn(
         &self,

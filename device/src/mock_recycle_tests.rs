@@ -3,8 +3,6 @@
 //! state, gives the same frames, completions, counters, interrupts and host memory, byte for
 //! byte. The fuzz targets rely on it: a finding on a recycled card reproduces on a fresh one.
 
-use fld_abi::nic::{RdmaWqe, WqeData, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE, WQE_OP_SEND};
-
 use crate::card::CardConfig;
 use crate::fld::memory_model::MemoryParams;
 use crate::mock::{MockHost, MOCK_IOVA};
@@ -66,35 +64,8 @@ fn script(h: &MockHost, seed: u8) -> (Vec<String>, Vec<u8>) {
         seen.push(format!("tx {c:?}"));
     }
 
-    let mut qa = h.create_rdma_qp(0, [10, 9, 0, 1], 16 << 10);
-    let mut qb = h.create_rdma_qp(1, [10, 9, 0, 2], 16 << 10);
-    h.connect_qp(&qa, qb.qpn, qb.gid, h.nic_mac(1), 0x33);
-    h.connect_qp(&qb, qa.qpn, qa.gid, h.nic_mac(0), 0x33);
     let msg: Vec<u8> = (0..3000u32).map(|i| (i as u8).wrapping_mul(seed)).collect();
-    h.write(qa.buf, &msg);
-    h.write(qb.buf + 12288, &msg[..1000]);
-    qb.post_recv(h, &[qb.sge(0, 4096)]);
-    let send = [qa.sge(0, msg.len() as u32)];
-    let read = [qa.sge(8192, 1000)];
-    for (opcode, remote, data) in [
-        (WQE_OP_SEND, None, &send),
-        (WQE_OP_RDMA_WRITE, Some((qb.buf + 4096, qb.key)), &send),
-        (WQE_OP_RDMA_READ, Some((qb.buf + 12288, qb.key)), &read),
-    ] {
-        qa.post_send(
-            h,
-            &RdmaWqe {
-                opcode,
-                signal: true,
-                solicited: false,
-                fence: false,
-                imm: 0,
-                remote,
-                atomic: None,
-                data: WqeData::Gather(data),
-            },
-        );
-    }
+    let (mut qa, mut qb) = h.post_rdma_exchange(&msg);
     h.run(3000);
     while let Some(c) = qa.cq.poll_cqe(h) {
         seen.push(format!("qa {c:?}"));

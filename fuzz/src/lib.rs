@@ -393,47 +393,10 @@ pub fn small_rdma_nic_with(receiver: fld_device::nic::reorder::ReceiverMode) -> 
 /// eSwitch, move a SEND, a WRITE and a READ whose bytes arrive intact, each completing with
 /// success.
 pub fn assert_rdma_recovers(h: &mut MockHost) {
-    use fld_abi::nic::{
-        cqe_flags, RdmaWqe, WqeData, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE, WQE_OP_SEND,
-    };
+    use fld_abi::nic::{cqe_flags, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE, WQE_OP_SEND};
     assert_nic_recovers(h);
-    let mut a = h.create_rdma_qp(0, [10, 9, 0, 1], 16 << 10);
-    let mut b = h.create_rdma_qp(1, [10, 9, 0, 2], 16 << 10);
-    h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 0x33);
-    h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 0x33);
     let msg: Vec<u8> = (0..2500u32).map(|i| (i * 7) as u8).collect();
-    h.write(a.buf, &msg);
-    h.write(b.buf + 12288, &msg[..1000]);
-    b.post_recv(h, &[b.sge(0, 4096)]);
-    let s = [a.sge(0, msg.len() as u32)];
-    let r = [a.sge(8192, 1000)];
-    let wqe = |opcode, remote, data| RdmaWqe {
-        opcode,
-        signal: true,
-        solicited: false,
-        fence: false,
-        imm: 0,
-        remote,
-        atomic: None,
-        data,
-    };
-    a.post_send(h, &wqe(WQE_OP_SEND, None, WqeData::Gather(&s)));
-    a.post_send(
-        h,
-        &wqe(
-            WQE_OP_RDMA_WRITE,
-            Some((b.buf + 4096, b.key)),
-            WqeData::Gather(&s),
-        ),
-    );
-    a.post_send(
-        h,
-        &wqe(
-            WQE_OP_RDMA_READ,
-            Some((b.buf + 12288, b.key)),
-            WqeData::Gather(&r),
-        ),
-    );
+    let (mut a, mut b) = h.post_rdma_exchange(&msg);
     h.run(2000);
     let rx = b.cq.poll_cqe(h).expect("receive completion after recovery");
     assert_eq!(
