@@ -2,12 +2,15 @@
 //! attack the input describes — tenants and a stranger, valid and invalid tokens, fragments of
 //! any sizes in any order with duplicates, overlaps and missing pieces, bytes after the UDP
 //! datagram, lying length fields — played through the whole in-process card: the host receives
-//! every clean valid request exactly once and nothing else of the service.
+//! every clean valid request exactly once and nothing else of the service. The card, brought up
+//! once per fragment policy, is kept across inputs; each attack starts from fresh accelerator
+//! models on an idle card.
 #![no_main]
 
-use fld_fuzz::Input;
+use fld_fuzz::{Input, Kept};
 use fld_host::guard::FragmentPolicy;
 use fld_qemu::testbed::iot_attack::{Attack, Lie, Request, Token};
+use fld_qemu::testbed::replay::Replayer;
 use libfuzzer_sys::fuzz_target;
 
 fn request(input: &mut Input<'_>) -> Request {
@@ -61,7 +64,12 @@ fuzz_target!(|data: &[u8]| {
         order_seed,
         fragments,
     };
-    if let Err(e) = attack.run() {
+    let mut card = Kept::take(
+        fragments as u32,
+        |_| {},
+        || Replayer::new(&attack.config()).expect("a card for the attack"),
+    );
+    if let Err(e) = attack.run_on(&mut card) {
         panic!("{e}\n{attack:?}");
     }
 });

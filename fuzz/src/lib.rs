@@ -9,12 +9,15 @@
 //!   sound — no device access outside the DMA-mapped memory (guard bytes around it), and a
 //!   reset plus a normal bring-up moves verified traffic ([`assert_nic_recovers`],
 //!   [`assert_fld_recovers`]). Every loop is bounded.
-//! * One card per kind and process, recycled for every input ([`KeptHost`],
+//! * One card per kind and process, recycled for every input ([`Kept`],
 //!   [`fld_device::mock::MockHost::recycle`]): a conventional reset that clears what the last
-//!   input touched costs microseconds, where building a card costs milliseconds. A recycled card
+//!   input touched costs microseconds, where building a card costs milliseconds. Targets that
+//!   drive the card through the host library keep their brought-up testbed the same way and
+//!   recycle only what an input may change. A recycled card
 //!   behaves exactly as a fresh one (the device crate's own test); `FLD_FUZZ_FRESH=1` builds one
 //!   for every input anyway, to confirm a finding without recycling.
 
+use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 
@@ -195,60 +198,74 @@ impl<'a> Input<'a> {
 /// Bytes of host memory the targets map: room for a fuzzed phase and for the bring-up after it.
 pub const HOST_MEMORY: usize = 2 << 20;
 
-/// A mock host kept for the next input: recycled when taken, returned when dropped.
-pub struct KeptHost {
+/// Something costly to build (a card, a host, a brought-up testbed) kept for the next input:
+/// recycled when taken, returned when dropped, dropped instead after a panic (a finding leaves it
+/// in whatever state it found).
+pub struct Kept<T: 'static> {
     kind: u32,
-    host: Option<MockHost>,
+    value: Option<T>,
 }
+
+/// A mock host kept for the next input, recycled by a conventional reset.
+pub type KeptHost = Kept<MockHost>;
+
+/// A kept value with its type and kind.
+type KeptEntry = (TypeId, u32, Box<dyn Any>);
 
 thread_local! {
-    /// Hosts between inputs, by kind.
-    static KEPT: RefCell<Vec<(u32, MockHost)>> = const { RefCell::new(Vec::new()) };
+    /// Values between inputs, by type and kind.
+    static KEPT: RefCell<Vec<KeptEntry>> = const { RefCell::new(Vec::new()) };
 }
 
-impl KeptHost {
-    /// The host of `kind` the last input used, recycled, or one `build` makes.
-    fn take(kind: u32, build: impl FnOnce() -> MockHost) -> KeptHost {
-        let fresh = std::env::var_os("FLD_FUZZ_FRESH").is_some_and(|v| v != "0");
+/// Whether `FLD_FUZZ_FRESH=1` asks for everything built anew for every input.
+fn fresh() -> bool {
+    std::env::var_os("FLD_FUZZ_FRESH").is_some_and(|v| v != "0")
+}
+
+impl<T: 'static> Kept<T> {
+    /// The value of `kind` the last input used, passed through `recycle`, or one `build` makes
+    /// (always with `FLD_FUZZ_FRESH=1`).
+    pub fn take(kind: u32, recycle: impl FnOnce(&mut T), build: impl FnOnce() -> T) -> Kept<T> {
+        let id = TypeId::of::<T>();
         let kept = KEPT.with_borrow_mut(|kept| {
-            let at = kept.iter().position(|(k, _)| *k == kind)?;
-            Some(kept.swap_remove(at).1)
+            let at = kept.iter().position(|(t, k, _)| *t == id && *k == kind)?;
+            kept.swap_remove(at).2.downcast::<T>().ok()
         });
-        let host = match kept {
-            Some(mut host) if !fresh => {
-                host.recycle();
-                host
+        let value = match kept {
+            Some(mut value) if !fresh() => {
+                recycle(&mut value);
+                *value
             }
             _ => build(),
         };
-        KeptHost {
+        Kept {
             kind,
-            host: Some(host),
+            value: Some(value),
         }
     }
 }
 
-impl Deref for KeptHost {
-    type Target = MockHost;
-    fn deref(&self) -> &MockHost {
-        self.host.as_ref().expect("held until dropped")
+impl<T> Deref for Kept<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.value.as_ref().expect("held until dropped")
     }
 }
 
-impl DerefMut for KeptHost {
-    fn deref_mut(&mut self) -> &mut MockHost {
-        self.host.as_mut().expect("held until dropped")
+impl<T> DerefMut for Kept<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.value.as_mut().expect("held until dropped")
     }
 }
 
-impl Drop for KeptHost {
+impl<T: 'static> Drop for Kept<T> {
     fn drop(&mut self) {
-        // After a panic the host is in whatever state the finding left: not kept.
         if std::thread::panicking() {
             return;
         }
-        if let Some(host) = self.host.take() {
-            KEPT.with_borrow_mut(|kept| kept.push((self.kind, host)));
+        if let Some(value) = self.value.take() {
+            let entry = (TypeId::of::<T>(), self.kind, Box::new(value) as Box<dyn Any>);
+            KEPT.with_borrow_mut(|kept| kept.push(entry));
         }
     }
 }
@@ -269,13 +286,13 @@ fn small_limits() -> NicConfig {
 
 /// A NIC with small limits.
 pub fn small_nic() -> KeptHost {
-    KeptHost::take(0, || MockHost::nic(small_limits(), HOST_MEMORY))
+    KeptHost::take(0, MockHost::recycle, || MockHost::nic(small_limits(), HOST_MEMORY))
 }
 
 /// A card whose FLD is sized for a 10 Gbit/s link and 4 queues (small structures), with a
 /// fresh echo accelerator behind it.
 pub fn small_card() -> KeptHost {
-    let h = KeptHost::take(1, || {
+    let h = KeptHost::take(1, MockHost::recycle, || {
         MockHost::card(
             CardConfig {
                 fld: MemoryParams {
@@ -375,7 +392,7 @@ pub fn small_rdma_nic() -> KeptHost {
 /// [`small_rdma_nic`] whose RC responders treat packets ahead as `receiver` says (a reorder
 /// unit, LEFT §3), with a pool small enough for the input to run it out.
 pub fn small_rdma_nic_with(receiver: fld_device::nic::reorder::ReceiverMode) -> KeptHost {
-    KeptHost::take(2 + receiver.caps_code() as u32, || {
+    KeptHost::take(2 + receiver.caps_code() as u32, MockHost::recycle, || {
         MockHost::nic(
             NicConfig {
                 receiver,

@@ -273,6 +273,11 @@ impl UnloadTarget {
         })
     }
 
+    /// Deregisters the staging buffer (the QP's receives go with the QP).
+    pub fn close(self, ctx: &mut Context) -> Result<()> {
+        ctx.dereg_mr(self.staging)
+    }
+
     /// Returns credits (and verdicts) every `n` slots taken instead of every half ring: 1 for
     /// an initiator that reports each WRITE's completion only when it is placed
     /// (`super::urdma::UnloadQp`).

@@ -24,7 +24,7 @@ use fld_abi::wire::{ethernet, EthIpv4UdpRepr, EthernetRepr, Ipv4Packet, Ipv4Repr
 use fld_device::accel::iot::{coap_message, sign_hs256};
 use fld_host::guard::FragmentPolicy;
 
-use super::replay::{replay, ReplayAccel, ReplayConfig, ReplayError, ReplayTenant};
+use super::replay::{ReplayAccel, ReplayConfig, ReplayError, ReplayTenant, Replayer};
 
 /// The service's clock (seconds since the epoch) for `exp`.
 pub const NOW: u64 = 1_900_000_000;
@@ -403,8 +403,15 @@ impl Attack {
 
     /// Plays the attack through the card and checks the invariant; `Err` says what broke it.
     pub fn run(&self) -> Result<(), String> {
+        let mut card = Replayer::new(&self.config()).map_err(|e| e.to_string())?;
+        self.run_on(&mut card)
+    }
+
+    /// As [`Attack::run`], on a card already brought up for this attack's [`Attack::config`]
+    /// (one kept across attacks with the same fragment policy).
+    pub fn run_on(&self, card: &mut Replayer) -> Result<(), String> {
         let (wire, exp) = self.frames();
-        let out = replay(wire, &self.config()).map_err(|e: ReplayError| e.to_string())?;
+        let out = card.run(wire).map_err(|e: ReplayError| e.to_string())?;
         let delivered: Vec<Vec<u8>> = out.delivered.into_iter().map(|(_, f)| f).collect();
         exp.check(&delivered)
     }

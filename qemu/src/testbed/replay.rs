@@ -27,7 +27,8 @@ use fld_device::accel::{Accelerator, Echo};
 use fld_device::fld::memory_model::MemoryParams;
 use fld_device::wire::ReplayWire;
 use fld_driver::DriverError;
-use fld_host::guard::{FragmentPolicy, UdpService, REASSEMBLY_CONTEXT};
+use fld_host::guard::{FragmentPolicy, ServiceGuard, UdpService, REASSEMBLY_CONTEXT};
+use fld_host::mempool::Mbuf;
 use fld_host::FlowItem;
 
 use super::{FldEchoSetup, VxlanDecap};
@@ -98,7 +99,7 @@ impl Default for ReplayConfig {
 }
 
 /// What the replay produced.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReplayOutcome {
     /// Frames that reached the host, in the order the host received them, with their queue.
     pub delivered: Vec<(u16, Vec<u8>)>,
@@ -124,13 +125,17 @@ pub enum ReplayError {
 
 /// Runs `frames` through the card as `cfg` describes.
 pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome, ReplayError> {
-    let queues = cfg.host_queues.clamp(1, 64);
-    let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), queues)?;
+    Replayer::new(cfg)?.run(frames)
+}
+
+/// The accelerator model `cfg` puts behind FLD, fresh, and the flow items that steer its share
+/// of the traffic to it.
+fn accelerator(cfg: &ReplayConfig) -> Result<(Box<dyn Accelerator>, Vec<FlowItem>), ReplayError> {
     let udp_to = |port| FlowItem::Udp {
         src_port: None,
         dst_port: Some(port),
     };
-    let (accel, first): (Box<dyn Accelerator>, Vec<FlowItem>) = match cfg.accel {
+    Ok(match cfg.accel {
         ReplayAccel::Echo => (Box::new(Echo::new(0, 256)), vec![]),
         ReplayAccel::Zuc => (
             Box::new(ZucAccel::new(ZUC_UDP_PORT, 0)),
@@ -162,89 +167,145 @@ pub fn replay(frames: Vec<Vec<u8>>, cfg: &ReplayConfig) -> Result<ReplayOutcome,
                 .with(0..=REASSEMBLY_CONTEXT - 1, Box::new(iot));
             (Box::new(chain), vec![udp_to(COAP_PORT)])
         }
-    };
-    s.card.fld.set_accelerator(accel);
+    })
+}
 
-    // eSwitch root: the accelerator's share to FLD's vPort, the rest to the host. What the
-    // accelerator returns resumes at `back`, which delivers to the host.
-    let mut guard = None;
-    let back = if cfg.accel == ReplayAccel::Iot {
-        let service = UdpService {
-            fragments: cfg.iot_fragments,
-            refuse_fragments_from: cfg
-                .tenants
-                .iter()
-                .filter(|t| t.refuse_fragments)
-                .map(|t| t.src)
-                .collect(),
-            ..UdpService::port(COAP_PORT)
+/// The card brought up and steered for one [`ReplayConfig`], kept for any number of replays:
+/// bringing a card up (FLD's tables, the drivers' rings, the eSwitch rules) costs milliseconds,
+/// a replay of a few frames microseconds. Each [`Replayer::run`] starts from a fresh accelerator
+/// model (no reassembly or flow state carried over) and an idle card with empty queues, and
+/// reports its own counts (the card's counters as differences).
+pub struct Replayer {
+    setup: FldEchoSetup,
+    cfg: ReplayConfig,
+    queues: u16,
+    guard: Option<ServiceGuard>,
+    rx: Vec<Mbuf>,
+}
+
+impl Replayer {
+    /// Brings the card up for `cfg`: FLD-E with the accelerator's share steered to it (for IoT
+    /// behind the fail-closed guard, tenants registered) and everything else to the host.
+    pub fn new(cfg: &ReplayConfig) -> Result<Self, ReplayError> {
+        let queues = cfg.host_queues.clamp(1, 64);
+        let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), queues)?;
+        let (accel, first) = accelerator(cfg)?;
+        s.card.fld.set_accelerator(accel);
+
+        // eSwitch root: the accelerator's share to FLD's vPort, the rest to the host. What the
+        // accelerator returns resumes at `back`, which delivers to the host.
+        let mut guard = None;
+        let back = if cfg.accel == ReplayAccel::Iot {
+            let service = UdpService {
+                fragments: cfg.iot_fragments,
+                refuse_fragments_from: cfg
+                    .tenants
+                    .iter()
+                    .filter(|t| t.refuse_fragments)
+                    .map(|t| t.src)
+                    .collect(),
+                ..UdpService::port(COAP_PORT)
+            };
+            let (back, installed) = s.steer_guarded(cfg.vxlan.as_ref(), &service)?;
+            guard = Some(installed);
+            s.add_tenants(cfg.tenants.iter().map(|t| (t.context, t.src)), back)
+                .map_err(|_| ReplayError::BadTenant(0))?;
+            back
+        } else {
+            s.steer_to_accelerator_after(cfg.vxlan.as_ref(), Some(&first))?
         };
-        let (back, installed) = s.steer_guarded(cfg.vxlan.as_ref(), &service)?;
-        guard = Some(installed);
-        s.add_tenants(cfg.tenants.iter().map(|t| (t.context, t.src)), back)
-            .map_err(|_| ReplayError::BadTenant(0))?;
-        back
-    } else {
-        s.steer_to_accelerator_after(cfg.vxlan.as_ref(), Some(&first))?
-    };
-    // Everything else FLD receives: context 0, which has no key (IoT drops it as unknown).
-    s.flde.accelerate(u16::MAX - 1, &first, 0, Some(back))?;
+        // Everything else FLD receives: context 0, which has no key (IoT drops it as unknown).
+        s.flde.accelerate(u16::MAX - 1, &first, 0, Some(back))?;
+        Ok(Replayer {
+            setup: s,
+            cfg: cfg.clone(),
+            queues,
+            guard,
+            rx: Vec::with_capacity(64),
+        })
+    }
 
-    let mut out = ReplayOutcome {
-        injected: frames.len() as u64,
-        ..Default::default()
-    };
-    let pool = s
-        .client
-        .pool()
-        .ok_or(DriverError::InvalidArgument("no pool"))?;
-    let mut rx = Vec::with_capacity(64);
-    let mut drain = |s: &mut FldEchoSetup, out: &mut ReplayOutcome| {
+    /// Runs `frames` through the card, from a fresh accelerator model, until the card is idle
+    /// and every queue drained.
+    pub fn run(&mut self, frames: Vec<Vec<u8>>) -> Result<ReplayOutcome, ReplayError> {
+        let (accel, _) = accelerator(&self.cfg)?;
+        self.setup.card.fld.set_accelerator(accel);
+        let counted_before = self.card_counters()?;
+        let fld = self.setup.flde.fld();
+        let (rx_before, drops_before) = (
+            fld.stat(Stat::RxPackets),
+            fld.stat(Stat::RxAcceleratorDrops),
+        );
+        let mut out = ReplayOutcome {
+            injected: frames.len() as u64,
+            ..Default::default()
+        };
+        let mut transmitted = None;
+        match self.cfg.inject {
+            Inject::Uplink => {
+                let wire = ReplayWire::new(frames, self.cfg.burst);
+                let remaining = wire.remaining.clone();
+                transmitted = Some(wire.transmitted.clone());
+                self.setup.card.nic.set_uplink(Box::new(wire));
+                while remaining.load(Ordering::Relaxed) > 0 {
+                    self.setup.card.poll();
+                    self.drain(&mut out)?;
+                }
+            }
+            Inject::Host => {
+                let queues = self.queues;
+                super::inline_apps::pump(&mut self.setup, &frames, self.cfg.burst, queues, |q, f| {
+                    out.delivered.push((q, f.data().to_vec()))
+                });
+            }
+        }
+        loop {
+            self.setup.card.run_until_idle();
+            if !self.drain(&mut out)? {
+                break;
+            }
+        }
+        out.uplink_transmitted = transmitted.map_or(0, |t| t.load(Ordering::Relaxed));
+        let fld = self.setup.flde.fld();
+        out.fld_rx = fld.stat(Stat::RxPackets) - rx_before;
+        out.fld_accelerator_drops = fld.stat(Stat::RxAcceleratorDrops) - drops_before;
+        if let Some((name, counters)) = self.setup.card.fld.accelerator_counters() {
+            out.accelerator = name;
+            out.counters = counters;
+        }
+        out.card_counters = self.card_counters()?;
+        for ((_, after), (_, before)) in out.card_counters.iter_mut().zip(counted_before) {
+            *after = after.wrapping_sub(before);
+        }
+        Ok(out)
+    }
+
+    /// The guard's rules by reason (IoT), then the host port's counters, as the card has them.
+    fn card_counters(&mut self) -> Result<Vec<(&'static str, u64)>, ReplayError> {
+        let mut counters = match &self.guard {
+            Some(guard) => guard.counters(self.setup.flde.nic())?,
+            None => Vec::new(),
+        };
+        counters.extend(self.setup.client.nic_counters()?);
+        Ok(counters)
+    }
+
+    /// Takes what reached the host's queues; whether there was any.
+    fn drain(&mut self, out: &mut ReplayOutcome) -> Result<bool, ReplayError> {
+        let pool = self
+            .setup
+            .client
+            .pool()
+            .ok_or(DriverError::InvalidArgument("no pool"))?;
         let mut any = false;
-        for q in 0..queues {
-            while s.client.rx_burst(q, &mut rx, 64) > 0 {
+        for q in 0..self.queues {
+            while self.setup.client.rx_burst(q, &mut self.rx, 64) > 0 {
                 any = true;
                 out.delivered
-                    .extend(rx.iter().map(|m| (q, m.data().to_vec())));
-                pool.free_bulk(rx.drain(..));
+                    .extend(self.rx.iter().map(|m| (q, m.data().to_vec())));
+                pool.free_bulk(self.rx.drain(..));
             }
         }
-        any
-    };
-    let mut transmitted = None;
-    match cfg.inject {
-        Inject::Uplink => {
-            let wire = ReplayWire::new(frames, cfg.burst);
-            let remaining = wire.remaining.clone();
-            transmitted = Some(wire.transmitted.clone());
-            s.card.nic.set_uplink(Box::new(wire));
-            while remaining.load(Ordering::Relaxed) > 0 {
-                s.card.poll();
-                drain(&mut s, &mut out);
-            }
-        }
-        Inject::Host => {
-            super::inline_apps::pump(&mut s, &frames, cfg.burst, queues, |q, f| {
-                out.delivered.push((q, f.data().to_vec()))
-            });
-        }
+        Ok(any)
     }
-    loop {
-        s.card.run_until_idle();
-        if !drain(&mut s, &mut out) {
-            break;
-        }
-    }
-    out.uplink_transmitted = transmitted.map_or(0, |t| t.load(Ordering::Relaxed));
-    out.fld_rx = s.flde.fld().stat(Stat::RxPackets);
-    out.fld_accelerator_drops = s.flde.fld().stat(Stat::RxAcceleratorDrops);
-    if let Some((name, counters)) = s.card.fld.accelerator_counters() {
-        out.accelerator = name;
-        out.counters = counters;
-    }
-    if let Some(guard) = guard {
-        out.card_counters = guard.counters(s.flde.nic())?;
-    }
-    out.card_counters.extend(s.client.nic_counters()?);
-    Ok(out)
 }

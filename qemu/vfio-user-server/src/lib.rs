@@ -25,9 +25,8 @@ use fld_device::card::Card;
 use fld_device::fabric::HostRegion;
 use fld_device::pcie::{FunctionId, InterruptSink, MsiMessage, PciFunction};
 use vfio_bindings::bindings::vfio::*;
-use vfio_user::{
-    DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion, SparseArea,
-};
+use vfio_user::{IrqInfo, Server, ServerRegion, SparseArea};
+pub use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 use vm_memory::{FileOffset, GuestAddress, GuestRegionMmap, MmapRegion};
 
 /// vfio-pci region indices.
@@ -78,8 +77,10 @@ impl InterruptSink for EventfdSink {
     }
 }
 
-/// One function's side of a vfio-user connection.
-struct FunctionBackend {
+/// One function's side of a vfio-user connection: what each message reaches once the protocol
+/// crate has decoded it ([`ServerBackend`]). Public so the message handling can be driven
+/// without a socket (the `vfio_user_backend` fuzz target).
+pub struct FunctionBackend {
     card: Arc<Card>,
     fid: FunctionId,
     irqs: Arc<EventfdSink>,
@@ -88,6 +89,27 @@ struct FunctionBackend {
 }
 
 impl FunctionBackend {
+    /// Function `fid` of `card` for a new client: nothing mapped, MSI-X vectors in `irqs`.
+    fn new(card: Arc<Card>, fid: FunctionId, irqs: Arc<EventfdSink>) -> Self {
+        FunctionBackend {
+            card,
+            fid,
+            irqs,
+            files: HashMap::new(),
+        }
+    }
+
+    /// Function `fid` of `card` served alone: the card's interrupts go to eventfds the client
+    /// sets, and the function's MSI-X table is the client's to program.
+    pub fn standalone(card: Arc<Card>, fid: FunctionId) -> Self {
+        let irqs = Arc::new(EventfdSink::default());
+        card.fabric.set_interrupt_sink(irqs.clone());
+        if let Some(f) = card.fabric.function(fid) {
+            f.pci().set_external_msix(true);
+        }
+        FunctionBackend::new(card, fid, irqs)
+    }
+
     /// The memory behind a DMA map of `size` bytes at `offset` in `fd`, and the map's offset in
     /// it. Every map of one file (a guest's RAM arrives as one memfd, page by page, each map with
     /// its own descriptor) shares one mapping of the whole file: the server keeps one descriptor
@@ -102,7 +124,12 @@ impl FunctionBackend {
         let end = offset
             .checked_add(size)
             .ok_or_else(|| invalid("map size"))?;
-        if meta.file_type().is_file() && end <= meta.len() {
+        if meta.file_type().is_file() {
+            // Pages past a file's end are no memory: the device's first access there would kill
+            // the server (SIGBUS), where the client must get an error.
+            if end > meta.len() {
+                return Err(invalid("DMA map past the end of its file"));
+            }
             use std::os::unix::fs::MetadataExt;
             let key = (meta.dev(), meta.ino());
             if let Some(m) = self.files.get(&key) {
@@ -116,7 +143,7 @@ impl FunctionBackend {
             self.files.insert(key, region.clone());
             return Ok((region, offset));
         }
-        // Not a sized regular file: map just the window.
+        // Not a regular file (a device's memory): map just the window.
         let mmap = MmapRegion::from_file(FileOffset::new(fd, offset), size as usize)
             .map_err(|e| invalid(&format!("mmap: {e}")))?;
         let region =
@@ -131,7 +158,8 @@ impl FunctionBackend {
         self.files.clear();
     }
 
-    fn disconnect(&mut self) {
+    /// The client has gone: its DMA maps and eventfds go with it.
+    pub fn disconnect(&mut self) {
         self.unmap_all();
         self.irqs.clear(self.fid);
     }
@@ -535,12 +563,7 @@ fn serve_function(
 ) {
     let name = path.display().to_string();
     while !stop.load(Ordering::Relaxed) {
-        let mut backend = FunctionBackend {
-            card: card.clone(),
-            fid,
-            irqs: irqs.clone(),
-            files: HashMap::new(),
-        };
+        let mut backend = FunctionBackend::new(card.clone(), fid, irqs.clone());
         log::info!("{name}: waiting for a client");
         match serve_client(&server, &mut backend) {
             Ok(()) => log::info!("{name}: client disconnected"),
@@ -588,21 +611,11 @@ pub struct FunctionServer {
 
 impl FunctionServer {
     pub fn new(card: Arc<Card>, fid: FunctionId, listener: UnixListener) -> Self {
-        let irqs = Arc::new(EventfdSink::default());
-        card.fabric.set_interrupt_sink(irqs.clone());
-        if let Some(f) = card.fabric.function(fid) {
-            f.pci().set_external_msix(true);
-        }
         let (regions, irq_info) = describe(&card, fid, None);
         let server = Server::from_owned_fd(listener.into(), true, irq_info, regions);
         FunctionServer {
             server,
-            backend: FunctionBackend {
-                card,
-                fid,
-                irqs,
-                files: HashMap::new(),
-            },
+            backend: FunctionBackend::standalone(card, fid),
         }
     }
 
@@ -653,15 +666,7 @@ mod tests {
         let irqs = Arc::new(EventfdSink::default());
         card.fabric.set_interrupt_sink(irqs.clone());
         let fid = card.nic.function_id(0).expect("NIC function 0");
-        (
-            FunctionBackend {
-                card,
-                fid,
-                irqs: irqs.clone(),
-                files: HashMap::new(),
-            },
-            irqs,
-        )
+        (FunctionBackend::new(card, fid, irqs.clone()), irqs)
     }
 
     /// A region access larger than the advertised max_data_xfer_size ends the connection
@@ -777,6 +782,45 @@ mod tests {
                 vec![],
             )
             .is_err());
+    }
+
+    /// A memfd of `len` bytes, as a client's guest RAM arrives.
+    fn memfd(len: u64) -> File {
+        // SAFETY: a NUL-terminated name; the descriptor returned is checked and owned here.
+        let fd = unsafe { libc::memfd_create(c"fld-test-ram".as_ptr(), 0) };
+        assert!(fd >= 0, "memfd_create");
+        // SAFETY: `fd` is a new descriptor nothing else owns.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(len).unwrap();
+        file
+    }
+
+    /// A DMA map must lie inside its file: a page past a regular file's end is no memory, and
+    /// the device's first access to it would kill the server (SIGBUS). Such a map was mapped as
+    /// a window and is now refused, mapping nothing; maps inside the file are taken, and the
+    /// device reads what the client wrote.
+    #[test]
+    fn a_dma_map_past_the_end_of_its_file_is_refused() {
+        use std::os::unix::fs::FileExt;
+        let (mut b, _) = backend();
+        let ram = memfd(0x10000);
+        ram.write_all_at(b"guest bytes", 0x8000).unwrap();
+        let map = |b: &mut FunctionBackend, offset: u64, size: u64| {
+            let fd = ram.try_clone().unwrap();
+            b.dma_map(DmaMapFlags::READ_WRITE, offset, 0x100_0000 + offset, size, Some(fd))
+        };
+        assert!(map(&mut b, 0xf000, 0x2000).is_err(), "one page past the end");
+        assert!(map(&mut b, 0x10000, 0x1000).is_err(), "starting at the end");
+        assert!(map(&mut b, 0xf000, u64::MAX).is_err(), "a size that wraps");
+        assert_eq!(b.card.fabric.host_mapping_count(b.fid), 0);
+        assert!(map(&mut b, 0x8000, 0x8000).is_ok(), "the file's last half");
+        assert_eq!(b.card.fabric.host_mapping_count(b.fid), 1);
+        // Bus master on, as the client's driver sets it, so the function may read.
+        b.region_write(CONFIG_REGION, OFF_COMMAND as u64, &[0x06, 0])
+            .unwrap();
+        let mut seen = [0u8; 11];
+        b.card.fabric.dma(b.fid).read(0x100_8000, &mut seen).unwrap();
+        assert_eq!(&seen, b"guest bytes");
     }
 
     /// A function served on a listener the caller made: a client reads the configuration
