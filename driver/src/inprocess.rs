@@ -51,7 +51,9 @@ pub struct InProcessHost {
     /// Set when a runner outside the driver decides when the card runs (the virtual-time
     /// runner): waiting applications then leave the card alone.
     stepped_by_runner: std::sync::atomic::AtomicBool,
-    bars: HashMap<(FunctionId, u8), u64>,
+    /// Each function's BAR addresses, by function and BAR index (a plain table: every register
+    /// access looks its BAR up).
+    bars: Vec<[Option<u64>; 6]>,
 }
 
 impl InProcessHost {
@@ -62,7 +64,7 @@ impl InProcessHost {
             .map_err(|e| DriverError::Transport(format!("host memory: {e}")))?;
         let region = Arc::new(region);
         let fabric = &card.fabric;
-        let mut bars = HashMap::new();
+        let mut bars = vec![[None; 6]; fabric.function_count()];
         let mut next_bar = MMIO_BASE;
         for fid in 0..fabric.function_count() as FunctionId {
             fabric
@@ -83,7 +85,9 @@ impl InProcessHost {
             for spec in specs {
                 next_bar = next_bar.next_multiple_of(spec.size);
                 fabric.assign_bar(fid, spec.index, next_bar);
-                bars.insert((fid, spec.index), next_bar);
+                if let Some(slot) = bars[fid as usize].get_mut(usize::from(spec.index)) {
+                    *slot = Some(next_bar);
+                }
                 next_bar += spec.size;
             }
             fabric.config_write(fid, OFF_COMMAND as u64, &CMD_MEMORY.to_le_bytes());
@@ -238,7 +242,7 @@ impl InProcessDevice {
         &self.host
     }
     fn bar_base(&self, bar: u8) -> Option<u64> {
-        self.host.bars.get(&(self.fid, bar)).copied()
+        *self.host.bars.get(self.fid as usize)?.get(usize::from(bar))?
     }
 }
 

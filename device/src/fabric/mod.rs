@@ -302,7 +302,6 @@ impl Fabric {
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
-            overhead: self.config.tlp_overhead,
         });
         for f in self
             .functions
@@ -505,7 +504,8 @@ impl Fabric {
 
     /// TLP statistics of a function ([`HOST`] for the root port).
     pub fn stats(&self, id: FunctionId) -> TlpStats {
-        self.counters_of(id).snapshot()
+        self.counters_of(id)
+            .snapshot(u64::from(self.config.tlp_overhead))
     }
 
     /// Read operations function `id` issued (each DMA read once, however many TLPs it took).
@@ -638,15 +638,8 @@ impl Fabric {
             return false;
         };
         let tlps = tlp_count(addr, data.len() as u64, self.config.mps as u64);
-        self.host_counters.add_up(
-            tlps,
-            tlps * self.config.tlp_overhead as u64,
-            data.len() as u64,
-        );
-        let oh = self.config.tlp_overhead as u64;
-        self.count_on(routes, w.function, |c| {
-            c.add_down(tlps, tlps * oh, data.len() as u64)
-        });
+        self.host_counters.add_up(tlps, data.len() as u64);
+        self.count_on(routes, w.function, |c| c.add_down(tlps, data.len() as u64));
         w.target.bar_write(w.bar, addr - w.start, data);
         true
     }
@@ -659,14 +652,12 @@ impl Fabric {
             data.fill(0xff);
             return false;
         };
-        let oh = self.config.tlp_overhead as u64;
         let cpls = tlp_count(addr, data.len() as u64, self.config.mps as u64);
-        self.host_counters.add_up(1, oh, 0);
-        self.host_counters
-            .add_down(cpls, cpls * oh, data.len() as u64);
+        self.host_counters.add_up(1, 0);
+        self.host_counters.add_down(cpls, data.len() as u64);
         let count = |c: &TlpCounters| {
-            c.add_down(1, oh, 0);
-            c.add_up(cpls, cpls * oh, data.len() as u64);
+            c.add_down(1, 0);
+            c.add_up(cpls, data.len() as u64);
         };
         self.count_on(routes, w.function, count);
         w.target.bar_read(w.bar, addr - w.start, data);
@@ -699,13 +690,12 @@ impl Fabric {
 struct CountingSink {
     inner: Arc<dyn InterruptSink>,
     counters: Vec<Arc<TlpCounters>>,
-    overhead: u32,
 }
 
 impl InterruptSink for CountingSink {
     fn deliver(&self, function: FunctionId, msg: MsiMessage) {
         if let Some(c) = self.counters.get(function as usize) {
-            c.add_up(1, self.overhead as u64, 4);
+            c.add_up(1, 4);
         }
         self.inner.deliver(function, msg);
     }
@@ -866,7 +856,7 @@ impl DmaPort<'_> {
         let hdr = n * self.fabric.config.tlp_overhead as u64;
         self.tally.req.up(n, hdr, len);
         match peer {
-            Some(p) => self.link_counters(p, |c| c.add_down(n, hdr, len)),
+            Some(p) => self.link_counters(p, |c| c.add_down(n, len)),
             None => self.tally.host.down(n, hdr, len),
         }
     }
@@ -881,8 +871,8 @@ impl DmaPort<'_> {
         self.tally.req.down(cpls, cpls * oh, len);
         match peer {
             Some(p) => self.link_counters(p, |c| {
-                c.add_down(reqs, reqs * oh, 0);
-                c.add_up(cpls, cpls * oh, len);
+                c.add_down(reqs, 0);
+                c.add_up(cpls, len);
                 c.add_read_served();
             }),
             None => {

@@ -178,6 +178,10 @@ impl DoorbellArea {
     pub fn write(&self, offset: u64, data: &[u8]) {
         // Aligned whole words (a 64-byte WQE chunk, a doorbell) are stored a word at a time.
         if offset.is_multiple_of(4) && data.len().is_multiple_of(4) {
+            if data.len() > 4 && self.run_inside(offset, data.len()) {
+                self.store_run(offset, data);
+                return;
+            }
             for (i, w) in data.chunks_exact(4).enumerate() {
                 let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
                 self.store(offset + 4 * i as u64, v);
@@ -199,6 +203,42 @@ impl DoorbellArea {
                 // Noted after the byte landed, so the engine never takes the note first.
                 self.note(o & !3);
                 self.mark_dirty(o);
+            }
+        }
+    }
+
+    /// Whether `len` bytes from `offset` lie inside the area.
+    fn run_inside(&self, offset: u64, len: usize) -> bool {
+        offset
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= DOORBELL_WORDS as u64 * 4)
+    }
+
+    /// A run of whole words inside the area (a WQE written by MMIO): the words stored in order,
+    /// then the rung slots it covers noted and its chunks marked dirty, once for the run
+    /// rather than per word — the same marks [`Self::store`] leaves word by word, except that
+    /// a run with any non-zero word marks all its chunks (a WQE lies in one).
+    fn store_run(&self, offset: u64, data: &[u8]) {
+        let first = (offset / 4) as usize;
+        let words = self.words.load(Ordering::Acquire);
+        let mut non_zero = false;
+        for (i, w) in data.chunks_exact(4).enumerate() {
+            let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            // SAFETY: the caller checked that the run lies inside the area's DOORBELL_WORDS
+            // live words.
+            unsafe { (*words.add(first + i)).store(v, Ordering::Release) };
+            non_zero |= v != 0;
+        }
+        let end = offset + data.len() as u64;
+        let doorbells = db::QP_SQ_BASE..db::QP_RQ_BASE + u64::from(db::QP_SLOTS) * 4;
+        if offset < doorbells.end && end > doorbells.start {
+            for o in (offset..end).step_by(4) {
+                self.note(o);
+            }
+        }
+        if non_zero {
+            for chunk in offset / DIRTY_CHUNK..=(end - 1) / DIRTY_CHUNK {
+                self.mark_dirty(chunk * DIRTY_CHUNK);
             }
         }
     }
@@ -234,6 +274,15 @@ impl DoorbellArea {
     /// Copies whole words from `offset` (4-byte aligned) into `out` (a multiple of 4 bytes),
     /// each word read once: how the engine reads a WQE buffer.
     pub fn read_words(&self, offset: u64, out: &mut [u8]) {
+        if offset.is_multiple_of(4) && self.run_inside(offset, out.len()) {
+            let (first, words) = ((offset / 4) as usize, self.words.load(Ordering::Acquire));
+            for (i, chunk) in out.chunks_exact_mut(4).enumerate() {
+                // SAFETY: the run lies inside the area's DOORBELL_WORDS live words.
+                let v = unsafe { (*words.add(first + i)).load(Ordering::Acquire) };
+                chunk.copy_from_slice(&v.to_le_bytes());
+            }
+            return;
+        }
         for (i, chunk) in out.chunks_exact_mut(4).enumerate() {
             chunk.copy_from_slice(&self.load(offset + 4 * i as u64).to_le_bytes());
         }
