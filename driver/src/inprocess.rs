@@ -242,7 +242,11 @@ impl InProcessDevice {
         &self.host
     }
     fn bar_base(&self, bar: u8) -> Option<u64> {
-        *self.host.bars.get(self.fid as usize)?.get(usize::from(bar))?
+        *self
+            .host
+            .bars
+            .get(self.fid as usize)?
+            .get(usize::from(bar))?
     }
 }
 

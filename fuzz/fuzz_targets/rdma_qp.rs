@@ -247,7 +247,11 @@ fuzz_target!(|data: &[u8]| {
                     }),
                     log_slots: input.u8() % 18,
                     log_slot_bytes: input.u8() % 14,
-                    rsvd: if ctl & 0x10 != 0 { [0; 6] } else { [input.u8(); 6] },
+                    rsvd: if ctl & 0x10 != 0 {
+                        [0; 6]
+                    } else {
+                        [input.u8(); 6]
+                    },
                 };
                 h.command(f, op::SET_QP_STAGING, staging.as_bytes());
             }

@@ -195,6 +195,9 @@ fuzz_target!(|data: &[u8]| {
     assert!(target.placed + target.refused <= sent);
     let mut ro = [0u8; REGION];
     read_only.read(0, &mut ro);
-    assert!(ro.iter().all(|&x| x == 0x22), "a read-only region was written");
+    assert!(
+        ro.iter().all(|&x| x == 0x22),
+        "a read-only region was written"
+    );
     t.release(qa, qb, target);
 });

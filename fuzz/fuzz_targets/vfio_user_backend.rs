@@ -41,7 +41,9 @@ impl Client {
         ram.set_len(RAM).expect("size the RAM file");
         Client {
             ram,
-            eventfds: (0..4).map(|_| EventFd::new(libc::EFD_NONBLOCK).unwrap()).collect(),
+            eventfds: (0..4)
+                .map(|_| EventFd::new(libc::EFD_NONBLOCK).unwrap())
+                .collect(),
             buf: vec![0; MAX_DATA_TRANSFER + 1],
         }
     }
@@ -137,7 +139,9 @@ fuzz_target!(|data: &[u8]| {
                         .iter()
                         .map(|e| e.try_clone().expect("dup an eventfd"))
                         // SAFETY: the duplicated descriptor is owned by the File from here.
-                        .map(|e| unsafe { File::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(e)) })
+                        .map(|e| unsafe {
+                            File::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(e))
+                        })
                         .collect();
                     let _ = backend.set_irqs(index, flags, start, count, fds);
                 }

@@ -264,7 +264,11 @@ impl<T: 'static> Drop for Kept<T> {
             return;
         }
         if let Some(value) = self.value.take() {
-            let entry = (TypeId::of::<T>(), self.kind, Box::new(value) as Box<dyn Any>);
+            let entry = (
+                TypeId::of::<T>(),
+                self.kind,
+                Box::new(value) as Box<dyn Any>,
+            );
             KEPT.with_borrow_mut(|kept| kept.push(entry));
         }
     }
@@ -286,7 +290,9 @@ fn small_limits() -> NicConfig {
 
 /// A NIC with small limits.
 pub fn small_nic() -> KeptHost {
-    KeptHost::take(0, MockHost::recycle, || MockHost::nic(small_limits(), HOST_MEMORY))
+    KeptHost::take(0, MockHost::recycle, || {
+        MockHost::nic(small_limits(), HOST_MEMORY)
+    })
 }
 
 /// A card whose FLD is sized for a 10 Gbit/s link and 4 queues (small structures), with a

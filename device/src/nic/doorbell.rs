@@ -345,6 +345,51 @@ mod tests {
         assert_eq!(rung(&a), [64]);
     }
 
+    fn dirty(area: &DoorbellArea) -> Vec<usize> {
+        let mut v = Vec::new();
+        area.dirty_chunks.drain(|c| v.push(c));
+        v
+    }
+
+    proptest::proptest! {
+        /// A run of words written at once (a WQE by MMIO) leaves what the same words stored one
+        /// by one leave: the same words, the same rung queue-pair slots, and at least the same
+        /// dirty chunks (all inside the run's), wherever the run lies — in a WQE buffer, across
+        /// the doorbells, at the BAR's end or past it.
+        #[test]
+        fn a_run_of_words_marks_what_its_words_do(
+            at in proptest::prop_oneof![
+                0u64..0x40,
+                (db::QP_SQ_BASE / 4 - 8)..(db::QP_SQ_BASE / 4 + 8),
+                (db::QP_RQ_BASE / 4 + u64::from(db::QP_SLOTS) - 8)
+                    ..(db::QP_RQ_BASE / 4 + u64::from(db::QP_SLOTS) + 8),
+                (db::QP_SQ_WQE_BASE / 4)..(db::QP_SQ_WQE_BASE / 4 + 256),
+                (DOORBELL_WORDS as u64 - 40)..(DOORBELL_WORDS as u64 + 4),
+            ],
+            words in proptest::collection::vec(
+                proptest::prop_oneof![3 => proptest::strategy::Just(0u32), 1 => proptest::num::u32::ANY],
+                2..130,
+            ),
+        ) {
+            let offset = at * 4;
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let (run, one_by_one) = (DoorbellArea::default(), DoorbellArea::default());
+            run.write(offset, &bytes);
+            for (i, w) in words.iter().enumerate() {
+                one_by_one.store(offset + 4 * i as u64, *w);
+            }
+            for i in 0..words.len() as u64 + 2 {
+                proptest::prop_assert_eq!(run.load(offset + 4 * i), one_by_one.load(offset + 4 * i));
+            }
+            proptest::prop_assert_eq!(rung(&run), rung(&one_by_one));
+            let (marked, needed) = (dirty(&run), dirty(&one_by_one));
+            let end = offset + bytes.len() as u64;
+            proptest::prop_assert!(needed.iter().all(|c| marked.contains(c)), "{marked:?} {needed:?}");
+            let span = (offset / DIRTY_CHUNK) as usize..=((end - 1) / DIRTY_CHUNK) as usize;
+            proptest::prop_assert!(marked.iter().all(|c| span.contains(c)));
+        }
+    }
+
     /// A reset zeroes every word any kind of store set (whole words, bytes, a WQE buffer's
     /// chunk, the last word of the BAR) and forgets the queue pairs rung before it, whether the
     /// area sees every store or the host maps its memory.

@@ -254,9 +254,13 @@ impl Replayer {
             }
             Inject::Host => {
                 let queues = self.queues;
-                super::inline_apps::pump(&mut self.setup, &frames, self.cfg.burst, queues, |q, f| {
-                    out.delivered.push((q, f.data().to_vec()))
-                });
+                super::inline_apps::pump(
+                    &mut self.setup,
+                    &frames,
+                    self.cfg.burst,
+                    queues,
+                    |q, f| out.delivered.push((q, f.data().to_vec())),
+                );
             }
         }
         loop {

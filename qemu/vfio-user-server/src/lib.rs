@@ -25,8 +25,8 @@ use fld_device::card::Card;
 use fld_device::fabric::HostRegion;
 use fld_device::pcie::{FunctionId, InterruptSink, MsiMessage, PciFunction};
 use vfio_bindings::bindings::vfio::*;
-use vfio_user::{IrqInfo, Server, ServerRegion, SparseArea};
 pub use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+use vfio_user::{IrqInfo, Server, ServerRegion, SparseArea};
 use vm_memory::{FileOffset, GuestAddress, GuestRegionMmap, MmapRegion};
 
 /// vfio-pci region indices.
@@ -807,9 +807,18 @@ mod tests {
         ram.write_all_at(b"guest bytes", 0x8000).unwrap();
         let map = |b: &mut FunctionBackend, offset: u64, size: u64| {
             let fd = ram.try_clone().unwrap();
-            b.dma_map(DmaMapFlags::READ_WRITE, offset, 0x100_0000 + offset, size, Some(fd))
+            b.dma_map(
+                DmaMapFlags::READ_WRITE,
+                offset,
+                0x100_0000 + offset,
+                size,
+                Some(fd),
+            )
         };
-        assert!(map(&mut b, 0xf000, 0x2000).is_err(), "one page past the end");
+        assert!(
+            map(&mut b, 0xf000, 0x2000).is_err(),
+            "one page past the end"
+        );
         assert!(map(&mut b, 0x10000, 0x1000).is_err(), "starting at the end");
         assert!(map(&mut b, 0xf000, u64::MAX).is_err(), "a size that wraps");
         assert_eq!(b.card.fabric.host_mapping_count(b.fid), 0);
@@ -819,7 +828,11 @@ mod tests {
         b.region_write(CONFIG_REGION, OFF_COMMAND as u64, &[0x06, 0])
             .unwrap();
         let mut seen = [0u8; 11];
-        b.card.fabric.dma(b.fid).read(0x100_8000, &mut seen).unwrap();
+        b.card
+            .fabric
+            .dma(b.fid)
+            .read(0x100_8000, &mut seen)
+            .unwrap();
         assert_eq!(&seen, b"guest bytes");
     }
 
