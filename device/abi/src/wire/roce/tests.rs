@@ -161,6 +161,13 @@ fn send_with_immediate_over_ipv6_matches_scapy() {
     assert_eq!(&out[..n], &frame[..]);
 }
 
+/// Every ICRC starts from the CRC of the eight ones standing for the LRH; the constant the
+/// computation starts from is that CRC.
+#[test]
+fn the_icrc_starts_from_the_crc_of_the_lrh_ones() {
+    assert_eq!(crc32fast::hash(&[0xff; 8]), LRH_ONES_CRC);
+}
+
 #[test]
 fn the_icrc_covers_every_invariant_byte_and_no_variant_one() {
     for (vector, ipv6) in [(WRITE_ONLY_V4, false), (SEND_ONLY_IMM_V6, true)] {
