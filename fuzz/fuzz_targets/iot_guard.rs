@@ -31,7 +31,7 @@ fn request(input: &mut Input<'_>) -> Request {
         3 => Some(Lie::IhlBelowFive(input.u8())),
         _ => None,
     };
-    let optional = |input: &mut Input<'_>| (input.u8() % 4 == 0).then(|| input.u8());
+    let optional = |input: &mut Input<'_>| input.u8().is_multiple_of(4).then(|| input.u8());
     let trailing = usize::from(input.u8() % 24);
     let pieces = usize::from(input.u8() % 6);
     Request {
@@ -49,7 +49,7 @@ fn request(input: &mut Input<'_>) -> Request {
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
-    let fragments = if input.u8() % 5 == 0 {
+    let fragments = if input.u8().is_multiple_of(5) {
         FragmentPolicy::Refuse
     } else {
         FragmentPolicy::Reassemble

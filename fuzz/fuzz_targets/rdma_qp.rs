@@ -381,7 +381,7 @@ fuzz_target!(|data: &[u8]| {
                     db::SRQ_BASE,
                     db::QP_STAGING_BASE,
                 ]);
-                let slot = u32::from(input.u16()) % (db::QP_SLOTS as u32 + 4);
+                let slot = u32::from(input.u16()) % (db::QP_SLOTS + 4);
                 h.doorbell(f, db::slot(base, slot), input.u32());
             }
             11 => {

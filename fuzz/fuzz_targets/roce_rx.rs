@@ -300,7 +300,7 @@ fuzz_target!(|data: &[u8]| {
                     WQE_OP_ATOMIC_FA,
                 ]);
                 let atomic = matches!(opcode, WQE_OP_ATOMIC_CS | WQE_OP_ATOMIC_FA);
-                let off = u64::from(input.u16()) % (BUF as u64 - 8) & !7;
+                let off = (u64::from(input.u16()) % (BUF as u64 - 8)) & !7;
                 let len = if atomic {
                     8
                 } else {
