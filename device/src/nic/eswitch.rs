@@ -301,7 +301,7 @@ pub struct FlowCache {
 }
 
 impl FlowCache {
-    fn new() -> Self {
+    pub fn new() -> Self {
         FlowCache {
             // Zeroed pages from the allocator (an empty slot is all zeros): a NIC built or
             // reset pays for the slots it fills, not for all of them.
@@ -316,9 +316,31 @@ impl FlowCache {
         }
     }
 
+    /// A cache with no slots (every lookup misses), to stand in while a reset moves the real
+    /// one: it allocates nothing.
+    pub fn empty() -> Self {
+        FlowCache {
+            slots: Vec::new().into_boxed_slice(),
+            generation: 1,
+            active: false,
+            min_rules: FLOW_CACHE_MIN_RULES,
+            counters: Default::default(),
+        }
+    }
+
     /// Forgets every walk (rules changed).
     fn invalidate(&mut self) {
         self.generation += 1;
+    }
+
+    /// The cache as a new NIC has it — empty, unused, its counters zero — keeping its slots:
+    /// the generation moves on, so no slot filled before matches again, and a reset costs
+    /// nothing per slot.
+    pub fn reset(&mut self) {
+        self.invalidate();
+        self.active = false;
+        self.min_rules = FLOW_CACHE_MIN_RULES;
+        self.counters = Default::default();
     }
 
     fn slot_of(root: u32, key: &Key) -> usize {
@@ -371,6 +393,12 @@ pub struct Eswitch {
 impl Eswitch {
     /// The eSwitch of card `card` with `host_vports` host vPorts.
     pub fn new(card: u16, host_vports: u16) -> Self {
+        Self::with_flow_cache(card, host_vports, FlowCache::new())
+    }
+
+    /// As [`Eswitch::new`], with `flow_cache` (empty: new or [`FlowCache::reset`]) in front of
+    /// its tables.
+    pub fn with_flow_cache(card: u16, host_vports: u16, flow_cache: FlowCache) -> Self {
         Eswitch {
             vports: (0..host_vports)
                 .map(|n| Vport {
@@ -391,7 +419,7 @@ impl Eswitch {
             meters: Vec::new(),
             encaps: Vec::new(),
             fdb_root: None,
-            flow_cache: FlowCache::new(),
+            flow_cache,
             next_entry_id: 1,
         }
     }

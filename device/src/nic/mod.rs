@@ -41,7 +41,7 @@ use crate::clock::{Clock, ManualClock};
 use crate::fabric::Fabric;
 use crate::pcie::{BarSpec, ConfigSpace, FunctionId, Identity, MsixSpec, PciFunction, PciState};
 use crate::wire::{FrameTap, NullWire, Wire};
-use eswitch::Eswitch;
+use eswitch::{Eswitch, FlowCache};
 use fld_abi::nic::*;
 
 /// Build-time parameters of the NIC.
@@ -235,11 +235,15 @@ impl Nic {
     pub fn conventional_reset(&self) {
         let mut core = self.shared.lock();
         // The frame buffers hold nothing across passes: the reset keeps their allocations.
+        let mut flow_cache = std::mem::replace(&mut core.eswitch.flow_cache, FlowCache::empty());
+        flow_cache.reset();
         let buffers = FrameBuffers {
             tx_burst: std::mem::take(&mut core.tx_burst),
             wire_frame: std::mem::take(&mut core.wire_frame),
             encap_frame: std::mem::take(&mut core.encap_frame),
             wqe: std::mem::take(&mut core.wqe),
+            command: std::mem::take(&mut core.command),
+            flow_cache,
         };
         let fresh = NicCore::with_buffers(core.config.clone(), buffers);
         let old = std::mem::replace(&mut *core, fresh);
@@ -612,6 +616,8 @@ pub(crate) struct NicCore {
     encap_frame: Vec<u8>,
     /// Send WQE fetch buffer.
     wqe: Vec<u8>,
+    /// A command's input and output, each [`CMD_MAX_LEN`] bytes.
+    command: cmd::CommandBuffers,
     /// CQEs held for one write (written before the engine pass ends).
     cqe_run: datapath::CqeRun,
     /// Send WQE blocks read ahead for the SQ being served.
@@ -629,13 +635,16 @@ pub(crate) struct NicCore {
     rx_prefetch: datapath::RxPrefetchCounters,
 }
 
-/// The NIC's frame-sized scratch buffers: nothing in them outlives a pass, so a reset keeps
-/// them rather than allocating them again.
+/// The NIC's frame-sized scratch buffers, its command buffers and its flow cache's slots:
+/// nothing in them outlives a pass or a command (an emptied cache holds nothing either), so a
+/// reset keeps them rather than allocating and zeroing them again.
 struct FrameBuffers {
     tx_burst: datapath::TxBurst,
     wire_frame: Vec<u8>,
     encap_frame: Vec<u8>,
     wqe: Vec<u8>,
+    command: cmd::CommandBuffers,
+    flow_cache: FlowCache,
 }
 
 impl FrameBuffers {
@@ -646,6 +655,8 @@ impl FrameBuffers {
             wire_frame: vec![0; max_frame],
             encap_frame: Vec::with_capacity(max_frame + VXLAN_ENCAP_LEN),
             wqe: vec![0; MAX_WQE_BYTES],
+            command: cmd::CommandBuffers::default(),
+            flow_cache: FlowCache::new(),
         }
     }
 }
@@ -665,9 +676,10 @@ impl NicCore {
             rqs: Slab::new(config.max_rqs.min(db::SLOTS)),
             active_sqs: Vec::new(),
             active_rqs: Vec::new(),
-            eswitch: Eswitch::new(
+            eswitch: Eswitch::with_flow_cache(
                 config.card_id,
                 config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16),
+                buffers.flow_cache,
             ),
             rdma: rdma::Rdma::new(
                 config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16) as usize,
@@ -691,6 +703,7 @@ impl NicCore {
             wire_frame: buffers.wire_frame,
             encap_frame: buffers.encap_frame,
             wqe: buffers.wqe,
+            command: buffers.command,
             wqe_prefetch: Default::default(),
             cqe_run: Default::default(),
             clock: Arc::new(ManualClock::default()),

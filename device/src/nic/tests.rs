@@ -592,10 +592,10 @@ fn send_wqes_are_fetched_in_bursts_and_completions_counted_one_write_each() {
     assert!(h.guard_intact());
 }
 
-#[test]
-fn the_flow_cache_serves_repeated_frames_and_forgets_a_destroyed_rule() {
-    let h = host();
-    let (mut a, mut b) = ports(&h);
+/// Function 1's receive root: a table of nine rules (enough for the flow cache to serve it)
+/// that tags frames to UDP port 2000 with `tag`, drops seven other ports and delivers the rest
+/// untagged to `rq`. Returns the tagging rule.
+fn tag_port_2000(h: &MockHost, rq: u32, tag: u32) -> u32 {
     let made = |r: CmdReply| r.id().unwrap_or_else(|| panic!("{r:?}"));
     let table = made(h.command(
         1,
@@ -612,14 +612,13 @@ fn the_flow_cache_serves_repeated_frames_and_forgets_a_destroyed_rule() {
             priority: U16::new(priority),
             mask,
             value,
-            dest: U32::new(b.rq.id),
+            dest: U32::new(rq),
             flow_tag: U32::new(flow_tag),
             ..rule(table, actions)
         };
         made(h.command(1, op::CREATE_FLOW_ENTRY, e.as_bytes()))
     };
-    // The frames' port 2000 is tagged 77; seven other ports drop; everything else is untagged.
-    let tagged = entry(0, Some(2000), action::FWD_RQ | action::SET_FLOW_TAG, 77);
+    let tagged = entry(0, Some(2000), action::FWD_RQ | action::SET_FLOW_TAG, tag);
     for p in 0..7 {
         entry(1, Some(3000 + p), action::DROP, 0);
     }
@@ -630,6 +629,14 @@ fn the_flow_cache_serves_repeated_frames_and_forgets_a_destroyed_rule() {
         table: U32::new(table),
     };
     assert!(h.command(1, op::SET_FLOW_TABLE_ROOT, root.as_bytes()).ok());
+    tagged
+}
+
+#[test]
+fn the_flow_cache_serves_repeated_frames_and_forgets_a_destroyed_rule() {
+    let h = host();
+    let (mut a, mut b) = ports(&h);
+    let tagged = tag_port_2000(&h, b.rq.id, 77);
     let f = frame(&h, 0, 1, 100);
     let mut deliver = |n: usize| -> Vec<u32> {
         (0..n)
@@ -655,6 +662,39 @@ fn the_flow_cache_serves_repeated_frames_and_forgets_a_destroyed_rule() {
     assert_eq!(deliver(2), vec![0; 2]);
     let query = h.command(1, op::QUERY_FLOW_ENTRY, ObjectIn::new(tagged).as_bytes());
     assert!(!query.ok(), "the rule is gone");
+}
+
+/// A conventional reset keeps the flow cache's slots but empties it: its counters start again
+/// from zero, and the first frame after the reset walks the new rules (a walk remembered from
+/// before would name entries that no longer exist) — the cache behaves as a new card's.
+#[test]
+fn a_reset_empties_the_flow_cache_it_keeps() {
+    let mut h = host();
+    let mut seen = Vec::new();
+    for tag in [77, 78] {
+        if tag == 78 {
+            h.recycle();
+            assert_eq!(h.nic.flow_cache_counters(), Default::default());
+        }
+        let (mut a, mut b) = ports(&h);
+        tag_port_2000(&h, b.rq.id, tag);
+        let before = h.nic.flow_cache_counters();
+        let f = frame(&h, 0, 1, 100);
+        for _ in 0..3 {
+            a.send(&h, &f, 0);
+            h.run(100);
+            let (cqe, got) = b.receive(&h).expect("delivered");
+            assert_eq!((got, cqe.flow_tag.get()), (f.clone(), tag));
+        }
+        let c = h.nic.flow_cache_counters();
+        seen.push((c.misses - before.misses, c.hits - before.hits, before));
+    }
+    assert_eq!((seen[0].0, seen[0].1), (1, 2), "one walk, then hits");
+    assert_eq!(
+        seen[1],
+        (1, 2, Default::default()),
+        "the same after the reset, counted from zero"
+    );
 }
 
 #[test]

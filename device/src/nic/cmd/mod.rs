@@ -51,6 +51,15 @@ fn fail<T>(status: CmdStatus, syndrome: u32) -> Result<T, (CmdStatus, u32)> {
     Err((status, syndrome))
 }
 
+/// A command's input and output buffers, [`CMD_MAX_LEN`] bytes each once the first command
+/// sized them, kept by the NIC between commands: a command zeroes the output it offers, not
+/// 8 KiB of stack. Taking them out for a command ([`std::mem::take`]) allocates nothing.
+#[derive(Default)]
+pub(super) struct CommandBuffers {
+    input: Vec<u8>,
+    out: Vec<u8>,
+}
+
 /// Reads, executes and answers one command. The return value goes to CMD_STATUS.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn deliver(
@@ -71,14 +80,33 @@ pub(super) fn deliver(
     }
     // Any command may change a QP or its ring: the WQE held on chip is fetched afresh after it.
     core.rdma.wqe_held = None;
-    let mut input = [0u8; CMD_MAX_LEN as usize];
-    let input = &mut input[..in_len as usize];
-    if dma.read(in_addr, input).is_err() || !dma.probe(out_addr, out_len as usize) {
-        return CmdDelivery::DmaError;
-    }
-    let mut out = [0u8; CMD_MAX_LEN as usize];
+    let mut buffers = std::mem::take(&mut core.command);
+    buffers.input.resize(CMD_MAX_LEN as usize, 0);
+    buffers.out.resize(CMD_MAX_LEN as usize, 0);
+    let input = &mut buffers.input[..in_len as usize];
+    let out = &mut buffers.out[..out_len as usize];
+    let delivery = if dma.read(in_addr, input).is_err() || !dma.probe(out_addr, out.len()) {
+        CmdDelivery::DmaError
+    } else {
+        out.fill(0);
+        let mut cmd = Cmd {
+            core,
+            dma,
+            doorbells,
+            function,
+        };
+        answer(&mut cmd, input, out, out_addr)
+    };
+    core.command = buffers;
+    delivery
+}
+
+/// Executes the command in `input` and writes its answer from `out` (zeroed, as long as the
+/// output the driver offered) to `out_addr`.
+fn answer(cmd: &mut Cmd<'_, '_>, input: &[u8], out: &mut [u8], out_addr: u64) -> CmdDelivery {
+    const HDR: usize = CMD_HEADER_LEN;
+    let function = cmd.function;
     let (hdr, body) = out.split_at_mut(HDR);
-    let body = &mut body[..out_len as usize - HDR];
     let opcode = CmdInHeader::read_from_prefix(input)
         .map(|(h, _)| h.opcode.get())
         .unwrap_or_default();
@@ -87,13 +115,7 @@ pub(super) fn deliver(
     let result = if body.len() < output_len(opcode) {
         Err((CmdStatus::BadOutputLength, output_len(opcode) as u32))
     } else {
-        let mut cmd = Cmd {
-            core,
-            dma,
-            doorbells,
-            function,
-        };
-        execute(&mut cmd, opcode, &input[HDR..], body)
+        execute(cmd, opcode, &input[HDR..], body)
     };
     let (status, syndrome, n) = match result {
         Ok(n) => (CmdStatus::Ok, 0, n),
@@ -110,7 +132,7 @@ pub(super) fn deliver(
             "command {opcode:#x} from function {function}: {status:?} (syndrome {syndrome:#x})"
         );
     }
-    match dma.write(out_addr, &out[..HDR + n]) {
+    match cmd.dma.write(out_addr, &out[..HDR + n]) {
         Ok(()) => CmdDelivery::Ok,
         Err(_) => CmdDelivery::DmaError,
     }
