@@ -301,7 +301,7 @@ pub struct FlowCache {
 }
 
 impl FlowCache {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         FlowCache {
             // Zeroed pages from the allocator (an empty slot is all zeros): a NIC built or
             // reset pays for the slots it fills, not for all of them.
@@ -318,7 +318,7 @@ impl FlowCache {
 
     /// A cache with no slots (every lookup misses), to stand in while a reset moves the real
     /// one: it allocates nothing.
-    pub fn empty() -> Self {
+    pub(super) fn empty() -> Self {
         FlowCache {
             slots: Vec::new().into_boxed_slice(),
             generation: 1,
@@ -336,7 +336,7 @@ impl FlowCache {
     /// The cache as a new NIC has it — empty, unused, its counters zero — keeping its slots:
     /// the generation moves on, so no slot filled before matches again, and a reset costs
     /// nothing per slot.
-    pub fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.invalidate();
         self.active = false;
         self.min_rules = FLOW_CACHE_MIN_RULES;
@@ -398,7 +398,7 @@ impl Eswitch {
 
     /// As [`Eswitch::new`], with `flow_cache` (empty: new or [`FlowCache::reset`]) in front of
     /// its tables.
-    pub fn with_flow_cache(card: u16, host_vports: u16, flow_cache: FlowCache) -> Self {
+    pub(super) fn with_flow_cache(card: u16, host_vports: u16, flow_cache: FlowCache) -> Self {
         Eswitch {
             vports: (0..host_vports)
                 .map(|n| Vport {
