@@ -10,24 +10,23 @@
 #![no_main]
 
 use std::fs::File;
-use std::os::fd::FromRawFd;
+use std::os::fd::{FromRawFd, IntoRawFd};
 
 use fld_fuzz::{assert_fld_recovers, small_card, Input, Kept};
 use fld_vfio_user_server::{
-    DmaMapFlags, DmaUnmapFlags, FunctionBackend, ServerBackend, MAX_DATA_TRANSFER,
+    DmaMapFlags, DmaUnmapFlags, FunctionBackend, ServerBackend, CONFIG_REGION, MAX_DATA_TRANSFER,
 };
 use libfuzzer_sys::fuzz_target;
 use vmm_sys_util::eventfd::EventFd;
 
 /// Bytes of the client's "guest RAM" file.
 const RAM: u64 = 1 << 20;
-/// vfio-pci's configuration space region.
-const CONFIG_REGION: u32 = 7;
 
 /// What the client's side keeps between inputs: its RAM file, eventfds, a transfer buffer.
 struct Client {
     ram: File,
-    eventfds: Vec<EventFd>,
+    /// Eventfds, as the files SET_IRQS takes.
+    eventfds: Vec<File>,
     buf: Vec<u8>,
 }
 
@@ -42,7 +41,11 @@ impl Client {
         Client {
             ram,
             eventfds: (0..4)
-                .map(|_| EventFd::new(libc::EFD_NONBLOCK).unwrap())
+                .map(|_| {
+                    let e = EventFd::new(libc::EFD_NONBLOCK).expect("an eventfd");
+                    // SAFETY: the descriptor leaves the EventFd and is owned by the File alone.
+                    unsafe { File::from_raw_fd(e.into_raw_fd()) }
+                })
                 .collect(),
             buf: vec![0; MAX_DATA_TRANSFER + 1],
         }
@@ -137,11 +140,7 @@ fuzz_target!(|data: &[u8]| {
                     let n = usize::from(input.u8() % 5);
                     let fds = eventfds[..n]
                         .iter()
-                        .map(|e| e.try_clone().expect("dup an eventfd"))
-                        // SAFETY: the duplicated descriptor is owned by the File from here.
-                        .map(|e| unsafe {
-                            File::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(e))
-                        })
+                        .map(|f| f.try_clone().expect("dup an eventfd"))
                         .collect();
                     let _ = backend.set_irqs(index, flags, start, count, fds);
                 }

@@ -17,7 +17,7 @@
 //!   behaves exactly as a fresh one (the device crate's own test); `FLD_FUZZ_FRESH=1` builds one
 //!   for every input anyway, to confirm a finding without recycling.
 
-use std::any::{Any, TypeId};
+use std::any::Any;
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 
@@ -209,12 +209,9 @@ pub struct Kept<T: 'static> {
 /// A mock host kept for the next input, recycled by a conventional reset.
 pub type KeptHost = Kept<MockHost>;
 
-/// A kept value with its type and kind.
-type KeptEntry = (TypeId, u32, Box<dyn Any>);
-
 thread_local! {
-    /// Values between inputs, by type and kind.
-    static KEPT: RefCell<Vec<KeptEntry>> = const { RefCell::new(Vec::new()) };
+    /// Values between inputs, by kind (and type: each knows its own).
+    static KEPT: RefCell<Vec<(u32, Box<dyn Any>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Whether `FLD_FUZZ_FRESH=1` asks for everything built anew for every input.
@@ -226,10 +223,9 @@ impl<T: 'static> Kept<T> {
     /// The value of `kind` the last input used, passed through `recycle`, or one `build` makes
     /// (always with `FLD_FUZZ_FRESH=1`).
     pub fn take(kind: u32, recycle: impl FnOnce(&mut T), build: impl FnOnce() -> T) -> Kept<T> {
-        let id = TypeId::of::<T>();
         let kept = KEPT.with_borrow_mut(|kept| {
-            let at = kept.iter().position(|(t, k, _)| *t == id && *k == kind)?;
-            kept.swap_remove(at).2.downcast::<T>().ok()
+            let at = kept.iter().position(|(k, v)| *k == kind && v.is::<T>())?;
+            kept.swap_remove(at).1.downcast::<T>().ok()
         });
         let value = match kept {
             Some(mut value) if !fresh() => {
@@ -264,12 +260,8 @@ impl<T: 'static> Drop for Kept<T> {
             return;
         }
         if let Some(value) = self.value.take() {
-            let entry = (
-                TypeId::of::<T>(),
-                self.kind,
-                Box::new(value) as Box<dyn Any>,
-            );
-            KEPT.with_borrow_mut(|kept| kept.push(entry));
+            let entry: Box<dyn Any> = Box::new(value);
+            KEPT.with_borrow_mut(|kept| kept.push((self.kind, entry)));
         }
     }
 }

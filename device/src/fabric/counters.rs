@@ -15,14 +15,15 @@ pub struct TlpStats {
 }
 
 impl TlpStats {
-    pub(crate) fn up(&mut self, tlps: u64, hdr: u64, payload: u64) {
+    /// Tallies TLPs sent up and their payload. A tally leaves header bytes at zero: the
+    /// counters it is added to derive them from the TLPs ([`TlpCounters::snapshot`]).
+    pub(crate) fn up(&mut self, tlps: u64, payload: u64) {
         self.up_tlps += tlps;
-        self.up_header_bytes += hdr;
         self.up_payload_bytes += payload;
     }
-    pub(crate) fn down(&mut self, tlps: u64, hdr: u64, payload: u64) {
+    /// Tallies TLPs delivered down and their payload (header bytes as for [`TlpStats::up`]).
+    pub(crate) fn down(&mut self, tlps: u64, payload: u64) {
         self.down_tlps += tlps;
-        self.down_header_bytes += hdr;
         self.down_payload_bytes += payload;
     }
     /// Bytes on the link in both directions, headers included.

@@ -853,22 +853,20 @@ impl DmaPort<'_> {
 
     /// Counts `n` posted-write TLPs carrying `len` bytes in all.
     fn count_write_tlps(&mut self, n: u64, len: u64, peer: Option<FunctionId>) {
-        let hdr = n * self.fabric.config.tlp_overhead as u64;
-        self.tally.req.up(n, hdr, len);
+        self.tally.req.up(n, len);
         match peer {
             Some(p) => self.link_counters(p, |c| c.add_down(n, len)),
-            None => self.tally.host.down(n, hdr, len),
+            None => self.tally.host.down(n, len),
         }
     }
 
     fn count_read(&mut self, addr: u64, len: u64, peer: Option<FunctionId>) {
         self.tally.read_operations += 1;
         let f = self.fabric;
-        let oh = f.config.tlp_overhead as u64;
         let reqs = tlp_count_shift(addr, len, f.mrrs_shift);
         let cpls = tlp_count_shift(addr, len, f.mps_shift);
-        self.tally.req.up(reqs, reqs * oh, 0);
-        self.tally.req.down(cpls, cpls * oh, len);
+        self.tally.req.up(reqs, 0);
+        self.tally.req.down(cpls, len);
         match peer {
             Some(p) => self.link_counters(p, |c| {
                 c.add_down(reqs, 0);
@@ -876,8 +874,8 @@ impl DmaPort<'_> {
                 c.add_read_served();
             }),
             None => {
-                self.tally.host.down(reqs, reqs * oh, 0);
-                self.tally.host.up(cpls, cpls * oh, len);
+                self.tally.host.down(reqs, 0);
+                self.tally.host.up(cpls, len);
             }
         }
     }

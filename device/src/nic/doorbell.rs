@@ -118,10 +118,18 @@ pub struct DoorbellMemoryTooSmall(pub usize);
 
 impl DoorbellArea {
     fn word(&self, offset: u64) -> Option<&AtomicU32> {
-        let i = (offset / 4) as usize;
+        self.span(offset, 1)?.first()
+    }
+
+    /// The `n` words from the one holding byte `offset`, if they all lie inside the area.
+    fn span(&self, offset: u64, n: usize) -> Option<&[AtomicU32]> {
+        let first = usize::try_from(offset / 4).ok()?;
+        let end = first.checked_add(n).filter(|&e| e <= DOORBELL_WORDS)?;
         // SAFETY: the pointer always points at DOORBELL_WORDS live words (backings are never
-        // freed while the area lives), and `i` is in range.
-        (i < DOORBELL_WORDS).then(|| unsafe { &*self.words.load(Ordering::Acquire).add(i) })
+        // freed while the area lives), and `first..end` is in range.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.words.load(Ordering::Acquire).add(first), end - first)
+        })
     }
 
     /// Moves the words into `memory` (at its start), carrying their current values over. The
@@ -178,8 +186,8 @@ impl DoorbellArea {
     pub fn write(&self, offset: u64, data: &[u8]) {
         // Aligned whole words (a 64-byte WQE chunk, a doorbell) are stored a word at a time.
         if offset.is_multiple_of(4) && data.len().is_multiple_of(4) {
-            if data.len() > 4 && self.run_inside(offset, data.len()) {
-                self.store_run(offset, data);
+            if let Some(run) = self.span(offset, data.len() / 4).filter(|_| data.len() > 4) {
+                self.store_run(run, offset, data);
                 return;
             }
             for (i, w) in data.chunks_exact(4).enumerate() {
@@ -207,26 +215,16 @@ impl DoorbellArea {
         }
     }
 
-    /// Whether `len` bytes from `offset` lie inside the area.
-    fn run_inside(&self, offset: u64, len: usize) -> bool {
-        offset
-            .checked_add(len as u64)
-            .is_some_and(|end| end <= DOORBELL_WORDS as u64 * 4)
-    }
-
-    /// A run of whole words inside the area (a WQE written by MMIO): the words stored in order,
-    /// then the rung slots it covers noted and its chunks marked dirty, once for the run
-    /// rather than per word — the same marks [`Self::store`] leaves word by word, except that
-    /// a run with any non-zero word marks all its chunks (a WQE lies in one).
-    fn store_run(&self, offset: u64, data: &[u8]) {
-        let first = (offset / 4) as usize;
-        let words = self.words.load(Ordering::Acquire);
+    /// `data`, a run of whole words starting at byte `offset`, stored into `run`, its words
+    /// (a WQE written by MMIO): the words stored in order, then the rung slots it covers noted
+    /// and its chunks marked dirty, once for the run rather than per word — the same marks
+    /// [`Self::store`] leaves word by word, except that a run with any non-zero word marks all
+    /// its chunks (a WQE lies in one).
+    fn store_run(&self, run: &[AtomicU32], offset: u64, data: &[u8]) {
         let mut non_zero = false;
-        for (i, w) in data.chunks_exact(4).enumerate() {
+        for (word, w) in run.iter().zip(data.chunks_exact(4)) {
             let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-            // SAFETY: the caller checked that the run lies inside the area's DOORBELL_WORDS
-            // live words.
-            unsafe { (*words.add(first + i)).store(v, Ordering::Release) };
+            word.store(v, Ordering::Release);
             non_zero |= v != 0;
         }
         let end = offset + data.len() as u64;
@@ -274,12 +272,12 @@ impl DoorbellArea {
     /// Copies whole words from `offset` (4-byte aligned) into `out` (a multiple of 4 bytes),
     /// each word read once: how the engine reads a WQE buffer.
     pub fn read_words(&self, offset: u64, out: &mut [u8]) {
-        if offset.is_multiple_of(4) && self.run_inside(offset, out.len()) {
-            let (first, words) = ((offset / 4) as usize, self.words.load(Ordering::Acquire));
-            for (i, chunk) in out.chunks_exact_mut(4).enumerate() {
-                // SAFETY: the run lies inside the area's DOORBELL_WORDS live words.
-                let v = unsafe { (*words.add(first + i)).load(Ordering::Acquire) };
-                chunk.copy_from_slice(&v.to_le_bytes());
+        if let Some(run) = self
+            .span(offset, out.len() / 4)
+            .filter(|_| offset.is_multiple_of(4))
+        {
+            for (chunk, word) in out.chunks_exact_mut(4).zip(run) {
+                chunk.copy_from_slice(&word.load(Ordering::Acquire).to_le_bytes());
             }
             return;
         }

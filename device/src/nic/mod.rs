@@ -234,7 +234,8 @@ impl Nic {
     /// What is outside the card stays: the uplink's wire, the tap and the clock.
     pub fn conventional_reset(&self) {
         let mut core = self.shared.lock();
-        // The frame buffers hold nothing across passes: the reset keeps their allocations.
+        // What holds nothing across passes and commands keeps its allocation (`FrameBuffers`);
+        // the flow cache is emptied first.
         let mut flow_cache = std::mem::replace(&mut core.eswitch.flow_cache, FlowCache::empty());
         flow_cache.reset();
         let buffers = FrameBuffers {

@@ -189,8 +189,8 @@ impl Replayer {
     pub fn new(cfg: &ReplayConfig) -> Result<Self, ReplayError> {
         let queues = cfg.host_queues.clamp(1, 64);
         let mut s = FldEchoSetup::build_with(9000, 1, MemoryParams::table_2a(), queues)?;
-        let (accel, first) = accelerator(cfg)?;
-        s.card.fld.set_accelerator(accel);
+        // The model itself comes with each run; here, the checks of `cfg` and the steering.
+        let (_, first) = accelerator(cfg)?;
 
         // eSwitch root: the accelerator's share to FLD's vPort, the rest to the host. What the
         // accelerator returns resumes at `back`, which delivers to the host.

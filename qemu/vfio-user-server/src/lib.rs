@@ -29,8 +29,9 @@ pub use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 use vfio_user::{IrqInfo, Server, ServerRegion, SparseArea};
 use vm_memory::{FileOffset, GuestAddress, GuestRegionMmap, MmapRegion};
 
-/// vfio-pci region indices.
-const CONFIG_REGION: u32 = VFIO_PCI_CONFIG_REGION_INDEX;
+/// vfio-pci's region index of the configuration space (callers of [`FunctionBackend`] name it).
+pub const CONFIG_REGION: u32 = VFIO_PCI_CONFIG_REGION_INDEX;
+// vfio-pci's regions and interrupt indices per function, and MSI-X's index.
 const NUM_REGIONS: u32 = 9;
 const NUM_IRQS: u32 = 5;
 const MSIX_IRQ: u32 = VFIO_PCI_MSIX_IRQ_INDEX;
