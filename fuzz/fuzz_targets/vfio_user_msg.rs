@@ -8,14 +8,16 @@
 //! the card, re-enumerated by a driver, echoes verified traffic through FLD.
 #![no_main]
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Once;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Once};
+use std::time::{Duration, Instant};
 
-use fld_fuzz::{assert_fld_recovers, small_card, Input};
+use fld_device::card::Card;
+use fld_device::pcie::FunctionId;
+use fld_fuzz::{assert_fld_recovers, small_card, Input, Kept};
 use fld_vfio_user_server::FunctionServer;
 use libfuzzer_sys::fuzz_target;
 
@@ -40,6 +42,14 @@ const COMMANDS: [u16; 9] = [
     REGION_WRITE,
     DEVICE_RESET,
 ];
+/// The longest region write a script sends, and the most bytes it sends in all. A message the
+/// protocol crate refuses before reading its body (a write to a region it does not know, a
+/// lying size) leaves the body to be read as messages, sixteen bytes each, every one answered:
+/// a megabyte of a zero-padded write behind it was 65,536 empty messages, an input that took
+/// as long as thousands of others and found nothing the first few did not. The transfer
+/// limit itself is met by reads here, and by writes in `vfio_user_backend`.
+const LONG_WRITE: u32 = 16 << 10;
+const SCRIPT_BUDGET: usize = 64 << 10;
 /// Largest transfer a conforming client asks for (the server's max_data_xfer_size).
 const MAX_XFER: u32 = 1 << 20;
 
@@ -74,28 +84,142 @@ fn tolerate_protocol_crate_panics() {
     });
 }
 
+/// Writes `script` to the server and reads its replies, both at once (a client that wrote
+/// everything before reading would block against a server blocked on a full socket: a 1 MiB
+/// region read fills it), without blocking: the server's thread never has a sleeping reader to
+/// wake per reply, which cost more than the rest of an input together. Ends when the server
+/// closes the connection; panics if it neither answers nor closes for ten seconds.
+fn exchange(mut client: UnixStream, mut script: &[u8]) {
+    client.set_nonblocking(true).expect("a non-blocking client");
+    let mut replies = [0u8; 1 << 16];
+    let mut quiet_since = Instant::now();
+    loop {
+        let mut moved = false;
+        if !script.is_empty() {
+            match client.write(script) {
+                Ok(n) => {
+                    script = &script[n..];
+                    moved = true;
+                    if script.is_empty() {
+                        let _ = client.shutdown(std::net::Shutdown::Write);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                // The server closed its end with requests unread.
+                Err(_) => script = &[],
+            }
+        }
+        match client.read(&mut replies) {
+            Ok(0) => return,
+            Ok(_) => moved = true,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            // A reset: the server ended the connection with requests unread.
+            Err(_) => return,
+        }
+        if moved {
+            quiet_since = Instant::now();
+        } else {
+            assert!(
+                quiet_since.elapsed() < Duration::from_secs(10),
+                "the server hung"
+            );
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// One server per function of a card, each on a thread of its own that serves one client after
+/// another, as `fldemu serve` does: an input connects, and waits until its client is served.
+/// Kept with the host (a thread and a listener per input cost more than most inputs).
+struct Servers {
+    card: Arc<Card>,
+    servers: Vec<Server>,
+}
+
+struct Server {
+    fid: FunctionId,
+    addr: SocketAddr,
+    served: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Servers {
+    fn new(card: Arc<Card>, functions: &[FunctionId]) -> Servers {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let servers = functions
+            .iter()
+            .map(|&fid| {
+                let name = format!(
+                    "fldemu-fuzz-{}-{}",
+                    std::process::id(),
+                    NEXT.fetch_add(1, Ordering::Relaxed)
+                );
+                let addr =
+                    SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract address");
+                let listener = UnixListener::bind_addr(&addr).expect("listen");
+                let mut server = FunctionServer::new(card.clone(), fid, listener);
+                let served = Arc::new(AtomicU64::new(0));
+                let stop = Arc::new(AtomicBool::new(false));
+                let (count, stopped) = (served.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stopped.load(Ordering::Acquire) {
+                        let _ = server.serve_client();
+                        count.fetch_add(1, Ordering::Release);
+                    }
+                });
+                Server {
+                    fid,
+                    addr,
+                    served,
+                    stop,
+                }
+            })
+            .collect();
+        Servers { card, servers }
+    }
+
+    /// Runs `script` as a client of `fid`'s server, until the server is done with it.
+    fn serve(&self, fid: FunctionId, script: &[u8]) {
+        let server = self
+            .servers
+            .iter()
+            .find(|s| s.fid == fid)
+            .expect("a server per function");
+        let before = server.served.load(Ordering::Acquire);
+        let client = UnixStream::connect_addr(&server.addr).expect("connect");
+        exchange(client, script);
+        // The server's side is done (its DMA maps and eventfds gone) before the card is
+        // touched again.
+        let since = Instant::now();
+        while server.served.load(Ordering::Acquire) == before {
+            assert!(since.elapsed() < Duration::from_secs(10), "the server hung");
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for s in &self.servers {
+            s.stop.store(true, Ordering::Release);
+            // The thread waits for a client: one that leaves at once lets it see the stop.
+            let _ = UnixStream::connect_addr(&s.addr);
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     tolerate_protocol_crate_panics();
-    static NEXT: AtomicU64 = AtomicU64::new(0);
     let mut h = small_card();
     let card = h.as_card().expect("a card");
     let mut input = Input::new(data);
     let functions = [h.nic_fid(0), h.nic_fid(1), card.fld.id()];
     let fid = input.pick(&functions);
-    let name = format!(
-        "fldemu-fuzz-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract address");
-    let listener = UnixListener::bind_addr(&addr).expect("listen");
-    let mut server = FunctionServer::new(card, fid, listener);
-    let serving = std::thread::spawn(move || server.serve_client());
-    let mut client = UnixStream::connect_addr(&addr).expect("connect");
-    client
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-
+    let mut servers = Kept::take(0, |_| {}, || Servers::new(card.clone(), &functions));
+    if !Arc::ptr_eq(&servers.card.fabric, &card.fabric) {
+        // The host was built anew (FLD_FUZZ_FRESH=1): so are its servers.
+        *servers = Servers::new(card.clone(), &functions);
+    }
     let mut out = Vec::new();
     let caps = br#"{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"migration":{"pgsize":4096}}}"#;
     let mut version = vec![0, 0, 1, 0];
@@ -103,7 +227,7 @@ fuzz_target!(|data: &[u8]| {
     version.push(0);
     message(&mut out, 0, 1, None, &version);
     for id in 1..64u16 {
-        if input.is_empty() {
+        if input.is_empty() || out.len() > SCRIPT_BUDGET {
             break;
         }
         let ctl = input.u8();
@@ -118,7 +242,11 @@ fuzz_target!(|data: &[u8]| {
         } else {
             match command {
                 REGION_READ | REGION_WRITE => {
-                    let count = input.u32() % (if ctl & 0x20 != 0 { MAX_XFER + 1 } else { 65 });
+                    let long = match command {
+                        REGION_READ => MAX_XFER + 1,
+                        _ => LONG_WRITE,
+                    };
+                    let count = input.u32() % (if ctl & 0x20 != 0 { long + 1 } else { 65 });
                     let mut b = input.u64().to_le_bytes().to_vec();
                     b.extend_from_slice(&le32s(&[u32::from(input.u8() % 10), count]));
                     if command == REGION_WRITE {
@@ -162,22 +290,6 @@ fuzz_target!(|data: &[u8]| {
         let size = (ctl & 0x10 != 0).then(|| input.u32() % (MAX_XFER + 64));
         message(&mut out, id, command, size, &body);
     }
-    // Requests go out from their own thread while replies are read here: a client that wrote
-    // everything before reading would block against a server blocked on a full socket (a
-    // 1 MiB region read fills it), a hang of the harness, not of the server.
-    let mut writer = client.try_clone().expect("clone the socket");
-    let sending = std::thread::spawn(move || {
-        let _ = writer.write_all(&out);
-        let _ = writer.shutdown(std::net::Shutdown::Write);
-    });
-    let mut replies = Vec::new();
-    let read = client.read_to_end(&mut replies);
-    let _ = sending.join();
-    assert!(
-        !matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
-        "the server hung"
-    );
-    drop(client);
-    let _ = serving.join().expect("the server thread");
+    servers.serve(fid, &out);
     assert_fld_recovers(&mut h);
 });

@@ -204,8 +204,9 @@ pub struct Fabric {
     /// (a vIOMMU maps every 4 KiB page on its own: tens of thousands of maps); the routing
     /// snapshot is rebuilt from it lazily, by the first DMA after a change.
     host_maps: Mutex<Vec<BTreeMap<u64, HostRegion>>>,
-    /// Set by edits of `host_maps` not yet in `routes`.
-    host_dirty: AtomicBool,
+    /// Set by changes not yet in `routes` (host maps, BAR addresses, decode, resets): routes
+    /// are rebuilt by the first access after any number of them.
+    routes_stale: AtomicBool,
     counters: RwLock<Vec<Arc<TlpCounters>>>,
     host_counters: Arc<TlpCounters>,
     generation: AtomicU64,
@@ -229,7 +230,7 @@ impl Fabric {
             ports: RwLock::new(Vec::new()),
             routes: RwLock::new(Arc::new(Routes::default())),
             host_maps: Mutex::new(Vec::new()),
-            host_dirty: AtomicBool::new(false),
+            routes_stale: AtomicBool::new(false),
             counters: RwLock::new(Vec::new()),
             host_counters: Arc::new(TlpCounters::default()),
             generation: AtomicU64::new(0),
@@ -319,7 +320,7 @@ impl Fabric {
         let fns = self.functions.read().unwrap_or_else(|e| e.into_inner());
         let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
         let maps = self.host_maps.lock().unwrap_or_else(|e| e.into_inner());
-        self.host_dirty.store(false, Ordering::Relaxed);
+        self.routes_stale.store(false, Ordering::Relaxed);
         let mut next = Routes {
             host: maps.iter().map(|m| m.values().cloned().collect()).collect(),
             ports: self.ports.read().unwrap_or_else(|e| e.into_inner()).clone(),
@@ -371,8 +372,15 @@ impl Fabric {
             maps.resize(requester as usize + 1, BTreeMap::new());
         }
         edit(&mut maps[requester as usize]);
-        self.host_dirty.store(true, Ordering::Release);
         drop(maps);
+        self.routes_changed();
+    }
+
+    /// Marks the routes out of date: the next access or DMA port that routes rebuilds them,
+    /// once for any number of changes before it (a driver enumerating a card assigns a dozen
+    /// BARs and maps, each of which rebuilt every function's windows).
+    fn routes_changed(&self) {
+        self.routes_stale.store(true, Ordering::Release);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
@@ -453,7 +461,7 @@ impl Fabric {
     /// changed, so an engine pass takes no lock and touches no shared reference count (each of
     /// which would move a cache line between the cores when applications run on another).
     pub fn refresh_routes(&self, kept: &mut Option<RouteSnapshot>) {
-        if self.host_dirty.load(Ordering::Acquire) {
+        if self.routes_stale.load(Ordering::Acquire) {
             self.rebuild_routes();
         }
         // The generation first: the routes read after it are at least that new.
@@ -472,7 +480,7 @@ impl Fabric {
     }
 
     fn snapshot(&self) -> Arc<Routes> {
-        if self.host_dirty.load(Ordering::Acquire) {
+        if self.routes_stale.load(Ordering::Acquire) {
             self.rebuild_routes();
         }
         self.routes
@@ -548,7 +556,7 @@ impl Fabric {
             return self.reset_function(id);
         }
         if change.intersects(ConfigChange::BAR_ADDRESS | ConfigChange::COMMAND) {
-            self.rebuild_routes();
+            self.routes_changed();
         }
     }
 
@@ -558,7 +566,7 @@ impl Fabric {
         if let Some(f) = self.function(id) {
             f.reset();
             f.pci().reset();
-            self.rebuild_routes();
+            self.routes_changed();
         }
     }
 
@@ -576,14 +584,14 @@ impl Fabric {
             self.unmap_host(id, 0, u64::MAX);
         }
         self.clear_stats();
-        self.rebuild_routes();
+        self.routes_changed();
     }
 
     /// Firmware-style BAR assignment, then memory decode and bus mastering stay as they are.
     pub fn assign_bar(&self, id: FunctionId, bar: u8, addr: u64) {
         if let Some(f) = self.function(id) {
             f.pci().config().set_bar_address(bar, addr);
-            self.rebuild_routes();
+            self.routes_changed();
         }
     }
 
