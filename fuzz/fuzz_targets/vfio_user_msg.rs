@@ -5,7 +5,8 @@
 //! lie — is answered or ends the connection; the server never hangs and never panics in this
 //! project's code (the protocol crate itself trusts message sizes and may panic, which the server
 //! turns into a dropped connection: such panics are tolerated here, all others abort). Afterwards
-//! the card, re-enumerated by a driver, echoes verified traffic through FLD.
+//! the card, re-enumerated by a driver, echoes verified traffic through FLD. Each function's
+//! server runs on its own thread for the whole run and serves one client per input.
 #![no_main]
 
 use std::io::{ErrorKind, Read, Write};
