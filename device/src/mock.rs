@@ -22,7 +22,7 @@ use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::card::{Card, CardConfig};
-use crate::fabric::{Fabric, FabricConfig, HostRegion, RouteSnapshot};
+use crate::fabric::{Fabric, FabricConfig, HostRegion};
 use crate::fld::FldFunction;
 use crate::nic::{Nic, NicConfig};
 use crate::pcie::{FunctionId, InterruptSink, MsiMessage};
@@ -258,9 +258,6 @@ pub struct MockHost {
     /// last programmed them; forgotten on any register write or reset the mock makes, so they
     /// are programmed again. A driver programs its mailbox once, not per command.
     mailbox: Cell<[Option<(u64, u64)>; crate::nic::MAX_HOST_FUNCTIONS]>,
-    /// The fabric's routes as this CPU last saw them (renewed when they change), so its loads
-    /// and stores take no lock per access.
-    routes: std::cell::RefCell<Option<RouteSnapshot>>,
 }
 
 impl MockHost {
@@ -307,7 +304,6 @@ impl MockHost {
             token: Cell::new(0),
             cmd: (0, 0),
             mailbox: Cell::new([None; crate::nic::MAX_HOST_FUNCTIONS]),
-            routes: Default::default(),
         };
         let cmd = (
             host.alloc(CMD_MAX_LEN as usize),
@@ -528,14 +524,12 @@ impl MockHost {
 
     /// A CPU store through the fabric.
     fn store(&self, addr: u64, data: &[u8]) {
-        let mut routes = self.routes.borrow_mut();
-        self.fabric.mmio_write_kept(&mut routes, addr, data);
+        self.fabric.mmio_write(addr, data);
     }
 
     pub fn mmio_read32(&self, addr: u64) -> u32 {
         let mut b = [0u8; 4];
-        let mut routes = self.routes.borrow_mut();
-        self.fabric.mmio_read_kept(&mut routes, addr, &mut b);
+        self.fabric.mmio_read(addr, &mut b);
         u32::from_le_bytes(b)
     }
 

@@ -13,6 +13,7 @@
 
 mod counters;
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -210,6 +211,19 @@ pub struct Fabric {
     counters: RwLock<Vec<Arc<TlpCounters>>>,
     host_counters: Arc<TlpCounters>,
     generation: AtomicU64,
+    /// Told apart from every other fabric of the process (a later one may take this address).
+    uid: u64,
+}
+
+/// The next fabric's [`Fabric::uid`].
+static NEXT_FABRIC: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The routes of the fabric this thread's CPU accesses went to last, by its uid, kept
+    /// between accesses and renewed when its generation moves, as an engine keeps its own: a
+    /// CPU access takes no lock and touches no reference count another core shares. A dropped
+    /// fabric's routes stay here until the thread's next access to another.
+    static CPU_ROUTES: RefCell<(u64, Option<RouteSnapshot>)> = const { RefCell::new((u64::MAX, None)) };
 }
 
 impl Fabric {
@@ -234,6 +248,7 @@ impl Fabric {
             counters: RwLock::new(Vec::new()),
             host_counters: Arc::new(TlpCounters::default()),
             generation: AtomicU64::new(0),
+            uid: NEXT_FABRIC.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -461,17 +476,28 @@ impl Fabric {
     /// changed, so an engine pass takes no lock and touches no shared reference count (each of
     /// which would move a cache line between the cores when applications run on another).
     pub fn refresh_routes(&self, kept: &mut Option<RouteSnapshot>) {
+        // A change marks the routes stale before it moves the generation: a snapshot of the
+        // generation read first, with nothing stale after it, is current.
+        let generation = self.generation();
+        if self.routes_stale.load(Ordering::Acquire)
+            || kept.as_ref().is_none_or(|k| k.generation != generation)
+        {
+            self.renew_routes(kept);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn renew_routes(&self, kept: &mut Option<RouteSnapshot>) {
         if self.routes_stale.load(Ordering::Acquire) {
             self.rebuild_routes();
         }
         // The generation first: the routes read after it are at least that new.
         let generation = self.generation();
-        if kept.as_ref().is_none_or(|k| k.generation != generation) {
-            *kept = Some(RouteSnapshot {
-                generation,
-                routes: self.snapshot(),
-            });
-        }
+        *kept = Some(RouteSnapshot {
+            generation,
+            routes: self.snapshot(),
+        });
     }
 
     /// A DMA port of `requester` that routes by the kept snapshot `routes`.
@@ -600,41 +626,36 @@ impl Fabric {
     /// A CPU store to bus address `addr`; false if no BAR decodes it (the store is dropped, as
     /// an unsupported request would be).
     pub fn mmio_write(&self, addr: u64, data: &[u8]) -> bool {
-        self.mmio_write_by(&self.snapshot(), addr, data)
+        self.with_cpu_routes(|routes| self.mmio_write_by(routes, addr, data))
     }
 
     /// A CPU load from `addr`; all-ones when nothing decodes it (master abort).
     pub fn mmio_read(&self, addr: u64, data: &mut [u8]) -> bool {
-        self.mmio_read_by(&self.snapshot(), addr, data)
+        self.with_cpu_routes(|routes| self.mmio_read_by(routes, addr, data))
     }
 
-    /// [`Self::mmio_write`] routed by a snapshot the caller keeps between accesses and
-    /// [`Self::refresh_routes`] renews when the routes change, as an engine keeps its own: a
-    /// CPU issuing many accesses then takes no lock and no reference per access.
-    pub fn mmio_write_kept(
-        &self,
-        kept: &mut Option<RouteSnapshot>,
-        addr: u64,
-        data: &[u8],
-    ) -> bool {
-        self.refresh_routes(kept);
-        match kept {
-            Some(k) => self.mmio_write_by(&k.routes, addr, data),
-            None => self.mmio_write(addr, data),
-        }
-    }
-
-    /// [`Self::mmio_read`] routed by a kept snapshot (see [`Self::mmio_write_kept`]).
-    pub fn mmio_read_kept(
-        &self,
-        kept: &mut Option<RouteSnapshot>,
-        addr: u64,
-        data: &mut [u8],
-    ) -> bool {
-        self.refresh_routes(kept);
-        match kept {
-            Some(k) => self.mmio_read_by(&k.routes, addr, data),
-            None => self.mmio_read(addr, data),
+    /// Runs a CPU access with the routes this thread keeps for this fabric ([`CPU_ROUTES`]),
+    /// or, for an access made while one is running on this thread (a BAR handler's own), with
+    /// a snapshot of its own.
+    #[inline]
+    fn with_cpu_routes<R>(&self, access: impl FnOnce(&Routes) -> R) -> R {
+        let mut access = Some(access);
+        let kept = CPU_ROUTES
+            .try_with(|slot| {
+                let mut slot = slot.try_borrow_mut().ok()?;
+                if slot.0 != self.uid {
+                    *slot = (self.uid, None);
+                }
+                self.refresh_routes(&mut slot.1);
+                let routes = &slot.1.as_ref()?.routes;
+                Some(access.take()?(routes))
+            })
+            .ok()
+            .flatten();
+        match (kept, access) {
+            (Some(r), _) => r,
+            (None, Some(access)) => access(&self.snapshot()),
+            (None, None) => unreachable!("an access that ran returned its result"),
         }
     }
 
@@ -1017,6 +1038,7 @@ impl DmaPort<'_> {
 
     /// Counts `len` bytes from `addr` as posted writes of `record` bytes each: one TLP per
     /// record when records are aligned powers of two no larger than MPS, else record by record.
+    #[inline]
     fn count_records(&mut self, addr: u64, len: usize, record: usize, peer: Option<FunctionId>) {
         let one_tlp_each = record.is_power_of_two()
             && record as u64 <= 1 << self.fabric.mps_shift

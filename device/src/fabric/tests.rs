@@ -560,3 +560,114 @@ mod record_runs {
         }
     }
 }
+
+/// A function whose BAR0 stores are CPU stores it passes on to `to` (a BAR handler that makes
+/// an access of its own, on the accessing thread).
+struct Forwarder {
+    pci: PciState,
+    fabric: std::sync::Weak<Fabric>,
+    to: u64,
+}
+
+impl PciFunction for Forwarder {
+    fn pci(&self) -> &PciState {
+        &self.pci
+    }
+    fn bar_read(&self, _bar: u8, _offset: u64, data: &mut [u8]) {
+        data.fill(0);
+    }
+    fn bar_write(&self, _bar: u8, offset: u64, data: &[u8]) {
+        if let Some(f) = self.fabric.upgrade() {
+            assert!(f.mmio_write(self.to + offset, data), "the passed-on store");
+        }
+    }
+    fn reset(&self) {}
+}
+
+/// A fabric with one RAM function, its BAR0 at `bar`, decoding.
+fn fabric_with_ram_at(bar: u64) -> (Arc<Fabric>, Arc<RamFunction>) {
+    let fabric = Fabric::new(FabricConfig::default());
+    let ram = ram_function(&fabric);
+    fabric.assign_bar(ram.pci.id, 0, bar);
+    enable(&fabric, ram.pci.id);
+    (fabric, ram)
+}
+
+#[test]
+fn cpu_accesses_reach_the_fabric_they_are_made_on() {
+    // A thread keeps the routes of the fabric it accessed last; two fabrics with a BAR at the
+    // same address, used in turn, and a third made after the first is dropped (it may take the
+    // first's place in memory), each get their own stores.
+    let bar = 0x8000_0000;
+    let (a, ram_a) = fabric_with_ram_at(bar);
+    let (b, ram_b) = fabric_with_ram_at(bar);
+    for i in 0..4u8 {
+        assert!(a.mmio_write(bar + u64::from(i), &[0xa0 + i]));
+        assert!(b.mmio_write(bar + u64::from(i), &[0xb0 + i]));
+    }
+    assert_eq!(ram_a.ram.lock().unwrap()[..4], [0xa0, 0xa1, 0xa2, 0xa3]);
+    assert_eq!(ram_b.ram.lock().unwrap()[..4], [0xb0, 0xb1, 0xb2, 0xb3]);
+    drop(a);
+    let (c, ram_c) = fabric_with_ram_at(bar);
+    assert!(c.mmio_write(bar, &[0xc0]));
+    let mut back = [0u8; 1];
+    assert!(c.mmio_read(bar, &mut back));
+    assert_eq!((back[0], ram_c.ram.lock().unwrap()[0]), (0xc0, 0xc0));
+    assert_eq!(
+        ram_a.ram.lock().unwrap()[0],
+        0xa0,
+        "the dropped fabric's function"
+    );
+}
+
+#[test]
+fn a_cpu_access_follows_a_bar_moved_after_the_last_one() {
+    let (fabric, ram) = fabric_with_ram_at(0x8000_0000);
+    assert!(fabric.mmio_write(0x8000_0000, &[1]));
+    fabric.assign_bar(ram.pci.id, 0, 0x9000_0000);
+    assert!(
+        !fabric.mmio_write(0x8000_0000, &[2]),
+        "the old address decodes nothing"
+    );
+    assert!(fabric.mmio_write(0x9000_0000, &[3]));
+    let mut back = [0u8; 1];
+    assert!(!fabric.mmio_read(0x8000_0000, &mut back));
+    assert_eq!(back, [0xff], "master abort");
+    assert_eq!(ram.ram.lock().unwrap()[0], 3);
+}
+
+#[test]
+fn a_bar_handler_may_make_cpu_accesses_of_its_own() {
+    let (fabric, ram) = fabric_with_ram_at(0x8000_0000);
+    let weak = Arc::downgrade(&fabric);
+    let fwd = fabric.attach(|id| {
+        let cs = ConfigSpace::new(
+            Identity {
+                vendor_id: 0xfff0,
+                device_id: 0xfffe,
+                class_code: 0x050000,
+                revision: 0,
+                subsystem_id: 0,
+            },
+            &[BarSpec {
+                index: 0,
+                size: 0x1000,
+                prefetchable: false,
+            }],
+            None,
+        );
+        Arc::new(Forwarder {
+            pci: PciState::new(id, cs),
+            fabric: weak,
+            to: 0x8000_0000,
+        })
+    });
+    fabric.assign_bar(fwd.pci.id, 0, 0xa000_0000);
+    enable(&fabric, fwd.pci.id);
+    assert!(fabric.mmio_write(0xa000_0010, &[7, 8]));
+    assert_eq!(ram.ram.lock().unwrap()[0x10..0x12], [7, 8]);
+    // Both stores were counted: the host sent two, and each function received one.
+    assert_eq!(fabric.stats(HOST).up_tlps, 2);
+    assert_eq!(fabric.stats(fwd.pci.id).down_tlps, 1);
+    assert_eq!(fabric.stats(ram.pci.id).down_tlps, 1);
+}

@@ -158,6 +158,7 @@ fn inner_flow_hash(p: &ParsedFrame) -> u32 {
 }
 
 /// Out the uplink wire, or into a host vPort's receive pipeline.
+#[inline]
 fn deliver_to_vport(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
