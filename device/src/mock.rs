@@ -519,12 +519,7 @@ impl MockHost {
     /// function's mailbox is programmed again before its next command.
     pub fn mmio_write32(&self, addr: u64, v: u32) {
         self.mailbox.set([None; crate::nic::MAX_HOST_FUNCTIONS]);
-        self.store(addr, &v.to_le_bytes());
-    }
-
-    /// A CPU store through the fabric.
-    fn store(&self, addr: u64, data: &[u8]) {
-        self.fabric.mmio_write(addr, data);
+        self.fabric.mmio_write(addr, &v.to_le_bytes());
     }
 
     pub fn mmio_read32(&self, addr: u64) -> u32 {
@@ -584,7 +579,7 @@ impl MockHost {
     /// Writes the doorbell word at `offset` of NIC function `f`'s doorbell page.
     pub fn doorbell(&self, f: u16, offset: u64, value: u32) {
         // The doorbell BAR holds no mailbox register: nothing to forget.
-        self.store(
+        self.fabric.mmio_write(
             self.bar(self.nic_fid(f), BAR_DOORBELL) + offset,
             &value.to_le_bytes(),
         );
@@ -610,7 +605,7 @@ impl MockHost {
     }
 
     fn write_nic_reg(&self, f: u16, offset: u64, v: u32) {
-        self.store(
+        self.fabric.mmio_write(
             self.bar(self.nic_fid(f), BAR_CONTROL) + offset,
             &v.to_le_bytes(),
         );

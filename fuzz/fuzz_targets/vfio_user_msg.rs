@@ -43,13 +43,14 @@ const COMMANDS: [u16; 9] = [
     REGION_WRITE,
     DEVICE_RESET,
 ];
-/// The longest region write a script sends, and the most bytes it sends in all. A message the
-/// protocol crate refuses before reading its body (a write to a region it does not know, a
-/// lying size) leaves the body to be read as messages, sixteen bytes each, every one answered:
-/// a megabyte of a zero-padded write behind it was 65,536 empty messages, an input that took
-/// as long as thousands of others and found nothing the first few did not. The transfer
-/// limit itself is met by reads here, and by writes in `vfio_user_backend`.
+/// The longest region write a script sends. A message the protocol crate refuses before
+/// reading its body (a write to a region it does not know, a lying size) leaves the body to be
+/// read as messages, sixteen bytes each, every one answered: a megabyte of a zero-padded write
+/// behind it was 65,536 empty messages, an input that took as long as thousands of others and
+/// found nothing the first few did not. The transfer limit itself is met by reads here, and by
+/// writes in `vfio_user_backend`.
 const LONG_WRITE: u32 = 16 << 10;
+/// The most bytes a script sends in all (for the reason given at [`LONG_WRITE`]).
 const SCRIPT_BUDGET: usize = 64 << 10;
 /// Largest transfer a conforming client asks for (the server's max_data_xfer_size).
 const MAX_XFER: u32 = 1 << 20;
