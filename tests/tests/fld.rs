@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use fld_abi::fld::{MemoryItem, Stat, FILL_PATTERN};
 use fld_abi::nic::TABLE_KIND_FDB;
 use fld_abi::nic::{Cqe, CE_ALWAYS, CE_MASK, CQE_REQ, CS_L3, CS_L4, RESERVED_LKEY, WQE_OP_SEND};
-use fld_device::accel::{Accelerator, Echo, RxMeta, TxMeta, TxRefused, TxStream};
+use fld_device::accel::{Accelerator, Echo, RxBurst, RxMeta, TxMeta, TxRefused, TxStream};
 use fld_device::fld::memory_model::{fld_requirement, MemoryParams};
 use fld_driver::nic::SendWqe;
 use fld_driver::nic::{FlowRule, RuleFate, TableMiss};
@@ -448,6 +448,78 @@ impl Accelerator for Recording {
     fn name(&self) -> &'static str {
         "recording echo"
     }
+}
+
+/// Echoes like [`Echo`], but refuses every third packet, and records the size of every rx
+/// burst FLD hands it.
+struct BurstRecording {
+    echo: Echo,
+    packets: u64,
+    bursts: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Accelerator for BurstRecording {
+    fn receive(&mut self, _: &RxMeta, _: &[u8], _: &mut dyn TxStream) -> bool {
+        unreachable!("FLD hands packets over in bursts")
+    }
+    fn receive_burst(&mut self, burst: RxBurst<'_>, tx: &mut dyn TxStream) -> usize {
+        self.bursts.lock().unwrap().push(burst.len());
+        let mut refused = 0;
+        for (meta, data) in burst.iter() {
+            self.packets += 1;
+            if self.packets.is_multiple_of(3) || !self.echo.receive(meta, data, tx) {
+                refused += 1;
+            }
+        }
+        refused
+    }
+    fn poll(&mut self, tx: &mut dyn TxStream) -> usize {
+        self.echo.poll(tx)
+    }
+    fn name(&self) -> &'static str {
+        "burst recording echo"
+    }
+}
+
+#[test]
+fn a_step_hands_the_accelerator_its_completions_as_one_burst_and_counts_what_it_refused() {
+    let mut s = FldEchoSetup::new(1514).unwrap();
+    let bursts = Arc::new(Mutex::new(Vec::new()));
+    s.card.fld.set_accelerator(Box::new(BurstRecording {
+        echo: Echo::new(0, 256),
+        packets: 0,
+        bursts: bursts.clone(),
+    }));
+    let cfg = EchoConfig {
+        packets: 600,
+        burst: 32,
+        sizes: Sizes::Fixed(128),
+        ..Default::default()
+    };
+    let rep = s.run_echo(&cfg);
+    let bursts = bursts.lock().unwrap();
+    let delivered: usize = bursts.iter().sum();
+    assert_eq!(
+        delivered as u64,
+        s.card.fld.stat(Stat::RxPackets),
+        "{}",
+        stats(&s)
+    );
+    assert!(
+        bursts.iter().any(|&n| n > 1),
+        "the client's bursts reach the accelerator whole: {bursts:?}"
+    );
+    assert!(bursts.iter().all(|&n| n > 0), "no empty burst");
+    // Every third packet refused, counted by FLD and never echoed.
+    let refused = delivered as u64 / 3;
+    assert_eq!(
+        s.card.fld.stat(Stat::RxAcceleratorDrops),
+        refused,
+        "{}",
+        stats(&s)
+    );
+    assert_eq!(rep.packets_received, delivered as u64 - refused);
+    assert_eq!(rep.mismatches, 0);
 }
 
 /// A set-up whose accelerate rule is replaced: `install` gets the FLD-E control plane.

@@ -103,10 +103,60 @@ pub trait TxStream {
     fn send(&mut self, meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused>;
 }
 
+/// The packets one FLD step delivers on the rx stream, in arrival order: the completions the
+/// NIC wrote since the last step, each packet read in place from FLD's Rx buffer. The AXI port
+/// carries them back to back (§5.5), so an accelerator may handle the whole burst in one loop.
+#[derive(Clone, Copy)]
+pub struct RxBurst<'a> {
+    buffer: &'a [u8],
+    packets: &'a [RxPacket],
+}
+
+/// One packet of an [`RxBurst`]: its metadata and where its `meta.len` bytes start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxPacket {
+    pub meta: RxMeta,
+    pub at: usize,
+}
+
+impl<'a> RxBurst<'a> {
+    /// A burst of `packets` lying in `buffer`; a packet that does not lie wholly inside it is
+    /// skipped by [`Self::iter`] (FLD only builds bursts of packets that do).
+    pub fn new(buffer: &'a [u8], packets: &'a [RxPacket]) -> Self {
+        RxBurst { buffer, packets }
+    }
+
+    pub fn len(&self) -> usize {
+        self.packets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.packets.is_empty()
+    }
+
+    /// The packets with their bytes, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'a RxMeta, &'a [u8])> + 'a {
+        let buffer = self.buffer;
+        self.packets.iter().filter_map(move |p| {
+            let at = p.at;
+            let data = buffer.get(at..at.checked_add(p.meta.len as usize)?)?;
+            Some((&p.meta, data))
+        })
+    }
+}
+
 /// An accelerator model.
 pub trait Accelerator: Send {
     /// A packet on the rx stream. Return false to refuse it (FLD drops and counts it).
     fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool;
+    /// A burst of packets on the rx stream; returns how many were refused (FLD drops and
+    /// counts them). The default hands them to [`Self::receive`] one by one.
+    fn receive_burst(&mut self, burst: RxBurst<'_>, tx: &mut dyn TxStream) -> usize {
+        burst
+            .iter()
+            .filter(|(meta, data)| !self.receive(meta, data, tx))
+            .count()
+    }
     /// Called once per FLD step: a chance to send what earlier credits held back.
     fn poll(&mut self, _tx: &mut dyn TxStream) -> usize {
         0
@@ -252,42 +302,68 @@ impl Echo {
     }
 }
 
-impl Accelerator for Echo {
-    fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
+impl Echo {
+    /// Echoes one packet, built in `scratch`: straight out when nothing waits before it and the
+    /// queue has credit, held otherwise (the held frame keeps the buffer; `scratch` gets a spare
+    /// one). False when refused.
+    fn echo(
+        &mut self,
+        meta: &RxMeta,
+        data: &[u8],
+        scratch: &mut Vec<u8>,
+        tx: &mut dyn TxStream,
+    ) -> bool {
         if data.len() < 12 {
             return false;
         }
-        let mut b = self.held.take_buffer();
-        b.extend_from_slice(&data[6..12]);
-        b.extend_from_slice(&data[0..6]);
-        b.extend_from_slice(&data[12..]);
+        scratch.clear();
+        scratch.extend_from_slice(&data[6..12]);
+        scratch.extend_from_slice(&data[0..6]);
+        scratch.extend_from_slice(&data[12..]);
         if self.held.is_empty() {
-            // Nothing waits before it: straight out when the queue has credit.
-            let meta = TxMeta {
+            let out = TxMeta {
                 queue: self.tx_queue + self.next,
                 resume_table: meta.resume_table,
                 ..Default::default()
             };
-            match tx.send(&meta, &b) {
+            match tx.send(&out, scratch) {
                 Ok(()) => {
                     self.echoed += 1;
                     self.next = (self.next + 1) % self.queues;
-                    self.held.recycle(b);
                     return true;
                 }
                 Err(TxRefused::NoCredit) => {}
                 // A frame the queue will never take is discarded, as `flush` does.
-                Err(_) => {
-                    self.held.recycle(b);
-                    return true;
-                }
+                Err(_) => return true,
             }
         }
-        if !self.held.push_built(b, meta.resume_table) {
+        if self.held.is_full() {
             return false;
         }
+        let frame = std::mem::replace(scratch, self.held.take_buffer());
+        self.held.push_built(frame, meta.resume_table);
         self.flush(tx);
         true
+    }
+}
+
+impl Accelerator for Echo {
+    fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
+        let mut scratch = self.held.take_buffer();
+        let accepted = self.echo(meta, data, &mut scratch, tx);
+        self.held.recycle(scratch);
+        accepted
+    }
+
+    /// One scratch buffer for the whole burst.
+    fn receive_burst(&mut self, burst: RxBurst<'_>, tx: &mut dyn TxStream) -> usize {
+        let mut scratch = self.held.take_buffer();
+        let refused = burst
+            .iter()
+            .filter(|(meta, data)| !self.echo(meta, data, &mut scratch, tx))
+            .count();
+        self.held.recycle(scratch);
+        refused
     }
 
     fn poll(&mut self, tx: &mut dyn TxStream) -> usize {
@@ -327,6 +403,105 @@ mod tests {
             self.sent.push((*meta, data.to_vec()));
             Ok(())
         }
+    }
+
+    /// A burst lying in one buffer, as FLD's Rx buffer holds it.
+    fn burst_of(frames: &[Vec<u8>]) -> (Vec<u8>, Vec<RxPacket>) {
+        let mut buffer = Vec::new();
+        let mut packets = Vec::new();
+        for (i, f) in frames.iter().enumerate() {
+            packets.push(RxPacket {
+                meta: RxMeta {
+                    len: f.len() as u32,
+                    resume_table: (i % 3 == 0).then_some(i as u8),
+                    ..Default::default()
+                },
+                at: buffer.len(),
+            });
+            buffer.extend_from_slice(f);
+        }
+        (buffer, packets)
+    }
+
+    #[test]
+    fn echo_sends_a_burst_as_it_sends_the_same_packets_one_by_one() {
+        // Sizes around the 12 bytes an echo needs; credits that run out inside bursts and
+        // return between them; a holding buffer that fills.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut one, mut burst) = (Echo::spread(2, 3, 8), Echo::spread(2, 3, 8));
+        let mut tx_one = Sink {
+            credits: 0,
+            sent: vec![],
+        };
+        let mut tx_burst = Sink {
+            credits: 0,
+            sent: vec![],
+        };
+        let (mut refused_one, mut refused_burst) = (0, 0);
+        for _ in 0..200 {
+            let credits = (next() % 12) as u32;
+            tx_one.credits = credits;
+            tx_burst.credits = credits;
+            let frames: Vec<Vec<u8>> = (0..next() % 16)
+                .map(|_| (0..next() % 40).map(|_| next() as u8).collect())
+                .collect();
+            let (buffer, packets) = burst_of(&frames);
+            let b = RxBurst::new(&buffer, &packets);
+            for (meta, data) in b.iter() {
+                refused_one += usize::from(!one.receive(meta, data, &mut tx_one));
+            }
+            refused_burst += burst.receive_burst(b, &mut tx_burst);
+            if next() % 4 == 0 {
+                tx_one.credits = 3;
+                tx_burst.credits = 3;
+                assert_eq!(one.poll(&mut tx_one), burst.poll(&mut tx_burst));
+            }
+        }
+        assert_eq!(tx_burst.sent, tx_one.sent);
+        assert_eq!(refused_burst, refused_one);
+        assert_eq!(burst.echoed, one.echoed);
+        assert!(
+            refused_one > 0 && one.echoed > 100,
+            "the mix exercised both paths"
+        );
+    }
+
+    #[test]
+    fn a_burst_skips_a_packet_that_does_not_lie_in_its_buffer() {
+        let buffer = [7u8; 100];
+        let packets = [
+            RxPacket {
+                meta: RxMeta {
+                    len: 60,
+                    ..Default::default()
+                },
+                at: 40,
+            },
+            RxPacket {
+                meta: RxMeta {
+                    len: 61,
+                    ..Default::default()
+                },
+                at: 40,
+            },
+            RxPacket {
+                meta: RxMeta {
+                    len: 1,
+                    ..Default::default()
+                },
+                at: usize::MAX,
+            },
+        ];
+        let b = RxBurst::new(&buffer, &packets);
+        assert_eq!(b.len(), 3);
+        let lens: Vec<usize> = b.iter().map(|(_, d)| d.len()).collect();
+        assert_eq!(lens, [60]);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 
 use super::tx::{TxEngine, TxView};
 use super::Stats;
-use crate::accel::{Accelerator, RdmaRx, RxMeta};
+use crate::accel::{Accelerator, RdmaRx, RxBurst, RxMeta, RxPacket};
 use fld_abi::fld::*;
 use fld_abi::nic;
 
@@ -36,12 +36,16 @@ pub(super) struct RxEngine {
     pub cqes: VecDeque<CompressedCqe>,
     /// CQEs consumed, reported to the NIC as the CQ consumer counter.
     pub cq_ci: u32,
+    /// The packets of the step's completions, handed to the accelerator as one burst (as
+    /// many as the Rx CQ holds; kept so a step allocates nothing).
+    pub burst: Vec<RxPacket>,
 }
 
 impl RxEngine {
     pub fn new(geo: &FldGeometry) -> Self {
         RxEngine {
             cqes: VecDeque::with_capacity(1 << geo.log_rx_cq),
+            burst: Vec::with_capacity(1 << geo.log_rx_cq),
             ..Default::default()
         }
     }
@@ -70,17 +74,19 @@ impl RxEngine {
     }
 }
 
-/// Delivers received packets to the accelerator and recycles finished buffers in order. The
-/// accelerator reads each packet in place and may answer on the tx stream (`tx`) at once.
-/// Returns the completions consumed.
+/// Delivers received packets to the accelerator, all the completions of the step as one
+/// burst, and recycles finished buffers in order. The accelerator reads each packet in place
+/// (the NIC writes no buffer again before the RQ doorbell the step rings after this) and may
+/// answer on the tx stream (`tx`) at once. Returns the completions consumed.
 pub(super) fn deliver_receives(
     rx: &mut RxEngine,
     tx: &mut TxEngine,
     stats: &mut Stats,
     geo: FldGeometry,
-    mut accel: Option<&mut (dyn Accelerator + 'static)>,
+    accel: Option<&mut (dyn Accelerator + 'static)>,
 ) -> usize {
     let mut n = 0;
+    rx.burst.clear();
     while let Some(c) = rx.cqes.pop_front() {
         n += 1;
         rx.cq_ci = rx.cq_ci.wrapping_add(1);
@@ -99,45 +105,17 @@ pub(super) fn deliver_receives(
                 + ((c.stride_or_syndrome() as usize) << rx.log_stride);
             stats.bump(Stat::RxPackets);
             stats.add(Stat::RxBytes, len as u64);
-            let meta = if c.is_qp() {
-                let qf = c.qp_flags();
-                let last = qf & nic::cqe_flags::MSG_LAST != 0;
-                RxMeta {
-                    queue: tx.qp_queues.get(&c.queue()).copied().unwrap_or(u16::MAX),
-                    len: len as u32,
-                    rdma: Some(RdmaRx {
-                        first: qf & nic::cqe_flags::MSG_FIRST != 0,
-                        last,
-                        imm: (last && c.opcode() == nic::CQE_RESP_SEND_IMM).then(|| c.imm()),
-                    }),
-                    ..Default::default()
-                }
-            } else {
-                let (context, resume_table) = split_accelerate_tag(c.flow_tag());
-                RxMeta {
-                    queue: 0,
-                    context,
-                    resume_table,
-                    csum: c.csum(),
-                    rss_hash: c.rss_hash(),
-                    len: len as u32,
-                    rdma: None,
-                }
-            };
-            let packet = at.checked_add(len).and_then(|end| rx.buffer.get(at..end));
-            let accepted = if meta.queue == u16::MAX {
+            let meta = packet_meta(&c, len as u32, tx);
+            let inside = at
+                .checked_add(len)
+                .is_some_and(|end| end <= rx.buffer.len());
+            if meta.queue == u16::MAX {
                 stats.bump(Stat::RxUnknownQp);
-                false
-            } else {
-                match (accel.as_deref_mut(), packet) {
-                    (Some(a), Some(packet)) => {
-                        a.receive(&meta, packet, &mut TxView { tx, stats, geo })
-                    }
-                    _ => false,
-                }
-            };
-            if !accepted {
                 stats.bump(Stat::RxAcceleratorDrops);
+            } else if !inside || accel.is_none() {
+                stats.bump(Stat::RxAcceleratorDrops);
+            } else {
+                rx.burst.push(RxPacket { meta, at });
             }
         }
         if c.flags() & nic::cqe_flags::WQE_DONE != 0 {
@@ -147,5 +125,39 @@ pub(super) fn deliver_receives(
             stats.bump(Stat::RxRecycledWqes);
         }
     }
+    if let Some(a) = accel.filter(|_| !rx.burst.is_empty()) {
+        let burst = RxBurst::new(&rx.buffer, &rx.burst);
+        let refused = a.receive_burst(burst, &mut TxView { tx, stats, geo });
+        stats.add(Stat::RxAcceleratorDrops, refused as u64);
+    }
     n
+}
+
+/// The rx stream's metadata of a packet from its NIC completion. An FLD-R packet of a QP no
+/// queue is bound to gets queue `u16::MAX`.
+fn packet_meta(c: &CompressedCqe, len: u32, tx: &TxEngine) -> RxMeta {
+    if c.is_qp() {
+        let qf = c.qp_flags();
+        let last = qf & nic::cqe_flags::MSG_LAST != 0;
+        return RxMeta {
+            queue: tx.qp_queues.get(&c.queue()).copied().unwrap_or(u16::MAX),
+            len,
+            rdma: Some(RdmaRx {
+                first: qf & nic::cqe_flags::MSG_FIRST != 0,
+                last,
+                imm: (last && c.opcode() == nic::CQE_RESP_SEND_IMM).then(|| c.imm()),
+            }),
+            ..Default::default()
+        };
+    }
+    let (context, resume_table) = split_accelerate_tag(c.flow_tag());
+    RxMeta {
+        queue: 0,
+        context,
+        resume_table,
+        csum: c.csum(),
+        rss_hash: c.rss_hash(),
+        len,
+        rdma: None,
+    }
 }
