@@ -115,7 +115,7 @@ pub(super) fn poll(
         fabric,
         routes,
         ports,
-        dma: [const { None }; MAX_HOST_FUNCTIONS],
+        dma: std::array::from_fn(|_| None),
         now_ns: core.manual_clock,
         clock: clock.as_ref(),
     };
