@@ -159,22 +159,21 @@ impl Qp {
         if wr.sg_list.len() > self.cap.max_send_sge as usize && !wr.inline {
             return Err(VerbsError::Invalid("more SGEs than the QP takes"));
         }
-        let mut inline = [0u8; MAX_INLINE_DATA];
-        let data = if wr.inline {
+        if wr.inline {
             let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
             if total > self.cap.max_inline_data as usize || total > MAX_INLINE_DATA {
                 return Err(VerbsError::Invalid("inline data beyond max_inline_data"));
             }
             // Inline data is what the SGEs point at, copied now (the buffers may be reused at
             // once, as IBV_SEND_INLINE allows).
-            return self.post_inline(wr, total, &mut inline);
-        } else {
-            WqeData::Gather(wr.sg_list)
-        };
-        self.post_wqe(wr, data)
+            return self.post_inline(wr, total);
+        }
+        self.post_wqe(wr, WqeData::Gather(wr.sg_list))
     }
 
-    fn post_inline(&mut self, wr: &SendWr<'_>, total: usize, buf: &mut [u8]) -> Result<()> {
+    /// The staging buffer lives here, so a gather post does not clear it.
+    fn post_inline(&mut self, wr: &SendWr<'_>, total: usize) -> Result<()> {
+        let mut buf = [0u8; MAX_INLINE_DATA];
         // SGE addresses are this process's addresses of registered memory.
         let mut at = 0;
         for s in wr.sg_list {
