@@ -100,9 +100,13 @@ enum Cmd {
     /// runs of `fldemu demo` (needs valgrind). Extra arguments go to the demo, e.g.
     /// `-- --accel none --size 64`.
     Profile {
-        /// Packets of the larger run (the smaller has a third).
+        /// Packets (messages with --rdma-write) of the larger run; the smaller has a third.
         #[arg(long, default_value_t = 30_000)]
         packets: u64,
+        /// Per 64 B RDMA WRITE message between two in-process cards (`fldemu rc-bw`) instead
+        /// of per echoed packet; demo arguments are refused.
+        #[arg(long)]
+        rdma_write: bool,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -676,11 +680,21 @@ fn main() -> ExitCode {
         Cmd::BenchGuest { json, packets } => bench_guest(json, packets),
         Cmd::Profile {
             packets,
+            rdma_write,
             json,
             args,
-        } => prereq::profile(&Host::current())
-            .and_then(|()| build_fldemu())
-            .and_then(|()| profile::profile(&workspace(), &args, packets, json)),
+        } => {
+            let workload = match (rdma_write, args.is_empty()) {
+                (true, true) => Ok(profile::Workload::RdmaWrite),
+                (true, false) => Err("profile: --rdma-write takes no demo arguments".to_string()),
+                (false, _) => Ok(profile::Workload::Echo(args)),
+            };
+            workload.and_then(|w| {
+                prereq::profile(&Host::current())
+                    .and_then(|()| build_fldemu())
+                    .and_then(|()| profile::profile(&workspace(), &w, packets, json))
+            })
+        }
         Cmd::TestRxe { timeout } => rxe::prerequisites(&guest::GuestPaths::new())
             .and_then(|()| build_fldemu())
             .and_then(|()| rxe::test_rxe(&workspace(), timeout)),

@@ -18,7 +18,9 @@ use crate::child::{self, Echo};
 /// Which stage a function's instructions belong to: the first rule whose pattern the source
 /// file or the function's path contains (code inlined from the standard library carries the
 /// file of the library and the path of the function it was inlined into).
-const STAGES: [(&str, &str); 28] = [
+const STAGES: [(&str, &str); 36] = [
+    ("ICRC (CRC-32)", "crc32fast"),
+    ("ICRC (CRC-32)", "wire::roce::icrc"),
     ("checksum", "wire/checksum.rs"),
     ("checksum", "checksum"),
     ("parse", "nic/packet.rs"),
@@ -42,6 +44,12 @@ const STAGES: [(&str, &str); 28] = [
     ("FLD (translate, Tx, Rx)", "fld_device::fld::"),
     ("accelerator", "device/src/accel"),
     ("accelerator", "fld_device::accel::"),
+    ("RoCE transport", "datapath/roce/"),
+    ("RoCE transport", "datapath::roce::"),
+    ("RoCE transport", "nic/rdma/"),
+    ("RoCE transport", "nic::rdma::"),
+    ("RoCE transport", "abi/src/wire/roce/"),
+    ("RoCE transport", "abi/src/nic/rdma.rs"),
     ("NIC engine (poll loop, other)", "fld_device::nic::"),
     ("driver and application", "driver/src"),
     ("driver and application", "host-lib/src"),
@@ -65,13 +73,54 @@ fn stage_of(entry: &str) -> &'static str {
     "other (allocator, locks, std)"
 }
 
-/// Each function's own instructions in one callgrind run.
-fn run_once(
-    bin: &Path,
-    args: &[String],
-    packets: u64,
-    out: &Path,
-) -> Result<BTreeMap<String, u64>, String> {
+/// What a profile runs.
+pub enum Workload {
+    /// `fldemu demo` with these arguments: per echoed packet.
+    Echo(Vec<String>),
+    /// `fldemu rc-bw` with 64-byte RDMA WRITEs between two in-process cards: per message.
+    RdmaWrite,
+}
+
+impl Workload {
+    /// The `fldemu` arguments of a run of `n` packets or messages, and how many the run really
+    /// moves: `rc-bw` sends a warm-up of a twentieth of its count (and one) before it measures,
+    /// so runs of 2,000 and 6,000 messages differ by 4,200.
+    fn run(&self, n: u64) -> (Vec<String>, u64) {
+        match self {
+            Workload::Echo(args) => {
+                let mut v = vec!["demo".to_string()];
+                v.extend(args.iter().cloned());
+                v.extend(["--packets".to_string(), n.to_string()]);
+                (v, n)
+            }
+            Workload::RdmaWrite => {
+                let v = [
+                    "rc-bw",
+                    "--ops",
+                    "write",
+                    "--size-min",
+                    "64",
+                    "--size-max",
+                    "64",
+                ];
+                let mut v: Vec<String> = v.iter().map(|a| a.to_string()).collect();
+                v.extend(["--bytes".to_string(), (n * 64).to_string()]);
+                (v, n + n / 20 + 1)
+            }
+        }
+    }
+
+    /// What one unit is, for the report.
+    fn unit(&self) -> &'static str {
+        match self {
+            Workload::Echo(_) => "echoed packet",
+            Workload::RdmaWrite => "64 B RDMA WRITE message",
+        }
+    }
+}
+
+/// Each function's own instructions in one callgrind run of `fldemu args`.
+fn run_once(bin: &Path, args: &[String], out: &Path) -> Result<BTreeMap<String, u64>, String> {
     let log = std::path::PathBuf::from(format!("{}.log", out.display()));
     let _ = std::fs::remove_file(&log);
     child::run(
@@ -79,11 +128,8 @@ fn run_once(
             .arg("--tool=callgrind")
             .arg(format!("--callgrind-out-file={}", out.display()))
             .arg(bin)
-            .arg("demo")
-            .args(args)
-            .arg("--packets")
-            .arg(packets.to_string()),
-        &format!("fldemu demo --packets {packets} under callgrind"),
+            .args(args),
+        &format!("fldemu {} under callgrind", args.join(" ")),
         &log,
         Echo::Quiet,
     )?;
@@ -118,20 +164,22 @@ fn run_once(
     Ok(costs)
 }
 
-/// `args` go to `fldemu demo` (e.g. `--accel none --size 64`).
+/// Profiles `workload` with runs of `packets` and a third of that (packets or messages).
 pub fn profile(
     workspace: &Path,
-    args: &[String],
+    workload: &Workload,
     packets: u64,
     json_out: bool,
 ) -> Result<bool, String> {
     let bin = workspace.join("target/release/fldemu");
     let dir = workspace.join("target/profile");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let small = packets / 3;
-    let a = run_once(&bin, args, small, &dir.join("callgrind.small"))?;
-    let b = run_once(&bin, args, packets, &dir.join("callgrind.large"))?;
-    let n = (packets - small) as f64;
+    let ((small_args, small), (large_args, large)) =
+        (workload.run(packets / 3), workload.run(packets));
+    let a = run_once(&bin, &small_args, &dir.join("callgrind.small"))?;
+    let b = run_once(&bin, &large_args, &dir.join("callgrind.large"))?;
+    let n = large.saturating_sub(small).max(1) as f64;
+    let unit = workload.unit();
     let mut stages: BTreeMap<&str, f64> = BTreeMap::new();
     let mut functions: Vec<(f64, String)> = Vec::new();
     for (entry, &cost) in &b {
@@ -148,9 +196,10 @@ pub fn profile(
     rows.sort_by(|x, y| y.1.total_cmp(&x.1));
     if json_out {
         let v = json!({
-            "demo_args": args,
-            "packets": [small, packets],
-            "instructions_per_echoed_packet": total,
+            "fldemu_args": [small_args, large_args],
+            "units": [small, large],
+            "unit": unit,
+            "instructions_per_unit": total,
             "stages": rows.iter().map(|(s, v)| json!({"stage": s, "instructions": v})).collect::<Vec<_>>(),
             "functions": functions.iter().take(25).map(|(v, f)| json!({"function": f, "instructions": v})).collect::<Vec<_>>(),
         });
@@ -160,18 +209,54 @@ pub fn profile(
         );
     } else {
         println!(
-            "fldemu demo {}: {total:.0} instructions per echoed packet ({small} and {packets} packets under callgrind)",
-            args.join(" ")
+            "fldemu {}: {total:.0} instructions per {unit} (runs of {small} and {large} under callgrind)",
+            large_args.join(" ")
         );
-        println!("{:<34} {:>12} {:>7}", "stage", "instr/packet", "share");
+        println!("{:<34} {:>12} {:>7}", "stage", "instr/unit", "share");
         for (s, v) in &rows {
             println!("{s:<34} {v:>12.0} {:>6.1}%", 100.0 * v / total);
         }
         println!();
-        println!("top functions (instructions per echoed packet):");
+        println!("top functions (instructions per {unit}):");
         for (v, f) in functions.iter().take(15) {
             println!("{v:>8.0}  {f}");
         }
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rdma_write_runs_count_the_warm_up() {
+        // `fldemu rc-bw` moves a twentieth of its count, and one, before it measures.
+        let (args, n) = Workload::RdmaWrite.run(6000);
+        assert_eq!(n, 6301);
+        assert!(args.windows(2).any(|w| w == ["--bytes", "384000"]));
+        assert_eq!(
+            Workload::RdmaWrite.run(6000).1 - Workload::RdmaWrite.run(2000).1,
+            4200
+        );
+        let (args, n) = Workload::Echo(vec!["--accel".into(), "none".into()]).run(300);
+        assert_eq!(
+            (args.join(" "), n),
+            ("demo --accel none --packets 300".into(), 300)
+        );
+    }
+
+    #[test]
+    fn functions_fall_into_the_stage_of_their_source() {
+        for (entry, stage) in [
+            ("crc32fast-1.5.5/src/specialized/pclmulqdq.rs:crc32fast::specialized::pclmulqdq::calculate", "ICRC (CRC-32)"),
+            ("device/abi/src/wire/roce/mod.rs:fld_abi::wire::roce::icrc", "ICRC (CRC-32)"),
+            ("device/src/nic/datapath/roce/requester.rs:fld_device::nic::datapath::roce::requester::send_at_cursor", "RoCE transport"),
+            ("device/src/nic/packet.rs:fld_device::nic::packet::parse", "parse"),
+            ("device/abi/src/wire/checksum.rs:fld_abi::wire::checksum::internet_checksum", "checksum"),
+            ("device/src/nic/mod.rs:fld_device::nic::Nic::poll", "NIC engine (poll loop, other)"),
+        ] {
+            assert_eq!(stage_of(entry), stage, "{entry}");
+        }
+    }
 }
