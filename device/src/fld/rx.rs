@@ -1,9 +1,9 @@
 //! FLD's Rx module (paper §5.1, §5.5): a NIC striding RQ whose WQEs stay in host memory and point
 //! into FLD's Rx-buffer window. FLD recycles the buffers in posting order, so the descriptors
 //! never change; it only advances the RQ doorbell. CQEs written into the Rx CQ window are
-//! compressed to 15 bytes on arrival; each packet goes to the accelerator on the rx stream with
-//! its metadata, straight from the Rx buffer and without backpressure (a packet the accelerator
-//! refuses is a counted drop).
+//! compressed to 15 bytes on arrival; the packets of a step's completions go to the accelerator
+//! on the rx stream as one burst, each with its metadata, straight from the Rx buffer and
+//! without backpressure (a packet the accelerator refuses is a counted drop).
 //! FLD-R (§6): the NIC's queue pairs receive through the same shared multi-packet RQ, one CQE
 //! per packet before the message is whole; FLD maps the CQE's QPN to its queue and hands each
 //! packet on with its message position, leaving reassembly to the accelerator.
