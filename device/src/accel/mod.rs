@@ -300,9 +300,7 @@ impl Echo {
         self.next = ((next as usize + n) % queues as usize) as u16;
         n
     }
-}
 
-impl Echo {
     /// Echoes one packet, built in `scratch`: straight out when nothing waits before it and the
     /// queue has credit, held otherwise (the held frame keeps the buffer; `scratch` gets a spare
     /// one). False when refused.
