@@ -897,11 +897,7 @@ impl DmaPort<'_> {
         self.tally.req.up(reqs, 0);
         self.tally.req.down(cpls, len);
         match peer {
-            Some(p) => self.link_counters(p, |c| {
-                c.add_down(reqs, 0);
-                c.add_up(cpls, len);
-                c.add_read_served();
-            }),
+            Some(p) => self.link_counters(p, |c| c.add_served_read(reqs, cpls, len)),
             None => {
                 self.tally.host.down(reqs, 0);
                 self.tally.host.up(cpls, len);
