@@ -266,7 +266,9 @@ impl<T: 'static> Drop for Kept<T> {
     }
 }
 
-/// Small limits, so that exhaustion paths are a few commands away.
+/// Small limits, so that exhaustion paths are a few commands away. An RC requester's window is
+/// a few messages too: a full window is reached in a few posts, and a retransmission timeout,
+/// which sends the whole window again, costs an input 32 packets rather than 256.
 fn small_limits() -> NicConfig {
     NicConfig {
         max_sqs: 16,
@@ -276,9 +278,13 @@ fn small_limits() -> NicConfig {
         max_flow_tables: 8,
         max_flow_entries: 32,
         max_rss_groups: 4,
+        rc_window: SMALL_RC_WINDOW,
         ..Default::default()
     }
 }
+
+/// The RC requester window of the fuzzed cards.
+const SMALL_RC_WINDOW: u32 = 32;
 
 /// A NIC with small limits.
 pub fn small_nic() -> KeptHost {
@@ -287,8 +293,8 @@ pub fn small_nic() -> KeptHost {
     })
 }
 
-/// A card whose FLD is sized for a 10 Gbit/s link and 4 queues (small structures), with a
-/// fresh echo accelerator behind it.
+/// A card whose FLD is sized for a 10 Gbit/s link and 4 queues (small structures), and whose
+/// RC requesters have the fuzzed cards' small window, with a fresh echo accelerator behind it.
 pub fn small_card() -> KeptHost {
     let h = KeptHost::take(1, MockHost::recycle, || {
         MockHost::card(
@@ -297,6 +303,10 @@ pub fn small_card() -> KeptHost {
                     bandwidth_gbps: 10.0,
                     tx_queues: 4,
                     ..MemoryParams::table_2a()
+                },
+                nic: NicConfig {
+                    rc_window: SMALL_RC_WINDOW,
+                    ..Default::default()
                 },
                 ..Default::default()
             },

@@ -90,11 +90,7 @@ impl FldCore {
     /// tables keep their hash functions (fixed in the hardware) and lose their entries.
     fn reset(&mut self) {
         let accel = self.accel.take();
-        let tx = TxEngine::with_tables(
-            &self.geo,
-            self.tx.ring_xlt.emptied(),
-            self.tx.data_xlt.emptied(),
-        );
+        let tx = self.tx.emptied(&self.geo);
         *self = FldCore::with_tx(self.geo, tx);
         self.accel = accel;
     }
@@ -634,6 +630,42 @@ mod tests {
             .read_data(&core.geo, &mut core.stats, base, &mut out);
         assert_eq!(out, pkt);
         assert_eq!(core.stats.0[Stat::BadWindowAccesses as usize], 0);
+    }
+
+    /// A reset zeroes the Tx buffer wherever a packet was written, whichever chunks the free
+    /// list handed out, and leaves the engine as a new one's: after it, no byte of an earlier
+    /// packet is in the buffer and the whole buffer is handed out again from the first chunk.
+    #[test]
+    fn a_reset_zeroes_every_chunk_a_packet_was_written_to() {
+        let mut core = small();
+        let fresh = small();
+        // The free list scattered, so the packets' chunks lie anywhere in the buffer.
+        core.tx.chunks_free.reverse();
+        core.tx.chunks_free.rotate_left(7);
+        let meta = |queue| TxMeta {
+            queue,
+            cs_flags: 0,
+            resume_table: None,
+            rdma: None,
+        };
+        for (q, len) in [(0u16, 1000usize), (1, 300), (3, 2048)] {
+            let pkt = vec![0xa5u8; len];
+            core.tx_view().send(&meta(q), &pkt).unwrap();
+        }
+        assert!(core.tx.buffer.iter().filter(|&&b| b == 0xa5).count() == 3348);
+        let touched = core.tx.chunks_touched;
+        assert!(
+            touched > core.geo.tx_chunks - 8,
+            "chunks near the end were used"
+        );
+        core.reset();
+        assert_eq!(core.tx.chunks_touched, 0);
+        assert!(
+            core.tx.buffer.iter().all(|&b| b == 0),
+            "an earlier packet's bytes"
+        );
+        assert_eq!(core.tx.buffer.len(), fresh.tx.buffer.len());
+        assert_eq!(core.tx.chunks_free, FldCore::new(core.geo).tx.chunks_free);
     }
 
     /// FLD-E bound by the device crate's own driver mock: a frame function 1 sends to function

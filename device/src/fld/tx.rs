@@ -54,6 +54,9 @@ pub(super) struct TxEngine {
     pub ring_xlt: CuckooTable,
     pub data_xlt: CuckooTable,
     pub buffer: Vec<u8>,
+    /// One past the highest chunk handed out since power-on: the part of `buffer` a reset
+    /// zeroes (the rest is still as power-on left it).
+    pub chunks_touched: u32,
     pub chunks_free: Vec<u32>,
     pub queues: Vec<TxQueue>,
     /// Queues whose NIC doorbell is due, in the order they became due (each once: its
@@ -87,12 +90,33 @@ impl TxEngine {
             geo,
             CuckooTable::new(geo.desc_pool, 0x5eed_0001),
             CuckooTable::new(geo.tx_chunks, 0x5eed_0002),
+            vec![0; geo.tx_chunks as usize * geo.tx_chunk as usize],
+        )
+    }
+
+    /// This engine as a reset leaves it: the tables emptied, the buffer zeroed where chunks were
+    /// handed out (most of it, in a short run, never was), the allocations kept.
+    pub fn emptied(&mut self, geo: &FldGeometry) -> Self {
+        let mut buffer = std::mem::take(&mut self.buffer);
+        let touched = (self.chunks_touched as usize * geo.tx_chunk as usize).min(buffer.len());
+        buffer[..touched].fill(0);
+        Self::with_tables(
+            geo,
+            self.ring_xlt.emptied(),
+            self.data_xlt.emptied(),
+            buffer,
         )
     }
 
     /// The engine at power-on around translation tables of the sizes and seeds [`Self::new`]
-    /// gives them (an earlier engine's tables, emptied: a reset).
-    pub fn with_tables(geo: &FldGeometry, ring_xlt: CuckooTable, data_xlt: CuckooTable) -> Self {
+    /// gives them and a zeroed buffer of `geo`'s size (an earlier engine's, emptied: a reset).
+    pub fn with_tables(
+        geo: &FldGeometry,
+        ring_xlt: CuckooTable,
+        data_xlt: CuckooTable,
+        buffer: Vec<u8>,
+    ) -> Self {
+        debug_assert_eq!(buffer.len(), geo.tx_chunks as usize * geo.tx_chunk as usize);
         TxEngine {
             pool: vec![CompressedDesc::default(); geo.desc_pool as usize],
             // The all-ones slot number marks an empty bucket of the ring translation table
@@ -100,7 +124,8 @@ impl TxEngine {
             pool_free: (0..geo.desc_pool.saturating_sub(1)).rev().collect(),
             ring_xlt,
             data_xlt,
-            buffer: vec![0; geo.tx_chunks as usize * geo.tx_chunk as usize],
+            buffer,
+            chunks_touched: 0,
             chunks_free: (0..geo.tx_chunks).rev().collect(),
             queues: vec![TxQueue::default(); geo.tx_queues as usize],
             doorbells_due: Vec::with_capacity(geo.tx_queues as usize),
@@ -435,6 +460,7 @@ impl TxStream for TxView<'_> {
             let Some(p) = tx.chunks_free.pop() else {
                 break;
             };
+            tx.chunks_touched = tx.chunks_touched.max(p + 1);
             let key = RingKey {
                 queue: meta.queue,
                 index: ((vstart + k) % w) as u16,

@@ -89,6 +89,10 @@ pub struct NicConfig {
     /// Packets one QP may send per engine visit before the next QP's turn (64; 1 arbitrates
     /// between QPs packet by packet).
     pub qp_budget: usize,
+    /// Packets an RC requester may have sent and not yet seen acknowledged before it starts no
+    /// further message (256): what one retransmission timeout sends again, at most, besides the
+    /// message under way.
+    pub rc_window: u32,
 }
 
 impl Default for NicConfig {
@@ -115,6 +119,7 @@ impl Default for NicConfig {
             reorder_bdp: 512,
             reorder_budget_ns: 40,
             qp_budget: 64,
+            rc_window: 256,
         }
     }
 }

@@ -1444,3 +1444,68 @@ fn a_context_miss_reads_context_memory_and_a_wqe_is_fetched_once() {
         "the context read follows qp_context_bytes"
     );
 }
+
+/// An RC requester starts no further message while `rc_window` packets are unacknowledged (the
+/// message under way still goes out whole), and a retransmission timeout sends those packets
+/// again, from the oldest, and nothing else.
+#[test]
+fn the_requester_window_bounds_what_it_sends_and_sends_again() {
+    use crate::wire::Wire;
+    use fld_abi::wire::roce::{ipv4_gid, IbPacket};
+    use fld_abi::wire::udp_offsets;
+    let h = MockHost::nic(
+        NicConfig {
+            rc_window: 4,
+            ..NicConfig::default()
+        },
+        4 << 20,
+    );
+    let (uplink, mut peer) = crate::wire::link(64);
+    h.nic.set_uplink(Box::new(uplink));
+    h.nic.set_clock(Some(0));
+    let mut qp = h.create_rdma_qp(0, [10, 0, 0, 1], 1 << 16);
+    // A peer that never answers; path MTU 1024, so a 3,000-byte SEND is three packets.
+    h.connect_qp(
+        &qp,
+        0x999,
+        ipv4_gid([10, 0, 0, 9]),
+        [2, 0, 0, 0, 0, 9],
+        0x10,
+    );
+    let s = [qp.sge(0, 3000)];
+    for _ in 0..3 {
+        qp.post_send(
+            &h,
+            &RdmaWqe {
+                opcode: WQE_OP_SEND,
+                signal: true,
+                solicited: false,
+                fence: false,
+                imm: 0,
+                remote: None,
+                atomic: None,
+                data: WqeData::Gather(&s),
+            },
+        );
+    }
+    let mut sent_psns = |h: &MockHost| {
+        h.run(100);
+        let mut buf = vec![0u8; 2048];
+        let mut psns = Vec::new();
+        while let Some(n) = peer.receive(&mut buf) {
+            let o = udp_offsets(&buf[..n]).expect("a RoCE frame");
+            let p = IbPacket::parse(&buf[o.payload()..o.ip_end]).expect("a RoCE packet");
+            psns.push(p.headers.bth.psn);
+        }
+        psns
+    };
+    // Two messages: the second starts with 3 of the 4 packets outstanding; the third waits.
+    assert_eq!(sent_psns(&h), (0x10..0x16).collect::<Vec<_>>());
+    assert!(
+        sent_psns(&h).is_empty(),
+        "the third message waits for an ACK"
+    );
+    // The local ACK timeout (4.096 us << 10) expires: the same six packets again.
+    h.nic.set_clock(Some(10_000_000));
+    assert_eq!(sent_psns(&h), (0x10..0x16).collect::<Vec<_>>());
+}

@@ -39,6 +39,9 @@ enum MsixArea {
 pub struct PciState {
     pub id: FunctionId,
     config: Mutex<ConfigSpace>,
+    /// Where the MSI-X structures lie: fixed by the capability for the function's life, so a
+    /// table write finds them without the configuration space's lock.
+    msix_spec: Option<MsixSpec>,
     msix: Mutex<MsixTable>,
     sink: Mutex<Option<Arc<dyn InterruptSink>>>,
     /// The transport emulates the MSI-X table itself (QEMU does, behind vfio-user): every
@@ -51,6 +54,7 @@ impl PciState {
         let vectors = config.msix_spec().map_or(0, |m| m.vectors);
         PciState {
             id,
+            msix_spec: config.msix_spec(),
             config: Mutex::new(config),
             msix: Mutex::new(MsixTable::new(vectors)),
             sink: Mutex::new(None),
@@ -79,6 +83,10 @@ impl PciState {
     }
 
     fn send(&self, msgs: impl IntoIterator<Item = MsiMessage>) {
+        let mut msgs = msgs.into_iter().peekable();
+        if msgs.peek().is_none() {
+            return;
+        }
         let sink = self.sink.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(sink) = sink {
             for m in msgs {
@@ -128,7 +136,7 @@ impl PciState {
 
     /// Which MSI-X structure, if any, a BAR offset falls in, and the offset inside it.
     fn msix_area(&self, bar: u8, offset: u64) -> Option<MsixArea> {
-        let spec = self.config().msix_spec()?;
+        let spec = self.msix_spec?;
         let inside = |b: u8, start: u32, len: u64| {
             bar == b && offset >= start as u64 && offset < start as u64 + len
         };

@@ -17,7 +17,7 @@
 //!   matching status and move the QP to ERR.
 //! * WQEs complete in order; a CQE is written for signalled WQEs (or all with SIGNAL_ALL) and
 //!   for every error.
-//! * At most [`WINDOW`] packets are unacknowledged and `max_rd_atomic` READs and atomics
+//! * At most `NicConfig::rc_window` packets are unacknowledged and `max_rd_atomic` READs and atomics
 //!   outstanding; a fenced WQE waits for earlier READs and atomics.
 
 use fld_abi::nic::*;
@@ -34,8 +34,6 @@ use crate::nic::rdma::memory;
 use crate::nic::rdma::qp::SendOp;
 use crate::nic::rdma::reorder::RESPONSES;
 
-/// Packets that may be sent and not yet acknowledged.
-pub(super) const WINDOW: i32 = 256;
 /// Inside a long message, ask for an ACK this often so the window keeps moving.
 pub(super) const ACK_REQUEST_EVERY: u32 = 32;
 
@@ -294,7 +292,7 @@ fn start_wqe(core: &mut NicCore, ctx: &mut Ctx<'_>, qpi: u32) -> bool {
         return false;
     }
     let r = &qp.req;
-    if psn_delta(r.next_psn, r.unacked_psn) >= WINDOW {
+    if psn_delta(r.next_psn, r.unacked_psn) >= core.config.rc_window as i32 {
         return false;
     }
     let (owner, log_size, fetch) = (qp.owner, qp.sq.log_size, r.fetch_counter);
