@@ -684,7 +684,9 @@ impl MockHost {
         let out_len = out_len.min(CMD_MAX_LEN as usize - CMD_HEADER_LEN);
         self.write_obj(cin, &hdr);
         self.write(cin + CMD_HEADER_LEN as u64, body);
-        self.write(cout, &vec![0u8; CMD_HEADER_LEN + out_len]);
+        // The output offered reads as zeros until the NIC writes it.
+        static ZEROS: [u8; CMD_MAX_LEN as usize] = [0; CMD_MAX_LEN as usize];
+        self.write(cout, &ZEROS[..CMD_HEADER_LEN + out_len]);
         let st = self.submit(
             f,
             cin,
@@ -714,11 +716,18 @@ impl MockHost {
 
     /// Fills a ring with entries nobody has written (owner bit 1, invalid opcode).
     fn init_ring(&self, addr: u64, entry: usize, log_size: u8) {
-        let mut ring = vec![0u8; entry << log_size];
-        for e in ring.chunks_exact_mut(entry) {
+        // A page of entries at a time, from one template: no buffer the size of the ring.
+        debug_assert!(entry <= 4096, "an entry fits a page");
+        let mut page = [0u8; 4096];
+        let per_page = (page.len() / entry).max(1);
+        for e in page.chunks_exact_mut(entry) {
             e[OWNER_BYTE] = INVALID_OWNER_BYTE;
         }
-        self.write(addr, &ring);
+        let entries = 1usize << log_size;
+        for first in (0..entries).step_by(per_page) {
+            let n = per_page.min(entries - first);
+            self.write(addr + (first * entry) as u64, &page[..n * entry]);
+        }
     }
 
     /// An armed EQ of `2^log_size` entries interrupting on `vector`.
