@@ -202,23 +202,23 @@ impl TlpCounters {
             (DOWN_PAYLOAD, s.down_payload_bytes),
         ]);
     }
-    pub fn add_read_operations(&self, n: u64) {
-        if n > 0 {
-            self.add_cells([(READ_OPERATIONS, n)]);
+    /// Adds a tally's TLPs and payload with the read operations it issued and the reads it
+    /// served, all at once (a DMA port's tallies when it ends).
+    pub fn add_tally(&self, s: &TlpStats, read_operations: u64, reads_served: u64) {
+        if s.total_tlps() == 0 && read_operations == 0 && reads_served == 0 {
+            return;
         }
+        self.add_cells([
+            (UP_TLPS, s.up_tlps),
+            (UP_PAYLOAD, s.up_payload_bytes),
+            (DOWN_TLPS, s.down_tlps),
+            (DOWN_PAYLOAD, s.down_payload_bytes),
+            (READ_OPERATIONS, read_operations),
+            (READS_SERVED, reads_served),
+        ]);
     }
     pub fn read_operations(&self) -> u64 {
         self.read(READ_OPERATIONS)
-    }
-    /// A read this function served: `requests` request TLPs down, `completions` completion
-    /// TLPs carrying `len` bytes up.
-    pub fn add_served_read(&self, requests: u64, completions: u64, len: u64) {
-        self.add_cells([
-            (DOWN_TLPS, requests),
-            (UP_TLPS, completions),
-            (UP_PAYLOAD, len),
-            (READS_SERVED, 1),
-        ]);
     }
     pub fn reads_served(&self) -> u64 {
         self.read(READS_SERVED)
@@ -268,14 +268,17 @@ mod tests {
                         for i in 0..ADDS {
                             c.add_up(1, t);
                             c.add_down(2, i);
-                            c.add_read_operations(1);
+                            c.add_tally(&TlpStats::default(), 1, 0);
                         }
                         c.add(&TlpStats {
                             up_tlps: 5,
                             down_payload_bytes: 7,
                             ..TlpStats::default()
                         });
-                        c.add_served_read(3, 2, 100);
+                        let mut served = TlpStats::default();
+                        served.down(3, 0);
+                        served.up(2, 100);
+                        c.add_tally(&served, 0, 1);
                     })
                 })
                 .collect();
@@ -308,13 +311,16 @@ mod tests {
             std::thread::spawn(move || c.add_down(4, 400))
         };
         other.join().expect("a counting thread");
-        c.add_read_operations(2);
+        c.add_tally(&TlpStats::default(), 2, 0);
         assert_eq!((c.snapshot(0).total_tlps(), c.read_operations()), (7, 2));
         c.clear();
         assert_eq!(c.snapshot(24), TlpStats::default());
         assert_eq!((c.read_operations(), c.reads_served()), (0, 0));
         c.add_up(1, 10);
-        c.add_served_read(1, 2, 50);
+        let mut served = TlpStats::default();
+        served.down(1, 0);
+        served.up(2, 50);
+        c.add_tally(&served, 0, 1);
         let s = c.snapshot(24);
         assert_eq!((s.up_tlps, s.up_payload_bytes, s.down_tlps), (3, 60, 1));
         assert_eq!(c.reads_served(), 1);

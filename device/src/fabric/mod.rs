@@ -753,6 +753,18 @@ struct Tally {
     read_operations: u64,
     /// Host side (root port) for requests that went to host memory.
     host: TlpStats,
+    /// The peer function the port reached last and what its link saw (the NIC reaches FLD's
+    /// BAR several times a packet): added to its counters when the port reaches another peer
+    /// or ends, as the requester's and the host's are when it ends.
+    peer: Option<PeerTally>,
+}
+
+#[derive(Clone, Copy)]
+struct PeerTally {
+    function: FunctionId,
+    link: TlpStats,
+    /// Reads the peer served.
+    reads_served: u64,
 }
 
 /// The routes an engine keeps between passes ([`Fabric::refresh_routes`]).
@@ -884,8 +896,27 @@ impl DmaPort<'_> {
     fn count_write_tlps(&mut self, n: u64, len: u64, peer: Option<FunctionId>) {
         self.tally.req.up(n, len);
         match peer {
-            Some(p) => self.link_counters(p, |c| c.add_down(n, len)),
+            Some(p) => self.peer_tally(p).link.down(n, len),
             None => self.tally.host.down(n, len),
+        }
+    }
+
+    /// The tally of peer `p`, the last one's added to its counters first if it was another.
+    #[inline]
+    fn peer_tally(&mut self, p: FunctionId) -> &mut PeerTally {
+        if self.tally.peer.is_some_and(|t| t.function != p) {
+            self.flush_peer();
+        }
+        self.tally.peer.get_or_insert(PeerTally {
+            function: p,
+            link: TlpStats::default(),
+            reads_served: 0,
+        })
+    }
+
+    fn flush_peer(&mut self) {
+        if let Some(t) = self.tally.peer.take() {
+            self.link_counters(t.function, |c| c.add_tally(&t.link, 0, t.reads_served));
         }
     }
 
@@ -897,7 +928,12 @@ impl DmaPort<'_> {
         self.tally.req.up(reqs, 0);
         self.tally.req.down(cpls, len);
         match peer {
-            Some(p) => self.link_counters(p, |c| c.add_served_read(reqs, cpls, len)),
+            Some(p) => {
+                let t = self.peer_tally(p);
+                t.link.down(reqs, 0);
+                t.link.up(cpls, len);
+                t.reads_served += 1;
+            }
             None => {
                 self.tally.host.down(reqs, 0);
                 self.tally.host.up(cpls, len);
@@ -1081,11 +1117,9 @@ impl DmaPort<'_> {
 
 impl Drop for DmaPort<'_> {
     fn drop(&mut self) {
+        self.flush_peer();
         let (req, reads) = (self.tally.req, self.tally.read_operations);
-        self.link_counters(self.requester, |c| {
-            c.add(&req);
-            c.add_read_operations(reads);
-        });
+        self.link_counters(self.requester, |c| c.add_tally(&req, reads, 0));
         self.fabric.host_counters.add(&self.tally.host);
     }
 }
