@@ -61,7 +61,7 @@ impl TlpStats {
 /// atomic add is a locked read-modify-write, a barrier that costs tens of cycles even with no
 /// other writer, and with the engine on another core every add moved the cache line between the
 /// two. So each counting thread writes a lane of its own with plain loads and stores
-/// ([`Lane`], [`LaneLease`]); a reading sums the lanes. Threads beyond [`LANES`] count in a
+/// (`Lane`, `LaneLease`); a reading sums the lanes. Threads beyond `LANES` count in a
 /// shared lane with atomic adds. None of this is the modelled hardware: the sums are the same.
 #[derive(Default, Debug)]
 pub struct TlpCounters {
@@ -88,7 +88,7 @@ const READS_SERVED: usize = 5;
 
 /// Threads that count at once in lanes of their own; more than the engine's threads and the
 /// applications' of any runner here.
-pub const LANES: usize = 8;
+const LANES: usize = 8;
 
 /// One writer's counts, alone in its cache line so two writers never share one.
 #[repr(align(64))]
