@@ -717,9 +717,10 @@ impl MockHost {
     /// Fills a ring with entries nobody has written (owner bit 1, invalid opcode).
     fn init_ring(&self, addr: u64, entry: usize, log_size: u8) {
         // A page of entries at a time, from one template: no buffer the size of the ring.
-        debug_assert!(entry <= 4096, "an entry fits a page");
-        let mut page = [0u8; 4096];
-        let per_page = (page.len() / entry).max(1);
+        const PAGE: usize = 4096;
+        debug_assert!(entry <= PAGE, "an entry fits a page");
+        let mut page = [0u8; PAGE];
+        let per_page = (PAGE / entry).max(1);
         for e in page.chunks_exact_mut(entry) {
             e[OWNER_BYTE] = INVALID_OWNER_BYTE;
         }

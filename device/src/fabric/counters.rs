@@ -192,18 +192,10 @@ impl TlpCounters {
     }
     /// Adds a tally's TLPs and payload (its header bytes follow from its TLPs).
     pub fn add(&self, s: &TlpStats) {
-        if s.total_tlps() == 0 {
-            return;
-        }
-        self.add_cells([
-            (UP_TLPS, s.up_tlps),
-            (UP_PAYLOAD, s.up_payload_bytes),
-            (DOWN_TLPS, s.down_tlps),
-            (DOWN_PAYLOAD, s.down_payload_bytes),
-        ]);
+        self.add_tally(s, 0, 0);
     }
-    /// Adds a tally's TLPs and payload with the read operations it issued and the reads it
-    /// served, all at once (a DMA port's tallies when it ends).
+    /// [`TlpCounters::add`] with the read operations the tally's requests issued and the reads
+    /// it served, all at once (a DMA port's tallies when it ends).
     pub fn add_tally(&self, s: &TlpStats, read_operations: u64, reads_served: u64) {
         if s.total_tlps() == 0 && read_operations == 0 && reads_served == 0 {
             return;

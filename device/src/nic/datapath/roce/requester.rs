@@ -17,8 +17,8 @@
 //!   matching status and move the QP to ERR.
 //! * WQEs complete in order; a CQE is written for signalled WQEs (or all with SIGNAL_ALL) and
 //!   for every error.
-//! * At most `NicConfig::rc_window` packets are unacknowledged and `max_rd_atomic` READs and atomics
-//!   outstanding; a fenced WQE waits for earlier READs and atomics.
+//! * At most `NicConfig::rc_window` packets are unacknowledged and `max_rd_atomic` READs and
+//!   atomics outstanding; a fenced WQE waits for earlier READs and atomics.
 
 use fld_abi::nic::*;
 use fld_abi::wire::roce::{
