@@ -1509,3 +1509,49 @@ fn the_requester_window_bounds_what_it_sends_and_sends_again() {
     h.nic.set_clock(Some(10_000_000));
     assert_eq!(sent_psns(&h), (0x10..0x16).collect::<Vec<_>>());
 }
+
+#[test]
+fn the_mailbox_registers_read_back_and_a_function_reset_clears_them() {
+    let h = host();
+    let regs = [
+        (reg::CMD_IN_ADDR_LO, 0x1111_2220),
+        (reg::CMD_IN_ADDR_HI, 0x3333_4444),
+        (reg::CMD_OUT_ADDR_LO, 0x5555_6660),
+        (reg::CMD_OUT_ADDR_HI, 0x7777_8888),
+        (reg::CMD_IN_LEN, 0x40),
+        (reg::CMD_OUT_LEN, 0x80),
+    ];
+    for (r, v) in regs {
+        h.set_nic_reg(1, r, v);
+    }
+    // A 64-bit store is two registers.
+    let control = h.bar(h.nic_fid(1), BAR_CONTROL);
+    h.fabric.mmio_write(
+        control + reg::CMD_IN_LEN,
+        &0x0000_0100_0000_0020u64.to_le_bytes(),
+    );
+    let want = [
+        0x1111_2220,
+        0x3333_4444,
+        0x5555_6660,
+        0x7777_8888,
+        0x20,
+        0x100,
+    ];
+    let read: Vec<u32> = regs.iter().map(|(r, _)| h.nic_reg(1, *r)).collect();
+    assert_eq!(read, want);
+    // The other function's mailbox is its own.
+    assert_eq!(h.nic_reg(0, reg::CMD_IN_ADDR_HI), 0);
+    // A command posts its status with the token; the mailbox above points nowhere mapped.
+    h.set_nic_reg(1, reg::CMD_DOORBELL, 0xbeef);
+    let status = h.nic_reg(1, reg::CMD_STATUS);
+    assert_eq!(
+        (status & 0xff, status >> 16),
+        (CMD_STATUS_DONE, 0xbeef),
+        "status {status:#x}"
+    );
+    h.reset_nic(1);
+    let read: Vec<u32> = regs.iter().map(|(r, _)| h.nic_reg(1, *r)).collect();
+    assert_eq!(read, [0; 6]);
+    assert_eq!(h.nic_reg(1, reg::CMD_STATUS), 0);
+}

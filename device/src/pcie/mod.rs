@@ -5,6 +5,7 @@
 pub mod config;
 pub mod msix;
 
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use config::{BarSpec, ConfigChange, ConfigSpace, Identity, MsixSpec};
@@ -43,6 +44,10 @@ pub struct PciState {
     /// table write finds them without the configuration space's lock.
     msix_spec: Option<MsixSpec>,
     msix: Mutex<MsixTable>,
+    /// The MSI-X Message Control word, mirrored from the configuration space under its lock
+    /// whenever a write or a reset changes it, so an interrupt or a table write reads the enable
+    /// and function-mask bits without that lock.
+    msix_control: AtomicU16,
     sink: Mutex<Option<Arc<dyn InterruptSink>>>,
     /// The transport emulates the MSI-X table itself (QEMU does, behind vfio-user): every
     /// signal goes straight to the sink and the device's own table only stores what is written.
@@ -55,6 +60,7 @@ impl PciState {
         PciState {
             id,
             msix_spec: config.msix_spec(),
+            msix_control: AtomicU16::new(config.msix_control()),
             config: Mutex::new(config),
             msix: Mutex::new(MsixTable::new(vectors)),
             sink: Mutex::new(None),
@@ -62,6 +68,8 @@ impl PciState {
         }
     }
 
+    /// The configuration space, locked. Writes go through [`PciState::config_write`], which keeps
+    /// the MSI-X control mirror.
     pub fn config(&self) -> std::sync::MutexGuard<'_, ConfigSpace> {
         self.config.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -75,7 +83,7 @@ impl PciState {
     }
 
     fn msix_flags(&self) -> (bool, bool) {
-        let ctl = self.config().msix_control();
+        let ctl = self.msix_control.load(Ordering::Acquire);
         (
             ctl & config::MSIX_CTRL_ENABLE != 0,
             ctl & config::MSIX_CTRL_FUNCTION_MASK != 0,
@@ -121,7 +129,15 @@ impl PciState {
 
     /// Configuration write; pending MSI-X vectors fire if the write enabled or unmasked MSI-X.
     pub fn config_write(&self, offset: u64, data: &[u8]) -> ConfigChange {
-        let change = self.config().write(offset, data);
+        let change = {
+            let mut config = self.config();
+            let change = config.write(offset, data);
+            if change.contains(ConfigChange::MSIX_CONTROL) {
+                self.msix_control
+                    .store(config.msix_control(), Ordering::Release);
+            }
+            change
+        };
         if change.contains(ConfigChange::MSIX_CONTROL) {
             let (enabled, fmask) = self.msix_flags();
             let msgs = self.msix().deliver_pending(enabled, fmask);
@@ -180,7 +196,12 @@ impl PciState {
 
     /// Power-on state of the configuration space and MSI-X table.
     pub fn reset(&self) {
-        self.config().reset();
+        {
+            let mut config = self.config();
+            config.reset();
+            self.msix_control
+                .store(config.msix_control(), Ordering::Release);
+        }
         self.msix().reset();
     }
 }

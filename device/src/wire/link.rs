@@ -4,7 +4,7 @@
 //! benchmark, stepped by one runner.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::Wire;
@@ -16,8 +16,10 @@ struct Lane {
     /// Frames in `frames.queue`, written under its lock and read without it: a receiver polled
     /// on every engine pass finds an empty lane without taking the lock.
     queued: AtomicUsize,
-    dropped: AtomicU64,
-    carried: AtomicU64,
+    /// Frames the receiving end has taken off the queue in a batch and not yet received: still
+    /// in flight, so they count against the capacity. Written by the receiver alone; a sender
+    /// reading an older, larger count drops early, never late.
+    held: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -25,6 +27,7 @@ struct LaneFrames {
     queue: VecDeque<Vec<u8>>,
     /// Buffers of frames already received, reused so steady traffic allocates nothing.
     spare: Vec<Vec<u8>>,
+    counters: LinkCounters,
 }
 
 /// One end of a [`link`].
@@ -32,6 +35,11 @@ pub struct LinkEnd {
     tx: Arc<Lane>,
     rx: Arc<Lane>,
     capacity: usize,
+    /// Frames taken from the receiving lane under one lock, all that were queued, and handed
+    /// out one by one without it; a lock per frame was most of what a frame cost the cable.
+    inbox: VecDeque<Vec<u8>>,
+    /// Buffers of frames received from the inbox, given back to the lane at the next batch.
+    spent: Vec<Vec<u8>>,
 }
 
 /// Counters of one direction of a link.
@@ -44,10 +52,35 @@ pub struct LinkCounters {
 impl LinkEnd {
     /// Frames this end put on the cable, and those the full cable dropped.
     pub fn sent(&self) -> LinkCounters {
-        LinkCounters {
-            carried: self.tx.carried.load(Ordering::Relaxed),
-            dropped: self.tx.dropped.load(Ordering::Relaxed),
+        self.tx
+            .frames
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .counters
+    }
+
+    fn new(tx: Arc<Lane>, rx: Arc<Lane>, capacity: usize) -> Self {
+        LinkEnd {
+            tx,
+            rx,
+            capacity,
+            inbox: VecDeque::new(),
+            spent: Vec::new(),
         }
+    }
+
+    /// Moves every frame queued on the receiving lane into the inbox, and gives the lane back
+    /// the buffers received since the last batch. False when nothing was queued.
+    fn take_batch(&mut self) -> bool {
+        if self.rx.queued.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let mut f = self.rx.frames.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::swap(&mut f.queue, &mut self.inbox);
+        f.spare.append(&mut self.spent);
+        self.rx.held.store(self.inbox.len(), Ordering::Relaxed);
+        self.rx.queued.store(0, Ordering::Relaxed);
+        !self.inbox.is_empty()
     }
 }
 
@@ -55,24 +88,16 @@ impl LinkEnd {
 pub fn link(capacity: usize) -> (LinkEnd, LinkEnd) {
     let (a, b) = (Arc::new(Lane::default()), Arc::new(Lane::default()));
     (
-        LinkEnd {
-            tx: a.clone(),
-            rx: b.clone(),
-            capacity,
-        },
-        LinkEnd {
-            tx: b,
-            rx: a,
-            capacity,
-        },
+        LinkEnd::new(a.clone(), b.clone(), capacity),
+        LinkEnd::new(b, a, capacity),
     )
 }
 
 impl Wire for LinkEnd {
     fn transmit(&mut self, frame: &[u8]) {
         let mut f = self.tx.frames.lock().unwrap_or_else(|e| e.into_inner());
-        if f.queue.len() >= self.capacity {
-            self.tx.dropped.fetch_add(1, Ordering::Relaxed);
+        if f.queue.len() + self.tx.held.load(Ordering::Relaxed) >= self.capacity {
+            f.counters.dropped += 1;
             return;
         }
         let mut b = f.spare.pop().unwrap_or_default();
@@ -81,19 +106,89 @@ impl Wire for LinkEnd {
         f.queue.push_back(b);
         // Release: a receiver that sees the count sees the frame (it takes the lock anyway).
         self.tx.queued.store(f.queue.len(), Ordering::Release);
-        self.tx.carried.fetch_add(1, Ordering::Relaxed);
+        f.counters.carried += 1;
     }
 
     fn receive(&mut self, buf: &mut [u8]) -> Option<usize> {
-        if self.rx.queued.load(Ordering::Acquire) == 0 {
+        if self.inbox.is_empty() && !self.take_batch() {
             return None;
         }
-        let mut f = self.rx.frames.lock().unwrap_or_else(|e| e.into_inner());
-        let frame = f.queue.pop_front()?;
-        self.rx.queued.store(f.queue.len(), Ordering::Relaxed);
+        let frame = self.inbox.pop_front()?;
+        self.rx.held.store(self.inbox.len(), Ordering::Relaxed);
         let n = frame.len().min(buf.len());
         buf[..n].copy_from_slice(&frame[..n]);
-        f.spare.push(frame);
+        self.spent.push(frame);
         Some(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(n: u32) -> [u8; 4] {
+        n.to_le_bytes()
+    }
+
+    fn received(end: &mut LinkEnd) -> Option<u32> {
+        let mut buf = [0u8; 16];
+        let n = end.receive(&mut buf)?;
+        assert_eq!(n, 4);
+        Some(u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]))
+    }
+
+    #[test]
+    fn frames_taken_in_a_batch_stay_in_flight_until_received() {
+        let (mut a, mut b) = link(4);
+        for n in 1..=4 {
+            a.transmit(&frame(n));
+        }
+        // The receiver takes all four in one batch and receives one: three are still in flight.
+        assert_eq!(received(&mut b), Some(1));
+        a.transmit(&frame(5));
+        a.transmit(&frame(6));
+        assert_eq!(
+            a.sent(),
+            LinkCounters {
+                carried: 5,
+                dropped: 1
+            }
+        );
+        // What was queued behind the batch follows it, in order.
+        let rest: Vec<u32> = std::iter::from_fn(|| received(&mut b)).collect();
+        assert_eq!(rest, [2, 3, 4, 5]);
+        assert_eq!(b.sent(), LinkCounters::default());
+    }
+
+    #[test]
+    fn a_sender_and_a_receiver_on_two_threads_keep_order_and_count_every_frame() {
+        const FRAMES: u32 = 200_000;
+        let (mut a, mut b) = link(64);
+        let sender = std::thread::spawn(move || {
+            for n in 0..FRAMES {
+                a.transmit(&frame(n));
+            }
+            a
+        });
+        let mut got = 0u64;
+        let mut last = None;
+        loop {
+            match received(&mut b) {
+                Some(n) => {
+                    assert!(last.is_none_or(|l| n > l), "{n} after {last:?}");
+                    last = Some(n);
+                    got += 1;
+                }
+                None if sender.is_finished() => {
+                    if b.rx.queued.load(Ordering::Acquire) == 0 && b.inbox.is_empty() {
+                        break;
+                    }
+                }
+                None => std::hint::spin_loop(),
+            }
+        }
+        let sent = sender.join().unwrap().sent();
+        assert_eq!(sent.carried, got);
+        assert_eq!(sent.carried + sent.dropped, u64::from(FRAMES));
     }
 }
