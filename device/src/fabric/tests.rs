@@ -567,6 +567,8 @@ struct Forwarder {
     pci: PciState,
     fabric: std::sync::Weak<Fabric>,
     to: u64,
+    /// A function whose BAR0 the handler moves to `to` before it passes the store on.
+    relocate: Option<FunctionId>,
 }
 
 impl PciFunction for Forwarder {
@@ -578,6 +580,9 @@ impl PciFunction for Forwarder {
     }
     fn bar_write(&self, _bar: u8, offset: u64, data: &[u8]) {
         if let Some(f) = self.fabric.upgrade() {
+            if let Some(id) = self.relocate {
+                f.assign_bar(id, 0, self.to);
+            }
             assert!(f.mmio_write(self.to + offset, data), "the passed-on store");
         }
     }
@@ -636,10 +641,9 @@ fn a_cpu_access_follows_a_bar_moved_after_the_last_one() {
     assert_eq!(ram.ram.lock().unwrap()[0], 3);
 }
 
-#[test]
-fn a_bar_handler_may_make_cpu_accesses_of_its_own() {
-    let (fabric, ram) = fabric_with_ram_at(0x8000_0000);
-    let weak = Arc::downgrade(&fabric);
+/// A function at 0xa000_0000 that passes every store on to `to`, moving `relocate` there first.
+fn forwarder(fabric: &Arc<Fabric>, to: u64, relocate: Option<FunctionId>) -> Arc<Forwarder> {
+    let weak = Arc::downgrade(fabric);
     let fwd = fabric.attach(|id| {
         let cs = ConfigSpace::new(
             Identity {
@@ -659,15 +663,37 @@ fn a_bar_handler_may_make_cpu_accesses_of_its_own() {
         Arc::new(Forwarder {
             pci: PciState::new(id, cs),
             fabric: weak,
-            to: 0x8000_0000,
+            to,
+            relocate,
         })
     });
     fabric.assign_bar(fwd.pci.id, 0, 0xa000_0000);
-    enable(&fabric, fwd.pci.id);
+    enable(fabric, fwd.pci.id);
+    fwd
+}
+
+#[test]
+fn a_bar_handler_may_make_cpu_accesses_of_its_own() {
+    let (fabric, ram) = fabric_with_ram_at(0x8000_0000);
+    let fwd = forwarder(&fabric, 0x8000_0000, None);
     assert!(fabric.mmio_write(0xa000_0010, &[7, 8]));
     assert_eq!(ram.ram.lock().unwrap()[0x10..0x12], [7, 8]);
     // Both stores were counted: the host sent two, and each function received one.
     assert_eq!(fabric.stats(HOST).up_tlps, 2);
     assert_eq!(fabric.stats(fwd.pci.id).down_tlps, 1);
     assert_eq!(fabric.stats(ram.pci.id).down_tlps, 1);
+}
+
+#[test]
+fn a_bar_handler_that_moves_a_bar_reaches_it_at_its_new_address() {
+    // The handler's own access runs while the outer access holds the thread's kept routes; the
+    // move makes them stale, so the inner access must route afresh.
+    let (fabric, ram) = fabric_with_ram_at(0x8000_0000);
+    forwarder(&fabric, 0x9000_0000, Some(ram.pci.id));
+    assert!(fabric.mmio_write(0xa000_0020, &[5, 6]));
+    assert_eq!(ram.ram.lock().unwrap()[0x20..0x22], [5, 6]);
+    assert!(
+        !fabric.mmio_write(0x8000_0000, &[1]),
+        "the old address decodes nothing"
+    );
 }
