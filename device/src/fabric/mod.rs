@@ -476,18 +476,14 @@ impl Fabric {
     /// changed, so an engine pass takes no lock and touches no shared reference count (each of
     /// which would move a cache line between the cores when applications run on another).
     pub fn refresh_routes(&self, kept: &mut Option<RouteSnapshot>) {
-        if !kept.as_ref().is_some_and(|k| self.is_current(k)) {
+        // A change marks the routes stale before it moves the generation: a snapshot of the
+        // generation read first, with nothing stale after it, is current.
+        let generation = self.generation();
+        if self.routes_stale.load(Ordering::Acquire)
+            || kept.as_ref().is_none_or(|k| k.generation != generation)
+        {
             self.renew_routes(kept);
         }
-    }
-
-    /// Whether `snapshot` holds the fabric's present routes. A change marks the routes stale
-    /// before it moves the generation: a snapshot of the generation read first, with nothing
-    /// stale after it, is current.
-    #[inline]
-    fn is_current(&self, snapshot: &RouteSnapshot) -> bool {
-        let generation = self.generation();
-        !self.routes_stale.load(Ordering::Acquire) && snapshot.generation == generation
     }
 
     #[cold]
@@ -638,27 +634,21 @@ impl Fabric {
         self.with_cpu_routes(|routes| self.mmio_read_by(routes, addr, data))
     }
 
-    /// Runs a CPU access with the routes this thread keeps for this fabric ([`CPU_ROUTES`]).
-    /// An access made while one is running on this thread (a BAR handler's own, or a command's
-    /// DMA) shares them while they are current, and takes a snapshot of its own when they are not
-    /// (the outer access changed the routes) or belong to another fabric.
+    /// Runs a CPU access with the routes this thread keeps for this fabric ([`CPU_ROUTES`]),
+    /// or, for an access made while one is running on this thread (a BAR handler's own), with
+    /// a snapshot of its own.
     #[inline]
     fn with_cpu_routes<R>(&self, access: impl FnOnce(&Routes) -> R) -> R {
         let mut access = Some(access);
         let kept = CPU_ROUTES
             .try_with(|slot| {
-                if let Ok(mut kept) = slot.try_borrow_mut() {
-                    if kept.0 != self.uid {
-                        *kept = (self.uid, None);
-                    }
-                    self.refresh_routes(&mut kept.1);
+                let mut slot = slot.try_borrow_mut().ok()?;
+                if slot.0 != self.uid {
+                    *slot = (self.uid, None);
                 }
-                let kept = slot.try_borrow().ok()?;
-                let snapshot = kept.1.as_ref().filter(|_| kept.0 == self.uid)?;
-                if !self.is_current(snapshot) {
-                    return None;
-                }
-                Some(access.take()?(&snapshot.routes))
+                self.refresh_routes(&mut slot.1);
+                let routes = &slot.1.as_ref()?.routes;
+                Some(access.take()?(routes))
             })
             .ok()
             .flatten();
@@ -709,17 +699,6 @@ impl Fabric {
     /// Engines take one per batch of work.
     pub fn dma(&self, requester: FunctionId) -> DmaPort<'_> {
         self.port(requester, RoutesRef::Own(self.snapshot()))
-    }
-
-    /// Runs `work` with a DMA port for `requester` on the routes this thread's CPU accesses
-    /// keep: for a device that does its work inside a CPU access (a command run by its
-    /// doorbell write), with no snapshot of its own taken and given back.
-    pub fn dma_on_cpu_routes<R>(
-        &self,
-        requester: FunctionId,
-        work: impl FnOnce(&mut DmaPort<'_>) -> R,
-    ) -> R {
-        self.with_cpu_routes(|routes| work(&mut self.port(requester, RoutesRef::Kept(routes))))
     }
 
     fn port<'a>(&'a self, requester: FunctionId, routes: RoutesRef<'a>) -> DmaPort<'a> {

@@ -541,18 +541,17 @@ impl NicFunction {
             let Some(fabric) = self.shared.fabric.upgrade() else {
                 return;
             };
-            fabric.dma_on_cpu_routes(self.pci.id, |dma| {
-                cmd::deliver(
-                    &mut core,
-                    dma,
-                    &self.doorbells,
-                    self.index,
-                    CmdRegs::address(&regs.in_addr),
-                    regs.in_len.load(Ordering::Relaxed),
-                    CmdRegs::address(&regs.out_addr),
-                    regs.out_len.load(Ordering::Relaxed),
-                )
-            })
+            let mut dma = fabric.dma(self.pci.id);
+            cmd::deliver(
+                &mut core,
+                &mut dma,
+                &self.doorbells,
+                self.index,
+                CmdRegs::address(&regs.in_addr),
+                regs.in_len.load(Ordering::Relaxed),
+                CmdRegs::address(&regs.out_addr),
+                regs.out_len.load(Ordering::Relaxed),
+            )
         };
         let status = CMD_STATUS_DONE | (delivery as u32) << 8 | token << 16;
         regs.status.store(status, Ordering::Release);
