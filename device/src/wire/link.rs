@@ -38,7 +38,7 @@ pub struct LinkEnd {
     /// Frames taken from the receiving lane under one lock, all that were queued, and handed
     /// out one by one without it; a lock per frame was most of what a frame cost the cable.
     inbox: VecDeque<Vec<u8>>,
-    /// Buffers of frames received from the inbox, given back to the lane at the next batch.
+    /// Buffers of frames received from the inbox, given back to the lane with the next batch.
     spent: Vec<Vec<u8>>,
 }
 
@@ -70,13 +70,17 @@ impl LinkEnd {
     }
 
     /// Moves every frame queued on the receiving lane into the inbox, and gives the lane back
-    /// the buffers received since the last batch. False when nothing was queued.
+    /// the buffers received since the last batch: at the latest when the inbox has run dry, so
+    /// the sender finds them as it did when each went back as it was received. False when
+    /// nothing was queued.
     fn take_batch(&mut self) -> bool {
-        if self.rx.queued.load(Ordering::Acquire) == 0 {
+        if self.rx.queued.load(Ordering::Acquire) == 0 && self.spent.is_empty() {
             return false;
         }
         let mut f = self.rx.frames.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::swap(&mut f.queue, &mut self.inbox);
+        // Moved, not swapped: each deque keeps the allocation it grew to, so steady traffic
+        // allocates nothing.
+        self.inbox.extend(f.queue.drain(..));
         f.spare.append(&mut self.spent);
         self.rx.held.store(self.inbox.len(), Ordering::Relaxed);
         self.rx.queued.store(0, Ordering::Relaxed);
