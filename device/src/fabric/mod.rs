@@ -221,9 +221,26 @@ static NEXT_FABRIC: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     /// The routes of the fabric this thread's CPU accesses went to last, by its uid, kept
     /// between accesses and renewed when its generation moves, as an engine keeps its own: a
-    /// CPU access takes no lock and touches no reference count another core shares. A dropped
-    /// fabric's routes stay here until the thread's next access to another.
+    /// CPU access takes no lock and touches no reference count another core shares. A fabric
+    /// dropped on this thread takes its routes from here; one dropped elsewhere leaves them
+    /// until this thread's next access to another fabric, or its end.
     static CPU_ROUTES: RefCell<(u64, Option<RouteSnapshot>)> = const { RefCell::new((u64::MAX, None)) };
+}
+
+impl Drop for Fabric {
+    /// Takes this thread's kept routes of this fabric with it: they hold its functions, and
+    /// what those own (a wire's socket, a TAP device) must close when the fabric goes.
+    fn drop(&mut self) {
+        let kept = CPU_ROUTES
+            .try_with(|slot| {
+                let mut slot = slot.try_borrow_mut().ok()?;
+                (slot.0 == self.uid).then(|| std::mem::replace(&mut *slot, (u64::MAX, None)))
+            })
+            .ok()
+            .flatten();
+        // Dropped after the slot is given back: a function's own drop may access a fabric.
+        drop(kept);
+    }
 }
 
 impl Fabric {

@@ -626,6 +626,18 @@ fn cpu_accesses_reach_the_fabric_they_are_made_on() {
 }
 
 #[test]
+fn a_dropped_fabric_takes_its_functions_with_it() {
+    // The thread's kept routes hold the functions; a fabric dropped on this thread must not
+    // leave them (and what they own) alive behind it.
+    let (fabric, ram) = fabric_with_ram_at(0x8000_0000);
+    assert!(fabric.mmio_write(0x8000_0000, &[1]));
+    let weak = Arc::downgrade(&ram);
+    drop(ram);
+    drop(fabric);
+    assert!(weak.upgrade().is_none(), "a function outlived its fabric");
+}
+
+#[test]
 fn a_cpu_access_follows_a_bar_moved_after_the_last_one() {
     let (fabric, ram) = fabric_with_ram_at(0x8000_0000);
     assert!(fabric.mmio_write(0x8000_0000, &[1]));
