@@ -45,12 +45,21 @@ impl SharedMemory {
     fn new(len: usize) -> Result<Self, DriverError> {
         // SAFETY: plain system calls on a fresh descriptor; results are checked.
         unsafe {
-            let fd = libc::memfd_create(c"fldemu-dma".as_ptr(), libc::MFD_CLOEXEC);
+            let fd = libc::memfd_create(
+                c"fldemu-dma".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            );
             if fd < 0 {
                 return Err(transport(std::io::Error::last_os_error()));
             }
             let file = File::from_raw_fd(fd);
             if libc::ftruncate(fd, len as libc::off_t) != 0 {
+                return Err(transport(std::io::Error::last_os_error()));
+            }
+            // Its size is fixed from here, as QEMU seals guest RAM: the server maps only memory
+            // that cannot shrink under it.
+            let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+            if libc::fcntl(fd, libc::F_ADD_SEALS, seals) != 0 {
                 return Err(transport(std::io::Error::last_os_error()));
             }
             let ptr = libc::mmap(

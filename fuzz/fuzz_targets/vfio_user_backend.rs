@@ -33,7 +33,7 @@ struct Client {
 impl Client {
     fn new() -> Client {
         // SAFETY: a NUL-terminated name; the descriptor returned is checked and owned here.
-        let fd = unsafe { libc::memfd_create(c"fld-fuzz-ram".as_ptr(), 0) };
+        let fd = unsafe { libc::memfd_create(c"fld-fuzz-ram".as_ptr(), libc::MFD_ALLOW_SEALING) };
         assert!(fd >= 0, "memfd_create");
         // SAFETY: `fd` is a new descriptor nothing else owns.
         let ram = unsafe { File::from_raw_fd(fd) };

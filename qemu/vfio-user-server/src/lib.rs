@@ -136,6 +136,7 @@ impl FunctionBackend {
             if let Some(m) = self.files.get(&key) {
                 return Ok((m.clone(), offset));
             }
+            seal_against_shrinking(&fd)?;
             let mmap = MmapRegion::from_file(FileOffset::new(fd, 0), meta.len() as usize)
                 .map_err(|e| invalid(&format!("mmap: {e}")))?;
             let region = Arc::new(
@@ -164,6 +165,33 @@ impl FunctionBackend {
         self.unmap_all();
         self.irqs.clear(self.fid);
     }
+}
+
+/// A file the device's memory lives in must not shrink while it is mapped: the pages past a
+/// shrunk file's end are no memory, and the device's next access there would kill the server
+/// with SIGBUS, where the client must get an error. A memfd already sealed against shrinking
+/// (QEMU's `memory-backend-memfd` seals guest RAM so, `seal=on` being its default) is taken as
+/// it is; a memfd that can still take seals is sealed here; any other file is refused, failing
+/// closed, since nothing the server can do stops its owner from truncating it.
+fn seal_against_shrinking(file: &File) -> Result<(), std::io::Error> {
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this function borrows; no memory is passed.
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    if seals >= 0 && seals & libc::F_SEAL_SHRINK != 0 {
+        return Ok(());
+    }
+    // SAFETY: as above; F_ADD_SEALS takes an integer argument.
+    if seals >= 0
+        && seals & libc::F_SEAL_SEAL == 0
+        && unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) } == 0
+    {
+        return Ok(());
+    }
+    Err(invalid(
+        "DMA map of a file that can shrink: guest RAM must be a memfd sealed against \
+         shrinking, or one the server may seal (QEMU: memory-backend-memfd with seal=on, the \
+         default)",
+    ))
 }
 
 fn invalid(msg: &str) -> std::io::Error {
@@ -785,15 +813,62 @@ mod tests {
             .is_err());
     }
 
-    /// A memfd of `len` bytes, as a client's guest RAM arrives.
+    /// A memfd of `len` bytes that can take seals, as QEMU makes guest RAM.
     fn memfd(len: u64) -> File {
         // SAFETY: a NUL-terminated name; the descriptor returned is checked and owned here.
-        let fd = unsafe { libc::memfd_create(c"fld-test-ram".as_ptr(), 0) };
+        let fd = unsafe { libc::memfd_create(c"fld-test-ram".as_ptr(), libc::MFD_ALLOW_SEALING) };
         assert!(fd >= 0, "memfd_create");
         // SAFETY: `fd` is a new descriptor nothing else owns.
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(len).unwrap();
         file
+    }
+
+    /// A file that could shrink under a DMA map would let its owner turn the device's next
+    /// access into SIGBUS. A memfd that can take seals is sealed against shrinking by its first
+    /// map (its owner can no longer truncate it); one its owner sealed so is taken; a memfd that
+    /// takes no seals, and a file that is no memfd, are refused and map nothing.
+    #[test]
+    fn only_memory_that_cannot_shrink_is_mapped() {
+        let (mut b, _) = backend();
+        let map = |b: &mut FunctionBackend, file: &File, iova: u64| {
+            let fd = file.try_clone().unwrap();
+            b.dma_map(DmaMapFlags::READ_WRITE, 0, iova, 0x1000, Some(fd))
+        };
+        let sealable = memfd(0x1000);
+        assert!(map(&mut b, &sealable, 0x100_0000).is_ok());
+        assert!(
+            sealable.set_len(0).is_err(),
+            "the map sealed it against shrinking"
+        );
+        let sealed = memfd(0x1000);
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on a descriptor the test owns, with an integer argument.
+        assert_eq!(
+            unsafe { libc::fcntl(sealed.as_raw_fd(), libc::F_ADD_SEALS, seals) },
+            0
+        );
+        assert!(map(&mut b, &sealed, 0x200_0000).is_ok());
+        // SAFETY: a NUL-terminated name; the descriptor returned is checked and owned here.
+        let fd = unsafe { libc::memfd_create(c"fld-test-unsealable".as_ptr(), 0) };
+        assert!(fd >= 0, "memfd_create");
+        // SAFETY: `fd` is a new descriptor nothing else owns.
+        let unsealable = unsafe { File::from_raw_fd(fd) };
+        unsealable.set_len(0x1000).unwrap();
+        let refused = map(&mut b, &unsealable, 0x300_0000).unwrap_err();
+        assert!(refused.to_string().contains("can shrink"), "{refused}");
+        let path = std::env::temp_dir().join(format!("fld-test-ram-{}", std::process::id()));
+        let plain = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        plain.set_len(0x1000).unwrap();
+        assert!(map(&mut b, &plain, 0x400_0000).is_err(), "not a memfd");
+        assert_eq!(b.card.fabric.host_mapping_count(b.fid), 2);
     }
 
     /// A DMA map must lie inside its file: a page past a regular file's end is no memory, and
