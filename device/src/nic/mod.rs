@@ -432,8 +432,8 @@ fn nic_config_space(index: u16) -> ConfigSpace {
 
 /// The command mailbox's registers (`docs/nic-interface.md` §3). A register takes a store as a
 /// register file does, with no lock; only what runs a command — the doorbell, and a reset — is
-/// serialised, by [`NicFunction::cmd`]. A bring-up is thirty commands of seven register writes,
-/// and a lock taken and given back per write was a tenth of a fuzz input's time.
+/// serialised, by [`NicFunction::cmd`]. A driver that writes one function's mailbox from two
+/// threads at once gets what a register file gives it, which is its own race to avoid.
 #[derive(Default)]
 struct CmdRegs {
     /// The input and output mailboxes' addresses, low and high words.
