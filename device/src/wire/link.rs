@@ -36,7 +36,7 @@ pub struct LinkEnd {
     rx: Arc<Lane>,
     capacity: usize,
     /// Frames taken from the receiving lane under one lock, all that were queued, and handed
-    /// out one by one without it; a lock per frame was most of what a frame cost the cable.
+    /// out one by one without it: a lock per batch where there was one per frame.
     inbox: VecDeque<Vec<u8>>,
     /// Buffers of frames received from the inbox, given back to the lane with the next batch.
     spent: Vec<Vec<u8>>,
