@@ -110,7 +110,7 @@ impl TxEngine {
 
     /// The engine at power-on around translation tables of the sizes and seeds [`Self::new`]
     /// gives them and a zeroed buffer of `geo`'s size (an earlier engine's, emptied: a reset).
-    pub fn with_tables(
+    fn with_tables(
         geo: &FldGeometry,
         ring_xlt: CuckooTable,
         data_xlt: CuckooTable,

@@ -56,10 +56,11 @@ pub struct PciState {
 
 impl PciState {
     pub fn new(id: FunctionId, config: ConfigSpace) -> Self {
-        let vectors = config.msix_spec().map_or(0, |m| m.vectors);
+        let msix_spec = config.msix_spec();
+        let vectors = msix_spec.map_or(0, |m| m.vectors);
         PciState {
             id,
-            msix_spec: config.msix_spec(),
+            msix_spec,
             msix_control: AtomicU16::new(config.msix_control()),
             config: Mutex::new(config),
             msix: Mutex::new(MsixTable::new(vectors)),
