@@ -685,11 +685,40 @@ fn rc_bw_measures_the_operations_and_sizes_asked_for() {
     } else {
         assert!(received > 2101 * (256 + 512));
     }
+    assert!(rows.iter().all(|r| r["two_threads"].is_null()));
     refused(&a("rc-bw --ip 10.0.0.1"), "--link");
     refused(&a("rc-bw --timeout 3"), "--link");
     refused(&a("rc-bw 127.0.0.1"), "--link");
     refused(&a("rc-bw --ops write,swap"), "--ops");
     refused(&a("rc-bw --size-min 128 --size-max 64"), "--size-min");
+}
+
+/// `rc-bw --threads 2` measures each size a second time with card B's engine on a thread of its
+/// own: every message of both runs arrives, and the WRITE's bytes are checked after each run.
+#[test]
+fn rc_bw_measures_again_with_the_second_card_on_a_thread_of_its_own() {
+    let v = json(&a(
+        "rc-bw --ops write --size-min 64 --size-max 128 --bytes 1 --threads 2 --json",
+    ));
+    let rows = v["results"].as_array().expect("results");
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        let t = &r["two_threads"];
+        assert_eq!(t["messages"].as_u64(), Some(2000), "{r}");
+        assert!(t["mmsgs_per_s"].as_f64().is_some_and(|m| m > 0.0), "{r}");
+    }
+    // Both runs of both sizes, each after its warm-up of a twentieth.
+    let received = counter(&v, "card B qp", "bytes_received");
+    if counter(&v, "card A qp", "retransmitted") == 0 {
+        assert_eq!(received, 2 * 2101 * (64 + 128));
+    } else {
+        assert!(received > 2 * 2101 * (64 + 128));
+    }
+    refused(&a("rc-bw --threads 3"), "--threads");
+    refused(
+        &a("rc-bw --threads 2 --link udp:9000:127.0.0.1:9001"),
+        "--threads",
+    );
 }
 
 #[test]

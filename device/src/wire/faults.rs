@@ -142,6 +142,12 @@ impl<W: Wire> Wire for FaultyWire<W> {
         self.release();
         self.inner.receive(buf)
     }
+    fn begin_burst(&mut self) {
+        self.inner.begin_burst()
+    }
+    fn end_burst(&mut self) {
+        self.inner.end_burst()
+    }
 }
 
 #[cfg(test)]

@@ -1,13 +1,20 @@
 //! A cable between two NIC ports of one process: what one end transmits, the other receives,
 //! in order, up to a capacity per direction (beyond it frames are dropped and counted, as a full
 //! link buffer drops them). Two cards joined this way are two machines of one test or
-//! benchmark, stepped by one runner.
+//! benchmark, stepped by one runner or each on a thread of its own. Either way each end hands
+//! frames over in batches — the sender what a NIC pass transmitted ([`Wire::begin_burst`]), the
+//! receiver all that is queued — so two threads meet once per batch, not once per frame.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::Wire;
+
+/// Bytes a frame buffer holds from the start: the largest frame a port sends at the default
+/// MTU (9,216) and its headers, so that which buffer a frame gets never makes it grow — steady
+/// traffic of any mix of sizes allocates nothing once enough buffers are in circulation.
+const FRAME_BUFFER: usize = 9216 + 64;
 
 /// One direction of the cable.
 #[derive(Default)]
@@ -40,6 +47,13 @@ pub struct LinkEnd {
     inbox: VecDeque<Vec<u8>>,
     /// Buffers of frames received from the inbox, given back to the lane with the next batch.
     spent: Vec<Vec<u8>>,
+    /// Frames transmitted and not yet on the cable: during a burst, all of them; otherwise
+    /// none once `transmit` returns.
+    outbox: Vec<Vec<u8>>,
+    /// Buffers for the outbox, taken from the lane's spares whenever the outbox goes out.
+    free: Vec<Vec<u8>>,
+    /// Between [`Wire::begin_burst`] and [`Wire::end_burst`].
+    bursting: bool,
 }
 
 /// Counters of one direction of a link.
@@ -66,7 +80,30 @@ impl LinkEnd {
             capacity,
             inbox: VecDeque::new(),
             spent: Vec::new(),
+            outbox: Vec::new(),
+            free: Vec::new(),
+            bursting: false,
         }
+    }
+
+    /// Puts the outbox on the cable under one lock, in order: each frame is carried, or
+    /// dropped when the lane already holds `capacity` (counting what the receiver has taken
+    /// and not yet received). Takes the lane's spare buffers for the next frames.
+    fn send_outbox(&mut self) {
+        let mut f = self.tx.frames.lock().unwrap_or_else(|e| e.into_inner());
+        let held = self.tx.held.load(Ordering::Relaxed);
+        for b in self.outbox.drain(..) {
+            if f.queue.len() + held >= self.capacity {
+                f.counters.dropped += 1;
+                self.free.push(b);
+            } else {
+                f.queue.push_back(b);
+                f.counters.carried += 1;
+            }
+        }
+        self.free.append(&mut f.spare);
+        // Release: a receiver that sees the count sees the frames (it takes the lock anyway).
+        self.tx.queued.store(f.queue.len(), Ordering::Release);
     }
 
     /// Moves every frame queued on the receiving lane into the inbox, and gives the lane back
@@ -99,18 +136,32 @@ pub fn link(capacity: usize) -> (LinkEnd, LinkEnd) {
 
 impl Wire for LinkEnd {
     fn transmit(&mut self, frame: &[u8]) {
-        let mut f = self.tx.frames.lock().unwrap_or_else(|e| e.into_inner());
-        if f.queue.len() + self.tx.held.load(Ordering::Relaxed) >= self.capacity {
-            f.counters.dropped += 1;
-            return;
+        if self.free.is_empty() {
+            // Buffers the receiver gave back since the outbox last went out.
+            let mut f = self.tx.frames.lock().unwrap_or_else(|e| e.into_inner());
+            self.free.append(&mut f.spare);
         }
-        let mut b = f.spare.pop().unwrap_or_default();
+        let mut b = self
+            .free
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(FRAME_BUFFER.max(frame.len())));
         b.clear();
         b.extend_from_slice(frame);
-        f.queue.push_back(b);
-        // Release: a receiver that sees the count sees the frame (it takes the lock anyway).
-        self.tx.queued.store(f.queue.len(), Ordering::Release);
-        f.counters.carried += 1;
+        self.outbox.push(b);
+        if !self.bursting {
+            self.send_outbox();
+        }
+    }
+
+    fn begin_burst(&mut self) {
+        self.bursting = true;
+    }
+
+    fn end_burst(&mut self) {
+        self.bursting = false;
+        if !self.outbox.is_empty() {
+            self.send_outbox();
+        }
     }
 
     fn receive(&mut self, buf: &mut [u8]) -> Option<usize> {
@@ -165,13 +216,46 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_goes_on_the_cable_when_it_ends_in_order_and_up_to_the_capacity() {
+        let (mut a, mut b) = link(4);
+        a.transmit(&frame(1));
+        a.begin_burst();
+        for n in 2..=6 {
+            a.transmit(&frame(n));
+        }
+        // Only the frame sent outside the burst is on the cable yet.
+        assert_eq!(received(&mut b), Some(1));
+        assert_eq!(received(&mut b), None);
+        a.end_burst();
+        // The lane was empty when the burst went out: four of its five fit.
+        assert_eq!(
+            a.sent(),
+            LinkCounters {
+                carried: 5,
+                dropped: 1
+            }
+        );
+        let rest: Vec<u32> = std::iter::from_fn(|| received(&mut b)).collect();
+        assert_eq!(rest, [2, 3, 4, 5]);
+        // After the burst every frame goes out as it is sent again.
+        a.transmit(&frame(7));
+        assert_eq!(received(&mut b), Some(7));
+    }
+
+    #[test]
     fn a_sender_and_a_receiver_on_two_threads_keep_order_and_count_every_frame() {
         const FRAMES: u32 = 200_000;
         let (mut a, mut b) = link(64);
         let sender = std::thread::spawn(move || {
+            // Half the frames one by one, half in bursts of 1 to 7.
             for n in 0..FRAMES {
+                if n >= FRAMES / 2 && n % 7 == 0 {
+                    a.end_burst();
+                    a.begin_burst();
+                }
                 a.transmit(&frame(n));
             }
+            a.end_burst();
             a
         });
         let mut got = 0u64;

@@ -23,6 +23,14 @@ pub trait Wire: Send {
     fn transmit(&mut self, frame: &[u8]);
     /// The next frame arriving from the wire, copied into `buf`; returns its length.
     fn receive(&mut self, buf: &mut [u8]) -> Option<usize>;
+    /// An engine pass starts: until [`Wire::end_burst`] the wire may hold what the NIC
+    /// transmits and put it on the cable at once, as a port's transmit FIFO sends a burst. A
+    /// wire whose other end runs on another thread then hands frames over once a pass, not
+    /// once a frame.
+    fn begin_burst(&mut self) {}
+    /// The pass is over: everything transmitted since [`Wire::begin_burst`] is on the cable, in
+    /// order.
+    fn end_burst(&mut self) {}
 }
 
 /// A boxed wire is a wire (so wrappers such as [`FaultyWire`] take any).
@@ -32,6 +40,12 @@ impl<W: Wire + ?Sized> Wire for Box<W> {
     }
     fn receive(&mut self, buf: &mut [u8]) -> Option<usize> {
         (**self).receive(buf)
+    }
+    fn begin_burst(&mut self) {
+        (**self).begin_burst()
+    }
+    fn end_burst(&mut self) {
+        (**self).end_burst()
     }
 }
 

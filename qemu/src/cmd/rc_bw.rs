@@ -72,6 +72,11 @@ pub struct RcBwArgs {
     /// (`card_counters`).
     #[arg(long)]
     pub stats: bool,
+    /// 2: measure each operation and size a second time with card B's engine on a thread of
+    /// its own (the second machine on a core of its own; the first card and both applications
+    /// on the other), beside the one-core figures. In-process only.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2), conflicts_with = "link")]
+    pub threads: u8,
 }
 
 impl RcBwArgs {
@@ -244,7 +249,7 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
             for &size in &sizes {
                 let count = (a.bytes() / size as u64).clamp(2_000, 200_000);
                 peer.bandwidth(op, size, count / 20 + 1)?;
-                rows.push((op, size, peer.bandwidth(op, size, count)?));
+                rows.push((op, size, peer.bandwidth(op, size, count)?, None));
             }
         }
         peer.quit()
@@ -279,53 +284,70 @@ pub fn run_bw(a: RcBwArgs) -> CmdResult {
     for op in a.ops() {
         for &size in &sizes {
             let count = (a.bytes() / size as u64).clamp(2_000, 200_000);
-            let pattern: Vec<u8> = (0..size).map(|i| (i as u8) ^ (size as u8)).collect();
-            let (src_b, src_off) = if op == BwOp::Read {
-                (true, 0)
+            let r = measure_bw(&mut pair, op, size, count)?;
+            let threaded = if a.threads == 2 {
+                pair.set_peer_thread(true)?;
+                let r2 = measure_bw(&mut pair, op, size, count);
+                pair.set_peer_thread(false)?;
+                Some(r2?)
             } else {
-                (false, 0)
+                None
             };
-            pair.fill(src_b, src_off, &pattern);
-            // A short warm-up, then the measurement.
-            pair.bandwidth(op, size, count / 20 + 1)?;
-            let r = pair.bandwidth(op, size, count)?;
-            let (dst_b, dst_off) = match op {
-                BwOp::Read => (false, pair.a.mr.len() / 2),
-                _ => (true, 0),
-            };
-            if pair.bytes(dst_b, dst_off, size) != pattern {
-                return Err(
-                    format!("{} {size} B: the data did not arrive intact", op.name()).into(),
-                );
-            }
-            rows.push((op, size, r));
+            rows.push((op, size, r, threaded));
         }
     }
     let mut counters = CardCounters::default();
     counters.extend(pair.counters()?);
-    print_bw(
-        &a,
-        &rows,
-        "two in-process cards joined by a cable, one thread",
-        &counters,
-    )
+    let setup = match a.threads {
+        2 => "two in-process cards joined by a cable, one thread; two_threads: card B's engine on a thread of its own",
+        _ => "two in-process cards joined by a cable, one thread",
+    };
+    print_bw(&a, &rows, setup, &counters)
 }
 
+/// One measurement of `count` messages of `op` and `size` after a warm-up of a twentieth, the
+/// destination cleared first and required to hold the source's bytes after.
+fn measure_bw(
+    pair: &mut RdmaPair,
+    op: BwOp,
+    size: usize,
+    count: u64,
+) -> Result<BwResult, Box<dyn std::error::Error>> {
+    let pattern: Vec<u8> = (0..size).map(|i| (i as u8) ^ (size as u8)).collect();
+    // READ moves B's bytes into the second half of A's buffer; the others A's into B's.
+    let (src_b, (dst_b, dst_off)) = match op {
+        BwOp::Read => (true, (false, pair.a.mr.len() / 2)),
+        _ => (false, (true, 0)),
+    };
+    pair.fill(src_b, 0, &pattern);
+    pair.fill(dst_b, dst_off, &vec![0; size]);
+    pair.bandwidth(op, size, count / 20 + 1)?;
+    let r = pair.bandwidth(op, size, count)?;
+    if pair.bytes(dst_b, dst_off, size) != pattern {
+        return Err(format!("{} {size} B: the data did not arrive intact", op.name()).into());
+    }
+    Ok(r)
+}
+
+/// A measurement: operation, size, its one-thread figures and, with `--threads 2`, those with
+/// card B's engine on a thread of its own.
+type BwRow = (BwOp, usize, BwResult, Option<BwResult>);
+
 /// The table (or JSON) of a bandwidth run, beside the Ethernet CPU echo measured now.
-fn print_bw(
-    a: &RcBwArgs,
-    rows: &[(BwOp, usize, BwResult)],
-    setup: &str,
-    counters: &CardCounters,
-) -> CmdResult {
+fn print_bw(a: &RcBwArgs, rows: &[BwRow], setup: &str, counters: &CardCounters) -> CmdResult {
     let eth = ethernet_echo_mpps()?;
     if a.json {
         let out: Vec<_> = rows
             .iter()
-            .map(|(op, size, r)| {
+            .map(|(op, size, r, threaded)| {
+                let two_threads = threaded.map(|t| {
+                    json!({ "messages": t.messages, "gbps": t.gbps(), "mmsgs_per_s": t.mmsgs(),
+                            "ratio_to_one_thread": t.mmsgs() / r.mmsgs() })
+                });
                 json!({ "op": op.name(), "size": size, "messages": r.messages,
                         "gbps": r.gbps(), "mmsgs_per_s": r.mmsgs(),
-                        "ratio_to_ethernet_echo_mpps": r.mmsgs() / eth })
+                        "ratio_to_ethernet_echo_mpps": r.mmsgs() / eth,
+                        "two_threads": two_threads })
             })
             .collect();
         println!(
@@ -335,12 +357,16 @@ fn print_bw(
                     "card_counters": counters.json() })
         );
     } else {
-        println!(
+        print!(
             "{:>6} {:>8} {:>10} {:>10} {:>12}",
             "op", "size", "Gbit/s", "Mmsg/s", "vs Eth echo"
         );
-        for (op, size, r) in rows {
-            println!(
+        if a.threads == 2 {
+            print!(" {:>14} {:>9}", "Mmsg/s 2 thr", "2 thr/1");
+        }
+        println!();
+        for (op, size, r, threaded) in rows {
+            print!(
                 "{:>6} {:>8} {:>10.3} {:>10.3} {:>12.3}",
                 op.name(),
                 size,
@@ -348,8 +374,15 @@ fn print_bw(
                 r.mmsgs(),
                 r.mmsgs() / eth
             );
+            if let Some(t) = threaded {
+                print!(" {:>14.3} {:>9.2}", t.mmsgs(), t.mmsgs() / r.mmsgs());
+            }
+            println!();
         }
         println!("Ethernet CPU echo, 64 B, same run: {eth:.3} Mpps");
+        if a.threads == 2 {
+            println!("2 thr: card B's engine on a thread of its own, card A and both applications on the other");
+        }
         if a.stats {
             counters.print();
         }

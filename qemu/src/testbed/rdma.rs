@@ -1,7 +1,9 @@
 //! Two machines in one process for RDMA: two cards whose uplinks are joined by a cable, an RC
 //! QP on each card's first NIC function through the verbs API, connected to each other, and a
-//! runner that steps both cards. `fldemu rc-bw` and `fldemu rc-lat` measure on it, in the
-//! spirit of perftest's `ib_{write,read,send}_bw` and `ib_send_lat`.
+//! runner that steps both cards — or card A only, with card B's engine on a thread of its own
+//! ([`RdmaPair::set_peer_thread`]), as the second machine would run beside the first. `fldemu
+//! rc-bw` and `fldemu rc-lat` measure on it, in the spirit of perftest's
+//! `ib_{write,read,send}_bw` and `ib_send_lat`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,13 +12,13 @@ use fld_abi::wire::roce::ipv4_gid;
 use fld_device::card::{Card, CardConfig};
 use fld_device::nic::NicConfig;
 use fld_device::wire::link;
-use fld_driver::inprocess::InProcessHost;
+use fld_driver::inprocess::{EngineThread, InProcessHost};
 use fld_host::verbs::*;
 
 /// One machine's side.
 pub struct Side {
     pub card: Arc<Card>,
-    _host: Arc<InProcessHost>,
+    host: Arc<InProcessHost>,
     pub ctx: Context,
     pub cq: Cq,
     pub qp: Qp,
@@ -26,6 +28,9 @@ pub struct Side {
 
 /// The two machines.
 pub struct RdmaPair {
+    /// Card B's engine on a thread of its own, while set: first, so that it stops before the
+    /// sides' objects are destroyed.
+    b_engine: Option<EngineThread>,
     pub a: Side,
     pub b: Side,
 }
@@ -139,7 +144,7 @@ fn side(card_id: u16, ip: [u8; 4], buf: usize) -> Result<Side> {
     let (pd, mr, cq, qp) = bw_endpoint(&mut ctx, buf, 0)?;
     Ok(Side {
         card,
-        _host: host,
+        host,
         ctx,
         cq,
         qp,
@@ -173,7 +178,28 @@ impl RdmaPair {
         let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
         connect(&mut a, qb, ipb, mtu)?;
         connect(&mut b, qa, ipa, mtu)?;
-        Ok(RdmaPair { a, b })
+        Ok(RdmaPair {
+            b_engine: None,
+            a,
+            b,
+        })
+    }
+
+    /// Runs card B's engine on a thread of its own (`true`), spinning on a core while the
+    /// calling thread steps card A and drives both ends' verbs, or steps both cards on the
+    /// calling thread again (`false`). Card B then meets the run only through the cable and its
+    /// own rings, as the second machine does.
+    pub fn set_peer_thread(&mut self, own: bool) -> Result<()> {
+        self.b_engine = None;
+        if own {
+            self.b_engine = Some(
+                self.b
+                    .host
+                    .spawn_engine_thread()
+                    .map_err(|e| RdmaBenchError::Failed(format!("card B's engine thread: {e}")))?,
+            );
+        }
+        Ok(())
     }
 
     /// Each card's counters: its port's (RoCE and Ethernet drops by reason) and its QP's.
@@ -186,10 +212,12 @@ impl RdmaPair {
         ])
     }
 
-    /// Both cards one step.
+    /// Both cards one step (card A only while card B has a thread of its own).
     fn step(&self) {
         self.a.card.poll();
-        self.b.card.poll();
+        if self.b_engine.is_none() {
+            self.b.card.poll();
+        }
     }
 
     /// Waits for the next completions of `side`; any error status fails the run.

@@ -119,10 +119,14 @@ pub(super) fn poll(
         now_ns: core.manual_clock,
         clock: clock.as_ref(),
     };
+    // The uplink sends what this pass transmits as one burst, when the pass's last
+    // transmitting stage is done.
+    core.wire.begin_burst();
     let mut work = completions::consumer_doorbells(core, &mut ctx);
     work += transmit::transmit(core, &mut ctx);
     work += roce::poll(core, &mut ctx);
     work += switching::uplink_receive(core, &mut ctx);
+    core.wire.end_burst();
     // Last, so what the receives of this pass read is theirs, and what is read ahead waits for
     // frames to come.
     work += receive::prefetch(core, &mut ctx);
