@@ -321,15 +321,19 @@ pub fn open_link(spec: &str) -> Result<Box<dyn Wire>, String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_udp_link_carries_one_frame_per_datagram_both_ways() {
+    /// Two UDP wires on loopback, each sending to the other.
+    fn wire_pair() -> (UdpWire, UdpWire) {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let a0 = UdpSocket::bind(any).unwrap();
         let b0 = UdpSocket::bind(any).unwrap();
         let (pa, pb) = (a0.local_addr().unwrap(), b0.local_addr().unwrap());
         drop((a0, b0));
-        let mut a = UdpWire::new(pa, pb).unwrap();
-        let mut b = UdpWire::new(pb, pa).unwrap();
+        (UdpWire::new(pa, pb).unwrap(), UdpWire::new(pb, pa).unwrap())
+    }
+
+    #[test]
+    fn a_udp_link_carries_one_frame_per_datagram_both_ways() {
+        let (mut a, mut b) = wire_pair();
         let frame: Vec<u8> = (0..1514).map(|i| i as u8).collect();
         a.transmit(&frame);
         a.transmit(&frame[..60]);
@@ -375,13 +379,7 @@ mod tests {
 
     #[test]
     fn a_burst_leaves_a_udp_link_when_it_ends_whole_and_in_order() {
-        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a0 = UdpSocket::bind(any).unwrap();
-        let b0 = UdpSocket::bind(any).unwrap();
-        let (pa, pb) = (a0.local_addr().unwrap(), b0.local_addr().unwrap());
-        drop((a0, b0));
-        let mut a = UdpWire::new(pa, pb).unwrap();
-        let mut b = UdpWire::new(pb, pa).unwrap();
+        let (mut a, mut b) = wire_pair();
         // More frames than two calls move (few and small enough for the receiving socket's
         // buffer), a 9,000-byte one among them.
         let frames: Vec<Vec<u8>> = (0..2 * UDP_BATCH + 5)
