@@ -373,6 +373,12 @@ fn bench_measures_the_packets_asked_for() {
     let two = output_json(&run(&a("bench --packets 1000 --threads 2 --json")));
     let rows = two["results"].as_array().expect("results");
     assert!(rows.iter().all(|r| r["two_threads"].is_object()), "{two}");
+    assert!(
+        two["cross_core_round_trip_ns"]
+            .as_f64()
+            .is_some_and(|ns| ns > 0.0),
+        "{two}"
+    );
     assert_eq!(
         counter(&two, "256 FLD-E: client port", "tx_packets"),
         2 * (1000 + 51)
@@ -686,6 +692,7 @@ fn rc_bw_measures_the_operations_and_sizes_asked_for() {
         assert!(received > 2101 * (256 + 512));
     }
     assert!(rows.iter().all(|r| r["two_threads"].is_null()));
+    assert!(v["cross_core_round_trip_ns"].is_null(), "{v}");
     refused(&a("rc-bw --ip 10.0.0.1"), "--link");
     refused(&a("rc-bw --timeout 3"), "--link");
     refused(&a("rc-bw 127.0.0.1"), "--link");
@@ -702,6 +709,8 @@ fn rc_bw_measures_again_with_the_second_card_on_a_thread_of_its_own() {
     ));
     let rows = v["results"].as_array().expect("results");
     assert_eq!(rows.len(), 2);
+    let round_trip = v["cross_core_round_trip_ns"].as_f64();
+    assert!(round_trip.is_some_and(|ns| ns > 0.0), "{v}");
     for r in rows {
         let t = &r["two_threads"];
         assert_eq!(t["messages"].as_u64(), Some(2000), "{r}");

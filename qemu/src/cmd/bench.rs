@@ -154,6 +154,7 @@ pub fn run(a: BenchArgs) -> CmdResult {
     ];
     let mut rows = Vec::new();
     let mut counters = CardCounters::default();
+    let round_trip = (a.threads == 2).then(cross_core_round_trip_ns).flatten();
     for (name, sizes, scale) in workloads {
         let packets = (a.packets / scale).max(1000);
         let max = sizes.max();
@@ -229,7 +230,7 @@ pub fn run(a: BenchArgs) -> CmdResult {
             .collect();
         println!(
             "{}",
-            json!({ "note": "echoed packets per second on one core, in-process; each echoed packet crosses the emulated NIC twice; memcpy_ns_per_nic_crossing: a plain copy of the bytes one crossing must move (frame gathered and scattered, a WQE and a CQE), timed in the same run; two_threads: the card's engine on a second thread; card_counters: per workload and path, after its runs", "results": out, "card_counters": counters.json() })
+            json!({ "note": "echoed packets per second on one core, in-process; each echoed packet crosses the emulated NIC twice; memcpy_ns_per_nic_crossing: a plain copy of the bytes one crossing must move (frame gathered and scattered, a WQE and a CQE), timed in the same run; two_threads: the card's engine on a second thread; card_counters: per workload and path, after its runs", "results": out, "cross_core_round_trip_ns": round_trip, "card_counters": counters.json() })
         );
     } else {
         print!(
@@ -269,6 +270,9 @@ pub fn run(a: BenchArgs) -> CmdResult {
                 );
             }
             println!();
+        }
+        if let Some(ns) = round_trip {
+            println!("2 thr: the card's engine on a thread of its own; a cache line's round trip between the two cores, same run: {ns:.0} ns");
         }
         if a.stats {
             counters.print();

@@ -306,6 +306,64 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
+/// How long a cache line takes to go from this core to another and back, measured now: two
+/// spinning threads bounce a counter. Two-thread figures depend on it — every handoff between
+/// the engine's core and the applications' pays it, and a host that places the two vCPUs far
+/// apart can make it five times dearer between one batch of runs and the next — so the
+/// two-thread benchmarks print it beside their figures. `None` with fewer than two CPUs, where
+/// the threads would take turns instead.
+fn cross_core_round_trip_ns() -> Option<f64> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const ROUNDS: u64 = 200_000;
+    /// Given up on: the other thread stops waiting.
+    const STOP: u64 = u64::MAX;
+    #[repr(align(128))]
+    struct Line(AtomicU64);
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return None;
+    }
+    let line = std::sync::Arc::new(Line(AtomicU64::new(0)));
+    let other = line.clone();
+    let echo = std::thread::spawn(move || {
+        for i in 0..ROUNDS {
+            loop {
+                match other.0.load(Ordering::Acquire) {
+                    v if v == 2 * i + 1 => break,
+                    STOP => return,
+                    _ => std::hint::spin_loop(),
+                }
+            }
+            // A compare-exchange, not a store: a STOP written since the load stays.
+            if other
+                .0
+                .compare_exchange(2 * i + 1, 2 * i + 2, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let start = std::time::Instant::now();
+    let limit = std::time::Duration::from_secs(1);
+    let mut rounds = 0;
+    'bounce: for i in 0..ROUNDS {
+        line.0.store(2 * i + 1, Ordering::Release);
+        let mut spins = 0u32;
+        while line.0.load(Ordering::Acquire) != 2 * i + 2 {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(4096) && start.elapsed() > limit {
+                line.0.store(STOP, Ordering::Release);
+                break 'bounce;
+            }
+            std::hint::spin_loop();
+        }
+        rounds += 1;
+    }
+    let elapsed = start.elapsed();
+    let _ = echo.join();
+    (rounds > 0).then(|| elapsed.as_nanos() as f64 / rounds as f64)
+}
+
 /// PCIe traffic on the links of the NIC's host functions, and on FLD's link.
 fn link_stats(card: &Card) -> (TlpStats, TlpStats) {
     let mut nic = TlpStats::default();

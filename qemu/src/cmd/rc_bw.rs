@@ -266,6 +266,7 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
         a,
         &rows,
         "two fldemu processes, each with its own card, their uplinks on a link",
+        None,
         &counters,
     )
 }
@@ -281,6 +282,7 @@ pub fn run_bw(a: RcBwArgs) -> CmdResult {
     let sizes = a.sizes()?;
     let mut pair = RdmaPair::new(2 * (a.size_max as usize).max(8192), mtu_code(a.mtu)?)?;
     let mut rows = Vec::new();
+    let round_trip = (a.threads == 2).then(cross_core_round_trip_ns).flatten();
     for op in a.ops() {
         for &size in &sizes {
             let count = (a.bytes() / size as u64).clamp(2_000, 200_000);
@@ -302,7 +304,7 @@ pub fn run_bw(a: RcBwArgs) -> CmdResult {
         2 => "two in-process cards joined by a cable, one thread; two_threads: card B's engine on a thread of its own",
         _ => "two in-process cards joined by a cable, one thread",
     };
-    print_bw(&a, &rows, setup, &counters)
+    print_bw(&a, &rows, setup, round_trip, &counters)
 }
 
 /// One measurement of `count` messages of `op` and `size` after a warm-up of a twentieth, the
@@ -334,7 +336,14 @@ fn measure_bw(
 type BwRow = (BwOp, usize, BwResult, Option<BwResult>);
 
 /// The table (or JSON) of a bandwidth run, beside the Ethernet CPU echo measured now.
-fn print_bw(a: &RcBwArgs, rows: &[BwRow], setup: &str, counters: &CardCounters) -> CmdResult {
+/// `round_trip`: a cache line's round trip between two cores, measured with `--threads 2`.
+fn print_bw(
+    a: &RcBwArgs,
+    rows: &[BwRow],
+    setup: &str,
+    round_trip: Option<f64>,
+    counters: &CardCounters,
+) -> CmdResult {
     let eth = ethernet_echo_mpps()?;
     if a.json {
         let out: Vec<_> = rows
@@ -354,7 +363,7 @@ fn print_bw(a: &RcBwArgs, rows: &[BwRow], setup: &str, counters: &CardCounters) 
             "{}",
             json!({ "note": format!("{setup}; RC, path MTU as given, 128 outstanding, every 16th signalled"),
                     "mtu": a.mtu, "ethernet_cpu_echo_64b_mpps": eth, "results": out,
-                    "card_counters": counters.json() })
+                    "cross_core_round_trip_ns": round_trip, "card_counters": counters.json() })
         );
     } else {
         print!(
@@ -382,6 +391,9 @@ fn print_bw(a: &RcBwArgs, rows: &[BwRow], setup: &str, counters: &CardCounters) 
         println!("Ethernet CPU echo, 64 B, same run: {eth:.3} Mpps");
         if a.threads == 2 {
             println!("2 thr: card B's engine on a thread of its own, card A and both applications on the other");
+        }
+        if let Some(ns) = round_trip {
+            println!("a cache line's round trip between the two cores, same run: {ns:.0} ns");
         }
         if a.stats {
             counters.print();
