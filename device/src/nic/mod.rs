@@ -100,7 +100,7 @@ impl Default for NicConfig {
     fn default() -> Self {
         NicConfig {
             host_functions: 2,
-            mtu: 9216,
+            mtu: DEFAULT_MTU,
             sq_budget: 256,
             tx_burst: DEFAULT_TX_BURST,
             max_sqs: db::SLOTS,
@@ -128,6 +128,15 @@ impl Default for NicConfig {
 /// Send WQEs per transmit burst: a DPDK burst's worth, so one generator burst crosses the
 /// pipeline as one.
 pub const DEFAULT_TX_BURST: u32 = 32;
+
+/// The MTU of a NIC whose configuration names none: a jumbo frame.
+pub const DEFAULT_MTU: u32 = 9216;
+
+/// Bytes a buffer needs for any frame a port with MTU `mtu` sends or receives: the MTU and room
+/// for the headers around it.
+pub const fn frame_buffer_len(mtu: u32) -> usize {
+    mtu as usize + 64
+}
 
 /// On-chip cache sizes of the default NIC. QP contexts: 300, what StaR measured a ConnectX-4
 /// to hold before its performance collapses and simulates with ("RNIC on-chip memory can store
@@ -682,7 +691,7 @@ struct FrameBuffers {
 
 impl FrameBuffers {
     fn new(config: &NicConfig) -> Self {
-        let max_frame = config.mtu as usize + 64;
+        let max_frame = frame_buffer_len(config.mtu);
         FrameBuffers {
             tx_burst: datapath::TxBurst::new(config.tx_burst as usize, max_frame),
             wire_frame: vec![0; max_frame],
@@ -701,7 +710,7 @@ impl NicCore {
     }
 
     fn with_buffers(config: NicConfig, buffers: FrameBuffers) -> Self {
-        let max_frame = config.mtu as usize + 64;
+        let max_frame = frame_buffer_len(config.mtu);
         NicCore {
             eqs: Slab::new(config.max_eqs.min(db::SLOTS)),
             cqs: Slab::new(config.max_cqs.min(db::SLOTS)),

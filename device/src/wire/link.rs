@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use super::Wire;
 
 /// Bytes a frame buffer holds from the start: the largest frame a port sends at the default
-/// MTU (9,216) and its headers, so that which buffer a frame gets never makes it grow — steady
-/// traffic of any mix of sizes allocates nothing once enough buffers are in circulation.
-const FRAME_BUFFER: usize = 9216 + 64;
+/// MTU, so that which buffer a frame gets never makes it grow — steady traffic of any mix of
+/// sizes allocates nothing once enough buffers are in circulation.
+const FRAME_BUFFER: usize = crate::nic::frame_buffer_len(crate::nic::DEFAULT_MTU);
 
 /// One direction of the cable.
 #[derive(Default)]
@@ -50,7 +50,8 @@ pub struct LinkEnd {
     /// Frames transmitted and not yet on the cable: during a burst, all of them; otherwise
     /// none once `transmit` returns.
     outbox: Vec<Vec<u8>>,
-    /// Buffers for the outbox, taken from the lane's spares whenever the outbox goes out.
+    /// Buffers for the outbox, taken from the lane's spares whenever the outbox goes out (the
+    /// lock is held then anyway) and when a transmit finds none left.
     free: Vec<Vec<u8>>,
     /// Between [`Wire::begin_burst`] and [`Wire::end_burst`].
     bursting: bool,
