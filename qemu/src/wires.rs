@@ -21,9 +21,8 @@ const UDP_SLOT: usize = 1 << 16;
 /// system calls, not the copies, cost the most.
 pub struct UdpWire {
     socket: UdpSocket,
-    peer: SocketAddr,
-    /// `peer` as the kernel takes it.
-    peer_raw: (libc::sockaddr_storage, libc::socklen_t),
+    /// The peer's address as the kernel takes it.
+    peer: (libc::sockaddr_storage, libc::socklen_t),
     /// Frames the socket refused (its buffer full): a full link drops them.
     pub dropped: u64,
     bursting: bool,
@@ -45,8 +44,7 @@ impl UdpWire {
         socket.set_nonblocking(true)?;
         Ok(UdpWire {
             socket,
-            peer,
-            peer_raw: raw_address(&peer),
+            peer: raw_address(&peer),
             dropped: 0,
             bursting: false,
             out: Vec::new(),
@@ -62,8 +60,9 @@ impl UdpWire {
         self.socket.local_addr()
     }
 
-    /// Sends the burst, [`UDP_BATCH`] frames a call; a frame the socket refuses is dropped and
-    /// counted, and the frames after it are sent.
+    /// Sends what was transmitted — a pass's burst, or one frame outside a burst —
+    /// [`UDP_BATCH`] frames a call; a frame the socket refuses is dropped and counted, and the
+    /// frames after it are sent.
     fn send_burst(&mut self) {
         let mut first = 0;
         while first < self.out_ends.len() {
@@ -85,8 +84,8 @@ impl UdpWire {
                 };
                 start = end;
                 let h = &mut msgs[k].msg_hdr;
-                h.msg_name = &self.peer_raw.0 as *const libc::sockaddr_storage as *mut libc::c_void;
-                h.msg_namelen = self.peer_raw.1;
+                h.msg_name = &self.peer.0 as *const libc::sockaddr_storage as *mut libc::c_void;
+                h.msg_namelen = self.peer.1;
                 h.msg_iov = &mut iov[k];
                 h.msg_iovlen = 1;
             }
@@ -188,11 +187,10 @@ fn raw_address(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 
 impl Wire for UdpWire {
     fn transmit(&mut self, frame: &[u8]) {
-        if self.bursting {
-            self.out.extend_from_slice(frame);
-            self.out_ends.push(self.out.len());
-        } else if self.socket.send_to(frame, self.peer).is_err() {
-            self.dropped += 1;
+        self.out.extend_from_slice(frame);
+        self.out_ends.push(self.out.len());
+        if !self.bursting {
+            self.send_burst();
         }
     }
 
