@@ -766,17 +766,14 @@ impl WqeByMmio {
         }
     }
 
-    /// A WQE was written at basic-block `counter`: `wqe`, padded with zeros to its blocks.
-    pub(crate) fn posted(&mut self, counter: u32, wqe: &[u8]) {
+    /// A WQE of `blocks` basic blocks was written into the ring at block `counter`. Only
+    /// noted: the WQE is read back from the ring at the doorbell, and only when it is the lone
+    /// one, so a burst's WQEs are copied once, into the ring.
+    #[inline]
+    pub(crate) fn posted(&mut self, counter: u32, blocks: u32) {
         self.posted += 1;
-        let blocks = wqe.len().div_ceil(WQEBB).max(1);
-        self.blocks = blocks as u32;
+        self.blocks = blocks.max(1);
         self.counter = counter;
-        if blocks <= db::WQE_BUFFER_BLOCKS as usize {
-            let len = blocks * WQEBB;
-            self.wqe[..wqe.len()].copy_from_slice(wqe);
-            self.wqe[wqe.len()..len].fill(0);
-        }
     }
 
     pub(crate) fn set_enabled(&mut self, on: bool) {
@@ -784,19 +781,28 @@ impl WqeByMmio {
     }
 
     /// Before the doorbell: the buffer gets the one WQE posted since the last doorbell, when it
-    /// fits — unsealed, written in 64-byte chunks, sealed with its counter.
-    pub(crate) fn before_doorbell(&mut self, dev: &Arc<dyn PciDevice>) {
+    /// fits — read back from `ring` (of `1 << log_size` basic blocks), unsealed, written in
+    /// 64-byte chunks, sealed with its counter.
+    pub(crate) fn before_doorbell(
+        &mut self,
+        dev: &Arc<dyn PciDevice>,
+        ring: &DmaBuffer,
+        log_size: u8,
+    ) {
         let lone = std::mem::take(&mut self.posted) == 1;
         if !(self.enabled && lone && self.blocks <= db::WQE_BUFFER_BLOCKS) {
             return;
         }
+        let mask = (1u32 << log_size) - 1;
+        let wqe = &mut self.wqe[..self.blocks as usize * WQEBB];
+        for (n, block) in wqe.chunks_exact_mut(WQEBB).enumerate() {
+            let slot = (self.counter.wrapping_add(n as u32) & mask) as usize * WQEBB;
+            ring.read(slot, block);
+        }
         let seal = self.buffer + db::WQE_SEAL_OFFSET;
         dev.write32(BAR_DOORBELL, seal, 0);
         fence(Ordering::Release);
-        for (i, chunk) in self.wqe[..self.blocks as usize * WQEBB]
-            .chunks_exact(WQEBB)
-            .enumerate()
-        {
+        for (i, chunk) in wqe.chunks_exact(WQEBB).enumerate() {
             dev.bar_write(BAR_DOORBELL, self.buffer + (i * WQEBB) as u64, chunk);
         }
         fence(Ordering::Release);
@@ -920,24 +926,25 @@ impl SendQueue {
 
     /// Writes one WQE at the producer counter (does not ring). Returns its WQE index.
     pub fn post(&mut self, w: &SendWqe<'_>) -> Result<u16, DriverError> {
-        let mut scratch = std::mem::take(&mut self.scratch);
         let index = self.pi as u16;
-        let r = w.encode(self.sqn, index, &mut scratch);
-        if let Ok(n) = r {
-            self.write_raw(&scratch[..n]);
-        }
-        self.scratch = scratch;
-        r.map(|_| index).map_err(|e| match e {
-            WqeEncodeError::TooLarge => DriverError::InvalidArgument("WQE too large"),
-            WqeEncodeError::BufferTooSmall => DriverError::InvalidArgument("WQE buffer too small"),
-        })
+        let n = w
+            .encode(self.sqn, index, &mut self.scratch)
+            .map_err(|e| match e {
+                WqeEncodeError::TooLarge => DriverError::InvalidArgument("WQE too large"),
+                WqeEncodeError::BufferTooSmall => {
+                    DriverError::InvalidArgument("WQE buffer too small")
+                }
+            })?;
+        // `encode` zeroed the rest of the last basic block: the blocks go to the ring whole.
+        self.write_blocks(n.div_ceil(WQEBB).max(1) as u32);
+        Ok(index)
     }
 
     /// Copies raw WQE bytes (any content: tests use it for malformed WQEs) into the ring at the
     /// producer counter, padded to whole basic blocks, and advances the counter.
     pub fn write_raw(&mut self, wqe: &[u8]) {
-        self.mmio.posted(self.pi, wqe);
         let nbb = wqe.len().div_ceil(WQEBB).max(1);
+        self.mmio.posted(self.pi, nbb as u32);
         let mask = (1u32 << self.log_size) - 1;
         for n in 0..nbb {
             let slot = ((self.pi.wrapping_add(n as u32)) & mask) as usize * WQEBB;
@@ -951,9 +958,26 @@ impl SendQueue {
         self.pi = self.pi.wrapping_add(nbb as u32);
     }
 
+    /// Copies the first `nbb` basic blocks of the scratch buffer into the ring at the producer
+    /// counter (in one piece unless they wrap) and advances the counter.
+    fn write_blocks(&mut self, nbb: u32) {
+        self.mmio.posted(self.pi, nbb);
+        let mask = (1u32 << self.log_size) - 1;
+        let first = self.pi & mask;
+        let whole = nbb.min(mask + 1 - first) as usize * WQEBB;
+        self.ring
+            .write(first as usize * WQEBB, &self.scratch[..whole]);
+        let rest = nbb as usize * WQEBB - whole;
+        if rest > 0 {
+            self.ring.write(0, &self.scratch[whole..whole + rest]);
+        }
+        self.pi = self.pi.wrapping_add(nbb);
+    }
+
     /// Tells the device about everything posted so far.
     pub fn ring_doorbell(&mut self) {
-        self.mmio.before_doorbell(&self.dev);
+        self.mmio
+            .before_doorbell(&self.dev, &self.ring, self.log_size);
         doorbell(
             &self.dev,
             db::slot(db::SQ_BASE, self.sqn),

@@ -603,8 +603,7 @@ impl RcQueuePair {
     }
 
     fn write_raw_blocks(&mut self, nbb: u32) {
-        self.mmio
-            .posted(self.sq_pi, &self.scratch[..nbb as usize * WQEBB]);
+        self.mmio.posted(self.sq_pi, nbb);
         let mask = (1u32 << self.log_sq_size) - 1;
         for n in 0..nbb {
             let slot = (self.sq_pi.wrapping_add(n) & mask) as usize * WQEBB;
@@ -622,7 +621,8 @@ impl RcQueuePair {
 
     /// Tells the NIC about every send WQE posted so far.
     pub fn ring_send_doorbell(&mut self) {
-        self.mmio.before_doorbell(&self.dev);
+        self.mmio
+            .before_doorbell(&self.dev, &self.sq, self.log_sq_size);
         doorbell(
             &self.dev,
             db::slot(db::QP_SQ_BASE, self.qpn - QPN_BASE),

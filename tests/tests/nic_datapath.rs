@@ -542,6 +542,45 @@ fn wqe_by_mmio_and_the_fetch_give_identical_frames_cqes_and_counters() {
     assert_eq!((none.taken, none.rejected), (0, 0));
 }
 
+/// A lone WQE that runs past the ring's end goes by MMIO whole: the driver reads its two basic
+/// blocks back from the ring's last and first slots, and the card sends the frame posted.
+#[test]
+fn a_lone_wqe_across_the_rings_end_goes_by_mmio_whole() {
+    let mut r = rig(RqLayout::Regular, 6, 8);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let ring = r.ports[0].sq.size();
+    for i in 0..ring - 1 {
+        let f = udp_frame(m0, m1, 7, 9, 64, i as u8);
+        r.ports[0].send(&f, 0, false);
+        r.run();
+        assert_eq!(received(&mut r, 1).as_deref(), Some(&f[..]), "frame {i}");
+    }
+    let before = r.card.nic.wqe_mmio_counters();
+    // A 60-byte inline header and one gather entry: two basic blocks, slots 63 and 0.
+    let f = udp_frame(m0, m1, 7, 9, 300, 0xa5);
+    r.ports[0].tx_buf.write(0, &f);
+    let gather = [(r.ports[0].tx_buf.iova() + 60, 240)];
+    let w = SendWqe {
+        inline_header: &f[..60],
+        gather: &gather,
+        cs_flags: CS_L3 | CS_L4,
+        signal: true,
+        ..Default::default()
+    };
+    assert_eq!(w.wqebbs(), 2);
+    r.ports[0].sq.post(&w).unwrap();
+    r.ports[0].sq.ring_doorbell();
+    assert_eq!(r.ports[0].sq.producer_counter(), ring + 1);
+    r.run();
+    let m = r.card.nic.wqe_mmio_counters();
+    assert_eq!((m.taken, m.rejected), (before.taken + 1, before.rejected));
+    let got = received(&mut r, 1).expect("the frame");
+    // The card inserted the checksums the frame already carries.
+    assert_eq!(got, f);
+    let tx = r.ports[0].cq.poll().expect("send completion");
+    assert_eq!((tx.opcode(), tx.byte_count.get()), (CQE_REQ, 300));
+}
+
 /// A buffer the engine cannot trust is never used: written without its seal (a partial write),
 /// sealed for an earlier WQE (stale), or sealed for this WQE over another WQE's bytes (torn or
 /// forged) — each time the WQE is fetched from the ring and the frame is the ring's.

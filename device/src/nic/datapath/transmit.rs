@@ -348,6 +348,15 @@ fn parse_burst(burst: &mut TxBurst) {
         let frame = &mut burst.frames[k * stride..k * stride + len as usize];
         slot.parsed = packet::parse(frame);
         let parsed = &mut slot.parsed;
+        // Both layers asked for, and both well formed (the rule): one check of the headers
+        // serves both. Otherwise each layer on its own, so one bad layer does not cost the other.
+        if slot.cs_flags & (CS_L3 | CS_L4) == CS_L3 | CS_L4
+            && packet::insert_checksums(frame, parsed, true, true)
+        {
+            parsed.inserted_l3_checksum = parsed.l3 == packet::L3Kind::Ipv4;
+            parsed.inserted_l4_checksum = true;
+            continue;
+        }
         if slot.cs_flags & CS_L3 != 0 {
             parsed.inserted_l3_checksum = packet::insert_checksums(frame, parsed, true, false)
                 && parsed.l3 == packet::L3Kind::Ipv4;
