@@ -261,6 +261,11 @@ impl Nic {
             wqe: std::mem::take(&mut core.wqe),
             command: std::mem::take(&mut core.command),
             flow_cache,
+            rdma: rdma::RdmaScratch {
+                frame: std::mem::take(&mut core.rdma.frame),
+                reply_frame: std::mem::take(&mut core.rdma.reply_frame),
+                wqe: std::mem::take(&mut core.rdma.wqe),
+            },
         };
         let fresh = NicCore::with_buffers(core.config.clone(), buffers);
         let old = std::mem::replace(&mut *core, fresh);
@@ -687,6 +692,7 @@ struct FrameBuffers {
     wqe: Vec<u8>,
     command: cmd::CommandBuffers,
     flow_cache: FlowCache,
+    rdma: rdma::RdmaScratch,
 }
 
 impl FrameBuffers {
@@ -699,6 +705,7 @@ impl FrameBuffers {
             wqe: vec![0; MAX_WQE_BYTES],
             command: cmd::CommandBuffers::default(),
             flow_cache: FlowCache::new(),
+            rdma: rdma::RdmaScratch::new(max_frame),
         }
     }
 }
@@ -710,7 +717,6 @@ impl NicCore {
     }
 
     fn with_buffers(config: NicConfig, buffers: FrameBuffers) -> Self {
-        let max_frame = frame_buffer_len(config.mtu);
         NicCore {
             eqs: Slab::new(config.max_eqs.min(db::SLOTS)),
             cqs: Slab::new(config.max_cqs.min(db::SLOTS)),
@@ -726,7 +732,7 @@ impl NicCore {
             rdma: rdma::Rdma::new(
                 config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16) as usize,
                 config.max_qps.min(db::QP_SLOTS),
-                max_frame,
+                buffers.rdma,
                 (
                     config.qp_cache_entries,
                     config.mtt_cache_entries,

@@ -153,6 +153,25 @@ pub(crate) struct Rdma {
     pub qp_context_bytes: u64,
 }
 
+/// The transport's frame and WQE buffers: what they hold never outlives a packet, so a reset
+/// of the card hands them to the fresh transport instead of allocating them again.
+pub(crate) struct RdmaScratch {
+    pub frame: Vec<u8>,
+    pub reply_frame: Vec<u8>,
+    pub wqe: Vec<u8>,
+}
+
+impl RdmaScratch {
+    /// Buffers for frames of up to `max_frame` bytes.
+    pub fn new(max_frame: usize) -> Self {
+        RdmaScratch {
+            frame: vec![0; max_frame],
+            reply_frame: vec![0; max_frame],
+            wqe: vec![0; fld_abi::nic::MAX_WQE_BYTES],
+        }
+    }
+}
+
 /// Limits of the RDMA objects.
 pub(crate) const MAX_PDS: u32 = 4096;
 pub(crate) const MAX_MRS: u32 = 65536;
@@ -162,7 +181,7 @@ impl Rdma {
     pub fn new(
         functions: usize,
         max_qps: u32,
-        max_frame: usize,
+        scratch: RdmaScratch,
         (qp_cache, mtt_cache, qp_context_bytes): (usize, usize, u32),
         reorder: Option<reorder::ReorderUnit>,
     ) -> Self {
@@ -186,9 +205,9 @@ impl Rdma {
             reorder,
             key_variant: 0,
             ip_ident: 0,
-            frame: vec![0; max_frame],
-            reply_frame: vec![0; max_frame],
-            wqe: vec![0; fld_abi::nic::MAX_WQE_BYTES],
+            frame: scratch.frame,
+            reply_frame: scratch.reply_frame,
+            wqe: scratch.wqe,
             wqe_held: None,
             qp_cache: cache::LruCache::new(qp_cache),
             mtt_cache: std::cell::RefCell::new(cache::LruCache::new(mtt_cache)),
