@@ -750,7 +750,7 @@ impl RdmaWqe<'_> {
         let buf = buf
             .get_mut(..len.next_multiple_of(super::WQEBB))
             .ok_or(RdmaWqeError::BufferTooSmall)?;
-        buf.fill(0);
+        super::wqe::clear_blocks(buf);
         let ctrl = super::CtrlSeg {
             opcode: self.opcode,
             rsvd: 0,

@@ -134,6 +134,15 @@ pub const fn wqebbs(ds: usize) -> u32 {
     }
 }
 
+/// Zeroes the basic blocks of a WQE being encoded. Most WQEs are one block: it is cleared as a
+/// block of known size, in a few stores rather than a call.
+pub(crate) fn clear_blocks(buf: &mut [u8]) {
+    match <&mut [u8; WQEBB]>::try_from(&mut *buf) {
+        Ok(block) => *block = [0; WQEBB],
+        Err(_) => buf.fill(0),
+    }
+}
+
 /// Why a send WQE cannot be encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WqeEncodeError {
@@ -182,7 +191,7 @@ impl SendWqe<'_> {
         let buf = buf
             .get_mut(..len.next_multiple_of(WQEBB))
             .ok_or(WqeEncodeError::BufferTooSmall)?;
-        buf.fill(0);
+        clear_blocks(buf);
         let ctrl = CtrlSeg {
             opcode: WQE_OP_SEND,
             rsvd: 0,
