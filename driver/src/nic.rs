@@ -738,6 +738,24 @@ pub(crate) fn doorbell(dev: &Arc<dyn PciDevice>, offset: u64, value: u32) {
     dev.write32(BAR_DOORBELL, offset, value);
 }
 
+/// Copies whole basic blocks into a send ring of `1 << log_size` blocks from block counter
+/// `counter` on: in one piece up to the ring's end, the rest from its start.
+#[inline]
+pub(crate) fn write_ring_blocks(ring: &DmaBuffer, log_size: u8, counter: u32, blocks: &[u8]) {
+    let size = 1u32 << log_size;
+    let mut at = counter & (size - 1);
+    if blocks.len() <= (size - at) as usize * WQEBB {
+        return ring.write(at as usize * WQEBB, blocks);
+    }
+    let mut rest = blocks;
+    while !rest.is_empty() {
+        let n = rest.len().min((size - at) as usize * WQEBB);
+        ring.write(at as usize * WQEBB, &rest[..n]);
+        rest = &rest[n..];
+        at = 0;
+    }
+}
+
 /// WQE by MMIO (`docs/nic-interface.md` §4.1): the last WQE posted since the doorbell was rung,
 /// kept so that a doorbell covering exactly one WQE of at most [`db::WQE_BUFFER_BLOCKS`] blocks
 /// first puts it into the queue's buffer — the engine then takes it from there instead of
@@ -959,18 +977,11 @@ impl SendQueue {
     }
 
     /// Copies the first `nbb` basic blocks of the scratch buffer into the ring at the producer
-    /// counter (in one piece unless they wrap) and advances the counter.
+    /// counter and advances the counter.
     fn write_blocks(&mut self, nbb: u32) {
         self.mmio.posted(self.pi, nbb);
-        let mask = (1u32 << self.log_size) - 1;
-        let first = self.pi & mask;
-        let whole = nbb.min(mask + 1 - first) as usize * WQEBB;
-        self.ring
-            .write(first as usize * WQEBB, &self.scratch[..whole]);
-        let rest = nbb as usize * WQEBB - whole;
-        if rest > 0 {
-            self.ring.write(0, &self.scratch[whole..whole + rest]);
-        }
+        let blocks = &self.scratch[..nbb as usize * WQEBB];
+        write_ring_blocks(&self.ring, self.log_size, self.pi, blocks);
         self.pi = self.pi.wrapping_add(nbb);
     }
 

@@ -9,7 +9,9 @@ use fld_abi::nic::*;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::FromBytes;
 
-use crate::nic::{doorbell, retire_ring, CompletionQueue, DeviceRing, NicDriver, WqeByMmio};
+use crate::nic::{
+    doorbell, retire_ring, write_ring_blocks, CompletionQueue, DeviceRing, NicDriver, WqeByMmio,
+};
 use crate::{DmaBuffer, DriverError, PciDevice};
 
 /// Bytes of the pages memory regions are registered with.
@@ -604,12 +606,8 @@ impl RcQueuePair {
 
     fn write_raw_blocks(&mut self, nbb: u32) {
         self.mmio.posted(self.sq_pi, nbb);
-        let mask = (1u32 << self.log_sq_size) - 1;
-        for n in 0..nbb {
-            let slot = (self.sq_pi.wrapping_add(n) & mask) as usize * WQEBB;
-            let at = n as usize * WQEBB;
-            self.sq.write(slot, &self.scratch[at..at + WQEBB]);
-        }
+        let blocks = &self.scratch[..nbb as usize * WQEBB];
+        write_ring_blocks(&self.sq, self.log_sq_size, self.sq_pi, blocks);
         self.sq_pi = self.sq_pi.wrapping_add(nbb);
     }
 
