@@ -156,6 +156,44 @@ pub fn parse(frame: &[u8]) -> ParsedFrame {
     p
 }
 
+/// What [`parse`] finds in a `len`-byte RoCEv2 frame the transport block has just emitted for
+/// `addr` ([`fld_abi::wire::roce::RoceAddress::emit_with`]): the headers the block wrote are
+/// known, so its frames enter the eSwitch without being parsed again, as a NIC's RDMA engine
+/// hands its parser the metadata of what it built. Debug builds check it against [`parse`].
+pub fn parsed_roce(addr: &fld_abi::wire::roce::RoceAddress, frame: &[u8]) -> ParsedFrame {
+    use fld_abi::wire::{ipv4, roce};
+    let ipv4 = roce::gid_is_ipv4(&addr.dst_gid);
+    let l3_offset = ethernet::HEADER_LEN;
+    let mut p = ParsedFrame {
+        dst_mac: addr.dst_mac,
+        src_mac: addr.src_mac,
+        l3_offset: l3_offset as u16,
+        ip_proto: ip_proto::UDP,
+        l4: L4Kind::Udp,
+        l4_offset: (addr.header_len() - udp::HEADER_LEN) as u16,
+        src_port: addr.src_port,
+        dst_port: roce::ROCE_V2_PORT,
+        // A RoCE frame is at most a path MTU's payload and its headers.
+        ip_len: (frame.len() - l3_offset) as u16,
+        ..Default::default()
+    };
+    if ipv4 {
+        p.ethertype = ethertype::IPV4;
+        p.l3 = L3Kind::Ipv4;
+        p.l3_header_len = ipv4::HEADER_LEN as u16;
+        p.src_ip[..4].copy_from_slice(&addr.src_gid[12..]);
+        p.dst_ip[..4].copy_from_slice(&addr.dst_gid[12..]);
+    } else {
+        p.ethertype = ethertype::IPV6;
+        p.l3 = L3Kind::Ipv6;
+        p.l3_header_len = ipv6::HEADER_LEN as u16;
+        p.src_ip = addr.src_gid;
+        p.dst_ip = addr.dst_gid;
+    }
+    debug_assert_eq!(p, parse(frame), "the RoCE frame's parse");
+    p
+}
+
 /// RFC 791 §3.1. A header that is not IPv4 (version, IHL, options past the frame) leaves L3
 /// unparsed; a total length below the header leaves L4 unparsed; a total length past the frame
 /// (a truncated datagram) still yields the L4 ports when the L4 header lies within the frame, so
@@ -1301,5 +1339,82 @@ pub(crate) mod tests {
         // The generator must actually reach the deep paths.
         assert!(l4_seen > 10_000, "{l4_seen}");
         assert!(l4_inserted > 5_000, "{l4_inserted}");
+    }
+    /// The transport block's own frames: for IPv4 and IPv6 GIDs, every header set the
+    /// requester and responder emit and payloads from none to a 4096-byte MTU (padding and all),
+    /// the metadata they carry into the eSwitch is what the parser reads from the bytes.
+    #[test]
+    fn a_roce_frames_parse_is_known_from_its_address() {
+        use fld_abi::wire::roce::{
+            ipv4_gid, AckKind, Aeth, BthRepr, IbHeaders, ImmDt, Reth, RoceAddress, SOURCE_PORT_BASE,
+        };
+        let v6 = |last: u8| {
+            let mut g = [0u8; 16];
+            g[..2].copy_from_slice(&[0xfe, 0x80]);
+            g[15] = last;
+            g
+        };
+        let gids = [
+            (ipv4_gid([10, 0, 0, 1]), ipv4_gid([10, 0, 0, 2])),
+            (v6(1), v6(2)),
+        ];
+        let bth = BthRepr {
+            opcode: 0x0a,
+            dest_qp: 0x123,
+            psn: 77,
+            ..Default::default()
+        };
+        let headers = [
+            IbHeaders {
+                bth,
+                ..Default::default()
+            },
+            IbHeaders {
+                bth,
+                reth: Some(Reth {
+                    virtual_address: 0x1000,
+                    rkey: 5,
+                    dma_length: 64,
+                }),
+                imm: Some(ImmDt(9)),
+                ..Default::default()
+            },
+            IbHeaders {
+                bth,
+                aeth: Some(Aeth {
+                    kind: AckKind::Ack { credits: 0x1f },
+                    msn: 3,
+                }),
+                ..Default::default()
+            },
+        ];
+        let mut frame = vec![0u8; 9216];
+        let mut checked = 0;
+        for (src_gid, dst_gid) in gids {
+            let addr = RoceAddress {
+                src_mac: [2, 0, 0, 0, 0, 1],
+                dst_mac: [2, 0, 0, 0, 0, 2],
+                src_gid,
+                dst_gid,
+                src_port: SOURCE_PORT_BASE + 5,
+                traffic_class: 0,
+                hop_limit: 64,
+                flow_label: 0,
+            };
+            for h in &headers {
+                for payload in (0..=4096).step_by(61).chain([1, 2, 3, 4095, 4096]) {
+                    let len = addr
+                        .emit_with(h, payload, 7, &mut frame, |p| {
+                            p.fill(0x5a);
+                            Some(())
+                        })
+                        .expect("room");
+                    let bytes = &frame[..len];
+                    assert_eq!(parsed_roce(&addr, bytes), parse(bytes), "{payload} bytes");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 400, "{checked}");
     }
 }

@@ -323,7 +323,7 @@ fn transmit<E, H: TransportHeaders>(
         qp.counters.bytes_sent += payload_len as u64;
     }
     let bytes = &frame[..len];
-    let parsed = packet::parse(bytes);
+    let parsed = packet::parsed_roce(&addr, bytes);
     // A StaR client's requests pass its function's egress security module like any other
     // StaR packet the function sends (§16.5).
     if !star || star_egress_allowed(core, owner, bytes, &parsed) {

@@ -315,7 +315,7 @@ fn reply(
         core,
         ctx,
         vport,
-        Frame::new(bytes, packet::parse(bytes), vport),
+        Frame::new(bytes, packet::parsed_roce(&addr, bytes), vport),
         None,
     );
     core.rdma.reply_frame = frame;
