@@ -270,6 +270,11 @@ impl PciDevice for InProcessDevice {
             self.host.card.fabric.mmio_write(base + offset, data);
         }
     }
+    fn bar_write_all(&self, bar: u8, writes: &[(u64, &[u8])]) {
+        if let Some(base) = self.bar_base(bar) {
+            self.host.card.fabric.mmio_write_all(base, writes);
+        }
+    }
     fn dma_alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
         self.host.memory.alloc(len)
     }

@@ -798,33 +798,42 @@ impl WqeByMmio {
         self.enabled = on;
     }
 
-    /// Before the doorbell: the buffer gets the one WQE posted since the last doorbell, when it
-    /// fits — read back from `ring` (of `1 << log_size` basic blocks), unsealed, written in
-    /// 64-byte chunks, sealed with its counter.
-    pub(crate) fn before_doorbell(
+    /// Rings the queue's doorbell at `doorbell_at` with producer `value`. When the doorbell covers
+    /// one WQE that fits, the buffer gets it first — read back from `ring` (of `1 << log_size`
+    /// basic blocks) — in §4.1's order: the seal cleared, the WQE's 64-byte chunks, the seal
+    /// naming it, the doorbell, each store ordered after the one before.
+    pub(crate) fn ring(
         &mut self,
         dev: &Arc<dyn PciDevice>,
-        ring: &DmaBuffer,
-        log_size: u8,
+        (ring, log_size): (&DmaBuffer, u8),
+        doorbell_at: u64,
+        value: u32,
     ) {
         let lone = std::mem::take(&mut self.posted) == 1;
         if !(self.enabled && lone && self.blocks <= db::WQE_BUFFER_BLOCKS) {
-            return;
+            return doorbell(dev, doorbell_at, value);
         }
         let mask = (1u32 << log_size) - 1;
-        let wqe = &mut self.wqe[..self.blocks as usize * WQEBB];
+        let blocks = self.blocks as usize;
+        let wqe = &mut self.wqe[..blocks * WQEBB];
         for (n, block) in wqe.chunks_exact_mut(WQEBB).enumerate() {
             let slot = (self.counter.wrapping_add(n as u32) & mask) as usize * WQEBB;
             ring.read(slot, block);
         }
-        let seal = self.buffer + db::WQE_SEAL_OFFSET;
-        dev.write32(BAR_DOORBELL, seal, 0);
-        fence(Ordering::Release);
+        let seal_at = self.buffer + db::WQE_SEAL_OFFSET;
+        let seal = db::wqe_seal(self.counter, self.blocks).to_le_bytes();
+        let value = value.to_le_bytes();
+        const MOST: usize = db::WQE_BUFFER_BLOCKS as usize + 3;
+        let mut writes: [(u64, &[u8]); MOST] = [(0, &[]); MOST];
+        writes[0] = (seal_at, &[0; 4]);
         for (i, chunk) in wqe.chunks_exact(WQEBB).enumerate() {
-            dev.bar_write(BAR_DOORBELL, self.buffer + (i * WQEBB) as u64, chunk);
+            writes[1 + i] = (self.buffer + (i * WQEBB) as u64, chunk);
         }
+        writes[1 + blocks] = (seal_at, &seal);
+        writes[2 + blocks] = (doorbell_at, &value);
+        // The WQE in the ring must be visible before the device may fetch it.
         fence(Ordering::Release);
-        dev.write32(BAR_DOORBELL, seal, db::wqe_seal(self.counter, self.blocks));
+        dev.bar_write_all(BAR_DOORBELL, &writes[..3 + blocks]);
     }
 }
 
@@ -987,10 +996,9 @@ impl SendQueue {
 
     /// Tells the device about everything posted so far.
     pub fn ring_doorbell(&mut self) {
-        self.mmio
-            .before_doorbell(&self.dev, &self.ring, self.log_size);
-        doorbell(
+        self.mmio.ring(
             &self.dev,
+            (&self.ring, self.log_size),
             db::slot(db::SQ_BASE, self.sqn),
             self.pi & db::PI_MASK,
         );

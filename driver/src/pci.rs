@@ -70,6 +70,17 @@ pub trait PciDevice: Send + Sync {
     fn write32(&self, bar: u8, offset: u64, v: u32) {
         self.bar_write(bar, offset, &v.to_le_bytes())
     }
+    /// Stores to BAR `bar`, each `(offset, data)` ordered after the one before it by a store
+    /// fence: a sequence the device must see in order (a WQE by MMIO, its seal, the doorbell).
+    /// A transport that reaches the device in process may deliver them in one go.
+    fn bar_write_all(&self, bar: u8, writes: &[(u64, &[u8])]) {
+        for (i, &(offset, data)) in writes.iter().enumerate() {
+            if i > 0 {
+                std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+            }
+            self.bar_write(bar, offset, data);
+        }
+    }
     fn config_read16(&self, offset: u64) -> u16 {
         let mut b = [0; 2];
         self.config_read(offset, &mut b);

@@ -619,10 +619,9 @@ impl RcQueuePair {
 
     /// Tells the NIC about every send WQE posted so far.
     pub fn ring_send_doorbell(&mut self) {
-        self.mmio
-            .before_doorbell(&self.dev, &self.sq, self.log_sq_size);
-        doorbell(
+        self.mmio.ring(
             &self.dev,
+            (&self.sq, self.log_sq_size),
             db::slot(db::QP_SQ_BASE, self.qpn - QPN_BASE),
             self.sq_pi & db::PI_MASK,
         );

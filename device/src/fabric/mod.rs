@@ -646,6 +646,31 @@ impl Fabric {
         self.with_cpu_routes(|routes| self.mmio_write_by(routes, addr, data))
     }
 
+    /// CPU stores to `base + offset` for each `(offset, data)` of `writes`, in order, each
+    /// after the one before it as fenced stores are (a driver's WQE-by-MMIO sequence and its
+    /// doorbell). The same TLPs as one [`Fabric::mmio_write`] each, counted the same; the
+    /// routes are looked up once and, while the stores stay in one BAR, its window too.
+    pub fn mmio_write_all(&self, base: u64, writes: &[(u64, &[u8])]) {
+        self.with_cpu_routes(|routes| {
+            let mut window: Option<&BarWindow> = None;
+            for &(offset, data) in writes {
+                let addr = base.wrapping_add(offset);
+                let len = data.len() as u64;
+                let inside = |w: &BarWindow| {
+                    addr >= w.start && addr.checked_add(len).is_some_and(|e| e <= w.end)
+                };
+                if !window.is_some_and(inside) {
+                    window = routes.bar_at(addr, len).map(|i| &routes.bars[i]);
+                }
+                let Some(w) = window else {
+                    continue;
+                };
+                self.count_cpu_write(routes, w, addr, len);
+                w.target.bar_write(w.bar, addr - w.start, data);
+            }
+        });
+    }
+
     /// A CPU load from `addr`; all-ones when nothing decodes it (master abort).
     pub fn mmio_read(&self, addr: u64, data: &mut [u8]) -> bool {
         self.with_cpu_routes(|routes| self.mmio_read_by(routes, addr, data))
@@ -683,11 +708,17 @@ impl Fabric {
         else {
             return false;
         };
-        let tlps = tlp_count(addr, data.len() as u64, self.config.mps as u64);
-        self.host_counters.add_up(tlps, data.len() as u64);
-        self.count_on(routes, w.function, |c| c.add_down(tlps, data.len() as u64));
+        self.count_cpu_write(routes, w, addr, data.len() as u64);
         w.target.bar_write(w.bar, addr - w.start, data);
         true
+    }
+
+    /// A CPU store's TLPs, upstream of the root port and downstream on the function's link.
+    #[inline]
+    fn count_cpu_write(&self, routes: &Routes, w: &BarWindow, addr: u64, len: u64) {
+        let tlps = tlp_count_shift(addr, len, self.mps_shift);
+        self.host_counters.add_up(tlps, len);
+        self.count_on(routes, w.function, |c| c.add_down(tlps, len));
     }
 
     fn mmio_read_by(&self, routes: &Routes, addr: u64, data: &mut [u8]) -> bool {
