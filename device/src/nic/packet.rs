@@ -156,7 +156,7 @@ pub fn parse(frame: &[u8]) -> ParsedFrame {
     p
 }
 
-/// What [`parse`] finds in a `len`-byte RoCEv2 frame the transport block has just emitted for
+/// What [`parse`] finds in `frame`, a RoCEv2 frame the transport block has just emitted for
 /// `addr` ([`fld_abi::wire::roce::RoceAddress::emit_with`]): the headers the block wrote are
 /// known, so its frames enter the eSwitch without being parsed again, as a NIC's RDMA engine
 /// hands its parser the metadata of what it built. Debug builds check it against [`parse`].
@@ -174,7 +174,10 @@ pub fn parsed_roce(addr: &fld_abi::wire::roce::RoceAddress, frame: &[u8]) -> Par
         src_port: addr.src_port,
         dst_port: roce::ROCE_V2_PORT,
         // A RoCE frame is at most a path MTU's payload and its headers.
-        ip_len: (frame.len() - l3_offset) as u16,
+        ip_len: frame
+            .len()
+            .saturating_sub(l3_offset)
+            .min(usize::from(u16::MAX)) as u16,
         ..Default::default()
     };
     if ipv4 {
@@ -1340,6 +1343,7 @@ pub(crate) mod tests {
         assert!(l4_seen > 10_000, "{l4_seen}");
         assert!(l4_inserted > 5_000, "{l4_inserted}");
     }
+
     /// The transport block's own frames: for IPv4 and IPv6 GIDs, every header set the
     /// requester and responder emit and payloads from none to a 4096-byte MTU (padding and all),
     /// the metadata they carry into the eSwitch is what the parser reads from the bytes.
