@@ -638,22 +638,28 @@ impl MockHost {
     ) -> CmdStatusRegister {
         let mut mailbox = self.mailbox.get();
         let programmed = mailbox.get(usize::from(f)).copied().flatten();
-        if programmed != Some((in_addr, out_addr)) {
-            for (r, v) in [
-                (reg::CMD_IN_ADDR_LO, in_addr as u32),
-                (reg::CMD_IN_ADDR_HI, (in_addr >> 32) as u32),
-                (reg::CMD_OUT_ADDR_LO, out_addr as u32),
-                (reg::CMD_OUT_ADDR_HI, (out_addr >> 32) as u32),
-            ] {
-                self.write_nic_reg(f, r, v);
-            }
-        }
-        for (r, v) in [(reg::CMD_IN_LEN, in_len), (reg::CMD_OUT_LEN, out_len)] {
-            self.write_nic_reg(f, r, v);
-        }
         let token = self.token.get().wrapping_add(1);
         self.token.set(token);
-        self.write_nic_reg(f, reg::CMD_DOORBELL, token as u32);
+        // The mailbox's addresses (unless they are still programmed), its lengths and the
+        // doorbell: stores in this order, as a driver makes them.
+        let regs = [
+            (reg::CMD_IN_ADDR_LO, in_addr as u32),
+            (reg::CMD_IN_ADDR_HI, (in_addr >> 32) as u32),
+            (reg::CMD_OUT_ADDR_LO, out_addr as u32),
+            (reg::CMD_OUT_ADDR_HI, (out_addr >> 32) as u32),
+            (reg::CMD_IN_LEN, in_len),
+            (reg::CMD_OUT_LEN, out_len),
+            (reg::CMD_DOORBELL, token as u32),
+        ];
+        let values = regs.map(|(_, v)| v.to_le_bytes());
+        let stores: [(u64, &[u8]); 7] = std::array::from_fn(|i| (regs[i].0, &values[i][..]));
+        let first = if programmed == Some((in_addr, out_addr)) {
+            4
+        } else {
+            0
+        };
+        let base = self.bar(self.nic_fid(f), BAR_CONTROL);
+        self.fabric.mmio_write_all(base, &stores[first..]);
         if let Some(m) = mailbox.get_mut(usize::from(f)) {
             *m = Some((in_addr, out_addr));
         }
