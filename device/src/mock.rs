@@ -430,13 +430,26 @@ impl MockHost {
         let Some(base) = self.bars.get(&(fid, bir)).copied() else {
             return;
         };
+        // Each vector's entry, a store per field, all in one run of stores.
+        const MOST: usize = MOCK_VECTORS as usize * 4;
+        let mut values = [[0u8; 4]; MOST];
+        let mut offsets = [0u64; MOST];
+        let mut n = 0;
         for v in 0..u64::from(vectors) {
-            let e = base + off + v * MSIX_ENTRY_SIZE;
-            self.mmio_write32(e + MSIX_ENTRY_ADDR_LO, MSI_ADDRESS);
-            self.mmio_write32(e + MSIX_ENTRY_ADDR_HI, 0);
-            self.mmio_write32(e + MSIX_ENTRY_DATA, v as u32);
-            self.mmio_write32(e + MSIX_ENTRY_VECTOR_CTRL, 0);
+            let e = off + v * MSIX_ENTRY_SIZE;
+            for (field, value) in [
+                (MSIX_ENTRY_ADDR_LO, MSI_ADDRESS),
+                (MSIX_ENTRY_ADDR_HI, 0),
+                (MSIX_ENTRY_DATA, v as u32),
+                (MSIX_ENTRY_VECTOR_CTRL, 0),
+            ] {
+                (offsets[n], values[n]) = (e + field, value.to_le_bytes());
+                n += 1;
+            }
         }
+        let stores: [(u64, &[u8]); MOST] = std::array::from_fn(|i| (offsets[i], &values[i][..]));
+        self.mailbox.set([None; crate::nic::MAX_HOST_FUNCTIONS]);
+        self.fabric.mmio_write_all(base, &stores[..n]);
         let enabled = control | MSIX_CTRL_ENABLE;
         self.fabric
             .config_write(fid, OFF_MSIX_CONTROL as u64, &enabled.to_le_bytes());
