@@ -431,25 +431,18 @@ impl MockHost {
             return;
         };
         // Each vector's entry, a store per field, all in one run of stores.
-        const MOST: usize = MOCK_VECTORS as usize * 4;
-        let mut values = [[0u8; 4]; MOST];
-        let mut offsets = [0u64; MOST];
-        let mut n = 0;
-        for v in 0..u64::from(vectors) {
-            let e = off + v * MSIX_ENTRY_SIZE;
-            for (field, value) in [
-                (MSIX_ENTRY_ADDR_LO, MSI_ADDRESS),
-                (MSIX_ENTRY_ADDR_HI, 0),
-                (MSIX_ENTRY_DATA, v as u32),
-                (MSIX_ENTRY_VECTOR_CTRL, 0),
-            ] {
-                (offsets[n], values[n]) = (e + field, value.to_le_bytes());
-                n += 1;
-            }
+        let mut stores = [(0u64, 0u32); MOCK_VECTORS as usize * 4];
+        for v in 0..usize::from(vectors) {
+            let e = off + v as u64 * MSIX_ENTRY_SIZE;
+            stores[4 * v..4 * v + 4].copy_from_slice(&[
+                (e + MSIX_ENTRY_ADDR_LO, MSI_ADDRESS),
+                (e + MSIX_ENTRY_ADDR_HI, 0),
+                (e + MSIX_ENTRY_DATA, v as u32),
+                (e + MSIX_ENTRY_VECTOR_CTRL, 0),
+            ]);
         }
-        let stores: [(u64, &[u8]); MOST] = std::array::from_fn(|i| (offsets[i], &values[i][..]));
         self.mailbox.set([None; crate::nic::MAX_HOST_FUNCTIONS]);
-        self.fabric.mmio_write_all(base, &stores[..n]);
+        self.write32_run(base, &stores, 0..4 * usize::from(vectors));
         let enabled = control | MSIX_CTRL_ENABLE;
         self.fabric
             .config_write(fid, OFF_MSIX_CONTROL as u64, &enabled.to_le_bytes());
@@ -533,6 +526,20 @@ impl MockHost {
     pub fn mmio_write32(&self, addr: u64, v: u32) {
         self.mailbox.set([None; crate::nic::MAX_HOST_FUNCTIONS]);
         self.fabric.mmio_write(addr, &v.to_le_bytes());
+    }
+
+    /// 32-bit stores to `base + offset` for the `(offset, value)`s of `stores` in `range`, in
+    /// order, handed to the fabric as one run ([`Fabric::mmio_write_all`]). Mailbox bookkeeping
+    /// is the caller's.
+    fn write32_run<const N: usize>(
+        &self,
+        base: u64,
+        stores: &[(u64, u32); N],
+        range: std::ops::Range<usize>,
+    ) {
+        let values = stores.map(|s| s.1.to_le_bytes());
+        let writes: [(u64, &[u8]); N] = std::array::from_fn(|i| (stores[i].0, &values[i][..]));
+        self.fabric.mmio_write_all(base, &writes[range]);
     }
 
     pub fn mmio_read32(&self, addr: u64) -> u32 {
@@ -655,7 +662,7 @@ impl MockHost {
         self.token.set(token);
         // The mailbox's addresses (unless they are still programmed), its lengths and the
         // doorbell: stores in this order, as a driver makes them.
-        let regs = [
+        let stores = [
             (reg::CMD_IN_ADDR_LO, in_addr as u32),
             (reg::CMD_IN_ADDR_HI, (in_addr >> 32) as u32),
             (reg::CMD_OUT_ADDR_LO, out_addr as u32),
@@ -664,15 +671,13 @@ impl MockHost {
             (reg::CMD_OUT_LEN, out_len),
             (reg::CMD_DOORBELL, token as u32),
         ];
-        let values = regs.map(|(_, v)| v.to_le_bytes());
-        let stores: [(u64, &[u8]); 7] = std::array::from_fn(|i| (regs[i].0, &values[i][..]));
         let first = if programmed == Some((in_addr, out_addr)) {
             4
         } else {
             0
         };
         let base = self.bar(self.nic_fid(f), BAR_CONTROL);
-        self.fabric.mmio_write_all(base, &stores[first..]);
+        self.write32_run(base, &stores, first..stores.len());
         if let Some(m) = mailbox.get_mut(usize::from(f)) {
             *m = Some((in_addr, out_addr));
         }

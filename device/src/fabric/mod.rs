@@ -113,6 +113,13 @@ struct BarWindow {
     target: Arc<dyn PciFunction>,
 }
 
+impl BarWindow {
+    /// Whether the `len` bytes at `addr` lie inside the window.
+    fn holds(&self, addr: u64, len: u64) -> bool {
+        addr >= self.start && addr.checked_add(len).is_some_and(|e| e <= self.end)
+    }
+}
+
 /// An immutable routing snapshot: engines take one per batch, so the data path never locks.
 /// Host memory is mapped per requester, as an IOMMU gives every function its own I/O address
 /// space (and vfio-user gives every function its own DMA map).
@@ -134,9 +141,7 @@ impl Routes {
         if addr >= self.bar_span.1 || addr.saturating_add(len) <= self.bar_span.0 {
             return None;
         }
-        self.bars
-            .iter()
-            .position(|w| addr >= w.start && addr.checked_add(len).is_some_and(|e| e <= w.end))
+        self.bars.iter().position(|w| w.holds(addr, len))
     }
 
     fn space(&self, requester: FunctionId) -> &[HostRegion] {
@@ -656,10 +661,7 @@ impl Fabric {
             for &(offset, data) in writes {
                 let addr = base.wrapping_add(offset);
                 let len = data.len() as u64;
-                let inside = |w: &BarWindow| {
-                    addr >= w.start && addr.checked_add(len).is_some_and(|e| e <= w.end)
-                };
-                if !window.is_some_and(inside) {
+                if !window.is_some_and(|w| w.holds(addr, len)) {
                     window = routes.bar_at(addr, len).map(|i| &routes.bars[i]);
                 }
                 let Some(w) = window else {

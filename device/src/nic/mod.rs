@@ -261,11 +261,7 @@ impl Nic {
             wqe: std::mem::take(&mut core.wqe),
             command: std::mem::take(&mut core.command),
             flow_cache,
-            rdma: rdma::RdmaScratch {
-                frame: std::mem::take(&mut core.rdma.frame),
-                reply_frame: std::mem::take(&mut core.rdma.reply_frame),
-                wqe: std::mem::take(&mut core.rdma.wqe),
-            },
+            rdma: core.rdma.take_scratch(),
         };
         let fresh = NicCore::with_buffers(core.config.clone(), buffers);
         let old = std::mem::replace(&mut *core, fresh);

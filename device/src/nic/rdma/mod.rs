@@ -215,6 +215,15 @@ impl Rdma {
         }
     }
 
+    /// The scratch buffers, for the transport a reset replaces this one with.
+    pub fn take_scratch(&mut self) -> RdmaScratch {
+        RdmaScratch {
+            frame: std::mem::take(&mut self.frame),
+            reply_frame: std::mem::take(&mut self.reply_frame),
+            wqe: std::mem::take(&mut self.wqe),
+        }
+    }
+
     /// The key of region `index`, with a fresh variant byte. The variant is never 0, so no key
     /// equals the receive WQE's end marker ([`fld_abi::nic::RECV_SGE_END`] = `mkey(1, 0)`).
     pub fn next_key(&mut self, index: u32) -> u32 {
