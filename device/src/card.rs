@@ -48,8 +48,10 @@ impl Card {
     /// use costs to clear, not what the card costs to build: the fuzz targets reset one card
     /// for every input.
     pub fn conventional_reset(&self) {
-        self.fabric.conventional_reset();
+        // The NIC's card-wide state first: the functions' resets that follow then find no
+        // objects left to take apart one by one.
         self.nic.conventional_reset();
+        self.fabric.conventional_reset();
     }
 
     /// The clock the card's timers, meters and timestamps read (see [`crate::clock`]).

@@ -322,8 +322,10 @@ impl MockHost {
     /// refilled), the allocator starts over and the card is enumerated again. FLD keeps the
     /// accelerator plugged into it. A fuzz target recycles one host for every input.
     pub fn recycle(&mut self) {
-        self.fabric.conventional_reset();
+        // The NIC's card-wide state first: the functions' resets that follow then find no
+        // objects left to take apart one by one.
         self.nic.conventional_reset();
+        self.fabric.conventional_reset();
         self.nic
             .set_uplink(Box::new(crate::wire::NullWire::default()));
         self.nic.set_tap(None);

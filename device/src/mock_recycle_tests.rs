@@ -73,6 +73,8 @@ fn script(h: &MockHost, seed: u8) -> (Vec<String>, Vec<u8>) {
     while let Some(c) = qb.cq.poll_cqe(h) {
         seen.push(format!("qb {c:?}"));
     }
+    // The QP-context and translation caches a reset keeps: emptied, counted from zero.
+    seen.push(format!("caches {:?}", h.nic.cache_counters()));
 
     let fld = h.fld.clone().expect("FLD");
     fld.set_accelerator(Box::new(crate::accel::Echo::new(0, 16)));

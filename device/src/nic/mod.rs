@@ -243,15 +243,15 @@ impl Nic {
         self.shared.lock().clock = clock;
     }
 
-    /// The NIC's part of a conventional reset (PCIe Base §6.6.1, after
-    /// [`Fabric::conventional_reset`] reset each function): what a function-level reset leaves —
+    /// The NIC's part of a conventional reset (PCIe Base §6.6.1, beside
+    /// [`Fabric::conventional_reset`], which resets each function): what a function-level reset leaves —
     /// the eSwitch's and RDMA transport's card-wide state, the NIC's own counters, its on-chip
     /// buffers and caches — returns to power-on, as a NIC built with the same configuration.
     /// What is outside the card stays: the uplink's wire, the tap and the clock.
     pub fn conventional_reset(&self) {
         let mut core = self.shared.lock();
         // What holds nothing across passes and commands keeps its allocation (`FrameBuffers`);
-        // the flow cache is emptied first.
+        // the flow cache and the RDMA caches are emptied first.
         let mut flow_cache = std::mem::replace(&mut core.eswitch.flow_cache, FlowCache::empty());
         flow_cache.reset();
         let buffers = FrameBuffers {
@@ -678,9 +678,9 @@ pub(crate) struct NicCore {
     rx_prefetch: datapath::RxPrefetchCounters,
 }
 
-/// The NIC's frame-sized scratch buffers, its command buffers and its flow cache's slots:
-/// nothing in them outlives a pass or a command (an emptied cache holds nothing either), so a
-/// reset keeps them rather than allocating and zeroing them again.
+/// The NIC's frame-sized scratch buffers, its command buffers, its flow cache's slots and the
+/// RDMA caches' tables: nothing in them outlives a pass or a command (an emptied cache holds
+/// nothing either), so a reset keeps them rather than allocating and zeroing them again.
 struct FrameBuffers {
     tx_burst: datapath::TxBurst,
     wire_frame: Vec<u8>,
@@ -701,7 +701,10 @@ impl FrameBuffers {
             wqe: vec![0; MAX_WQE_BYTES],
             command: cmd::CommandBuffers::default(),
             flow_cache: FlowCache::new(),
-            rdma: rdma::RdmaScratch::new(max_frame),
+            rdma: rdma::RdmaScratch::new(
+                max_frame,
+                (config.qp_cache_entries, config.mtt_cache_entries),
+            ),
         }
     }
 }
@@ -729,11 +732,7 @@ impl NicCore {
                 config.host_functions.clamp(1, MAX_HOST_FUNCTIONS as u16) as usize,
                 config.max_qps.min(db::QP_SLOTS),
                 buffers.rdma,
-                (
-                    config.qp_cache_entries,
-                    config.mtt_cache_entries,
-                    config.qp_context_bytes,
-                ),
+                config.qp_context_bytes,
                 reorder::ReorderUnit::new(
                     config.receiver,
                     config.reorder_bdp,

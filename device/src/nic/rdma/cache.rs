@@ -61,6 +61,17 @@ impl<K: Hash + Eq + Copy, V: Copy> LruCache<K, V> {
         }
     }
 
+    /// Empties the cache and zeroes its counters: it is then as a new one of its capacity, with
+    /// its table and slots still allocated.
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.slots.clear();
+        self.free.clear();
+        self.newest = NIL;
+        self.oldest = NIL;
+        self.counters = CacheCounters::default();
+    }
+
     /// Entries held.
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -182,18 +193,20 @@ impl<K: Hash + Eq + Copy, V: Copy> LruCache<K, V> {
     }
 
     /// Drops every entry whose key `stale` names (a deregistered region, a reset function).
+    /// Walks the recency list, so it costs the entries held, not the map's capacity.
     pub fn invalidate(&mut self, mut stale: impl FnMut(&K) -> bool) {
-        let gone: Vec<u32> = self
-            .map
-            .iter()
-            .filter(|(k, _)| stale(k))
-            .map(|(_, &i)| i)
-            .collect();
-        for i in gone {
-            self.unlink(i);
-            let k = self.slots[i as usize].key;
-            self.map.remove(&k);
-            self.free.push(i);
+        let mut i = self.newest;
+        while i != NIL {
+            let (key, older) = {
+                let s = &self.slots[i as usize];
+                (s.key, s.older)
+            };
+            if stale(&key) {
+                self.unlink(i);
+                self.map.remove(&key);
+                self.free.push(i);
+            }
+            i = older;
         }
     }
 }

@@ -159,15 +159,22 @@ pub(crate) struct RdmaScratch {
     pub frame: Vec<u8>,
     pub reply_frame: Vec<u8>,
     pub wqe: Vec<u8>,
+    /// The QP-context and translation caches, empty: an emptied cache is a new one, and
+    /// keeping it keeps its table and slots allocated (thousands of entries).
+    pub qp_cache: cache::LruCache<u32, ()>,
+    pub mtt_cache: memory::MttCache,
 }
 
 impl RdmaScratch {
-    /// Buffers for frames of up to `max_frame` bytes.
-    pub fn new(max_frame: usize) -> Self {
+    /// Buffers for frames of up to `max_frame` bytes, and caches of `qp_cache` and
+    /// `mtt_cache` entries.
+    pub fn new(max_frame: usize, (qp_cache, mtt_cache): (usize, usize)) -> Self {
         RdmaScratch {
             frame: vec![0; max_frame],
             reply_frame: vec![0; max_frame],
             wqe: vec![0; fld_abi::nic::MAX_WQE_BYTES],
+            qp_cache: cache::LruCache::new(qp_cache),
+            mtt_cache: cache::LruCache::new(mtt_cache),
         }
     }
 }
@@ -182,7 +189,7 @@ impl Rdma {
         functions: usize,
         max_qps: u32,
         scratch: RdmaScratch,
-        (qp_cache, mtt_cache, qp_context_bytes): (usize, usize, u32),
+        qp_context_bytes: u32,
         reorder: Option<reorder::ReorderUnit>,
     ) -> Self {
         Rdma {
@@ -209,18 +216,25 @@ impl Rdma {
             reply_frame: scratch.reply_frame,
             wqe: scratch.wqe,
             wqe_held: None,
-            qp_cache: cache::LruCache::new(qp_cache),
-            mtt_cache: std::cell::RefCell::new(cache::LruCache::new(mtt_cache)),
+            qp_cache: scratch.qp_cache,
+            mtt_cache: std::cell::RefCell::new(scratch.mtt_cache),
             qp_context_bytes: u64::from(qp_context_bytes),
         }
     }
 
-    /// The scratch buffers, for the transport a reset replaces this one with.
+    /// The scratch buffers and the caches, emptied, for the transport a reset replaces this
+    /// one with.
     pub fn take_scratch(&mut self) -> RdmaScratch {
+        let mut qp_cache = std::mem::replace(&mut self.qp_cache, cache::LruCache::new(0));
+        let mut mtt_cache = std::mem::replace(self.mtt_cache.get_mut(), cache::LruCache::new(0));
+        qp_cache.clear();
+        mtt_cache.clear();
         RdmaScratch {
             frame: std::mem::take(&mut self.frame),
             reply_frame: std::mem::take(&mut self.reply_frame),
             wqe: std::mem::take(&mut self.wqe),
+            qp_cache,
+            mtt_cache,
         }
     }
 
