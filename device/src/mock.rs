@@ -30,6 +30,19 @@ use fld_abi::fld as fabi;
 use fld_abi::nic::*;
 use fld_abi::pci::*;
 
+/// A brought-up host's state ([`MockHost::snapshot`]).
+pub struct MockSnapshot {
+    fabric: crate::fabric::FabricSnapshot,
+    nic: crate::nic::NicSnapshot,
+    /// The memory the allocator had handed out.
+    memory: Vec<u8>,
+    bars: BTreeMap<(FunctionId, u8), u64>,
+    token: u16,
+    cmd: (u64, u64),
+    mailbox: [Option<(u64, u64)>; crate::nic::MAX_HOST_FUNCTIONS],
+    interrupts: HashMap<(FunctionId, u16), u64>,
+}
+
 /// Bus address of the DMA-mapped part of host memory.
 pub const MOCK_IOVA: u64 = 0x1_0000_0000;
 /// Where BARs are assigned: above host memory.
@@ -61,6 +74,7 @@ impl InterruptSink for Interrupts {
 
 /// An RC QP the mock made ([`MockHost::create_rdma_qp`]): its number, PD, the key and bus
 /// address of its registered buffer (virtual address = bus address), its CQ and its rings.
+#[derive(Clone)]
 pub struct MockQp {
     pub function: u16,
     pub qpn: u32,
@@ -326,39 +340,8 @@ impl MockHost {
         // objects left to take apart one by one.
         self.nic.conventional_reset();
         self.fabric.conventional_reset();
-        self.nic
-            .set_uplink(Box::new(crate::wire::NullWire::default()));
-        self.nic.set_tap(None);
-        self.nic.set_clock(None);
-        self.nic
-            .set_clock_source(Arc::new(crate::clock::ManualClock::default()));
-        // What the allocator handed out is zeroed in place (its pages stay resident, so the next
-        // run does not fault them in again); the rest, which only a stray device write could
-        // have touched, goes back to the kernel.
-        let used = self.next.get().next_multiple_of(4096).min(self.mapped);
-        // SAFETY: both ranges lie in the mapped part of this host's own anonymous private
-        // mapping, page aligned (GUARD, `used` and `mapped` are whole pages), and no one holds a
-        // reference into it (the card was reset and its maps removed above). MADV_DONTNEED on
-        // private anonymous memory makes the next access read zeros.
-        let rc = unsafe {
-            let start = self.memory.as_ptr().add(GUARD);
-            std::ptr::write_bytes(start, 0, used);
-            libc::madvise(
-                start.add(used).cast(),
-                self.mapped - used,
-                libc::MADV_DONTNEED,
-            )
-        };
-        if rc != 0 {
-            // Not expected on Linux; the slow way gives the same memory.
-            self.memory
-                .write_slice(&vec![0u8; self.mapped], MemoryRegionAddress(GUARD as u64))
-                .expect("the mapped part");
-        }
-        if !self.guard_intact() {
-            self.fill_guards();
-        }
-        self.next.set(0);
+        self.outside_the_card_unplugged();
+        self.host_memory_returned(&[]);
         self.token.set(0);
         self.interrupts
             .counts
@@ -370,6 +353,109 @@ impl MockHost {
             self.alloc(CMD_MAX_LEN as usize),
         );
         self.reenumerate();
+    }
+
+    /// The host brought up as it is — the card's state (the fabric's and the NIC's) and the
+    /// host's (what the allocator handed out, with its bytes; the interrupts taken; the
+    /// command buffers and BARs the mock knows) — to return to for every fuzz input
+    /// ([`MockHost::restore`]) in place of a recycle and the same bring-up by commands. `None`
+    /// when some of it cannot be kept: FLD's state (a card with FLD) or the NIC's
+    /// ([`Nic::snapshot`]).
+    pub fn snapshot(&self) -> Option<MockSnapshot> {
+        if self.fld.is_some() {
+            return None;
+        }
+        let nic = self.nic.snapshot()?;
+        let mut memory = vec![0u8; self.next.get()];
+        self.memory
+            .read_slice(&mut memory, MemoryRegionAddress(GUARD as u64))
+            .expect("the allocator hands out mapped memory only");
+        Some(MockSnapshot {
+            fabric: self.fabric.snapshot(),
+            nic,
+            memory,
+            bars: self.bars.clone(),
+            token: self.token.get(),
+            cmd: self.cmd,
+            mailbox: self.mailbox.get(),
+            interrupts: self
+                .interrupts
+                .counts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        })
+    }
+
+    /// Returns to `s`, which [`MockHost::snapshot`] took of this host: the card as it was, what
+    /// is outside it unplugged as by a recycle (the wire, the tap, the clocks), the memory the
+    /// allocator had handed out as it was, the rest of host memory zero.
+    pub fn restore(&mut self, s: &MockSnapshot) {
+        self.nic.restore(&s.nic);
+        self.fabric.restore(&s.fabric);
+        self.outside_the_card_unplugged();
+        self.host_memory_returned(&s.memory);
+        self.bars.clone_from(&s.bars);
+        self.token.set(s.token);
+        self.cmd = s.cmd;
+        self.mailbox.set(s.mailbox);
+        self.interrupts
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone_from(&s.interrupts);
+    }
+
+    /// The NIC's uplink, tap and clocks as a new card's: nothing plugged in, time standing.
+    fn outside_the_card_unplugged(&self) {
+        self.nic
+            .set_uplink(Box::new(crate::wire::NullWire::default()));
+        self.nic.set_tap(None);
+        self.nic.set_clock(None);
+        self.nic
+            .set_clock_source(Arc::new(crate::clock::ManualClock::default()));
+    }
+
+    /// Host memory as the allocator hands it out again: `contents` at its start, handed out
+    /// (the allocator's next address is after it), and zeros after it. What the allocator had
+    /// handed out is written in place (its pages stay resident, so the next run does not fault
+    /// them in again); the rest, which only a stray device write could have touched, goes back
+    /// to the kernel. The guard areas are filled again if a stray write reached them.
+    fn host_memory_returned(&mut self, contents: &[u8]) {
+        let used = self
+            .next
+            .get()
+            .max(contents.len())
+            .next_multiple_of(4096)
+            .min(self.mapped);
+        // SAFETY: both ranges lie in the mapped part of this host's own anonymous private
+        // mapping, `contents` is no longer than what the allocator can hand out (it came from
+        // this host's allocator), the madvised range is page aligned (GUARD, `used` and
+        // `mapped` are whole pages), and no one holds a reference into it (the card was
+        // reset or restored, and no engine runs while the mock does not step it).
+        // MADV_DONTNEED on private anonymous memory makes the next access read zeros.
+        let rc = unsafe {
+            let start = self.memory.as_ptr().add(GUARD);
+            let n = contents.len().min(used);
+            std::ptr::copy_nonoverlapping(contents.as_ptr(), start, n);
+            std::ptr::write_bytes(start.add(n), 0, used - n);
+            libc::madvise(
+                start.add(used).cast(),
+                self.mapped - used,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            // Not expected on Linux; the slow way gives the same memory.
+            let zeros = vec![0u8; self.mapped - used];
+            self.memory
+                .write_slice(&zeros, MemoryRegionAddress((GUARD + used) as u64))
+                .expect("the mapped part");
+        }
+        if !self.guard_intact() {
+            self.fill_guards();
+        }
+        self.next.set(contents.len());
     }
 
     fn fill_guards(&self) {

@@ -2,10 +2,12 @@
 //! the same script, run on a fresh card and on a card that a messy run left in every kind of
 //! state, gives the same frames, completions, counters, interrupts and host memory, byte for
 //! byte. The fuzz targets rely on it: a finding on a recycled card reproduces on a fresh one.
+//! Likewise a host returned to a snapshot of its brought-up state ([`MockHost::restore`])
+//! behaves as one brought up by the same commands.
 
 use crate::card::CardConfig;
 use crate::fld::memory_model::MemoryParams;
-use crate::mock::{MockHost, MOCK_IOVA};
+use crate::mock::{MockHost, MockPort, MockQp, MOCK_IOVA};
 use fld_abi::fld::Stat;
 
 const MAPPED: usize = 4 << 20;
@@ -76,7 +78,11 @@ fn script(h: &MockHost, seed: u8) -> (Vec<String>, Vec<u8>) {
     // The QP-context and translation caches a reset keeps: emptied, counted from zero.
     seen.push(format!("caches {:?}", h.nic.cache_counters()));
 
-    let fld = h.fld.clone().expect("FLD");
+    let Some(fld) = h.fld.clone() else {
+        let memory = h.observe(&mut seen);
+        assert!(h.guard_intact());
+        return (seen, memory);
+    };
     fld.set_accelerator(Box::new(crate::accel::Echo::new(0, 16)));
     h.bind_fld(1);
     let mut client = h.open_port(1);
@@ -123,11 +129,20 @@ fn mess_up(h: &mut MockHost) {
             0xdead_0000 | k as u32,
         );
     }
-    h.set_fld_reg(fld_abi::fld::reg::TXQ_BASE + 16, 0xffff_ffff);
+    if h.fld.is_some() {
+        h.set_fld_reg(fld_abi::fld::reg::TXQ_BASE + 16, 0xffff_ffff);
+    }
     h.write(MOCK_IOVA + 4096, &[0xaa; 8192]);
     // Far beyond what the allocator handed out, as a stray device write lands.
     h.write(MOCK_IOVA + MAPPED as u64 - 5000, &[0x55; 5000]);
     h.run(500);
+    // Function 0 loses memory decode and bus mastering; function 1's interrupts are masked.
+    use fld_abi::pci::{MSIX_CTRL_ENABLE, MSIX_CTRL_FUNCTION_MASK, OFF_COMMAND, OFF_MSIX_CONTROL};
+    h.fabric
+        .config_write(h.nic_fid(0), OFF_COMMAND as u64, &0u16.to_le_bytes());
+    let masked = MSIX_CTRL_ENABLE | MSIX_CTRL_FUNCTION_MASK;
+    h.fabric
+        .config_write(h.nic_fid(1), OFF_MSIX_CONTROL as u64, &masked.to_le_bytes());
 }
 
 #[test]
@@ -152,4 +167,71 @@ fn a_recycled_host_behaves_as_a_fresh_one() {
     mess_up(&mut used);
     used.recycle();
     assert_same(&fresh, &script(&used, 7));
+}
+
+fn nic() -> MockHost {
+    MockHost::nic(crate::nic::NicConfig::default(), MAPPED)
+}
+
+/// What a fuzz target brings up before its input, by commands and posts alone: a port per
+/// function, and a connected RDMA QP pair with a receive and three WQEs posted, not yet run.
+fn bring_up(h: &MockHost) -> (MockPort, MockPort, MockQp, MockQp) {
+    let a = h.open_port(0);
+    let b = h.open_port(1);
+    let msg: Vec<u8> = (0..2500u32).map(|i| (i * 11) as u8).collect();
+    let (qa, qb) = h.post_rdma_exchange(&msg);
+    (a, b, qa, qb)
+}
+
+/// Runs what `bring_up` posted, moves frames over its ports, then runs [`script`].
+fn after_bring_up(
+    h: &MockHost,
+    (mut a, mut b, mut qa, mut qb): (MockPort, MockPort, MockQp, MockQp),
+) -> (Vec<String>, Vec<u8>) {
+    let mut seen = Vec::new();
+    h.run(3000);
+    while let Some(c) = qa.cq.poll_cqe(h) {
+        seen.push(format!("qa {c:?}"));
+    }
+    while let Some(c) = qb.cq.poll_cqe(h) {
+        seen.push(format!("qb {c:?}"));
+    }
+    a.send(h, &frame(h, 0, 1, 700, 3), 0);
+    h.run(100);
+    seen.push(format!("b {:?}", b.receive(h)));
+    let (more, memory) = script(h, 9);
+    seen.extend(more);
+    (seen, memory)
+}
+
+#[test]
+fn a_restored_host_behaves_as_one_brought_up_by_commands() {
+    let fresh = nic();
+    let objects = bring_up(&fresh);
+    let want = after_bring_up(&fresh, objects);
+    // What was brought up moves traffic: the three WQEs complete, the port delivers.
+    assert!(
+        want.0[..3].iter().all(|l| l.starts_with("qa ")),
+        "{:?}",
+        &want.0[..5]
+    );
+    assert!(
+        want.0.iter().any(|l| l.starts_with("b Some")),
+        "{:?}",
+        want.0
+    );
+
+    let mut used = nic();
+    mess_up(&mut used);
+    used.recycle();
+    let objects = bring_up(&used);
+    let snapshot = used.snapshot().expect("a brought-up NIC can be kept");
+    // Returned to again and again, after runs that leave the card in every state.
+    for _ in 0..2 {
+        mess_up(&mut used);
+        used.restore(&snapshot);
+        assert_same(&want, &after_bring_up(&used, objects.clone()));
+    }
+    // A card with FLD is not kept (FLD's state is not in the snapshot).
+    assert!(card().snapshot().is_none());
 }

@@ -13,7 +13,8 @@ use fld_abi::nic::{
     QpAttr, QpStagingIn, QpState, RdmaWqe, RoceAddressIn, WqeData, MAX_WQE_BYTES, MTT_ENTRY_SIZE,
     NO_SRQ, QPN_BASE, WQEBB, WQE_OP_SEND,
 };
-use fld_fuzz::{assert_rdma_recovers, small_rdma_nic, Input};
+use fld_device::nic::reorder::ReceiverMode;
+use fld_fuzz::{assert_rdma_recovers, prepared_rdma_nic, Input};
 use libfuzzer_sys::fuzz_target;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
@@ -29,14 +30,16 @@ fn id(input: &mut Input, list: &[u32]) -> u32 {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut h = small_rdma_nic();
+    let (mut kept, (mut a, mut b, scratch)) = prepared_rdma_nic(ReceiverMode::GoBackN, |h| {
+        let a = h.create_rdma_qp(0, [10, 0, 0, 1], 16 << 10);
+        let b = h.create_rdma_qp(1, [10, 0, 0, 2], 16 << 10);
+        h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 5);
+        h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 5);
+        (a, b, h.alloc(SCRATCH))
+    });
+    let h = &mut kept.host;
     let mut now = 0u64;
     h.nic.set_clock(Some(now));
-    let mut a = h.create_rdma_qp(0, [10, 0, 0, 1], 16 << 10);
-    let mut b = h.create_rdma_qp(1, [10, 0, 0, 2], 16 << 10);
-    h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 5);
-    h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 5);
-    let scratch = h.alloc(SCRATCH);
     let in_scratch = |input: &mut Input| scratch + u64::from(input.u16()) % SCRATCH as u64;
     let (mut pds, mut keys, mut qpns, mut srqs) = (
         vec![a.pd, b.pd],
@@ -315,7 +318,7 @@ fuzz_target!(|data: &[u8]| {
                         }
                     }
                     if !wqe.is_empty() {
-                        a.post_send_raw(&h, &wqe);
+                        a.post_send_raw(h, &wqe);
                     }
                 } else {
                     let opcode = input.u8() % 0x18;
@@ -344,9 +347,9 @@ fuzz_target!(|data: &[u8]| {
                     };
                     let mut buf = [0u8; MAX_WQE_BYTES];
                     if let Ok(n) = wqe.encode(a.qpn, a.sq.pi as u16, &mut buf) {
-                        a.post_send_raw(&h, &buf[..n.next_multiple_of(WQEBB)]);
+                        a.post_send_raw(h, &buf[..n.next_multiple_of(WQEBB)]);
                     } else if opcode == WQE_OP_SEND {
-                        a.post_send_raw(&h, &buf[..WQEBB]);
+                        a.post_send_raw(h, &buf[..WQEBB]);
                     }
                 }
             }
@@ -386,10 +389,10 @@ fuzz_target!(|data: &[u8]| {
             }
             11 => {
                 for qp in [&mut a, &mut b] {
-                    while qp.cq.poll_cqe(&h).is_some() {}
-                    qp.cq.update_ci(&h, qp.function, db::CQ_BASE);
-                    while qp.eq.poll_eqe(&h).is_some() {}
-                    qp.eq.update_ci(&h, qp.function, db::EQ_BASE);
+                    while qp.cq.poll_cqe(h).is_some() {}
+                    qp.cq.update_ci(h, qp.function, db::CQ_BASE);
+                    while qp.eq.poll_eqe(h).is_some() {}
+                    qp.eq.update_ci(h, qp.function, db::EQ_BASE);
                 }
             }
             _ => {
@@ -402,5 +405,5 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     h.run(512);
-    assert_rdma_recovers(&mut h);
+    assert_rdma_recovers(h);
 });

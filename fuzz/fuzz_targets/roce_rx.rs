@@ -32,7 +32,8 @@ use fld_abi::wire::roce::{
 use fld_abi::wire::udp_offsets;
 use fld_device::nic::reorder::ReceiverMode;
 use fld_device::wire::{link, Wire};
-use fld_fuzz::{assert_rdma_recovers, small_rdma_nic_with, Input};
+use fld_device::mock::{MockHost, MockQp};
+use fld_fuzz::{assert_rdma_recovers, prepared_rdma_nic, Input};
 use libfuzzer_sys::fuzz_target;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::IntoBytes;
@@ -52,45 +53,13 @@ fuzz_target!(|data: &[u8]| {
         _ => ReceiverMode::MeloPlus,
     };
     let data = data.get(1..).unwrap_or_default();
-    let mut h = small_rdma_nic_with(receiver);
+    let (mut kept, (mut qp, client)) = prepared_rdma_nic(receiver, bring_up);
+    let h = &mut kept.host;
     let (uplink, mut peer) = link(256);
     h.nic.set_uplink(Box::new(uplink));
     let mut now = 0u64;
     h.nic.set_clock(Some(now));
-    let mut qp = h.create_rdma_qp(0, [10, 0, 0, 1], BUF);
-    h.connect_qp(&qp, PEER_QPN, ipv4_gid(PEER_IP), PEER_MAC, PSN);
     let our_mac = h.nic_mac(0);
-    let star = StarServerIn {
-        flags: U32::new(STAR_SERVE),
-        control_cqn: U32::new(qp.cq.id),
-    };
-    assert!(h.command(0, op::SET_STAR_SERVER, star.as_bytes()).ok());
-    // The StaR client: its server's updates into an RQ, every StaR packet to the peer allowed
-    // out (the function is the manager), so its answers and requests leave.
-    let client = h.create_rdma_qp(0, [10, 0, 0, 1], BUF);
-    let mut updates = h.create_rq(0, client.cq.id, 3, None);
-    for i in 0..8u64 {
-        updates.post(&h, client.buf + i * 2048, 2048);
-    }
-    updates.ring(&h, 0);
-    let peer_in = StarPeerIn {
-        qpn: U32::new(client.qpn),
-        server_send_cqn: U32::new(qp.cq.id),
-        server_recv_cqn: U32::new(qp.cq.id),
-        update_rqn: U32::new(updates.id),
-    };
-    assert!(h.command(0, op::SET_STAR_PEER, peer_in.as_bytes()).ok());
-    h.connect_qp(&client, PEER_QPN, ipv4_gid(PEER_IP), PEER_MAC, PSN);
-    let allow = StarGuardIn {
-        function: U16::new(0),
-        kinds: (0xc0..=0xc6).fold(0, |k, op| k | star_guard_kind(op)),
-        rsvd: 0,
-        cqn: U32::new(STAR_GUARD_ANY_CQ),
-        dst_gid: ipv4_gid(PEER_IP),
-        lo: U64::new(0),
-        hi: U64::new(u64::MAX),
-    };
-    assert!(h.command(0, op::STAR_GUARD_ADD, allow.as_bytes()).ok());
     let address = RoceAddress {
         src_mac: PEER_MAC,
         dst_mac: our_mac,
@@ -289,7 +258,7 @@ fuzz_target!(|data: &[u8]| {
                         qp.sge(off, u32::from(input.u16()) % (BUF as u32 - off as u32 + 1))
                     })
                     .collect();
-                qp.post_recv(&h, &sges);
+                qp.post_recv(h, &sges);
             }
             4 => {
                 let opcode = input.pick(&[
@@ -317,13 +286,13 @@ fuzz_target!(|data: &[u8]| {
                     atomic: atomic.then(|| (input.u64(), input.u64())),
                     data: WqeData::Gather(&s),
                 };
-                qp.post_send(&h, &wqe);
+                qp.post_send(h, &wqe);
             }
             5 => {
-                while qp.cq.poll_cqe(&h).is_some() {}
-                qp.cq.update_ci(&h, 0, fld_abi::nic::db::CQ_BASE);
-                while qp.eq.poll_eqe(&h).is_some() {}
-                qp.eq.update_ci(&h, 0, fld_abi::nic::db::EQ_BASE);
+                while qp.cq.poll_cqe(h).is_some() {}
+                qp.cq.update_ci(h, 0, fld_abi::nic::db::CQ_BASE);
+                while qp.eq.poll_eqe(h).is_some() {}
+                qp.eq.update_ci(h, 0, fld_abi::nic::db::EQ_BASE);
             }
             6 => {
                 // Time passes: microseconds to seconds, so ACK and RNR timers expire.
@@ -339,8 +308,48 @@ fuzz_target!(|data: &[u8]| {
     }
     h.run(256);
     check_replies(&mut peer, &mut frame, our_mac);
-    assert_rdma_recovers(&mut h);
+    assert_rdma_recovers(h);
 });
+
+/// The QP the peer talks to, a StaR server on its function, and the QP that is the stateful
+/// client of a StaR connection to the peer, with its server's updates posted to an RQ: what
+/// every input starts from (kept, [`prepared_rdma_nic`]).
+fn bring_up(h: &mut MockHost) -> (MockQp, MockQp) {
+    let qp = h.create_rdma_qp(0, [10, 0, 0, 1], BUF);
+    h.connect_qp(&qp, PEER_QPN, ipv4_gid(PEER_IP), PEER_MAC, PSN);
+    let star = StarServerIn {
+        flags: U32::new(STAR_SERVE),
+        control_cqn: U32::new(qp.cq.id),
+    };
+    assert!(h.command(0, op::SET_STAR_SERVER, star.as_bytes()).ok());
+    // The StaR client: its server's updates into an RQ, every StaR packet to the peer allowed
+    // out (the function is the manager), so its answers and requests leave.
+    let client = h.create_rdma_qp(0, [10, 0, 0, 1], BUF);
+    let mut updates = h.create_rq(0, client.cq.id, 3, None);
+    for i in 0..8u64 {
+        updates.post(h, client.buf + i * 2048, 2048);
+    }
+    updates.ring(h, 0);
+    let peer_in = StarPeerIn {
+        qpn: U32::new(client.qpn),
+        server_send_cqn: U32::new(qp.cq.id),
+        server_recv_cqn: U32::new(qp.cq.id),
+        update_rqn: U32::new(updates.id),
+    };
+    assert!(h.command(0, op::SET_STAR_PEER, peer_in.as_bytes()).ok());
+    h.connect_qp(&client, PEER_QPN, ipv4_gid(PEER_IP), PEER_MAC, PSN);
+    let allow = StarGuardIn {
+        function: U16::new(0),
+        kinds: (0xc0..=0xc6).fold(0, |k, op| k | star_guard_kind(op)),
+        rsvd: 0,
+        cqn: U32::new(STAR_GUARD_ANY_CQ),
+        dst_gid: ipv4_gid(PEER_IP),
+        lo: U64::new(0),
+        hi: U64::new(u64::MAX),
+    };
+    assert!(h.command(0, op::STAR_GUARD_ADD, allow.as_bytes()).ok());
+    (qp, client)
+}
 
 /// Whatever the card sent to the peer is a RoCE packet to the peer's QP, from the card's MAC,
 /// with a valid ICRC.

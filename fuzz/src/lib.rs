@@ -11,7 +11,9 @@
 //!   [`assert_fld_recovers`]). Every loop is bounded.
 //! * One card per kind and process, recycled for every input ([`Kept`],
 //!   [`fld_device::mock::MockHost::recycle`]): a conventional reset that clears what the last
-//!   input touched costs microseconds, where building a card costs milliseconds. Targets that
+//!   input touched costs microseconds, where building a card costs milliseconds. A target whose
+//!   inputs all start from the same brought-up card keeps a snapshot of it and returns to that
+//!   instead of recycling and bringing it up again by commands ([`prepared`]). Targets that
 //!   drive the card through the host library keep their brought-up testbed the same way and
 //!   recycle only what an input may change. A recycled card
 //!   behaves exactly as a fresh one (the device crate's own test); `FLD_FUZZ_FRESH=1` builds one
@@ -25,7 +27,7 @@ use fld_abi::wire::{ethertype, EthIpv4UdpRepr, EthernetRepr, Ipv4Repr, UdpRepr};
 use fld_device::accel::{Accelerator, Credits, Echo, RxMeta, TxMeta, TxRefused, TxStream};
 use fld_device::card::CardConfig;
 use fld_device::fld::memory_model::MemoryParams;
-use fld_device::mock::{MockHost, MockPort};
+use fld_device::mock::{MockHost, MockPort, MockSnapshot};
 use fld_device::nic::NicConfig;
 
 /// Largest frame an accelerator may hand back (a 65535-byte datagram plus Ethernet).
@@ -266,6 +268,47 @@ impl<T: 'static> Drop for Kept<T> {
     }
 }
 
+/// A host kept with what a target brought it up to before its input, and a snapshot of that
+/// point ([`prepared`]).
+pub struct Prepared<S> {
+    pub host: MockHost,
+    /// The host brought up, and what the bring-up handed the target.
+    brought_up: Option<(MockSnapshot, S)>,
+}
+
+/// The host of `kind` brought up by `bring_up` (whose result is handed back): the first input
+/// builds the host and brings it up by commands; every later one returns it to a snapshot of
+/// that point ([`MockHost::restore`]), which behaves as the same bring-up on a recycled host
+/// (the device crate's test) and costs a copy of what the bring-up wrote rather than dozens of
+/// commands. A host that cannot be kept ([`MockHost::snapshot`]) is recycled and brought up
+/// again for every input, as is every host with `FLD_FUZZ_FRESH=1`.
+pub fn prepared<S: Clone + 'static>(
+    kind: u32,
+    build: impl FnOnce() -> MockHost,
+    bring_up: impl FnOnce(&mut MockHost) -> S,
+) -> (Kept<Prepared<S>>, S) {
+    let mut p = Kept::take(
+        kind,
+        |p: &mut Prepared<S>| match &p.brought_up {
+            Some((snapshot, _)) => p.host.restore(snapshot),
+            None => p.host.recycle(),
+        },
+        || Prepared {
+            host: build(),
+            brought_up: None,
+        },
+    );
+    if let Some((_, objects)) = &p.brought_up {
+        let objects = objects.clone();
+        return (p, objects);
+    }
+    let objects = bring_up(&mut p.host);
+    if !fresh() {
+        p.brought_up = p.host.snapshot().map(|s| (s, objects.clone()));
+    }
+    (p, objects)
+}
+
 /// Small limits, so that exhaustion paths are a few commands away. An RC requester's window is
 /// a few messages too: a full window is reached in a few posts, and a retransmission timeout,
 /// which sends the whole window again, costs an input 32 packets rather than 256.
@@ -392,15 +435,14 @@ pub fn assert_fld_recovers(h: &mut MockHost) {
 }
 
 /// A NIC with small RDMA limits too (4 QPs, 2 SRQs per function), so exhaustion is a few
-/// commands away.
-pub fn small_rdma_nic() -> KeptHost {
-    small_rdma_nic_with(fld_device::nic::reorder::ReceiverMode::GoBackN)
-}
-
-/// [`small_rdma_nic`] whose RC responders treat packets ahead as `receiver` says (a reorder
-/// unit, LEFT §3), with a pool small enough for the input to run it out.
-pub fn small_rdma_nic_with(receiver: fld_device::nic::reorder::ReceiverMode) -> KeptHost {
-    KeptHost::take(2 + receiver.caps_code() as u32, MockHost::recycle, || {
+/// commands away, whose RC responders treat packets ahead as `receiver` says (a reorder unit,
+/// LEFT §3, with a pool small enough for the input to run it out), brought up by `bring_up`
+/// ([`prepared`]).
+pub fn prepared_rdma_nic<S: Clone + 'static>(
+    receiver: fld_device::nic::reorder::ReceiverMode,
+    bring_up: impl FnOnce(&mut MockHost) -> S,
+) -> (Kept<Prepared<S>>, S) {
+    let build = move || {
         MockHost::nic(
             NicConfig {
                 receiver,
@@ -410,7 +452,8 @@ pub fn small_rdma_nic_with(receiver: fld_device::nic::reorder::ReceiverMode) -> 
             },
             HOST_MEMORY,
         )
-    })
+    };
+    prepared(2 + receiver.caps_code() as u32, build, bring_up)
 }
 
 /// RDMA's invariant after any input: as [`assert_nic_recovers`] (which resets both functions,

@@ -93,7 +93,10 @@ const LANES: usize = 8;
 /// One writer's counts, alone in its cache line so two writers never share one.
 #[repr(align(64))]
 #[derive(Default, Debug)]
-struct Lane([AtomicU64; 6]);
+struct Lane([AtomicU64; CELLS]);
+
+/// Cells of a counter: the lane's width.
+pub const CELLS: usize = 6;
 
 /// Which lanes live threads hold (bit `i` for lane `i`).
 static LANES_HELD: AtomicU32 = AtomicU32::new(0);
@@ -230,9 +233,20 @@ impl TlpCounters {
     }
     /// Reads zero from now on (until the next adds).
     pub fn clear(&self) {
-        for i in 0..self.zero.0.len() {
+        self.set_cells(&[0; CELLS]);
+    }
+
+    /// Every cell as it reads now: what a snapshot of the card keeps.
+    pub fn cells(&self) -> [u64; CELLS] {
+        std::array::from_fn(|i| self.read(i))
+    }
+
+    /// Reads `cells` from now on (until the next adds): as a clear does, by moving the point
+    /// each cell counts from, since another thread's lane cannot be written.
+    pub fn set_cells(&self, cells: &[u64; CELLS]) {
+        for (i, &want) in cells.iter().enumerate() {
             let sum = self.read(i).wrapping_add(self.zero.0[i].load(Relaxed));
-            self.zero.0[i].store(sum, Relaxed);
+            self.zero.0[i].store(sum.wrapping_sub(want), Relaxed);
         }
     }
 }

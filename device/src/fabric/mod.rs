@@ -220,6 +220,15 @@ pub struct Fabric {
     uid: u64,
 }
 
+/// A hierarchy's state at one point ([`Fabric::snapshot`]).
+#[derive(Clone)]
+pub struct FabricSnapshot {
+    functions: Vec<Option<crate::pcie::PciSnapshot>>,
+    host_maps: Vec<BTreeMap<u64, HostRegion>>,
+    counters: Vec<[u64; counters::CELLS]>,
+    host_counters: [u64; counters::CELLS],
+}
+
 /// The next fabric's [`Fabric::uid`].
 static NEXT_FABRIC: AtomicU64 = AtomicU64::new(0);
 
@@ -518,7 +527,7 @@ impl Fabric {
         let generation = self.generation();
         *kept = Some(RouteSnapshot {
             generation,
-            routes: self.snapshot(),
+            routes: self.current_routes(),
         });
     }
 
@@ -527,7 +536,7 @@ impl Fabric {
         self.port(requester, RoutesRef::Kept(&routes.routes))
     }
 
-    fn snapshot(&self) -> Arc<Routes> {
+    fn current_routes(&self) -> Arc<Routes> {
         if self.routes_stale.load(Ordering::Acquire) {
             self.rebuild_routes();
         }
@@ -618,6 +627,47 @@ impl Fabric {
         }
     }
 
+    /// The hierarchy's state as it is — every function's configuration space and MSI-X table,
+    /// every requester's host-memory map, the TLP counters — to return to
+    /// ([`Fabric::restore`]). What each function's device holds beyond that is the device's
+    /// own to keep (a fuzz target returns a whole card to the point it brought it up to).
+    pub fn snapshot(&self) -> FabricSnapshot {
+        let functions = (0..self.function_count() as FunctionId)
+            .map(|id| self.function(id).map(|f| f.pci().snapshot()))
+            .collect();
+        let counters = self.counters.read().unwrap_or_else(|e| e.into_inner());
+        FabricSnapshot {
+            functions,
+            host_maps: self
+                .host_maps
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            counters: counters.iter().map(|c| c.cells()).collect(),
+            host_counters: self.host_counters.cells(),
+        }
+    }
+
+    /// Returns the hierarchy to `s`, taken of this fabric by [`Fabric::snapshot`]; the routes
+    /// are rebuilt by the next access.
+    pub fn restore(&self, s: &FabricSnapshot) {
+        for (id, pci) in s.functions.iter().enumerate() {
+            if let (Some(f), Some(pci)) = (self.function(id as FunctionId), pci) {
+                f.pci().restore(pci);
+            }
+        }
+        self.host_maps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone_from(&s.host_maps);
+        let counters = self.counters.read().unwrap_or_else(|e| e.into_inner());
+        for (c, cells) in counters.iter().zip(&s.counters) {
+            c.set_cells(cells);
+        }
+        self.host_counters.set_cells(&s.host_counters);
+        self.routes_changed();
+    }
+
     /// Conventional reset of the hierarchy (PCIe Base §6.6.1, a cold or warm reset): every
     /// function is reset as by an FLR (its state, configuration space and MSI-X table at
     /// power-on), every requester's host-memory map is gone (as the IOMMU's are after a machine
@@ -698,7 +748,7 @@ impl Fabric {
             .flatten();
         match (kept, access) {
             (Some(r), _) => r,
-            (None, Some(access)) => access(&self.snapshot()),
+            (None, Some(access)) => access(&self.current_routes()),
             (None, None) => unreachable!("an access that ran returned its result"),
         }
     }
@@ -748,7 +798,7 @@ impl Fabric {
     /// A DMA port for `requester`: a routing snapshot plus local counters, flushed on drop.
     /// Engines take one per batch of work.
     pub fn dma(&self, requester: FunctionId) -> DmaPort<'_> {
-        self.port(requester, RoutesRef::Own(self.snapshot()))
+        self.port(requester, RoutesRef::Own(self.current_routes()))
     }
 
     fn port<'a>(&'a self, requester: FunctionId, routes: RoutesRef<'a>) -> DmaPort<'a> {

@@ -62,6 +62,22 @@ impl SparseBits {
         self.summary[word / 64].fetch_or(1 << (word % 64), Ordering::Release);
     }
 
+    /// Calls `f` with every item added since the last drain, keeping them.
+    fn for_each(&self, mut f: impl FnMut(usize)) {
+        for (s, summary) in self.summary.iter().enumerate() {
+            let mut words = summary.load(Ordering::Acquire);
+            while words != 0 {
+                let word = s * 64 + words.trailing_zeros() as usize;
+                words &= words - 1;
+                let mut bits = self.items[word].load(Ordering::Acquire);
+                while bits != 0 {
+                    f(word * 64 + bits.trailing_zeros() as usize);
+                    bits &= bits - 1;
+                }
+            }
+        }
+    }
+
     /// Calls `f` with every item added since the last drain, and forgets them.
     fn drain(&self, mut f: impl FnMut(usize)) {
         for (s, summary) in self.summary.iter().enumerate() {
@@ -109,6 +125,13 @@ impl Default for DoorbellArea {
             dirty_chunks: SparseBits::new((BAR_DOORBELL_SIZE / DIRTY_CHUNK) as usize),
         }
     }
+}
+
+/// The words a [`DoorbellArea`] holds, by dirty chunk, and its rung queue-pair slots.
+#[derive(Clone)]
+pub struct DoorbellSnapshot {
+    chunks: Vec<(usize, [u32; (DIRTY_CHUNK / 4) as usize])>,
+    rung: Vec<usize>,
 }
 
 /// Shared doorbell memory smaller than the doorbell BAR.
@@ -301,6 +324,44 @@ impl DoorbellArea {
         }
     }
 
+    /// The words as they are and the queue-pair slots rung and not yet taken, to return to
+    /// ([`Self::restore`]); `None` when the host maps the words itself, since its stores then
+    /// leave no trace of which words it wrote.
+    pub fn snapshot(&self) -> Option<DoorbellSnapshot> {
+        if !self.sees_every_store() {
+            return None;
+        }
+        let per_chunk = (DIRTY_CHUNK / 4) as usize;
+        let mut chunks = Vec::new();
+        self.dirty_chunks.for_each(|chunk| {
+            let mut words = [0u32; (DIRTY_CHUNK / 4) as usize];
+            for (i, w) in words.iter_mut().enumerate() {
+                *w = self.load(4 * (chunk * per_chunk + i) as u64);
+            }
+            chunks.push((chunk, words));
+        });
+        let mut rung = Vec::new();
+        self.qp_rung.for_each(|slot| rung.push(slot));
+        Some(DoorbellSnapshot { chunks, rung })
+    }
+
+    /// Returns the words and the rung slots to `s`: a reset, then the words `s` holds.
+    pub fn restore(&self, s: &DoorbellSnapshot) {
+        self.clear();
+        let per_chunk = (DIRTY_CHUNK / 4) as usize;
+        for (chunk, words) in &s.chunks {
+            for (i, &w) in words.iter().enumerate() {
+                if let Some(word) = self.word(4 * (chunk * per_chunk + i) as u64) {
+                    word.store(w, Ordering::Release);
+                }
+            }
+            self.dirty_chunks.insert(*chunk);
+        }
+        for &slot in &s.rung {
+            self.qp_rung.insert(slot);
+        }
+    }
+
     fn zero_words(&self, words: std::ops::Range<usize>) {
         for i in words {
             if let Some(w) = self.word(4 * i as u64) {
@@ -341,6 +402,46 @@ mod tests {
         a.write(db::QP_RQ_BASE + 4 * 64 + 1, &[7, 7]);
         assert_eq!(a.load(db::QP_RQ_BASE + 4 * 64), 0x0007_0700);
         assert_eq!(rung(&a), [64]);
+    }
+
+    /// A snapshot brings back the words and the rung slots not yet taken, whatever was stored
+    /// after it; an area whose words the host maps cannot be kept.
+    #[test]
+    fn a_restored_area_holds_the_words_and_rung_slots_of_its_snapshot() {
+        let a = DoorbellArea::default();
+        a.store(db::QP_SQ_BASE + 4 * 5, 3);
+        a.store(db::CQ_BASE + 4 * 2, 0x1234);
+        a.write(db::QP_SQ_WQE_BASE + 64, &[0xab; 64]);
+        let s = a.snapshot().expect("kept");
+        a.store(db::QP_RQ_BASE + 4 * 9, 1);
+        a.store(db::CQ_BASE + 4 * 2, 7);
+        a.store(db::SQ_BASE, 5);
+        assert_eq!(rung(&a), [5, 9]);
+        a.restore(&s);
+        assert_eq!(
+            (a.load(db::CQ_BASE + 4 * 2), a.load(db::QP_SQ_BASE + 4 * 5)),
+            (0x1234, 3)
+        );
+        assert_eq!(a.load(db::QP_SQ_WQE_BASE + 64 + 60), 0xabab_abab);
+        assert_eq!(
+            (a.load(db::SQ_BASE), a.load(db::QP_RQ_BASE + 4 * 9)),
+            (0, 0)
+        );
+        assert_eq!(
+            rung(&a),
+            [5],
+            "the slot rung before the snapshot, not the later one"
+        );
+        let shared = Arc::new(
+            vm_memory::GuestRegionMmap::<()>::from_range(
+                vm_memory::GuestAddress(0),
+                BAR_DOORBELL_SIZE as usize,
+                None,
+            )
+            .unwrap(),
+        );
+        a.use_memory(shared).unwrap();
+        assert!(a.snapshot().is_none(), "the host's stores leave no trace");
     }
 
     fn dirty(area: &DoorbellArea) -> Vec<usize> {

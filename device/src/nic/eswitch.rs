@@ -64,6 +64,7 @@ pub enum Fate {
 
 /// A VXLAN tunnel's outer headers (RFC 7348 §5), built once at creation; lengths, the IPv4
 /// checksum and the UDP source port are filled per packet.
+#[derive(Clone)]
 pub struct VxlanEncap {
     pub owner: u16,
     pub header: [u8; abi::VXLAN_ENCAP_LEN],
@@ -133,6 +134,7 @@ pub struct Steering {
 }
 
 /// A token-bucket policer.
+#[derive(Clone)]
 pub struct Meter {
     pub owner: u16,
     pub rate_bytes_per_s: u64,
@@ -176,6 +178,7 @@ impl Meter {
     }
 }
 
+#[derive(Clone)]
 pub struct FlowEntry {
     pub id: u32,
     pub meter: u32,
@@ -200,6 +203,7 @@ pub enum Miss {
     Goto(u32),
 }
 
+#[derive(Clone)]
 pub struct FlowTable {
     pub owner: u16,
     pub kind: u8,
@@ -211,6 +215,7 @@ pub struct FlowTable {
     pub refs: u32,
 }
 
+#[derive(Clone)]
 pub struct RssGroup {
     pub owner: u16,
     pub hash_fields: u8,
@@ -237,6 +242,7 @@ pub struct VportCounters {
     pub tx_malformed: u64,
 }
 
+#[derive(Clone)]
 pub struct Vport {
     pub number: u16,
     pub mac: [u8; 6],
@@ -328,6 +334,31 @@ impl FlowCache {
         }
     }
 
+    /// Whether a slot holds a walk that would still match.
+    pub(super) fn holds_walks(&self) -> bool {
+        self.slots.iter().any(|s| s.generation == self.generation)
+    }
+
+    /// A cache without slots that holds this one's use and counts (a snapshot's, taken while
+    /// it holds no walk).
+    fn settings(&self) -> FlowCache {
+        FlowCache {
+            active: self.active,
+            min_rules: self.min_rules,
+            counters: self.counters,
+            ..FlowCache::empty()
+        }
+    }
+
+    /// Holds no walk, and `settings`' use and counts: the cache a snapshot taken while it held
+    /// no walk stands for, keeping these slots.
+    pub(super) fn restore_settings(&mut self, settings: &FlowCache) {
+        self.invalidate();
+        self.active = settings.active;
+        self.min_rules = settings.min_rules;
+        self.counters = settings.counters;
+    }
+
     /// Forgets every walk (rules changed).
     fn invalidate(&mut self) {
         self.generation += 1;
@@ -391,6 +422,22 @@ pub struct Eswitch {
 }
 
 impl Eswitch {
+    /// A copy whose flow cache has no slots, only the cache's use and counts (a snapshot's:
+    /// copying 2,048 slots to say that none holds a walk would cost more than the rest).
+    pub(super) fn clone_without_cache_slots(&self) -> Eswitch {
+        Eswitch {
+            vports: self.vports.clone(),
+            uplink: self.uplink.clone(),
+            tables: self.tables.clone(),
+            rss_groups: self.rss_groups.clone(),
+            meters: self.meters.clone(),
+            encaps: self.encaps.clone(),
+            fdb_root: self.fdb_root,
+            flow_cache: self.flow_cache.settings(),
+            next_entry_id: self.next_entry_id,
+        }
+    }
+
     /// The eSwitch of card `card` with `host_vports` host vPorts.
     pub fn new(card: u16, host_vports: u16) -> Self {
         Self::with_flow_cache(card, host_vports, FlowCache::new())

@@ -273,6 +273,33 @@ impl Nic {
         *self.routes.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
+    /// The NIC's state as it is — the core's, and every function's command registers and
+    /// doorbell words — to return to ([`Nic::restore`]); the PCI side (configuration space,
+    /// MSI-X, host-memory maps) is the fabric's ([`crate::fabric::Fabric::snapshot`]). `None`
+    /// when the state cannot be kept: the flow cache holds a walk, or a function's doorbell
+    /// words are in memory the host maps.
+    pub fn snapshot(&self) -> Option<NicSnapshot> {
+        let functions = self
+            .functions
+            .iter()
+            .map(|f| Some((f.regs.values(), f.doorbells.snapshot()?)))
+            .collect::<Option<Vec<_>>>()?;
+        let core = self.shared.lock().snapshot()?;
+        Some(NicSnapshot { core, functions })
+    }
+
+    /// Returns to `s`, taken of this NIC by [`Nic::snapshot`]. What is outside the card stays,
+    /// as in a conventional reset: the uplink's wire, the tap and the clock.
+    pub fn restore(&self, s: &NicSnapshot) {
+        for (f, (regs, doorbells)) in self.functions.iter().zip(&s.functions) {
+            let _running = f.cmd.lock().unwrap_or_else(|e| e.into_inner());
+            f.regs.set_values(regs);
+            f.doorbells.restore(doorbells);
+        }
+        self.shared.lock().restore(&s.core);
+        *self.routes.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     /// Captures every frame entering or leaving the eSwitch at any vPort.
     pub fn set_tap(&self, tap: Option<Box<dyn FrameTap>>) {
         self.shared.lock().tap = tap;
@@ -459,6 +486,30 @@ impl CmdRegs {
     fn address(words: &[AtomicU32; 2]) -> u64 {
         u64::from(words[0].load(Ordering::Relaxed))
             | u64::from(words[1].load(Ordering::Relaxed)) << 32
+    }
+
+    /// Every register's value: mailbox addresses, lengths, status.
+    fn values(&self) -> [u32; 7] {
+        let [a, b, c, d, e, f, g] = self.registers();
+        [a, b, c, d, e, f, g].map(|r| r.load(Ordering::Acquire))
+    }
+
+    fn set_values(&self, values: &[u32; 7]) {
+        for (r, &v) in self.registers().into_iter().zip(values) {
+            r.store(v, Ordering::Release);
+        }
+    }
+
+    fn registers(&self) -> [&AtomicU32; 7] {
+        [
+            &self.in_addr[0],
+            &self.in_addr[1],
+            &self.out_addr[0],
+            &self.out_addr[1],
+            &self.in_len,
+            &self.out_len,
+            &self.status,
+        ]
     }
 
     fn clear(&self) {
@@ -676,6 +727,119 @@ pub(crate) struct NicCore {
     wqe_mmio: datapath::WqeMmioCounters,
     /// Receive WQEs read ahead, and the reads that brought them.
     rx_prefetch: datapath::RxPrefetchCounters,
+}
+
+/// A NIC's state at one point ([`Nic::snapshot`]).
+pub struct NicSnapshot {
+    core: CoreSnapshot,
+    /// Per function: its command registers and doorbell words.
+    functions: Vec<([u32; 7], doorbell::DoorbellSnapshot)>,
+}
+
+/// What [`Nic::snapshot`] keeps of the core: the card's state, without what holds nothing
+/// across passes and commands (the frame and command buffers, the flow cache's slots, the RDMA
+/// caches' tables) and what is outside the card (the wire, the tap, the clock).
+struct CoreSnapshot {
+    config: NicConfig,
+    eqs: Slab<EventQueue>,
+    cqs: Slab<CompletionQueue>,
+    sqs: Slab<SendQueue>,
+    rqs: Slab<ReceiveQueue>,
+    active_sqs: Vec<u32>,
+    active_rqs: Vec<u32>,
+    eswitch: Eswitch,
+    rdma: rdma::RdmaSnapshot,
+    flow_entry_count: u32,
+    cqe_run: datapath::CqeRun,
+    wqe_prefetch: Option<Box<datapath::WqePrefetch>>,
+    wire_tx_frames: u64,
+    loopback_frames: u64,
+    bad_doorbells: u64,
+    wqe_mmio: datapath::WqeMmioCounters,
+    rx_prefetch: datapath::RxPrefetchCounters,
+}
+
+impl NicCore {
+    /// The state [`CoreSnapshot`] keeps; `None` while the flow cache holds a walk (its slots
+    /// are not kept: every command empties it, so a card brought up by commands has none).
+    /// Every field is named, so a field added to the core must be placed here.
+    fn snapshot(&self) -> Option<CoreSnapshot> {
+        let NicCore {
+            config,
+            eqs,
+            cqs,
+            sqs,
+            rqs,
+            active_sqs,
+            active_rqs,
+            eswitch,
+            rdma,
+            flow_entry_count,
+            wire: _,
+            tap: _,
+            tx_burst: _,
+            wire_frame: _,
+            encap_frame: _,
+            wqe: _,
+            command: _,
+            cqe_run,
+            wqe_prefetch,
+            clock: _,
+            manual_clock: _,
+            wire_tx_frames,
+            loopback_frames,
+            bad_doorbells,
+            wqe_mmio,
+            rx_prefetch,
+        } = self;
+        if eswitch.flow_cache.holds_walks() {
+            return None;
+        }
+        Some(CoreSnapshot {
+            config: config.clone(),
+            eqs: eqs.clone(),
+            cqs: cqs.clone(),
+            sqs: sqs.clone(),
+            rqs: rqs.clone(),
+            active_sqs: active_sqs.clone(),
+            active_rqs: active_rqs.clone(),
+            eswitch: eswitch.clone_without_cache_slots(),
+            rdma: rdma.snapshot(),
+            flow_entry_count: *flow_entry_count,
+            cqe_run: cqe_run.clone(),
+            wqe_prefetch: wqe_prefetch.clone(),
+            wire_tx_frames: *wire_tx_frames,
+            loopback_frames: *loopback_frames,
+            bad_doorbells: *bad_doorbells,
+            wqe_mmio: *wqe_mmio,
+            rx_prefetch: *rx_prefetch,
+        })
+    }
+
+    /// Returns to `s`, keeping the buffers, the flow cache's slots and the caches' tables, and
+    /// what is outside the card.
+    fn restore(&mut self, s: &CoreSnapshot) {
+        self.config.clone_from(&s.config);
+        self.eqs.clone_from(&s.eqs);
+        self.cqs.clone_from(&s.cqs);
+        self.sqs.clone_from(&s.sqs);
+        self.rqs.clone_from(&s.rqs);
+        self.active_sqs.clone_from(&s.active_sqs);
+        self.active_rqs.clone_from(&s.active_rqs);
+        let mut flow_cache = std::mem::replace(&mut self.eswitch.flow_cache, FlowCache::empty());
+        flow_cache.restore_settings(&s.eswitch.flow_cache);
+        self.eswitch = s.eswitch.clone_without_cache_slots();
+        self.eswitch.flow_cache = flow_cache;
+        self.rdma.restore(&s.rdma);
+        self.flow_entry_count = s.flow_entry_count;
+        self.cqe_run.clone_from(&s.cqe_run);
+        self.wqe_prefetch.clone_from(&s.wqe_prefetch);
+        self.wire_tx_frames = s.wire_tx_frames;
+        self.loopback_frames = s.loopback_frames;
+        self.bad_doorbells = s.bad_doorbells;
+        self.wqe_mmio = s.wqe_mmio;
+        self.rx_prefetch = s.rx_prefetch;
+    }
 }
 
 /// The NIC's frame-sized scratch buffers, its command buffers, its flow cache's slots and the

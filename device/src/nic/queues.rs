@@ -9,6 +9,7 @@ use zerocopy::little_endian::U32;
 
 /// A ring the device produces into and software consumes from: an EQ or a CQ. Counters are
 /// free-running; the consumer counter is the 24 bits the driver last wrote to the doorbell.
+#[derive(Clone)]
 pub(crate) struct CompletionRing {
     pub addr: u64,
     pub log_size: u8,
@@ -123,6 +124,7 @@ impl CompletionRing {
 }
 
 /// Event queue: completion and asynchronous events, an MSI-X vector when armed.
+#[derive(Clone)]
 pub(crate) struct EventQueue {
     pub owner: u16,
     pub ring: CompletionRing,
@@ -132,6 +134,7 @@ pub(crate) struct EventQueue {
 }
 
 /// Completion queue: CQEs of SQs and RQs, an event on its EQ when armed.
+#[derive(Clone)]
 pub(crate) struct CompletionQueue {
     pub owner: u16,
     pub ring: CompletionRing,
@@ -140,6 +143,7 @@ pub(crate) struct CompletionQueue {
     pub refs: u32,
 }
 
+#[derive(Clone)]
 pub(crate) struct SendQueue {
     pub owner: u16,
     pub addr: u64,
@@ -208,6 +212,7 @@ impl ReceiveQueue {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct ReceiveQueue {
     pub owner: u16,
     pub addr: u64,
@@ -265,6 +270,7 @@ macro_rules! referenced {
 referenced!(EventQueue, CompletionQueue, ReceiveQueue);
 
 /// A table of numbered objects; numbers are indices and are reused after destroy.
+#[derive(Clone)]
 pub(crate) struct Slab<T> {
     items: Vec<Option<T>>,
     limit: u32,

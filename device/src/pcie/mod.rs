@@ -36,6 +36,14 @@ enum MsixArea {
     Pba(u64),
 }
 
+/// A function's configuration space and MSI-X state at one point ([`PciState::snapshot`]).
+#[derive(Clone)]
+pub struct PciSnapshot {
+    config: ConfigSpace,
+    msix: MsixTable,
+    external_msix: bool,
+}
+
 /// Configuration space plus MSI-X table of one function, and where its interrupts go.
 pub struct PciState {
     pub id: FunctionId,
@@ -193,6 +201,29 @@ impl PciState {
             Some(MsixArea::Pba(_)) => true,
             None => false,
         }
+    }
+
+    /// The configuration space and MSI-X table as they are, to return to
+    /// ([`PciState::restore`]).
+    pub fn snapshot(&self) -> PciSnapshot {
+        PciSnapshot {
+            config: self.config().clone(),
+            msix: self.msix().clone(),
+            external_msix: self.external_msix.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Returns the configuration space and MSI-X table to `s`. Nothing fires: a vector pending
+    /// in `s` is pending again.
+    pub fn restore(&self, s: &PciSnapshot) {
+        {
+            let mut config = self.config();
+            config.clone_from(&s.config);
+            self.msix_control
+                .store(config.msix_control(), Ordering::Release);
+        }
+        self.msix().clone_from(&s.msix);
+        self.external_msix.store(s.external_msix, Ordering::Relaxed);
     }
 
     /// Power-on state of the configuration space and MSI-X table.

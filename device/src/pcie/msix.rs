@@ -12,6 +12,7 @@ pub struct MsiMessage {
 use fld_abi::pci::{MSIX_ENTRY_SIZE as ENTRY_SIZE, MSIX_VECTOR_MASKED as VECTOR_CTRL_MASKED};
 
 /// The MSI-X table of one function.
+#[derive(Clone)]
 pub struct MsixTable {
     /// Per vector: address low, address high, data, vector control.
     entries: Vec<[u32; 4]>,

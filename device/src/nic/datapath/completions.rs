@@ -54,6 +54,7 @@ pub(super) fn consumer_doorbells(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize
 const CQE_RUN: usize = 8;
 
 /// CQEs written to consecutive slots of one CQ and not yet moved to it.
+#[derive(Clone)]
 pub(crate) struct CqeRun {
     owner: u16,
     cqn: u32,

@@ -29,6 +29,7 @@ pub(crate) const FETCH_BLOCKS: u32 = 8;
 /// fetch never reads past the ring's end or past what the doorbell posted, so nothing the host
 /// may still be writing is read; blocks fetched and not executed (budget, a full CQ) are read
 /// again next time, as hardware that drops its prefetch would.
+#[derive(Clone)]
 pub(crate) struct WqePrefetch {
     buf: [u8; FETCH_BLOCKS as usize * WQEBB],
     first: u32,

@@ -26,6 +26,14 @@ pub struct CacheCounters {
     pub fills: u64,
 }
 
+/// A cache's entries, least recent first, and its counts ([`LruCache::contents`]).
+#[derive(Clone)]
+pub struct LruContents<K, V> {
+    entries: Vec<(K, V)>,
+    counters: CacheCounters,
+}
+
+#[derive(Clone)]
 struct Slot<K, V> {
     key: K,
     value: V,
@@ -36,6 +44,7 @@ struct Slot<K, V> {
 
 /// A least-recently-used cache of at most `capacity` entries, every operation O(1): a hash map
 /// from key to slot and a doubly linked recency list threaded through the slots.
+#[derive(Clone)]
 pub struct LruCache<K, V> {
     capacity: usize,
     map: FxHashMap<K, u32>,
@@ -70,6 +79,31 @@ impl<K: Hash + Eq + Copy, V: Copy> LruCache<K, V> {
         self.newest = NIL;
         self.oldest = NIL;
         self.counters = CacheCounters::default();
+    }
+
+    /// The entries held, least recent first, and the counts: what a snapshot keeps of the
+    /// cache (its table and slots are as large as its capacity).
+    pub fn contents(&self) -> LruContents<K, V> {
+        let mut entries = Vec::with_capacity(self.map.len());
+        let mut i = self.oldest;
+        while i != NIL {
+            let s = &self.slots[i as usize];
+            entries.push((s.key, s.value));
+            i = s.newer;
+        }
+        LruContents {
+            entries,
+            counters: self.counters,
+        }
+    }
+
+    /// Holds `contents` in their recency order, with their counts, and nothing else.
+    pub fn restore(&mut self, contents: &LruContents<K, V>) {
+        self.clear();
+        for &(k, v) in &contents.entries {
+            self.insert(k, v);
+        }
+        self.counters = contents.counters;
     }
 
     /// Entries held.

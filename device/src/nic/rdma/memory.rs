@@ -19,12 +19,14 @@ pub(crate) type MttCache = LruCache<(u16, u64), u64>;
 pub(crate) type SharedMttCache = std::cell::RefCell<MttCache>;
 use crate::nic::queues::{Owned, Referenced, Slab};
 
+#[derive(Clone)]
 pub(crate) struct ProtectionDomain {
     pub owner: u16,
     /// Regions, QPs and SRQs in the domain.
     pub refs: u32,
 }
 
+#[derive(Clone)]
 pub(crate) struct MemoryRegion {
     pub owner: u16,
     pub pd: u32,

@@ -27,6 +27,7 @@ use qp::{QpRing, QueuePair};
 
 /// A shared receive queue (IBA §10.2.9): one ring of receive WQEs that the QPs naming it consume
 /// in arrival order.
+#[derive(Clone)]
 pub(crate) struct SharedRq {
     pub owner: u16,
     pub pd: u32,
@@ -95,6 +96,7 @@ pub(crate) const DEFAULT_PKEYS: [u16; PKEY_TABLE_ENTRIES as usize] = {
 };
 
 /// Every RDMA object of the NIC, and the transport's reusable buffers.
+#[derive(Clone)]
 pub(crate) struct Rdma {
     pub pds: Slab<ProtectionDomain>,
     /// Region `i` has key `mkey(i + 1, variant)`.
@@ -179,6 +181,15 @@ impl RdmaScratch {
     }
 }
 
+/// What [`Rdma::snapshot`] keeps.
+#[derive(Clone)]
+pub(crate) struct RdmaSnapshot {
+    /// Without frame buffers, its caches empty and of no capacity.
+    state: Rdma,
+    qp_cache: cache::LruContents<u32, ()>,
+    mtt_cache: cache::LruContents<(u16, u64), u64>,
+}
+
 /// Limits of the RDMA objects.
 pub(crate) const MAX_PDS: u32 = 4096;
 pub(crate) const MAX_MRS: u32 = 65536;
@@ -236,6 +247,44 @@ impl Rdma {
             qp_cache,
             mtt_cache,
         }
+    }
+
+    /// The transport's state as it is, to return to ([`Rdma::restore`]): the frame buffers
+    /// left out, and of the caches what they hold rather than their tables.
+    pub fn snapshot(&self) -> RdmaSnapshot {
+        RdmaSnapshot {
+            qp_cache: self.qp_cache.contents(),
+            mtt_cache: self.mtt_cache.borrow().contents(),
+            state: Rdma {
+                frame: Vec::new(),
+                reply_frame: Vec::new(),
+                wqe: Vec::new(),
+                qp_cache: cache::LruCache::new(0),
+                mtt_cache: std::cell::RefCell::new(cache::LruCache::new(0)),
+                ..self.clone()
+            },
+        }
+    }
+
+    /// Returns to `s`, keeping this transport's frame buffers and caches' tables.
+    pub fn restore(&mut self, s: &RdmaSnapshot) {
+        let RdmaScratch {
+            frame,
+            reply_frame,
+            wqe,
+            mut qp_cache,
+            mut mtt_cache,
+        } = self.take_scratch();
+        qp_cache.restore(&s.qp_cache);
+        mtt_cache.restore(&s.mtt_cache);
+        *self = Rdma {
+            frame,
+            reply_frame,
+            wqe,
+            qp_cache,
+            mtt_cache: std::cell::RefCell::new(mtt_cache),
+            ..s.state.clone()
+        };
     }
 
     /// The key of region `index`, with a fresh variant byte. The variant is never 0, so no key

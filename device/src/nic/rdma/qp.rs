@@ -83,7 +83,7 @@ impl SendOp {
 pub(crate) const PREALLOCATED_OPS: usize = 64;
 
 /// The requester half of a QP (IBA §9.7.4–9.7.7 from the sender's side).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Requester {
     /// WQE basic-block counter of the next WQE to start.
     pub fetch_counter: u32,
@@ -179,7 +179,7 @@ pub(crate) struct Owed {
 }
 
 /// The responder half of a QP.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Responder {
     pub expected_psn: u32,
     pub msn: u32,
@@ -203,6 +203,7 @@ pub(crate) struct Responder {
 }
 
 /// A reliable-connection queue pair.
+#[derive(Clone)]
 pub(crate) struct QueuePair {
     pub owner: u16,
     pub pd: u32,

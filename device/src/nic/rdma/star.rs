@@ -188,7 +188,7 @@ pub(crate) struct Pending {
 }
 
 /// A StaR client's connection state (`QueuePair::star`).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct StarClient {
     pub server_send_cqn: u32,
     pub server_recv_cqn: u32,

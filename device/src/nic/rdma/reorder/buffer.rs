@@ -26,6 +26,7 @@ use fld_abi::wire::roce::{IbHeaders, IbPacket, OpcodeInfo};
 use super::pool::Conn;
 
 /// One kept packet: its transport headers and payload.
+#[derive(Clone)]
 pub struct Held {
     headers: IbHeaders,
     info: OpcodeInfo,
@@ -51,6 +52,7 @@ impl Held {
 }
 
 /// The packets a NIC's reorder unit keeps, at most `capacity`.
+#[derive(Clone)]
 pub struct ReorderBuffer {
     held: HashMap<(Conn, u32), Held>,
     spare: Vec<Held>,

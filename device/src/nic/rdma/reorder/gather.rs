@@ -29,6 +29,7 @@ impl GatherConfig {
     };
 }
 
+#[derive(Clone)]
 struct Fifo<T> {
     owner: Option<Conn>,
     packets: VecDeque<T>,
@@ -42,6 +43,7 @@ pub struct Batch<T> {
     pub packets: Vec<T>,
 }
 
+#[derive(Clone)]
 pub struct GatherQueues<T> {
     cfg: GatherConfig,
     fifos: Vec<Fifo<T>>,

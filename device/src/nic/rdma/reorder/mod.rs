@@ -205,6 +205,7 @@ const MAX_PAYLOAD_BYTES: usize = 4096;
 
 /// The reorder unit of a NIC whose responders do not go back N: its bitmap pool, LEFT's gather
 /// queues, and what it did.
+#[derive(Clone)]
 pub struct ReorderUnit {
     pub mode: ReceiverMode,
     pub pool: pool::BitmapPool,

@@ -125,6 +125,7 @@ struct Bitmap {
     recorded: u32,
 }
 
+#[derive(Clone)]
 struct Cache {
     owner: Option<Conn>,
     /// Ring of `cache_bits` bits; bit `(head + i) % cache_bits` stands for PSN `base + i`.
@@ -133,6 +134,7 @@ struct Cache {
 }
 
 /// The pool, the caches and the connections' bitmaps.
+#[derive(Clone)]
 pub struct BitmapPool {
     cfg: PoolConfig,
     /// Each block's bits and its next block.
