@@ -34,13 +34,23 @@ use fld_abi::pci::*;
 pub struct MockSnapshot {
     fabric: crate::fabric::FabricSnapshot,
     nic: crate::nic::NicSnapshot,
+    fld: Option<crate::fld::FldSnapshot>,
     /// The memory the allocator had handed out.
-    memory: Vec<u8>,
+    memory: HandedOut,
     bars: BTreeMap<(FunctionId, u8), u64>,
     token: u16,
     cmd: (u64, u64),
     mailbox: [Option<(u64, u64)>; crate::nic::MAX_HOST_FUNCTIONS],
     interrupts: HashMap<(FunctionId, u16), u64>,
+}
+
+/// The memory the mock's allocator handed out, kept as its pages that hold a non-zero byte
+/// (most of a brought-up card's buffers are zeros: they are zeroed again, not copied).
+#[derive(Default)]
+struct HandedOut {
+    len: usize,
+    /// `(offset, bytes)`, in order of offset: whole pages, the last one up to `len`.
+    pages: Vec<(usize, Vec<u8>)>,
 }
 
 /// Bus address of the DMA-mapped part of host memory.
@@ -341,7 +351,7 @@ impl MockHost {
         self.nic.conventional_reset();
         self.fabric.conventional_reset();
         self.outside_the_card_unplugged();
-        self.host_memory_returned(&[]);
+        self.host_memory_returned(&HandedOut::default());
         self.token.set(0);
         self.interrupts
             .counts
@@ -359,20 +369,32 @@ impl MockHost {
     /// host's (what the allocator handed out, with its bytes; the interrupts taken; the
     /// command buffers and BARs the mock knows) — to return to for every fuzz input
     /// ([`MockHost::restore`]) in place of a recycle and the same bring-up by commands. `None`
-    /// when some of it cannot be kept: FLD's state (a card with FLD) or the NIC's
-    /// ([`Nic::snapshot`]).
+    /// when some of it cannot be kept ([`Nic::snapshot`], [`FldFunction::snapshot`]). FLD's
+    /// accelerator is not part of it.
     pub fn snapshot(&self) -> Option<MockSnapshot> {
-        if self.fld.is_some() {
-            return None;
-        }
         let nic = self.nic.snapshot()?;
-        let mut memory = vec![0u8; self.next.get()];
-        self.memory
-            .read_slice(&mut memory, MemoryRegionAddress(GUARD as u64))
-            .expect("the allocator hands out mapped memory only");
+        let fld = match &self.fld {
+            Some(f) => Some(f.snapshot()?),
+            None => None,
+        };
+        let len = self.next.get();
+        let mut memory = HandedOut {
+            len,
+            pages: Vec::new(),
+        };
+        for at in (0..len).step_by(4096) {
+            let mut page = vec![0u8; (len - at).min(4096)];
+            self.memory
+                .read_slice(&mut page, MemoryRegionAddress((GUARD + at) as u64))
+                .expect("the allocator hands out mapped memory only");
+            if page.iter().any(|&b| b != 0) {
+                memory.pages.push((at, page));
+            }
+        }
         Some(MockSnapshot {
             fabric: self.fabric.snapshot(),
             nic,
+            fld,
             memory,
             bars: self.bars.clone(),
             token: self.token.get(),
@@ -392,6 +414,9 @@ impl MockHost {
     /// allocator had handed out as it was, the rest of host memory zero.
     pub fn restore(&mut self, s: &MockSnapshot) {
         self.nic.restore(&s.nic);
+        if let (Some(f), Some(fs)) = (&self.fld, &s.fld) {
+            f.restore(fs);
+        }
         self.fabric.restore(&s.fabric);
         self.outside_the_card_unplugged();
         self.host_memory_returned(&s.memory);
@@ -421,24 +446,28 @@ impl MockHost {
     /// handed out is written in place (its pages stay resident, so the next run does not fault
     /// them in again); the rest, which only a stray device write could have touched, goes back
     /// to the kernel. The guard areas are filled again if a stray write reached them.
-    fn host_memory_returned(&mut self, contents: &[u8]) {
+    fn host_memory_returned(&mut self, contents: &HandedOut) {
         let used = self
             .next
             .get()
-            .max(contents.len())
+            .max(contents.len)
             .next_multiple_of(4096)
             .min(self.mapped);
-        // SAFETY: both ranges lie in the mapped part of this host's own anonymous private
-        // mapping, `contents` is no longer than what the allocator can hand out (it came from
-        // this host's allocator), the madvised range is page aligned (GUARD, `used` and
-        // `mapped` are whole pages), and no one holds a reference into it (the card was
-        // reset or restored, and no engine runs while the mock does not step it).
-        // MADV_DONTNEED on private anonymous memory makes the next access read zeros.
+        // SAFETY: every write lies in the mapped part of this host's own anonymous private
+        // mapping, below `used` (`contents` came from this host's allocator, so its pages lie
+        // below `contents.len`), the madvised range is page aligned (GUARD, `used` and `mapped`
+        // are whole pages), and no one holds a reference into it (the card was reset or
+        // restored, and no engine runs while the mock does not step it). MADV_DONTNEED on
+        // private anonymous memory makes the next access read zeros.
         let rc = unsafe {
             let start = self.memory.as_ptr().add(GUARD);
-            let n = contents.len().min(used);
-            std::ptr::copy_nonoverlapping(contents.as_ptr(), start, n);
-            std::ptr::write_bytes(start.add(n), 0, used - n);
+            let mut at = 0;
+            for (offset, bytes) in &contents.pages {
+                std::ptr::write_bytes(start.add(at), 0, offset - at);
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), start.add(*offset), bytes.len());
+                at = offset + bytes.len();
+            }
+            std::ptr::write_bytes(start.add(at), 0, used - at);
             libc::madvise(
                 start.add(used).cast(),
                 self.mapped - used,
@@ -455,7 +484,7 @@ impl MockHost {
         if !self.guard_intact() {
             self.fill_guards();
         }
-        self.next.set(contents.len());
+        self.next.set(contents.len);
     }
 
     fn fill_guards(&self) {

@@ -13,16 +13,21 @@ use fld_abi::fld::{reg, BAR_NIC, TXQ_ENABLE, TXQ_ERROR, TXQ_RDMA};
 use fld_abi::nic::{RdmaWqe, WqeData, WQE_OP_SEND, WQE_OP_SEND_IMM};
 use fld_device::accel::rdma::RdmaEcho;
 use fld_device::accel::{RdmaOp, TxMeta};
-use fld_fuzz::{assert_fld_recovers, rdma_op, small_card, Input};
+use fld_fuzz::{assert_fld_recovers, prepared_card, rdma_op, Input};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let mut h = small_card();
+    // FLD bound with one queue, an FLD-R queue pair on it and its client: kept, every input
+    // starts from there.
+    let (mut kept, (_binding, mut client, qpn)) = prepared_card(|h| {
+        let binding = h.bind_fld(1);
+        let (client, qpn) = h.fldr_with_client(&binding, 1, 256 << 10);
+        (binding, client, qpn)
+    });
+    let h = &mut kept.host;
     h.nic.set_clock(Some(0));
     let fld = h.fld.clone().expect("FLD");
     fld.set_accelerator(Box::new(RdmaEcho::new(8192, 8)));
-    let binding = h.bind_fld(1);
-    let (mut client, qpn) = h.fldr_with_client(&binding, 1, 256 << 10);
     let bar2 = h.bar(fld.id(), BAR_NIC);
     let geo = fld.geometry();
     let mut input = Input::new(data);
@@ -39,13 +44,13 @@ fuzz_target!(|data: &[u8]| {
                 let len = (input.u16() % 12_289) as u32;
                 if posted < 48 {
                     let r = client.sge(128 << 10, 12 << 10);
-                    client.post_recv(&h, &[r]);
+                    client.post_recv(h, &[r]);
                     posted += 1;
                 }
                 let s = [client.sge(0, len)];
                 let imm = ctl & 0x10 != 0;
                 client.post_send(
-                    &h,
+                    h,
                     &RdmaWqe {
                         opcode: if imm { WQE_OP_SEND_IMM } else { WQE_OP_SEND },
                         signal: true,
@@ -110,11 +115,11 @@ fuzz_target!(|data: &[u8]| {
             }
             _ => {
                 h.run(input.u8() as usize % 64 + 1);
-                while client.cq.poll_cqe(&h).is_some() {}
-                client.cq.update_ci(&h, 1, fld_abi::nic::db::CQ_BASE);
+                while client.cq.poll_cqe(h).is_some() {}
+                client.cq.update_ci(h, 1, fld_abi::nic::db::CQ_BASE);
             }
         }
     }
     h.run(2048);
-    assert_fld_recovers(&mut h);
+    assert_fld_recovers(h);
 });

@@ -339,27 +339,37 @@ pub fn small_nic() -> KeptHost {
 /// A card whose FLD is sized for a 10 Gbit/s link and 4 queues (small structures), and whose
 /// RC requesters have the fuzzed cards' small window, with a fresh echo accelerator behind it.
 pub fn small_card() -> KeptHost {
-    let h = KeptHost::take(1, MockHost::recycle, || {
-        MockHost::card(
-            CardConfig {
-                fld: MemoryParams {
-                    bandwidth_gbps: 10.0,
-                    tx_queues: 4,
-                    ..MemoryParams::table_2a()
-                },
-                nic: NicConfig {
-                    rc_window: SMALL_RC_WINDOW,
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-            HOST_MEMORY,
-        )
-    });
+    let h = KeptHost::take(1, MockHost::recycle, build_small_card);
     if let Some(f) = &h.fld {
         f.set_accelerator(Box::new(Echo::new(0, 16)));
     }
     h
+}
+
+/// [`small_card`] brought up by `bring_up` ([`prepared`]), with no accelerator plugged in (the
+/// target plugs in a fresh one for every input: an accelerator is not part of the snapshot).
+pub fn prepared_card<S: Clone + 'static>(
+    bring_up: impl FnOnce(&mut MockHost) -> S,
+) -> (Kept<Prepared<S>>, S) {
+    prepared(1, build_small_card, bring_up)
+}
+
+fn build_small_card() -> MockHost {
+    MockHost::card(
+        CardConfig {
+            fld: MemoryParams {
+                bandwidth_gbps: 10.0,
+                tx_queues: 4,
+                ..MemoryParams::table_2a()
+            },
+            nic: NicConfig {
+                rc_window: SMALL_RC_WINDOW,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        HOST_MEMORY,
+    )
 }
 
 /// A frame of `len` bytes from NIC function `from` to `to`'s MAC address, payload `seed + k`.

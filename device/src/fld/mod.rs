@@ -42,7 +42,21 @@ use rx::RxEngine;
 use tx::{TxEngine, TxView};
 
 /// FLD's statistics counters (BAR0 `STATS_BASE`, indexed by [`Stat`]).
+#[derive(Clone)]
 pub(crate) struct Stats([u64; STAT_COUNT]);
+
+/// FLD's state at a quiescent point ([`FldFunction::snapshot`]): no packet anywhere in it, so
+/// the descriptor pool, the translation tables, the buffers and the completion queues hold
+/// what power-on left; what remains is what the control plane set, and the counts.
+pub struct FldSnapshot {
+    nic_doorbell: u64,
+    tx_cqn: u32,
+    rx_cqn: u32,
+    tx: tx::TxSettings,
+    rx: rx::RxSettings,
+    cq_doorbells_due: bool,
+    stats: Stats,
+}
 
 impl Stats {
     fn bump(&mut self, s: Stat) {
@@ -93,6 +107,44 @@ impl FldCore {
         let tx = self.tx.emptied(&self.geo);
         *self = FldCore::with_tx(self.geo, tx);
         self.accel = accel;
+    }
+
+    /// See [`FldSnapshot`]; `None` while a packet is anywhere in FLD. Every field is named, so
+    /// one added to the core must be placed here.
+    fn snapshot(&self) -> Option<FldSnapshot> {
+        let FldCore {
+            geo,
+            nic_doorbell,
+            tx_cqn,
+            rx_cqn,
+            tx,
+            rx,
+            cq_doorbells_due,
+            stats,
+            accel: _,
+        } = self;
+        Some(FldSnapshot {
+            nic_doorbell: *nic_doorbell,
+            tx_cqn: *tx_cqn,
+            rx_cqn: *rx_cqn,
+            tx: tx.settings(geo)?,
+            rx: rx.settings()?,
+            cq_doorbells_due: *cq_doorbells_due,
+            stats: stats.clone(),
+        })
+    }
+
+    /// Returns to `s`: a reset that keeps the buffers' allocations, then the settings.
+    fn restore(&mut self, s: &FldSnapshot) {
+        let rx_buffer = std::mem::take(&mut self.rx.buffer);
+        self.reset();
+        self.nic_doorbell = s.nic_doorbell;
+        self.tx_cqn = s.tx_cqn;
+        self.rx_cqn = s.rx_cqn;
+        self.tx.apply(&s.tx);
+        self.rx.apply(&s.rx, rx_buffer);
+        self.cq_doorbells_due = s.cq_doorbells_due;
+        self.stats.clone_from(&s.stats);
     }
 
     /// The tx stream as the accelerator sees it.
@@ -279,6 +331,18 @@ impl FldFunction {
     }
 
     /// Connects an accelerator model to the AXI-stream ports.
+    /// FLD's state as it is, to return to ([`FldFunction::restore`]); `None` while a packet is
+    /// anywhere in it (a card brought up by its control plane has none). The accelerator is
+    /// not part of it: it is plugged in, not FLD's state.
+    pub fn snapshot(&self) -> Option<FldSnapshot> {
+        self.shared.lock().snapshot()
+    }
+
+    /// Returns to `s`, taken of this FLD by [`FldFunction::snapshot`]; the accelerator stays.
+    pub fn restore(&self, s: &FldSnapshot) {
+        self.shared.lock().restore(s);
+    }
+
     pub fn set_accelerator(&self, accel: Box<dyn Accelerator>) {
         self.shared.lock().accel = Some(accel);
     }

@@ -41,7 +41,76 @@ pub(super) struct RxEngine {
     pub burst: Vec<RxPacket>,
 }
 
+/// What a quiescent Rx engine holds beyond its power-on state: the receive queue the control
+/// plane bound and its layout, where the NIC is in it, and the counters
+/// ([`RxEngine::settings`]).
+#[derive(Clone)]
+pub(super) struct RxSettings {
+    buffer_len: usize,
+    enabled: bool,
+    rqn: u32,
+    log_stride: u8,
+    log_strides: u8,
+    log_wqes: u8,
+    cursor: u32,
+    pi: u32,
+    doorbell_due: bool,
+    cq_ci: u32,
+}
+
 impl RxEngine {
+    /// The settings, while no completion waits and the buffer holds no byte of a packet.
+    /// Every field is named, so one added to the engine must be placed here.
+    pub fn settings(&self) -> Option<RxSettings> {
+        let RxEngine {
+            buffer,
+            enabled,
+            rqn,
+            log_stride,
+            log_strides,
+            log_wqes,
+            cursor,
+            pi,
+            doorbell_due,
+            cqes,
+            cq_ci,
+            burst: _,
+        } = self;
+        let quiet = cqes.is_empty() && buffer.iter().all(|&b| b == 0);
+        quiet.then_some(RxSettings {
+            buffer_len: buffer.len(),
+            enabled: *enabled,
+            rqn: *rqn,
+            log_stride: *log_stride,
+            log_strides: *log_strides,
+            log_wqes: *log_wqes,
+            cursor: *cursor,
+            pi: *pi,
+            doorbell_due: *doorbell_due,
+            cq_ci: *cq_ci,
+        })
+    }
+
+    /// Takes `s` (on an engine at power-on), with `buffer`, an earlier engine's, for its
+    /// buffer: zeroed, or replaced when its size differs.
+    pub fn apply(&mut self, s: &RxSettings, mut buffer: Vec<u8>) {
+        if buffer.len() == s.buffer_len {
+            buffer.fill(0);
+        } else {
+            buffer = vec![0; s.buffer_len];
+        }
+        self.buffer = buffer;
+        self.enabled = s.enabled;
+        self.rqn = s.rqn;
+        self.log_stride = s.log_stride;
+        self.log_strides = s.log_strides;
+        self.log_wqes = s.log_wqes;
+        self.cursor = s.cursor;
+        self.pi = s.pi;
+        self.doorbell_due = s.doorbell_due;
+        self.cq_ci = s.cq_ci;
+    }
+
     pub fn new(geo: &FldGeometry) -> Self {
         RxEngine {
             cqes: VecDeque::with_capacity(1 << geo.log_rx_cq),

@@ -84,7 +84,63 @@ impl TxQueue {
     }
 }
 
+/// What a quiescent Tx engine holds beyond its power-on state: the queues the control plane
+/// bound, what is due to the NIC, and the counters ([`TxEngine::settings`]).
+#[derive(Clone)]
+pub(super) struct TxSettings {
+    queues: Vec<TxQueue>,
+    doorbells_due: Vec<u16>,
+    signal_every: u32,
+    cq_ci: u32,
+    qp_queues: FxHashMap<u16, u16>,
+}
+
 impl TxEngine {
+    /// The settings, while no packet is anywhere in the engine and none has been since the
+    /// last reset: every descriptor and chunk free in its power-on order, both translation
+    /// tables empty with nothing counted, no completion waiting. Every field is named, so one
+    /// added to the engine must be placed here.
+    pub fn settings(&self, geo: &FldGeometry) -> Option<TxSettings> {
+        let TxEngine {
+            pool: _,
+            pool_free,
+            ring_xlt,
+            data_xlt,
+            buffer: _,
+            chunks_touched,
+            chunks_free,
+            queues,
+            doorbells_due,
+            signal_every,
+            cqes,
+            cq_ci,
+            qp_queues,
+        } = self;
+        let untouched = |t: &CuckooTable| t.is_empty() && t.stats() == Default::default();
+        let quiet = pool_free.len() == geo.desc_pool.saturating_sub(1) as usize
+            && untouched(ring_xlt)
+            && untouched(data_xlt)
+            && *chunks_touched == 0
+            && chunks_free.len() == geo.tx_chunks as usize
+            && cqes.is_empty();
+        quiet.then(|| TxSettings {
+            queues: queues.clone(),
+            doorbells_due: doorbells_due.clone(),
+            signal_every: *signal_every,
+            cq_ci: *cq_ci,
+            qp_queues: qp_queues.clone(),
+        })
+    }
+
+    /// Takes `s` (on an engine at power-on, or emptied).
+    pub fn apply(&mut self, s: &TxSettings) {
+        self.queues.clone_from(&s.queues);
+        self.doorbells_due.clone_from(&s.doorbells_due);
+        self.signal_every = s.signal_every;
+        self.cq_ci = s.cq_ci;
+        self.qp_queues.clone_from(&s.qp_queues);
+    }
+
     pub fn new(geo: &FldGeometry) -> Self {
         Self::with_tables(
             geo,
