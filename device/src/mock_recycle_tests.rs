@@ -251,6 +251,28 @@ fn a_restored_host_behaves_as_one_brought_up_by_commands() {
     }
 }
 
+/// A snapshot taken with traffic under way — a pass run after the posts: packets sent and
+/// acknowledged, completions written, a WQE held between passes — returns to that point too.
+#[test]
+fn a_snapshot_taken_mid_traffic_returns_to_it() {
+    let mid = |h: &MockHost| {
+        let objects = bring_up(h);
+        h.run(1);
+        objects
+    };
+    let fresh = nic();
+    let objects = mid(&fresh);
+    let want = after_bring_up(&fresh, objects);
+    let mut used = nic();
+    mess_up(&mut used);
+    used.recycle();
+    let objects = mid(&used);
+    let snapshot = used.snapshot().expect("kept: no walk in the flow cache");
+    mess_up(&mut used);
+    used.restore(&snapshot);
+    assert_same(&want, &after_bring_up(&used, objects));
+}
+
 /// A card with a frame inside FLD (received, no accelerator to take it) cannot be kept.
 #[test]
 fn a_card_with_a_packet_in_fld_is_not_kept() {

@@ -155,7 +155,8 @@ pub(crate) struct Rdma {
     pub qp_context_bytes: u64,
 }
 
-/// The transport's frame and WQE buffers: what they hold never outlives a packet, so a reset
+/// The transport's frame and WQE buffers: what they hold never outlives a packet, but for the
+/// WQE a requester holds between passes (`Rdma::wqe_held`, which a reset forgets), so a reset
 /// of the card hands them to the fresh transport instead of allocating them again.
 pub(crate) struct RdmaScratch {
     pub frame: Vec<u8>,
@@ -258,7 +259,11 @@ impl Rdma {
             state: Rdma {
                 frame: Vec::new(),
                 reply_frame: Vec::new(),
-                wqe: Vec::new(),
+                // The WQE buffer's bytes outlive a pass while `wqe_held` names them.
+                wqe: match self.wqe_held {
+                    Some(_) => self.wqe.clone(),
+                    None => Vec::new(),
+                },
                 qp_cache: cache::LruCache::new(0),
                 mtt_cache: std::cell::RefCell::new(cache::LruCache::new(0)),
                 ..self.clone()
@@ -277,6 +282,10 @@ impl Rdma {
         } = self.take_scratch();
         qp_cache.restore(&s.qp_cache);
         mtt_cache.restore(&s.mtt_cache);
+        let mut wqe = wqe;
+        if !s.state.wqe.is_empty() {
+            wqe.copy_from_slice(&s.state.wqe);
+        }
         *self = Rdma {
             frame,
             reply_frame,
@@ -441,5 +450,35 @@ impl Rdma {
         if let Some(g) = self.guards.get_mut(function as usize) {
             *g = Default::default();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A WQE the requester holds between passes is in the snapshot: a restore brings its bytes
+    /// back into the kept buffer, whatever the buffer held since; with none held, the buffer is
+    /// left as it is (nothing reads it before the next fetch).
+    #[test]
+    fn a_held_wqe_comes_back_with_its_snapshot() {
+        let mut rdma = Rdma::new(2, 4, RdmaScratch::new(2048, (8, 8)), 0, None);
+        rdma.wqe
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8);
+        let held = rdma.wqe.clone();
+        rdma.wqe_held = Some((1, 7, 2));
+        let snapshot = rdma.snapshot();
+        rdma.wqe.fill(0xee);
+        rdma.wqe_held = None;
+        rdma.restore(&snapshot);
+        assert_eq!((rdma.wqe_held, &rdma.wqe), (Some((1, 7, 2)), &held));
+
+        rdma.wqe_held = None;
+        let snapshot = rdma.snapshot();
+        rdma.wqe.fill(0x11);
+        rdma.restore(&snapshot);
+        assert_eq!((rdma.wqe_held, rdma.wqe[0]), (None, 0x11));
     }
 }
