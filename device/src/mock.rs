@@ -32,6 +32,8 @@ use fld_abi::pci::*;
 
 /// A brought-up host's state ([`MockHost::snapshot`]).
 pub struct MockSnapshot {
+    /// The host memory it was taken of: it is restored into that host only.
+    host: usize,
     fabric: crate::fabric::FabricSnapshot,
     nic: crate::nic::NicSnapshot,
     fld: Option<crate::fld::FldSnapshot>,
@@ -392,6 +394,7 @@ impl MockHost {
             }
         }
         Some(MockSnapshot {
+            host: self.memory.as_ptr() as usize,
             fabric: self.fabric.snapshot(),
             nic,
             fld,
@@ -413,6 +416,11 @@ impl MockHost {
     /// is outside it unplugged as by a recycle (the wire, the tap, the clocks), the memory the
     /// allocator had handed out as it was, the rest of host memory zero.
     pub fn restore(&mut self, s: &MockSnapshot) {
+        assert_eq!(
+            s.host,
+            self.memory.as_ptr() as usize,
+            "a snapshot of another host"
+        );
         self.nic.restore(&s.nic);
         if let (Some(f), Some(fs)) = (&self.fld, &s.fld) {
             f.restore(fs);

@@ -284,3 +284,11 @@ fn a_card_with_a_packet_in_fld_is_not_kept() {
     h.run(1000);
     assert!(h.snapshot().is_none());
 }
+
+/// A snapshot names the host it was taken of: its maps and memory belong to that host.
+#[test]
+#[should_panic(expected = "a snapshot of another host")]
+fn a_snapshot_is_restored_into_its_own_host_only() {
+    let snapshot = nic().snapshot().expect("kept");
+    nic().restore(&snapshot);
+}
