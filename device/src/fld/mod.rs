@@ -330,7 +330,6 @@ impl FldFunction {
         self.shared.lock().geo
     }
 
-    /// Connects an accelerator model to the AXI-stream ports.
     /// FLD's state as it is, to return to ([`FldFunction::restore`]); `None` while a packet is
     /// anywhere in it (a card brought up by its control plane has none). The accelerator is
     /// not part of it: it is plugged in, not FLD's state.
@@ -343,6 +342,7 @@ impl FldFunction {
         self.shared.lock().restore(s);
     }
 
+    /// Connects an accelerator model to the AXI-stream ports.
     pub fn set_accelerator(&self, accel: Box<dyn Accelerator>) {
         self.shared.lock().accel = Some(accel);
     }

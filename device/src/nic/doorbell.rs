@@ -63,32 +63,27 @@ impl SparseBits {
     }
 
     /// Calls `f` with every item added since the last drain, keeping them.
-    fn for_each(&self, mut f: impl FnMut(usize)) {
-        for (s, summary) in self.summary.iter().enumerate() {
-            let mut words = summary.load(Ordering::Acquire);
-            while words != 0 {
-                let word = s * 64 + words.trailing_zeros() as usize;
-                words &= words - 1;
-                let mut bits = self.items[word].load(Ordering::Acquire);
-                while bits != 0 {
-                    f(word * 64 + bits.trailing_zeros() as usize);
-                    bits &= bits - 1;
-                }
-            }
-        }
+    fn for_each(&self, f: impl FnMut(usize)) {
+        self.walk(|w| w.load(Ordering::Acquire), f);
     }
 
     /// Calls `f` with every item added since the last drain, and forgets them.
-    fn drain(&self, mut f: impl FnMut(usize)) {
+    fn drain(&self, f: impl FnMut(usize)) {
+        self.walk(|w| w.swap(0, Ordering::AcqRel), f);
+    }
+
+    /// Calls `f` with every item, each summary and item word read through `take`.
+    fn walk(&self, take: impl Fn(&AtomicU64) -> u64, mut f: impl FnMut(usize)) {
         for (s, summary) in self.summary.iter().enumerate() {
+            // A word with nothing in it is only read (a drain writes no shared line for it).
             if summary.load(Ordering::Relaxed) == 0 {
                 continue;
             }
-            let mut words = summary.swap(0, Ordering::AcqRel);
+            let mut words = take(summary);
             while words != 0 {
                 let word = s * 64 + words.trailing_zeros() as usize;
                 words &= words - 1;
-                let mut bits = self.items[word].swap(0, Ordering::AcqRel);
+                let mut bits = take(&self.items[word]);
                 while bits != 0 {
                     f(word * 64 + bits.trailing_zeros() as usize);
                     bits &= bits - 1;
@@ -331,12 +326,13 @@ impl DoorbellArea {
         if !self.sees_every_store() {
             return None;
         }
-        let per_chunk = (DIRTY_CHUNK / 4) as usize;
         let mut chunks = Vec::new();
         self.dirty_chunks.for_each(|chunk| {
             let mut words = [0u32; (DIRTY_CHUNK / 4) as usize];
-            for (i, w) in words.iter_mut().enumerate() {
-                *w = self.load(4 * (chunk * per_chunk + i) as u64);
+            if let Some(run) = self.span(chunk as u64 * DIRTY_CHUNK, words.len()) {
+                for (w, word) in words.iter_mut().zip(run) {
+                    *w = word.load(Ordering::Acquire);
+                }
             }
             chunks.push((chunk, words));
         });
@@ -348,10 +344,9 @@ impl DoorbellArea {
     /// Returns the words and the rung slots to `s`: a reset, then the words `s` holds.
     pub fn restore(&self, s: &DoorbellSnapshot) {
         self.clear();
-        let per_chunk = (DIRTY_CHUNK / 4) as usize;
         for (chunk, words) in &s.chunks {
-            for (i, &w) in words.iter().enumerate() {
-                if let Some(word) = self.word(4 * (chunk * per_chunk + i) as u64) {
+            if let Some(run) = self.span(*chunk as u64 * DIRTY_CHUNK, words.len()) {
+                for (word, &w) in run.iter().zip(words) {
                     word.store(w, Ordering::Release);
                 }
             }

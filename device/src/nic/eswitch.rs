@@ -368,10 +368,7 @@ impl FlowCache {
     /// the generation moves on, so no slot filled before matches again, and a reset costs
     /// nothing per slot.
     pub(super) fn reset(&mut self) {
-        self.invalidate();
-        self.active = false;
-        self.min_rules = FLOW_CACHE_MIN_RULES;
-        self.counters = Default::default();
+        self.restore_settings(&FlowCache::empty());
     }
 
     fn slot_of(root: u32, key: &Key) -> usize {

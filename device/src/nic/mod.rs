@@ -490,8 +490,7 @@ impl CmdRegs {
 
     /// Every register's value: mailbox addresses, lengths, status.
     fn values(&self) -> [u32; 7] {
-        let [a, b, c, d, e, f, g] = self.registers();
-        [a, b, c, d, e, f, g].map(|r| r.load(Ordering::Acquire))
+        self.registers().map(|r| r.load(Ordering::Acquire))
     }
 
     fn set_values(&self, values: &[u32; 7]) {
@@ -513,13 +512,7 @@ impl CmdRegs {
     }
 
     fn clear(&self) {
-        for r in self.in_addr.iter().chain(&self.out_addr) {
-            r.store(0, Ordering::Relaxed);
-        }
-        for r in [&self.in_len, &self.out_len] {
-            r.store(0, Ordering::Relaxed);
-        }
-        self.status.store(0, Ordering::Release);
+        self.set_values(&[0; 7]);
     }
 }
 

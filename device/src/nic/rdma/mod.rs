@@ -276,13 +276,12 @@ impl Rdma {
         let RdmaScratch {
             frame,
             reply_frame,
-            wqe,
+            mut wqe,
             mut qp_cache,
             mut mtt_cache,
         } = self.take_scratch();
         qp_cache.restore(&s.qp_cache);
         mtt_cache.restore(&s.mtt_cache);
-        let mut wqe = wqe;
         if !s.state.wqe.is_empty() {
             wqe.copy_from_slice(&s.state.wqe);
         }
