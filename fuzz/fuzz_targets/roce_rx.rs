@@ -30,9 +30,9 @@ use fld_abi::wire::roce::{
     Reth, RoceAddress,
 };
 use fld_abi::wire::udp_offsets;
+use fld_device::mock::{MockHost, MockQp};
 use fld_device::nic::reorder::ReceiverMode;
 use fld_device::wire::{link, Wire};
-use fld_device::mock::{MockHost, MockQp};
 use fld_fuzz::{assert_rdma_recovers, prepared_rdma_nic, Input};
 use libfuzzer_sys::fuzz_target;
 use zerocopy::little_endian::{U16, U32, U64};

@@ -5,14 +5,14 @@
 //! lie — is answered or ends the connection; the server never hangs and never panics in this
 //! project's code (the protocol crate itself trusts message sizes and may panic, which the server
 //! turns into a dropped connection: such panics are tolerated here, all others abort). Afterwards
-//! the card, re-enumerated by a driver, echoes verified traffic through FLD. Each function's
-//! server runs on its own thread for the whole run and serves one client per input.
+//! the card, re-enumerated by a driver, echoes verified traffic through FLD. The functions'
+//! servers run on a thread of their own for the whole run and serve one client per input.
 #![no_main]
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
@@ -89,10 +89,13 @@ fn tolerate_protocol_crate_panics() {
 /// Writes `script` to the server and reads its replies, both at once (a client that wrote
 /// everything before reading would block against a server blocked on a full socket: a 1 MiB
 /// region read fills it), without blocking: the server's thread never has a sleeping reader to
-/// wake per reply, which cost more than the rest of an input together. Ends when the server
-/// closes the connection; panics if it neither answers nor closes for ten seconds.
-fn exchange(mut client: UnixStream, mut script: &[u8]) {
+/// wake per reply, which cost more than the rest of an input together. `start` is called once
+/// the first part of the script is in the socket, so that the server finds it there rather than
+/// sleeping until it arrives. Ends when the server closes the connection; panics if it neither
+/// answers nor closes for ten seconds.
+fn exchange(mut client: UnixStream, mut script: &[u8], start: impl FnOnce()) {
     client.set_nonblocking(true).expect("a non-blocking client");
+    let mut start = Some(start);
     let mut replies = [0u8; 1 << 16];
     let mut quiet_since = Instant::now();
     loop {
@@ -110,6 +113,9 @@ fn exchange(mut client: UnixStream, mut script: &[u8]) {
                 // The server closed its end with requests unread.
                 Err(_) => script = &[],
             }
+        }
+        if let Some(start) = start.take() {
+            start();
         }
         match client.read(&mut replies) {
             Ok(0) => return,
@@ -130,25 +136,67 @@ fn exchange(mut client: UnixStream, mut script: &[u8]) {
     }
 }
 
-/// One server per function of a card, each on a thread of its own that serves one client after
-/// another, as `fldemu serve` does: an input connects, and waits until its client is served.
-/// Kept with the host (a thread and a listener per input cost more than most inputs).
+/// A server per function of a card, as `fldemu serve` has, all served by one thread that
+/// serves one client after another: an input connects, names the function it connected to, and
+/// waits until its client is served. Kept with the host (a thread and a listener per input cost
+/// more than most inputs).
+///
+/// The thread waits for the next input by polling, and sleeps only after a millisecond without
+/// one: a server asleep in `accept` had to be woken by the scheduler for every input, which
+/// cost more than a short script.
 struct Servers {
     card: Arc<Card>,
-    servers: Vec<Server>,
+    addrs: Vec<(FunctionId, SocketAddr)>,
+    shared: Arc<Dispatch>,
+    thread: std::thread::Thread,
 }
 
-struct Server {
-    fid: FunctionId,
-    addr: SocketAddr,
-    served: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
+/// What the client and the serving thread share.
+#[derive(Default)]
+struct Dispatch {
+    /// 0 while no client waits; else 1 + the index of the function its client connected to.
+    wanted: AtomicUsize,
+    /// Clients served so far.
+    served: AtomicU64,
+    /// The thread is parked (or about to be) and must be unparked for the next client.
+    parked: AtomicBool,
+    stop: AtomicBool,
+}
+
+/// How long the serving thread polls for the next input before it parks.
+const POLL_FOR_NEXT: Duration = Duration::from_millis(1);
+
+impl Dispatch {
+    /// The next function to serve, or None once told to stop.
+    fn next(&self) -> Option<usize> {
+        let mut since = Instant::now();
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                return None;
+            }
+            if self.wanted.load(Ordering::Acquire) != 0 {
+                return Some(self.wanted.swap(0, Ordering::AcqRel) - 1);
+            }
+            if since.elapsed() < POLL_FOR_NEXT {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Parked only if no client came between the flag and the look: a client that
+            // comes after the flag sees it and unparks.
+            self.parked.store(true, Ordering::SeqCst);
+            if self.wanted.load(Ordering::SeqCst) == 0 && !self.stop.load(Ordering::SeqCst) {
+                std::thread::park();
+            }
+            self.parked.store(false, Ordering::SeqCst);
+            since = Instant::now();
+        }
+    }
 }
 
 impl Servers {
     fn new(card: Arc<Card>, functions: &[FunctionId]) -> Servers {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let servers = functions
+        let (addrs, mut servers): (Vec<_>, Vec<_>) = functions
             .iter()
             .map(|&fid| {
                 let name = format!(
@@ -159,41 +207,49 @@ impl Servers {
                 let addr =
                     SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract address");
                 let listener = UnixListener::bind_addr(&addr).expect("listen");
-                let mut server = FunctionServer::new(card.clone(), fid, listener);
-                let served = Arc::new(AtomicU64::new(0));
-                let stop = Arc::new(AtomicBool::new(false));
-                let (count, stopped) = (served.clone(), stop.clone());
-                std::thread::spawn(move || {
-                    while !stopped.load(Ordering::Acquire) {
-                        let _ = server.serve_client();
-                        count.fetch_add(1, Ordering::Release);
-                    }
-                });
-                Server {
-                    fid,
-                    addr,
-                    served,
-                    stop,
-                }
+                (
+                    (fid, addr),
+                    FunctionServer::new(card.clone(), fid, listener),
+                )
             })
-            .collect();
-        Servers { card, servers }
+            .unzip();
+        let shared = Arc::new(Dispatch::default());
+        let dispatch = shared.clone();
+        let thread = std::thread::spawn(move || {
+            while let Some(at) = dispatch.next() {
+                let _ = servers[at].serve_client();
+                dispatch.served.fetch_add(1, Ordering::Release);
+            }
+        })
+        .thread()
+        .clone();
+        Servers {
+            card,
+            addrs,
+            shared,
+            thread,
+        }
     }
 
     /// Runs `script` as a client of `fid`'s server, until the server is done with it.
     fn serve(&self, fid: FunctionId, script: &[u8]) {
-        let server = self
-            .servers
+        let at = self
+            .addrs
             .iter()
-            .find(|s| s.fid == fid)
+            .position(|(f, _)| *f == fid)
             .expect("a server per function");
-        let before = server.served.load(Ordering::Acquire);
-        let client = UnixStream::connect_addr(&server.addr).expect("connect");
-        exchange(client, script);
+        let before = self.shared.served.load(Ordering::Acquire);
+        let client = UnixStream::connect_addr(&self.addrs[at].1).expect("connect");
+        exchange(client, script, || {
+            self.shared.wanted.store(at + 1, Ordering::SeqCst);
+            if self.shared.parked.load(Ordering::SeqCst) {
+                self.thread.unpark();
+            }
+        });
         // The server's side is done (its DMA maps and eventfds gone) before the card is
         // touched again.
         let since = Instant::now();
-        while server.served.load(Ordering::Acquire) == before {
+        while self.shared.served.load(Ordering::Acquire) == before {
             assert!(since.elapsed() < Duration::from_secs(10), "the server hung");
             std::hint::spin_loop();
         }
@@ -202,11 +258,8 @@ impl Servers {
 
 impl Drop for Servers {
     fn drop(&mut self) {
-        for s in &self.servers {
-            s.stop.store(true, Ordering::Release);
-            // The thread waits for a client: one that leaves at once lets it see the stop.
-            let _ = UnixStream::connect_addr(&s.addr);
-        }
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.thread.unpark();
     }
 }
 
