@@ -704,21 +704,38 @@ impl Fabric {
     /// CPU stores to `base + offset` for each `(offset, data)` of `writes`, in order, each
     /// after the one before it as fenced stores are (a driver's WQE-by-MMIO sequence and its
     /// doorbell). The same TLPs as one [`Fabric::mmio_write`] each, counted the same; the
-    /// routes are looked up once and, while the stores stay in one BAR, its window too.
+    /// routes are looked up once, and a run of stores that stays in one BAR is counted as one
+    /// sum and handed to its function in one call ([`PciFunction::bar_write_run`]).
     pub fn mmio_write_all(&self, base: u64, writes: &[(u64, &[u8])]) {
         self.with_cpu_routes(|routes| {
-            let mut window: Option<&BarWindow> = None;
-            for &(offset, data) in writes {
+            let mut rest = writes;
+            while let Some(&(offset, data)) = rest.first() {
                 let addr = base.wrapping_add(offset);
-                let len = data.len() as u64;
-                if !window.is_some_and(|w| w.holds(addr, len)) {
-                    window = routes.bar_at(addr, len).map(|i| &routes.bars[i]);
-                }
-                let Some(w) = window else {
+                let Some(w) = routes
+                    .bar_at(addr, data.len() as u64)
+                    .map(|i| &routes.bars[i])
+                else {
+                    rest = &rest[1..];
                     continue;
                 };
-                self.count_cpu_write(routes, w, addr, len);
-                w.target.bar_write(w.bar, addr - w.start, data);
+                let (mut tlps, mut bytes) = (0, 0);
+                let run = rest
+                    .iter()
+                    .take_while(|&&(offset, data)| {
+                        let (addr, len) = (base.wrapping_add(offset), data.len() as u64);
+                        let held = w.holds(addr, len);
+                        if held {
+                            tlps += tlp_count_shift(addr, len, self.mps_shift);
+                            bytes += len;
+                        }
+                        held
+                    })
+                    .count();
+                self.host_counters.add_up(tlps, bytes);
+                self.count_on(routes, w.function, |c| c.add_down(tlps, bytes));
+                w.target
+                    .bar_write_run(w.bar, base.wrapping_sub(w.start), &rest[..run]);
+                rest = &rest[run..];
             }
         });
     }

@@ -192,28 +192,31 @@ fn post(
     bytes
 }
 
-/// Puts `wqe`, written at counter `counter`, in the SQ's WQE-by-MMIO buffer with its seal.
-fn by_mmio(h: &MockHost, port: &MockPort, wqe: &[u8], counter: u32) {
+/// Puts `wqe`, written at counter `counter`, in the SQ's WQE-by-MMIO buffer with its seal: 32-bit
+/// stores, one at a time or handed to the fabric as one run (as a driver's WQE by MMIO is), which
+/// must come to the same (the run reaches the function in one call).
+fn by_mmio(h: &MockHost, port: &MockPort, wqe: &[u8], counter: u32, as_run: bool) {
     let buffer = db::wqe_buffer(db::SQ_WQE_BASE, port.sq.id);
-    let f = port.function;
-    h.doorbell(f, buffer + db::WQE_SEAL_OFFSET, 0);
-    for (i, w) in wqe.chunks_exact(4).take(48).enumerate() {
-        h.doorbell(
-            f,
-            buffer + 4 * i as u64,
-            u32::from_le_bytes(w.try_into().unwrap()),
-        );
-    }
     let blocks = (wqe.len() / WQEBB) as u32;
-    h.doorbell(
-        f,
-        buffer + db::WQE_SEAL_OFFSET,
-        db::wqe_seal(counter, blocks),
-    );
+    let seal = db::wqe_seal(counter, blocks).to_le_bytes();
+    let mut stores: Vec<(u64, &[u8])> = vec![(buffer + db::WQE_SEAL_OFFSET, &[0; 4])];
+    for (i, w) in wqe.chunks_exact(4).take(48).enumerate() {
+        stores.push((buffer + 4 * i as u64, w));
+    }
+    stores.push((buffer + db::WQE_SEAL_OFFSET, &seal));
+    let base = h.bar(h.nic_fid(port.function), BAR_DOORBELL);
+    if as_run {
+        h.fabric.mmio_write_all(base, &stores);
+    } else {
+        for (offset, data) in stores {
+            h.fabric.mmio_write(base + offset, data);
+        }
+    }
 }
 
 /// Runs `ops` on a fresh two-function card whose transmit pipeline gathers `tx_burst` WQEs at
-/// most; returns what a driver could observe, and the whole of host memory.
+/// most; returns what a driver could observe, and the whole of host memory. WQEs by MMIO are
+/// stored one word at a time on the per-packet engine, as one run on a bursting one.
 fn run(ops: &[Op], tx_burst: u32) -> (Vec<String>, Vec<u8>) {
     let h = MockHost::nic(
         NicConfig {
@@ -249,7 +252,7 @@ fn run(ops: &[Op], tx_burst: u32) -> (Vec<String>, Vec<u8>) {
                 let counter = p.sq.pi;
                 let wqe = post(&h, (p, returns[*port]), buf, op, n as u8);
                 if *m {
-                    by_mmio(&h, p, &wqe, counter);
+                    by_mmio(&h, p, &wqe, counter, tx_burst > 1);
                 }
             }
             Op::Ring(port) => ports[*port].sq.ring(&h, *port as u16),

@@ -610,6 +610,19 @@ impl NicFunction {
         let status = CMD_STATUS_DONE | (delivery as u32) << 8 | token << 16;
         regs.status.store(status, Ordering::Release);
     }
+
+    /// A store into the doorbell BAR: a doorbell word, or a WQE by MMIO.
+    #[inline]
+    fn doorbell_write(&self, offset: u64, data: &[u8]) {
+        if let (4, true) = (data.len(), offset.is_multiple_of(4)) {
+            self.doorbells.store(
+                offset,
+                u32::from_le_bytes([data[0], data[1], data[2], data[3]]),
+            );
+        } else {
+            self.doorbells.write(offset, data);
+        }
+    }
 }
 
 impl PciFunction for NicFunction {
@@ -653,18 +666,21 @@ impl PciFunction for NicFunction {
                     );
                 }
             }
-            BAR_DOORBELL => {
-                if data.len() == 4 && offset.is_multiple_of(4) {
-                    self.doorbells.store(
-                        offset,
-                        u32::from_le_bytes([data[0], data[1], data[2], data[3]]),
-                    );
-                } else {
-                    self.doorbells.write(offset, data);
-                }
-            }
+            BAR_DOORBELL => self.doorbell_write(offset, data),
             _ => {
                 self.pci.msix_write(bar, offset, data);
+            }
+        }
+    }
+
+    fn bar_write_run(&self, bar: u8, base: u64, writes: &[(u64, &[u8])]) {
+        if bar == BAR_DOORBELL {
+            for &(offset, data) in writes {
+                self.doorbell_write(base.wrapping_add(offset), data);
+            }
+        } else {
+            for &(offset, data) in writes {
+                self.bar_write(bar, base.wrapping_add(offset), data);
             }
         }
     }

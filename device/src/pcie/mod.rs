@@ -27,6 +27,14 @@ pub trait PciFunction: Send + Sync {
     fn pci(&self) -> &PciState;
     fn bar_read(&self, bar: u8, offset: u64, data: &mut [u8]);
     fn bar_write(&self, bar: u8, offset: u64, data: &[u8]);
+    /// Stores each `(offset, data)` of `writes` at `base + offset` in `bar`, in order: a run
+    /// of CPU stores the fabric routed to this one BAR (a WQE by MMIO, its seal and its
+    /// doorbell), taken in one call.
+    fn bar_write_run(&self, bar: u8, base: u64, writes: &[(u64, &[u8])]) {
+        for &(offset, data) in writes {
+            self.bar_write(bar, base.wrapping_add(offset), data);
+        }
+    }
     /// Function-level reset: the device model returns to its power-on state.
     fn reset(&self);
 }
