@@ -194,6 +194,52 @@ fn the_icrc_covers_every_invariant_byte_and_no_variant_one() {
     }
 }
 
+/// The ICRC by its definition (A17.3.3): the CRC-32 of eight ones for the LRH, then the IP
+/// datagram up to the ICRC with the variant fields set to ones.
+fn icrc_by_definition(frame: &[u8], ipv6: bool) -> u32 {
+    let mut covered = vec![0xff; 8];
+    let ip = covered.len();
+    covered.extend_from_slice(&frame[14..frame.len() - ICRC_LEN]);
+    let variant: &[usize] = if ipv6 {
+        &[1, 2, 3, 7, 46, 47, 52]
+    } else {
+        &[1, 8, 10, 11, 26, 27, 32]
+    };
+    for &at in variant {
+        covered[ip + at] = 0xff;
+    }
+    if ipv6 {
+        covered[ip] |= 0x0f;
+    }
+    crc32fast::hash(&covered)
+}
+
+/// The ICRC is summed in two pieces, the masked headers copied and the rest in place: every
+/// length of the rest gives the ICRC the definition does, and so does the vector's whole packet.
+#[test]
+fn the_icrc_of_every_length_is_the_crc_of_the_masked_datagram() {
+    for (vector, ipv6) in [(WRITE_ONLY_V4, false), (SEND_ONLY_IMM_V6, true)] {
+        let headers = hex(vector);
+        let bth_end = if ipv6 { 62 } else { 42 } + BTH_LEN;
+        for len in 0..512 {
+            let mut frame = headers[..bth_end].to_vec();
+            frame.extend((0..len).map(|i| (i * 7 + len) as u8));
+            frame.extend_from_slice(&[0; ICRC_LEN]);
+            assert_eq!(
+                icrc(&frame, 14, frame.len(), ipv6),
+                Some(icrc_by_definition(&frame, ipv6)),
+                "{len} bytes behind the BTH of {vector}"
+            );
+        }
+        let whole = hex(vector);
+        assert_eq!(
+            icrc_by_definition(&whole, ipv6).to_le_bytes(),
+            whole[whole.len() - ICRC_LEN..],
+            "the definition gives the vector's own ICRC"
+        );
+    }
+}
+
 #[test]
 fn malformed_transport_packets_are_refused_not_misread() {
     let frame = hex(WRITE_ONLY_V4);
