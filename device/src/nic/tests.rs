@@ -999,6 +999,70 @@ fn rdma_qps_through_the_driver_mock() {
     assert!(h.guard_intact());
 }
 
+/// A requester keeps the WQE it executes on chip between passes, named by its QP and counter; a
+/// QP taken back to RESET starts its send queue again at WQE 0, and the WQE it runs there is
+/// the one the driver posted after the reset, not the one held from before it under the same
+/// name (every command forgets the held WQE).
+#[test]
+fn a_qp_reset_forgets_the_wqe_it_held() {
+    let h = host();
+    let mut a = h.create_rdma_qp(0, [10, 1, 0, 1], 1 << 16);
+    let b = h.create_rdma_qp(1, [10, 1, 0, 2], 1 << 16);
+    let write_to = |a: &mut MockQp, data: &[Sge], remote: u64| {
+        a.post_send(
+            &h,
+            &RdmaWqe {
+                opcode: WQE_OP_RDMA_WRITE,
+                signal: true,
+                solicited: false,
+                fence: false,
+                imm: 0,
+                remote: Some((remote, b.key)),
+                atomic: None,
+                data: WqeData::Gather(data),
+            },
+        );
+    };
+    let first: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+    let second: Vec<u8> = (0..1000u32).map(|i| (i * 3 + 1) as u8).collect();
+    h.write(a.buf, &first);
+    h.write(a.buf + 4096, &second);
+    for (round, (from, to, data)) in [(0, 8192, &first), (4096, 12288, &second)]
+        .into_iter()
+        .enumerate()
+    {
+        if round > 0 {
+            let reset = QpAttr {
+                qp_state: QpState::Reset as u8,
+                ..Default::default()
+            };
+            for qp in [&a, &b] {
+                assert!(h
+                    .modify_qp(qp.function, qp.qpn, qp_attr::STATE, &reset)
+                    .ok());
+            }
+            a.sq.pi = 0;
+        }
+        h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 7);
+        h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 7);
+        let data_sge = [a.sge(from, 1000)];
+        write_to(&mut a, &data_sge, b.buf + to);
+        h.run(1000);
+        let c = a.cq.poll_cqe(&h).expect("send CQE");
+        assert_eq!(
+            (c.syndrome, c.wqe_opcode),
+            (0, WQE_OP_RDMA_WRITE),
+            "round {round}"
+        );
+        let mut got = vec![0u8; 1000];
+        h.read(b.buf + to, &mut got);
+        assert_eq!(
+            &got, data,
+            "round {round}: the WQE posted in this round ran"
+        );
+    }
+}
+
 /// Memory keys are recycled with a fresh variant byte, which is never 0: over 600 creations
 /// and destructions of the same region slot no key equals the receive WQE's end marker
 /// (`mkey(1, 0)`), which would end a receive WQE at a scatter entry naming that key.
