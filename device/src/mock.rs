@@ -84,6 +84,20 @@ impl InterruptSink for Interrupts {
     }
 }
 
+/// A signalled RDMA WQE with no immediate, fence or solicited event, gathering `data`.
+pub fn signalled(opcode: u8, remote: Option<(u64, u32)>, data: &[Sge]) -> RdmaWqe<'_> {
+    RdmaWqe {
+        opcode,
+        signal: true,
+        solicited: false,
+        fence: false,
+        imm: 0,
+        remote,
+        atomic: None,
+        data: WqeData::Gather(data),
+    }
+}
+
 /// An RC QP the mock made ([`MockHost::create_rdma_qp`]): its number, PD, the key and bus
 /// address of its registered buffer (virtual address = bus address), its CQ and its rings.
 #[derive(Clone)]
@@ -1236,17 +1250,7 @@ impl MockHost {
             (WQE_OP_RDMA_WRITE, Some((b.buf + 4096, b.key)), &send),
             (WQE_OP_RDMA_READ, Some((b.buf + 12288, b.key)), &read),
         ] {
-            let wqe = RdmaWqe {
-                opcode,
-                signal: true,
-                solicited: false,
-                fence: false,
-                imm: 0,
-                remote,
-                atomic: None,
-                data: WqeData::Gather(data),
-            };
-            a.post_send(self, &wqe);
+            a.post_send(self, &signalled(opcode, remote, data));
         }
         (a, b)
     }

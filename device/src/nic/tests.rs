@@ -7,7 +7,7 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::NicConfig;
 use crate::fabric::FabricConfig;
-use crate::mock::{CmdReply, MockHost, MockPort, MockQp, MockRing, MOCK_IOVA};
+use crate::mock::{signalled, CmdReply, MockHost, MockPort, MockQp, MockRing, MOCK_IOVA};
 use fld_abi::nic::*;
 use fld_abi::wire::{ethertype, EthIpv4UdpRepr, EthernetRepr, Ipv4Repr, UdpRepr};
 
@@ -950,31 +950,10 @@ fn rdma_qps_through_the_driver_mock() {
     h.write(a.buf, &msg);
     b.post_recv(&h, &[b.sge(0, 4096)]);
     let s = [a.sge(0, msg.len() as u32)];
+    a.post_send(&h, &signalled(WQE_OP_SEND, None, &s));
     a.post_send(
         &h,
-        &RdmaWqe {
-            opcode: WQE_OP_SEND,
-            signal: true,
-            solicited: false,
-            fence: false,
-            imm: 0,
-            remote: None,
-            atomic: None,
-            data: WqeData::Gather(&s),
-        },
-    );
-    a.post_send(
-        &h,
-        &RdmaWqe {
-            opcode: WQE_OP_RDMA_WRITE,
-            signal: true,
-            solicited: false,
-            fence: false,
-            imm: 0,
-            remote: Some((b.buf + 8192, b.key)),
-            atomic: None,
-            data: WqeData::Gather(&s),
-        },
+        &signalled(WQE_OP_RDMA_WRITE, Some((b.buf + 8192, b.key)), &s),
     );
     h.run(1000);
     let rx = b.cq.poll_cqe(&h).expect("receive CQE");
@@ -1008,21 +987,6 @@ fn a_qp_reset_forgets_the_wqe_it_held() {
     let h = host();
     let mut a = h.create_rdma_qp(0, [10, 1, 0, 1], 1 << 16);
     let b = h.create_rdma_qp(1, [10, 1, 0, 2], 1 << 16);
-    let write_to = |a: &mut MockQp, data: &[Sge], remote: u64| {
-        a.post_send(
-            &h,
-            &RdmaWqe {
-                opcode: WQE_OP_RDMA_WRITE,
-                signal: true,
-                solicited: false,
-                fence: false,
-                imm: 0,
-                remote: Some((remote, b.key)),
-                atomic: None,
-                data: WqeData::Gather(data),
-            },
-        );
-    };
     let first: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
     let second: Vec<u8> = (0..1000u32).map(|i| (i * 3 + 1) as u8).collect();
     h.write(a.buf, &first);
@@ -1045,8 +1009,9 @@ fn a_qp_reset_forgets_the_wqe_it_held() {
         }
         h.connect_qp(&a, b.qpn, b.gid, h.nic_mac(1), 7);
         h.connect_qp(&b, a.qpn, a.gid, h.nic_mac(0), 7);
-        let data_sge = [a.sge(from, 1000)];
-        write_to(&mut a, &data_sge, b.buf + to);
+        let gather = [a.sge(from, 1000)];
+        let write = signalled(WQE_OP_RDMA_WRITE, Some((b.buf + to, b.key)), &gather);
+        a.post_send(&h, &write);
         h.run(1000);
         let c = a.cq.poll_cqe(&h).expect("send CQE");
         assert_eq!(
@@ -1162,19 +1127,7 @@ fn a_shared_receive_queue_feeds_a_qp_and_raises_its_limit_event_once() {
     let send = |a: &mut MockQp, k: u64| {
         h.write(a.buf + k * 100, &[k as u8 + 1; 100]);
         let s = [a.sge(k * 100, 100)];
-        a.post_send(
-            &h,
-            &RdmaWqe {
-                opcode: WQE_OP_SEND,
-                signal: true,
-                solicited: false,
-                fence: false,
-                imm: 0,
-                remote: None,
-                atomic: None,
-                data: WqeData::Gather(&s),
-            },
-        );
+        a.post_send(&h, &signalled(WQE_OP_SEND, None, &s));
     };
     for k in 0..3 {
         send(&mut a, k);
@@ -1317,19 +1270,7 @@ fn connected_rdma_pair(h: &MockHost, psn: u32) -> (MockQp, MockQp) {
 /// Posts a signalled 8 KiB RDMA WRITE from the start of `a`'s buffer to `to`.
 fn post_write_8k(h: &MockHost, a: &mut MockQp, to: u64, rkey: u32) {
     let s = [a.sge(0, 8192)];
-    a.post_send(
-        h,
-        &RdmaWqe {
-            opcode: WQE_OP_RDMA_WRITE,
-            signal: true,
-            solicited: false,
-            fence: false,
-            imm: 0,
-            remote: Some((to, rkey)),
-            atomic: None,
-            data: WqeData::Gather(&s),
-        },
-    );
+    a.post_send(h, &signalled(WQE_OP_RDMA_WRITE, Some((to, rkey)), &s));
 }
 
 /// QUERY_CAPS reports how many QP contexts the NIC keeps on chip, and QUERY_RDMA_COUNTERS how
@@ -1538,19 +1479,7 @@ fn the_requester_window_bounds_what_it_sends_and_sends_again() {
     );
     let s = [qp.sge(0, 3000)];
     for _ in 0..3 {
-        qp.post_send(
-            &h,
-            &RdmaWqe {
-                opcode: WQE_OP_SEND,
-                signal: true,
-                solicited: false,
-                fence: false,
-                imm: 0,
-                remote: None,
-                atomic: None,
-                data: WqeData::Gather(&s),
-            },
-        );
+        qp.post_send(&h, &signalled(WQE_OP_SEND, None, &s));
     }
     let mut sent_psns = |h: &MockHost| {
         h.run(100);
