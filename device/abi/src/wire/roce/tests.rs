@@ -240,6 +240,28 @@ fn the_icrc_of_every_length_is_the_crc_of_the_masked_datagram() {
     }
 }
 
+/// A GID is an IPv4 address exactly when its first 96 bits are ::ffff:0:0 (RFC 4291 §2.5.5.2,
+/// as RoCEv2 carries IPv4 addresses): a mapped address is, whatever its last four bytes, and
+/// changing any bit of the prefix makes it not one.
+#[test]
+fn a_gid_is_ipv4_exactly_when_it_is_ipv4_mapped() {
+    for addr in [[0, 0, 0, 0], [10, 0, 0, 1], [255; 4]] {
+        let gid = ipv4_gid(addr);
+        assert!(gid_is_ipv4(&gid), "{addr:?}");
+        for byte in 0..12 {
+            for bit in 0..8 {
+                let mut g = gid;
+                g[byte] ^= 1 << bit;
+                assert!(!gid_is_ipv4(&g), "byte {byte} bit {bit} of {addr:?}");
+            }
+        }
+    }
+    assert!(!gid_is_ipv4(&[0; 16]), "the unspecified address");
+    assert!(!gid_is_ipv4(&[
+        0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 1, 2, 3, 4
+    ]));
+}
+
 #[test]
 fn malformed_transport_packets_are_refused_not_misread() {
     let frame = hex(WRITE_ONLY_V4);
