@@ -546,8 +546,10 @@ impl Fabric {
             .clone()
     }
 
-    /// Counts on function `f`'s link, through `routes` (no lock) when they know it.
-    #[inline]
+    /// Counts on function `f`'s link, through `routes` (no lock) when they know it. Always
+    /// inlined: behind the shared counting of CPU stores the compiler kept it out of line, 17
+    /// instructions more per 64 B RDMA WRITE.
+    #[inline(always)]
     fn count_on(&self, routes: &Routes, f: FunctionId, count: impl FnOnce(&TlpCounters)) {
         match routes.counters.get(f as usize) {
             Some(c) => count(c),
@@ -731,8 +733,7 @@ impl Fabric {
                         held
                     })
                     .count();
-                self.host_counters.add_up(tlps, bytes);
-                self.count_on(routes, w.function, |c| c.add_down(tlps, bytes));
+                self.count_cpu_writes(routes, w.function, tlps, bytes);
                 w.target
                     .bar_write_run(w.bar, base.wrapping_sub(w.start), &rest[..run]);
                 rest = &rest[run..];
@@ -777,17 +778,19 @@ impl Fabric {
         else {
             return false;
         };
-        self.count_cpu_write(routes, w, addr, data.len() as u64);
+        let len = data.len() as u64;
+        let tlps = tlp_count_shift(addr, len, self.mps_shift);
+        self.count_cpu_writes(routes, w.function, tlps, len);
         w.target.bar_write(w.bar, addr - w.start, data);
         true
     }
 
-    /// A CPU store's TLPs, upstream of the root port and downstream on the function's link.
+    /// CPU stores' TLPs and payload bytes, upstream of the root port and downstream on the
+    /// function's link.
     #[inline]
-    fn count_cpu_write(&self, routes: &Routes, w: &BarWindow, addr: u64, len: u64) {
-        let tlps = tlp_count_shift(addr, len, self.mps_shift);
-        self.host_counters.add_up(tlps, len);
-        self.count_on(routes, w.function, |c| c.add_down(tlps, len));
+    fn count_cpu_writes(&self, routes: &Routes, function: FunctionId, tlps: u64, bytes: u64) {
+        self.host_counters.add_up(tlps, bytes);
+        self.count_on(routes, function, |c| c.add_down(tlps, bytes));
     }
 
     fn mmio_read_by(&self, routes: &Routes, addr: u64, data: &mut [u8]) -> bool {

@@ -674,13 +674,11 @@ impl PciFunction for NicFunction {
     }
 
     fn bar_write_run(&self, bar: u8, base: u64, writes: &[(u64, &[u8])]) {
-        if bar == BAR_DOORBELL {
-            for &(offset, data) in writes {
-                self.doorbell_write(base.wrapping_add(offset), data);
-            }
-        } else {
-            for &(offset, data) in writes {
-                self.bar_write(bar, base.wrapping_add(offset), data);
+        for &(offset, data) in writes {
+            let at = base.wrapping_add(offset);
+            match bar {
+                BAR_DOORBELL => self.doorbell_write(at, data),
+                _ => self.bar_write(bar, at, data),
             }
         }
     }
