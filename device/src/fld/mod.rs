@@ -458,7 +458,10 @@ fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId, bar2: u6
     if core.nic_doorbell == 0 {
         return 0;
     }
+    // Software sets the base anywhere: a doorbell's address wraps as a 64-bit adder's sum
+    // does, and the fabric answers wherever it lands.
     let base = core.nic_doorbell;
+    let at = |offset: u64| base.wrapping_add(offset);
     let mut dma = fabric.dma(fid);
     let mut n = 0;
     for k in 0..core.tx.doorbells_due.len() {
@@ -482,12 +485,12 @@ fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId, bar2: u6
         };
         if let Some((counter, wqe)) = core.tx.lone_wqe(&core.geo, bar2, qi) {
             // The NIC's §4.1 order: seal cleared, the WQE, the seal naming it, the doorbell.
-            let seal = base + buffer + nic::db::WQE_SEAL_OFFSET;
+            let seal = at(buffer + nic::db::WQE_SEAL_OFFSET);
             let _ = dma.write(seal, &0u32.to_le_bytes());
-            let _ = dma.write(base + buffer, &wqe);
+            let _ = dma.write(at(buffer), &wqe);
             let _ = dma.write(seal, &nic::db::wqe_seal(counter, 1).to_le_bytes());
         }
-        let _ = dma.write(base + slot, &(pi & 0xffff).to_le_bytes());
+        let _ = dma.write(at(slot), &(pi & 0xffff).to_le_bytes());
         let q = &mut core.tx.queues[qi];
         q.doorbell_due = false;
         q.rung = pi;
@@ -497,7 +500,7 @@ fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId, bar2: u6
     if core.rx.doorbell_due {
         core.rx.doorbell_due = false;
         let _ = dma.write(
-            base + nic::db::RQ_BASE + 4 * core.rx.rqn as u64,
+            at(nic::db::RQ_BASE + 4 * core.rx.rqn as u64),
             &(core.rx.pi & 0xffff).to_le_bytes(),
         );
         n += 1;
@@ -507,7 +510,7 @@ fn ring_doorbells(core: &mut FldCore, fabric: &Fabric, fid: FunctionId, bar2: u6
         for (cqn, ci) in [(core.tx_cqn, core.tx.cq_ci), (core.rx_cqn, core.rx.cq_ci)] {
             if cqn != u32::MAX {
                 let _ = dma.write(
-                    base + nic::db::CQ_BASE + 4 * cqn as u64,
+                    at(nic::db::CQ_BASE + 4 * cqn as u64),
                     &nic::db::ci_value(ci, 0, false).to_le_bytes(),
                 );
             }
@@ -956,6 +959,32 @@ mod tests {
         client.send(&h, &f, 0);
         h.run(1000);
         assert_eq!(fld.stat(Stat::RxPackets), 1, "the frame reached FLD");
+        assert!(client.receive(&h).is_none(), "its echo never rang the NIC");
+        assert!(h.guard_intact());
+    }
+
+    /// A doorbell base at the top of the address space: every doorbell address (the SQ's, the
+    /// RQ's, the CQs' of any number) wraps and is answered where it lands, as a master abort,
+    /// rather than overflowing (found by the fld_bar fuzz target).
+    #[test]
+    fn a_doorbell_base_at_the_top_of_the_address_space_wraps() {
+        use crate::mock::MockHost;
+        let h = MockHost::card(crate::card::CardConfig::default(), 8 << 20);
+        let fld = h.fld.clone().expect("FLD");
+        fld.set_accelerator(Box::new(crate::accel::Echo::new(0, 16)));
+        h.bind_fld(1);
+        let top = u64::MAX - 0xff;
+        h.set_fld_reg(reg::NIC_DOORBELL_LO, top as u32);
+        h.set_fld_reg(reg::NIC_DOORBELL_HI, (top >> 32) as u32);
+        h.set_fld_reg(reg::TX_CQN, u32::MAX - 1);
+        let mut client = h.open_port(1);
+        let mut f = vec![0u8; 100];
+        f[..6].copy_from_slice(&h.nic_mac(0));
+        f[6..12].copy_from_slice(&h.nic_mac(1));
+        client.send(&h, &f, 0);
+        h.run(1000);
+        assert_eq!(fld.stat(Stat::RxPackets), 1, "the frame reached FLD");
+        assert_eq!(fld.stat(Stat::TxPackets), 1, "and its echo was posted");
         assert!(client.receive(&h).is_none(), "its echo never rang the NIC");
         assert!(h.guard_intact());
     }
