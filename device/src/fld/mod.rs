@@ -699,6 +699,48 @@ mod tests {
         assert_eq!(core.stats.0[Stat::BadWindowAccesses as usize], 0);
     }
 
+    /// A queue's virtual head is a free-running 32-bit count of window chunks, as a hardware
+    /// pointer is: a queue that never goes idle reaches 2^32, and its next packet, skipping to
+    /// the window's start, wraps the count. The packet lands whole at window offset 0, and its
+    /// release frees every chunk it took.
+    #[test]
+    fn the_virtual_window_head_wraps_at_two_to_the_32() {
+        let mut core = small();
+        let w = tx::window_chunks(&core.geo);
+        let free = core.tx.chunks_free.len();
+        let near_top = u32::MAX - 2;
+        assert!(
+            near_top % w + 4 > w,
+            "the 4-chunk packet must skip to the window start"
+        );
+        let (head, tail) = core.tx.queues[2].window_counters();
+        (*head, *tail) = (near_top, near_top);
+        let pkt: Vec<u8> = (0..1000u32).map(|i| (i * 11 + 5) as u8).collect();
+        let meta = TxMeta {
+            queue: 2,
+            cs_flags: 0,
+            resume_table: None,
+            rdma: None,
+        };
+        core.tx_view().send(&meta, &pkt).unwrap();
+        assert_eq!(
+            *core.tx.queues[2].window_counters().0,
+            4,
+            "wrapped past 2^32"
+        );
+        let slot = core.tx.ring_xlt.lookup(RingKey { queue: 2, index: 0 });
+        let d = core.tx.pool[slot.unwrap() as usize];
+        assert_eq!(d.window_offset(), 0);
+        let mut out = vec![0u8; 1000];
+        let base = 2 * core.geo.tx_window_bytes();
+        core.tx
+            .read_data(&core.geo, &mut core.stats, base, &mut out);
+        assert_eq!(out, pkt);
+        core.tx.release_through(&core.geo, 2, 0);
+        assert_eq!(core.tx.chunks_free.len(), free, "every chunk back");
+        assert_eq!(core.stats.0[Stat::BadWindowAccesses as usize], 0);
+    }
+
     /// A reset zeroes the Tx buffer wherever a packet was written, whichever chunks the free
     /// list handed out, and leaves the engine as a new one's: after it, no byte of an earlier
     /// packet is in the buffer and the whole buffer is handed out again from the first chunk.

@@ -73,6 +73,13 @@ pub(super) struct TxEngine {
 }
 
 impl TxQueue {
+    /// The virtual head and tail of the queue's Tx-data window, for tests that start a queue
+    /// far along its count.
+    #[cfg(test)]
+    pub(super) fn window_counters(&mut self) -> (&mut u32, &mut u32) {
+        (&mut self.vhead, &mut self.vtail)
+    }
+
     /// A queue freshly bound to NIC queue `sqn`: a new NIC ring starts at 0.
     pub fn bound(sqn: u32, enabled: bool, rdma: bool) -> Self {
         TxQueue {
@@ -506,8 +513,10 @@ impl TxStream for TxView<'_> {
         let q = &tx.queues[qi];
         // Skip to the window start rather than wrap a packet (bounded virtual fragmentation).
         let mut vstart = q.vhead;
+        // The counts run free and wrap, as hardware pointers do; the window is a power of two
+        // chunks, so a count taken modulo it is the same across the wrap.
         if vstart % w + need > w {
-            vstart += w - vstart % w;
+            vstart = vstart.wrapping_add(w - vstart % w);
         }
         // Map chunks; a stalled insertion is undone so nothing is half-posted.
         let mut mapped = 0u32;
@@ -582,7 +591,7 @@ impl TxStream for TxView<'_> {
         tx.pool[slot as usize] =
             CompressedDesc::new(offset, total as u32, flags, signal, q.pi as u16)
                 .with_resume(resume);
-        q.vhead = vstart + need;
+        q.vhead = vstart.wrapping_add(need);
         q.pi = q.pi.wrapping_add(1);
         if !std::mem::replace(&mut q.doorbell_due, true) {
             tx.doorbells_due.push(qi as u16);
