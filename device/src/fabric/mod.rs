@@ -15,7 +15,7 @@ mod counters;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub use counters::{TlpCounters, TlpStats};
@@ -1159,9 +1159,16 @@ impl DmaPort<'_> {
     }
 
     /// `data` as consecutive posted writes of `record` bytes each from `addr` (a run of CQEs):
-    /// counted exactly as that many separate writes, moved with one routing and one copy. A
-    /// record that cannot be delivered fails the rest of the run from it on; the records before
-    /// it were written.
+    /// counted exactly as that many separate writes, moved with one routing. A record that
+    /// cannot be delivered fails the rest of the run from it on; the records before it were
+    /// written.
+    ///
+    /// In host memory each record's last byte lands after the rest of it, and records land in
+    /// order: a host that polls a record's last byte (a CQE's or EQE's owner bit) and reads the
+    /// record after it sees the record whole, as it sees a 64-byte write the NIC makes in one
+    /// TLP. One copy of the run would not do: a `memcpy` may store its tail before its middle
+    /// (glibc's 32-byte-vector copies store a 512-byte run's last vectors first), and a host
+    /// polling on another core then takes a CQE whose owner bit is new and whose body is old.
     pub fn write_records(&mut self, addr: u64, data: &[u8], record: usize) -> Result<(), DmaError> {
         let record = record.max(1);
         if self.fast(addr, data.len()).is_none() && self.fast_peer(addr, data.len()).is_none() {
@@ -1171,8 +1178,19 @@ impl DmaPort<'_> {
         }
         if let Some(p) = self.fast(addr, data.len()) {
             self.count_records(addr, data.len(), record, None);
-            // SAFETY: as in `write`.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+            for (k, r) in data.chunks(record).enumerate() {
+                let Some((&last, body)) = r.split_last() else {
+                    continue;
+                };
+                // SAFETY: as in `write`: `[p, p + data.len())` lies in the cached mapping, and
+                // record `k` in it. The last byte is stored atomically with release ordering,
+                // after the body, so no store of the body may pass it.
+                unsafe {
+                    let at = p.add(k * record);
+                    std::ptr::copy_nonoverlapping(body.as_ptr(), at, body.len());
+                    AtomicU8::from_ptr(at.add(body.len())).store(last, Ordering::Release);
+                }
+            }
             return Ok(());
         }
         if let Some(i) = self.fast_peer(addr, data.len()) {

@@ -559,6 +559,70 @@ mod record_runs {
             prop_assert_eq!(landed(&one_by_one), data);
         }
     }
+
+    /// A completion ring between two cores: the device writes runs of 64-byte records (up to
+    /// eight, as the NIC's CQE runs) whose last byte holds an owner bit that flips every lap,
+    /// and never overwrites a record the host has not consumed; the host polls each record's
+    /// owner bit and then reads its body. Every body it reads must be the record the owner bit
+    /// announced, never the lap before (which a single copy of the run let through on a
+    /// machine whose `memcpy` stores a run's tail first).
+    #[test]
+    fn a_record_is_seen_whole_once_its_owner_bit_is() {
+        use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+        const SLOTS: u64 = 8;
+        const RECORDS: u64 = 100_000;
+        let (fabric, id, _peer, mem) = setup();
+        let consumed = Arc::new(AtomicU64::new(0));
+        let owner_of = |n: u64| ((n / SLOTS + 1) & 1) as u8;
+        let device = {
+            let (fabric, consumed) = (fabric.clone(), consumed.clone());
+            std::thread::spawn(move || {
+                let mut run = [0u8; 64 * SLOTS as usize];
+                let mut next = 0u64;
+                while next < RECORDS {
+                    let room = SLOTS - (next - consumed.load(Ordering::Acquire));
+                    // A run stays inside the ring: it ends at the ring's last slot at most.
+                    let n = room.min(SLOTS - next % SLOTS).min(RECORDS - next);
+                    if n == 0 {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    for k in 0..n {
+                        let record = &mut run[(k * 64) as usize..][..64];
+                        for word in record.chunks_exact_mut(4) {
+                            word.copy_from_slice(&((next + k) as u32).to_le_bytes());
+                        }
+                        record[63] = owner_of(next + k);
+                    }
+                    let at = HOST_IOVA + (next % SLOTS) * 64;
+                    let mut dma = fabric.dma(id);
+                    dma.write_records(at, &run[..(n * 64) as usize], 64)
+                        .unwrap();
+                    next += n;
+                }
+            })
+        };
+        let ring = mem.as_ptr();
+        for n in 0..RECORDS {
+            let slot = ((n % SLOTS) * 64) as usize;
+            // SAFETY: the ring's 512 bytes lie at the start of the 64 KiB mapping, which lives
+            // as long as `mem`; the device thread writes them only through `write_records`.
+            let owner = unsafe { AtomicU8::from_ptr(ring.add(slot + 63)) };
+            while owner.load(Ordering::Acquire) & 1 != owner_of(n) {
+                std::hint::spin_loop();
+            }
+            let mut body = [0u8; 60];
+            // SAFETY: as above; the device does not write this record again until `consumed`
+            // passes it.
+            unsafe { std::ptr::copy_nonoverlapping(ring.add(slot), body.as_mut_ptr(), 60) };
+            for word in body.chunks_exact(4) {
+                let got = u32::from_le_bytes(word.try_into().unwrap());
+                assert_eq!(got, n as u32, "record {n} read with an older body");
+            }
+            consumed.store(n + 1, Ordering::Release);
+        }
+        device.join().unwrap();
+    }
 }
 
 /// A function whose BAR0 stores are CPU stores it passes on to `to` (a BAR handler that makes

@@ -134,7 +134,12 @@ pub(super) fn post_event(
     }
     let (slot, owner_bit) = eq.ring.next_slot(EQE_SIZE);
     let eqe = Eqe::new(event_type, subtype, data, owner_bit);
-    if ctx.dma(owner).write(slot, eqe.as_bytes()).is_err() {
+    // As one record: its owner byte lands last (`DmaPort::write_records`).
+    if ctx
+        .dma(owner)
+        .write_records(slot, eqe.as_bytes(), EQE_SIZE)
+        .is_err()
+    {
         eq.ring.overflows += 1;
         return;
     }
