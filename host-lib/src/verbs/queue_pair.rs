@@ -338,7 +338,7 @@ impl RcConnection {
             max_rd_atomic: MAX_RD_ATOMIC,
             max_dest_rd_atomic: MAX_RD_ATOMIC,
             min_rnr_timer: 12,
-            timeout: 14,
+            timeout: fld_abi::nic::DEFAULT_ACK_TIMEOUT,
             retry_cnt: 7,
             rnr_retry: RNR_RETRY_INFINITE,
         }

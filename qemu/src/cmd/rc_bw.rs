@@ -77,6 +77,11 @@ pub struct RcBwArgs {
     /// on the other), beside the one-core figures. In-process only.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2), conflicts_with = "link")]
     pub threads: u8,
+    /// The QPs' local ACK timeout, 4.096 µs × 2^N (perftest's `--qp-timeout`). A run under a
+    /// slow tool (valgrind) needs a long one, or the wall-clock timer fires while the peer is
+    /// only slow and the requester sends again. In-process only.
+    #[arg(long, default_value_t = fld_abi::nic::DEFAULT_ACK_TIMEOUT, value_parser = clap::value_parser!(u8).range(1..=31), conflicts_with = "link")]
+    pub qp_timeout: u8,
 }
 
 impl RcBwArgs {
@@ -129,6 +134,9 @@ pub struct RcLatArgs {
     /// carries them (`card_counters`).
     #[arg(long)]
     pub stats: bool,
+    /// The QPs' local ACK timeout, 4.096 µs × 2^N (perftest's `--qp-timeout`).
+    #[arg(long, default_value_t = fld_abi::nic::DEFAULT_ACK_TIMEOUT, value_parser = clap::value_parser!(u8).range(1..=31))]
+    pub qp_timeout: u8,
 }
 
 fn mtu_code(mtu: u32) -> Result<u8, Box<dyn std::error::Error>> {
@@ -280,7 +288,11 @@ pub fn run_bw(a: RcBwArgs) -> CmdResult {
         return run_bw_remote(&a, link);
     }
     let sizes = a.sizes()?;
-    let mut pair = RdmaPair::new(2 * (a.size_max as usize).max(8192), mtu_code(a.mtu)?)?;
+    let mut pair = RdmaPair::new(
+        2 * (a.size_max as usize).max(8192),
+        mtu_code(a.mtu)?,
+        a.qp_timeout,
+    )?;
     let mut rows = Vec::new();
     let round_trip = (a.threads == 2).then(cross_core_round_trip_ns).flatten();
     for op in a.ops() {
@@ -404,7 +416,11 @@ fn print_bw(
 
 pub fn run_lat(a: RcLatArgs) -> CmdResult {
     let sizes = sizes(a.size_min, a.size_max)?;
-    let mut pair = RdmaPair::new(2 * (a.size_max as usize).max(8192), mtu_code(a.mtu)?)?;
+    let mut pair = RdmaPair::new(
+        2 * (a.size_max as usize).max(8192),
+        mtu_code(a.mtu)?,
+        a.qp_timeout,
+    )?;
     let mut rows = Vec::new();
     for &size in &sizes {
         rows.push((size, pair.latency(size, a.iters)?));

@@ -153,10 +153,11 @@ fn side(card_id: u16, ip: [u8; 4], buf: usize) -> Result<Side> {
     })
 }
 
-fn connect(s: &mut Side, peer_qpn: u32, peer_ip: [u8; 4], mtu: u8) -> Result<()> {
+fn connect(s: &mut Side, peer_qpn: u32, peer_ip: [u8; 4], mtu: u8, timeout: u8) -> Result<()> {
     s.ctx.init_rc(&s.qp, access::REMOTE)?;
     let c = RcConnection {
         path_mtu: mtu,
+        timeout,
         ..RcConnection::new(peer_qpn, ipv4_gid(peer_ip))
     };
     s.ctx.connect_rc(&s.qp, &c)?;
@@ -164,8 +165,9 @@ fn connect(s: &mut Side, peer_qpn: u32, peer_ip: [u8; 4], mtu: u8) -> Result<()>
 }
 
 impl RdmaPair {
-    /// Two machines with registered buffers of `buf` bytes, connected at path MTU code `mtu`.
-    pub fn new(buf: usize, mtu: u8) -> Result<Self> {
+    /// Two machines with registered buffers of `buf` bytes, connected at path MTU code `mtu`,
+    /// their QPs' local ACK timeout 4.096 µs × 2^`timeout` (IBA 9.7.6.1.3).
+    pub fn new(buf: usize, mtu: u8, timeout: u8) -> Result<Self> {
         let (ipa, ipb) = ([10, 7, 0, 1], [10, 7, 0, 2]);
         let mut a = side(1, ipa, buf)?;
         let mut b = side(2, ipb, buf)?;
@@ -176,8 +178,8 @@ impl RdmaPair {
         a.ctx.add_neighbor(ipb, mb);
         b.ctx.add_neighbor(ipa, ma);
         let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
-        connect(&mut a, qb, ipb, mtu)?;
-        connect(&mut b, qa, ipa, mtu)?;
+        connect(&mut a, qb, ipb, mtu, timeout)?;
+        connect(&mut b, qa, ipa, mtu, timeout)?;
         Ok(RdmaPair {
             b_engine: None,
             a,

@@ -273,6 +273,9 @@ pub const fn mtu_code(bytes: u32) -> Option<u8> {
 pub const DEFAULT_PATH_MTU: u8 = 3;
 /// Outstanding RDMA READ and atomic operations a QP may have as requester or responder.
 pub const MAX_RD_ATOMIC: u8 = 16;
+/// The local ACK timeout exponent common tools default to (perftest, rdma-core's examples):
+/// 4.096 µs × 2^14, about 67 ms.
+pub const DEFAULT_ACK_TIMEOUT: u8 = 14;
 /// A retry count of 7 means "retry forever" for RNR (IBA 9.7.5.2.8); transport retries are 0..7.
 pub const RNR_RETRY_INFINITE: u8 = 7;
 
