@@ -981,25 +981,40 @@ mod tests {
         assert!(h.guard_intact());
     }
 
-    /// FLD rings the NIC doorbells at the address software gives it: pointed at FLD's own BAR,
-    /// the ring is an Unsupported Request the switch answers, not a re-entry into FLD (found by
-    /// the fld_bar fuzz target as a hang: FLD's lock taken twice).
-    #[test]
-    fn a_doorbell_address_inside_fld_itself_does_not_hang() {
-        use crate::mock::MockHost;
-        let h = MockHost::card(crate::card::CardConfig::default(), 8 << 20);
+    /// FLD-E bound on a mock card with FLD's NIC doorbell base set to what `base` returns for
+    /// FLD's control BAR address, `before_traffic` applied, then one 100-byte frame sent from
+    /// function 1 to function 0 and the card run: the card, FLD, and the sending port.
+    fn echo_with_doorbell_base(
+        base: impl FnOnce(u64) -> u64,
+        before_traffic: impl FnOnce(&crate::mock::MockHost),
+    ) -> (
+        crate::mock::MockHost,
+        Arc<FldFunction>,
+        crate::mock::MockPort,
+    ) {
+        let h = crate::mock::MockHost::card(crate::card::CardConfig::default(), 8 << 20);
         let fld = h.fld.clone().expect("FLD");
         fld.set_accelerator(Box::new(crate::accel::Echo::new(0, 16)));
         h.bind_fld(1);
-        let own = h.bar(fld.id(), BAR_CONTROL);
-        h.set_fld_reg(reg::NIC_DOORBELL_LO, own as u32);
-        h.set_fld_reg(reg::NIC_DOORBELL_HI, (own >> 32) as u32);
+        let base = base(h.bar(fld.id(), BAR_CONTROL));
+        h.set_fld_reg(reg::NIC_DOORBELL_LO, base as u32);
+        h.set_fld_reg(reg::NIC_DOORBELL_HI, (base >> 32) as u32);
+        before_traffic(&h);
         let mut client = h.open_port(1);
         let mut f = vec![0u8; 100];
         f[..6].copy_from_slice(&h.nic_mac(0));
         f[6..12].copy_from_slice(&h.nic_mac(1));
         client.send(&h, &f, 0);
         h.run(1000);
+        (h, fld, client)
+    }
+
+    /// FLD rings the NIC doorbells at the address software gives it: pointed at FLD's own BAR,
+    /// the ring is an Unsupported Request the switch answers, not a re-entry into FLD (found by
+    /// the fld_bar fuzz target as a hang: FLD's lock taken twice).
+    #[test]
+    fn a_doorbell_address_inside_fld_itself_does_not_hang() {
+        let (h, fld, mut client) = echo_with_doorbell_base(|own| own, |_| {});
         assert_eq!(fld.stat(Stat::RxPackets), 1, "the frame reached FLD");
         assert!(client.receive(&h).is_none(), "its echo never rang the NIC");
         assert!(h.guard_intact());
@@ -1010,21 +1025,10 @@ mod tests {
     /// rather than overflowing (found by the fld_bar fuzz target).
     #[test]
     fn a_doorbell_base_at_the_top_of_the_address_space_wraps() {
-        use crate::mock::MockHost;
-        let h = MockHost::card(crate::card::CardConfig::default(), 8 << 20);
-        let fld = h.fld.clone().expect("FLD");
-        fld.set_accelerator(Box::new(crate::accel::Echo::new(0, 16)));
-        h.bind_fld(1);
-        let top = u64::MAX - 0xff;
-        h.set_fld_reg(reg::NIC_DOORBELL_LO, top as u32);
-        h.set_fld_reg(reg::NIC_DOORBELL_HI, (top >> 32) as u32);
-        h.set_fld_reg(reg::TX_CQN, u32::MAX - 1);
-        let mut client = h.open_port(1);
-        let mut f = vec![0u8; 100];
-        f[..6].copy_from_slice(&h.nic_mac(0));
-        f[6..12].copy_from_slice(&h.nic_mac(1));
-        client.send(&h, &f, 0);
-        h.run(1000);
+        let (h, fld, mut client) = echo_with_doorbell_base(
+            |_| u64::MAX - 0xff,
+            |h| h.set_fld_reg(reg::TX_CQN, u32::MAX - 1),
+        );
         assert_eq!(fld.stat(Stat::RxPackets), 1, "the frame reached FLD");
         assert_eq!(fld.stat(Stat::TxPackets), 1, "and its echo was posted");
         assert!(client.receive(&h).is_none(), "its echo never rang the NIC");

@@ -139,6 +139,20 @@ pub struct RcLatArgs {
     pub qp_timeout: u8,
 }
 
+/// The two in-process cards of `rc-bw` and `rc-lat`: buffers of twice the largest message (at
+/// least 16 KiB), path MTU `mtu` bytes, local ACK timeout exponent `qp_timeout`.
+fn in_process_pair(
+    size_max: u64,
+    mtu: u32,
+    qp_timeout: u8,
+) -> Result<RdmaPair, Box<dyn std::error::Error>> {
+    Ok(RdmaPair::new(
+        2 * (size_max as usize).max(8192),
+        mtu_code(mtu)?,
+        qp_timeout,
+    )?)
+}
+
 fn mtu_code(mtu: u32) -> Result<u8, Box<dyn std::error::Error>> {
     Ok(match mtu {
         256 => 1,
@@ -288,11 +302,7 @@ pub fn run_bw(a: RcBwArgs) -> CmdResult {
         return run_bw_remote(&a, link);
     }
     let sizes = a.sizes()?;
-    let mut pair = RdmaPair::new(
-        2 * (a.size_max as usize).max(8192),
-        mtu_code(a.mtu)?,
-        a.qp_timeout,
-    )?;
+    let mut pair = in_process_pair(a.size_max, a.mtu, a.qp_timeout)?;
     let mut rows = Vec::new();
     let round_trip = (a.threads == 2).then(cross_core_round_trip_ns).flatten();
     for op in a.ops() {
@@ -416,11 +426,7 @@ fn print_bw(
 
 pub fn run_lat(a: RcLatArgs) -> CmdResult {
     let sizes = sizes(a.size_min, a.size_max)?;
-    let mut pair = RdmaPair::new(
-        2 * (a.size_max as usize).max(8192),
-        mtu_code(a.mtu)?,
-        a.qp_timeout,
-    )?;
+    let mut pair = in_process_pair(a.size_max, a.mtu, a.qp_timeout)?;
     let mut rows = Vec::new();
     for &size in &sizes {
         rows.push((size, pair.latency(size, a.iters)?));

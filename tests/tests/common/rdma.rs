@@ -117,7 +117,7 @@ pub struct Transport {
 impl Default for Transport {
     fn default() -> Self {
         Transport {
-            timeout: 14,
+            timeout: DEFAULT_ACK_TIMEOUT,
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: 1,
