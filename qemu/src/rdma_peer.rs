@@ -82,6 +82,37 @@ impl PeerMode {
     }
 }
 
+/// What one end asks of its connection.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerConfig {
+    /// The control connection's TCP port (the server listens on it).
+    pub port: u16,
+    /// Bytes of the registered buffer.
+    pub buf: usize,
+    /// An IBA path-MTU code (1 = 256 … 5 = 4096 bytes).
+    pub path_mtu: u8,
+    pub mode: PeerMode,
+    /// How long any wait may take: for the other end, for ARP, for a run's completions.
+    pub timeout: Duration,
+    /// This end's QP's local ACK timeout, 4.096 µs × 2^N (IBA 9.7.6.1.3; perftest's
+    /// `--qp-timeout`). Each end sets its own, as each chooses when its requester gives up
+    /// waiting.
+    pub ack_timeout: u8,
+}
+
+impl Default for PeerConfig {
+    fn default() -> Self {
+        PeerConfig {
+            port: DEFAULT_PORT,
+            buf: 1 << 16,
+            path_mtu: 3,
+            mode: PeerMode::Rc,
+            timeout: Duration::from_secs(60),
+            ack_timeout: fld_abi::nic::DEFAULT_ACK_TIMEOUT,
+        }
+    }
+}
+
 /// Staging slots of an unload connection, and their size: a 64-byte WRITE and its header fit
 /// the smallest; the largest slot takes what one inline WQE carries.
 const STAGING_SLOTS: u32 = 256;
@@ -170,17 +201,17 @@ impl Hello {
 }
 
 impl Peer {
-    /// Sets up an end on `ctx`'s device with a registered buffer of `buf` bytes, and connects
-    /// to the server at `server` (a client) or waits for a client on `port` (the server).
-    pub fn connect(
-        mut ctx: Context,
-        server: Option<&str>,
-        port: u16,
-        buf: usize,
-        path_mtu: u8,
-        mode: PeerMode,
-        timeout: Duration,
-    ) -> Result<Peer> {
+    /// Sets up an end on `ctx`'s device as `config` says, and connects to the server at
+    /// `server` (a client) or waits for a client on the port (the server).
+    pub fn connect(mut ctx: Context, server: Option<&str>, config: &PeerConfig) -> Result<Peer> {
+        let PeerConfig {
+            port,
+            buf,
+            path_mtu,
+            mode,
+            timeout,
+            ack_timeout,
+        } = *config;
         let stateless = mode == PeerMode::Stateless;
         let inline = if mode == PeerMode::Unload {
             MAX_SLOT_BYTES
@@ -270,6 +301,7 @@ impl Peer {
             path_mtu,
             rq_psn: remote.psn,
             sq_psn: local.psn,
+            timeout: ack_timeout,
             ..RcConnection::new(remote.qpn, remote.gid)
         };
         peer.remote_addr = remote.vaddr;
@@ -389,6 +421,7 @@ impl Peer {
             &RcConnection {
                 dmac,
                 path_mtu: c.path_mtu,
+                timeout: c.timeout,
                 ..RcConnection::new(client.qpn, client.gid)
             },
         )?;
@@ -634,7 +667,6 @@ impl Peer {
         }
     }
 
-    /// Tells the server to stop.
     /// This end's counters: its port's (RoCE and Ethernet drops by reason) and its QP's.
     pub fn counters(&mut self) -> Result<[(&'static str, fld_host::NamedCounters); 2]> {
         Ok([
@@ -643,6 +675,12 @@ impl Peer {
         ])
     }
 
+    /// The attributes this end's QP holds, as the card reports them (QUERY_QP).
+    pub fn qp_attr(&mut self) -> Result<QpAttr> {
+        Ok(self.ctx.query_qp(&self.qp)?)
+    }
+
+    /// Tells the server to stop.
     pub fn quit(&mut self) -> Result<()> {
         self.send_line("QUIT\n")
     }

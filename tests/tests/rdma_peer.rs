@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use fld_device::wire::Faults;
 use fld_host::verbs::Context;
-use fld_qemu::rdma_peer::{Peer, PeerMode};
+use fld_qemu::rdma_peer::{Peer, PeerConfig, PeerMode};
 use fld_qemu::testbed::card_on_link;
 use fld_qemu::testbed::rdma::BwOp;
 
@@ -21,26 +21,39 @@ fn end(link: &str, ip: [u8; 4]) -> (Context, Box<dyn std::any::Any>) {
     (ctx, keep)
 }
 
+fn config(port: u16, mode: PeerMode) -> PeerConfig {
+    PeerConfig {
+        port,
+        buf: 1 << 16,
+        path_mtu: 3,
+        mode,
+        timeout: Duration::from_secs(30),
+        ..Default::default()
+    }
+}
+
+/// Each end's QP takes the local ACK timeout its own end asked for (`rc-bw --qp-timeout`).
 #[test]
 fn two_cards_on_a_udp_link_move_checked_writes_reads_and_sends() {
     const TCP: u16 = 18617;
-    let timeout = Duration::from_secs(30);
     let server = std::thread::spawn(move || {
         let (ctx, _keep) = end("udp:47311:127.0.0.1:47312", [10, 31, 0, 1]);
-        let mut peer = Peer::connect(ctx, None, TCP, 1 << 16, 3, PeerMode::Rc, timeout).unwrap();
+        let served = PeerConfig {
+            ack_timeout: 18,
+            ..config(TCP, PeerMode::Rc)
+        };
+        let mut peer = Peer::connect(ctx, None, &served).unwrap();
+        let attr = peer.qp_attr().unwrap();
         peer.serve().unwrap();
+        attr.timeout
     });
     let (ctx, _keep) = end("udp:47312:127.0.0.1:47311", [10, 31, 0, 2]);
-    let mut peer = Peer::connect(
-        ctx,
-        Some("127.0.0.1"),
-        TCP,
-        1 << 16,
-        3,
-        PeerMode::Rc,
-        timeout,
-    )
-    .unwrap();
+    let client = PeerConfig {
+        ack_timeout: 21,
+        ..config(TCP, PeerMode::Rc)
+    };
+    let mut peer = Peer::connect(ctx, Some("127.0.0.1"), &client).unwrap();
+    assert_eq!(peer.qp_attr().unwrap().timeout, 21);
     for op in [BwOp::Write, BwOp::Read, BwOp::Send] {
         for (size, count) in [(1usize, 300u64), (1000, 300), (20_000, 40)] {
             let r = peer.bandwidth(op, size, count).unwrap();
@@ -48,7 +61,7 @@ fn two_cards_on_a_udp_link_move_checked_writes_reads_and_sends() {
         }
     }
     peer.quit().unwrap();
-    server.join().unwrap();
+    assert_eq!(server.join().unwrap(), 18);
 }
 
 /// uRDMA's unload path between the two ends (`--unload`): every WRITE that fits a staging slot
@@ -58,25 +71,14 @@ fn two_cards_on_a_udp_link_move_checked_writes_reads_and_sends() {
 #[test]
 fn unloaded_writes_arrive_intact_through_the_staging_ring() {
     const TCP: u16 = 18618;
-    let timeout = Duration::from_secs(30);
     let server = std::thread::spawn(move || {
         let (ctx, _keep) = end("udp:47313:127.0.0.1:47314", [10, 32, 0, 1]);
-        let mut peer =
-            Peer::connect(ctx, None, TCP, 1 << 16, 3, PeerMode::Unload, timeout).unwrap();
+        let mut peer = Peer::connect(ctx, None, &config(TCP, PeerMode::Unload)).unwrap();
         peer.serve().unwrap();
         peer.unloaded()
     });
     let (ctx, _keep) = end("udp:47314:127.0.0.1:47313", [10, 32, 0, 2]);
-    let mut peer = Peer::connect(
-        ctx,
-        Some("127.0.0.1"),
-        TCP,
-        1 << 16,
-        3,
-        PeerMode::Unload,
-        timeout,
-    )
-    .unwrap();
+    let mut peer = Peer::connect(ctx, Some("127.0.0.1"), &config(TCP, PeerMode::Unload)).unwrap();
     let mut expected = 0;
     for (size, unloaded) in [(1usize, true), (64, true), (248, true), (1000, false)] {
         let before = peer.unloaded();

@@ -79,8 +79,8 @@ pub struct RcBwArgs {
     pub threads: u8,
     /// The QPs' local ACK timeout, 4.096 µs × 2^N (perftest's `--qp-timeout`). A run under a
     /// slow tool (valgrind) needs a long one, or the wall-clock timer fires while the peer is
-    /// only slow and the requester sends again. In-process only.
-    #[arg(long, default_value_t = fld_abi::nic::DEFAULT_ACK_TIMEOUT, value_parser = clap::value_parser!(u8).range(1..=31), conflicts_with = "link")]
+    /// only slow and the requester sends again. With `--link`, this end's QP's.
+    #[arg(long, default_value_t = fld_abi::nic::DEFAULT_ACK_TIMEOUT, value_parser = clap::value_parser!(u8).range(1..=31))]
     pub qp_timeout: u8,
 }
 
@@ -206,7 +206,7 @@ fn bw_op(name: &str) -> Result<BwOp, String> {
 
 /// Two processes: serve, or run every operation and size against the server.
 fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
-    use fld_qemu::rdma_peer::{Peer, PeerMode};
+    use fld_qemu::rdma_peer::{Peer, PeerConfig, PeerMode};
     if a.server.is_none() {
         a.check_server()?;
     }
@@ -235,17 +235,15 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
     )?;
     let mut ctx = fld_host::verbs::Context::open(dev)?;
     ctx.add_ip(ip)?;
-    let timeout = std::time::Duration::from_secs(a.timeout.unwrap_or(60));
-    let buf = 2 * (a.size_max as usize).max(8192);
-    let mut peer = Peer::connect(
-        ctx,
-        a.server.as_deref(),
-        a.port.unwrap_or(fld_qemu::rdma_peer::DEFAULT_PORT),
-        buf,
-        mtu_code(a.mtu)?,
+    let config = PeerConfig {
+        port: a.port.unwrap_or(fld_qemu::rdma_peer::DEFAULT_PORT),
+        buf: 2 * (a.size_max as usize).max(8192),
+        path_mtu: mtu_code(a.mtu)?,
         mode,
-        timeout,
-    )?;
+        timeout: std::time::Duration::from_secs(a.timeout.unwrap_or(60)),
+        ack_timeout: a.qp_timeout,
+    };
+    let mut peer = Peer::connect(ctx, a.server.as_deref(), &config)?;
     let mut counters = CardCounters::default();
     if a.server.is_none() {
         let served = peer.serve();
