@@ -10,8 +10,8 @@ use crate::ethdev::EthDev;
 use crate::mempool::{ol, Mbuf, Mempool};
 pub use crate::port::BurstPort;
 use fld_abi::wire::{
-    ethernet, ethertype, EthIpv4UdpRepr, EthernetFrame, EthernetRepr, Ipv4Packet, Ipv4Repr,
-    UdpPacket, UdpRepr,
+    checksum, ethernet, ethertype, ip_proto, EthIpv4UdpRepr, EthernetFrame, EthernetRepr,
+    Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr,
 };
 use fld_driver::PciDevice;
 
@@ -230,7 +230,8 @@ pub fn udp_headers(
 }
 
 /// Writes the UDP/IPv4 frame number `seq` of `len` bytes into `out`. With `checksums` the IPv4
-/// and UDP checksums are computed here; without, they are left zero for the NIC to fill.
+/// and UDP checksums are computed here; without, they are left zero for the NIC to fill. A
+/// generator that builds many frames between the same two MACs keeps a [`FrameTemplate`].
 pub fn build_frame(
     out: &mut [u8],
     seq: u64,
@@ -240,18 +241,87 @@ pub fn build_frame(
     flows: u16,
     checksums: bool,
 ) {
-    let f = &mut out[..len];
-    f[HEADERS..HEADERS + 8].copy_from_slice(&seq.to_le_bytes());
-    // Payload byte k is seq * 31 + k (mod 256): copies of the ramp, not a byte loop.
-    let start = (seq as u8).wrapping_mul(31) as usize;
-    for chunk in f[HEADERS + 8..].chunks_mut(256) {
-        chunk.copy_from_slice(&RAMP[start..start + chunk.len()]);
+    FrameTemplate::new(src_mac, dst_mac, flows).build(out, seq, len, checksums);
+}
+
+/// Offsets in a generator frame: the IPv4 header and the UDP header.
+const IP_AT: usize = ethernet::HEADER_LEN;
+const UDP_AT: usize = IP_AT + fld_abi::wire::ipv4::HEADER_LEN;
+
+/// The headers [`build_frame`] writes between two MACs, emitted once: a frame is the template
+/// with its two lengths, its IPv4 identification and its UDP source port set, as a DPDK
+/// generator copies a template packet instead of building every header. The IPv4 header
+/// checksum follows from the template's sum and the two fields set (RFC 1624 §3); the UDP
+/// checksum covers the payload and is computed over it.
+#[derive(Clone, Copy, Debug)]
+pub struct FrameTemplate {
+    /// The headers with both lengths, the identification, the source port and both checksums
+    /// zero.
+    headers: [u8; HEADERS],
+    /// The IPv4 header's 16-bit words summed as the template holds them.
+    ip_sum: u32,
+    flows: u16,
+}
+
+impl FrameTemplate {
+    /// Frames from `src_mac` to `dst_mac`, their UDP source port cycling over `flows` ports
+    /// from 1024 (past 65535 they wrap to 0).
+    pub fn new(src_mac: [u8; 6], dst_mac: [u8; 6], flows: u16) -> Self {
+        let mut headers = [0u8; HEADERS];
+        udp_headers(src_mac, dst_mac, CLIENT_IP, SERVER_IP, 0, ECHO_PORT, 0)
+            .emit(&mut headers, false);
+        headers[IP_AT + 2..IP_AT + 4].fill(0);
+        headers[UDP_AT + 4..UDP_AT + 6].fill(0);
+        let ip_sum = headers[IP_AT..UDP_AT]
+            .chunks_exact(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        FrameTemplate {
+            headers,
+            ip_sum,
+            flows: flows.max(1),
+        }
     }
-    let src_port = 1024 + (seq % flows.max(1) as u64) as u16;
-    udp_headers(
-        src_mac, dst_mac, CLIENT_IP, SERVER_IP, src_port, ECHO_PORT, seq as u16,
-    )
-    .emit(f, checksums);
+
+    /// Writes frame number `seq` of `len` bytes into `out`, as [`build_frame`] does.
+    pub fn build(&self, out: &mut [u8], seq: u64, len: usize, checksums: bool) {
+        let f = &mut out[..len];
+        f[HEADERS..HEADERS + 8].copy_from_slice(&seq.to_le_bytes());
+        // Payload byte k is seq * 31 + k (mod 256): copies of the ramp, not a byte loop.
+        let start = (seq as u8).wrapping_mul(31) as usize;
+        for chunk in f[HEADERS + 8..].chunks_mut(256) {
+            chunk.copy_from_slice(&RAMP[start..start + chunk.len()]);
+        }
+        let mut h = self.headers;
+        let ip_len = (len - IP_AT) as u16;
+        let ident = seq as u16;
+        let src_port = 1024u16.wrapping_add((seq % u64::from(self.flows)) as u16);
+        h[IP_AT + 2..IP_AT + 4].copy_from_slice(&ip_len.to_be_bytes());
+        h[IP_AT + 4..IP_AT + 6].copy_from_slice(&ident.to_be_bytes());
+        h[UDP_AT..UDP_AT + 2].copy_from_slice(&src_port.to_be_bytes());
+        let udp_len = ip_len - (UDP_AT - IP_AT) as u16;
+        h[UDP_AT + 4..UDP_AT + 6].copy_from_slice(&udp_len.to_be_bytes());
+        if checksums {
+            let mut sum = self.ip_sum + u32::from(ip_len) + u32::from(ident);
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            h[IP_AT + 10..IP_AT + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        }
+        f[..HEADERS].copy_from_slice(&h);
+        if checksums {
+            let datagram = &mut f[UDP_AT..];
+            let pseudo = checksum::pseudo_header_v4(
+                &CLIENT_IP,
+                &SERVER_IP,
+                ip_proto::UDP,
+                u32::from(udp_len),
+            );
+            let c = checksum::internet_checksum(datagram, pseudo);
+            // A computed 0 is sent as all ones (RFC 768).
+            UdpPacket::new_unchecked(datagram).set_checksum(if c == 0 { 0xffff } else { c });
+        }
+    }
 }
 
 /// 0, 1, ..., 255 twice: any 256 consecutive payload bytes of a generator frame are a window
@@ -306,6 +376,8 @@ pub fn run_echo(
     let mut idle = 0u64;
     let idle_limit = cfg.packets * 64 + 1_000_000;
     let pool = client.pool().expect("configured port");
+    let sent = FrameTemplate::new(client_mac, server_mac, cfg.flows);
+    let echoed = FrameTemplate::new(server_mac, client_mac, cfg.flows);
     let start = Instant::now();
     while rep.packets_received < cfg.packets && idle < idle_limit {
         let mut progress = 0;
@@ -319,15 +391,7 @@ pub fn run_echo(
             pool.alloc_bulk(&mut tx, want);
             for m in tx.iter_mut() {
                 let len = cfg.sizes.size_of(next_seq);
-                build_frame(
-                    m.set_len(len),
-                    next_seq,
-                    len,
-                    client_mac,
-                    server_mac,
-                    cfg.flows,
-                    !cfg.checksum_offload,
-                );
+                sent.build(m.set_len(len), next_seq, len, !cfg.checksum_offload);
                 m.ol_flags = if cfg.checksum_offload {
                     ol::TX_IP_CKSUM | ol::TX_L4_CKSUM
                 } else {
@@ -352,15 +416,7 @@ pub fn run_echo(
             let ok = d.len() >= HEADERS + 8 && {
                 let seq = u64::from_le_bytes(d[HEADERS..HEADERS + 8].try_into().unwrap_or([0; 8]));
                 let len = cfg.sizes.size_of(seq);
-                build_frame(
-                    &mut expect,
-                    seq,
-                    len,
-                    server_mac,
-                    client_mac,
-                    cfg.flows,
-                    true,
-                );
+                echoed.build(&mut expect, seq, len, true);
                 d.len() == len && m.pkt_len as usize == len && d == &expect[..len]
             };
             if ok {
@@ -513,6 +569,32 @@ mod tests {
         for (seq, m) in back.iter().enumerate() {
             build_frame(&mut expect, seq as u64, 64, b_mac, a_mac, 1, true);
             assert_eq!(m.data(), &expect[..], "frame {seq}");
+        }
+    }
+
+    /// A template's frames are byte for byte the headers `udp_headers` emits for each frame
+    /// (lengths, identification, source port and both checksums computed in full), across
+    /// sizes, sequence numbers that wrap the 16-bit identification, flow counts and both
+    /// checksum settings.
+    #[test]
+    fn template_frames_equal_headers_emitted_for_each_frame() {
+        let (a, b) = ([2, 0, 0, 0, 0, 1], [0x0e, 0xff, 0x10, 0x20, 0x30, 0x41]);
+        let mut rng = fastrand::Rng::with_seed(7);
+        for flows in [0u16, 1, 4, 64, 65535] {
+            let t = FrameTemplate::new(a, b, flows);
+            for _ in 0..400 {
+                let seq = rng.u64(..);
+                let len = rng.usize(MIN_FRAME..=MAX_FRAME);
+                for checksums in [false, true] {
+                    let mut got = vec![0xa5u8; len];
+                    t.build(&mut got, seq, len, checksums);
+                    let mut want = got.clone();
+                    let src_port = 1024u16.wrapping_add((seq % flows.max(1) as u64) as u16);
+                    udp_headers(a, b, CLIENT_IP, SERVER_IP, src_port, ECHO_PORT, seq as u16)
+                        .emit(&mut want, checksums);
+                    assert_eq!(got, want, "seq {seq} len {len} flows {flows} {checksums}");
+                }
+            }
         }
     }
 

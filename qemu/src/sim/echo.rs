@@ -20,7 +20,7 @@
 use fld_device::accel::Echo;
 use fld_device::fabric::FabricConfig;
 use fld_device::fld::perf_model::{bound, Batching, LinkConfig};
-use fld_host::apps::{build_frame, echo_step, fld_safe_window};
+use fld_host::apps::{echo_step, fld_safe_window, FrameTemplate};
 use fld_host::flde::FldE;
 use fld_host::verbs::VerbsError;
 use fld_host::{EthDev, Mbuf, Mempool, PortConfig};
@@ -204,6 +204,9 @@ struct Ends {
     echoer: Echoer,
     /// The generator's MAC and the echoing function's.
     macs: [[u8; 6]; 2],
+    /// The generator's frames, and their echoes.
+    sent: FrameTemplate,
+    echoed: FrameTemplate,
 }
 
 /// NIC function of the local generator: the card's third, beside the verbs context's (0) and
@@ -230,6 +233,8 @@ impl Ends {
             port,
             echoer,
             macs,
+            sent: FrameTemplate::new(macs[0], macs[1], 1),
+            echoed: FrameTemplate::new(macs[1], macs[0], 1),
         })
     }
 
@@ -242,7 +247,7 @@ impl Ends {
     /// `expect`.
     fn is_echo(&self, frame: &[u8], seq: u64, size: usize, expect: &mut Vec<u8>) -> bool {
         expect.resize(size, 0);
-        build_frame(expect, seq, size, self.macs[1], self.macs[0], 1, true);
+        self.echoed.build(expect, seq, size, true);
         frame == &expect[..]
     }
 }
@@ -293,15 +298,7 @@ impl EchoLatency {
         }
         let m = &mut self.tx[0];
         let seq = self.rounds.round;
-        build_frame(
-            m.set_len(self.size),
-            seq,
-            self.size,
-            e.macs[0],
-            e.macs[1],
-            1,
-            true,
-        );
+        e.sent.build(m.set_len(self.size), seq, self.size, true);
         if e.port.tx_burst(0, &mut self.tx) != 1 {
             return Err(SimError::Failed("client transmit queue full".into()));
         }
@@ -467,7 +464,7 @@ impl EchoRate {
         for (i, m) in self.tx.iter_mut().enumerate() {
             let seq = self.sent + i as u64;
             let size = self.sizes[seq as usize % self.sizes.len()];
-            build_frame(m.set_len(size), seq, size, e.macs[0], e.macs[1], 1, true);
+            e.sent.build(m.set_len(size), seq, size, true);
         }
         let n = self.ends.port.tx_burst(0, &mut self.tx);
         pool.free_bulk(self.tx.drain(..));
