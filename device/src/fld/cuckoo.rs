@@ -77,8 +77,10 @@
 //! = 31 bits x 4096 buckets = 126 976 bits = 15.5 KiB exactly. The 4 stash
 //! registers add 4 x 31 bits (15.5 bytes) on top, which the paper's rounded
 //! figure does not show; [`CuckooTable::memory_bytes`] includes them,
-//! [`CuckooTable::bucket_memory_bytes`] does not. (The emulator itself stores
-//! full `u32` slots and does not enforce the field width.)
+//! [`CuckooTable::bucket_memory_bytes`] does not. The emulator encodes an
+//! empty bucket the same way, with the all-ones code of its full `u32` slot
+//! field (it does not enforce the field width), so a bucket is a key and a
+//! slot, 8 bytes.
 
 /// Key: a Tx queue number and a ring index (WQE basic-block counter) of that queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -138,6 +140,17 @@ struct Entry {
     slot: u32,
 }
 
+/// The slot code of an empty bucket: as in the hardware's encoding (module documentation), a
+/// bucket has no valid bit, and no pool slot ([`MAX_POOL_SLOTS`] at most) is all ones. A bucket
+/// is 8 bytes where an optional entry took 12, so a table for the paper's 2,048-slot pool is
+/// 32 KiB of buckets, not 48.
+const EMPTY_SLOT: u32 = u32::MAX;
+
+const EMPTY: Entry = Entry {
+    key: 0,
+    slot: EMPTY_SLOT,
+};
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct StashEntry {
     key: u32,
@@ -157,8 +170,9 @@ type H3Tables = [[[u32; 256]; 4]; BANKS];
 
 /// The translation table. See the module documentation for the mechanism.
 pub struct CuckooTable {
-    /// `BANKS * bank_size` buckets; bank `b` is `buckets[b*bank_size..(b+1)*bank_size]`.
-    buckets: Vec<Option<Entry>>,
+    /// `BANKS * bank_size` buckets; bank `b` is `buckets[b*bank_size..(b+1)*bank_size]`. An
+    /// empty bucket holds [`EMPTY`].
+    buckets: Vec<Entry>,
     bank_size: usize,
     /// Per-bank H3 rows (already masked to the bank's index width), kept for the tests'
     /// bit-by-bit reference; the data path uses `h3_bytes`.
@@ -253,7 +267,7 @@ impl CuckooTable {
             std::sync::Arc::from(h3_bytes)
         });
         CuckooTable {
-            buckets: vec![None; bank_size * BANKS],
+            buckets: vec![EMPTY; bank_size * BANKS],
             bank_size,
             #[cfg(test)]
             rows,
@@ -314,12 +328,15 @@ impl CuckooTable {
     }
 
     fn bucket(&self, idx: usize) -> Option<Entry> {
-        self.buckets.get(idx).copied().flatten()
+        self.buckets
+            .get(idx)
+            .copied()
+            .filter(|e| e.slot != EMPTY_SLOT)
     }
 
     fn set_bucket(&mut self, idx: usize, e: Option<Entry>) {
         if let Some(b) = self.buckets.get_mut(idx) {
-            *b = e;
+            *b = e.unwrap_or(EMPTY);
         }
     }
 
@@ -362,7 +379,7 @@ impl CuckooTable {
         candidates
             .iter()
             .copied()
-            .find(|&idx| self.buckets.get(idx).is_some_and(|b| b.is_none()))
+            .find(|&idx| self.buckets.get(idx).is_some_and(|b| b.slot == EMPTY_SLOT))
     }
 
     /// Next LFSR state (16-bit Galois LFSR, polynomial x^16+x^14+x^13+x^11+1).
@@ -391,8 +408,12 @@ impl CuckooTable {
     /// never stalls). A new key goes into a free candidate bucket if there is
     /// one (even with a full stash); otherwise it displaces a resident into
     /// the stash, or, if the stash stays full after the per-insert relocation
-    /// budget, returns [`Stalled`] with the mapping unchanged.
+    /// budget, returns [`Stalled`] with the mapping unchanged. The all-ones slot is the empty
+    /// bucket's code and no pool slot: it is refused the same way.
     pub fn insert(&mut self, key: RingKey, slot: u32) -> Result<(), Stalled> {
+        if slot == EMPTY_SLOT {
+            return Err(Stalled);
+        }
         let k = key.packed();
         // Hashed once for the presence check and the free-bucket search (one XOR tree per bank
         // in hardware, computed once per insert there too).
@@ -659,8 +680,8 @@ mod tests {
     fn check_invariants(t: &CuckooTable) {
         let mut seen = std::collections::HashSet::new();
         let mut n = 0;
-        for (idx, b) in t.buckets.iter().enumerate() {
-            if let Some(e) = b {
+        for idx in 0..t.buckets.len() {
+            if let Some(e) = t.bucket(idx) {
                 n += 1;
                 assert!(seen.insert(e.key), "key stored twice");
                 assert!(
@@ -750,6 +771,22 @@ mod tests {
         assert_eq!(t.stats().updates, 1);
         assert_eq!(t.remove(a), Some(2));
         assert!(t.is_empty());
+    }
+
+    /// The all-ones slot is an empty bucket's code: inserting it, as a new key or over a
+    /// present one, is refused and changes nothing, where storing it would make the bucket
+    /// read as empty and lose the key.
+    #[test]
+    fn the_empty_code_is_refused_as_a_slot() {
+        let mut t = CuckooTable::new(64, 3);
+        let (a, b) = (RingKey::new(1, 2), RingKey::new(2, 1));
+        t.insert(a, 7).unwrap();
+        let before = (t.buckets.clone(), t.stats());
+        assert_eq!(t.insert(a, EMPTY_SLOT), Err(Stalled));
+        assert_eq!(t.insert(b, EMPTY_SLOT), Err(Stalled));
+        assert_eq!((t.buckets.clone(), t.stats()), before);
+        assert_eq!((t.lookup(a), t.lookup(b), t.len()), (Some(7), None, 1));
+        check_invariants(&t);
     }
 
     #[test]
@@ -1181,11 +1218,12 @@ mod tests {
             RingKey::new(0, u16::MAX),
             RingKey::new(u16::MAX, 0),
         ];
+        // The largest slots short of the empty code (refused, tested above).
         for (i, k) in extremes.iter().enumerate() {
-            t.insert(*k, u32::MAX - i as u32).unwrap();
+            t.insert(*k, EMPTY_SLOT - 1 - i as u32).unwrap();
         }
         for (i, k) in extremes.iter().enumerate() {
-            assert_eq!(t.lookup(*k), Some(u32::MAX - i as u32));
+            assert_eq!(t.lookup(*k), Some(EMPTY_SLOT - 1 - i as u32));
         }
         // 4 buckets + 4 stash entries: keep inserting until a stall.
         let mut n = 4;
@@ -1210,7 +1248,8 @@ mod tests {
 
     fn op_strategy(queues: u16, indices: u16) -> impl Strategy<Value = Op> {
         prop_oneof![
-            5 => (0..queues, 0..indices, any::<u32>()).prop_map(|(q, i, s)| Op::Insert(q, i, s)),
+            // Any slot but the empty code (refused: its own test).
+            5 => (0..queues, 0..indices, 0..EMPTY_SLOT).prop_map(|(q, i, s)| Op::Insert(q, i, s)),
             3 => (0..queues, 0..indices).prop_map(|(q, i)| Op::Remove(q, i)),
             2 => (0..queues, 0..indices).prop_map(|(q, i)| Op::Lookup(q, i)),
             1 => (0usize..6).prop_map(Op::Relocate),
