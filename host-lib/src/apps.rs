@@ -302,11 +302,10 @@ impl FrameTemplate {
         let udp_len = ip_len - (UDP_AT - IP_AT) as u16;
         h[UDP_AT + 4..UDP_AT + 6].copy_from_slice(&udp_len.to_be_bytes());
         if checksums {
-            let mut sum = self.ip_sum + u32::from(ip_len) + u32::from(ident);
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            h[IP_AT + 10..IP_AT + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            // The template's sum and the two words set: no bytes left to add.
+            let sum = self.ip_sum + u32::from(ip_len) + u32::from(ident);
+            let c = checksum::internet_checksum(&[], sum);
+            h[IP_AT + 10..IP_AT + 12].copy_from_slice(&c.to_be_bytes());
         }
         f[..HEADERS].copy_from_slice(&h);
         if checksums {

@@ -105,7 +105,7 @@ impl Default for PeerConfig {
         PeerConfig {
             port: DEFAULT_PORT,
             buf: 1 << 16,
-            path_mtu: 3,
+            path_mtu: fld_abi::nic::DEFAULT_PATH_MTU,
             mode: PeerMode::Rc,
             timeout: Duration::from_secs(60),
             ack_timeout: fld_abi::nic::DEFAULT_ACK_TIMEOUT,

@@ -139,15 +139,20 @@ pub struct RcLatArgs {
     pub qp_timeout: u8,
 }
 
-/// The two in-process cards of `rc-bw` and `rc-lat`: buffers of twice the largest message (at
-/// least 16 KiB), path MTU `mtu` bytes, local ACK timeout exponent `qp_timeout`.
+/// The buffer each end registers: twice the largest message, at least 16 KiB.
+fn registered_bytes(size_max: u64) -> usize {
+    2 * (size_max as usize).max(8192)
+}
+
+/// The two in-process cards of `rc-bw` and `rc-lat`: buffers of [`registered_bytes`], path MTU
+/// `mtu` bytes, local ACK timeout exponent `qp_timeout`.
 fn in_process_pair(
     size_max: u64,
     mtu: u32,
     qp_timeout: u8,
 ) -> Result<RdmaPair, Box<dyn std::error::Error>> {
     Ok(RdmaPair::new(
-        2 * (size_max as usize).max(8192),
+        registered_bytes(size_max),
         mtu_code(mtu)?,
         qp_timeout,
     )?)
@@ -237,7 +242,7 @@ fn run_bw_remote(a: &RcBwArgs, link: &str) -> CmdResult {
     ctx.add_ip(ip)?;
     let config = PeerConfig {
         port: a.port.unwrap_or(fld_qemu::rdma_peer::DEFAULT_PORT),
-        buf: 2 * (a.size_max as usize).max(8192),
+        buf: registered_bytes(a.size_max),
         path_mtu: mtu_code(a.mtu)?,
         mode,
         timeout: std::time::Duration::from_secs(a.timeout.unwrap_or(60)),
