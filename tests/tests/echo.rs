@@ -169,3 +169,29 @@ fn the_engine_on_its_own_thread_echoes_every_byte_on_both_paths() {
     drop(engine);
     check(&rep, "FLD-E echo, engine thread");
 }
+
+/// Every NIC crossing of the two echo benchmarks (`fldemu bench`, `cargo xtask profile`) is
+/// steered by the eSwitch's direct route: the frames between the generator and the echo (or
+/// FLD) meet only the default forwarding and a catch-all. The table walks, which the direct
+/// route stands for and falls back to, are taken by none of them.
+#[test]
+fn the_echo_benchmarks_take_the_direct_route_at_every_crossing() {
+    let cfg = EchoConfig {
+        packets: 3000,
+        sizes: Sizes::Fixed(64),
+        ..Default::default()
+    };
+    let mut pair = InProcessPair::new(RxMode::Regular, 1514).unwrap();
+    let rep = pair.run_echo(&cfg);
+    assert_eq!((rep.packets_received, rep.mismatches), (cfg.packets, 0));
+    let nic = &pair.card.nic;
+    assert_eq!(nic.stats().loopback_frames, 2 * cfg.packets);
+    assert_eq!(nic.direct_routed_frames(), 2 * cfg.packets, "CPU echo");
+
+    let mut flde = fld_qemu::testbed::FldEchoSetup::new(1514).unwrap();
+    let rep = flde.run_echo(&cfg);
+    assert_eq!((rep.packets_received, rep.mismatches), (cfg.packets, 0));
+    let nic = &flde.card.nic;
+    assert_eq!(nic.stats().loopback_frames, 2 * cfg.packets);
+    assert_eq!(nic.direct_routed_frames(), 2 * cfg.packets, "FLD-E echo");
+}

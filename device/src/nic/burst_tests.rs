@@ -6,6 +6,10 @@
 //! per-packet engine) and on one that gathers bursts, gives the same completions, counters, TLP
 //! accounting, interrupts and host memory, byte for byte.
 //!
+//! The same mixes, with the receive pipelines and the FDB reprogrammed between the sends, also
+//! hold the eSwitch's direct route (a frame no rule can tell apart steered in one step) to the
+//! table walks it stands for.
+//!
 //! Each WQE's data sits in a buffer of its own, apart from the receive buffers: the one place
 //! the two may differ by design is a frame gathered from a buffer that a frame ahead of it in the
 //! same burst is received into (the burst reads it first, as a NIC that fetches ahead does).
@@ -50,6 +54,27 @@ enum Body {
     UnknownResumeTable,
 }
 
+/// A new receive root for a port, made of entries in this order.
+#[derive(Clone, Debug)]
+enum Rules {
+    /// One catch-all entry to the port's RQ (as the port came up).
+    CatchAll,
+    /// A catch-all that counts and tags.
+    Counted { tag: u32 },
+    /// A counting catch-all to an RSS group over the port's RQ.
+    Rss,
+    /// A tagged entry for odd UDP source ports before a counting catch-all.
+    MatchFirst,
+    /// A catch-all policed by a meter that admits about one frame in a pass.
+    Metered,
+    /// A counting catch-all that drops.
+    DropAll,
+    /// A catch-all going on to a second table, whose counting catch-all delivers.
+    Goto,
+    /// A counting catch-all and eight entries no frame matches: rules enough for the flow cache.
+    Cached,
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Post {
@@ -63,6 +88,32 @@ enum Op {
     Run(usize),
     Drain(usize),
     Recover(usize),
+    Steer(usize, Rules),
+    /// An FDB root (function 0 is the manager) that counts and forwards function 1's unicast
+    /// frames to function 0, or none.
+    Fdb(bool),
+}
+
+fn rules() -> impl Strategy<Value = Rules> {
+    prop_oneof![
+        Just(Rules::CatchAll),
+        any::<u32>().prop_map(|tag| Rules::Counted { tag }),
+        Just(Rules::Rss),
+        Just(Rules::MatchFirst),
+        Just(Rules::Metered),
+        Just(Rules::DropAll),
+        Just(Rules::Goto),
+        Just(Rules::Cached),
+    ]
+}
+
+/// The mix of [`op`] with the steering reprogrammed now and then.
+fn steering_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        20 => op(),
+        2 => ((0usize..2), rules()).prop_map(|(p, r)| Op::Steer(p, r)),
+        1 => any::<bool>().prop_map(Op::Fdb),
+    ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -218,6 +269,15 @@ fn by_mmio(h: &MockHost, port: &MockPort, wqe: &[u8], counter: u32, as_run: bool
 /// most; returns what a driver could observe, and the whole of host memory. WQEs by MMIO are
 /// stored one word at a time on the per-packet engine, as one run on a bursting one.
 fn run(ops: &[Op], tx_burst: u32) -> (Vec<String>, Vec<u8>) {
+    let (seen, memory, _) = run_steered(ops, tx_burst, false);
+    (seen, memory)
+}
+
+/// [`run`], with the eSwitch walking its tables for every frame when `walk_always`; the entry
+/// and vPort counters close what a driver could observe. Also returns the frames that took the
+/// direct route.
+fn run_steered(ops: &[Op], tx_burst: u32, walk_always: bool) -> (Vec<String>, Vec<u8>, u64) {
+    super::datapath::WALK_ALWAYS.set(walk_always);
     let h = MockHost::nic(
         NicConfig {
             tx_burst,
@@ -241,6 +301,7 @@ fn run(ops: &[Op], tx_burst: u32) -> (Vec<String>, Vec<u8>) {
     ];
     let mut posted = [0u64; 2];
     let mut seen = Vec::new();
+    let mut entries = Vec::new();
     for (n, op) in ops.iter().enumerate() {
         match op {
             Op::Post {
@@ -272,6 +333,11 @@ fn run(ops: &[Op], tx_burst: u32) -> (Vec<String>, Vec<u8>) {
                     seen.push(format!("recovered {port}"));
                 }
             }
+            Op::Steer(port, rules) => {
+                let rq = ports[*port].rq.id;
+                entries.extend(steer(&h, *port as u16, rq, rules));
+            }
+            Op::Fdb(on) => entries.extend(fdb(&h, *on)),
         }
     }
     for (i, p) in ports.iter().enumerate() {
@@ -281,8 +347,176 @@ fn run(ops: &[Op], tx_burst: u32) -> (Vec<String>, Vec<u8>) {
     for (i, p) in ports.iter_mut().enumerate() {
         drain(&h, p, i, &mut seen);
     }
+    for (f, id) in entries {
+        let q = ObjectIn::new(id);
+        seen.push(format!(
+            "entry {id} {:?}",
+            h.command(f, op::QUERY_FLOW_ENTRY, q.as_bytes()).out
+        ));
+    }
+    for f in 0..2u16 {
+        let q = QueryVportIn {
+            vport: U16::new(f),
+            rsvd: [0; 6],
+        };
+        seen.push(format!(
+            "vport {f} {:?}",
+            h.command(f, op::QUERY_VPORT, q.as_bytes()).out
+        ));
+    }
+    seen.push(format!("flow cache {:?}", h.nic.flow_cache_counters()));
+    super::datapath::WALK_ALWAYS.set(false);
     let memory = h.observe(&mut seen);
-    (seen, memory)
+    (seen, memory, h.nic.direct_routed_frames())
+}
+
+/// Creates a flow table of function `f` and returns its id.
+fn table(h: &MockHost, f: u16, kind: u8, level: u8) -> u32 {
+    let t = CreateFlowTableIn {
+        kind,
+        level,
+        miss: MISS_DROP,
+        rsvd: 0,
+        miss_table: zerocopy::little_endian::U32::new(0),
+    };
+    h.command(f, op::CREATE_FLOW_TABLE, t.as_bytes())
+        .id()
+        .expect("a flow table")
+}
+
+/// Adds an entry to `table` of function `f`; returns (function, entry id).
+fn entry(h: &MockHost, f: u16, table: u32, mut e: CreateFlowEntryIn) -> (u16, u32) {
+    e.table = zerocopy::little_endian::U32::new(table);
+    let id = h
+        .command(f, op::CREATE_FLOW_ENTRY, e.as_bytes())
+        .id()
+        .expect("a flow entry");
+    (f, id)
+}
+
+fn set_root(h: &MockHost, f: u16, kind: u8, table: u32) {
+    let r = SetRootIn {
+        kind,
+        rsvd: [0; 3],
+        table: zerocopy::little_endian::U32::new(table),
+    };
+    assert!(h.command(f, op::SET_FLOW_TABLE_ROOT, r.as_bytes()).ok());
+}
+
+/// Makes a receive root of `rules` for function `f`, delivering to RQ `rq`; returns its entries.
+fn steer(h: &MockHost, f: u16, rq: u32, rules: &Rules) -> Vec<(u16, u32)> {
+    use zerocopy::little_endian::{U32, U64};
+    let root = table(h, f, TABLE_KIND_NIC_RX, 0);
+    let to_rq = |actions: u32| CreateFlowEntryIn {
+        actions: U32::new(actions | action::FWD_RQ),
+        dest: U32::new(rq),
+        ..Default::default()
+    };
+    let counted = to_rq(action::COUNT);
+    let first = match rules {
+        Rules::CatchAll => to_rq(0),
+        Rules::Counted { tag } => CreateFlowEntryIn {
+            flow_tag: U32::new(*tag),
+            ..to_rq(action::COUNT | action::SET_FLOW_TAG)
+        },
+        Rules::Rss => {
+            let group = CreateRssGroupIn {
+                key: [0x6d; 40],
+                hash_fields: rss_fields::SRC_PORT | rss_fields::DST_PORT,
+                rsvd: 0,
+                indirection_len: U16::new(4),
+                rsvd2: [0; 4],
+            };
+            let g = h
+                .command(f, op::CREATE_RSS_GROUP, &group.encode(&[rq; 4]))
+                .id()
+                .expect("an RSS group");
+            CreateFlowEntryIn {
+                actions: U32::new(action::COUNT | action::FWD_RSS),
+                dest: U32::new(g),
+                ..Default::default()
+            }
+        }
+        Rules::MatchFirst => {
+            let mut e = CreateFlowEntryIn {
+                flow_tag: U32::new(0x51),
+                ..to_rq(action::COUNT | action::SET_FLOW_TAG)
+            };
+            e.mask.src_port = [0, 1];
+            e.value.src_port = [0, 1];
+            e
+        }
+        Rules::Metered => {
+            let m = CreateMeterIn {
+                rate_bytes_per_s: U64::new(1000),
+                burst_bytes: U32::new(1600),
+                rsvd: [0; 4],
+            };
+            let meter = h
+                .command(f, op::CREATE_METER, m.as_bytes())
+                .id()
+                .expect("a meter");
+            CreateFlowEntryIn {
+                meter: U32::new(meter),
+                ..to_rq(action::COUNT | action::METER)
+            }
+        }
+        Rules::DropAll => CreateFlowEntryIn {
+            actions: U32::new(action::COUNT | action::DROP),
+            ..Default::default()
+        },
+        Rules::Goto => {
+            let next = table(h, f, TABLE_KIND_NIC_RX, 1);
+            let delivers = entry(h, f, next, counted);
+            let goto = CreateFlowEntryIn {
+                actions: U32::new(action::COUNT | action::GOTO_TABLE),
+                dest: U32::new(next),
+                ..Default::default()
+            };
+            let e = vec![delivers, entry(h, f, root, goto)];
+            set_root(h, f, TABLE_KIND_NIC_RX, root);
+            return e;
+        }
+        Rules::Cached => counted,
+    };
+    let mut made = vec![entry(h, f, root, first)];
+    match rules {
+        Rules::MatchFirst => made.push(entry(h, f, root, counted)),
+        Rules::Cached => {
+            for k in 0..8u8 {
+                let mut never = counted;
+                never.mask.dst_port = [0xff, 0xff];
+                never.value.dst_port = [0xee, k];
+                made.push(entry(h, f, root, never));
+            }
+        }
+        _ => {}
+    }
+    set_root(h, f, TABLE_KIND_NIC_RX, root);
+    made
+}
+
+/// An FDB root that counts function 1's unicast frames to function 0 and sends them there (the
+/// rest take the default L2 forwarding), or no FDB root.
+fn fdb(h: &MockHost, on: bool) -> Vec<(u16, u32)> {
+    use zerocopy::little_endian::U32;
+    if !on {
+        set_root(h, 0, TABLE_KIND_FDB, NO_TABLE);
+        return Vec::new();
+    }
+    let root = table(h, 0, TABLE_KIND_FDB, 0);
+    let mut e = CreateFlowEntryIn {
+        actions: U32::new(action::COUNT | action::FWD_VPORT),
+        vport: U16::new(0),
+        ..Default::default()
+    };
+    e.mask.dst_mac = [0xff; 6];
+    e.value.dst_mac = h.nic_mac(0);
+    e.mask.src_vport = [0xff, 0xff];
+    e.value.src_vport = 1u16.to_le_bytes();
+    let made = vec![entry(h, 0, root, e)];
+    set_root(h, 0, TABLE_KIND_FDB, root);
+    made
 }
 
 /// A receive table of function `f` that sends everything to RQ `rqn` (not the vPort's root:
@@ -340,6 +574,78 @@ proptest! {
         let per_packet = run(&ops, 1);
         let burst = run(&ops, super::DEFAULT_TX_BURST);
         assert_same(&per_packet, &burst);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_direct_route_changes_nothing_a_host_observes(
+        ops in prop::collection::vec(steering_op(), 1..120)
+    ) {
+        let (seen, memory, _) = run_steered(&ops, super::DEFAULT_TX_BURST, true);
+        let (direct_seen, direct_memory, _) = run_steered(&ops, super::DEFAULT_TX_BURST, false);
+        assert_same(&(seen, memory), &(direct_seen, direct_memory));
+    }
+}
+
+/// Each way of steering on its own, with frames of every kind to the other function, to the
+/// sender and out the uplink: the same observations with and without the direct route, which
+/// the frames between the two functions take exactly when nothing but the default forwarding
+/// and a catch-all that counts, tags and delivers stands in their way.
+#[test]
+fn each_kind_of_steering_takes_the_direct_route_only_where_it_may() {
+    // Four frames go between the functions each way. Port 0 keeps its catch-all, so where
+    // only port 1's root stands in the way, the four frames port 1 sends go direct; nothing
+    // goes direct with an FDB root, or with rules enough for the flow cache (it serves the
+    // whole eSwitch); frames to the sender itself or to the uplink never do.
+    let kinds = [
+        (Some(Rules::CatchAll), false, 8),
+        (Some(Rules::Counted { tag: 0x7a }), false, 8),
+        (Some(Rules::Rss), false, 8),
+        (Some(Rules::MatchFirst), false, 4),
+        (Some(Rules::Metered), false, 4),
+        (Some(Rules::DropAll), false, 4),
+        (Some(Rules::Goto), false, 4),
+        (Some(Rules::Cached), false, 0),
+        (None, true, 0),
+    ];
+    for (rules, fdb_root, expected) in kinds {
+        let mut ops: Vec<Op> = rules.iter().map(|r| Op::Steer(1, r.clone())).collect();
+        ops.extend(fdb_root.then_some(Op::Fdb(true)));
+        let dests = [
+            Dest::Other,
+            Dest::Other,
+            Dest::Itself,
+            Dest::Uplink,
+            Dest::Other,
+        ];
+        for (k, dest) in dests.iter().cycle().take(12).enumerate() {
+            ops.push(Op::Post {
+                port: k % 2,
+                dest: dest.clone(),
+                body: Body::Frame {
+                    len: 60 + 97 * k,
+                    udp: k % 3 != 2,
+                    cs: (k % 4) as u8,
+                },
+                signal: true,
+                by_mmio: false,
+            });
+        }
+        ops.extend([
+            Op::Ring(0),
+            Op::Ring(1),
+            Op::Run(2),
+            Op::Drain(0),
+            Op::Drain(1),
+        ]);
+        let (seen, memory, none) = run_steered(&ops, super::DEFAULT_TX_BURST, true);
+        let (direct_seen, direct_memory, taken) = run_steered(&ops, super::DEFAULT_TX_BURST, false);
+        assert_same(&(seen, memory), &(direct_seen, direct_memory));
+        assert_eq!(none, 0);
+        assert_eq!(taken, expected, "{rules:?}");
     }
 }
 

@@ -6,6 +6,9 @@
 //! always ends. Entries may police with a meter and VXLAN-decapsulate or -encapsulate (RFC 7348).
 //! A [`FlowCache`] of exact keys sits in front of the tables: a walk seen before replays the
 //! entries it matched (their counters, meters and flow tags, per packet) without matching again.
+//! In front of both, [`Eswitch::direct_route`] steers in one step the frames no rule can tell
+//! apart — host vPort to host vPort by the default forwarding, into a catch-all that counts,
+//! tags and delivers — with the same counters and outcome as the walks.
 //! Left out: egress (NIC transmit) tables, header rewrite, VLAN push/pop.
 
 use super::rss::Toeplitz;
@@ -415,6 +418,8 @@ pub struct Eswitch {
     pub encaps: Vec<Option<VxlanEncap>>,
     pub fdb_root: Option<u32>,
     pub flow_cache: FlowCache,
+    /// Frames steered by [`Eswitch::direct_route`] rather than by walking the tables.
+    pub direct_routed: u64,
     next_entry_id: u32,
 }
 
@@ -431,6 +436,7 @@ impl Eswitch {
             encaps: self.encaps.clone(),
             fdb_root: self.fdb_root,
             flow_cache: self.flow_cache.settings(),
+            direct_routed: self.direct_routed,
             next_entry_id: self.next_entry_id,
         }
     }
@@ -464,6 +470,7 @@ impl Eswitch {
             encaps: Vec::new(),
             fdb_root: None,
             flow_cache,
+            direct_routed: 0,
             next_entry_id: 1,
         }
     }
@@ -574,6 +581,63 @@ impl Eswitch {
                 flow_tag,
             },
         }
+    }
+
+    /// The vPort and receive root of a frame host vPort `src_vport` sends to `dst_mac`, when
+    /// no rule can make its steering depend on more than that: no FDB root (the default L2
+    /// forwarding, here to another host vPort), no flow cache in use, and a receive root whose
+    /// first entry matches every frame and only counts, tags and forwards to an RQ or an RSS
+    /// group. Such a frame's two walks end at that entry, whatever its key and length.
+    #[inline]
+    pub fn direct_route(&self, src_vport: u16, dst_mac: &[u8; 6]) -> Option<(u16, u32)> {
+        const DIRECT: u32 = action::COUNT | action::SET_FLOW_TAG | action::FWD_RQ | action::FWD_RSS;
+        if self.fdb_root.is_some() || self.flow_cache.active {
+            return None;
+        }
+        let v = self.vports.iter().find(|v| &v.mac == dst_mac)?;
+        let root = v.rx_root?;
+        let e = self.tables.get(root as usize)?.as_ref()?.entries.first()?;
+        let forwards = e.actions & (action::FWD_RQ | action::FWD_RSS) != 0;
+        (v.number != src_vport && e.match_all && forwards && e.actions & !DIRECT == 0)
+            .then_some((v.number, root))
+    }
+
+    /// What the two walks of a frame [`Eswitch::direct_route`] accepted do: the sender's
+    /// transmit counters, the entry's counters and flow tag, and its forwarding.
+    #[inline]
+    pub fn take_direct_route(&mut self, src_vport: u16, root: u32, len: usize) -> Steering {
+        self.direct_routed += 1;
+        if let Some(v) = self.vports.get_mut(src_vport as usize) {
+            v.counters.tx_packets += 1;
+            v.counters.tx_bytes += len as u64;
+        }
+        let drop = Steering {
+            fate: Fate::Drop,
+            flow_tag: 0,
+        };
+        let Some(e) = self
+            .tables
+            .get_mut(root as usize)
+            .and_then(|t| t.as_mut())
+            .and_then(|t| t.entries.first_mut())
+        else {
+            return drop;
+        };
+        if e.actions & action::COUNT != 0 {
+            e.packets += 1;
+            e.bytes += len as u64;
+        }
+        let flow_tag = if e.actions & action::SET_FLOW_TAG != 0 {
+            e.flow_tag
+        } else {
+            0
+        };
+        let fate = if e.actions & action::FWD_RQ != 0 {
+            Fate::Rq(e.dest)
+        } else {
+            Fate::Rss(e.dest)
+        };
+        Steering { fate, flow_tag }
     }
 
     /// Default FDB behaviour: learn nothing, forward by the vPorts' own MAC addresses.

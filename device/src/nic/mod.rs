@@ -381,6 +381,12 @@ impl Nic {
         self.shared.lock().eswitch.flow_cache.counters
     }
 
+    /// Frames the eSwitch steered in one step, without walking its tables (the common case of
+    /// a frame between two host vPorts that no rule can tell apart: `Eswitch::direct_route`).
+    pub fn direct_routed_frames(&self) -> u64 {
+        self.shared.lock().eswitch.direct_routed
+    }
+
     /// The earliest time (NIC clock, ns) a transport timer of any QP fires — the local ACK
     /// timer or the end of an RNR wait — so a runner that sleeps an idle card knows when to
     /// wake it. `None`: no timer armed.

@@ -1548,3 +1548,40 @@ fn the_mailbox_registers_read_back_and_a_function_reset_clears_them() {
     assert_eq!(read, [0; 6]);
     assert_eq!(h.nic_reg(1, reg::CMD_STATUS), 0);
 }
+
+/// A RoCEv2 frame an Ethernet SQ sends to another function's RoCE address is that function's
+/// transport's to claim, not its RQ's, though a catch-all would deliver any other frame there
+/// (the eSwitch's direct route between host vPorts leaves frames to the RoCEv2 port to the
+/// walks and the claim). The frame names no QP of the function and carries no valid ICRC: the
+/// transport counts and drops it.
+#[test]
+fn a_roce_frame_from_an_ethernet_sq_is_claimed_by_the_peer_transport() {
+    let h = host();
+    let (mut a, mut b) = ports(&h);
+    let _qp = h.create_rdma_qp(1, [10, 0, 0, 2], 4096);
+    let rdma_rx = |h: &MockHost| {
+        let n = size_of::<RdmaCountersOut>();
+        let o = h.command_with_output(1, op::QUERY_RDMA_COUNTERS, &[], n);
+        RdmaCountersOut::read_from_bytes(&o.out[..n])
+            .unwrap()
+            .rx_packets
+            .get()
+    };
+    let mut frame = vec![0u8; 74];
+    udp_headers(&mut frame, (h.nic_mac(0), h.nic_mac(1)), 1000);
+    frame[36..38].copy_from_slice(&fld_abi::wire::roce::ROCE_V2_PORT.to_be_bytes());
+    // BTH: SEND Only to QP 0x123.
+    frame[42] = 0x04;
+    frame[47..50].copy_from_slice(&[0, 0x01, 0x23]);
+    a.send(&h, &frame, 0);
+    h.run(8);
+    assert_eq!(rdma_rx(&h), 1);
+    assert!(b.receive(&h).is_none());
+    // The same frame to another UDP port is the RQ's.
+    frame[36..38].copy_from_slice(&2000u16.to_be_bytes());
+    a.send(&h, &frame, 0);
+    h.run(8);
+    assert_eq!(rdma_rx(&h), 1);
+    let (_, got) = b.receive(&h).expect("delivered to the RQ");
+    assert_eq!(got, frame);
+}

@@ -9,6 +9,8 @@ mod completions;
 mod receive;
 mod roce;
 mod switching;
+#[cfg(test)]
+pub(super) use switching::WALK_ALWAYS;
 mod transmit;
 mod wqe_mmio;
 

@@ -51,6 +51,26 @@ impl<'a> Frame<'a> {
     }
 }
 
+/// A frame an SQ sent enters the eSwitch: by the direct route where it may take it, else as
+/// [`switch_frame`]. (The RoCE transport's frames and the uplink's take the walks.)
+#[inline]
+pub(super) fn switch_sent_frame(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    src_vport: u16,
+    frame: Frame<'_>,
+    resume: Option<(u32, u8)>,
+) {
+    if resume.is_none()
+        && core.tap.is_none()
+        && direct_routes_allowed()
+        && switch_direct(core, ctx, src_vport, &frame)
+    {
+        return;
+    }
+    switch_frame(core, ctx, src_vport, frame, resume);
+}
+
 /// A frame enters the eSwitch from `src_vport` and leaves towards its destinations.
 /// `resume` names the table (and its kind) a returned frame re-enters steering at.
 pub(super) fn switch_frame(
@@ -140,6 +160,44 @@ fn forward(core: &mut NicCore, ctx: &mut Ctx<'_>, src_vport: u16, frame: &Frame<
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests turn the direct route off to hold it to the walks it stands for.
+    pub(in crate::nic) static WALK_ALWAYS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[inline(always)]
+fn direct_routes_allowed() -> bool {
+    #[cfg(test)]
+    return !WALK_ALWAYS.get();
+    #[cfg(not(test))]
+    true
+}
+
+/// The common case in one step: a frame, not to the RoCEv2 port, from a host vPort to another
+/// by the default L2 forwarding (no FDB root) with no flow cache in use, whose destination's
+/// receive root begins with a catch-all entry that only counts, tags and forwards to an RQ or
+/// an RSS group.
+/// Its counters, flow tag, CQE and delivery are those of the walks it stands for; the walks
+/// themselves are not taken. False, with nothing done, for any other frame.
+#[inline]
+fn switch_direct(core: &mut NicCore, ctx: &mut Ctx<'_>, src_vport: u16, frame: &Frame<'_>) -> bool {
+    // A frame to the RoCEv2 port may be the transport's to claim: it takes the walks.
+    let p = &frame.parsed;
+    if p.l4 == L4Kind::Udp && p.dst_port == fld_abi::wire::roce::ROCE_V2_PORT {
+        return false;
+    }
+    let Some((vport, root)) = core.eswitch.direct_route(src_vport, &p.dst_mac) else {
+        return false;
+    };
+    let st = core
+        .eswitch
+        .take_direct_route(src_vport, root, frame.bytes.len());
+    core.loopback_frames += 1;
+    deliver_to_queue(core, ctx, vport, frame, st);
+    true
+}
+
 /// FNV-1a over the inner flow's addresses, protocol and ports: the entropy RFC 7348 §5 asks
 /// the outer UDP source port to carry.
 fn inner_flow_hash(p: &ParsedFrame) -> u32 {
@@ -199,13 +257,26 @@ fn steer_into_vport(
     let st = core
         .eswitch
         .steer_rx(vport, start, frame, frame.bytes.len(), flow_tag, ctx.now());
+    if let Fate::DecapGoto(t) = st.fate {
+        return match frame.decapsulate(vport) {
+            Some(inner) => steer_into_vport(core, ctx, vport, Some(t), &inner, st.flow_tag),
+            None => count_drop(core, vport, true),
+        };
+    }
+    deliver_to_queue(core, ctx, vport, frame, st);
+}
+
+/// The end of a vPort's receive pipeline: an RQ, or the RQ an RSS group's hash picks, gets the
+/// frame and its CQE; any other fate is a counted drop.
+#[inline]
+fn deliver_to_queue(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    vport: u16,
+    frame: &Frame<'_>,
+    st: Steering,
+) {
     let (rqn, hash) = match st.fate {
-        Fate::DecapGoto(t) => {
-            return match frame.decapsulate(vport) {
-                Some(inner) => steer_into_vport(core, ctx, vport, Some(t), &inner, st.flow_tag),
-                None => count_drop(core, vport, true),
-            };
-        }
         Fate::Rq(r) => (r, 0),
         Fate::Rss(g) => {
             let Some(group) = core
@@ -224,7 +295,7 @@ fn steer_into_vport(
             };
             (group.rq_for(hash), hash)
         }
-        Fate::Drop => return count_drop(core, vport, true),
+        Fate::Drop | Fate::DecapGoto(_) => return count_drop(core, vport, true),
         Fate::NoSteering | Fate::Vport(_) | Fate::Flood | Fate::EncapVport { .. } => {
             return count_drop(core, vport, false)
         }

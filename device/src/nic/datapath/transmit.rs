@@ -12,7 +12,7 @@ use zerocopy::little_endian::{U16, U32};
 use zerocopy::FromBytes;
 
 use super::completions::{post_cqe, report_queue_error};
-use super::switching::{switch_frame, Frame};
+use super::switching::{switch_sent_frame, Frame};
 use super::{Ctx, NicCore};
 use crate::nic::packet;
 use fld_abi::nic::*;
@@ -392,7 +392,7 @@ fn steer_burst(core: &mut NicCore, ctx: &mut Ctx<'_>, run: &mut SqRun, burst: &T
             // nowhere. The WQE completes as sent; the drop is counted, as a steering drop is.
             if super::roce::star_egress_allowed(core, run.owner, frame, &slot.parsed) {
                 let f = Frame::new(frame, slot.parsed, run.owner);
-                switch_frame(core, ctx, run.owner, f, slot.resume);
+                switch_sent_frame(core, ctx, run.owner, f, slot.resume);
             }
         }
         run.ci = run.ci.wrapping_add(slot.nbb);
