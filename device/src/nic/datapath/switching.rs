@@ -16,11 +16,12 @@ use fld_abi::nic::*;
 /// Frames taken from the uplink wire per poll.
 const WIRE_BUDGET: usize = 256;
 
-/// A frame inside the eSwitch: its bytes, the parser's view of them, the vPort it is steered
-/// for, and its match key once a table has needed it.
+/// A frame inside the eSwitch: its bytes, the parser's view of them (where the stage that
+/// parsed it keeps it), the vPort it is steered for, and its match key once a table has needed
+/// it.
 pub(super) struct Frame<'a> {
     pub bytes: &'a [u8],
-    pub parsed: ParsedFrame,
+    pub parsed: &'a ParsedFrame,
     vport: u16,
     key: std::cell::OnceCell<Key>,
 }
@@ -28,12 +29,12 @@ pub(super) struct Frame<'a> {
 impl KeySource for Frame<'_> {
     fn key(&self) -> &Key {
         self.key
-            .get_or_init(|| frame_key(self.bytes, &self.parsed, self.vport, 0))
+            .get_or_init(|| frame_key(self.bytes, self.parsed, self.vport, 0))
     }
 }
 
 impl<'a> Frame<'a> {
-    pub fn new(bytes: &'a [u8], parsed: ParsedFrame, vport: u16) -> Self {
+    pub fn new(bytes: &'a [u8], parsed: &'a ParsedFrame, vport: u16) -> Self {
         Frame {
             bytes,
             parsed,
@@ -42,12 +43,12 @@ impl<'a> Frame<'a> {
         }
     }
 
-    /// The frame inside a VXLAN encapsulation (RFC 7348 §5), parsed afresh and keyed for
-    /// `vport`; `None` when this is not a VXLAN frame.
-    fn decapsulate(&self, vport: u16) -> Option<Frame<'a>> {
-        let (_, inner) = packet::vxlan(self.bytes, &self.parsed)?;
+    /// The frame inside a VXLAN encapsulation (RFC 7348 §5) and its parse, for a [`Frame`] of
+    /// its own; `None` when this is not a VXLAN frame.
+    fn decapsulate(&self) -> Option<(&'a [u8], ParsedFrame)> {
+        let (_, inner) = packet::vxlan(self.bytes, self.parsed)?;
         let bytes = &self.bytes[inner..];
-        Some(Frame::new(bytes, packet::parse(bytes), vport))
+        Some((bytes, packet::parse(bytes)))
     }
 }
 
@@ -107,8 +108,9 @@ pub(super) fn switch_frame(
 /// frame (go-to targets sit at higher levels, so this ends).
 fn forward(core: &mut NicCore, ctx: &mut Ctx<'_>, src_vport: u16, frame: &Frame<'_>, st: Steering) {
     match st.fate {
-        Fate::DecapGoto(t) => match frame.decapsulate(src_vport) {
-            Some(inner) => {
+        Fate::DecapGoto(t) => match frame.decapsulate() {
+            Some((bytes, parsed)) => {
+                let inner = Frame::new(bytes, &parsed, src_vport);
                 let next = core.eswitch.steer_fdb(
                     Some(t),
                     &inner,
@@ -133,14 +135,15 @@ fn forward(core: &mut NicCore, ctx: &mut Ctx<'_>, src_vport: u16, frame: &Frame<
                 core.encap_frame = out;
                 return count_drop(core, src_vport, true);
             };
-            e.encapsulate(frame.bytes, inner_flow_hash(&frame.parsed), &mut out);
+            e.encapsulate(frame.bytes, inner_flow_hash(frame.parsed), &mut out);
             e.packets += 1;
             if out.len() > core.config.mtu as usize {
                 // The tunnel would need fragmenting, which VXLAN forbids (RFC 7348 §4.3).
                 core.encap_frame = out;
                 return count_drop(core, src_vport, true);
             }
-            let outer = Frame::new(&out, packet::parse(&out), src_vport);
+            let parsed = packet::parse(&out);
+            let outer = Frame::new(&out, &parsed, src_vport);
             deliver_to_vport(core, ctx, vport, None, &outer, st.flow_tag);
             core.encap_frame = out;
         }
@@ -183,7 +186,7 @@ fn direct_routes_allowed() -> bool {
 #[inline]
 fn switch_direct(core: &mut NicCore, ctx: &mut Ctx<'_>, src_vport: u16, frame: &Frame<'_>) -> bool {
     // A frame to the RoCEv2 port may be the transport's to claim: it takes the walks.
-    let p = &frame.parsed;
+    let p = frame.parsed;
     if p.l4 == L4Kind::Udp && p.dst_port == fld_abi::wire::roce::ROCE_V2_PORT {
         return false;
     }
@@ -251,15 +254,18 @@ fn steer_into_vport(
     frame: &Frame<'_>,
     flow_tag: u32,
 ) {
-    if super::roce::claims(core, vport, frame.bytes, &frame.parsed) {
-        return super::roce::receive(core, ctx, vport, frame.bytes, &frame.parsed);
+    if super::roce::claims(core, vport, frame.bytes, frame.parsed) {
+        return super::roce::receive(core, ctx, vport, frame.bytes, frame.parsed);
     }
     let st = core
         .eswitch
         .steer_rx(vport, start, frame, frame.bytes.len(), flow_tag, ctx.now());
     if let Fate::DecapGoto(t) = st.fate {
-        return match frame.decapsulate(vport) {
-            Some(inner) => steer_into_vport(core, ctx, vport, Some(t), &inner, st.flow_tag),
+        return match frame.decapsulate() {
+            Some((bytes, parsed)) => {
+                let inner = Frame::new(bytes, &parsed, vport);
+                steer_into_vport(core, ctx, vport, Some(t), &inner, st.flow_tag)
+            }
             None => count_drop(core, vport, true),
         };
     }
@@ -287,7 +293,7 @@ fn deliver_to_queue(
             else {
                 return count_drop(core, vport, true);
             };
-            let (input, n) = crate::nic::rss::hash_input(&frame.parsed, group.hash_fields);
+            let (input, n) = crate::nic::rss::hash_input(frame.parsed, group.hash_fields);
             let hash = if n == 0 {
                 0
             } else {
@@ -303,7 +309,7 @@ fn deliver_to_queue(
     let cqe = Cqe {
         flow_tag: U32::new(st.flow_tag),
         rss_hash: U32::new(hash),
-        csum: checksum_flags(frame.bytes, &frame.parsed),
+        csum: checksum_flags(frame.bytes, frame.parsed),
         qn: U32::new(rqn),
         vport: U16::new(vport),
         ..Default::default()
@@ -371,7 +377,8 @@ pub(super) fn uplink_receive(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
             core.eswitch.uplink.counters.tx_malformed += 1;
             continue;
         }
-        let frame = Frame::new(bytes, packet::parse(bytes), VPORT_UPLINK);
+        let parsed = packet::parse(bytes);
+        let frame = Frame::new(bytes, &parsed, VPORT_UPLINK);
         switch_frame(core, ctx, VPORT_UPLINK, frame, None);
     }
     core.wire_frame = buf;

@@ -391,7 +391,7 @@ fn steer_burst(core: &mut NicCore, ctx: &mut Ctx<'_>, run: &mut SqRun, burst: &T
             // StaR's egress security module (§16.5): a StaR packet no entry allows goes
             // nowhere. The WQE completes as sent; the drop is counted, as a steering drop is.
             if super::roce::star_egress_allowed(core, run.owner, frame, &slot.parsed) {
-                let f = Frame::new(frame, slot.parsed, run.owner);
+                let f = Frame::new(frame, &slot.parsed, run.owner);
                 switch_sent_frame(core, ctx, run.owner, f, slot.resume);
             }
         }

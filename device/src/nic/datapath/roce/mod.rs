@@ -339,7 +339,7 @@ fn transmit<E, H: TransportHeaders>(
     // A StaR client's requests pass its function's egress security module like any other
     // StaR packet the function sends (§16.5).
     if !star || star_egress_allowed(core, owner, bytes, &parsed) {
-        switch_frame(core, ctx, owner, Frame::new(bytes, parsed, owner), None);
+        switch_frame(core, ctx, owner, Frame::new(bytes, &parsed, owner), None);
     }
     core.rdma.frame = frame;
     Ok(true)

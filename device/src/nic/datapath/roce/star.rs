@@ -311,13 +311,8 @@ fn reply(
     };
     count(core, vport, |c| c.tx_packets += 1);
     let bytes = &frame[..len];
-    switch_frame(
-        core,
-        ctx,
-        vport,
-        Frame::new(bytes, packet::parsed_roce(&addr, bytes), vport),
-        None,
-    );
+    let parsed = packet::parsed_roce(&addr, bytes);
+    switch_frame(core, ctx, vport, Frame::new(bytes, &parsed, vport), None);
     core.rdma.reply_frame = frame;
     true
 }
