@@ -522,24 +522,13 @@ fn fdb(h: &MockHost, on: bool) -> Vec<(u16, u32)> {
 /// A receive table of function `f` that sends everything to RQ `rqn` (not the vPort's root:
 /// frames reach it only by a resume table).
 fn receive_table(h: &MockHost, f: u16, rqn: u32) -> u32 {
-    let table = CreateFlowTableIn {
-        kind: TABLE_KIND_NIC_RX,
-        level: 1,
-        miss: MISS_DROP,
-        rsvd: 0,
-        miss_table: zerocopy::little_endian::U32::new(0),
-    };
-    let id = h
-        .command(f, op::CREATE_FLOW_TABLE, table.as_bytes())
-        .id()
-        .expect("a receive table");
-    let entry = CreateFlowEntryIn {
-        table: zerocopy::little_endian::U32::new(id),
+    let id = table(h, f, TABLE_KIND_NIC_RX, 1);
+    let to_rq = CreateFlowEntryIn {
         actions: zerocopy::little_endian::U32::new(action::FWD_RQ),
         dest: zerocopy::little_endian::U32::new(rqn),
         ..Default::default()
     };
-    assert!(h.command(f, op::CREATE_FLOW_ENTRY, entry.as_bytes()).ok());
+    entry(h, f, id, to_rq);
     id
 }
 

@@ -583,46 +583,37 @@ impl Eswitch {
         }
     }
 
-    /// The vPort and receive root of a frame host vPort `src_vport` sends to `dst_mac`, when
+    /// Steers in one step a frame of `len` bytes host vPort `src_vport` sends to `dst_mac`, when
     /// no rule can make its steering depend on more than that: no FDB root (the default L2
     /// forwarding, here to another host vPort), no flow cache in use, and a receive root whose
     /// first entry matches every frame and only counts, tags and forwards to an RQ or an RSS
-    /// group. Such a frame's two walks end at that entry, whatever its key and length.
+    /// group. Such a frame's two walks end at that entry, whatever its key and length, so this
+    /// does what they would: the sender's transmit counters, the entry's counters and flow
+    /// tag, its forwarding. Returns the destination vPort and the steering; `None`, with
+    /// nothing done, for any other frame.
     #[inline]
-    pub fn direct_route(&self, src_vport: u16, dst_mac: &[u8; 6]) -> Option<(u16, u32)> {
+    pub fn direct_route(
+        &mut self,
+        src_vport: u16,
+        dst_mac: &[u8; 6],
+        len: usize,
+    ) -> Option<(u16, Steering)> {
         const DIRECT: u32 = action::COUNT | action::SET_FLOW_TAG | action::FWD_RQ | action::FWD_RSS;
         if self.fdb_root.is_some() || self.flow_cache.active {
             return None;
         }
         let v = self.vports.iter().find(|v| &v.mac == dst_mac)?;
-        let root = v.rx_root?;
-        let e = self.tables.get(root as usize)?.as_ref()?.entries.first()?;
-        let forwards = e.actions & (action::FWD_RQ | action::FWD_RSS) != 0;
-        (v.number != src_vport && e.match_all && forwards && e.actions & !DIRECT == 0)
-            .then_some((v.number, root))
-    }
-
-    /// What the two walks of a frame [`Eswitch::direct_route`] accepted do: the sender's
-    /// transmit counters, the entry's counters and flow tag, and its forwarding.
-    #[inline]
-    pub fn take_direct_route(&mut self, src_vport: u16, root: u32, len: usize) -> Steering {
-        self.direct_routed += 1;
-        if let Some(v) = self.vports.get_mut(src_vport as usize) {
-            v.counters.tx_packets += 1;
-            v.counters.tx_bytes += len as u64;
-        }
-        let drop = Steering {
-            fate: Fate::Drop,
-            flow_tag: 0,
-        };
-        let Some(e) = self
+        let (vport, root) = (v.number, v.rx_root?);
+        let e = self
             .tables
-            .get_mut(root as usize)
-            .and_then(|t| t.as_mut())
-            .and_then(|t| t.entries.first_mut())
-        else {
-            return drop;
-        };
+            .get_mut(root as usize)?
+            .as_mut()?
+            .entries
+            .first_mut()?;
+        let forwards = e.actions & (action::FWD_RQ | action::FWD_RSS) != 0;
+        if vport == src_vport || !e.match_all || !forwards || e.actions & !DIRECT != 0 {
+            return None;
+        }
         if e.actions & action::COUNT != 0 {
             e.packets += 1;
             e.bytes += len as u64;
@@ -637,7 +628,12 @@ impl Eswitch {
         } else {
             Fate::Rss(e.dest)
         };
-        Steering { fate, flow_tag }
+        if let Some(v) = self.vports.get_mut(src_vport as usize) {
+            v.counters.tx_packets += 1;
+            v.counters.tx_bytes += len as u64;
+        }
+        self.direct_routed += 1;
+        Some((vport, Steering { fate, flow_tag }))
     }
 
     /// Default FDB behaviour: learn nothing, forward by the vPorts' own MAC addresses.

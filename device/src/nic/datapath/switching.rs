@@ -190,12 +190,12 @@ fn switch_direct(core: &mut NicCore, ctx: &mut Ctx<'_>, src_vport: u16, frame: &
     if p.l4 == L4Kind::Udp && p.dst_port == fld_abi::wire::roce::ROCE_V2_PORT {
         return false;
     }
-    let Some((vport, root)) = core.eswitch.direct_route(src_vport, &p.dst_mac) else {
+    let Some((vport, st)) = core
+        .eswitch
+        .direct_route(src_vport, &p.dst_mac, frame.bytes.len())
+    else {
         return false;
     };
-    let st = core
-        .eswitch
-        .take_direct_route(src_vport, root, frame.bytes.len());
     core.loopback_frames += 1;
     deliver_to_queue(core, ctx, vport, frame, st);
     true
