@@ -201,8 +201,18 @@ pub const MAX_PACKET: u32 = 16384;
 pub const MAX_LOG_TX_RING: u8 = nic::MAX_LOG_SQ;
 pub const MAX_LOG_TX_WINDOW: u8 = 24;
 pub const MAX_LOG_CQ: u8 = nic::MAX_LOG_CQ;
+/// The smallest Tx chunk: that of the smallest Ethernet frame; an FLD-R extension
+/// ([`RDMA_EXTENSION_LEN`] bytes) starts a chunk and lies whole in it.
+pub const MIN_TX_CHUNK: u64 = 64;
 
 impl FldGeometry {
+    /// Chunks of one queue's Tx-data window (a power of two once [`Self::check`] passed).
+    pub fn window_chunks(&self) -> u32 {
+        1 << (self
+            .log_tx_window
+            .saturating_sub(self.tx_chunk.trailing_zeros() as u8))
+    }
+
     /// Whether every structure fits FLD's field widths (see [`MAX_TX_QUEUES`] and friends).
     pub fn check(&self) -> Result<(), String> {
         let fail = |what: &str, v: u64, max: u64| {
@@ -227,6 +237,16 @@ impl FldGeometry {
                 1 << self.log_tx_window,
                 1 << MAX_LOG_TX_WINDOW,
             );
+        }
+        // The chunk is a power of two (§5.2: the largest one not above the smallest packet) of at
+        // least an RDMA extension's bytes, and a window holds at least one.
+        let chunk = u64::from(self.tx_chunk);
+        if !chunk.is_power_of_two() || chunk < MIN_TX_CHUNK || chunk > self.tx_window_bytes() {
+            return Err(format!(
+                "Tx chunk = {chunk} bytes is not a power of two from {MIN_TX_CHUNK} to the Tx-data \
+                 window's {} bytes",
+                self.tx_window_bytes()
+            ));
         }
         if self.log_tx_cq > MAX_LOG_CQ || self.log_rx_cq > MAX_LOG_CQ {
             return fail(
@@ -609,6 +629,44 @@ mod tests {
         };
         assert_eq!(FldGeometry::from_registers(|o| g.register(o).unwrap()), g);
         assert_eq!(g.register(reg::NIC_DOORBELL_LO), None);
+    }
+
+    /// The Tx chunk is a power of two from 64 bytes to the window: anything else is refused
+    /// before a structure is sized from it (a zero chunk would divide by zero).
+    #[test]
+    fn a_tx_chunk_that_is_not_a_power_of_two_in_range_is_refused() {
+        let good = FldGeometry {
+            tx_queues: 4,
+            log_tx_ring: 4,
+            desc_pool: 16,
+            tx_chunk: 256,
+            tx_chunks: 25,
+            log_tx_window: 12,
+            rx_buffer: 8192,
+            max_packet: 2048,
+            log_tx_cq: 4,
+            log_rx_cq: 4,
+        };
+        assert_eq!(good.check(), Ok(()));
+        assert_eq!(good.window_chunks(), 16);
+        for (chunk, ok) in [
+            (0, false),
+            (32, false),
+            (64, true),
+            (96, false),
+            (4096, true),
+        ] {
+            let g = FldGeometry {
+                tx_chunk: chunk,
+                ..good
+            };
+            assert_eq!(g.check().is_ok(), ok, "chunk {chunk}");
+        }
+        let past_window = FldGeometry {
+            tx_chunk: 8192,
+            ..good
+        };
+        assert!(past_window.check().unwrap_err().contains("Tx chunk"));
     }
 
     #[test]

@@ -101,6 +101,106 @@ pub enum TxRefused {
 pub trait TxStream {
     fn credits(&self, queue: u16) -> Credits;
     fn send(&mut self, meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused>;
+    /// Sends the packets of `burst` in order, as [`Self::send`] would one by one, and stops at
+    /// the first it refuses: returns how many it took and why it refused the next (`None` when
+    /// it took them all). The AXI port streams a burst back to back (§5.5), so a stream may
+    /// check what the packets share once; the default sends them one by one.
+    fn send_burst(&mut self, burst: TxBurst<'_>) -> (usize, Option<TxRefused>) {
+        for (n, (meta, data)) in burst.iter().enumerate() {
+            if let Err(e) = self.send(meta, data) {
+                return (n, Some(e));
+            }
+        }
+        (burst.len(), None)
+    }
+}
+
+/// One packet of a [`TxBatch`]: its metadata and the span of its bytes in the batch's buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct TxPacket {
+    meta: TxMeta,
+    at: usize,
+    len: usize,
+}
+
+/// Packets an accelerator builds to send in one go with [`TxStream::send_burst`], back to back
+/// in one buffer. Kept across bursts, so steady traffic allocates nothing.
+#[derive(Clone, Debug, Default)]
+pub struct TxBatch {
+    buffer: Vec<u8>,
+    packets: Vec<TxPacket>,
+}
+
+impl TxBatch {
+    pub fn clear(&mut self) {
+        self.buffer.clear();
+        self.packets.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.packets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.packets.is_empty()
+    }
+
+    /// Appends a packet whose bytes `build` appends to the buffer it is given.
+    pub fn push_with(&mut self, meta: TxMeta, build: impl FnOnce(&mut Vec<u8>)) {
+        let at = self.buffer.len();
+        build(&mut self.buffer);
+        // `build` may only append: whatever it did, the packet is the bytes after `at`.
+        let at = at.min(self.buffer.len());
+        self.packets.push(TxPacket {
+            meta,
+            at,
+            len: self.buffer.len() - at,
+        });
+    }
+
+    /// Packet `i`: its metadata and bytes.
+    pub fn get(&self, i: usize) -> Option<(&TxMeta, &[u8])> {
+        let p = self.packets.get(i)?;
+        Some((&p.meta, self.buffer.get(p.at..p.at + p.len)?))
+    }
+
+    /// The metadata of the packets from `from` on, to set before sending them (a queue each).
+    pub fn metas_mut(&mut self, from: usize) -> impl Iterator<Item = &mut TxMeta> {
+        self.packets.iter_mut().skip(from).map(|p| &mut p.meta)
+    }
+
+    /// The packets from `from` on, as a burst for [`TxStream::send_burst`].
+    pub fn burst(&self, from: usize) -> TxBurst<'_> {
+        TxBurst {
+            buffer: &self.buffer,
+            packets: self.packets.get(from..).unwrap_or_default(),
+        }
+    }
+}
+
+/// Packets of a [`TxBatch`] handed to the tx stream in order.
+#[derive(Clone, Copy)]
+pub struct TxBurst<'a> {
+    buffer: &'a [u8],
+    packets: &'a [TxPacket],
+}
+
+impl<'a> TxBurst<'a> {
+    pub fn len(&self) -> usize {
+        self.packets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.packets.is_empty()
+    }
+
+    /// The packets with their bytes, in order (every one lies in the buffer: a batch built it).
+    pub fn iter(&self) -> impl Iterator<Item = (&'a TxMeta, &'a [u8])> + 'a {
+        let buffer = self.buffer;
+        self.packets
+            .iter()
+            .map(move |p| (&p.meta, buffer.get(p.at..p.at + p.len).unwrap_or_default()))
+    }
 }
 
 /// The packets one FLD step delivers on the rx stream, in arrival order: the completions the
@@ -269,7 +369,21 @@ pub struct Echo {
     queues: u16,
     next: u16,
     held: TxHold,
+    /// The echoes of one rx burst, sent as one tx burst.
+    out: TxBatch,
     pub echoed: u64,
+}
+
+/// Appends `data` with its Ethernet destination and source swapped (`data` holds both): one
+/// copy, then the two addresses swapped in place.
+fn swap_addresses(data: &[u8], out: &mut Vec<u8>) {
+    let at = out.len();
+    out.extend_from_slice(data);
+    if let Some((dst, rest)) = out.get_mut(at..).and_then(|f| f.split_at_mut_checked(6)) {
+        if let Some(src) = rest.get_mut(..6) {
+            dst.swap_with_slice(src);
+        }
+    }
 }
 
 impl Echo {
@@ -284,6 +398,7 @@ impl Echo {
             queues: queues.max(1),
             next: 0,
             held: TxHold::new(capacity),
+            out: TxBatch::default(),
             echoed: 0,
         }
     }
@@ -301,9 +416,7 @@ impl Echo {
         n
     }
 
-    /// Echoes one packet, built in `scratch`: straight out when nothing waits before it and the
-    /// queue has credit, held otherwise (the held frame keeps the buffer; `scratch` gets a spare
-    /// one). False when refused.
+    /// Echoes one packet, built in `scratch` (see [`Self::send_or_hold`]). False when refused.
     fn echo(
         &mut self,
         meta: &RxMeta,
@@ -315,13 +428,23 @@ impl Echo {
             return false;
         }
         scratch.clear();
-        scratch.extend_from_slice(&data[6..12]);
-        scratch.extend_from_slice(&data[0..6]);
-        scratch.extend_from_slice(&data[12..]);
+        swap_addresses(data, scratch);
+        self.send_or_hold(meta.resume_table, scratch, tx)
+    }
+
+    /// Sends the frame in `scratch` straight out when nothing waits before it and the queue has
+    /// credit, holds it otherwise (the held frame keeps the buffer; `scratch` gets a spare one).
+    /// False when refused.
+    fn send_or_hold(
+        &mut self,
+        resume_table: Option<u8>,
+        scratch: &mut Vec<u8>,
+        tx: &mut dyn TxStream,
+    ) -> bool {
         if self.held.is_empty() {
             let out = TxMeta {
                 queue: self.tx_queue + self.next,
-                resume_table: meta.resume_table,
+                resume_table,
                 ..Default::default()
             };
             match tx.send(&out, scratch) {
@@ -335,13 +458,72 @@ impl Echo {
                 Err(_) => return true,
             }
         }
+        self.hold(resume_table, scratch, tx)
+    }
+
+    /// Holds the frame in `scratch` behind what waits (and flushes what credits allow). False
+    /// when the holding buffer is full.
+    fn hold(
+        &mut self,
+        resume_table: Option<u8>,
+        scratch: &mut Vec<u8>,
+        tx: &mut dyn TxStream,
+    ) -> bool {
         if self.held.is_full() {
             return false;
         }
         let frame = std::mem::replace(scratch, self.held.take_buffer());
-        self.held.push_built(frame, meta.resume_table);
+        self.held.push_built(frame, resume_table);
         self.flush(tx);
         true
+    }
+
+    /// Sends the batch `out` as tx bursts, the queues taken in turn as one-by-one sends take
+    /// them; from the first packet that finds no credit on, each is held as
+    /// [`Self::send_or_hold`] holds it. Returns the packets refused.
+    fn send_out(&mut self, tx: &mut dyn TxStream) -> usize {
+        let mut from = 0;
+        while from < self.out.len() {
+            let (first, queues, next) = (self.tx_queue, self.queues as usize, self.next as usize);
+            for (i, m) in self.out.metas_mut(from).enumerate() {
+                m.queue = first + ((next + i) % queues) as u16;
+            }
+            let (n, why) = tx.send_burst(self.out.burst(from));
+            self.echoed += n as u64;
+            self.next = ((next + n) % queues) as u16;
+            from += n;
+            match why {
+                None => break,
+                Some(TxRefused::NoCredit) => return self.hold_from(from, tx),
+                // A frame the queue will never take is discarded (and takes no queue's turn),
+                // as `send_or_hold` does.
+                Some(_) => from += 1,
+            }
+        }
+        0
+    }
+
+    /// Holds packet `from` of `out`, which found no credit, and sends or holds the ones after
+    /// it one by one.
+    fn hold_from(&mut self, from: usize, tx: &mut dyn TxStream) -> usize {
+        let mut scratch = self.held.take_buffer();
+        let mut refused = 0;
+        for i in from..self.out.len() {
+            let Some((meta, frame)) = self.out.get(i) else {
+                break;
+            };
+            let resume_table = meta.resume_table;
+            scratch.clear();
+            scratch.extend_from_slice(frame);
+            let kept = if i == from {
+                self.hold(resume_table, &mut scratch, tx)
+            } else {
+                self.send_or_hold(resume_table, &mut scratch, tx)
+            };
+            refused += usize::from(!kept);
+        }
+        self.held.recycle(scratch);
+        refused
     }
 }
 
@@ -353,15 +535,36 @@ impl Accelerator for Echo {
         accepted
     }
 
-    /// One scratch buffer for the whole burst.
+    /// The echoes of a burst go out as one tx burst. While earlier frames wait for credits,
+    /// each packet queues behind them one by one (a flush may empty the hold part-way through
+    /// the burst); the rest are built back to back and sent with one [`TxStream::send_burst`].
+    /// The stream sees the sends one-by-one echoes would make, in the same order.
     fn receive_burst(&mut self, burst: RxBurst<'_>, tx: &mut dyn TxStream) -> usize {
-        let mut scratch = self.held.take_buffer();
-        let refused = burst
-            .iter()
-            .filter(|(meta, data)| !self.echo(meta, data, &mut scratch, tx))
-            .count();
-        self.held.recycle(scratch);
-        refused
+        let mut refused = 0;
+        let mut packets = burst.iter();
+        if !self.held.is_empty() {
+            let mut scratch = self.held.take_buffer();
+            while !self.held.is_empty() {
+                let Some((meta, data)) = packets.next() else {
+                    break;
+                };
+                refused += usize::from(!self.echo(meta, data, &mut scratch, tx));
+            }
+            self.held.recycle(scratch);
+        }
+        self.out.clear();
+        for (meta, data) in packets {
+            if data.len() < 12 {
+                refused += 1;
+                continue;
+            }
+            let out = TxMeta {
+                resume_table: meta.resume_table,
+                ..Default::default()
+            };
+            self.out.push_with(out, |b| swap_addresses(data, b));
+        }
+        refused + self.send_out(tx)
     }
 
     fn poll(&mut self, tx: &mut dyn TxStream) -> usize {
@@ -380,10 +583,23 @@ impl Accelerator for Echo {
 mod tests {
     use super::*;
 
-    /// A tx stream with a fixed number of packet credits that records what it got.
+    /// A tx stream with a fixed number of packet credits that records what it got, and every
+    /// send it was asked for with its answer. Queue `dead` refuses everything for good.
+    #[derive(Default)]
     struct Sink {
         credits: u32,
+        dead: Option<u16>,
         sent: Vec<(TxMeta, Vec<u8>)>,
+        asked: Vec<(TxMeta, usize, Result<(), TxRefused>)>,
+    }
+
+    impl Sink {
+        fn with_credits(credits: u32) -> Self {
+            Sink {
+                credits,
+                ..Default::default()
+            }
+        }
     }
 
     impl TxStream for Sink {
@@ -394,12 +610,17 @@ mod tests {
             }
         }
         fn send(&mut self, meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused> {
-            if self.credits == 0 {
-                return Err(TxRefused::NoCredit);
-            }
-            self.credits -= 1;
-            self.sent.push((*meta, data.to_vec()));
-            Ok(())
+            let answer = if self.dead == Some(meta.queue) {
+                Err(TxRefused::UnknownQueue)
+            } else if self.credits == 0 {
+                Err(TxRefused::NoCredit)
+            } else {
+                self.credits -= 1;
+                self.sent.push((*meta, data.to_vec()));
+                Ok(())
+            };
+            self.asked.push((*meta, data.len(), answer));
+            answer
         }
     }
 
@@ -421,10 +642,12 @@ mod tests {
         (buffer, packets)
     }
 
+    /// The echo's tx bursts against the same packets echoed one by one (`receive`): the same
+    /// sends asked for, in the same order with the same answers, and the same refusals.
     #[test]
     fn echo_sends_a_burst_as_it_sends_the_same_packets_one_by_one() {
         // Sizes around the 12 bytes an echo needs; credits that run out inside bursts and
-        // return between them; a holding buffer that fills.
+        // return between them; a holding buffer that fills; a queue that refuses for good.
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut next = move || {
             seed ^= seed << 13;
@@ -433,19 +656,15 @@ mod tests {
             seed
         };
         let (mut one, mut burst) = (Echo::spread(2, 3, 8), Echo::spread(2, 3, 8));
-        let mut tx_one = Sink {
-            credits: 0,
-            sent: vec![],
-        };
-        let mut tx_burst = Sink {
-            credits: 0,
-            sent: vec![],
-        };
+        let (mut tx_one, mut tx_burst) = (Sink::default(), Sink::default());
         let (mut refused_one, mut refused_burst) = (0, 0);
-        for _ in 0..200 {
+        for _ in 0..400 {
             let credits = (next() % 12) as u32;
             tx_one.credits = credits;
             tx_burst.credits = credits;
+            let dead = (next() % 5 == 0).then(|| 2 + (next() % 3) as u16);
+            tx_one.dead = dead;
+            tx_burst.dead = dead;
             let frames: Vec<Vec<u8>> = (0..next() % 16)
                 .map(|_| (0..next() % 40).map(|_| next() as u8).collect())
                 .collect();
@@ -461,12 +680,17 @@ mod tests {
                 assert_eq!(one.poll(&mut tx_one), burst.poll(&mut tx_burst));
             }
         }
+        assert_eq!(tx_burst.asked, tx_one.asked);
         assert_eq!(tx_burst.sent, tx_one.sent);
         assert_eq!(refused_burst, refused_one);
         assert_eq!(burst.echoed, one.echoed);
+        let answered = |why| tx_one.asked.iter().filter(|a| a.2 == why).count();
         assert!(
-            refused_one > 0 && one.echoed > 100,
-            "the mix exercised both paths"
+            refused_one > 0
+                && one.echoed > 200
+                && answered(Err(TxRefused::NoCredit)) > 20
+                && answered(Err(TxRefused::UnknownQueue)) > 20,
+            "the mix exercised every path"
         );
     }
 
@@ -505,10 +729,7 @@ mod tests {
     #[test]
     fn echo_swaps_addresses_and_holds_packets_until_credits_return() {
         let mut e = Echo::new(3, 2);
-        let mut tx = Sink {
-            credits: 1,
-            sent: vec![],
-        };
+        let mut tx = Sink::with_credits(1);
         let frame: Vec<u8> = (0..64u8).collect();
         assert!(e.receive(&RxMeta::default(), &frame, &mut tx));
         assert!(e.receive(&RxMeta::default(), &frame, &mut tx));

@@ -669,6 +669,103 @@ mod tests {
         }
     }
 
+    /// One packet of a tx burst: the queue (4 is unbound; 1 is disabled, 2 in error when the
+    /// burst says so), its length (0 and past the maximum are refused) and an RDMA operation
+    /// (which an Ethernet queue refuses).
+    fn burst_packet() -> impl Strategy<Value = (u16, usize, bool)> {
+        (
+            prop_oneof![6 => Just(0u16), 1 => 1u16..5],
+            prop_oneof![8 => 1usize..700, 1 => Just(0usize), 1 => 2040usize..2100],
+            proptest::bool::weighted(0.05),
+        )
+    }
+
+    /// Everything a send can change in the Tx module, in a comparable form: the queues, the
+    /// pool, the free lists, the buffer, the doorbells due, the counters, and every mapping of
+    /// both translation tables.
+    fn tx_state(core: &FldCore) -> impl PartialEq + std::fmt::Debug {
+        let tx = &core.tx;
+        let ring = 1u32 << core.geo.log_tx_ring;
+        let window = tx::window_chunks(&core.geo);
+        let mappings = |t: &cuckoo::CuckooTable, n: u32| -> Vec<Option<u32>> {
+            (0..core.geo.tx_queues as u16)
+                .flat_map(|queue| (0..n).map(move |i| (queue, i as u16)))
+                .map(|(queue, index)| t.lookup(RingKey { queue, index }))
+                .collect()
+        };
+        (
+            tx.queues.clone(),
+            tx.pool.clone(),
+            (
+                tx.pool_free.clone(),
+                tx.chunks_free.clone(),
+                tx.chunks_touched,
+            ),
+            tx.buffer.clone(),
+            tx.doorbells_due.clone(),
+            core.stats.0,
+            (mappings(&tx.ring_xlt, ring), mappings(&tx.data_xlt, window)),
+            (tx.ring_xlt.stash_len(), tx.data_xlt.stash_len()),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(150))]
+
+        /// A tx burst does to FLD what the same packets sent one by one do, stopping at the
+        /// first refused: the same answer, the same queues, pool, tables, buffer and counters,
+        /// through credits running out, bad lengths, unbound, disabled and failed queues, and
+        /// completions returning credits between bursts.
+        #[test]
+        fn a_tx_burst_posts_what_the_same_sends_one_by_one_post(
+            bursts in proptest::collection::vec(
+                (proptest::collection::vec(burst_packet(), 0..20), any::<bool>(), 0u32..12),
+                1..25,
+            )
+        ) {
+            let (mut burst_core, mut one_core) = (small(), small());
+            for core in [&mut burst_core, &mut one_core] {
+                core.tx.queues[1].enabled = false;
+            }
+            let mut batch = crate::accel::TxBatch::default();
+            for (packets, fail_queue_2, complete) in bursts {
+                for core in [&mut burst_core, &mut one_core] {
+                    core.tx.queues[2].error = fail_queue_2;
+                    core.tx.queues[2].enabled = !fail_queue_2;
+                    // Completions for up to `complete` of each queue's oldest packets.
+                    for q in 0..4 {
+                        let (pi, ci) = (core.tx.queues[q].pi, core.tx.queues[q].ci);
+                        if pi != ci && complete > 0 {
+                            let upto = ci.wrapping_add(pi.wrapping_sub(ci).min(complete) - 1);
+                            core.tx.release_through(&core.geo, q, upto as u16);
+                        }
+                    }
+                }
+                batch.clear();
+                for (i, &(queue, len, rdma)) in packets.iter().enumerate() {
+                    let meta = TxMeta {
+                        queue,
+                        cs_flags: (i % 4) as u8,
+                        resume_table: (i % 3 == 0).then_some(i as u8),
+                        rdma: rdma.then_some(crate::accel::RdmaOp::Send),
+                    };
+                    batch.push_with(meta, |b| b.extend((0..len).map(|k| (k * 7 + i) as u8)));
+                }
+                let answer = burst_core.tx_view().send_burst(batch.burst(0));
+                let mut one = (packets.len(), None);
+                for i in 0..batch.len() {
+                    let (meta, data) = batch.get(i).unwrap();
+                    if let Err(e) = one_core.tx_view().send(meta, data) {
+                        one = (i, Some(e));
+                        break;
+                    }
+                }
+                prop_assert_eq!(answer, one);
+                prop_assert_eq!(tx_state(&burst_core), tx_state(&one_core));
+            }
+        }
+    }
+
     #[test]
     fn generated_data_reads_follow_the_translation_across_chunks() {
         let mut core = small();

@@ -17,12 +17,12 @@ use rustc_hash::FxHashMap;
 
 use super::cuckoo::{self, CuckooTable, RingKey};
 use super::Stats;
-use crate::accel::{Credits, RdmaOp, TxMeta, TxRefused, TxStream};
+use crate::accel::{Credits, RdmaOp, TxBurst, TxMeta, TxRefused, TxStream};
 use fld_abi::fld::*;
 use fld_abi::nic;
 
 /// Per Tx queue state: the ring manager of Figure 3.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct TxQueue {
     /// NIC SQ number, or the QPN of an FLD-R queue.
     pub sqn: u32,
@@ -230,7 +230,7 @@ impl TxEngine {
             bytes: if packets == 0 {
                 0
             } else {
-                chunks * geo.tx_chunk
+                chunks * chunk_bytes(geo)
             },
         }
     }
@@ -290,10 +290,10 @@ impl TxEngine {
         if d.rdma_opcode().has_extension() {
             let chunk = self.data_xlt.lookup(RingKey {
                 queue: q as u16,
-                index: ((d.window_offset() / geo.tx_chunk) % window_chunks(geo)) as u16,
+                index: ((d.window_offset() / chunk_bytes(geo)) % window_chunks(geo)) as u16,
             })?;
             // Chunks are at least 64 bytes and the extension starts a chunk.
-            let at = chunk as usize * geo.tx_chunk as usize;
+            let at = chunk as usize * chunk_bytes(geo) as usize;
             ext.copy_from_slice(self.buffer.get(at..at + RDMA_EXTENSION_LEN)?);
         }
         Some(d.expand_rdma(signal, tq.sqn, window, RdmaExtension::from_bytes(&ext)))
@@ -316,7 +316,7 @@ impl TxEngine {
     /// The NIC reads the Tx-data window at `offset` (from the window's start): the
     /// translation table finds each chunk.
     pub fn read_data(&self, geo: &FldGeometry, stats: &mut Stats, offset: u64, data: &mut [u8]) {
-        let g = geo.tx_chunk as u64;
+        let g = chunk_bytes(geo) as u64;
         let window = geo.tx_window_bytes();
         let w = window_chunks(geo) as u64;
         let mut done = 0usize;
@@ -398,7 +398,7 @@ impl TxEngine {
     pub fn release_through(&mut self, geo: &FldGeometry, qi: usize, upto: u16) {
         let mask = (1u32 << geo.log_tx_ring) - 1;
         let w = window_chunks(geo);
-        let g = geo.tx_chunk;
+        let g = chunk_bytes(geo);
         loop {
             let q = &self.queues[qi];
             if q.ci == q.pi {
@@ -455,9 +455,16 @@ fn copy_message(dst: &mut [u8], ext: &[u8], data: &[u8], from: usize) {
     dst[done..].copy_from_slice(&data[at..at + n]);
 }
 
-/// Chunks of one queue's virtual Tx-data window.
+/// Chunks of one queue's virtual Tx-data window: a power of two, so the free-running counts
+/// taken modulo it are masks.
 pub(super) fn window_chunks(geo: &FldGeometry) -> u32 {
-    (geo.tx_window_bytes() / geo.tx_chunk as u64) as u32
+    geo.window_chunks()
+}
+
+/// The Tx chunk's bytes, written as the power of two the geometry checked it is
+/// ([`FldGeometry::check`]), so the divisions and remainders by it are shifts and masks.
+fn chunk_bytes(geo: &FldGeometry) -> u32 {
+    1 << (geo.tx_chunk.trailing_zeros() & 31)
 }
 
 /// The accelerator's view of the Tx module: the tx stream of its AXI port.
@@ -473,9 +480,36 @@ impl TxStream for TxView<'_> {
     }
 
     fn send(&mut self, meta: &TxMeta, data: &[u8]) -> Result<(), TxRefused> {
-        let (geo, stats) = (self.geo, &mut *self.stats);
-        let qi = meta.queue as usize;
-        let Some(q) = self.tx.queues.get(qi) else {
+        let is_rdma = self.tx.admit(self.stats, meta)?;
+        self.tx.post(&self.geo, self.stats, meta, is_rdma, data)
+    }
+
+    /// The queue's checks are made once for a run of packets to one queue: posting a packet
+    /// changes nothing they read.
+    fn send_burst(&mut self, burst: TxBurst<'_>) -> (usize, Option<TxRefused>) {
+        let mut admitted: Option<(u16, bool)> = None;
+        for (n, (meta, data)) in burst.iter().enumerate() {
+            let is_rdma = match admitted {
+                Some((queue, is_rdma)) if queue == meta.queue && meta.rdma.is_none() => is_rdma,
+                _ => match self.tx.admit(self.stats, meta) {
+                    Ok(is_rdma) => is_rdma,
+                    Err(e) => return (n, Some(e)),
+                },
+            };
+            if let Err(e) = self.tx.post(&self.geo, self.stats, meta, is_rdma, data) {
+                return (n, Some(e));
+            }
+            admitted = Some((meta.queue, is_rdma));
+        }
+        (burst.len(), None)
+    }
+}
+
+impl TxEngine {
+    /// Whether `meta.queue` takes packets like `meta` now: bound, enabled, not in error, and an
+    /// FLD-R queue for an RDMA operation. Returns whether it is an FLD-R queue.
+    fn admit(&self, stats: &mut Stats, meta: &TxMeta) -> Result<bool, TxRefused> {
+        let Some(q) = self.queues.get(meta.queue as usize) else {
             stats.bump(Stat::TxUnknownQueue);
             return Err(TxRefused::UnknownQueue);
         };
@@ -491,9 +525,22 @@ impl TxStream for TxView<'_> {
             stats.bump(Stat::TxUnknownQueue);
             return Err(TxRefused::NotRdma);
         }
+        Ok(q.rdma)
+    }
+
+    /// Posts a packet to the queue [`Self::admit`] took it for: its chunks mapped and filled,
+    /// its descriptor placed, the queue's doorbell due.
+    fn post(
+        &mut self,
+        geo: &FldGeometry,
+        stats: &mut Stats,
+        meta: &TxMeta,
+        is_rdma: bool,
+        data: &[u8],
+    ) -> Result<(), TxRefused> {
+        let qi = meta.queue as usize;
         // FLD-R: the operation, and the extension that goes before the message.
-        let (rdma_op, ext) = rdma_opcode(meta.rdma.filter(|_| q.rdma));
-        let is_rdma = q.rdma;
+        let (rdma_op, ext) = rdma_opcode(meta.rdma.filter(|_| is_rdma));
         let ext = ext.map(RdmaExtension::to_bytes);
         let ext: &[u8] = ext.as_ref().map_or(&[], |e| &e[..]);
         let total = ext.len() + data.len();
@@ -501,15 +548,15 @@ impl TxStream for TxView<'_> {
             stats.bump(Stat::TxBadLength);
             return Err(TxRefused::BadLength);
         }
-        let credits = self.tx.credits(&geo, meta.queue);
-        let tx = &mut *self.tx;
-        let g = geo.tx_chunk as usize;
+        let credits = self.credits(geo, meta.queue);
+        let tx = self;
+        let g = chunk_bytes(geo) as usize;
         let need = total.div_ceil(g) as u32;
         if credits.packets == 0 || need * g as u32 > credits.bytes {
             stats.bump(Stat::TxNoCredit);
             return Err(TxRefused::NoCredit);
         }
-        let w = window_chunks(&geo);
+        let w = window_chunks(geo);
         let q = &tx.queues[qi];
         // Skip to the window start rather than wrap a packet (bounded virtual fragmentation).
         let mut vstart = q.vhead;
