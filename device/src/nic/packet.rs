@@ -130,9 +130,16 @@ pub fn vxlan(frame: &[u8], p: &ParsedFrame) -> Option<(u32, usize)> {
 /// TCP/UDP). Never panics; anything inconsistent sets `malformed`.
 pub fn parse(frame: &[u8]) -> ParsedFrame {
     let mut p = ParsedFrame::default();
+    parse_into(frame, &mut p);
+    p
+}
+
+/// [`parse`] into `p` where it lies (a burst slot's), rather than a copy of the result.
+pub fn parse_into(frame: &[u8], p: &mut ParsedFrame) {
+    *p = ParsedFrame::default();
     let Ok(eth) = EthernetFrame::new_checked(frame) else {
         p.malformed = true;
-        return p;
+        return;
     };
     p.dst_mac = eth.dst_addr();
     p.src_mac = eth.src_addr();
@@ -142,18 +149,17 @@ pub fn parse(frame: &[u8]) -> ParsedFrame {
         // IEEE 802.1Q: TCI then the inner ethertype.
         let Ok(tag) = VlanTag::new_checked(eth.payload()) else {
             p.malformed = true;
-            return p;
+            return;
         };
         p.vlan_tci = Some(tag.tci());
         p.ethertype = tag.ethertype();
         off += ethernet::VLAN_TAG_LEN;
     }
     match p.ethertype {
-        ethertype::IPV4 => parse_ipv4(frame, off, &mut p),
-        ethertype::IPV6 => parse_ipv6(frame, off, &mut p),
+        ethertype::IPV4 => parse_ipv4(frame, off, p),
+        ethertype::IPV6 => parse_ipv6(frame, off, p),
         _ => {}
     }
-    p
 }
 
 /// What [`parse`] finds in `frame`, a RoCEv2 frame the transport block has just emitted for

@@ -347,7 +347,7 @@ fn parse_burst(burst: &mut TxBurst) {
             continue;
         };
         let frame = &mut burst.frames[k * stride..k * stride + len as usize];
-        slot.parsed = packet::parse(frame);
+        packet::parse_into(frame, &mut slot.parsed);
         let parsed = &mut slot.parsed;
         // Both layers asked for, and both well formed (the rule): one check of the headers
         // serves both. Otherwise each layer on its own, so one bad layer does not cost the other.
