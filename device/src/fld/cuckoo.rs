@@ -347,6 +347,10 @@ impl CuckooTable {
     }
 
     fn in_stash(&self, key: u32) -> Option<Location> {
+        // The stash is empty nearly always (relocation drains it): no scan then.
+        if self.stash_len == 0 {
+            return None;
+        }
         self.stash
             .iter()
             .position(|s| matches!(s, Some(e) if e.key == key))
