@@ -458,8 +458,8 @@ impl CompressedDesc {
     /// generates it when the NIC reads the Tx-ring window): control segment, Ethernet segment
     /// without inline headers, one data segment pointing at the packet in the queue's Tx-data
     /// window at bus address `window_addr`.
-    pub fn expand(self, signal: bool, sqn: u32, window_addr: u64) -> [u8; nic::WQEBB] {
-        let mut w = [0u8; nic::WQEBB];
+    /// It is written into `w`, where the NIC's read of the Tx-ring window wants it.
+    pub fn expand(self, signal: bool, sqn: u32, window_addr: u64, w: &mut [u8; nic::WQEBB]) {
         let gather = [(window_addr + self.window_offset() as u64, self.len())];
         let wqe = nic::SendWqe {
             inline_header: &[],
@@ -468,24 +468,23 @@ impl CompressedDesc {
             signal,
             resume_table: self.resume_table().map(u32::from),
         };
-        // Three segments always fit one basic block.
-        let _ = wqe.encode(sqn, self.wqe_index(), &mut w);
-        w
+        // Three segments always fit one basic block (which `encode` writes whole).
+        let _ = wqe.encode(sqn, self.wqe_index(), w);
     }
 
     /// The 64-byte RDMA send WQE a verbs consumer would have posted for this FLD-R descriptor
     /// on QP `qpn`: control segment (opcode, immediate), a remote-address segment for WRITE,
     /// one data segment with the reserved lkey (bus addresses) pointing at the message in the
     /// queue's Tx-data window at `window_addr`. `ext` is the descriptor's extension when its
-    /// opcode has one.
+    /// opcode has one. It is written into `w`, as [`Self::expand`]'s.
     pub fn expand_rdma(
         self,
         signal: bool,
         qpn: u32,
         window_addr: u64,
         ext: RdmaExtension,
-    ) -> [u8; nic::WQEBB] {
-        let mut w = [0u8; nic::WQEBB];
+        w: &mut [u8; nic::WQEBB],
+    ) {
         let op = self.rdma_opcode();
         let skip = if op.has_extension() {
             RDMA_EXTENSION_LEN as u32
@@ -508,8 +507,7 @@ impl CompressedDesc {
             data: nic::WqeData::Gather(&sge),
         };
         // Control, remote address and one data segment: one basic block.
-        let _ = wqe.encode(qpn, self.wqe_index(), &mut w);
-        w
+        let _ = wqe.encode(qpn, self.wqe_index(), w);
     }
 }
 

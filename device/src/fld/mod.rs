@@ -766,6 +766,43 @@ mod tests {
         }
     }
 
+    /// The NIC may read the Tx-ring window in any pieces: the generated WQEs read in pieces
+    /// that cut them anywhere are the bytes of a read of whole WQEs, and a slot with no
+    /// descriptor reads as the fill pattern (counted as a bad window access).
+    #[test]
+    fn the_tx_ring_window_reads_the_same_in_any_pieces() {
+        let mut core = small();
+        for (i, len) in [60usize, 300, 1000].into_iter().enumerate() {
+            let meta = TxMeta {
+                queue: 1,
+                cs_flags: i as u8,
+                resume_table: (i == 1).then_some(3),
+                rdma: None,
+            };
+            core.tx_view().send(&meta, &vec![i as u8; len]).unwrap();
+        }
+        let ring = core.geo.tx_ring_bytes();
+        let bar2 = 0x80_0000_0000;
+        // Queue 1's three WQEs and the empty slot after them.
+        let mut whole = vec![0u8; 4 * nic::WQEBB];
+        let (tx, geo) = (&core.tx, &core.geo);
+        tx.read_ring(geo, &mut core.stats, bar2, ring, &mut whole);
+        assert_eq!(core.stats.0[Stat::BadWindowAccesses as usize], 1);
+        assert!(whole[3 * nic::WQEBB..].iter().all(|&b| b == FILL_PATTERN));
+        for (k, wqe) in whole[..3 * nic::WQEBB].chunks(nic::WQEBB).enumerate() {
+            let view = nic::SendWqeView::new_checked(wqe).expect("a send WQE");
+            assert_eq!(view.ctrl().wqe_index.get(), k as u16);
+        }
+        for piece in [1usize, 7, 24, 64, 100] {
+            let mut pieces = vec![0u8; whole.len()];
+            for (n, chunk) in pieces.chunks_mut(piece).enumerate() {
+                let at = ring + (n * piece) as u64;
+                tx.read_ring(geo, &mut core.stats, bar2, at, chunk);
+            }
+            assert_eq!(pieces, whole, "read in pieces of {piece} bytes");
+        }
+    }
+
     #[test]
     fn generated_data_reads_follow_the_translation_across_chunks() {
         let mut core = small();

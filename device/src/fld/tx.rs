@@ -253,27 +253,47 @@ impl TxEngine {
             let slot = (in_ring / nic::WQEBB as u64) as u16;
             let at = (in_ring % nic::WQEBB as u64) as usize;
             let n = (nic::WQEBB - at).min(data.len() - done);
-            match self.generate_wqe(geo, bar2, q, slot) {
-                Some(wqe) => data[done..done + n].copy_from_slice(&wqe[at..at + n]),
-                None => {
-                    stats.bump(Stat::BadWindowAccesses);
-                    data[done..done + n].fill(FILL_PATTERN);
+            let part = &mut data[done..done + n];
+            // A whole WQE (a fetch's usual read) is generated where the read wants it.
+            let generated = match <&mut [u8; nic::WQEBB]>::try_from(&mut *part) {
+                Ok(whole) => self.generate_wqe(geo, bar2, q, slot, whole),
+                Err(_) => {
+                    let mut wqe = [0u8; nic::WQEBB];
+                    let made = self.generate_wqe(geo, bar2, q, slot, &mut wqe);
+                    part.copy_from_slice(&wqe[at..at + n]);
+                    made
                 }
+            };
+            if !generated {
+                stats.bump(Stat::BadWindowAccesses);
+                part.fill(FILL_PATTERN);
             }
             done += n;
         }
     }
 
-    /// The WQE a CPU driver would have written for the descriptor at (queue, slot). The last
-    /// WQE posted when the NIC fetches it always asks for a completion, so credits always
-    /// return.
+    /// Writes into `wqe` the WQE a CPU driver would have written for the descriptor at
+    /// (queue, slot); false, leaving `wqe` as it was, when there is none. The last WQE posted
+    /// when the NIC fetches it always asks for a completion, so credits always return.
     pub(super) fn generate_wqe(
         &self,
         geo: &FldGeometry,
         bar2: u64,
         q: usize,
         slot: u16,
-    ) -> Option<[u8; nic::WQEBB]> {
+        wqe: &mut [u8; nic::WQEBB],
+    ) -> bool {
+        self.generate_wqe_at(geo, bar2, q, slot, wqe).is_some()
+    }
+
+    fn generate_wqe_at(
+        &self,
+        geo: &FldGeometry,
+        bar2: u64,
+        q: usize,
+        slot: u16,
+        wqe: &mut [u8; nic::WQEBB],
+    ) -> Option<()> {
         let tq = self.queues.get(q)?;
         let s = self.ring_xlt.lookup(RingKey {
             queue: q as u16,
@@ -284,7 +304,8 @@ impl TxEngine {
         let window = bar2 + geo.tx_data_base() + q as u64 * geo.tx_window_bytes();
         let signal = d.signal() || last_posted;
         if !tq.rdma {
-            return Some(d.expand(signal, tq.sqn, window));
+            d.expand(signal, tq.sqn, window, wqe);
+            return Some(());
         }
         let mut ext = [0u8; RDMA_EXTENSION_LEN];
         if d.rdma_opcode().has_extension() {
@@ -296,7 +317,8 @@ impl TxEngine {
             let at = chunk as usize * chunk_bytes(geo) as usize;
             ext.copy_from_slice(self.buffer.get(at..at + RDMA_EXTENSION_LEN)?);
         }
-        Some(d.expand_rdma(signal, tq.sqn, window, RdmaExtension::from_bytes(&ext)))
+        d.expand_rdma(signal, tq.sqn, window, RdmaExtension::from_bytes(&ext), wqe);
+        Some(())
     }
 
     /// The WQE queue `q` posted last, for the NIC's WQE-by-MMIO buffer, when the doorbell about
@@ -310,7 +332,9 @@ impl TxEngine {
         }
         let counter = tq.pi.wrapping_sub(1);
         let slot = (counter as u64 % (geo.tx_ring_bytes() / nic::WQEBB as u64)) as u16;
-        Some((counter, self.generate_wqe(geo, bar2, q, slot)?))
+        let mut wqe = [0u8; nic::WQEBB];
+        self.generate_wqe(geo, bar2, q, slot, &mut wqe)
+            .then_some((counter, wqe))
     }
 
     /// The NIC reads the Tx-data window at `offset` (from the window's start): the
