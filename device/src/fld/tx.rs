@@ -256,10 +256,10 @@ impl TxEngine {
             let part = &mut data[done..done + n];
             // A whole WQE (a fetch's usual read) is generated where the read wants it.
             let generated = match <&mut [u8; nic::WQEBB]>::try_from(&mut *part) {
-                Ok(whole) => self.generate_wqe(geo, bar2, q, slot, whole),
+                Ok(whole) => self.generate_wqe(geo, bar2, q, slot, whole).is_some(),
                 Err(_) => {
                     let mut wqe = [0u8; nic::WQEBB];
-                    let made = self.generate_wqe(geo, bar2, q, slot, &mut wqe);
+                    let made = self.generate_wqe(geo, bar2, q, slot, &mut wqe).is_some();
                     part.copy_from_slice(&wqe[at..at + n]);
                     made
                 }
@@ -273,20 +273,9 @@ impl TxEngine {
     }
 
     /// Writes into `wqe` the WQE a CPU driver would have written for the descriptor at
-    /// (queue, slot); false, leaving `wqe` as it was, when there is none. The last WQE posted
+    /// (queue, slot); `None`, leaving `wqe` as it was, when there is none. The last WQE posted
     /// when the NIC fetches it always asks for a completion, so credits always return.
     pub(super) fn generate_wqe(
-        &self,
-        geo: &FldGeometry,
-        bar2: u64,
-        q: usize,
-        slot: u16,
-        wqe: &mut [u8; nic::WQEBB],
-    ) -> bool {
-        self.generate_wqe_at(geo, bar2, q, slot, wqe).is_some()
-    }
-
-    fn generate_wqe_at(
         &self,
         geo: &FldGeometry,
         bar2: u64,
@@ -333,8 +322,8 @@ impl TxEngine {
         let counter = tq.pi.wrapping_sub(1);
         let slot = (counter as u64 % (geo.tx_ring_bytes() / nic::WQEBB as u64)) as u16;
         let mut wqe = [0u8; nic::WQEBB];
-        self.generate_wqe(geo, bar2, q, slot, &mut wqe)
-            .then_some((counter, wqe))
+        self.generate_wqe(geo, bar2, q, slot, &mut wqe)?;
+        Some((counter, wqe))
     }
 
     /// The NIC reads the Tx-data window at `offset` (from the window's start): the
