@@ -206,7 +206,8 @@ pub const MAX_LOG_CQ: u8 = nic::MAX_LOG_CQ;
 pub const MIN_TX_CHUNK: u64 = 64;
 
 impl FldGeometry {
-    /// Chunks of one queue's Tx-data window (a power of two once [`Self::check`] passed).
+    /// Chunks of one queue's Tx-data window: a power of two once [`Self::check`] passed, so the
+    /// free-running counts taken modulo it are masks.
     pub fn window_chunks(&self) -> u32 {
         1 << (self
             .log_tx_window

@@ -171,7 +171,7 @@ impl FldCore {
         m[MemoryItem::TxDataTranslation as usize] = self
             .tx
             .data_xlt
-            .bucket_memory_bytes(g.tx_queues, tx::window_chunks(g));
+            .bucket_memory_bytes(g.tx_queues, g.window_chunks());
         m[MemoryItem::RxBuffer as usize] = if self.rx.enabled {
             self.rx.buffer.len() as u64
         } else {
@@ -564,7 +564,7 @@ mod tests {
     /// chunk accounted for.
     fn check_no_aliasing(core: &FldCore) {
         let g = core.geo.tx_chunk;
-        let w = tx::window_chunks(&core.geo);
+        let w = core.geo.window_chunks();
         let mask = (1u32 << core.geo.log_tx_ring) - 1;
         let mut owner = vec![None; core.geo.tx_chunks as usize];
         for &p in &core.tx.chunks_free {
@@ -686,7 +686,7 @@ mod tests {
     fn tx_state(core: &FldCore) -> impl PartialEq + std::fmt::Debug {
         let tx = &core.tx;
         let ring = 1u32 << core.geo.log_tx_ring;
-        let window = tx::window_chunks(&core.geo);
+        let window = core.geo.window_chunks();
         let mappings = |t: &cuckoo::CuckooTable, n: u32| -> Vec<Option<u32>> {
             (0..core.geo.tx_queues as u16)
                 .flat_map(|queue| (0..n).map(move |i| (queue, i as u16)))
@@ -840,7 +840,7 @@ mod tests {
     #[test]
     fn the_virtual_window_head_wraps_at_two_to_the_32() {
         let mut core = small();
-        let w = tx::window_chunks(&core.geo);
+        let w = core.geo.window_chunks();
         let free = core.tx.chunks_free.len();
         let near_top = u32::MAX - 2;
         assert!(

@@ -201,7 +201,7 @@ impl TxEngine {
 
     /// Contiguous free virtual chunks of queue `q` (a packet never wraps its window).
     fn window_room(geo: &FldGeometry, q: &TxQueue) -> u32 {
-        let w = window_chunks(geo);
+        let w = geo.window_chunks();
         let free = w - 1 - q.vhead.wrapping_sub(q.vtail);
         let to_end = w - q.vhead % w;
         if to_end >= free {
@@ -300,7 +300,7 @@ impl TxEngine {
         if d.rdma_opcode().has_extension() {
             let chunk = self.data_xlt.lookup(RingKey {
                 queue: q as u16,
-                index: ((d.window_offset() / chunk_bytes(geo)) % window_chunks(geo)) as u16,
+                index: ((d.window_offset() / chunk_bytes(geo)) % geo.window_chunks()) as u16,
             })?;
             // Chunks are at least 64 bytes and the extension starts a chunk.
             let at = chunk as usize * chunk_bytes(geo) as usize;
@@ -331,7 +331,7 @@ impl TxEngine {
     pub fn read_data(&self, geo: &FldGeometry, stats: &mut Stats, offset: u64, data: &mut [u8]) {
         let g = chunk_bytes(geo) as u64;
         let window = geo.tx_window_bytes();
-        let w = window_chunks(geo) as u64;
+        let w = geo.window_chunks() as u64;
         let mut done = 0usize;
         let mut missing = false;
         while done < data.len() {
@@ -410,7 +410,7 @@ impl TxEngine {
     /// Frees descriptors and chunks of queue `qi` from its consumer up to WQE index `upto`.
     pub fn release_through(&mut self, geo: &FldGeometry, qi: usize, upto: u16) {
         let mask = (1u32 << geo.log_tx_ring) - 1;
-        let w = window_chunks(geo);
+        let w = geo.window_chunks();
         let g = chunk_bytes(geo);
         loop {
             let q = &self.queues[qi];
@@ -466,12 +466,6 @@ fn copy_message(dst: &mut [u8], ext: &[u8], data: &[u8], from: usize) {
     let at = from + done - ext.len();
     let n = dst.len() - done;
     dst[done..].copy_from_slice(&data[at..at + n]);
-}
-
-/// Chunks of one queue's virtual Tx-data window: a power of two, so the free-running counts
-/// taken modulo it are masks.
-pub(super) fn window_chunks(geo: &FldGeometry) -> u32 {
-    geo.window_chunks()
 }
 
 /// The Tx chunk's bytes, written as the power of two the geometry checked it is
@@ -569,7 +563,7 @@ impl TxEngine {
             stats.bump(Stat::TxNoCredit);
             return Err(TxRefused::NoCredit);
         }
-        let w = window_chunks(geo);
+        let w = geo.window_chunks();
         let q = &tx.queues[qi];
         // Skip to the window start rather than wrap a packet (bounded virtual fragmentation).
         let mut vstart = q.vhead;
