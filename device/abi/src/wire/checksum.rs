@@ -25,9 +25,42 @@ pub fn internet_checksum(data: &[u8], initial: u32) -> u16 {
 
 /// The one's complement sum of `data` as big-endian 16-bit words, folded to 16 bits, computed
 /// on the words as they lie in memory (little-endian) and swapped once at the end: the sum does
-/// not depend on byte order (RFC 1071 §2 (B)). No byte swap per word, and four independent
-/// carry chains over 32-byte blocks: 1500 bytes cost about 570 instructions instead of 930.
+/// not depend on byte order (RFC 1071 §2 (B)). No byte swap per word: whole 8-byte words are
+/// added with end-around carry ([`sum_blocks`]), the last bytes piece by piece.
 fn swapped_sum(data: &[u8]) -> u16 {
+    let (acc, tail) = sum_blocks(data);
+    // The tail starts at a multiple of 32 bytes into `data`, so 16-bit word boundaries hold.
+    (fold(add_tail::<false>(acc, tail)) as u16).swap_bytes()
+}
+
+/// The sum of `data`'s 32-byte blocks as little-endian 64-bit words with end-around carry, and
+/// the bytes after them (under 32). On x86-64 the words go through one add-with-carry chain
+/// (`_addcarry_u64`, an `adc` per word with its operand from memory, as Linux's `csum_partial`
+/// sums): 1472 bytes cost about 300 instructions, where four chains of add and carry-out cost
+/// 570.
+#[cfg(target_arch = "x86_64")]
+fn sum_blocks(data: &[u8]) -> (u64, &[u8]) {
+    use std::arch::x86_64::_addcarry_u64;
+    let (mut acc, mut carry) = (0u64, 0u8);
+    let mut blocks = data.chunks_exact(64);
+    for b in &mut blocks {
+        for w in b.chunks_exact(8) {
+            carry = _addcarry_u64(carry, acc, word64::<false>(w), &mut acc);
+        }
+    }
+    let mut tail = blocks.remainder();
+    if tail.len() >= 32 {
+        for w in tail[..32].chunks_exact(8) {
+            carry = _addcarry_u64(carry, acc, word64::<false>(w), &mut acc);
+        }
+        tail = &tail[32..];
+    }
+    (add_carry(acc, u64::from(carry)), tail)
+}
+
+/// [`sum_blocks`] elsewhere: four independent chains of add and carry-out over 32-byte blocks.
+#[cfg(not(target_arch = "x86_64"))]
+fn sum_blocks(data: &[u8]) -> (u64, &[u8]) {
     let (mut a0, mut a1, mut a2, mut a3) = (0u64, 0u64, 0u64, 0u64);
     let mut blocks = data.chunks_exact(32);
     for c in &mut blocks {
@@ -37,8 +70,7 @@ fn swapped_sum(data: &[u8]) -> u16 {
         a3 = add_carry(a3, word64::<false>(&c[24..]));
     }
     let acc = add_carry(add_carry(a0, a1), add_carry(a2, a3));
-    // The tail starts 32-byte aligned relative to `data`, so 16-bit word boundaries hold.
-    (fold(add_tail::<false>(acc, blocks.remainder())) as u16).swap_bytes()
+    (acc, blocks.remainder())
 }
 
 /// Adds `tail` (under 32 bytes, starting on a 16-bit word boundary of the data) to `acc` as
@@ -170,13 +202,26 @@ mod tests {
                 );
             }
         }
-        // All-ones data: the accumulator carries constantly.
+        // All-ones data: the accumulator carries constantly, across the 64-byte blocks too.
         let ones = vec![0xffu8; 4096];
-        for n in 0..64 {
+        for n in (0..200).chain([1472, 1473, 4095, 4096]) {
             assert_eq!(
                 internet_checksum(&ones[..n], u32::MAX),
                 naive(&ones[..n], u32::MAX)
             );
+        }
+    }
+
+    proptest::proptest! {
+        /// Any bytes at any offset and length up to a jumbo frame, with any initial sum.
+        #[test]
+        fn any_data_sums_as_the_naive_sum(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..9100),
+            off in 0usize..8,
+            init: u32,
+        ) {
+            let d = &data[off.min(data.len())..];
+            proptest::prop_assert_eq!(internet_checksum(d, init), naive(d, init));
         }
     }
 
