@@ -114,14 +114,16 @@ fn add_tail<const BIG: bool>(mut acc: u64, mut tail: &[u8]) -> u64 {
     acc
 }
 
-/// `acc` folded to 16 bits of the same one's complement value: 64 -> 32 -> 16 bits, three
-/// 16-bit folds absorbing every carry of a 33-bit value (a non-zero sum never folds to 0).
+/// `acc` folded to 16 bits of the same one's complement value (a non-zero sum never folds to 0)
+/// in two steps. 64 -> 32 bits: the halves added with end-around carry (a carry leaves the sum
+/// at most 2^32 - 2, so adding it back cannot carry again). 32 -> 16 bits: in `s` plus `s`
+/// rotated by 16, the high half is the two halves' sum plus the low half's carry out, i.e.
+/// their end-around sum (as Linux's `csum_fold`).
 #[inline]
 fn fold(acc: u64) -> u64 {
-    let mut s = (acc & 0xffff_ffff) + (acc >> 32);
-    s = (s & 0xffff) + (s >> 16);
-    s = (s & 0xffff) + (s >> 16);
-    (s & 0xffff) + (s >> 16)
+    let (s, carry) = (acc as u32).overflowing_add((acc >> 32) as u32);
+    let s = s + u32::from(carry);
+    u64::from(s.wrapping_add(s.rotate_left(16)) >> 16)
 }
 
 /// The value of exactly eight bytes, big-endian (`BIG`) or little-endian.
@@ -212,7 +214,42 @@ mod tests {
         }
     }
 
+    #[test]
+    fn fold_keeps_the_ones_complement_value_at_its_edges() {
+        // The reference: 16-bit end-around additions until nothing carries.
+        let slow = |mut s: u64| {
+            while s > 0xffff {
+                s = (s & 0xffff) + (s >> 16);
+            }
+            s
+        };
+        for acc in [
+            0,
+            1,
+            0xffff,
+            0x1_0000,
+            0xffff_ffff,
+            0x1_0000_0000,
+            0xffff_0000_ffff,
+            0xffff_ffff_ffff_ffff,
+            0x8000_0000_8000_0000,
+            0xfffe_ffff_0001_0000,
+            0x0000_ffff_ffff_0000,
+        ] {
+            assert_eq!(fold(acc), slow(acc), "{acc:#x}");
+        }
+    }
+
     proptest::proptest! {
+        #[test]
+        fn fold_is_the_end_around_sum_of_any_word(acc: u64) {
+            let mut s = acc;
+            while s > 0xffff {
+                s = (s & 0xffff) + (s >> 16);
+            }
+            proptest::prop_assert_eq!(fold(acc), s);
+        }
+
         /// Any bytes at any offset and length up to a jumbo frame, with any initial sum.
         #[test]
         fn any_data_sums_as_the_naive_sum(
