@@ -556,7 +556,6 @@ impl TxEngine {
             return Err(TxRefused::BadLength);
         }
         let credits = self.credits(geo, meta.queue);
-        let tx = self;
         let g = chunk_bytes(geo) as usize;
         let need = total.div_ceil(g) as u32;
         if credits.packets == 0 || need * g as u32 > credits.bytes {
@@ -564,7 +563,7 @@ impl TxEngine {
             return Err(TxRefused::NoCredit);
         }
         let w = geo.window_chunks();
-        let q = &tx.queues[qi];
+        let q = &self.queues[qi];
         // Skip to the window start rather than wrap a packet (bounded virtual fragmentation).
         let mut vstart = q.vhead;
         // The counts run free and wrap, as hardware pointers do; the window is a power of two
@@ -576,23 +575,23 @@ impl TxEngine {
         let mut mapped = 0u32;
         let mut stalled = false;
         for k in 0..need {
-            let Some(p) = tx.chunks_free.pop() else {
+            let Some(p) = self.chunks_free.pop() else {
                 break;
             };
-            tx.chunks_touched = tx.chunks_touched.max(p + 1);
+            self.chunks_touched = self.chunks_touched.max(p + 1);
             let key = RingKey {
                 queue: meta.queue,
                 index: ((vstart + k) % w) as u16,
             };
-            if tx.data_xlt.insert(key, p).is_err() {
-                tx.chunks_free.push(p);
+            if self.data_xlt.insert(key, p).is_err() {
+                self.chunks_free.push(p);
                 stalled = true;
                 break;
             }
             let at = p as usize * g;
             let from = k as usize * g;
             copy_message(
-                &mut tx.buffer[at..at + g.min(total - from)],
+                &mut self.buffer[at..at + g.min(total - from)],
                 ext,
                 data,
                 from,
@@ -600,25 +599,25 @@ impl TxEngine {
             mapped += 1;
         }
         let slot = if mapped == need {
-            tx.pool_free.pop()
+            self.pool_free.pop()
         } else {
             None
         };
         let ring_key = RingKey {
             queue: meta.queue,
-            index: (tx.queues[qi].pi & ((1 << geo.log_tx_ring) - 1)) as u16,
+            index: (self.queues[qi].pi & ((1 << geo.log_tx_ring) - 1)) as u16,
         };
-        let placed = slot.is_some_and(|s| tx.ring_xlt.insert(ring_key, s).is_ok());
+        let placed = slot.is_some_and(|s| self.ring_xlt.insert(ring_key, s).is_ok());
         if !placed {
             if let Some(s) = slot {
-                tx.pool_free.push(s);
+                self.pool_free.push(s);
             }
             for k in 0..mapped {
-                if let Some(p) = tx.data_xlt.remove(RingKey {
+                if let Some(p) = self.data_xlt.remove(RingKey {
                     queue: meta.queue,
                     index: ((vstart + k) % w) as u16,
                 }) {
-                    tx.chunks_free.push(p);
+                    self.chunks_free.push(p);
                 }
             }
             if stalled || slot.is_some() {
@@ -628,8 +627,8 @@ impl TxEngine {
             return Err(TxRefused::NoCredit);
         }
         let slot = slot.unwrap_or_default();
-        let every = tx.signal_every;
-        let q = &mut tx.queues[qi];
+        let every = self.signal_every;
+        let q = &mut self.queues[qi];
         q.since_signal += 1;
         let signal = q.since_signal >= every;
         if signal {
@@ -642,13 +641,13 @@ impl TxEngine {
             meta.cs_flags
         };
         let resume = if is_rdma { None } else { meta.resume_table };
-        tx.pool[slot as usize] =
+        self.pool[slot as usize] =
             CompressedDesc::new(offset, total as u32, flags, signal, q.pi as u16)
                 .with_resume(resume);
         q.vhead = vstart.wrapping_add(need);
         q.pi = q.pi.wrapping_add(1);
         if !std::mem::replace(&mut q.doorbell_due, true) {
-            tx.doorbells_due.push(qi as u16);
+            self.doorbells_due.push(qi as u16);
         }
         stats.bump(Stat::TxPackets);
         stats.add(Stat::TxBytes, data.len() as u64);
