@@ -214,15 +214,16 @@ mod tests {
         }
     }
 
+    /// The fold to check against: 16-bit end-around additions until nothing carries.
+    fn slow_fold(mut s: u64) -> u64 {
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s
+    }
+
     #[test]
     fn fold_keeps_the_ones_complement_value_at_its_edges() {
-        // The reference: 16-bit end-around additions until nothing carries.
-        let slow = |mut s: u64| {
-            while s > 0xffff {
-                s = (s & 0xffff) + (s >> 16);
-            }
-            s
-        };
         for acc in [
             0,
             1,
@@ -236,18 +237,14 @@ mod tests {
             0xfffe_ffff_0001_0000,
             0x0000_ffff_ffff_0000,
         ] {
-            assert_eq!(fold(acc), slow(acc), "{acc:#x}");
+            assert_eq!(fold(acc), slow_fold(acc), "{acc:#x}");
         }
     }
 
     proptest::proptest! {
         #[test]
         fn fold_is_the_end_around_sum_of_any_word(acc: u64) {
-            let mut s = acc;
-            while s > 0xffff {
-                s = (s & 0xffff) + (s >> 16);
-            }
-            proptest::prop_assert_eq!(fold(acc), s);
+            proptest::prop_assert_eq!(fold(acc), slow_fold(acc));
         }
 
         /// Any bytes at any offset and length up to a jumbo frame, with any initial sum.
