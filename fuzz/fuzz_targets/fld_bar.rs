@@ -9,14 +9,18 @@
 
 use fld_abi::fld::{reg, BAR_CONTROL_SIZE, BAR_NIC, RESET_MAGIC};
 use fld_device::accel::TxMeta;
-use fld_fuzz::{assert_fld_recovers, frame_between, rdma_op, small_card, Input};
+use fld_fuzz::{assert_fld_recovers, frame_between, rdma_op, small_card, unobserved, Input};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let mut h = small_card();
     let fld = h.fld.clone().expect("FLD");
-    h.bind_fld(2);
-    let mut client = h.open_port(1);
+    // FLD bound and a client port open: the same bring-up for every input, hidden from the
+    // fuzzer.
+    let mut client = unobserved(|| {
+        h.bind_fld(2);
+        h.open_port(1)
+    });
     let bar2 = h.bar(fld.id(), BAR_NIC);
     let bar2_size = fld.geometry().bar_size();
     let mut input = Input::new(data);

@@ -9,16 +9,17 @@
 
 use fld_abi::nic::{db, op, DataSeg, ModifyQueueIn, QueueState, SendWqe, WQEBB};
 use fld_device::mock::MOCK_IOVA;
-use fld_fuzz::{assert_nic_recovers, frame_between, small_nic, Input};
+use fld_fuzz::{assert_nic_recovers, frame_between, small_nic, unobserved, Input};
 use libfuzzer_sys::fuzz_target;
 use zerocopy::little_endian::U32;
 use zerocopy::IntoBytes;
 
 fuzz_target!(|data: &[u8]| {
     let mut h = small_nic();
-    let mut a = h.open_port(0);
-    let mut b = h.open_port(1);
-    let scratch = h.alloc(16 << 10);
+    // The ports every input starts from: the same bring-up for every input, hidden from the
+    // fuzzer.
+    let (mut a, mut b, scratch) =
+        unobserved(|| (h.open_port(0), h.open_port(1), h.alloc(16 << 10)));
     let mut input = Input::new(data);
     // The last well-formed WQE and the basic-block counter it was written at.
     let mut last_wqe: Option<(Vec<u8>, u32)> = None;

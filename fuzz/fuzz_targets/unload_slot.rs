@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use fld_device::card::{Card, CardConfig};
 use fld_driver::inprocess::InProcessHost;
-use fld_fuzz::{Input, Kept};
+use fld_fuzz::{unobserved, Input, Kept};
 use fld_host::verbs::unload::UnloadTarget;
 use fld_host::verbs::*;
 use libfuzzer_sys::fuzz_target;
@@ -130,10 +130,15 @@ fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
     let mut kept = Kept::take(0, |_| {}, Testbed::new);
     let t = &mut *kept;
-    let (mut qa, mut qb) = t.connect();
-    t.open_mr.write(0, &[0x11; REGION]);
-    t.read_only.write(0, &[0x22; REGION]);
-    let mut target = UnloadTarget::new(&mut t.b, &t.pb, &mut qb, SLOTS, SLOT_BYTES).unwrap();
+    // What every input starts from, and its release at the end, are the same for every input:
+    // hidden from the fuzzer.
+    let (mut qa, mut qb, mut target) = unobserved(|| {
+        let (qa, mut qb) = t.connect();
+        t.open_mr.write(0, &[0x11; REGION]);
+        t.read_only.write(0, &[0x22; REGION]);
+        let target = UnloadTarget::new(&mut t.b, &t.pb, &mut qb, SLOTS, SLOT_BYTES).unwrap();
+        (qa, qb, target)
+    });
     let offer = target.offer();
     let (open_mr, read_only) = (&t.open_mr, &t.read_only);
 
@@ -199,5 +204,5 @@ fuzz_target!(|data: &[u8]| {
         ro.iter().all(|&x| x == 0x22),
         "a read-only region was written"
     );
-    t.release(qa, qb, target);
+    unobserved(|| t.release(qa, qb, target));
 });

@@ -18,6 +18,9 @@
 //!   recycle only what an input may change. A recycled card
 //!   behaves exactly as a fresh one (the device crate's own test); `FLD_FUZZ_FRESH=1` builds one
 //!   for every input anyway, to confirm a finding without recycling.
+//! * What every input does alike — the recycle, the bring-up it starts from, the recovery check
+//!   it ends with — is hidden from the fuzzer's coverage ([`unobserved`]): the fuzzer is shown
+//!   what the input made the card do, and does not spend its time collecting the rest.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -29,6 +32,9 @@ use fld_device::card::CardConfig;
 use fld_device::fld::memory_model::MemoryParams;
 use fld_device::mock::{MockHost, MockPort, MockSnapshot};
 use fld_device::nic::NicConfig;
+
+pub mod coverage;
+pub use coverage::unobserved;
 
 /// Largest frame an accelerator may hand back (a 65535-byte datagram plus Ethernet).
 pub const MAX_OUT: usize = 65535 + 14;
@@ -224,7 +230,17 @@ fn fresh() -> bool {
 impl<T: 'static> Kept<T> {
     /// The value of `kind` the last input used, passed through `recycle`, or one `build` makes
     /// (always with `FLD_FUZZ_FRESH=1`).
+    /// The recycling and building are hidden from the fuzzer ([`unobserved`]): they are the same
+    /// for every input.
     pub fn take(kind: u32, recycle: impl FnOnce(&mut T), build: impl FnOnce() -> T) -> Kept<T> {
+        unobserved(|| Self::recycled_or_built(kind, recycle, build))
+    }
+
+    fn recycled_or_built(
+        kind: u32,
+        recycle: impl FnOnce(&mut T),
+        build: impl FnOnce() -> T,
+    ) -> Kept<T> {
         let kept = KEPT.with_borrow_mut(|kept| {
             let at = kept.iter().position(|(k, v)| *k == kind && v.is::<T>())?;
             kept.swap_remove(at).1.downcast::<T>().ok()
@@ -302,10 +318,13 @@ pub fn prepared<S: Clone + 'static>(
         let objects = objects.clone();
         return (p, objects);
     }
-    let objects = bring_up(&mut p.host);
-    if !fresh() {
-        p.brought_up = p.host.snapshot().map(|s| (s, objects.clone()));
-    }
+    let objects = unobserved(|| {
+        let objects = bring_up(&mut p.host);
+        if !fresh() {
+            p.brought_up = p.host.snapshot().map(|s| (s, objects.clone()));
+        }
+        objects
+    });
     (p, objects)
 }
 
@@ -405,8 +424,12 @@ fn take_over(h: &mut MockHost) {
 
 /// The NIC's invariant after any input: nothing outside the DMA-mapped memory was touched, and
 /// after re-enumeration and a reset of both functions a normal bring-up moves verified frames
-/// both ways.
+/// both ways. The check's own coverage is hidden from the fuzzer ([`unobserved`]).
 pub fn assert_nic_recovers(h: &mut MockHost) {
+    unobserved(|| check_nic_recovery(h));
+}
+
+fn check_nic_recovery(h: &mut MockHost) {
     take_over(h);
     let mut a = h.open_port(0);
     let mut b = h.open_port(1);
@@ -423,6 +446,10 @@ pub fn assert_nic_recovers(h: &mut MockHost) {
 /// FLD's invariant after any input: as [`assert_nic_recovers`], then FLD reset and bound again
 /// moves a frame through a fresh echo accelerator and back, MAC addresses swapped.
 pub fn assert_fld_recovers(h: &mut MockHost) {
+    unobserved(|| check_fld_recovery(h));
+}
+
+fn check_fld_recovery(h: &mut MockHost) {
     take_over(h);
     h.set_fld_reg(fld_abi::fld::reg::RESET, fld_abi::fld::RESET_MAGIC);
     if let Some(f) = &h.fld {
@@ -471,8 +498,12 @@ pub fn prepared_rdma_nic<S: Clone + 'static>(
 /// eSwitch, move a SEND, a WRITE and a READ whose bytes arrive intact, each completing with
 /// success.
 pub fn assert_rdma_recovers(h: &mut MockHost) {
+    unobserved(|| check_rdma_recovery(h));
+}
+
+fn check_rdma_recovery(h: &mut MockHost) {
     use fld_abi::nic::{cqe_flags, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE, WQE_OP_SEND};
-    assert_nic_recovers(h);
+    check_nic_recovery(h);
     let msg: Vec<u8> = (0..2500u32).map(|i| (i * 7) as u8).collect();
     let (mut a, mut b) = h.post_rdma_exchange(&msg);
     h.run(2000);
