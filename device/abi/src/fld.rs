@@ -206,6 +206,12 @@ pub const MAX_LOG_CQ: u8 = nic::MAX_LOG_CQ;
 pub const MIN_TX_CHUNK: u64 = 64;
 
 impl FldGeometry {
+    /// The Tx chunk's bytes, written as the power of two [`Self::check`] requires it to be, so
+    /// the divisions and remainders by it are shifts and masks.
+    pub fn chunk_bytes(&self) -> u32 {
+        1 << (self.tx_chunk.trailing_zeros() & 31)
+    }
+
     /// Chunks of one queue's Tx-data window: a power of two once [`Self::check`] passed, so the
     /// free-running counts taken modulo it are masks.
     pub fn window_chunks(&self) -> u32 {
@@ -660,6 +666,10 @@ mod tests {
                 ..good
             };
             assert_eq!(g.check().is_ok(), ok, "chunk {chunk}");
+            if ok {
+                assert_eq!(g.chunk_bytes(), chunk, "chunk {chunk}");
+                assert_eq!(g.window_chunks(), 4096 / chunk, "chunk {chunk}");
+            }
         }
         let past_window = FldGeometry {
             tx_chunk: 8192,

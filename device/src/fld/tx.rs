@@ -230,7 +230,7 @@ impl TxEngine {
             bytes: if packets == 0 {
                 0
             } else {
-                chunks * chunk_bytes(geo)
+                chunks * geo.chunk_bytes()
             },
         }
     }
@@ -300,10 +300,10 @@ impl TxEngine {
         if d.rdma_opcode().has_extension() {
             let chunk = self.data_xlt.lookup(RingKey {
                 queue: q as u16,
-                index: ((d.window_offset() / chunk_bytes(geo)) % geo.window_chunks()) as u16,
+                index: ((d.window_offset() / geo.chunk_bytes()) % geo.window_chunks()) as u16,
             })?;
             // Chunks are at least 64 bytes and the extension starts a chunk.
-            let at = chunk as usize * chunk_bytes(geo) as usize;
+            let at = chunk as usize * geo.chunk_bytes() as usize;
             ext.copy_from_slice(self.buffer.get(at..at + RDMA_EXTENSION_LEN)?);
         }
         d.expand_rdma(signal, tq.sqn, window, RdmaExtension::from_bytes(&ext), wqe);
@@ -329,7 +329,7 @@ impl TxEngine {
     /// The NIC reads the Tx-data window at `offset` (from the window's start): the
     /// translation table finds each chunk.
     pub fn read_data(&self, geo: &FldGeometry, stats: &mut Stats, offset: u64, data: &mut [u8]) {
-        let g = chunk_bytes(geo) as u64;
+        let g = geo.chunk_bytes() as u64;
         let window = geo.tx_window_bytes();
         let w = geo.window_chunks() as u64;
         let mut done = 0usize;
@@ -411,7 +411,7 @@ impl TxEngine {
     pub fn release_through(&mut self, geo: &FldGeometry, qi: usize, upto: u16) {
         let mask = (1u32 << geo.log_tx_ring) - 1;
         let w = geo.window_chunks();
-        let g = chunk_bytes(geo);
+        let g = geo.chunk_bytes();
         loop {
             let q = &self.queues[qi];
             if q.ci == q.pi {
@@ -466,12 +466,6 @@ fn copy_message(dst: &mut [u8], ext: &[u8], data: &[u8], from: usize) {
     let at = from + done - ext.len();
     let n = dst.len() - done;
     dst[done..].copy_from_slice(&data[at..at + n]);
-}
-
-/// The Tx chunk's bytes, written as the power of two the geometry checked it is
-/// ([`FldGeometry::check`]), so the divisions and remainders by it are shifts and masks.
-fn chunk_bytes(geo: &FldGeometry) -> u32 {
-    1 << (geo.tx_chunk.trailing_zeros() & 31)
 }
 
 /// The accelerator's view of the Tx module: the tx stream of its AXI port.
@@ -556,7 +550,7 @@ impl TxEngine {
             return Err(TxRefused::BadLength);
         }
         let credits = self.credits(geo, meta.queue);
-        let g = chunk_bytes(geo) as usize;
+        let g = geo.chunk_bytes() as usize;
         let need = total.div_ceil(g) as u32;
         if credits.packets == 0 || need * g as u32 > credits.bytes {
             stats.bump(Stat::TxNoCredit);
