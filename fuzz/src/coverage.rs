@@ -44,13 +44,12 @@ mod counters {
 
     pub fn save() -> Vec<u8> {
         let (start, len) = bounds();
-        let mut saved = vec![0u8; len];
         // SAFETY: `start..start + len` is the counters' section, mapped writable for the whole
         // run. The instrumented code writes it without synchronisation, as libFuzzer reads it;
         // the targets call this between the steps they drive on their own thread, while no
-        // other thread of theirs runs (the vfio-user server thread waits on its socket).
-        unsafe { std::ptr::copy_nonoverlapping(start, saved.as_mut_ptr(), len) };
-        saved
+        // other thread of theirs runs (the vfio-user server thread waits on its socket). The
+        // slice lives only for the copy.
+        unsafe { std::slice::from_raw_parts(start, len) }.to_vec()
     }
 
     pub fn restore(saved: &[u8]) {

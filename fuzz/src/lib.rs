@@ -230,6 +230,7 @@ fn fresh() -> bool {
 impl<T: 'static> Kept<T> {
     /// The value of `kind` the last input used, passed through `recycle`, or one `build` makes
     /// (always with `FLD_FUZZ_FRESH=1`).
+    ///
     /// The recycling and building are hidden from the fuzzer ([`unobserved`]): they are the same
     /// for every input.
     pub fn take(kind: u32, recycle: impl FnOnce(&mut T), build: impl FnOnce() -> T) -> Kept<T> {
