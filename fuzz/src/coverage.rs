@@ -18,7 +18,7 @@ pub fn unobserved<R>(work: impl FnOnce() -> R) -> R {
     {
         let saved = counters::save();
         let result = work();
-        counters::restore(&saved);
+        counters::restore(saved);
         result
     }
     #[cfg(not(fuzzing))]
@@ -42,20 +42,31 @@ mod counters {
         (start.cast_mut(), stop as usize - start as usize)
     }
 
-    pub fn save() -> Vec<u8> {
-        let (start, len) = bounds();
-        // SAFETY: `start..start + len` is the counters' section, mapped writable for the whole
-        // run. The instrumented code writes it without synchronisation, as libFuzzer reads it;
-        // the targets call this between the steps they drive on their own thread, while no
-        // other thread of theirs runs (the vfio-user server thread waits on its socket). The
-        // slice lives only for the copy.
-        unsafe { std::slice::from_raw_parts(start, len) }.to_vec()
+    thread_local! {
+        /// Copies of the section no call holds now, kept for the next (a call inside another's
+        /// work takes a second): a run of inputs allocates them once, not twice an input.
+        static SPARE: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
     }
 
-    pub fn restore(saved: &[u8]) {
+    pub fn save() -> Vec<u8> {
+        let (start, len) = bounds();
+        let mut copy = SPARE.with_borrow_mut(|s| s.pop()).unwrap_or_default();
+        copy.clear();
+        // SAFETY: `start..start + len` is the counters' section, mapped writable for the whole
+        // run. The instrumented code writes it without synchronisation, as libFuzzer reads it;
+        // the targets call this between the steps they drive on their own thread. Another
+        // thread of theirs runs meanwhile only to poll for its next client (the vfio-user
+        // servers'): a count it adds during the work may be lost, as libFuzzer's own reads race
+        // such writes. The slice lives only for the copy.
+        copy.extend_from_slice(unsafe { std::slice::from_raw_parts(start, len) });
+        copy
+    }
+
+    pub fn restore(saved: Vec<u8>) {
         let (start, len) = bounds();
         assert_eq!(saved.len(), len);
         // SAFETY: as in `save`; `saved` is a copy of the same section, of the same length.
         unsafe { std::ptr::copy_nonoverlapping(saved.as_ptr(), start, len) };
+        SPARE.with_borrow_mut(|s| s.push(saved));
     }
 }

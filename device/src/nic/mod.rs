@@ -240,7 +240,7 @@ impl Nic {
     /// The clock the NIC reads when its time is not pinned ([`Nic::set_clock`]); a ManualClock
     /// standing at 0 until a runner gives one.
     pub fn set_clock_source(&self, clock: Arc<dyn Clock>) {
-        self.shared.lock().clock = clock;
+        self.shared.lock().clock = Some(clock);
     }
 
     /// The NIC's part of a conventional reset (PCIe Base §6.6.1, beside
@@ -729,8 +729,10 @@ pub(crate) struct NicCore {
     cqe_run: datapath::CqeRun,
     /// Send WQE blocks read ahead for the SQ being served.
     wqe_prefetch: Option<Box<datapath::WqePrefetch>>,
-    /// Where time comes from (the runner's).
-    clock: Arc<dyn Clock>,
+    /// Where time comes from (the runner's). An engine pass holds it while it runs (moved, not
+    /// cloned: a clone is two atomic read-modify-writes on a line the runner shares, every pass),
+    /// so it is `None` only inside a pass.
+    clock: Option<Arc<dyn Clock>>,
     /// A time the runner pins (tests, discrete-event runs), ahead of `clock`.
     manual_clock: Option<u64>,
     wire_tx_frames: u64,
@@ -926,7 +928,7 @@ impl NicCore {
             command: buffers.command,
             wqe_prefetch: Default::default(),
             cqe_run: Default::default(),
-            clock: Arc::new(ManualClock::default()),
+            clock: Some(Arc::new(ManualClock::default())),
             manual_clock: None,
             wire_tx_frames: 0,
             loopback_frames: 0,

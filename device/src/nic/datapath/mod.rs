@@ -30,7 +30,7 @@ struct Ctx<'a> {
     ports: &'a [Port],
     dma: [Option<DmaPort<'a>>; MAX_HOST_FUNCTIONS],
     now_ns: Option<u64>,
-    clock: &'a dyn crate::clock::Clock,
+    clock: Option<std::sync::Arc<dyn crate::clock::Clock>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -84,8 +84,10 @@ impl<'a> Ctx<'a> {
     /// The NIC's time, read once per batch.
     #[inline]
     fn now(&mut self) -> u64 {
-        let clock = self.clock;
-        *self.now_ns.get_or_insert_with(|| clock.now_ns())
+        let clock = &self.clock;
+        *self
+            .now_ns
+            .get_or_insert_with(|| clock.as_ref().map_or(0, |c| c.now_ns()))
     }
 }
 
@@ -112,14 +114,13 @@ pub(super) fn poll(
     let Some(routes) = kept.as_ref() else {
         return 0;
     };
-    let clock = core.clock.clone();
     let mut ctx = Ctx {
         fabric,
         routes,
         ports,
         dma: std::array::from_fn(|_| None),
         now_ns: core.manual_clock,
-        clock: clock.as_ref(),
+        clock: core.clock.take(),
     };
     // The uplink sends what this pass transmits as one burst, when the pass's last
     // transmitting stage is done.
@@ -133,5 +134,6 @@ pub(super) fn poll(
     // frames to come.
     work += receive::prefetch(core, &mut ctx);
     completions::flush_cqes(core, &mut ctx);
+    core.clock = ctx.clock.take();
     work
 }

@@ -184,20 +184,11 @@ fn star_egress_check(core: &mut NicCore, vport: u16, frame: &[u8], p: &ParsedFra
 /// Runs the QPs on the ready list (every QP not in RESET after a command, or when a function's
 /// doorbells are not seen); returns the packets sent and entries written.
 pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
-    let now = ctx.now();
-    // Gather queues whose first packet has waited long enough hand their batches on.
-    let due = core
-        .rdma
-        .reorder
-        .as_mut()
-        .and_then(|u| u.gather.as_mut())
-        .filter(|g| g.next_deadline().is_some_and(|t| t <= now))
-        .map(|g| g.expire(now));
-    if let Some(batches) = due {
-        responder::record_gathered(core, ctx, batches);
+    // Time is read only when something waits for it: a pass with no timer armed reads no clock.
+    if let Some(first) = core.rdma.next_timer() {
+        expire(core, ctx, first);
     }
     let rdma = &mut core.rdma;
-    rdma.fire_timers(now);
     for p in ctx.ports {
         if p.doorbells.sees_every_store() {
             p.doorbells.take_rung_qps(|slot| rdma.wake(slot));
@@ -219,6 +210,26 @@ pub(super) fn poll(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
     let work = visit(core, ctx, &visiting);
     core.rdma.visiting = visiting;
     work
+}
+
+/// Hands on the gather queues whose first packet has waited long enough and wakes the QPs
+/// whose timers are due, when the earliest deadline, `first`, has come.
+fn expire(core: &mut NicCore, ctx: &mut Ctx<'_>, first: u64) {
+    let now = ctx.now();
+    if first > now {
+        return;
+    }
+    let due = core
+        .rdma
+        .reorder
+        .as_mut()
+        .and_then(|u| u.gather.as_mut())
+        .filter(|g| g.next_deadline().is_some_and(|t| t <= now))
+        .map(|g| g.expire(now));
+    if let Some(batches) = due {
+        responder::record_gathered(core, ctx, batches);
+    }
+    core.rdma.fire_timers(now);
 }
 
 /// One pass over `qps`. A QP that did work, or is flushing (it may be waiting for CQ room),
