@@ -22,7 +22,7 @@ use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::card::{Card, CardConfig};
-use crate::fabric::{Fabric, FabricConfig, HostRegion};
+use crate::fabric::{DirtyPages, Fabric, FabricConfig, HostRegion, DIRTY_PAGE_SIZE};
 use crate::fld::FldFunction;
 use crate::nic::{Nic, NicConfig};
 use crate::pcie::{FunctionId, InterruptSink, MsiMessage};
@@ -50,6 +50,9 @@ pub struct MockSnapshot {
 /// (most of a brought-up card's buffers are zeros: they are zeroed again, not copied).
 #[derive(Default)]
 struct HandedOut {
+    /// Told apart from every other memory state a snapshot took; 0 is memory all zeros, where
+    /// a recycle returns it.
+    id: u64,
     len: usize,
     /// `(offset, bytes)`, in order of offset: whole pages, the last one up to `len`.
     pages: Vec<(usize, Vec<u8>)>,
@@ -289,6 +292,13 @@ pub struct MockHost {
     memory: Arc<GuestRegionMmap>,
     mapped: usize,
     next: Cell<usize>,
+    /// The pages of host memory written since it was last returned to a known state: the
+    /// fabric's log of the card's writes ([`Fabric::track_dirty_pages`]), where the mock notes
+    /// its own writes too.
+    dirty: Arc<DirtyPages>,
+    /// The [`HandedOut::id`] of the memory state host memory was last returned to: it differs
+    /// from that state in the pages of `dirty` only.
+    basis: Cell<Option<u64>>,
     bars: BTreeMap<(FunctionId, u8), u64>,
     interrupts: Arc<Interrupts>,
     token: Cell<u16>,
@@ -332,6 +342,7 @@ impl MockHost {
             GuestRegionMmap::from_range(GuestAddress(0), mapped + 2 * GUARD, None)
                 .expect("anonymous host memory"),
         );
+        let dirty = fabric.track_dirty_pages(MOCK_IOVA, mapped as u64);
         let host = MockHost {
             fabric,
             nic,
@@ -339,6 +350,9 @@ impl MockHost {
             memory,
             mapped,
             next: Cell::new(0),
+            dirty,
+            // Fresh anonymous memory is all zeros, the state of id 0.
+            basis: Cell::new(Some(0)),
             bars: BTreeMap::new(),
             interrupts: Arc::new(Interrupts::default()),
             token: Cell::new(0),
@@ -393,8 +407,10 @@ impl MockHost {
             Some(f) => Some(f.snapshot()?),
             None => None,
         };
+        static NEXT_STATE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let len = self.next.get();
         let mut memory = HandedOut {
+            id: NEXT_STATE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             len,
             pages: Vec::new(),
         };
@@ -464,11 +480,53 @@ impl MockHost {
     }
 
     /// Host memory as the allocator hands it out again: `contents` at its start, handed out
-    /// (the allocator's next address is after it), and zeros after it. What the allocator had
+    /// (the allocator's next address is after it), and zeros after it. When host memory was
+    /// last returned to that same state, only the pages written since (the dirty-page log: the
+    /// card's writes and the mock's own) are written again; otherwise all of it is
+    /// ([`MockHost::all_host_memory_returned`]). The guard areas are filled again if a stray
+    /// write reached them.
+    fn host_memory_returned(&mut self, contents: &HandedOut) {
+        let complete = self.basis.get() == Some(contents.id)
+            && self
+                .dirty
+                .take(|page| self.page_returned(contents, page as usize));
+        if !complete {
+            self.all_host_memory_returned(contents);
+            // What was logged is rewritten with the rest.
+            self.dirty.take(|_| {});
+        }
+        self.basis.set(Some(contents.id));
+        if !self.guard_intact() {
+            self.fill_guards();
+        }
+        self.next.set(contents.len);
+    }
+
+    /// Writes page `page` of the mapped memory as `contents` has it (zeros past its end).
+    fn page_returned(&self, contents: &HandedOut, page: usize) {
+        let at = page * DIRTY_PAGE_SIZE as usize;
+        let len = (DIRTY_PAGE_SIZE as usize).min(self.mapped.saturating_sub(at));
+        let kept = contents
+            .pages
+            .binary_search_by_key(&at, |(offset, _)| *offset)
+            .ok()
+            .map_or(&[][..], |i| &contents.pages[i].1[..]);
+        // SAFETY: `[at, at + len)` lies in the mapped part of this host's own anonymous
+        // mapping (`len` stops at `mapped`), `kept` is at most one page of it, and no one holds
+        // a reference into it (the card was reset or restored, and no engine runs while the
+        // mock does not step it).
+        unsafe {
+            let start = self.memory.as_ptr().add(GUARD + at);
+            std::ptr::copy_nonoverlapping(kept.as_ptr(), start, kept.len());
+            std::ptr::write_bytes(start.add(kept.len()), 0, len - kept.len());
+        }
+    }
+
+    /// [`MockHost::host_memory_returned`] for all of host memory: what the allocator had
     /// handed out is written in place (its pages stay resident, so the next run does not fault
     /// them in again); the rest, which only a stray device write could have touched, goes back
-    /// to the kernel. The guard areas are filled again if a stray write reached them.
-    fn host_memory_returned(&mut self, contents: &HandedOut) {
+    /// to the kernel.
+    fn all_host_memory_returned(&mut self, contents: &HandedOut) {
         let used = self
             .next
             .get()
@@ -503,10 +561,6 @@ impl MockHost {
                 .write_slice(&zeros, MemoryRegionAddress((GUARD + used) as u64))
                 .expect("the mapped part");
         }
-        if !self.guard_intact() {
-            self.fill_guards();
-        }
-        self.next.set(contents.len);
     }
 
     fn fill_guards(&self) {
@@ -625,6 +679,7 @@ impl MockHost {
     pub fn write(&self, iova: u64, data: &[u8]) {
         let at = self.offset(iova, data.len());
         self.memory.write_slice(data, at).expect("in bounds");
+        self.dirty.mark(iova, data.len());
     }
 
     pub fn read(&self, iova: u64, buf: &mut [u8]) {

@@ -12,6 +12,7 @@
 //! computed from these counters. Left out: flow-control credits, ordering, ECRC, ACS.
 
 mod counters;
+mod dirty;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub use counters::{TlpCounters, TlpStats};
+pub use dirty::{DirtyPages, DIRTY_PAGE_SIZE};
 use vm_memory::{GuestMemoryRegion, GuestRegionMmap};
 
 use crate::pcie::{ConfigChange, FunctionId, InterruptSink, MsiMessage, PciFunction};
@@ -218,6 +220,9 @@ pub struct Fabric {
     generation: AtomicU64,
     /// Told apart from every other fabric of the process (a later one may take this address).
     uid: u64,
+    /// The pages device writes reached, once a runner asked for them
+    /// ([`Fabric::track_dirty_pages`]).
+    dirty: std::sync::OnceLock<Arc<DirtyPages>>,
 }
 
 /// A hierarchy's state at one point ([`Fabric::snapshot`]).
@@ -280,7 +285,16 @@ impl Fabric {
             host_counters: Arc::new(TlpCounters::default()),
             generation: AtomicU64::new(0),
             uid: NEXT_FABRIC.fetch_add(1, Ordering::Relaxed),
+            dirty: std::sync::OnceLock::new(),
         })
+    }
+
+    /// From now on, logs the pages of `[base, base + len)` (bus addresses) that device writes
+    /// reach ([`DirtyPages`]). Once per fabric: a second call returns the log of the first.
+    pub fn track_dirty_pages(&self, base: u64, len: u64) -> Arc<DirtyPages> {
+        self.dirty
+            .get_or_init(|| Arc::new(DirtyPages::new(base, len)))
+            .clone()
     }
 
     pub fn config(&self) -> FabricConfig {
@@ -829,6 +843,7 @@ impl Fabric {
             tally: Tally::default(),
             hit_start: 0,
             hit_end: 0,
+            write_hit_end: 0,
             hit_ptr: std::ptr::null_mut(),
             peer_hit: (0, 0, 0),
         }
@@ -921,6 +936,9 @@ pub struct DmaPort<'a> {
     /// buffers in one large mapping). Valid while `routes` is held.
     hit_start: u64,
     hit_end: u64,
+    /// Where the cached mapping ends for writes: `hit_end`, or `hit_start` while the fabric
+    /// keeps a dirty-page log ([`DmaPort::fast_write`]).
+    write_hit_end: u64,
     hit_ptr: *mut u8,
     /// `[start, end)` of the peer BAR window last reached and its index in `routes.bars`: the
     /// same window again (NIC to FLD, every packet) skips routing. Valid while `routes` is held.
@@ -971,6 +989,10 @@ impl DmaPort<'_> {
             self.hit_ptr = unsafe { r.memory.as_ptr().add(r.offset as usize) };
             self.hit_start = r.iova;
             self.hit_end = r.iova + r.len;
+            self.write_hit_end = match self.fabric.dirty.get() {
+                Some(_) => r.iova,
+                None => self.hit_end,
+            };
         }
         Ok(Target::Host(hit))
     }
@@ -1079,6 +1101,19 @@ impl DmaPort<'_> {
         }
     }
 
+    /// [`DmaPort::fast`] for a write: none while the fabric keeps a dirty-page log, so every
+    /// write takes the routed path, which logs it, and the cached path costs no test for it.
+    #[inline]
+    fn fast_write(&self, addr: u64, len: usize) -> Option<*mut u8> {
+        let end = addr.checked_add(len as u64)?;
+        if addr >= self.hit_start && end <= self.write_hit_end && !self.hit_ptr.is_null() {
+            // SAFETY: as in `fast`: `write_hit_end` is at most `hit_end`.
+            Some(unsafe { self.hit_ptr.add((addr - self.hit_start) as usize) })
+        } else {
+            None
+        }
+    }
+
     /// The window of the peer BAR last reached, if `[addr, addr + len)` lies in it.
     #[inline]
     fn fast_peer(&self, addr: u64, len: usize) -> Option<usize> {
@@ -1125,7 +1160,7 @@ impl DmaPort<'_> {
 
     /// Posted memory write of `data` at bus address `addr`. On error nothing was written.
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
-        if let Some(p) = self.fast(addr, data.len()) {
+        if let Some(p) = self.fast_write(addr, data.len()) {
             self.count_write(addr, data.len() as u64, None);
             // SAFETY: as in `read`.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
@@ -1144,6 +1179,7 @@ impl DmaPort<'_> {
             }
             Target::Host(usize::MAX) => {
                 self.count_write(addr, data.len() as u64, None);
+                self.host_written(addr, data.len());
                 self.each_host_piece(addr, data.len(), |r, off, range| {
                     let n = range.len();
                     r.copy(off, n, Some(&data[range]), None);
@@ -1151,6 +1187,7 @@ impl DmaPort<'_> {
             }
             Target::Host(i) => {
                 self.count_write(addr, data.len() as u64, None);
+                self.host_written(addr, data.len());
                 let r = &self.routes.space(self.requester)[i];
                 r.copy(addr - r.iova, data.len(), Some(data), None);
             }
@@ -1171,12 +1208,13 @@ impl DmaPort<'_> {
     /// polling on another core then takes a CQE whose owner bit is new and whose body is old.
     pub fn write_records(&mut self, addr: u64, data: &[u8], record: usize) -> Result<(), DmaError> {
         let record = record.max(1);
-        if self.fast(addr, data.len()).is_none() && self.fast_peer(addr, data.len()).is_none() {
+        if self.fast_write(addr, data.len()).is_none() && self.fast_peer(addr, data.len()).is_none()
+        {
             // Routing the run once fills the caches below when it lies in one host mapping or
             // one peer window; otherwise the records go one by one.
             let _ = self.route(addr, data.len());
         }
-        if let Some(p) = self.fast(addr, data.len()) {
+        if let Some(p) = self.fast_write(addr, data.len()) {
             self.count_records(addr, data.len(), record, None);
             for (k, r) in data.chunks(record).enumerate() {
                 let Some((&last, body)) = r.split_last() else {
@@ -1204,6 +1242,14 @@ impl DmaPort<'_> {
             self.write(addr + (k * record) as u64, r)?;
         }
         Ok(())
+    }
+
+    /// Notes a write to host memory in the fabric's dirty-page log, if it keeps one.
+    #[inline(always)]
+    fn host_written(&self, addr: u64, len: usize) {
+        if let Some(log) = self.fabric.dirty.get() {
+            log.mark(addr, len);
+        }
     }
 
     /// Counts `len` bytes from `addr` as posted writes of `record` bytes each: one TLP per

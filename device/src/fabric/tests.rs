@@ -826,3 +826,51 @@ fn a_run_of_stores_is_the_same_stores_one_by_one() {
     assert_eq!(fs_run[1].ram.lock().unwrap()[0x10..0x18], [9; 8]);
     assert_eq!(run.stats(HOST).up_tlps, 6, "six stores decoded");
 }
+
+/// The dirty-page log sees every device write to host memory — the single-mapping path, a
+/// write across mappings of different memory, a run of records — and nothing else: not reads,
+/// not peer-to-peer writes, not the accounting of context memory that moves no data.
+#[test]
+fn the_dirty_page_log_holds_the_pages_device_writes_reached() {
+    let fabric = Fabric::new(FabricConfig::default());
+    let a = ram_function(&fabric);
+    let b = ram_function(&fabric);
+    enable(&fabric, a.pci.id);
+    enable(&fabric, b.pci.id);
+    let one = host_memory(0x8000);
+    let scattered: Vec<_> = (0..2).map(|_| host_memory(0x1000)).collect();
+    let maps = [
+        (0x10000, 0x8000, one.clone()),
+        (0x18000, 0x1000, scattered[0].clone()),
+        (0x19000, 0x1000, scattered[1].clone()),
+    ];
+    for (iova, len, memory) in maps {
+        let region = HostRegion {
+            iova,
+            len,
+            memory,
+            offset: 0,
+        };
+        fabric.map_host(a.pci.id, region).unwrap();
+    }
+    fabric.assign_bar(b.pci.id, 0, 0x9000_0000);
+    let log = fabric.track_dirty_pages(0x10000, 0xa000);
+    let mut dma = fabric.dma(a.pci.id);
+    dma.write(0x10ffe, &[1; 4]).unwrap(); // pages 0 and 1, one mapping
+    dma.write(0x17800, &[2; 0x1000]).unwrap(); // pages 7 and 8, across two mappings
+    dma.write_records(0x13000, &[3; 256], 64).unwrap(); // page 3, a run of CQEs
+    dma.read(0x15000, &mut [0; 64]).unwrap();
+    dma.write(0x9000_0000, b"peer").unwrap();
+    dma.account_context_write(64);
+    drop(dma);
+    let mut pages = Vec::new();
+    assert!(
+        log.take(|p| pages.push(p)),
+        "no write outside the log's range"
+    );
+    assert_eq!(pages, [0, 1, 3, 7, 8]);
+    assert!(
+        Arc::ptr_eq(&log, &fabric.track_dirty_pages(0, 1)),
+        "one log per fabric"
+    );
+}
