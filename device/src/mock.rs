@@ -372,7 +372,7 @@ impl MockHost {
     /// The host as [`MockHost::nic`] or [`MockHost::card`] built it, at the cost of what was
     /// used rather than of building: the card gets a conventional reset
     /// ([`Card::conventional_reset`]), its wire, tap and time return to the mock's defaults,
-    /// host memory is zero again (the pages touched go back to the kernel, the guards are
+    /// host memory is zero again (the pages written since it last was are zeroed, the guards
     /// refilled), the allocator starts over and the card is enumerated again. FLD keeps the
     /// accelerator plugged into it. A fuzz target recycles one host for every input.
     pub fn recycle(&mut self) {
