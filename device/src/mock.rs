@@ -522,10 +522,10 @@ impl MockHost {
         }
     }
 
-    /// [`MockHost::host_memory_returned`] for all of host memory: what the allocator had
-    /// handed out is written in place (its pages stay resident, so the next run does not fault
-    /// them in again); the rest, which only a stray device write could have touched, goes back
-    /// to the kernel.
+    /// [`MockHost::host_memory_returned`] for all of host memory: every page the allocator had
+    /// handed out is written in place as [`MockHost::page_returned`] writes a logged one (the
+    /// pages stay resident, so the next run does not fault them in again); the rest, which
+    /// only a stray device write could have touched, goes back to the kernel.
     fn all_host_memory_returned(&mut self, contents: &HandedOut) {
         let used = self
             .next
@@ -533,23 +533,17 @@ impl MockHost {
             .max(contents.len)
             .next_multiple_of(4096)
             .min(self.mapped);
-        // SAFETY: every write lies in the mapped part of this host's own anonymous private
-        // mapping, below `used` (`contents` came from this host's allocator, so its pages lie
-        // below `contents.len`), the madvised range is page aligned (GUARD, `used` and `mapped`
-        // are whole pages), and no one holds a reference into it (the card was reset or
-        // restored, and no engine runs while the mock does not step it). MADV_DONTNEED on
-        // private anonymous memory makes the next access read zeros.
+        for page in 0..used / DIRTY_PAGE_SIZE as usize {
+            self.page_returned(contents, page);
+        }
+        // SAFETY: the madvised range is the mapped part of this host's own anonymous private
+        // mapping from `used` on, page aligned (GUARD, `used` and `mapped` are whole pages),
+        // and no one holds a reference into it (the card was reset or restored, and no engine
+        // runs while the mock does not step it). MADV_DONTNEED on private anonymous memory
+        // makes the next access read zeros.
         let rc = unsafe {
-            let start = self.memory.as_ptr().add(GUARD);
-            let mut at = 0;
-            for (offset, bytes) in &contents.pages {
-                std::ptr::write_bytes(start.add(at), 0, offset - at);
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), start.add(*offset), bytes.len());
-                at = offset + bytes.len();
-            }
-            std::ptr::write_bytes(start.add(at), 0, used - at);
             libc::madvise(
-                start.add(used).cast(),
+                self.memory.as_ptr().add(GUARD + used).cast(),
                 self.mapped - used,
                 libc::MADV_DONTNEED,
             )
