@@ -735,6 +735,7 @@ impl RdmaWqe<'_> {
 
     /// Encodes the WQE at index `index` of QP `qpn` into `buf` (whole basic blocks, the tail
     /// zeroed); returns the bytes of its segments.
+    #[inline]
     pub fn encode(&self, qpn: u32, index: u16, buf: &mut [u8]) -> Result<usize, RdmaWqeError> {
         match self.data {
             WqeData::Gather(s) if s.len() > MAX_SEND_SGE => return Err(RdmaWqeError::TooManySges),
@@ -840,6 +841,7 @@ pub enum WqeDataView<'a> {
 }
 
 impl<'a> RdmaWqeView<'a> {
+    #[inline]
     pub fn new_checked(wqe: &'a [u8]) -> Result<Self, RdmaWqeFormatError> {
         let (ctrl, _) =
             super::CtrlSeg::read_from_prefix(wqe).map_err(|_| RdmaWqeFormatError::Truncated)?;

@@ -181,6 +181,7 @@ impl SendWqe<'_> {
     /// Encodes the WQE as it sits in the ring at WQE index `index` of SQ `sqn`. `buf` must hold
     /// its basic blocks ([`MAX_WQE_BYTES`] always suffices); returns the bytes used (whole
     /// segments; the rest of the last basic block is zeroed).
+    #[inline]
     pub fn encode(&self, sqn: u32, index: u16, buf: &mut [u8]) -> Result<usize, WqeEncodeError> {
         let ds = self.ds_count();
         let ih = self.inline_header;

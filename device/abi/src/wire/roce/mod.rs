@@ -274,11 +274,16 @@ impl BthRepr {
 
     /// Writes the header into the first [`BTH_LEN`] bytes of `b` (reserved bits zero).
     pub fn emit(&self, b: &mut [u8]) {
+        self.emit_with_pad(self.pad_count, b);
+    }
+
+    /// [`BthRepr::emit`] with pad count `pad` in place of the header's own.
+    fn emit_with_pad(&self, pad: u8, b: &mut [u8]) {
         let b = &mut b[..BTH_LEN];
         b[0] = self.opcode;
         b[1] = (self.solicited as u8) << 7
             | (self.migration as u8) << 6
-            | (self.pad_count & 3) << 4
+            | (pad & 3) << 4
             | TRANSPORT_VERSION;
         put_be16(b, 2, self.pkey);
         put_be32(b, 4, self.dest_qp & QPN_MASK);
@@ -458,10 +463,9 @@ impl TransportHeaders for IbHeaders {
     fn len(&self) -> usize {
         IbHeaders::len(self)
     }
+    #[inline]
     fn emit_padded(&self, pad: u8, b: &mut [u8]) -> usize {
-        let mut h = *self;
-        h.bth.pad_count = pad;
-        h.emit(b)
+        self.emit_with_pad(pad, b)
     }
 }
 
@@ -495,7 +499,13 @@ impl IbHeaders {
     /// ImmDt, AtomicETH, AtomicAckETH — no opcode carries a conflicting pair); returns the bytes
     /// written. `b` must hold [`IbHeaders::len`] bytes.
     pub fn emit(&self, b: &mut [u8]) -> usize {
-        self.bth.emit(b);
+        self.emit_with_pad(self.bth.pad_count, b)
+    }
+
+    /// [`IbHeaders::emit`] with the BTH's pad count `pad`: a sender pads each packet as its
+    /// payload needs without a copy of the headers.
+    fn emit_with_pad(&self, pad: u8, b: &mut [u8]) -> usize {
+        self.bth.emit_with_pad(pad, b);
         let mut at = BTH_LEN;
         if let Some(r) = &self.reth {
             r.emit(&mut b[at..]);
