@@ -887,6 +887,7 @@ impl CompletionQueue {
     }
 
     /// The next CQE if the device has written it (owner bit of the current pass).
+    #[inline]
     pub fn poll(&mut self) -> Option<Cqe> {
         let slot = (self.ci & ((1 << self.log_size) - 1)) as usize * CQE_SIZE;
         let own = self.ring.read_volatile_u8(slot + OWNER_BYTE);
