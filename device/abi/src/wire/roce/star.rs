@@ -408,9 +408,7 @@ impl TransportHeaders for StarHeaders {
     }
 
     fn emit_padded(&self, pad: u8, b: &mut [u8]) -> usize {
-        let mut bth = self.bth;
-        bth.pad_count = pad;
-        bth.emit(b);
+        self.bth.emit_with_pad(pad, b);
         let mut at = BTH_LEN;
         if let Some(w) = &self.wqe {
             w.emit(&mut b[at..]);
