@@ -1114,7 +1114,10 @@ fn flexdriver_table6_reproduces_its_points() {
 /// The Verilog echo behind FLD in virtual time: its cycles at its clock are its time. At a
 /// clock slow enough that the module, not FLD, the NIC or the line, is the bottleneck (2 MHz),
 /// the echo rate is its packets over its working cycles at that clock, within 3 %; the echoes
-/// are verified as the Rust echo's are.
+/// are verified as the Rust echo's are. The window (192 frames) is one that two FLD steps
+/// share: a step takes every frame waiting and lets its echoes go when it ends, so a window
+/// that one step holds whole leaves the module idle for a round trip after each step (at 2 MHz
+/// a step of 248 frames, then 11 us with none; `docs/simulation.md`).
 #[test]
 fn an_rtl_accelerator_is_timed_by_its_cycles() {
     if !fld_rtl::build::verilator_for_tests() {
@@ -1125,7 +1128,7 @@ fn an_rtl_accelerator_is_timed_by_its_cycles() {
         "",
         &format!(
             "kind = \"echo_rate\"\necho = \"flde\"\naccel = \"rtl:{design}\"\naccel_mhz = 2\n\
-             sizes = [64]\npackets = 4000"
+             sizes = [64]\npackets = 4000\nwindow = 192"
         ),
     );
     let (r, _) = results(&text);
