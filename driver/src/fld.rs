@@ -143,6 +143,29 @@ pub struct FldBinding {
     pub rx_wqes: u32,
 }
 
+impl FldBinding {
+    /// Packets of at most `packet_bytes` that may be in flight to FLD's shared receive queue
+    /// (laid out as `layout`, FLD sized as `geo`) without overrunning it. Two bounds: the
+    /// buffer (every striding WQE but the open one, times the packets a WQE holds) and the Rx
+    /// CQ, which takes a CQE per packet and a filler per WQE until FLD consumes them. The NIC
+    /// answers a full CQ as it does a missing WQE, with an out-of-buffer drop; when FLD steps
+    /// between every two NIC passes the CQ never holds more than a pass's packets, but FLD and
+    /// the NIC run at their own paces (two chips, or two threads).
+    pub fn rx_packets_in_flight(
+        &self,
+        geo: &FldGeometry,
+        layout: FldRxLayout,
+        packet_bytes: usize,
+    ) -> usize {
+        let strides_per_packet = packet_bytes.div_ceil(1 << layout.log_stride_size).max(1);
+        let per_wqe = ((1usize << layout.log_strides) / strides_per_packet).max(1);
+        let wqes = self.rx_wqes as usize;
+        let buffer_bound = wqes.saturating_sub(1).max(1) * per_wqe;
+        let cq_bound = (1usize << geo.log_rx_cq).saturating_sub(wqes).max(1);
+        buffer_bound.min(cq_bound)
+    }
+}
+
 /// Creates the NIC queues for FLD on `nic`'s function and programs FLD to drive them.
 pub fn bind(
     nic: &mut NicDriver,

@@ -501,22 +501,16 @@ pub fn open_fld_echo(
     Ok((flde, client))
 }
 
-/// Packets that may be in flight without overrunning FLD's receive side, which is sized for
-/// the bandwidth-delay product (2 S_rxbdp), not for a deep window of large frames. Two bounds:
-/// the buffer (every striding WQE but the open one, times the frames of `max_frame` bytes a WQE
-/// holds) and the Rx CQ, which must take a CQE per frame and a filler per WQE while FLD has not
-/// yet consumed them. The NIC answers a full CQ as it does a missing WQE, with an out-of-buffer
-/// drop; when FLD steps between every two NIC passes the CQ never holds more than a pass's
-/// frames, but FLD and the NIC run at their own paces (two chips, or two threads).
+/// Frames of at most `max_frame` bytes that may be in flight without overrunning FLD's
+/// receive side, which is sized for the bandwidth-delay product (2 S_rxbdp), not for a deep
+/// window of large frames: its buffer and its Rx CQ bound it
+/// ([`fld_driver::fld::FldBinding::rx_packets_in_flight`]).
 pub fn fld_safe_window(flde: &crate::flde::FldE, max_frame: usize) -> usize {
-    let layout = fld_driver::fld::FldRxLayout::default();
-    let strides_per_frame = max_frame.div_ceil(1 << layout.log_stride_size).max(1);
-    let per_wqe = ((1usize << layout.log_strides) / strides_per_frame).max(1);
-    let wqes = flde.binding().rx_wqes as usize;
-    let cqes = 1usize << flde.fld().geometry().log_rx_cq;
-    let buffer_bound = (wqes - 1).max(1) * per_wqe;
-    let cq_bound = cqes.saturating_sub(wqes).max(1);
-    buffer_bound.min(cq_bound)
+    flde.binding().rx_packets_in_flight(
+        flde.fld().geometry(),
+        fld_driver::fld::FldRxLayout::default(),
+        max_frame,
+    )
 }
 
 #[cfg(test)]

@@ -384,14 +384,14 @@ impl FldrEcho {
 }
 
 /// Messages of `size` bytes that may be in flight without overrunning FLD's shared receive
-/// buffer: every multi-packet WQE but the open one, each holding as many packets (of at most
-/// `mtu` bytes) as its strides allow — the FLD-R client library keeps its window within it,
-/// as FLD-E's generator does (`fld_host::apps::fld_safe_window`).
+/// side, each of packets of at most `mtu` bytes
+/// ([`fld_driver::fld::FldBinding::rx_packets_in_flight`]) — the FLD-R client library keeps its
+/// window within it, as FLD-E's generator does (`fld_host::apps::fld_safe_window`).
 fn safe_window(cp: &FldR, size: usize, mtu: usize) -> u32 {
     let layout = fld_driver::fld::FldRxLayout::default();
-    let strides_per_packet = mtu.min(size).div_ceil(1 << layout.log_stride_size).max(1);
-    let packets_per_wqe = ((1usize << layout.log_strides) / strides_per_packet).max(1);
-    let packets = (cp.binding().rx_wqes as usize).saturating_sub(1).max(1) * packets_per_wqe;
+    let packets = cp
+        .binding()
+        .rx_packets_in_flight(cp.fld().geometry(), layout, mtu.min(size));
     (packets / size.div_ceil(mtu).max(1)).clamp(1, 256) as u32
 }
 
