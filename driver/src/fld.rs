@@ -141,22 +141,20 @@ pub struct FldBinding {
     pub sqns: Vec<u32>,
     pub rq: RecvQueue,
     pub rx_wqes: u32,
+    /// The layout of the RQ's striding WQEs.
+    pub rx_layout: FldRxLayout,
 }
 
 impl FldBinding {
     /// Packets of at most `packet_bytes` that may be in flight to FLD's shared receive queue
-    /// (laid out as `layout`, FLD sized as `geo`) without overrunning it. Two bounds: the
+    /// (FLD sized as `geo`) without overrunning it. Two bounds: the
     /// buffer (every striding WQE but the open one, times the packets a WQE holds) and the Rx
     /// CQ, which takes a CQE per packet and a filler per WQE until FLD consumes them. The NIC
     /// answers a full CQ as it does a missing WQE, with an out-of-buffer drop; when FLD steps
     /// between every two NIC passes the CQ never holds more than a pass's packets, but FLD and
     /// the NIC run at their own paces (two chips, or two threads).
-    pub fn rx_packets_in_flight(
-        &self,
-        geo: &FldGeometry,
-        layout: FldRxLayout,
-        packet_bytes: usize,
-    ) -> usize {
+    pub fn rx_packets_in_flight(&self, geo: &FldGeometry, packet_bytes: usize) -> usize {
+        let layout = self.rx_layout;
         let strides_per_packet = packet_bytes.div_ceil(1 << layout.log_stride_size).max(1);
         let per_wqe = ((1usize << layout.log_strides) / strides_per_packet).max(1);
         let wqes = self.rx_wqes as usize;
@@ -237,5 +235,6 @@ pub fn bind(
         sqns,
         rq,
         rx_wqes: want as u32,
+        rx_layout: rx,
     })
 }

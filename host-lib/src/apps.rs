@@ -506,11 +506,8 @@ pub fn open_fld_echo(
 /// window of large frames: its buffer and its Rx CQ bound it
 /// ([`fld_driver::fld::FldBinding::rx_packets_in_flight`]).
 pub fn fld_safe_window(flde: &crate::flde::FldE, max_frame: usize) -> usize {
-    flde.binding().rx_packets_in_flight(
-        flde.fld().geometry(),
-        fld_driver::fld::FldRxLayout::default(),
-        max_frame,
-    )
+    flde.binding()
+        .rx_packets_in_flight(flde.fld().geometry(), max_frame)
 }
 
 #[cfg(test)]

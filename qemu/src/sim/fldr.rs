@@ -388,10 +388,9 @@ impl FldrEcho {
 /// ([`fld_driver::fld::FldBinding::rx_packets_in_flight`]) — the FLD-R client library keeps its
 /// window within it, as FLD-E's generator does (`fld_host::apps::fld_safe_window`).
 fn safe_window(cp: &FldR, size: usize, mtu: usize) -> u32 {
-    let layout = fld_driver::fld::FldRxLayout::default();
     let packets = cp
         .binding()
-        .rx_packets_in_flight(cp.fld().geometry(), layout, mtu.min(size));
+        .rx_packets_in_flight(cp.fld().geometry(), mtu.min(size));
     (packets / size.div_ceil(mtu).max(1)).clamp(1, 256) as u32
 }
 
