@@ -364,11 +364,13 @@ impl DoorbellArea {
     }
 
     fn zero_words(&self, words: std::ops::Range<usize>) {
-        for i in words {
-            if let Some(w) = self.word(4 * i as u64) {
-                if w.load(Ordering::Relaxed) != 0 {
-                    w.store(0, Ordering::Release);
-                }
+        let Some(run) = self.span(4 * words.start as u64, words.len()) else {
+            return;
+        };
+        for w in run {
+            // A word already zero is only read (no shared line written for it).
+            if w.load(Ordering::Relaxed) != 0 {
+                w.store(0, Ordering::Release);
             }
         }
     }

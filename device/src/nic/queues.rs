@@ -270,10 +270,24 @@ macro_rules! referenced {
 referenced!(EventQueue, CompletionQueue, ReceiveQueue);
 
 /// A table of numbered objects; numbers are indices and are reused after destroy.
-#[derive(Clone)]
 pub(crate) struct Slab<T> {
     items: Vec<Option<T>>,
     limit: u32,
+}
+
+impl<T: Clone> Clone for Slab<T> {
+    fn clone(&self) -> Self {
+        Slab {
+            items: self.items.clone(),
+            limit: self.limit,
+        }
+    }
+
+    /// Into the table's existing storage (a snapshot's restore, once per fuzz input).
+    fn clone_from(&mut self, source: &Self) {
+        self.items.clone_from(&source.items);
+        self.limit = source.limit;
+    }
 }
 
 impl<T> Slab<T> {

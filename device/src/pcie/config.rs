@@ -211,6 +211,14 @@ impl ConfigSpace {
         *self.bytes = *self.initial;
     }
 
+    /// The contents `s` holds, `s` being a copy of this same space taken earlier (a snapshot's):
+    /// only the bytes change in a function's life — its masks, BARs, MSI-X layout and power-on
+    /// contents are fixed when it is made — so only they are copied, in place.
+    pub fn restore(&mut self, s: &ConfigSpace) {
+        debug_assert_eq!(self.bars.len(), s.bars.len(), "a copy of another space");
+        *self.bytes = *s.bytes;
+    }
+
     pub fn command(&self) -> u16 {
         self.get16(OFF_COMMAND)
     }

@@ -226,7 +226,7 @@ impl PciState {
     pub fn restore(&self, s: &PciSnapshot) {
         {
             let mut config = self.config();
-            config.clone_from(&s.config);
+            config.restore(&s.config);
             self.msix_control
                 .store(config.msix_control(), Ordering::Release);
         }

@@ -12,11 +12,25 @@ pub struct MsiMessage {
 use fld_abi::pci::{MSIX_ENTRY_SIZE as ENTRY_SIZE, MSIX_VECTOR_MASKED as VECTOR_CTRL_MASKED};
 
 /// The MSI-X table of one function.
-#[derive(Clone)]
 pub struct MsixTable {
     /// Per vector: address low, address high, data, vector control.
     entries: Vec<[u32; 4]>,
     pending: Vec<u64>,
+}
+
+impl Clone for MsixTable {
+    fn clone(&self) -> Self {
+        MsixTable {
+            entries: self.entries.clone(),
+            pending: self.pending.clone(),
+        }
+    }
+
+    /// Into the vectors' existing storage (a snapshot's restore, once per fuzz input).
+    fn clone_from(&mut self, source: &Self) {
+        self.entries.clone_from(&source.entries);
+        self.pending.clone_from(&source.pending);
+    }
 }
 
 impl MsixTable {
