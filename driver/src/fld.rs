@@ -141,8 +141,6 @@ pub struct FldBinding {
     pub sqns: Vec<u32>,
     pub rq: RecvQueue,
     pub rx_wqes: u32,
-    /// The layout of the RQ's striding WQEs.
-    pub rx_layout: FldRxLayout,
 }
 
 impl FldBinding {
@@ -154,9 +152,17 @@ impl FldBinding {
     /// between every two NIC passes the CQ never holds more than a pass's packets, but FLD and
     /// the NIC run at their own paces (two chips, or two threads).
     pub fn rx_packets_in_flight(&self, geo: &FldGeometry, packet_bytes: usize) -> usize {
-        let layout = self.rx_layout;
-        let strides_per_packet = packet_bytes.div_ceil(1 << layout.log_stride_size).max(1);
-        let per_wqe = ((1usize << layout.log_strides) / strides_per_packet).max(1);
+        // The layout the RQ was created with (`bind` makes it striding).
+        let per_wqe = match self.rq.layout {
+            RqLayout::Striding {
+                log_stride_size,
+                log_strides,
+            } => {
+                let strides_per_packet = packet_bytes.div_ceil(1 << log_stride_size).max(1);
+                ((1usize << log_strides) / strides_per_packet).max(1)
+            }
+            RqLayout::Regular => 1,
+        };
         let wqes = self.rx_wqes as usize;
         let buffer_bound = wqes.saturating_sub(1).max(1) * per_wqe;
         let cq_bound = (1usize << geo.log_rx_cq).saturating_sub(wqes).max(1);
@@ -235,6 +241,5 @@ pub fn bind(
         sqns,
         rq,
         rx_wqes: want as u32,
-        rx_layout: rx,
     })
 }
