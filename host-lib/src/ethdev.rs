@@ -331,31 +331,37 @@ impl EthDev {
 
     // --- data path ----------------------------------------------------------------------------
 
-    /// Frees buffers of completed sends.
+    /// Frees buffers of completed sends. A CQE covers its WQE and every one before it, and CQEs
+    /// arrive in ring order: the buffers up to the last CQE's WQE go back to the pool at once.
     fn reclaim(&mut self, q: usize) {
         let t = &mut self.txqs[q];
-        let mut seen = false;
+        let mut last = None;
         while let Some(cqe) = t.cq.poll() {
-            seen = true;
             if cqe.opcode() == CQE_REQ_ERR {
                 self.stats.oerrors += 1;
                 log::warn!("TX queue {q}: error CQE, syndrome {:#x}", cqe.syndrome);
             }
-            // Everything up to and including the signalled WQE is done.
-            let upto = cqe.wqe_counter.get();
-            while let Some((idx, nbb, m)) = t.inflight.pop_front() {
-                t.completed = t.completed.wrapping_add(nbb);
-                t.reclaimed.push(m);
-                if idx == upto {
-                    break;
-                }
-            }
+            last = Some(cqe.wqe_counter.get());
         }
-        if seen {
-            t.cq.update_ci();
-            if let Some(pool) = &self.pool {
-                pool.free_bulk(t.reclaimed.drain(..));
+        let Some(upto) = last else {
+            return;
+        };
+        t.cq.update_ci();
+        let (inflight, completed) = (&mut t.inflight, &mut t.completed);
+        let mut more = true;
+        let done = std::iter::from_fn(|| {
+            if !more {
+                return None;
             }
+            let (idx, nbb, m) = inflight.pop_front()?;
+            *completed = completed.wrapping_add(nbb);
+            more = idx != upto;
+            Some(m)
+        });
+        let freed = t.reclaimed.drain(..).chain(done);
+        match &self.pool {
+            Some(pool) => pool.free_bulk(freed),
+            None => freed.for_each(drop),
         }
     }
 

@@ -98,14 +98,6 @@ impl Mbuf {
     pub(crate) fn buffer(&self) -> (u64, u32) {
         (self.iova + HEADROOM as u64, self.buf_len - HEADROOM)
     }
-    pub(crate) fn reset(&mut self) {
-        self.data_off = HEADROOM;
-        self.data_len = 0;
-        self.pkt_len = 0;
-        self.ol_flags = 0;
-        self.hash = 0;
-        self.flow_tag = 0;
-    }
     pub(crate) fn set_received(&mut self, data_len: u32, pkt_len: u32) {
         self.data_off = HEADROOM;
         self.data_len = data_len.min(self.buf_len - HEADROOM);
@@ -155,7 +147,8 @@ impl Mempool {
         let off = index as usize * self.buf_size as usize;
         // SAFETY: the offset is inside the pool's buffer; as_ptr is never null for a mapping.
         let ptr = unsafe { NonNull::new_unchecked(self.memory.as_ptr().add(off)) };
-        let mut m = Mbuf {
+        // Data at the headroom, empty, no offload flags.
+        Mbuf {
             ptr,
             iova: self.memory.iova() + off as u64,
             buf_len: self.buf_size,
@@ -166,9 +159,7 @@ impl Mempool {
             ol_flags: 0,
             hash: 0,
             flow_tag: 0,
-        };
-        m.reset();
-        m
+        }
     }
 
     pub fn alloc(&self) -> Option<Mbuf> {
@@ -180,11 +171,9 @@ impl Mempool {
     pub fn alloc_bulk(&self, out: &mut Vec<Mbuf>, n: usize) -> usize {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         let k = n.min(free.len());
-        for _ in 0..k {
-            if let Some(i) = free.pop() {
-                out.push(self.mbuf(i));
-            }
-        }
+        // The last `k` free buffers, last first: the order `k` pops would give them.
+        let rest = free.len() - k;
+        out.extend(free.drain(rest..).rev().map(|i| self.mbuf(i)));
         k
     }
 
