@@ -95,11 +95,14 @@ pub struct EthStats {
 struct TxQueue {
     sq: SendQueue,
     cq: CompletionQueue,
-    /// (WQE index, basic blocks, buffer) in posting order.
-    inflight: VecDeque<(u16, u32, Mbuf)>,
+    /// (WQE index, basic blocks, the buffer's index in the port's pool) in posting order: the
+    /// buffer is the NIC's to read until its WQE completes, and then only its index is needed
+    /// to return it.
+    inflight: VecDeque<(u16, u32, u32)>,
     /// Counter of basic blocks known to be complete.
     completed: u32,
-    reclaimed: Vec<Mbuf>,
+    /// Pool indices of buffers to return with the next completion.
+    reclaimed: Vec<u32>,
 }
 
 struct StrideBuffers {
@@ -353,14 +356,14 @@ impl EthDev {
             if !more {
                 return None;
             }
-            let (idx, nbb, m) = inflight.pop_front()?;
+            let (idx, nbb, buffer) = inflight.pop_front()?;
             *completed = completed.wrapping_add(nbb);
             more = idx != upto;
-            Some(m)
+            Some(buffer)
         });
         let freed = t.reclaimed.drain(..).chain(done);
         match &self.pool {
-            Some(pool) => pool.free_bulk(freed),
+            Some(pool) => pool.free_indices(freed),
             None => freed.for_each(drop),
         }
     }
@@ -411,11 +414,11 @@ impl EthDev {
                 Ok(idx) => {
                     self.stats.opackets += 1;
                     self.stats.obytes += len as u64;
-                    t.inflight.push_back((idx, nbb, m));
+                    t.inflight.push_back((idx, nbb, m.pool_index()));
                 }
                 // Cannot happen for a 14-byte inline header and one gather entry; the buffer
                 // goes back to the pool rather than leaking.
-                Err(_) => t.reclaimed.push(m),
+                Err(_) => t.reclaimed.push(m.pool_index()),
             }
         }
         if count > 0 {

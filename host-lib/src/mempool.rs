@@ -98,6 +98,10 @@ impl Mbuf {
     pub(crate) fn buffer(&self) -> (u64, u32) {
         (self.iova + HEADROOM as u64, self.buf_len - HEADROOM)
     }
+    /// The buffer's number in its pool ([`Mempool::free_indices`]).
+    pub(crate) fn pool_index(&self) -> u32 {
+        self.index
+    }
     pub(crate) fn set_received(&mut self, data_len: u32, pkt_len: u32) {
         self.data_off = HEADROOM;
         self.data_len = data_len.min(self.buf_len - HEADROOM);
@@ -188,6 +192,13 @@ impl Mempool {
     pub fn free_bulk(&self, bufs: impl IntoIterator<Item = Mbuf>) {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         free.extend(bufs.into_iter().map(|m| m.index));
+    }
+
+    /// Returns the buffers numbered `indices` ([`Mbuf::pool_index`]) to the pool: a queue that
+    /// holds a buffer only while the device reads it keeps its number, not its handle.
+    pub(crate) fn free_indices(&self, indices: impl IntoIterator<Item = u32>) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.extend(indices);
     }
 
     pub fn stats(&self) -> PoolStats {
