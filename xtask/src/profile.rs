@@ -18,7 +18,7 @@ use crate::child::{self, Echo};
 /// Which stage a function's instructions belong to: the first rule whose pattern the source
 /// file or the function's path contains (code inlined from the standard library carries the
 /// file of the library and the path of the function it was inlined into).
-const STAGES: [(&str, &str); 36] = [
+const STAGES: [(&str, &str); 39] = [
     ("ICRC (CRC-32)", "crc32fast"),
     ("ICRC (CRC-32)", "wire::roce::icrc"),
     ("checksum", "wire/checksum.rs"),
@@ -50,6 +50,11 @@ const STAGES: [(&str, &str); 36] = [
     ("RoCE transport", "nic::rdma::"),
     ("RoCE transport", "abi/src/wire/roce/"),
     ("RoCE transport", "abi/src/nic/rdma.rs"),
+    // The RoCE headers' emission where the standard library's code is inlined into it.
+    ("RoCE transport", "fld_abi::wire::roce::"),
+    // Frames on a wire: the cable between two in-process cards (`rc-bw`), or the uplink's.
+    ("wire (cable between cards, uplink)", "device/src/wire/"),
+    ("wire (cable between cards, uplink)", "fld_device::wire::"),
     ("NIC engine (poll loop, other)", "fld_device::nic::"),
     ("driver and application", "driver/src"),
     ("driver and application", "host-lib/src"),
@@ -294,6 +299,8 @@ mod tests {
             ("device/src/nic/packet.rs:fld_device::nic::packet::parse", "parse"),
             ("device/abi/src/wire/checksum.rs:fld_abi::wire::checksum::internet_checksum", "checksum"),
             ("device/src/nic/mod.rs:fld_device::nic::Nic::poll", "NIC engine (poll loop, other)"),
+            ("device/src/wire/link.rs:<fld_device::wire::link::LinkEnd as fld_device::wire::Wire>::receive", "wire (cable between cards, uplink)"),
+            ("/rustc/x/library/core/src/ptr/mod.rs:fld_abi::wire::roce::IbHeaders::emit_with_pad", "RoCE transport"),
         ] {
             assert_eq!(stage_of(entry), stage, "{entry}");
         }
