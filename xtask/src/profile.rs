@@ -15,9 +15,15 @@ use serde_json::json;
 
 use crate::child::{self, Echo};
 
-/// Which stage a function's instructions belong to: the first rule whose pattern the source
-/// file or the function's path contains (code inlined from the standard library carries the
-/// file of the library and the path of the function it was inlined into).
+/// The first rules of [`STAGES`], which name computations that are stages wherever their code
+/// is (the CRC and the Internet checksum): matched against the whole entry before any file.
+const BY_NAME: usize = 4;
+
+/// Which stage a function's instructions belong to: the first of the [`BY_NAME`] rules whose
+/// pattern the entry contains; else the first rule whose pattern the source file contains;
+/// else, when no rule names the file (code inlined from the standard library, or from a file
+/// of no stage), the first rule whose pattern the path of the function it was inlined into
+/// contains.
 const STAGES: [(&str, &str); 39] = [
     ("ICRC (CRC-32)", "crc32fast"),
     ("ICRC (CRC-32)", "wire::roce::icrc"),
@@ -64,8 +70,16 @@ const STAGES: [(&str, &str); 39] = [
 
 /// Stage of one `callgrind_annotate` entry `file:function`.
 fn stage_of(entry: &str) -> &'static str {
-    for (stage, pattern) in STAGES {
-        if entry.contains(pattern) {
+    // The file before the function it was inlined into: the RoCE receive inlined into the
+    // eSwitch's steering is the transport's.
+    let (file, function) = entry.split_once(':').unwrap_or(("", entry));
+    let rules = [
+        (&STAGES[..BY_NAME], entry),
+        (&STAGES[..], file),
+        (&STAGES[..], function),
+    ];
+    for (rules, part) in rules {
+        if let Some((stage, _)) = rules.iter().find(|(_, pattern)| part.contains(pattern)) {
             return stage;
         }
     }
@@ -301,6 +315,10 @@ mod tests {
             ("device/src/nic/mod.rs:fld_device::nic::Nic::poll", "NIC engine (poll loop, other)"),
             ("device/src/wire/link.rs:<fld_device::wire::link::LinkEnd as fld_device::wire::Wire>::receive", "wire (cable between cards, uplink)"),
             ("/rustc/x/library/core/src/ptr/mod.rs:fld_abi::wire::roce::IbHeaders::emit_with_pad", "RoCE transport"),
+            ("device/abi/src/wire/roce/mod.rs:fld_device::nic::datapath::switching::steer_into_vport", "RoCE transport"),
+            ("device/src/nic/datapath/switching.rs:fld_device::nic::datapath::switching::steer_into_vport", "steer (eSwitch, RSS)"),
+            ("/rustc/x/library/core/src/option.rs:fld_device::nic::datapath::switching::steer_into_vport", "steer (eSwitch, RSS)"),
+            ("device/abi/src/wire/ipv4.rs:fld_device::nic::packet::parse_into", "parse"),
         ] {
             assert_eq!(stage_of(entry), stage, "{entry}");
         }
