@@ -190,8 +190,7 @@ impl Mempool {
 
     /// Returns every buffer drained from `bufs` to the pool.
     pub fn free_bulk(&self, bufs: impl IntoIterator<Item = Mbuf>) {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        free.extend(bufs.into_iter().map(|m| m.index));
+        self.free_indices(bufs.into_iter().map(|m| m.index));
     }
 
     /// Returns the buffers numbered `indices` ([`Mbuf::pool_index`]) to the pool: a queue that
