@@ -15,22 +15,50 @@ fn add_carry(acc: u64, w: u64) -> u64 {
 /// plus `initial` (e.g. a pseudo-header sum). Sums 64-bit words and folds at
 /// the end (RFC 1071 §2 (B), (C)).
 pub fn internet_checksum(data: &[u8], initial: u32) -> u16 {
-    if data.len() >= 32 {
-        return !(fold(u64::from(swapped_sum(data)) + u64::from(initial)) as u16);
-    }
-    // Headers (20-byte IPv4, 8-byte UDP) are summed as big-endian words, as they are: for
-    // them, swapping the sum would cost more than the swaps of their few words.
-    !(fold(add_tail::<true>(u64::from(initial), data)) as u16)
+    let sum = match data.len() {
+        8.. => sum_words(data),
+        // Under one word: summed as big-endian pieces.
+        _ => add_tail(0, data),
+    };
+    !(fold(add_carry(sum, u64::from(initial))) as u16)
 }
 
-/// The one's complement sum of `data` as big-endian 16-bit words, folded to 16 bits, computed
-/// on the words as they lie in memory (little-endian) and swapped once at the end: the sum does
-/// not depend on byte order (RFC 1071 §2 (B)). No byte swap per word: whole 8-byte words are
-/// added with end-around carry ([`sum_blocks`]), the last bytes piece by piece.
-fn swapped_sum(data: &[u8]) -> u16 {
-    let (acc, tail) = sum_blocks(data);
-    // The tail starts at a multiple of 32 bytes into `data`, so 16-bit word boundaries hold.
-    (fold(add_tail::<false>(acc, tail)) as u16).swap_bytes()
+/// The one's complement sum of `data` (at least 8 bytes) as big-endian 16-bit words, in 64
+/// bits (not folded), computed on the words as they lie in memory (little-endian): the sum does
+/// not depend on byte order (RFC 1071 §2 (B)), so no word is swapped. Whole 8-byte words are
+/// added with end-around carry ([`sum_blocks`], then the last few, straight-line), and the bytes
+/// after the last whole word come from one load of the last eight bytes, shifted so the bytes
+/// already summed drop out: they start 8-byte aligned within `data`, so after the shift each
+/// lies in a lane of its own offset's parity and the 16-bit word boundaries hold. A 20-byte
+/// IPv4 header is two words and one shifted load.
+///
+/// The little-endian sum becomes the big-endian one by a rotation: rotating a 64-bit
+/// end-around sum left by 8 bits multiplies it by 2^8 modulo 2^64 - 1, a multiple of 0xffff, and
+/// modulo 0xffff that swaps the two bytes of the 16-bit sum.
+fn sum_words(data: &[u8]) -> u64 {
+    let (mut acc, tail) = match data.len() {
+        32.. => sum_blocks(data),
+        _ => (0, data),
+    };
+    // Under 32 bytes left: a 16- and an 8-byte piece, then the rest.
+    let n = tail.len();
+    if n >= 16 {
+        acc = add_carry(acc, word64(&tail[..8]));
+        acc = add_carry(acc, word64(&tail[8..16]));
+    }
+    let whole = n & !7;
+    if n & 8 != 0 {
+        if let Some(w) = tail[..whole].last_chunk::<8>() {
+            acc = add_carry(acc, u64::from_le_bytes(*w));
+        }
+    }
+    let rest = n & 7;
+    if rest > 0 {
+        if let Some(w) = data.last_chunk::<8>() {
+            acc = add_carry(acc, u64::from_le_bytes(*w) >> ((8 - rest) * 8));
+        }
+    }
+    acc.rotate_left(8)
 }
 
 /// The sum of `data`'s 32-byte blocks as little-endian 64-bit words with end-around carry, and
@@ -45,7 +73,7 @@ fn sum_blocks(data: &[u8]) -> (u64, &[u8]) {
     let mut blocks = data.chunks_exact(64);
     for b in &mut blocks {
         for w in b.chunks_exact(8) {
-            carry = _addcarry_u64(carry, acc, word64::<false>(w), &mut acc);
+            carry = _addcarry_u64(carry, acc, word64(w), &mut acc);
         }
     }
     // The last 32-byte block as one more unrolled piece of the chain: one loop over all the
@@ -54,7 +82,7 @@ fn sum_blocks(data: &[u8]) -> (u64, &[u8]) {
     let mut tail = blocks.remainder();
     if tail.len() >= 32 {
         for w in tail[..32].chunks_exact(8) {
-            carry = _addcarry_u64(carry, acc, word64::<false>(w), &mut acc);
+            carry = _addcarry_u64(carry, acc, word64(w), &mut acc);
         }
         tail = &tail[32..];
     }
@@ -67,52 +95,29 @@ fn sum_blocks(data: &[u8]) -> (u64, &[u8]) {
     let (mut a0, mut a1, mut a2, mut a3) = (0u64, 0u64, 0u64, 0u64);
     let mut blocks = data.chunks_exact(32);
     for c in &mut blocks {
-        a0 = add_carry(a0, word64::<false>(&c[..8]));
-        a1 = add_carry(a1, word64::<false>(&c[8..16]));
-        a2 = add_carry(a2, word64::<false>(&c[16..24]));
-        a3 = add_carry(a3, word64::<false>(&c[24..]));
+        a0 = add_carry(a0, word64(&c[..8]));
+        a1 = add_carry(a1, word64(&c[8..16]));
+        a2 = add_carry(a2, word64(&c[16..24]));
+        a3 = add_carry(a3, word64(&c[24..]));
     }
     let acc = add_carry(add_carry(a0, a1), add_carry(a2, a3));
     (acc, blocks.remainder())
 }
 
-/// Adds `tail` (under 32 bytes, starting on a 16-bit word boundary of the data) to `acc` as
-/// 16-bit words, big-endian (`BIG`) or little-endian: 16-, 8-, 4-, 2- and 1-byte pieces, no
-/// byte loop. An odd last byte is the high half of a zero-padded big-endian word, i.e. the low
-/// half of the little-endian one.
+/// The sum of `data` (under 8 bytes) as big-endian 16-bit words: 4-, 2- and 1-byte pieces, no
+/// byte loop. An odd last byte is the high half of a zero-padded word.
 #[inline(always)]
-fn add_tail<const BIG: bool>(mut acc: u64, mut tail: &[u8]) -> u64 {
-    if tail.len() >= 16 {
-        acc = add_carry(acc, word64::<BIG>(&tail[..8]));
-        acc = add_carry(acc, word64::<BIG>(&tail[8..16]));
-        tail = &tail[16..];
-    }
-    if tail.len() >= 8 {
-        acc = add_carry(acc, word64::<BIG>(&tail[..8]));
-        tail = &tail[8..];
-    }
+fn add_tail(mut acc: u64, mut tail: &[u8]) -> u64 {
     if let [a, b, c, d, rest @ ..] = tail {
-        let w = [*a, *b, *c, *d];
-        let w = if BIG {
-            u32::from_be_bytes(w)
-        } else {
-            u32::from_le_bytes(w)
-        };
-        acc = add_carry(acc, u64::from(w));
+        acc = add_carry(acc, u64::from(u32::from_be_bytes([*a, *b, *c, *d])));
         tail = rest;
     }
     if let [a, b, rest @ ..] = tail {
-        let w = [*a, *b];
-        let w = if BIG {
-            u16::from_be_bytes(w)
-        } else {
-            u16::from_le_bytes(w)
-        };
-        acc = add_carry(acc, u64::from(w));
+        acc = add_carry(acc, u64::from(u16::from_be_bytes([*a, *b])));
         tail = rest;
     }
     if let [a] = tail {
-        acc = add_carry(acc, u64::from(*a) << if BIG { 8 } else { 0 });
+        acc = add_carry(acc, u64::from(*a) << 8);
     }
     acc
 }
@@ -129,15 +134,10 @@ fn fold(acc: u64) -> u64 {
     u64::from(s.wrapping_add(s.rotate_left(16)) >> 16)
 }
 
-/// The value of exactly eight bytes, big-endian (`BIG`) or little-endian.
+/// The value of exactly eight bytes, little-endian.
 #[inline(always)]
-fn word64<const BIG: bool>(b: &[u8]) -> u64 {
-    let w = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
-    if BIG {
-        u64::from_be_bytes(w)
-    } else {
-        u64::from_le_bytes(w)
-    }
+fn word64(b: &[u8]) -> u64 {
+    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
 }
 
 /// One's complement sum (not inverted, not folded) of the IPv4 pseudo-header for an upper-layer
@@ -194,10 +194,9 @@ mod tests {
             x ^= x << 17;
             *b = x as u8;
         }
-        for n in [
-            0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 47, 48, 55, 56, 57, 63, 64, 65, 95, 97, 1499,
-            1500, 2999,
-        ] {
+        // Every length up to 100: each split into 64- and 32-byte blocks, 16- and 8-byte
+        // pieces and a last partial word.
+        for n in (0..=100).chain([1499, 1500, 2999]) {
             for off in 0..8 {
                 let d = &buf[off..off + n];
                 assert_eq!(
