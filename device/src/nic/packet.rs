@@ -389,7 +389,9 @@ pub struct ChecksumStatus {
 }
 
 /// The IPv4 header `frame[start..end]` if it is present and its lengths are
-/// consistent with the frame (RFC 791 §3.1).
+/// consistent with the frame (RFC 791 §3.1). `p` is `frame`'s parse: where it found nothing
+/// inconsistent, its offsets are taken as they are (given another frame's parse, the span is
+/// still within `frame`, and a checksum over it fails or fills whatever lies there).
 fn ipv4_header_span(frame: &[u8], p: &ParsedFrame) -> Option<(usize, usize)> {
     if p.l3 != L3Kind::Ipv4 {
         return None;
@@ -398,6 +400,11 @@ fn ipv4_header_span(frame: &[u8], p: &ParsedFrame) -> Option<(usize, usize)> {
     let hl = usize::from(p.l3_header_len);
     let end = start.checked_add(hl)?;
     let dgram_end = start.checked_add(usize::from(p.ip_len))?;
+    // A parse that found nothing inconsistent checked the header against the frame: a whole
+    // IPv4 header of at least 20 bytes, within a total length that lies in the frame.
+    if !p.malformed && dgram_end <= frame.len() {
+        return Some((start, end));
+    }
     let ok = hl >= fld_abi::wire::ipv4::HEADER_LEN && end <= dgram_end && dgram_end <= frame.len();
     // The header the frame itself describes must be the one the parse names.
     let ip = Ipv4Packet::new_checked_header(frame.get(start..dgram_end)?).ok()?;
