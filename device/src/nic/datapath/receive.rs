@@ -38,11 +38,13 @@ pub(super) fn receive(
     if ctx.ports.get(owner as usize).is_none() {
         return false;
     }
-    let pi = ctx.doorbell(owner, db::slot(db::RQ_BASE, rqn)) & db::PI_MASK;
+    // The producer doorbell, read where a WQE is taken: a striding RQ's open WQE needs none.
+    let producer = |ctx: &Ctx<'_>| ctx.doorbell(owner, db::slot(db::RQ_BASE, rqn)) & db::PI_MASK;
     let len = frame.len();
     cqe.byte_count = U32::new(len as u32);
     match kind {
         RqKind::Regular => {
+            let pi = producer(ctx);
             if !wqe_available(core, rqn, pi) || cq_lacks_room(core, ctx, cqn, 1) {
                 return out_of_buffer(core, rqn);
             }
@@ -109,6 +111,7 @@ pub(super) fn receive(
             let o = match open {
                 Some(o) => o,
                 None => {
+                    let pi = producer(ctx);
                     if !wqe_available(core, rqn, pi) {
                         return out_of_buffer(core, rqn);
                     }
