@@ -469,7 +469,16 @@ pub fn verify_checksums(frame: &[u8], p: &ParsedFrame) -> ChecksumStatus {
 }
 
 fn l4_checksum_ok(frame: &[u8], p: &ParsedFrame) -> Option<bool> {
-    let (start, end, proto) = l4_span(frame, p)?;
+    let (start, end, proto) = match (p.malformed, p.l4) {
+        // A parse that found nothing inconsistent checked the UDP length against the datagram.
+        (false, L4Kind::Udp) => {
+            let start = usize::from(p.l4_offset);
+            let len = frame.get(start + 4..start + 6)?;
+            let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+            (start, start + len, ip_proto::UDP)
+        }
+        _ => l4_span(frame, p)?,
+    };
     let seg = frame.get(start..end)?;
     if proto == ip_proto::UDP && UdpPacket::new_unchecked(seg).checksum() == 0 {
         return Some(p.l3 == L3Kind::Ipv4);
