@@ -148,6 +148,10 @@ pub fn parse_into(frame: &[u8], p: &mut ParsedFrame) {
 /// datagram, or a TCP header whose data offset fits it. Such a frame is read at fixed offsets
 /// with one bounds check; its parse is exactly [`parse_general`]'s (a test holds the two to
 /// the same result on every frame). False, with `p` untouched, for any other frame.
+///
+/// The fields are read as bytes at their offsets rather than through the `fld_abi::wire`
+/// views the general parser uses: through the views (over fixed-size arrays too) the 64 B CPU
+/// echo cost 89 instructions more per echoed packet.
 #[inline]
 fn parse_plain_ipv4(frame: &[u8], p: &mut ParsedFrame) -> bool {
     const IP: usize = ethernet::HEADER_LEN;
@@ -473,8 +477,8 @@ fn l4_checksum_ok(frame: &[u8], p: &ParsedFrame) -> Option<bool> {
         // A parse that found nothing inconsistent checked the UDP length against the datagram.
         (false, L4Kind::Udp) => {
             let start = usize::from(p.l4_offset);
-            let len = frame.get(start + 4..start + 6)?;
-            let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+            let header = frame.get(start..start + udp::HEADER_LEN)?;
+            let len = usize::from(UdpPacket::new_unchecked(header).len());
             (start, start + len, ip_proto::UDP)
         }
         _ => l4_span(frame, p)?,
