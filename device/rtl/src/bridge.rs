@@ -156,8 +156,8 @@ struct TxPacket {
 }
 
 /// A Verilog accelerator on FLD's ports.
-pub struct RtlAccelerator {
-    model: Box<dyn ClockedModel>,
+pub struct RtlAccelerator<M: ClockedModel + ?Sized = dyn ClockedModel> {
+    model: Box<M>,
     cfg: RtlConfig,
     name: &'static str,
     inputs: Inputs,
@@ -278,9 +278,14 @@ impl RtlAccelerator {
             .map_or("rtl", |n| Box::leak(format!("rtl:{n}").into_boxed_str()));
         Ok(Self::with_model(Box::new(model), name, cfg))
     }
+}
 
+/// The bridge is generic over its model so that a caller holding a concrete one (the scripted
+/// model of the tests and the fuzz target) clocks it without a virtual call per cycle; a
+/// Verilator model is reached through `dyn ClockedModel`, the default.
+impl<M: ClockedModel + ?Sized> RtlAccelerator<M> {
     /// The bridge around any clocked model (a scripted one in tests and fuzzing).
-    pub fn with_model(model: Box<dyn ClockedModel>, name: &'static str, cfg: RtlConfig) -> Self {
+    pub fn with_model(model: Box<M>, name: &'static str, cfg: RtlConfig) -> Self {
         let rx_bits_per_cycle = if cfg.rx_gbps > 0.0 {
             cfg.rx_gbps * 1e9 / cfg.clock_hz.max(1.0)
         } else {
@@ -571,7 +576,7 @@ impl RtlAccelerator {
     }
 }
 
-impl Accelerator for RtlAccelerator {
+impl<M: ClockedModel + ?Sized> Accelerator for RtlAccelerator<M> {
     fn receive(&mut self, meta: &RxMeta, data: &[u8], tx: &mut dyn TxStream) -> bool {
         if data.is_empty() {
             return false;
@@ -627,7 +632,7 @@ impl Accelerator for RtlAccelerator {
     }
 }
 
-impl Drop for RtlAccelerator {
+impl<M: ClockedModel + ?Sized> Drop for RtlAccelerator<M> {
     fn drop(&mut self) {
         self.model.flush();
     }
