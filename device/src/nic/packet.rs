@@ -475,6 +475,8 @@ pub fn verify_checksums(frame: &[u8], p: &ParsedFrame) -> ChecksumStatus {
 fn l4_checksum_ok(frame: &[u8], p: &ParsedFrame) -> Option<bool> {
     let (start, end, proto) = match (p.malformed, p.l4) {
         // A parse that found nothing inconsistent checked the UDP length against the datagram.
+        // Here rather than in `l4_span`, which insertion shares: there it cost the 64 B CPU echo
+        // 69 instructions per echoed packet (insertion compiled worse).
         (false, L4Kind::Udp) => {
             let start = usize::from(p.l4_offset);
             let header = frame.get(start..start + udp::HEADER_LEN)?;
