@@ -968,6 +968,24 @@ impl SendQueue {
         Ok(index)
     }
 
+    /// Writes one multi-packet send WQE (`docs/nic-interface.md` §6.6) at the producer counter
+    /// (does not ring). Returns its WQE index.
+    pub fn post_multi_packet(&mut self, w: &MultiPacketSendWqe<'_>) -> Result<u16, DriverError> {
+        let index = self.pi as u16;
+        let n = w
+            .encode(self.sqn, index, &mut self.scratch)
+            .map_err(|e| match e {
+                WqeEncodeError::TooLarge => {
+                    DriverError::InvalidArgument("multi-packet WQE: 1..=MAX_MPW_PACKETS frames")
+                }
+                WqeEncodeError::BufferTooSmall => {
+                    DriverError::InvalidArgument("WQE buffer too small")
+                }
+            })?;
+        self.write_blocks(n.div_ceil(WQEBB) as u32);
+        Ok(index)
+    }
+
     /// Copies raw WQE bytes (any content: tests use it for malformed WQEs) into the ring at the
     /// producer counter, padded to whole basic blocks, and advances the counter.
     pub fn write_raw(&mut self, wqe: &[u8]) {
@@ -988,6 +1006,7 @@ impl SendQueue {
 
     /// Copies the first `nbb` basic blocks of the scratch buffer into the ring at the producer
     /// counter and advances the counter.
+    #[inline(always)]
     fn write_blocks(&mut self, nbb: u32) {
         self.mmio.posted(self.pi, nbb);
         let blocks = &self.scratch[..nbb as usize * WQEBB];

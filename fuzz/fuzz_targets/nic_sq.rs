@@ -1,5 +1,6 @@
 //! Send and receive descriptors on live queues: arbitrary WQE bytes (and well-formed WQEs with
-//! arbitrary inline headers and gather lists), arbitrary producer doorbells, arbitrary receive
+//! arbitrary inline headers and gather lists, and multi-packet WQEs of arbitrary frames),
+//! arbitrary producer doorbells, arbitrary receive
 //! descriptors, recovery commands and completion draining, interleaved with engine steps; before a
 //! doorbell, the SQ's WQE-by-MMIO buffer may get the last well-formed WQE with its seal (whole,
 //! or with words overwritten after the seal) or arbitrary words and an arbitrary seal. Every bad
@@ -7,7 +8,9 @@
 //! outside mapped memory, and a reset and a bring-up move verified traffic.
 #![no_main]
 
-use fld_abi::nic::{db, op, DataSeg, ModifyQueueIn, QueueState, SendWqe, WQEBB};
+use fld_abi::nic::{
+    db, op, DataSeg, ModifyQueueIn, MultiPacketSendWqe, QueueState, SendWqe, WQEBB,
+};
 use fld_device::mock::MOCK_IOVA;
 use fld_fuzz::{assert_nic_recovers, frame_between, small_nic, unobserved, Input};
 use libfuzzer_sys::fuzz_target;
@@ -45,10 +48,13 @@ fuzz_target!(|data: &[u8]| {
                 a.sq.write_raw(&h, &wqe);
             }
             1 => {
-                // A well-formed WQE: inline header and gathers of arbitrary sizes and places.
-                let n = input.u8() as usize % 64;
+                // A well-formed WQE: inline header and gathers of arbitrary sizes and places; or
+                // a multi-packet one, each gather a frame.
+                let multi_packet = ctl & 0x08 != 0;
+                let n = if multi_packet { 0 } else { input.u8() as usize % 64 };
                 let inline = input.bytes(n).to_vec();
-                let gather: Vec<(u64, u32)> = (0..input.u8() % 4)
+                let most = if multi_packet { 24 } else { 4 };
+                let gather: Vec<(u64, u32)> = (0..input.u8() % most)
                     .map(|_| {
                         let addr = match input.u8() % 4 {
                             0 => input.u64(),
@@ -66,7 +72,17 @@ fuzz_target!(|data: &[u8]| {
                     resume_table: (ctl & 0x20 != 0).then(|| input.u32()),
                 };
                 let mut buf = [0u8; 1024];
-                if let Ok(n) = wqe.encode(a.sq.id, a.sq.pi as u16, &mut buf) {
+                let encoded = if multi_packet {
+                    MultiPacketSendWqe {
+                        frames: &gather,
+                        cs_flags: wqe.cs_flags,
+                        signal: wqe.signal,
+                    }
+                    .encode(a.sq.id, a.sq.pi as u16, &mut buf)
+                } else {
+                    wqe.encode(a.sq.id, a.sq.pi as u16, &mut buf)
+                };
+                if let Ok(n) = encoded {
                     let bytes = &buf[..n.next_multiple_of(WQEBB)];
                     last_wqe = Some((bytes.to_vec(), a.sq.pi));
                     a.sq.write_raw(&h, bytes);

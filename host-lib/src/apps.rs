@@ -449,6 +449,7 @@ pub fn open_echo_pair(
     let cfg = crate::ethdev::PortConfig {
         rx_mode,
         max_rx_frame: max_frame as u32,
+        tx_multi_packet: true,
         ..Default::default()
     };
     let mut ports = Vec::with_capacity(2);
@@ -495,6 +496,7 @@ pub fn open_fld_echo(
         },
         max_rx_frame: p.max_frame as u32,
         rx_queues: p.client_rx_queues.max(1),
+        tx_multi_packet: true,
         ..Default::default()
     };
     client.configure(cfg, Mempool::new(nic_client.as_ref(), p.mbufs, buf)?)?;

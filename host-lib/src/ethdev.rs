@@ -7,8 +7,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use fld_abi::nic::{
-    cqe_csum, cqe_flags, rss_fields, send_ds_count, wqebbs, CQE_REQ_ERR, CQE_RESP_ERR, CS_L3,
-    CS_L4, TABLE_KIND_FDB, TABLE_KIND_NIC_RX,
+    cqe_csum, cqe_flags, rss_fields, send_ds_count, wqebbs, MultiPacketSendWqe, CQE_REQ_ERR,
+    CQE_RESP_ERR, CS_L3, CS_L4, MAX_MPW_PACKETS, TABLE_KIND_FDB, TABLE_KIND_NIC_RX,
 };
 use fld_driver::nic::{
     CompletionQueue, EventQueue, FlowRule, NicDriver, RecvQueue, RqLayout, RuleFate, SendQueue,
@@ -54,6 +54,10 @@ pub struct PortConfig {
     /// inlines. 0 (the default) inlines only the 14-byte Ethernet header. At most
     /// [`MAX_TX_INLINE`]; up to 160 bytes a lone frame's WQE fits the WQE-by-MMIO buffer.
     pub tx_inline_max: u16,
+    /// Send with multi-packet WQEs (`docs/nic-interface.md` §6.6): up to [`MAX_MPW_PACKETS`]
+    /// frames with the same checksum requests in one WQE, one data segment each, as mlx5's DPDK
+    /// driver sends with enhanced multi-packet WQEs. Frames are then never inlined.
+    pub tx_multi_packet: bool,
 }
 
 /// The largest frame [`PortConfig::tx_inline_max`] may inline (the inline header of a send WQE).
@@ -69,6 +73,7 @@ impl Default for PortConfig {
             rx_mode: RxMode::Regular,
             max_rx_frame: 1514,
             tx_inline_max: 0,
+            tx_multi_packet: false,
         }
     }
 }
@@ -358,7 +363,8 @@ impl EthDev {
             }
             let (idx, nbb, buffer) = inflight.pop_front()?;
             *completed = completed.wrapping_add(nbb);
-            more = idx != upto;
+            // A multi-packet WQE's frames share its index; its blocks are on the last one.
+            more = idx != upto || nbb == 0;
             Some(buffer)
         });
         let freed = t.reclaimed.drain(..).chain(done);
@@ -378,6 +384,9 @@ impl EthDev {
         }
         // Completions of earlier bursts were produced when those bursts ran the device.
         self.reclaim(q);
+        if self.config.tx_multi_packet {
+            return self.tx_burst_multi_packet(q, pkts);
+        }
         let inline_max = usize::from(self.config.tx_inline_max);
         let t = &mut self.txqs[q];
         let size = t.sq.size();
@@ -395,13 +404,7 @@ impl EthDev {
             let len = m.len();
             let inline = inline_len(len, inline_max);
             let gather = [(m.data_iova() + inline as u64, (len - inline) as u32)];
-            let mut cs_flags = 0;
-            if m.ol_flags & ol::TX_IP_CKSUM != 0 {
-                cs_flags |= CS_L3;
-            }
-            if m.ol_flags & ol::TX_L4_CKSUM != 0 {
-                cs_flags |= CS_L4;
-            }
+            let cs_flags = tx_cs_flags(m.ol_flags);
             let wqe = SendWqe {
                 inline_header: &m.data()[..inline],
                 gather: if len > inline { &gather } else { &[] },
@@ -426,6 +429,66 @@ impl EthDev {
         }
         self.nic.device().run_device();
         count
+    }
+
+    /// [`EthDev::tx_burst`] with multi-packet WQEs: runs of up to [`MAX_MPW_PACKETS`] frames
+    /// with the same checksum requests share a WQE; the last WQE of the burst asks for the
+    /// completion.
+    fn tx_burst_multi_packet(&mut self, q: usize, pkts: &mut Vec<Mbuf>) -> usize {
+        let t = &mut self.txqs[q];
+        let free = t.sq.size() - t.sq.producer_counter().wrapping_sub(t.completed);
+        // The frames whose WQEs fit the ring, so the last of them can ask for the completion.
+        let (mut count, mut need) = (0, 0);
+        while count < pkts.len() {
+            let (run, _) = multi_packet_run(&pkts[count..]);
+            need += wqebbs(send_ds_count(0, run));
+            if need > free {
+                break;
+            }
+            count += run;
+        }
+        let mut frames = [(0u64, 0u32); MAX_MPW_PACKETS];
+        let mut sent = 0;
+        while sent < count {
+            let (run, cs_flags) = multi_packet_run(&pkts[sent..]);
+            let batch = &pkts[sent..sent + run];
+            for (f, m) in frames.iter_mut().zip(batch) {
+                *f = (m.data_iova(), m.len() as u32);
+            }
+            let wqe = MultiPacketSendWqe {
+                frames: &frames[..run],
+                cs_flags,
+                signal: sent + run == count,
+            };
+            let nbb = wqe.wqebbs();
+            match t.sq.post_multi_packet(&wqe) {
+                Ok(idx) => {
+                    for (i, m) in batch.iter().enumerate() {
+                        let last = i + 1 == run;
+                        t.inflight
+                            .push_back((idx, if last { nbb } else { 0 }, m.pool_index()));
+                        self.stats.obytes += m.len() as u64;
+                    }
+                    self.stats.opackets += run as u64;
+                }
+                // Cannot happen for 1..=MAX_MPW_PACKETS frames; the buffers go back to the pool
+                // rather than leaking.
+                Err(_) => t.reclaimed.extend(batch.iter().map(Mbuf::pool_index)),
+            }
+            sent += run;
+        }
+        pkts.drain(..count);
+        if count > 0 {
+            t.sq.ring_doorbell();
+        }
+        self.nic.device().run_device();
+        count
+    }
+
+    /// Switches between multi-packet WQEs and one WQE a frame ([`PortConfig::tx_multi_packet`]);
+    /// frames already posted complete either way.
+    pub fn set_tx_multi_packet(&mut self, on: bool) {
+        self.config.tx_multi_packet = on;
     }
 
     /// Appends up to `max` received packets to `out`; returns how many.
@@ -733,6 +796,30 @@ impl EthDev {
 
 /// Bytes of a `len`-byte frame its send WQE carries inline: all of it up to `inline_max`, else
 /// the Ethernet header.
+/// The send WQE's checksum requests for an mbuf's offload flags.
+fn tx_cs_flags(ol_flags: u32) -> u8 {
+    let mut cs_flags = 0;
+    if ol_flags & ol::TX_IP_CKSUM != 0 {
+        cs_flags |= CS_L3;
+    }
+    if ol_flags & ol::TX_L4_CKSUM != 0 {
+        cs_flags |= CS_L4;
+    }
+    cs_flags
+}
+
+/// How many frames from the front of `pkts` share one multi-packet WQE (the same checksum
+/// requests, at most [`MAX_MPW_PACKETS`]), and their checksum requests.
+fn multi_packet_run(pkts: &[Mbuf]) -> (usize, u8) {
+    let cs = pkts.first().map_or(0, |m| tx_cs_flags(m.ol_flags));
+    let run = pkts
+        .iter()
+        .take(MAX_MPW_PACKETS)
+        .take_while(|m| tx_cs_flags(m.ol_flags) == cs)
+        .count();
+    (run, cs)
+}
+
 fn inline_len(len: usize, inline_max: usize) -> usize {
     if len <= inline_max {
         len

@@ -650,3 +650,94 @@ fn function_reset_destroys_the_functions_meters_and_encapsulations_only() {
     r.ports[0].nic.destroy_vxlan_encap(mine).unwrap();
     r.ports[0].nic.destroy_meter(my_meter).unwrap();
 }
+
+/// A multi-packet send WQE (§6.6) refused whole: no frames, more than a WQE carries, more than
+/// its CQ holds at four entries a frame, an inline header, a resume table; a frame too short or
+/// longer than the MTU fails it at that frame. Each gets its error CQE, naming the WQE, and
+/// nothing of a WQE refused whole leaves.
+#[test]
+fn malformed_multi_packet_wqes_give_error_cqes() {
+    let mut r = rig(RqLayout::Regular, 4, 6);
+    let (m0, m1) = (r.ports[0].mac(), r.ports[1].mac());
+    let f = udp_frame(m0, m1, 9, 9, 64, 1);
+    r.ports[0].tx_buf.write(0, &f);
+    let at = r.ports[0].tx_buf.iova();
+    let wqe = |frames: Vec<(u64, u32)>, eth: EthSeg| {
+        let ctrl = CtrlSeg {
+            opcode: WQE_OP_SEND_MPW,
+            ds_count: (2 + frames.len()) as u8,
+            ..Default::default()
+        };
+        let segs: Vec<u8> = frames
+            .iter()
+            .flat_map(|&(a, n)| DataSeg::bus(a, n).as_bytes().to_vec())
+            .collect();
+        [ctrl.as_bytes(), eth.as_bytes(), &segs].concat()
+    };
+    let plain = EthSeg::default();
+    let cases = [
+        (wqe(vec![], plain), syndrome::BAD_WQE, 0),
+        (wqe(vec![(at, 64); 31], plain), syndrome::BAD_WQE, 0),
+        (wqe(vec![(at, 64); 17], plain), syndrome::BAD_WQE, 0),
+        (
+            wqe(
+                vec![(at, 64)],
+                EthSeg {
+                    inline_hdr_size: U16::new(2),
+                    ..Default::default()
+                },
+            ),
+            syndrome::BAD_WQE,
+            0,
+        ),
+        (
+            wqe(
+                vec![(at, 64)],
+                EthSeg {
+                    flags: ETH_FLAG_RESUME,
+                    ..Default::default()
+                },
+            ),
+            syndrome::BAD_WQE,
+            0,
+        ),
+        (
+            wqe(vec![(at, 64), (at, 10)], plain),
+            syndrome::BAD_LENGTH,
+            1,
+        ),
+        (
+            wqe(vec![(at, 64), (at, 60_000)], plain),
+            syndrome::BAD_LENGTH,
+            1,
+        ),
+        (
+            wqe(vec![(at, 64), (at, 64), (0x6000_0000, 64)], plain),
+            syndrome::DMA_ERROR,
+            2,
+        ),
+    ];
+    for (bytes, syn, sent) in cases {
+        let before = r.ports[1].rq_query().packets.get();
+        let idx = r.ports[0].sq.producer_counter() as u16;
+        r.ports[0].sq.write_raw(&bytes);
+        r.ports[0].sq.ring_doorbell();
+        r.run();
+        let c = r.ports[0].cq.poll().expect("error CQE");
+        assert_eq!(
+            (c.opcode(), c.syndrome, c.wqe_counter.get()),
+            (CQE_REQ_ERR, syn, idx)
+        );
+        let after = r.ports[1].rq_query().packets.get();
+        assert_eq!(
+            after - before,
+            sent,
+            "frames before the failing one are sent"
+        );
+        while r.ports[1].rq_cq.poll().is_some() {}
+        r.ports[1].rq_cq.update_ci();
+        r.ports[0].cq.update_ci();
+        r.ports[0].recover_sq();
+        still_works(&mut r);
+    }
+}

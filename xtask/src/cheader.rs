@@ -175,6 +175,8 @@ const FORMATS: Consts = &[
     ("FLDNIC_WQEBB", nic::WQEBB as u64),
     ("FLDNIC_DS_SIZE", nic::DS_SIZE as u64),
     ("FLDNIC_WQE_OP_SEND", nic::WQE_OP_SEND as u64),
+    ("FLDNIC_WQE_OP_SEND_MPW", nic::WQE_OP_SEND_MPW as u64),
+    ("FLDNIC_MAX_MPW_PACKETS", nic::MAX_MPW_PACKETS as u64),
     ("FLDNIC_CE_ALWAYS", nic::CE_ALWAYS as u64),
     ("FLDNIC_CS_L3", nic::CS_L3 as u64),
     ("FLDNIC_CS_L4", nic::CS_L4 as u64),

@@ -1,5 +1,6 @@
 //! The transmit pipeline's bursts change nothing a host can observe: the same random mix of
-//! sends — frame sizes, checksum offloads, NOPs, signalled and silent WQEs, WQEs by MMIO, WQEs
+//! sends — frame sizes, checksum offloads, NOPs, multi-packet WQEs, signalled and silent WQEs,
+//! WQEs by MMIO, WQEs
 //! that fail (unreachable data, a bad key, too long, an unknown resume table), frames to the
 //! other function, to the sender itself, broadcast, and out the uplink and back — run on a
 //! card that takes each frame through every stage before it reads the next (`tx_burst` 1, the
@@ -46,6 +47,14 @@ enum Body {
         len: usize,
         udp: bool,
         cs: u8,
+    },
+    /// A multi-packet WQE of UDP/IPv4 or raw frames this long, one of them with a bad key
+    /// when `bad` names it.
+    MultiPacket {
+        lens: Vec<usize>,
+        udp: bool,
+        cs: u8,
+        bad: Option<usize>,
     },
     Nop,
     UnreachableData,
@@ -126,6 +135,8 @@ fn op() -> impl Strategy<Value = Op> {
     ];
     let body = prop_oneof![
         60 => (14usize..1600, any::<bool>(), 0u8..4).prop_map(|(len, udp, cs)| Body::Frame { len, udp, cs }),
+        12 => (prop::collection::vec(14usize..300, 1..7), any::<bool>(), 0u8..4, prop::option::weighted(0.1, 0usize..7))
+            .prop_map(|(lens, udp, cs, bad)| Body::MultiPacket { lens, udp, cs, bad }),
         1 => Just(Body::Nop),
         1 => Just(Body::UnreachableData),
         1 => Just(Body::BadKey),
@@ -192,6 +203,31 @@ fn post(
             wqe[..16].copy_from_slice(ctrl.as_bytes());
             port.sq.write_raw(h, &wqe);
             return wqe;
+        }
+        Body::MultiPacket { lens, udp, cs, bad } => {
+            let mut frames = Vec::new();
+            let mut at = data;
+            for (j, &len) in lens.iter().enumerate() {
+                let f = frame(h, from, dest, len, *udp, seed.wrapping_add(j as u8));
+                h.write(at, &f);
+                frames.push((at, len as u32));
+                at += len as u64;
+            }
+            let wqe = MultiPacketSendWqe {
+                frames: &frames,
+                cs_flags: *cs,
+                signal: *signal,
+            };
+            let n = wqe
+                .encode(port.sq.id, index, &mut buf)
+                .expect("the WQE fits");
+            let mut bytes = buf[..n.next_multiple_of(WQEBB)].to_vec();
+            if let Some(j) = bad.filter(|&j| j < lens.len()) {
+                let seg = (2 + j) * 16;
+                bytes[seg + 4..seg + 8].copy_from_slice(&(RESERVED_LKEY ^ 1).to_le_bytes());
+            }
+            port.sq.write_raw(h, &bytes);
+            return bytes;
         }
         Body::Frame { len, udp, cs } => {
             let f = frame(h, from, dest, *len, *udp, seed);
@@ -667,4 +703,57 @@ fn a_long_pass_with_a_failing_wqe_in_it() {
     assert_eq!(seen("rx1"), 16, "one pass fills the receiver's 16 buffers");
     // Every fourth WQE signalled (9 before the failing one), then its error completion.
     assert_eq!(seen("tx0"), 10);
+}
+
+/// Multi-packet WQEs of growing size between single-frame WQEs: each completes once, after all
+/// its frames, on the per-packet engine and on the bursting one alike. The CQ's 64 entries hold
+/// the 4 a frame may add for 16 frames: a WQE of 16 is taken whole by a burst of 1 and starts a
+/// burst of its own where the burst has no room left for it; one of 17 is refused.
+#[test]
+fn multi_packet_wqes_complete_once_or_are_refused_whole() {
+    let mut ops = Vec::new();
+    for n in [1usize, 2, 7, 15, 16, 17] {
+        ops.push(Op::Post {
+            port: 0,
+            dest: Dest::Other,
+            body: Body::Frame {
+                len: 64,
+                udp: true,
+                cs: 3,
+            },
+            signal: false,
+            by_mmio: false,
+        });
+        ops.push(Op::Post {
+            port: 0,
+            dest: Dest::Other,
+            body: Body::MultiPacket {
+                lens: (0..n).map(|j| 60 + j).collect(),
+                udp: true,
+                cs: 3,
+                bad: None,
+            },
+            signal: true,
+            by_mmio: false,
+        });
+    }
+    ops.extend([Op::Ring(0), Op::Run(1), Op::Drain(1), Op::Drain(0)]);
+    let per_packet = run(&ops, 1);
+    let burst = run(&ops, super::DEFAULT_TX_BURST);
+    assert_same(&per_packet, &burst);
+    let tx: Vec<&String> = per_packet
+        .0
+        .iter()
+        .filter(|s| s.starts_with("tx0"))
+        .collect();
+    assert_eq!(
+        tx.len(),
+        6,
+        "one completion per multi-packet WQE, then the refusal"
+    );
+    assert!(
+        tx[5].contains(&format!("syndrome: {}", syndrome::BAD_WQE)),
+        "{}",
+        tx[5]
+    );
 }

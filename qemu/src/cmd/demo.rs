@@ -31,6 +31,9 @@ pub struct DemoArgs {
     /// `--accel zuc` with or without `--rdma` (at most 64); the others refuse it.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub burst: Option<u64>,
+    /// Send each frame in a WQE of its own instead of multi-packet WQEs (the echo paths).
+    #[arg(long)]
+    pub single_packet_wqes: bool,
     /// Who echoes: `none` (a CPU application), `echo` (the echo accelerator behind FLD, FLD-E),
     /// `zuc`, `defrag`, `iot` (the paper's accelerators), or `rtl:PATH`: a Verilog module on
     /// FLD's AXI4-Stream ports, built with Verilator (PATH: a directory with a `files.f`, or the
@@ -255,6 +258,9 @@ pub fn run(a: DemoArgs) -> CmdResult {
         _ => Sizes::Fixed(size as usize),
     };
     let mut echo = open_echoer(&a, sizes.max())?;
+    if a.single_packet_wqes {
+        echo.set_tx_multi_packet(false);
+    }
     if let (Some(path), Some(card)) = (&a.pcap, &echo.card) {
         fld_qemu::testbed::capture_ingress(card, path)?;
     }

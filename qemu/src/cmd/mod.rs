@@ -402,6 +402,15 @@ struct Echoer {
 }
 
 impl Echoer {
+    /// Whether the generator (and the CPU echo) send with multi-packet WQEs, as they do by
+    /// default, or one WQE a frame.
+    fn set_tx_multi_packet(&mut self, on: bool) {
+        self.client.set_tx_multi_packet(on);
+        if let EchoSide::Cpu(server) = &mut self.echo {
+            server.set_tx_multi_packet(on);
+        }
+    }
+
     fn new(
         accel: AccelArg,
         rx: RxMode,

@@ -22,6 +22,12 @@ pub const DS_SIZE: usize = 16;
 /// Send opcodes.
 pub const WQE_OP_NOP: u8 = 0x00;
 pub const WQE_OP_SEND: u8 = 0x0a;
+/// A multi-packet send: every data segment is a frame of its own (`docs/nic-interface.md` §6.6),
+/// as ConnectX's enhanced multi-packet send WQE lets one descriptor carry a burst of packets.
+pub const WQE_OP_SEND_MPW: u8 = 0x29;
+/// Frames one multi-packet send WQE may carry: 30 data segments after the control and Ethernet
+/// segments fill 8 basic blocks, one descriptor fetch (512 bytes).
+pub const MAX_MPW_PACKETS: usize = 30;
 
 /// Control segment completion modes ([`CtrlSeg::fm_ce_se`] bits 2..4).
 pub const CE_ON_ERROR: u8 = 0 << 2;
@@ -143,6 +149,35 @@ pub(crate) fn clear_blocks(buf: &mut [u8]) {
     }
 }
 
+/// The control and Ethernet segments every send WQE starts with, then `gather` as data
+/// segments after the inline header, into `buf`'s first `ctrl.ds_count` segments (the rest of
+/// the last block zeroed).
+#[inline(always)]
+fn encode_segments(
+    ctrl: &CtrlSeg,
+    eth: &EthSeg,
+    inline_header: &[u8],
+    gather: &[(u64, u32)],
+    buf: &mut [u8],
+) -> Result<usize, WqeEncodeError> {
+    let len = ctrl.ds_count as usize * DS_SIZE;
+    let buf = buf
+        .get_mut(..len.next_multiple_of(WQEBB))
+        .ok_or(WqeEncodeError::BufferTooSmall)?;
+    clear_blocks(buf);
+    buf[..DS_SIZE].copy_from_slice(ctrl.as_bytes());
+    buf[DS_SIZE..2 * DS_SIZE].copy_from_slice(eth.as_bytes());
+    // The inline header runs contiguously from the end of the Ethernet segment.
+    let ih = inline_header;
+    buf[INLINE_OFFSET..INLINE_OFFSET + ih.len()].copy_from_slice(ih);
+    let mut at = (2 + inline_segments(ih.len())) * DS_SIZE;
+    for &(addr, len) in gather {
+        buf[at..at + DS_SIZE].copy_from_slice(DataSeg::bus(addr, len).as_bytes());
+        at += DS_SIZE;
+    }
+    Ok(len)
+}
+
 /// Why a send WQE cannot be encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WqeEncodeError {
@@ -188,11 +223,6 @@ impl SendWqe<'_> {
         if ds > MAX_WQE_DS as usize || ih.len() > MAX_INLINE_HEADER as usize {
             return Err(WqeEncodeError::TooLarge);
         }
-        let len = ds * DS_SIZE;
-        let buf = buf
-            .get_mut(..len.next_multiple_of(WQEBB))
-            .ok_or(WqeEncodeError::BufferTooSmall)?;
-        clear_blocks(buf);
         let ctrl = CtrlSeg {
             opcode: WQE_OP_SEND,
             rsvd: 0,
@@ -213,16 +243,52 @@ impl SendWqe<'_> {
             inline_hdr_size: U16::new(ih.len() as u16),
             ..Default::default()
         };
-        buf[..DS_SIZE].copy_from_slice(ctrl.as_bytes());
-        buf[DS_SIZE..2 * DS_SIZE].copy_from_slice(eth.as_bytes());
-        // The inline header runs contiguously from the end of the Ethernet segment.
-        buf[INLINE_OFFSET..INLINE_OFFSET + ih.len()].copy_from_slice(ih);
-        let mut at = (2 + inline_segments(ih.len())) * DS_SIZE;
-        for &(addr, len) in self.gather {
-            buf[at..at + DS_SIZE].copy_from_slice(DataSeg::bus(addr, len).as_bytes());
-            at += DS_SIZE;
+        encode_segments(&ctrl, &eth, ih, self.gather, buf)
+    }
+}
+
+/// A multi-packet send WQE as software builds it (`docs/nic-interface.md` §6.6): one frame per
+/// buffer, all with the same checksum requests, one completion for the lot.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MultiPacketSendWqe<'a> {
+    /// (bus address, length) of each frame, whole (no inline header).
+    pub frames: &'a [(u64, u32)],
+    /// [`CS_L3`] / [`CS_L4`] insertion requests, for every frame.
+    pub cs_flags: u8,
+    /// Ask for a completion ([`CE_ALWAYS`]) once the last frame is sent.
+    pub signal: bool,
+}
+
+impl MultiPacketSendWqe<'_> {
+    /// 16-byte segments this WQE needs.
+    pub fn ds_count(&self) -> usize {
+        send_ds_count(0, self.frames.len())
+    }
+
+    /// Basic blocks it occupies in the ring.
+    pub fn wqebbs(&self) -> u32 {
+        wqebbs(self.ds_count())
+    }
+
+    /// Encodes the WQE as [`SendWqe::encode`] does; more than [`MAX_MPW_PACKETS`] frames, or
+    /// none, is [`WqeEncodeError::TooLarge`].
+    pub fn encode(&self, sqn: u32, index: u16, buf: &mut [u8]) -> Result<usize, WqeEncodeError> {
+        if self.frames.is_empty() || self.frames.len() > MAX_MPW_PACKETS {
+            return Err(WqeEncodeError::TooLarge);
         }
-        Ok(len)
+        let ctrl = CtrlSeg {
+            opcode: WQE_OP_SEND_MPW,
+            wqe_index: U16::new(index),
+            ds_count: self.ds_count() as u8,
+            fm_ce_se: if self.signal { CE_ALWAYS } else { CE_ON_ERROR },
+            sqn: U32::new(sqn),
+            ..Default::default()
+        };
+        let eth = EthSeg {
+            cs_flags: self.cs_flags,
+            ..Default::default()
+        };
+        encode_segments(&ctrl, &eth, &[], self.frames, buf)
     }
 }
 
@@ -359,6 +425,49 @@ mod tests {
                     .collect();
                 assert_eq!(segs, gather[..g]);
             }
+        }
+    }
+
+    #[test]
+    fn multi_packet_writer_and_reader_agree_for_every_frame_count() {
+        let mut buf = [0u8; MAX_WQE_BYTES];
+        let frames: Vec<(u64, u32)> = (0..=MAX_MPW_PACKETS as u64)
+            .map(|i| (0x4000_0000 + i * 0x800, 60 + i as u32))
+            .collect();
+        for n in 1..=MAX_MPW_PACKETS {
+            let w = MultiPacketSendWqe {
+                frames: &frames[..n],
+                cs_flags: CS_L4,
+                signal: n % 2 == 1,
+            };
+            let len = w.encode(5, 0x1234, &mut buf).unwrap();
+            assert_eq!(len, (2 + n) * DS_SIZE);
+            assert_eq!(w.wqebbs() as usize, len.div_ceil(WQEBB));
+            let v = SendWqeView::new_checked(&buf[..len]).unwrap();
+            let c = v.ctrl();
+            assert_eq!((c.opcode, c.wqe_index.get()), (WQE_OP_SEND_MPW, 0x1234));
+            assert_eq!(c.completion_requested(), n % 2 == 1);
+            let e = v.eth().unwrap();
+            assert!(e.inline_header.is_empty());
+            assert_eq!((e.eth.cs_flags, e.resume_table(c)), (CS_L4, None));
+            let got: Vec<(u64, u32)> = e
+                .data_segments()
+                .map(|d| (d.addr.get(), d.byte_count.get()))
+                .collect();
+            assert_eq!(got, frames[..n]);
+        }
+        // The most a WQE carries is one descriptor fetch.
+        let most = MultiPacketSendWqe {
+            frames: &frames[..MAX_MPW_PACKETS],
+            ..Default::default()
+        };
+        assert_eq!(most.wqebbs(), 8);
+        for frames in [&frames[..0], &frames[..]] {
+            let w = MultiPacketSendWqe {
+                frames,
+                ..Default::default()
+            };
+            assert_eq!(w.encode(0, 0, &mut buf), Err(WqeEncodeError::TooLarge));
         }
     }
 

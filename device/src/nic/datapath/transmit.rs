@@ -6,6 +6,8 @@
 //! the error state with an error CQE and an event; completions follow the WQE's signalling.
 //! Basic blocks are fetched ahead in bursts ([`WqePrefetch`]): one DMA read brings up to
 //! [`FETCH_BLOCKS`] posted blocks, as a ConnectX-class NIC reads descriptors in bursts.
+//! A multi-packet WQE ([`gather_mpw`], `docs/nic-interface.md` §6.6) carries a frame per data
+//! segment and completes once, after its last.
 //! Left out: TSO (`mss` is ignored), VLAN insertion.
 
 use zerocopy::little_endian::{U16, U32};
@@ -113,8 +115,12 @@ pub(super) fn transmit(core: &mut NicCore, ctx: &mut Ctx<'_>) -> usize {
 #[derive(Clone, Copy)]
 pub(crate) struct TxSlot {
     ctrl: CtrlSeg,
-    /// Basic blocks the WQE consumes.
+    /// Basic blocks the WQE consumes, on the slot of its last frame (0 on the others of a
+    /// multi-packet WQE).
     nbb: u32,
+    /// Whether this is the WQE's last frame: where the SQ's counter advances and the WQE
+    /// completes.
+    ends_wqe: bool,
     /// The frame's length (0 for a NOP), or the syndrome that fails the WQE.
     outcome: Result<u32, WqeError>,
     /// Whether the WQE came from the SQ's WQE-by-MMIO buffer.
@@ -131,6 +137,7 @@ impl Default for TxSlot {
         TxSlot {
             ctrl: CtrlSeg::default(),
             nbb: 0,
+            ends_wqe: true,
             outcome: Ok(0),
             by_mmio: false,
             cs_flags: 0,
@@ -147,24 +154,31 @@ pub(crate) struct TxBurst {
     frames: Vec<u8>,
     stride: usize,
     slots: Vec<TxSlot>,
+    /// The configured burst, in frames.
+    burst: usize,
     /// Slots the gather stage filled.
     len: usize,
 }
 
 impl TxBurst {
     /// Room for `frames` frames of up to `stride` bytes.
+    /// Room for a burst of `frames` frames of up to `stride` bytes; always room for the largest
+    /// multi-packet WQE, whose frames one burst takes whole.
     pub(crate) fn new(frames: usize, stride: usize) -> Self {
-        let frames = frames.max(1);
+        let burst = frames.max(1);
+        let slots = burst.max(MAX_MPW_PACKETS);
         TxBurst {
-            frames: vec![0; frames * stride],
+            frames: vec![0; slots * stride],
             stride,
-            slots: vec![TxSlot::default(); frames],
+            slots: vec![TxSlot::default(); slots],
+            burst,
             len: 0,
         }
     }
 
+    /// Frames a burst gathers (a multi-packet WQE at its start may take more).
     fn capacity(&self) -> usize {
-        self.slots.len()
+        self.burst
     }
 
     /// The filled slots with their frames.
@@ -224,25 +238,36 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, burst: &mut TxBu
         packets: 0,
         bytes: 0,
         by_mmio: 0,
+        wqe_bytes: 0,
     };
     while run.done < budget && run.pending > 0 {
         // Completions are never dropped: without room for one CQE the queue waits.
-        let room = core.cqs.get(cqn).map_or(0, |c| c.ring.room());
+        let (room, cq_size) = core
+            .cqs
+            .get(cqn)
+            .map_or((0, 0), |c| (c.ring.room(), c.ring.size()));
         if room == 0 {
             break;
         }
-        let cap = (budget - run.done)
-            .min(burst.capacity() as u32)
-            .min((room / CQES_PER_FRAME).max(1));
+        let limits = GatherLimits {
+            wqes: budget - run.done,
+            frames: (burst.capacity() as u32).min((room / CQES_PER_FRAME).max(1)),
+            room,
+            cq_size,
+        };
         gather(
             core,
             ctx,
             &run,
             (addr, log_size),
-            cap,
+            &limits,
             (&mut wqe, &mut prefetch),
             burst,
         );
+        if burst.len == 0 {
+            // A multi-packet WQE waits for room in its CQ.
+            break;
+        }
         parse_burst(burst);
         if !steer_burst(core, ctx, &mut run, burst) {
             break;
@@ -259,6 +284,16 @@ fn transmit_sq(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, burst: &mut TxBu
     run.done as usize
 }
 
+/// How much one burst may gather: WQEs (the pass's budget left), frames (the burst, and the
+/// CQ's free entries at [`CQES_PER_FRAME`] a frame), and the CQ's free and total entries a
+/// multi-packet WQE at the burst's start is measured against.
+struct GatherLimits {
+    wqes: u32,
+    frames: u32,
+    room: u32,
+    cq_size: u32,
+}
+
 /// Where one SQ's pass stands: the WQEs executed so far and what they sent.
 struct SqRun {
     sqn: u32,
@@ -272,20 +307,23 @@ struct SqRun {
     packets: u64,
     bytes: u64,
     by_mmio: u64,
+    /// Bytes the current WQE's frames sent so far (a multi-packet WQE's completion reports
+    /// them all).
+    wqe_bytes: u64,
 }
 
-/// The gather stage: reads up to `cap` WQEs from the SQ's counter on (from its WQE-by-MMIO
-/// buffer or through the prefetch) and gathers each one's frame into the burst. A WQE that
-/// fails ends the burst (its slot carries the syndrome), as the WQEs after it must wait for the
-/// queue's recovery. A frame's data is read here, before the frames ahead of it in the burst are
-/// steered: a buffer one of them is received into is read as it was before that receive, as a
-/// NIC that fetches a burst ahead reads it.
+/// The gather stage: reads WQEs from the SQ's counter on (from its WQE-by-MMIO buffer or
+/// through the prefetch), within `limits`, and gathers each one's frames into the burst. A WQE
+/// that fails ends the burst (its last slot carries the syndrome), as the WQEs after it must
+/// wait for the queue's recovery. A frame's data is read here, before the frames ahead of it in
+/// the burst are steered: a buffer one of them is received into is read as it was before that
+/// receive, as a NIC that fetches a burst ahead reads it.
 fn gather(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
     run: &SqRun,
     ring: (u64, u8),
-    cap: u32,
+    limits: &GatherLimits,
     (wqe, prefetch): (&mut [u8], &mut WqePrefetch),
     burst: &mut TxBurst,
 ) {
@@ -295,11 +333,15 @@ fn gather(
     let buffer = db::wqe_buffer(db::SQ_WQE_BASE, run.sqn);
     let sealed = ctx.wqe_seal(run.owner, buffer);
     let stride = burst.stride;
-    let mut k = 0;
-    while (k as u32) < cap && pending > 0 {
+    // Within the slots (as the limit is), said so the compiler drops the bounds checks.
+    let frames = (limits.frames as usize).min(burst.slots.len());
+    let (mut k, mut wqes) = (0, 0);
+    while k < frames && wqes < limits.wqes && pending > 0 {
+        // A WQE this burst cannot take is left as it was found: nothing fetched past its
+        // first block and no use of the buffer counted, as the next burst starts with it.
+        let fits = |ctrl: &CtrlSeg| fits_burst(ctrl, k, limits);
+        let counted = core.wqe_mmio;
         let slot = &mut burst.slots[k];
-        let frame = &mut burst.frames[k * stride..(k + 1) * stride];
-        k += 1;
         let by_mmio = sealed == Some(ci & db::PI_MASK)
             && ctx
                 .wqe_from_buffer(run.owner, buffer, (ci, pending), wqe, &mut core.wqe_mmio)
@@ -307,31 +349,52 @@ fn gather(
                 .is_some();
         slot.by_mmio = by_mmio;
         let at = if by_mmio {
-            Ok(WqeAt::Copied)
+            match CtrlSeg::read_from_prefix(wqe) {
+                Ok((ctrl, _)) if !fits(&ctrl) => WqeAt::Later,
+                _ => WqeAt::Copied,
+            }
         } else {
-            fetch_wqe(ctx.dma(run.owner), ring, (ci, pending), wqe, prefetch).map(|(at, nbb)| {
-                slot.nbb = nbb;
-                at
-            })
-        };
-        slot.outcome = match at {
-            Ok(at) => {
-                let bytes = match at {
-                    WqeAt::Prefetched(off) => &prefetch.buf[off..off + slot.nbb as usize * WQEBB],
-                    WqeAt::Copied => &wqe[..slot.nbb as usize * WQEBB],
-                };
-                gather_wqe(core, ctx, run.owner, bytes, slot, frame)
-            }
-            Err((e, nbb)) => {
-                slot.nbb = nbb;
-                Err(e)
+            match fetch_wqe(ctx.dma(run.owner), ring, (ci, pending), wqe, prefetch, fits) {
+                Ok((at, nbb)) => {
+                    slot.nbb = nbb;
+                    at
+                }
+                Err((e, nbb)) => {
+                    slot.nbb = nbb;
+                    WqeAt::Failed(e)
+                }
             }
         };
-        if slot.outcome.is_err() {
+        let nbb = slot.nbb;
+        let bytes = match at {
+            WqeAt::Prefetched(off) => &prefetch.buf[off..off + nbb as usize * WQEBB],
+            WqeAt::Copied => &wqe[..nbb as usize * WQEBB],
+            WqeAt::Failed(e) => {
+                slot.ends_wqe = true;
+                slot.outcome = Err(e);
+                k += 1;
+                break;
+            }
+            WqeAt::Later => {
+                core.wqe_mmio = counted;
+                break;
+            }
+        };
+        let (used, failed) = if bytes.first() == Some(&WQE_OP_SEND_MPW) {
+            gather_mpw(core, ctx, run.owner, bytes, burst, k, limits)
+        } else {
+            slot.ends_wqe = true;
+            let frame = &mut burst.frames[k * stride..(k + 1) * stride];
+            slot.outcome = gather_wqe(core, ctx, run.owner, bytes, slot, frame);
+            (1, slot.outcome.is_err())
+        };
+        k += used;
+        wqes += 1;
+        if failed {
             break;
         }
-        ci = ci.wrapping_add(slot.nbb);
-        pending = pending.saturating_sub(slot.nbb);
+        ci = ci.wrapping_add(nbb);
+        pending = pending.saturating_sub(nbb);
     }
     burst.len = k;
 }
@@ -373,11 +436,14 @@ fn parse_burst(burst: &mut TxBurst) {
 /// failed, the SQ's error. False when the SQ must stop for this pass (an error, or no CQ room).
 fn steer_burst(core: &mut NicCore, ctx: &mut Ctx<'_>, run: &mut SqRun, burst: &TxBurst) -> bool {
     let signal_all = core.sqs.get(run.sqn).is_some_and(|s| s.signal_all);
+    let mut wqe_start = true;
     for (k, (slot, frame)) in burst.frames().enumerate() {
-        // Checked again per WQE, as the frames before it may have filled the CQ.
-        if k > 0 && core.cqs.get(run.cqn).is_none_or(|c| c.ring.room() == 0) {
+        // Checked again per WQE, as the frames before it may have filled the CQ. (A
+        // multi-packet WQE's frames were gathered with room for all of them.)
+        if k > 0 && wqe_start && core.cqs.get(run.cqn).is_none_or(|c| c.ring.room() == 0) {
             return false;
         }
+        wqe_start = slot.ends_wqe;
         run.by_mmio += slot.by_mmio as u64;
         let len = match slot.outcome {
             Ok(len) => len as usize,
@@ -399,10 +465,15 @@ fn steer_burst(core: &mut NicCore, ctx: &mut Ctx<'_>, run: &mut SqRun, burst: &T
         run.pending = run.pending.saturating_sub(slot.nbb);
         run.packets += (len > 0) as u64;
         run.bytes += len as u64;
+        run.wqe_bytes += len as u64;
+        if !slot.ends_wqe {
+            continue;
+        }
         run.done += 1;
+        let wqe_bytes = std::mem::take(&mut run.wqe_bytes);
         if signal_all || slot.ctrl.completion_requested() {
             let cqe = Cqe {
-                byte_count: U32::new(len as u32),
+                byte_count: U32::new(wqe_bytes as u32),
                 wqe_counter: slot.ctrl.wqe_index,
                 qn: U32::new(run.sqn),
                 vport: U16::new(run.owner),
@@ -436,21 +507,26 @@ fn sq_error(core: &mut NicCore, ctx: &mut Ctx<'_>, sqn: u32, wqe_index: u16, syn
 }
 
 /// Where a fetched WQE lies: in the prefetch buffer at a byte offset (the common case, read
-/// where it lies), or copied into the WQE buffer (it continues past what one fetch brought).
+/// where it lies), or copied into the WQE buffer (it continues past what one fetch brought); or
+/// that it failed, or that it is the next burst's (only its first block read).
 #[derive(Clone, Copy)]
 enum WqeAt {
     Prefetched(usize),
     Copied,
+    Failed(WqeError),
+    Later,
 }
 
 /// Reads the WQE at counter `ci` of the ring through the SQ's prefetch; returns where it lies
-/// and its basic blocks, or the error and the blocks it consumes.
+/// and its basic blocks ([`WqeAt::Later`], with only its first block read, when its control
+/// segment does not `fit`), or the error and the blocks it consumes.
 fn fetch_wqe(
     dma: &mut crate::fabric::DmaPort<'_>,
     (addr, log_size): (u64, u8),
     (ci, pending): (u32, u32),
     wqe: &mut [u8],
     prefetch: &mut WqePrefetch,
+    fits: impl Fn(&CtrlSeg) -> bool,
 ) -> Result<(WqeAt, u32), (WqeError, u32)> {
     let ring = (addr, (1u32 << log_size) - 1);
     let Ok(at) = prefetch.fetch(dma, ring, ci, pending) else {
@@ -459,6 +535,9 @@ fn fetch_wqe(
     let Ok((ctrl, _)) = CtrlSeg::read_from_prefix(&prefetch.buf[at..]) else {
         return Err((WqeError(syndrome::BAD_WQE), 1));
     };
+    if !fits(&ctrl) {
+        return Ok((WqeAt::Later, 0));
+    }
     let nbb = ctrl.wqebbs();
     // More segments than a WQE may have (found by the nic_sq fuzz target: the blocks were read
     // past the WQE buffer), or more blocks than were posted.
@@ -484,7 +563,7 @@ fn fetch_wqe(
 }
 
 /// Reads a WQE's control segment into its slot and, for a SEND, gathers its frame; returns the
-/// frame's length (0 for a NOP).
+/// frame's length (0 for a NOP). (A multi-packet SEND is [`gather_mpw`]'s.)
 fn gather_wqe(
     core: &mut NicCore,
     ctx: &mut Ctx<'_>,
@@ -500,6 +579,100 @@ fn gather_wqe(
         WQE_OP_SEND => gather_frame(core, ctx, owner, &view, slot, frame),
         _ => Err(WqeError(syndrome::BAD_WQE)),
     }
+}
+
+/// Whether a burst that has `k` frames can take the WQE `ctrl` begins: any but a multi-packet
+/// WQE whose frames go past the burst's limit. Such a WQE is the next burst's; at a burst's
+/// start it is taken if the CQ has room for its frames (or can never have it: it is refused),
+/// and otherwise waits for room. One announcing no frames or too many is taken and refused.
+fn fits_burst(ctrl: &CtrlSeg, k: usize, limits: &GatherLimits) -> bool {
+    if ctrl.opcode != WQE_OP_SEND_MPW {
+        return true;
+    }
+    let n = usize::from(ctrl.ds_count).saturating_sub(2);
+    if n == 0 || n > MAX_MPW_PACKETS || k + n <= limits.frames as usize {
+        return true;
+    }
+    let need = n as u32 * CQES_PER_FRAME;
+    k == 0 && (need <= limits.room || need > limits.cq_size)
+}
+
+/// The frames of a multi-packet SEND (`docs/nic-interface.md` §6.6) in `bytes`, whose blocks
+/// and source the gather stage put in slot `k`: one slot each from `k` on, every data segment a
+/// whole frame with the WQE's checksum requests. A frame that fails fails the WQE at its slot;
+/// the frames before it are sent. A WQE whose frames need more CQ entries than its CQ holds is
+/// refused ([`fits_burst`] let it in). The WQE's blocks and completion go with its last slot.
+/// Returns the slots used and whether the WQE failed. (Kept out of line: inlined, it cost the
+/// gather loop of single-frame WQEs registers and instructions.)
+#[inline(never)]
+fn gather_mpw(
+    core: &mut NicCore,
+    ctx: &mut Ctx<'_>,
+    owner: u16,
+    bytes: &[u8],
+    burst: &mut TxBurst,
+    k: usize,
+    limits: &GatherLimits,
+) -> (usize, bool) {
+    let (nbb, by_mmio) = (burst.slots[k].nbb, burst.slots[k].by_mmio);
+    let fail = |burst: &mut TxBurst, syn: u8| {
+        burst.slots[k].outcome = Err(WqeError(syn));
+        1
+    };
+    // The frames, one slot each: the slots they used.
+    let used = 'frames: {
+        let Ok(wqe) = SendWqeView::new_checked(bytes) else {
+            break 'frames fail(burst, syndrome::BAD_WQE);
+        };
+        burst.slots[k].ctrl = *wqe.ctrl();
+        let Ok(eth) = wqe.eth() else {
+            break 'frames fail(burst, syndrome::BAD_WQE);
+        };
+        let n = eth.data_segments().count();
+        let resume = eth.eth.flags & ETH_FLAG_RESUME != 0;
+        if !eth.inline_header.is_empty() || resume || n == 0 || n > MAX_MPW_PACKETS {
+            break 'frames fail(burst, syndrome::BAD_WQE);
+        }
+        if n as u32 * CQES_PER_FRAME > limits.cq_size {
+            break 'frames fail(burst, syndrome::BAD_WQE);
+        }
+        let stride = burst.stride;
+        let max = (core.config.mtu as usize).min(stride);
+        for (j, d) in eth.data_segments().enumerate() {
+            let at = k + j;
+            let slot = &mut burst.slots[at];
+            let frame = &mut burst.frames[at * stride..(at + 1) * stride];
+            slot.ctrl = *wqe.ctrl();
+            slot.cs_flags = eth.eth.cs_flags;
+            slot.resume = None;
+            let len = d.byte_count.get() as usize;
+            slot.outcome = if d.lkey.get() != RESERVED_LKEY {
+                Err(WqeError(syndrome::BAD_WQE))
+            } else if !(14..=max).contains(&len) {
+                bump_malformed(core, owner);
+                Err(WqeError(syndrome::BAD_LENGTH))
+            } else if ctx
+                .dma(owner)
+                .read(d.addr.get(), &mut frame[..len])
+                .is_err()
+            {
+                Err(WqeError(syndrome::DMA_ERROR))
+            } else {
+                Ok(len as u32)
+            };
+            if slot.outcome.is_err() {
+                break 'frames j + 1;
+            }
+        }
+        n
+    };
+    for (j, slot) in burst.slots[k..k + used].iter_mut().enumerate() {
+        let last = j + 1 == used;
+        slot.by_mmio = by_mmio && last;
+        slot.nbb = if last { nbb } else { 0 };
+        slot.ends_wqe = last;
+    }
+    (used, burst.slots[k + used - 1].outcome.is_err())
 }
 
 /// Gathers the frame of a SEND WQE into `frame` (inline header, then the data segments by DMA)
